@@ -1,0 +1,1 @@
+//! The child: spawn, signals, reaping, exit status.

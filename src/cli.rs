@@ -1,0 +1,186 @@
+//! The command line: `keepwrap [OPTIONS] -- COMMAND [ARGS...]` and the
+//! subcommands. Every option also reads a `KEEPWRAP_*` variable, so that a
+//! Dockerfile can configure the entrypoint.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::fingerprint::{self, ProfileName};
+use crate::logging::{self, LogFormat};
+use crate::ready::DoneRule;
+
+/// Exit status for keepwrap's own usage errors (as clap uses).
+pub const EXIT_USAGE: u8 = 2;
+
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (sidecar format ",
+    "1",
+    ")"
+);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "keepwrap",
+    version,
+    long_version = LONG_VERSION,
+    about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
+    args_conflicts_with_subcommands = true,
+    after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Sub>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Log format on stderr (the filter comes from KEEPWRAP_LOG, `info` by default)
+    #[arg(long, value_enum, env = "KEEPWRAP_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: LogFormat,
+
+    /// The command to supervise, after `--`
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Print the launch fingerprint of COMMAND, without launching it
+    Fingerprint(FingerprintCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct FingerprintCmd {
+    #[command(flatten)]
+    pub fingerprint: FingerprintArgs,
+
+    /// Print the canonical inputs, one per line, secrets redacted
+    #[arg(long, env = "KEEPWRAP_EXPLAIN")]
+    pub explain: bool,
+
+    /// The command whose launch to fingerprint, after `--`
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// What identifies a launch.
+#[derive(Debug, Clone, Args)]
+pub struct FingerprintArgs {
+    /// Fingerprint profile: which env vars and arguments identify a launch
+    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "sglang")]
+    pub profile: ProfileName,
+
+    /// Also fingerprint env vars whose name starts with PREFIX (repeatable)
+    #[arg(long, env = "KEEPWRAP_ENV_PREFIX", value_delimiter = ',', value_name = "PREFIX")]
+    pub env_prefix: Vec<String>,
+
+    /// Leave env var NAME out of the fingerprint (repeatable)
+    #[arg(long, env = "KEEPWRAP_VOLATILE_ENV", value_delimiter = ',', value_name = "NAME")]
+    pub volatile_env: Vec<String>,
+
+    /// Leave FLAG and its value out of the fingerprint (repeatable)
+    #[arg(long, env = "KEEPWRAP_IGNORE_ARG", value_delimiter = ',', value_name = "FLAG")]
+    pub ignore_arg: Vec<String>,
+}
+
+impl FingerprintArgs {
+    pub fn options(&self) -> fingerprint::Options {
+        fingerprint::Options {
+            profile: self.profile,
+            env_prefixes: self.env_prefix.clone(),
+            volatile_env: self.volatile_env.clone(),
+            ignored_args: self.ignore_arg.clone(),
+        }
+    }
+}
+
+/// How a launch is supervised and its cache kept.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub fingerprint: FingerprintArgs,
+
+    /// Forward signals to the child's whole process group, not only the child
+    #[arg(long, env = "KEEPWRAP_KILL_GROUP")]
+    pub kill_group: bool,
+
+    /// After the child exits, how long what is left of its process group gets
+    /// between TERM and KILL
+    #[arg(long, env = "KEEPWRAP_GRACE", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub grace: Duration,
+
+    /// KILL the child's process group this long after the first forwarded TERM
+    /// or INT, if it is still alive (off by default)
+    #[arg(long, env = "KEEPWRAP_KILL_AFTER", value_parser = parse_duration, value_name = "DURATION")]
+    pub kill_after: Option<Duration>,
+
+    /// Autotune cache root [default: $SGLANG_CACHE_DIR/flashinfer/autotune,
+    /// else $HOME/.cache/sglang/flashinfer/autotune]
+    #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// When tuning is done: auto, health[=URL], quiet=DURATION or exit
+    #[arg(long, env = "KEEPWRAP_DONE", default_value = "auto", value_parser = DoneRule::parse, value_name = "RULE")]
+    pub done: DoneRule,
+
+    /// Interval between two health probes
+    #[arg(long, env = "KEEPWRAP_PROBE_INTERVAL", default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub probe_interval: Duration,
+
+    /// How long one health probe may take
+    #[arg(long, env = "KEEPWRAP_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub probe_timeout: Duration,
+
+    /// Only supervise: leave the cache alone
+    #[arg(long, env = "KEEPWRAP_DISABLE")]
+    pub disable: bool,
+}
+
+/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+        return Err(format!("'{s}' is not a duration"));
+    }
+    humantime::parse_duration(t).map_err(|e| format!("'{s}' is not a duration ({e}); try 5s, 500ms or 2m"))
+}
+
+fn usage_error(what: &str) -> ExitCode {
+    eprintln!("keepwrap: error: {what}");
+    eprintln!("Usage: keepwrap [OPTIONS] -- COMMAND [ARGS...]   (keepwrap --help for more)");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Parse the command line, run what it asks, and return the exit status.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    logging::init(cli.log_format);
+    match cli.subcommand {
+        Some(Sub::Fingerprint(cmd)) => {
+            if cmd.command.is_empty() {
+                return usage_error("no COMMAND after `--`: keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]");
+            }
+            fingerprint::print(&cmd.fingerprint.options(), &cmd.command, cmd.explain)
+        }
+        None => {
+            if cli.command.is_empty() {
+                return usage_error("no COMMAND after `--`: what should keepwrap run?");
+            }
+            crate::supervise::run(&cli.run, cli.command)
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! keepwrap: a PID 1 supervisor that keeps the FlashInfer autotune cache of
+//! an SGLang launch across boots, and only when the launch is the same.
+//!
+//! One module per concern:
+//! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`canonical`]: JSON byte-identical to Python's `json.dumps`;
+//! - [`fingerprint`]: which parts of argv and environment identify a launch;
+//! - [`child`]: spawning the engine, signals, reaping, exit status;
+//! - [`supervise`]: the one poll loop that ties child, watch and readiness;
+//! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
+//! - [`watch`]: inotify over the cache tree;
+//! - [`ready`]: when tuning is done (health probe, quiet window, exit);
+//! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON.
+
+pub mod cache;
+pub mod canonical;
+pub mod child;
+pub mod cli;
+pub mod fingerprint;
+pub mod logging;
+pub mod ready;
+pub mod supervise;
+pub mod watch;
+
+/// Version of the sidecar format keepwrap writes. A sidecar with a larger
+/// version is not trusted.
+pub const SIDECAR_FORMAT: u32 = 1;

@@ -1,0 +1,1 @@
+//! inotify over the cache tree.
