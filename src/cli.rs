@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::fingerprint::{self, ProfileName};
 use crate::logging::{self, LogFormat};
@@ -16,12 +17,7 @@ use crate::ready::DoneRule;
 /// Exit status for keepwrap's own usage errors (as clap uses).
 pub const EXIT_USAGE: u8 = 2;
 
-const LONG_VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (sidecar format ",
-    "1",
-    ")"
-);
+const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format ", "1", ")");
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +26,7 @@ const LONG_VERSION: &str = concat!(
     long_version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
     args_conflicts_with_subcommands = true,
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -40,7 +37,13 @@ pub struct Cli {
     pub run: RunArgs,
 
     /// Log format on stderr (the filter comes from KEEPWRAP_LOG, `info` by default)
-    #[arg(long, value_enum, env = "KEEPWRAP_LOG_FORMAT", default_value = "text", global = true)]
+    #[arg(
+        long,
+        value_enum,
+        env = "KEEPWRAP_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
     pub log_format: LogFormat,
 
     /// The command to supervise, after `--`
@@ -60,7 +63,7 @@ pub struct FingerprintCmd {
     pub fingerprint: FingerprintArgs,
 
     /// Print the canonical inputs, one per line, secrets redacted
-    #[arg(long, env = "KEEPWRAP_EXPLAIN")]
+    #[arg(long, env = "KEEPWRAP_EXPLAIN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub explain: bool,
 
     /// The command whose launch to fingerprint, after `--`
@@ -76,15 +79,30 @@ pub struct FingerprintArgs {
     pub profile: ProfileName,
 
     /// Also fingerprint env vars whose name starts with PREFIX (repeatable)
-    #[arg(long, env = "KEEPWRAP_ENV_PREFIX", value_delimiter = ',', value_name = "PREFIX")]
+    #[arg(
+        long,
+        env = "KEEPWRAP_ENV_PREFIX",
+        value_delimiter = ',',
+        value_name = "PREFIX"
+    )]
     pub env_prefix: Vec<String>,
 
     /// Leave env var NAME out of the fingerprint (repeatable)
-    #[arg(long, env = "KEEPWRAP_VOLATILE_ENV", value_delimiter = ',', value_name = "NAME")]
+    #[arg(
+        long,
+        env = "KEEPWRAP_VOLATILE_ENV",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
     pub volatile_env: Vec<String>,
 
     /// Leave FLAG and its value out of the fingerprint (repeatable)
-    #[arg(long, env = "KEEPWRAP_IGNORE_ARG", value_delimiter = ',', value_name = "FLAG")]
+    #[arg(
+        long,
+        env = "KEEPWRAP_IGNORE_ARG",
+        value_delimiter = ',',
+        value_name = "FLAG"
+    )]
     pub ignore_arg: Vec<String>,
 }
 
@@ -106,7 +124,7 @@ pub struct RunArgs {
     pub fingerprint: FingerprintArgs,
 
     /// Forward signals to the child's whole process group, not only the child
-    #[arg(long, env = "KEEPWRAP_KILL_GROUP")]
+    #[arg(long, env = "KEEPWRAP_KILL_GROUP", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub kill_group: bool,
 
     /// After the child exits, how long what is left of its process group gets
@@ -137,7 +155,7 @@ pub struct RunArgs {
     pub probe_timeout: Duration,
 
     /// Only supervise: leave the cache alone
-    #[arg(long, env = "KEEPWRAP_DISABLE")]
+    #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 }
 
@@ -150,7 +168,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
         return Err(format!("'{s}' is not a duration"));
     }
-    humantime::parse_duration(t).map_err(|e| format!("'{s}' is not a duration ({e}); try 5s, 500ms or 2m"))
+    humantime::parse_duration(t)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); try 5s, 500ms or 2m"))
 }
 
 fn usage_error(what: &str) -> ExitCode {
@@ -172,7 +191,9 @@ pub fn main() -> ExitCode {
     match cli.subcommand {
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
-                return usage_error("no COMMAND after `--`: keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]");
+                return usage_error(
+                    "no COMMAND after `--`: keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]",
+                );
             }
             fingerprint::print(&cmd.fingerprint.options(), &cmd.command, cmd.explain)
         }

@@ -27,7 +27,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         w.write_str("keepwrap: ")?;
         match *event.metadata().level() {
             Level::ERROR => w.write_str("error: ")?,
@@ -43,9 +48,15 @@ where
 /// Install the subscriber. Safe to call once per process.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("KEEPWRAP_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
     let _ = match format {
         LogFormat::Text => builder.event_format(KeepwrapLine).try_init(),
-        LogFormat::Json => builder.json().with_current_span(false).with_target(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .with_target(false)
+            .try_init(),
     };
 }

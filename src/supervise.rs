@@ -1,9 +1,229 @@
-//! The supervisor loop.
+//! The supervisor loop: one `poll` over a signalfd, the cache watch and the
+//! health probe, with timers as the poll timeout. No threads, no busy
+//! waiting: while the child runs and nothing happens, keepwrap sleeps in
+//! `poll`.
+
 use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+
+use crate::child::{self, Ended};
 use crate::cli::RunArgs;
+use crate::keep::Keeper;
 
-pub fn run(_args: &RunArgs, _command: Vec<OsString>) -> ExitCode {
-    unimplemented!()
+/// While waiting for the rest of a process group to go, how often to look.
+const GROUP_RECHECK: Duration = Duration::from_millis(20);
+
+/// Run one launch: prune, spawn, supervise, sign, and exit as the child did.
+pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
+    let signals = match child::block_signals() {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::error!("cannot block signals: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let sfd = match SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!("cannot open a signalfd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    child::become_subreaper();
+
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut keeper = if args.disable {
+        tracing::info!("cache keeping disabled (--disable): supervising only");
+        None
+    } else {
+        Keeper::prepare(args, &command, &env)
+    };
+
+    let pid = match child::spawn(&command) {
+        Ok(pid) => pid,
+        Err(e) => {
+            tracing::error!(
+                "cannot run '{}': {}",
+                e.program.to_string_lossy(),
+                e.reason()
+            );
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    if let Some(k) = keeper.as_mut() {
+        k.child_started();
+    }
+
+    let ended = supervise(&sfd, pid, args, &mut keeper);
+    drain_group(&sfd, pid, args);
+    if let Some(k) = keeper.as_mut() {
+        k.child_ended(ended);
+    }
+    ExitCode::from(ended.exit_code())
+}
+
+/// Forward signals, reap, and drive the keeper until the main child ends.
+fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keeper>) -> Ended {
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if let Some(k) = keeper.as_mut() {
+            k.tick(now);
+        }
+        if kill_at.is_some_and(|at| now >= at) {
+            tracing::warn!(
+                "the engine is still running {} after TERM/INT: killing its process group",
+                humantime::format_duration(args.kill_after.unwrap_or_default())
+            );
+            child::forward(pid, Signal::SIGKILL, true);
+            kill_at = None;
+        }
+        let deadline = [kill_at, keeper.as_ref().and_then(Keeper::deadline)]
+            .into_iter()
+            .flatten()
+            .min();
+
+        let (watch_fd, probe) = match keeper.as_ref() {
+            Some(k) => (k.watch_fd(), k.probe_fd()),
+            None => (None, None),
+        };
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let watch_idx = watch_fd.map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let probe_idx = probe.map(|(fd, flags)| {
+            fds.push(PollFd::new(fd, flags));
+            fds.len() - 1
+        });
+        match poll(&mut fds, timeout_until(deadline, now)) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let revents = |idx: Option<usize>| {
+            idx.and_then(|i| fds[i].revents())
+                .unwrap_or(PollFlags::empty())
+        };
+        let signal_ready = !revents(Some(0)).is_empty();
+        let watch_ready = !revents(watch_idx).is_empty();
+        let probe_revents = revents(probe_idx);
+        drop(fds);
+
+        if let Some(k) = keeper.as_mut() {
+            k.on_events(watch_ready, probe_revents);
+        }
+        if signal_ready {
+            let mut ended = None;
+            while let Ok(Some(info)) = sfd.read_signal() {
+                let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                    continue;
+                };
+                match sig {
+                    Signal::SIGCHLD => {
+                        if let Some(e) = child::reap(pid) {
+                            ended = Some(e);
+                        }
+                    }
+                    s if child::FORWARDED.contains(&s) => {
+                        child::forward(pid, s, args.kill_group);
+                        if matches!(s, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
+                            kill_at = args.kill_after.map(|d| Instant::now() + d);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // A SIGCHLD can coalesce with an earlier one: reap once more.
+            if let Some(e) = ended.or_else(|| child::reap(pid)) {
+                return e;
+            }
+        }
+    }
+}
+
+/// After the main child ended: TERM what is left of its process group (and
+/// any orphan reparented to keepwrap), give it `--grace`, then KILL, and
+/// reap everything. Signals that arrive meanwhile still reach the group.
+fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
+    child::reap(pid);
+    let leftovers = || child::group_alive(pid) || !child::children().is_empty();
+    if !leftovers() {
+        return;
+    }
+    tracing::info!(
+        "the engine exited; sending TERM to what is left of its process group ({} grace)",
+        humantime::format_duration(args.grace)
+    );
+    terminate_all(pid, Signal::SIGTERM);
+    let deadline = Instant::now() + args.grace;
+    loop {
+        child::reap(pid);
+        if !leftovers() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(
+            &mut fds,
+            timeout_until(Some((now + GROUP_RECHECK).min(deadline)), now),
+        );
+        while let Ok(Some(info)) = sfd.read_signal() {
+            if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+                if child::FORWARDED.contains(&sig) {
+                    terminate_all(pid, sig);
+                }
+            }
+        }
+    }
+    tracing::warn!(
+        "processes of the engine outlived the {} grace: sending KILL",
+        humantime::format_duration(args.grace)
+    );
+    terminate_all(pid, Signal::SIGKILL);
+    // KILL cannot be caught: wait for the kernel to finish them, boundedly.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while leftovers() && Instant::now() < deadline {
+        child::reap(pid);
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(
+            &mut fds,
+            PollTimeout::from(GROUP_RECHECK.as_millis() as u16),
+        );
+        while let Ok(Some(_)) = sfd.read_signal() {}
+    }
+    child::reap(pid);
+}
+
+/// Signal the main child's process group and every remaining child of ours.
+fn terminate_all(pid: Pid, sig: Signal) {
+    child::forward(pid, sig, true);
+    for orphan in child::children() {
+        child::forward(orphan, sig, false);
+    }
+}
+
+fn timeout_until(deadline: Option<Instant>, now: Instant) -> PollTimeout {
+    match deadline {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            let ms = d.saturating_duration_since(now).as_millis();
+            // Round up, so that a timer never fires early and spins.
+            let ms = if d > now && ms == 0 { 1 } else { ms };
+            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+        }
+    }
 }

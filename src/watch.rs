@@ -1,1 +1,195 @@
-//! inotify over the cache tree.
+//! inotify over the cache tree: a watch on the root and on every directory
+//! below it (the engine creates `<version>/<arch>/<key16>/` while it boots),
+//! reporting each cache file that lands. FlashInfer saves by rename, so a
+//! rank file arrives as `IN_MOVED_TO`; a plain write shows as
+//! `IN_CLOSE_WRITE`. A queue overflow triggers a rescan. No polling.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+use crate::cache;
+
+/// Identity of a file's contents as far as a watcher can tell cheaply.
+type Stamp = (u64, u64, i64, i64);
+
+pub struct Watcher {
+    inotify: Inotify,
+    root: PathBuf,
+    /// Directory watched, relative to the root.
+    dirs: HashMap<WatchDescriptor, PathBuf>,
+    /// Cache files seen, relative to the root, with what they looked like.
+    files: HashMap<PathBuf, Stamp>,
+}
+
+fn dir_flags() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_ONLYDIR
+        | AddWatchFlags::IN_DONT_FOLLOW
+}
+
+fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec())
+}
+
+/// Directories the engine never reads and keepwrap does not watch:
+/// `runs/` (write-only history) and hidden ones (keepwrap's own state).
+fn skipped_dir(name: &OsStr) -> bool {
+    name == "runs" || name.as_encoded_bytes().starts_with(b".")
+}
+
+impl Watcher {
+    /// Watch `root` (which must exist) and every directory below it.
+    pub fn new(root: &Path) -> io::Result<Watcher> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        let mut w = Watcher {
+            inotify,
+            root: root.to_path_buf(),
+            dirs: HashMap::new(),
+            files: HashMap::new(),
+        };
+        let mut landed = Vec::new();
+        w.add_tree(PathBuf::new(), &mut landed)?;
+        Ok(w)
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
+    /// Cache files present (relative to the root), as last seen.
+    pub fn known_files(&self) -> impl Iterator<Item = &Path> {
+        self.files.keys().map(PathBuf::as_path)
+    }
+
+    /// Add watches for `rel` and every directory below it, recording the
+    /// cache files found; files new or changed since last seen go to
+    /// `landed`. A directory that vanished meanwhile is not an error.
+    fn add_tree(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) -> io::Result<()> {
+        let abs = self.root.join(&rel);
+        match self.inotify.add_watch(&abs, dir_flags()) {
+            Ok(wd) => {
+                self.dirs.insert(wd, rel.clone());
+            }
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) if !rel.as_os_str().is_empty() => {
+                return Ok(())
+            }
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "cannot watch {}: {e}",
+                    abs.display()
+                )))
+            }
+        }
+        let entries = match std::fs::read_dir(&abs) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !rel.as_os_str().is_empty() => {
+                return Ok(())
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot list {}: {e}", abs.display()),
+                ))
+            }
+        };
+        for entry in entries.flatten() {
+            let Ok(ft) = entry.file_type() else { continue };
+            let name = entry.file_name();
+            let child = rel.join(&name);
+            if ft.is_dir() {
+                if !skipped_dir(&name) {
+                    self.add_tree(child, landed)?;
+                }
+            } else {
+                self.note_file(child, landed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Record a file; if it is a cache file that is new or changed, it landed.
+    fn note_file(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) {
+        if !cache::is_cache_file(&rel) {
+            return;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(self.root.join(&rel)) else {
+            return;
+        };
+        if !meta.is_file() {
+            return;
+        }
+        let now = stamp(&meta);
+        if self.files.insert(rel.clone(), now) != Some(now) {
+            landed.push(rel);
+        }
+    }
+
+    /// Read what inotify queued. Returns the cache files that landed since
+    /// the last call, each once, relative to the root.
+    pub fn read(&mut self) -> Vec<PathBuf> {
+        let mut landed = Vec::new();
+        let mut rescan = false;
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!(
+                        "reading inotify events for {} failed: {e}; rescanning",
+                        self.root.display()
+                    );
+                    rescan = true;
+                    break;
+                }
+            };
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    rescan = true;
+                    continue;
+                }
+                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    self.dirs.remove(&ev.wd);
+                    continue;
+                }
+                let (Some(dir), Some(name)) = (self.dirs.get(&ev.wd), ev.name.as_ref()) else {
+                    continue;
+                };
+                let rel = dir.join(name);
+                if ev.mask.contains(AddWatchFlags::IN_ISDIR) {
+                    if !skipped_dir(name) {
+                        if let Err(e) = self.add_tree(rel, &mut landed) {
+                            tracing::warn!("{e}");
+                        }
+                    }
+                } else if ev
+                    .mask
+                    .intersects(AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE)
+                {
+                    self.note_file(rel, &mut landed);
+                }
+            }
+        }
+        if rescan {
+            tracing::info!(
+                "the inotify queue overflowed: rescanning {}",
+                self.root.display()
+            );
+            if let Err(e) = self.add_tree(PathBuf::new(), &mut landed) {
+                tracing::warn!("{e}");
+            }
+        }
+        let mut seen = HashSet::new();
+        landed.retain(|p| seen.insert(p.clone()));
+        landed
+    }
+}

@@ -25,6 +25,8 @@ pub struct PruneReport {
 pub struct SignReport {
     /// Cache files in the signed set (relative to the root).
     pub signed: Vec<PathBuf>,
+    /// The set equals the one already recorded: nothing was written.
+    pub unchanged: bool,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards: `*.json`,

@@ -1,0 +1,339 @@
+//! The cache side of one launch: prune before the engine starts, watch it
+//! tune, decide when tuning is done, sign the set for this launch. Every
+//! failure here is logged and leaves the launch alone (fail open for the
+//! launch); any doubt leaves the cache unsigned (fail closed for trust).
+
+use std::ffi::OsString;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::poll::PollFlags;
+
+use crate::cache;
+use crate::child::Ended;
+use crate::cli::RunArgs;
+use crate::fingerprint::Launch;
+use crate::ready::{Done, Probe, ProbeResult};
+use crate::watch::Watcher;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The engine is tuning: nothing is signed yet.
+    Tuning,
+    /// Tuning is done: the set is signed, and re-signed as files land.
+    Signed,
+}
+
+pub struct Keeper {
+    root: PathBuf,
+    fingerprint: String,
+    done: Done,
+    watcher: Watcher,
+    probe: Option<Probe>,
+    probe_interval: Duration,
+    probe_timeout: Duration,
+    launched: Instant,
+    /// Cache files prune kept (signed for this launch), relative to root.
+    kept: Vec<PathBuf>,
+    last_landing: Option<Instant>,
+    phase: Phase,
+}
+
+/// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
+/// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
+pub fn cache_root(args: &RunArgs, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    if let Some(dir) = &args.cache_dir {
+        return Some(dir.clone());
+    }
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    };
+    let sglang =
+        var("SGLANG_CACHE_DIR").or_else(|| var("HOME").map(|h| h.join(".cache/sglang")))?;
+    Some(sglang.join("flashinfer/autotune"))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+impl Keeper {
+    /// Fingerprint the launch, make sure the root exists, prune what this
+    /// launch must not load, and start watching. `None` when the cache cannot
+    /// be kept this time (the reason is logged); the launch goes on.
+    pub fn prepare(
+        args: &RunArgs,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Option<Keeper> {
+        let launched = Instant::now();
+        let launch = Launch::new(&args.fingerprint.options(), argv, env);
+        let fingerprint = launch.fingerprint().to_string();
+        let Some(root) = cache_root(args, env) else {
+            tracing::warn!(
+                "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+            );
+            return None;
+        };
+        let done = match args.done.resolve(argv) {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::warn!("{e}; the launch goes on without keeping the cache");
+                return None;
+            }
+        };
+        tracing::info!(
+            "launch fingerprint {} ({:?} profile); cache root {}; tuning is done {done}",
+            short(&fingerprint),
+            args.fingerprint.profile,
+            root.display()
+        );
+        if !ensure_root(&root) {
+            return None;
+        }
+        let kept = match cache::prune(&root, &fingerprint) {
+            Ok(report) => report.kept,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
+                    root.display()
+                );
+                return None;
+            }
+        };
+        let watcher = match Watcher::new(&root) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("{e}; the launch goes on, and nothing it writes will be signed");
+                return None;
+            }
+        };
+        Some(Keeper {
+            root,
+            fingerprint,
+            done,
+            watcher,
+            probe: None,
+            probe_interval: args.probe_interval,
+            probe_timeout: args.probe_timeout,
+            launched,
+            kept,
+            last_landing: None,
+            phase: Phase::Tuning,
+        })
+    }
+
+    /// The engine is running: start probing its health if that is the rule.
+    pub fn child_started(&mut self) {
+        if let Done::Health(endpoint) = &self.done {
+            self.probe = Some(Probe::new(
+                endpoint.clone(),
+                self.probe_interval,
+                self.probe_timeout,
+                Instant::now(),
+            ));
+        }
+    }
+
+    pub fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.watcher.fd())
+    }
+
+    pub fn probe_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
+        self.probe.as_ref().and_then(Probe::poll_fd)
+    }
+
+    /// The next time `tick` has something to do.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.phase != Phase::Tuning {
+            return None;
+        }
+        let quiet = match (&self.done, self.last_landing) {
+            (Done::Quiet(d), Some(t)) => Some(t + *d),
+            _ => None,
+        };
+        [quiet, self.probe.as_ref().map(Probe::deadline)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Timers: start or time out a probe; close a quiet window.
+    pub fn tick(&mut self, now: Instant) {
+        if self.phase != Phase::Tuning {
+            return;
+        }
+        if let Some(probe) = self.probe.as_mut() {
+            if probe.step(now, false) == ProbeResult::Ready {
+                self.health_ready(now);
+                return;
+            }
+        }
+        if let (Done::Quiet(d), Some(t)) = (&self.done, self.last_landing) {
+            if now >= t + *d {
+                tracing::info!(
+                    "tuning is done: no cache file landed for {} ({} after the launch)",
+                    humantime::format_duration(*d),
+                    secs(now - self.launched)
+                );
+                self.sign_done();
+            }
+        }
+    }
+
+    /// The inotify fd or the probe socket is ready.
+    pub fn on_events(&mut self, watch_ready: bool, probe_revents: PollFlags) {
+        let now = Instant::now();
+        if watch_ready {
+            self.note_landings(now);
+        }
+        if !probe_revents.is_empty() && self.phase == Phase::Tuning {
+            if let Some(probe) = self.probe.as_mut() {
+                if probe.step(now, true) == ProbeResult::Ready {
+                    self.health_ready(now);
+                }
+            }
+        }
+    }
+
+    fn health_ready(&mut self, now: Instant) {
+        if let Some(probe) = self.probe.take() {
+            tracing::info!(
+                "tuning is done: GET {} answered 200 {} after the launch",
+                probe.endpoint(),
+                secs(now - self.launched)
+            );
+        }
+        self.sign_done();
+    }
+
+    /// Log each cache file that landed; after done, sign the set again.
+    fn note_landings(&mut self, now: Instant) {
+        let landed = self.watcher.read();
+        if landed.is_empty() {
+            return;
+        }
+        for rel in &landed {
+            let entries = cache::entry_count(&self.root.join(rel)).map_or_else(
+                || "not a JSON object".to_string(),
+                |n| format!("{n} entries"),
+            );
+            tracing::info!(
+                "landed {} ({entries}, {} after the launch)",
+                rel.display(),
+                secs(now - self.launched)
+            );
+        }
+        self.last_landing = Some(now);
+        if self.phase == Phase::Signed {
+            match cache::sign(&self.root, &self.fingerprint) {
+                Ok(r) => tracing::info!(
+                    "signed again after a rewrite: {} cache files",
+                    r.signed.len()
+                ),
+                Err(e) => tracing::warn!("cannot sign {}: {e}", self.root.display()),
+            }
+        }
+    }
+
+    /// Tuning is done: sign every cache file present as one set, and say how
+    /// this boot went.
+    fn sign_done(&mut self) {
+        self.phase = Phase::Signed;
+        self.probe = None;
+        let report = match cache::sign(&self.root, &self.fingerprint) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot sign {}: {e}; the next launch will tune again",
+                    self.root.display()
+                );
+                return;
+            }
+        };
+        let n = report.signed.len();
+        if n == 0 {
+            tracing::info!("nothing to keep: the engine wrote no autotune cache");
+        } else if report.unchanged && same_files(&report.signed, &self.kept) {
+            tracing::info!("reused {n} cache files signed for this launch");
+        } else {
+            tracing::info!("tuned and signed {n} cache files");
+        }
+    }
+
+    /// The engine ended. Take in what landed meanwhile; sign when its clean
+    /// exit is what marks tuning done.
+    pub fn child_ended(&mut self, ended: Ended) {
+        self.note_landings(Instant::now());
+        if self.phase == Phase::Signed {
+            return;
+        }
+        let done_by_exit = matches!(self.done, Done::Exit | Done::Quiet(_));
+        if done_by_exit && ended.succeeded() {
+            tracing::info!(
+                "tuning is done: the command exited 0 ({} after the launch)",
+                secs(self.launched.elapsed())
+            );
+            self.sign_done();
+        } else {
+            tracing::info!(
+                "not signing: the engine exited with status {ended} before tuning was done"
+            );
+        }
+    }
+}
+
+fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
+    let mut a: Vec<&Path> = a.iter().map(PathBuf::as_path).collect();
+    let mut b: Vec<&Path> = b.iter().map(PathBuf::as_path).collect();
+    a.sort();
+    b.sort();
+    a == b
+}
+
+/// First 8 hex digits and an ellipsis, as the log lines show fingerprints.
+pub fn short(fingerprint: &str) -> String {
+    format!("{}...", &fingerprint[..fingerprint.len().min(8)])
+}
+
+/// A missing root is the normal first boot: create it. Anything else that
+/// makes it unusable is a warning, and the launch goes on.
+fn ensure_root(root: &Path) -> bool {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.is_dir() => true,
+        Ok(m) if m.file_type().is_symlink() && root.is_dir() => true,
+        Ok(_) => {
+            tracing::warn!(
+                "cache root {} is not a directory; the launch goes on without keeping the cache",
+                root.display()
+            );
+            false
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
+            Ok(()) => {
+                tracing::info!(
+                    "cache root {} did not exist (first boot): created it",
+                    root.display()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot create cache root {}: {e}; the launch goes on without keeping the cache",
+                    root.display()
+                );
+                false
+            }
+        },
+        Err(e) => {
+            tracing::warn!(
+                "cannot use cache root {}: {e}; the launch goes on without keeping the cache",
+                root.display()
+            );
+            false
+        }
+    }
+}
