@@ -296,10 +296,10 @@ def runner_names(a):
     else:
         dense = ("flashinfer::bf16_gemm", "CublasBf16GemmRunner")
     backend = (a.moe_runner_backend or "auto").lower()
-    if "cutlass" in backend:
-        moe = ("flashinfer::cutlass_fused_moe", "CutlassFusedMoERunner")
-    else:
+    if "trtllm" in backend:
         moe = ("flashinfer::trtllm_fp8_block_scale_moe", "TrtllmFp8BlockScaleMoERunner")
+    else:
+        moe = ("flashinfer::cutlass_fused_moe", "CutlassFusedMoERunner")
     if a.megamoe:
         moe = ("flashinfer::mega_moe", "MegaMoERunner")
     return dense, moe
@@ -807,8 +807,7 @@ def worker_main(a):
             rank.client.abort(str(e))
         os._exit(e.code)
     except Exception:
-        warn(f"[fake_engine] rank {rank.g}: scheduler exception:")
-        warn(traceback.format_exc().rstrip())
+        warn(f"[fake_engine] rank {rank.g}: scheduler exception:\n" + traceback.format_exc().rstrip())
         if rank.client is not None:
             rank.client.abort("exception during autotune")
         os._exit(1)
