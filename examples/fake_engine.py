@@ -9,7 +9,6 @@ at --dist-init-addr, where node 0's launcher hosts a tiny store with a real all-
 """
 import argparse
 import hashlib
-import http.server
 import json
 import os
 import random
@@ -828,6 +827,8 @@ def worker_main(a):
 
 class Health:
     def __init__(self, a, node_rank):
+        import http.server  # launcher only: keeps rank start-up light
+
         self.ready = False
         self.a = a
         self.node_rank = node_rank
@@ -855,6 +856,8 @@ class Health:
         self.server = None
 
     def bind(self):
+        import http.server
+
         srv = http.server.ThreadingHTTPServer((self.a.host, self.a.port), self.handler)
         srv.daemon_threads = True
         self.server = srv
