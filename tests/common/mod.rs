@@ -129,3 +129,196 @@ pub fn have(program: &str) -> bool {
         .map(|s| s.success())
         .unwrap_or(false)
 }
+
+/// A process whose stdout lines and stderr are collected as they come.
+pub struct Running {
+    pub guard: Guard,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub stdout: Vec<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+/// How a process ended, with everything it printed.
+pub struct Finished {
+    pub code: i32,
+    pub stdout: Vec<String>,
+    pub stderr: String,
+}
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Running {
+        use std::io::{BufRead, BufReader, Read};
+        use std::process::Stdio;
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut guard = Guard::spawn(cmd);
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = guard.child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = guard.child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Running { guard, lines, stdout: Vec::new(), stderr }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn drain(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.stdout.push(l);
+        }
+    }
+
+    /// Wait until stderr contains `needle`.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) {
+        wait_for(&format!("'{needle}' on stderr"), timeout, || {
+            self.drain();
+            self.stderr().contains(needle).then_some(())
+        });
+    }
+
+    /// Wait until a stdout line satisfies `pred`; return it.
+    pub fn wait_stdout(&mut self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        wait_for(what, timeout, || {
+            self.drain();
+            self.stdout.iter().find(|l| pred(l)).cloned()
+        })
+    }
+
+    /// Wait for the exit (with a deadline) and collect the rest of the output.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let code = self.guard.wait(timeout);
+        // The pipes close when the process and its group are gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(l) => self.stdout.push(l),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(_) if Instant::now() > deadline => break,
+                Err(_) => {}
+            }
+        }
+        let stderr = self.stderr();
+        Finished { code, stdout: std::mem::take(&mut self.stdout), stderr }
+    }
+}
+
+/// The fake engine of `examples/`: what its JSON lines say about one boot.
+impl Finished {
+    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.stdout
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == kind)
+            .collect()
+    }
+
+    /// Shapes profiled, summed over every rank and pass.
+    pub fn tuned(&self) -> u64 {
+        self.events("pass").iter().map(|p| p["tuned"].as_u64().unwrap()).sum()
+    }
+
+    /// Shapes profiled per global rank.
+    pub fn tuned_by_rank(&self) -> std::collections::BTreeMap<u64, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for p in self.events("pass") {
+            *m.entry(p["rank"].as_u64().unwrap()).or_default() += p["tuned"].as_u64().unwrap();
+        }
+        m
+    }
+
+    /// Cache hits, summed over every rank and pass.
+    pub fn hit(&self) -> u64 {
+        self.events("pass").iter().map(|p| p["hit"].as_u64().unwrap()).sum()
+    }
+
+    /// Digest of the tactics each global rank ended up using.
+    pub fn tactics(&self) -> std::collections::BTreeMap<u64, String> {
+        self.events("tactics")
+            .iter()
+            .map(|t| (t["rank"].as_u64().unwrap(), t["sha256"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    /// The `keepwrap:` lines of stderr.
+    pub fn log(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.starts_with("keepwrap:")).collect()
+    }
+
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log().iter().any(|l| l.contains(needle))
+    }
+}
+
+pub fn fake_engine() -> PathBuf {
+    repo().join("examples/fake_engine.py")
+}
+
+/// `keepwrap [kw_args] -- python3 examples/fake_engine.py --model-path
+/// /models/m [engine_args]`, with `SGLANG_CACHE_DIR=<home>/sglang` so the
+/// default cache root applies.
+pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("KEEPWRAP_LOG")
+        .env_remove("KEEPWRAP_CACHE_DIR")
+        .env("SGLANG_CACHE_DIR", home.join("sglang"))
+        .env("FAKE_DIST_TIMEOUT_S", "20")
+        .args(kw_args)
+        .arg("--")
+        .arg("python3")
+        .arg(fake_engine())
+        .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
+        .args(engine_args);
+    cmd
+}
+
+/// The cache root keepwrap derives from `keepwrap_engine`'s environment.
+pub fn cache_root(home: &Path) -> PathBuf {
+    home.join("sglang/flashinfer/autotune")
+}
+
+/// Cache files (`*.json` outside `runs/` and hidden dirs) under `root`,
+/// relative and sorted.
+pub fn cache_files(root: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                if name != "runs" && !name.to_string_lossy().starts_with('.') {
+                    walk(root, &p, out);
+                }
+            } else if name.to_string_lossy().ends_with(".json") {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+/// Run to the end with a deadline.
+pub fn boot(cmd: &mut Command) -> Finished {
+    Running::spawn(cmd).finish(Duration::from_secs(60))
+}
