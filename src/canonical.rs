@@ -60,12 +60,21 @@ pub struct Style {
 
 impl Style {
     /// `json.dumps(obj, sort_keys=True)`: the launch fingerprint's form.
-    pub const CANONICAL: Style = Style { layout: Layout::Default, sort_keys: true };
+    pub const CANONICAL: Style = Style {
+        layout: Layout::Default,
+        sort_keys: true,
+    };
     /// `json.dumps(obj, sort_keys=True, separators=(",", ":"))`: FlashInfer's
     /// `_generation` input.
-    pub const COMPACT_SORTED: Style = Style { layout: Layout::Compact, sort_keys: true };
+    pub const COMPACT_SORTED: Style = Style {
+        layout: Layout::Compact,
+        sort_keys: true,
+    };
     /// `json.dump(obj, indent=2)`: a FlashInfer cache file (insertion order).
-    pub const INDENT2: Style = Style { layout: Layout::Indent2, sort_keys: false };
+    pub const INDENT2: Style = Style {
+        layout: Layout::Indent2,
+        sort_keys: false,
+    };
 }
 
 /// Python's `bytes.decode("utf-8", "surrogateescape")`, with each lone
@@ -136,7 +145,10 @@ pub fn py_cmp(a: &str, b: &str) -> Ordering {
 
 /// Python's `json.dumps(value, ...)` in `style`, `ensure_ascii` on. Fails only
 /// where serde_json would (e.g. a map whose keys are not strings).
-pub fn to_python_json<T: Serialize + ?Sized>(value: &T, style: Style) -> serde_json::Result<Vec<u8>> {
+pub fn to_python_json<T: Serialize + ?Sized>(
+    value: &T,
+    style: Style,
+) -> serde_json::Result<Vec<u8>> {
     let mut out = Vec::new();
     write_python_json(&mut out, value, style)?;
     Ok(out)
@@ -179,7 +191,12 @@ fn write_with<W: io::Write, T: Serialize + ?Sized>(
     layout: Layout,
     mode: Mode,
 ) -> serde_json::Result<()> {
-    let formatter = PyFormatter { layout, mode, depth: 0, has_value: false };
+    let formatter = PyFormatter {
+        layout,
+        mode,
+        depth: 0,
+        has_value: false,
+    };
     let mut ser = Serializer::with_formatter(writer, formatter);
     value.serialize(&mut ser)
 }
@@ -222,7 +239,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn write_u_escape<W: ?Sized + io::Write>(w: &mut W, unit: u32) -> io::Result<()> {
     let u = unit as usize;
-    w.write_all(&[b'\\', b'u', HEX[(u >> 12) & 0xF], HEX[(u >> 8) & 0xF], HEX[(u >> 4) & 0xF], HEX[u & 0xF]])
+    w.write_all(&[
+        b'\\',
+        b'u',
+        HEX[(u >> 12) & 0xF],
+        HEX[(u >> 8) & 0xF],
+        HEX[(u >> 4) & 0xF],
+        HEX[u & 0xF],
+    ])
 }
 
 impl PyFormatter {
@@ -280,7 +304,11 @@ impl Formatter for PyFormatter {
         self.write_f64(writer, f64::from(value))
     }
 
-    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, writer: &mut W, fragment: &str) -> io::Result<()> {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
         if self.mode == Mode::Raw {
             return writer.write_all(fragment.as_bytes());
         }
@@ -329,7 +357,11 @@ impl Formatter for PyFormatter {
         writer.write_all(&bytes[start..])
     }
 
-    fn write_char_escape<W: ?Sized + io::Write>(&mut self, writer: &mut W, char_escape: CharEscape) -> io::Result<()> {
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        char_escape: CharEscape,
+    ) -> io::Result<()> {
         // serde_json's escapes are Python's: \" \\ \b \f \n \r \t, and
         // lowercase \u00XX for the other controls.
         let s: &[u8] = match char_escape {
@@ -354,7 +386,11 @@ impl Formatter for PyFormatter {
         self.close(writer, b"]")
     }
 
-    fn begin_array_value<W: ?Sized + io::Write>(&mut self, writer: &mut W, first: bool) -> io::Result<()> {
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
         self.item_separator(writer, first)
     }
 
@@ -371,12 +407,20 @@ impl Formatter for PyFormatter {
         self.close(writer, b"}")
     }
 
-    fn begin_object_key<W: ?Sized + io::Write>(&mut self, writer: &mut W, first: bool) -> io::Result<()> {
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
         self.item_separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        writer.write_all(if self.layout == Layout::Compact { b":" } else { b": " })
+        writer.write_all(if self.layout == Layout::Compact {
+            b":"
+        } else {
+            b": "
+        })
     }
 
     fn end_object_value<W: ?Sized + io::Write>(&mut self, _writer: &mut W) -> io::Result<()> {

@@ -205,8 +205,13 @@ pub fn profile(name: ProfileName) -> &'static Profile {
 /// from `=` on are not part of a flag's name.
 pub fn is_secret_name(name: &str) -> bool {
     let name = name.trim_start_matches('-');
-    let name = name.split_once('=').map_or(name, |(n, _)| n).to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| name.contains(w))
+    let name = name
+        .split_once('=')
+        .map_or(name, |(n, _)| n)
+        .to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| name.contains(w))
 }
 
 /// `<sha256:XXXXXXXXXXXX>`: the first 12 hex digits of the sha256 of `value`.
@@ -267,52 +272,98 @@ impl Launch {
         // Environment: the first occurrence of a name wins, as with getenv()
         // and Python's os.environ.
         let mut seen = HashSet::new();
-        let env: Vec<&(OsString, OsString)> = env.iter().filter(|(k, _)| seen.insert(k.as_bytes())).collect();
+        let env: Vec<&(OsString, OsString)> = env
+            .iter()
+            .filter(|(k, _)| seen.insert(k.as_bytes()))
+            .collect();
 
         let prefixes: Vec<&[u8]> = prof
             .env_prefixes
             .iter()
             .map(|p| p.as_bytes())
-            .chain(opts.env_prefixes.iter().filter(|p| !p.is_empty()).map(|p| p.as_bytes()))
+            .chain(
+                opts.env_prefixes
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.as_bytes()),
+            )
             .collect();
-        let tp4 = env.iter().any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
+        let tp4 = env
+            .iter()
+            .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
         let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
         if tp4 {
             volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
         }
-        volatile.extend(opts.volatile_env.iter().filter(|n| !n.is_empty()).map(|n| n.as_bytes()));
+        volatile.extend(
+            opts.volatile_env
+                .iter()
+                .filter(|n| !n.is_empty())
+                .map(|n| n.as_bytes()),
+        );
 
         let mut env: Vec<EnvVar> = env
             .into_iter()
             .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
-            .map(|(k, v)| EnvVar { name: k.clone(), value: v.clone(), volatile: volatile.contains(k.as_bytes()) })
+            .map(|(k, v)| EnvVar {
+                name: k.clone(),
+                value: v.clone(),
+                volatile: volatile.contains(k.as_bytes()),
+            })
             .collect();
-        env.sort_by_cached_key(|e| canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>());
+        env.sort_by_cached_key(|e| {
+            canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
+        });
 
         // Arguments.
-        let mut ignored: Vec<(String, ArgKind)> =
-            prof.ignored_args.iter().map(|(f, k)| (f.to_string(), *k)).collect();
+        let mut ignored: Vec<(String, ArgKind)> = prof
+            .ignored_args
+            .iter()
+            .map(|(f, k)| (f.to_string(), *k))
+            .collect();
         for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
-            let flag = if flag.starts_with('-') { flag.clone() } else { format!("--{flag}") };
+            let flag = if flag.starts_with('-') {
+                flag.clone()
+            } else {
+                format!("--{flag}")
+            };
             // the profile's entry wins: a known switch never swallows a token
             if !ignored.iter().any(|(f, _)| *f == flag) {
                 ignored.push((flag, ArgKind::Value));
             }
         }
-        let mut args: Vec<Arg> = argv.iter().map(|a| Arg { raw: a.clone(), ignored: false, secret: Secret::No }).collect();
+        let mut args: Vec<Arg> = argv
+            .iter()
+            .map(|a| Arg {
+                raw: a.clone(),
+                ignored: false,
+                secret: Secret::No,
+            })
+            .collect();
         mark_ignored(&mut args, &ignored);
         mark_secrets(&mut args);
 
-        let argv_json: Vec<Value> =
-            args.iter().filter(|a| !a.ignored).map(|a| Value::String(py_str(a.raw.as_bytes()))).collect();
+        let argv_json: Vec<Value> = args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(py_str(a.raw.as_bytes())))
+            .collect();
         let mut env_json = Map::new();
         for e in env.iter().filter(|e| !e.volatile) {
-            env_json.insert(py_str(e.name.as_bytes()), Value::String(py_str(e.value.as_bytes())));
+            env_json.insert(
+                py_str(e.name.as_bytes()),
+                Value::String(py_str(e.value.as_bytes())),
+            );
         }
         let payload = json!({ "argv": argv_json, "env": env_json });
         let fingerprint = sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL));
 
-        Launch { profile: opts.profile, args, env, fingerprint }
+        Launch {
+            profile: opts.profile,
+            args,
+            env,
+            fingerprint,
+        }
     }
 
     /// Lowercase sha256 hex.
@@ -328,8 +379,18 @@ impl Launch {
     /// secret-named variable). Strings are in [`canonical::py_str`] form:
     /// write them with [`canonical`], not plain serde_json.
     pub fn redacted_inputs(&self) -> Value {
-        let argv: Vec<Value> = self.args.iter().filter(|a| !a.ignored).map(|a| Value::String(redacted_arg(a))).collect();
-        let ignored: Vec<Value> = self.args.iter().filter(|a| a.ignored).map(|a| Value::String(redacted_arg(a))).collect();
+        let argv: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        let ignored: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
         let mut env = Map::new();
         let mut volatile = Vec::new();
         for e in &self.env {
@@ -371,7 +432,12 @@ impl Launch {
             let _ = writeln!(out, "argv {i} {}", explain_arg(a));
         }
         for e in self.env.iter().filter(|e| !e.volatile) {
-            let _ = writeln!(out, "env {} {}", quote(e.name.as_bytes()), env_value_hash(e));
+            let _ = writeln!(
+                out,
+                "env {} {}",
+                quote(e.name.as_bytes()),
+                env_value_hash(e)
+            );
         }
         for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
             let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
@@ -404,7 +470,10 @@ fn mark_ignored(args: &mut [Arg], ignored: &[(String, ArgKind)]) {
         });
         if let Some(kind) = hit {
             args[i].ignored = true;
-            if kind == Some(ArgKind::Value) && i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
+            if kind == Some(ArgKind::Value)
+                && i + 1 < args.len()
+                && !args[i + 1].raw.as_bytes().starts_with(b"--")
+            {
                 i += 1;
                 args[i].ignored = true;
             }
@@ -442,7 +511,8 @@ fn mark_secrets(args: &mut [Arg]) {
 /// A JSON string in Python's ensure_ascii form.
 fn quote(bytes: &[u8]) -> String {
     let v = Value::String(py_str(bytes));
-    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL)).expect("ensure_ascii output is ASCII")
+    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
+        .expect("ensure_ascii output is ASCII")
 }
 
 fn explain_arg(a: &Arg) -> String {
@@ -476,9 +546,16 @@ fn env_value_hash(e: &EnvVar) -> String {
 pub fn print(opts: &Options, command: &[OsString], explain: bool) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let launch = Launch::new(opts, command, &env);
-    let text = if explain { launch.explain() } else { format!("{}\n", launch.fingerprint()) };
+    let text = if explain {
+        launch.explain()
+    } else {
+        format!("{}\n", launch.fingerprint())
+    };
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("keepwrap: error: writing the fingerprint: {e}");

@@ -33,11 +33,18 @@ fn fp_bytes(opts: &[&str], argv: &[Vec<u8>], env: &[(Vec<u8>, Vec<u8>)]) -> Stri
         .envs(env.iter().map(|(k, v)| (os(k), os(v))))
         .output()
         .expect("run keepwrap");
-    assert!(out.status.success(), "keepwrap failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "keepwrap failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = String::from_utf8(out.stdout).expect("ascii stdout");
     let line = s.strip_suffix('\n').expect("one line ending in a newline");
     assert!(
-        line.len() == 64 && line.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        line.len() == 64
+            && line
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
         "not a sha256 hex line: {s:?}"
     );
     line.to_string()
@@ -45,17 +52,29 @@ fn fp_bytes(opts: &[&str], argv: &[Vec<u8>], env: &[(Vec<u8>, Vec<u8>)]) -> Stri
 
 fn fp(opts: &[&str], argv: &[&str], env: &[(&str, &str)]) -> String {
     let argv: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let env: Vec<(Vec<u8>, Vec<u8>)> = env.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+    let env: Vec<(Vec<u8>, Vec<u8>)> = env
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
     fp_bytes(opts, &argv, &env)
 }
 
 fn run(opts: &[&str], argv: &[&str], env: &[(&str, &str)]) -> Output {
-    keepwrap().arg("fingerprint").args(opts).arg("--").args(argv).envs(env.iter().copied()).output().unwrap()
+    keepwrap()
+        .arg("fingerprint")
+        .args(opts)
+        .arg("--")
+        .args(argv)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
 }
 
 fn python() -> Command {
     let mut cmd = Command::new("python3");
-    cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("PYTHONUTF8", "1");
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PYTHONUTF8", "1");
     cmd
 }
 
@@ -137,8 +156,10 @@ const PIECES: &[&[u8]] = &[
     b"\xf8\x88\x80\x80\x80", // 5-byte form
 ];
 
-const NAME_PREFIXES: &[&str] =
-    &["SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_", "sglang_", "SGLANG", "NCCL", "FOO_", "PATH", "X", ""];
+const NAME_PREFIXES: &[&str] = &[
+    "SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_", "sglang_", "SGLANG", "NCCL", "FOO_", "PATH",
+    "X", "",
+];
 
 fn random_bytes(rng: &mut Rng, max_pieces: usize, allow_eq: bool) -> Vec<u8> {
     let mut out = Vec::new();
@@ -169,7 +190,9 @@ fn seed_volatile_names() -> Vec<&'static str> {
 }
 
 fn random_case(rng: &mut Rng, volatile: &[&str]) -> Case {
-    let argv = (0..1 + rng.below(14)).map(|_| random_bytes(rng, 6, true)).collect();
+    let argv = (0..1 + rng.below(14))
+        .map(|_| random_bytes(rng, 6, true))
+        .collect();
     let mut env: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for _ in 0..rng.below(12) {
         let mut name = rng.pick(NAME_PREFIXES).as_bytes().to_vec();
@@ -180,11 +203,17 @@ fn random_case(rng: &mut Rng, volatile: &[&str]) -> Case {
         env.push((name, random_bytes(rng, 5, true)));
     }
     for _ in 0..rng.below(4) {
-        env.push((rng.pick(volatile).as_bytes().to_vec(), random_bytes(rng, 2, true)));
+        env.push((
+            rng.pick(volatile).as_bytes().to_vec(),
+            random_bytes(rng, 2, true),
+        ));
     }
     match rng.below(5) {
         0 | 1 => env.push((b"DSV41_LAUNCHER".to_vec(), b"tp4".to_vec())),
-        2 => env.push((b"DSV41_LAUNCHER".to_vec(), rng.pick(&[&b"TP4"[..], b"tp4 ", b"tp3", b""]).to_vec())),
+        2 => env.push((
+            b"DSV41_LAUNCHER".to_vec(),
+            rng.pick(&[&b"TP4"[..], b"tp4 ", b"tp3", b""]).to_vec(),
+        )),
         _ => {}
     }
     // one value per name, as a real environment has
@@ -209,24 +238,49 @@ fn fixed_cases(volatile: &[&str]) -> Vec<Case> {
     .iter()
     .map(|s| b(s))
     .collect();
-    let mut all_volatile: Vec<(Vec<u8>, Vec<u8>)> = volatile.iter().map(|n| (b(n), b("1"))).collect();
+    let mut all_volatile: Vec<(Vec<u8>, Vec<u8>)> =
+        volatile.iter().map(|n| (b(n), b("1"))).collect();
     all_volatile.push((b("SGLANG_KEPT"), b("x")));
     let mut all_volatile_tp4 = all_volatile.clone();
     all_volatile_tp4.push((b("DSV41_LAUNCHER"), b("tp4")));
     vec![
-        Case { argv: vec![b("python")], env: vec![] },
-        Case { argv: vec![b("")], env: vec![] },
-        Case { argv: vec![b(""), b(""), b("")], env: vec![(b("SGLANG_EMPTY"), b(""))] },
+        Case {
+            argv: vec![b("python")],
+            env: vec![],
+        },
+        Case {
+            argv: vec![b("")],
+            env: vec![],
+        },
+        Case {
+            argv: vec![b(""), b(""), b("")],
+            env: vec![(b("SGLANG_EMPTY"), b(""))],
+        },
         Case {
             argv: typical_argv.clone(),
-            env: vec![(b("SGLANG_RUN_ID"), b("20260924T101010")), (b("NCCL_DEBUG"), b("INFO")), (b("PATH"), b("/usr/bin"))],
+            env: vec![
+                (b("SGLANG_RUN_ID"), b("20260924T101010")),
+                (b("NCCL_DEBUG"), b("INFO")),
+                (b("PATH"), b("/usr/bin")),
+            ],
         },
         // every volatile name, with and without the TP4 launcher
-        Case { argv: typical_argv.clone(), env: all_volatile },
-        Case { argv: typical_argv.clone(), env: all_volatile_tp4 },
+        Case {
+            argv: typical_argv.clone(),
+            env: all_volatile,
+        },
+        Case {
+            argv: typical_argv.clone(),
+            env: all_volatile_tp4,
+        },
         // the sentinel itself next to what its partner looks like
         Case {
-            argv: vec![b("a\u{10FFFF}\u{80}b"), b("\u{10FFFF}"), b("\u{10FFFF}\u{10FFFF}"), vec![0xF4, 0x8F, 0xBF, 0xBF, 0xC2, 0x80, 0x80]],
+            argv: vec![
+                b("a\u{10FFFF}\u{80}b"),
+                b("\u{10FFFF}"),
+                b("\u{10FFFF}\u{10FFFF}"),
+                vec![0xF4, 0x8F, 0xBF, 0xBF, 0xC2, 0x80, 0x80],
+            ],
             env: vec![(b("SGLANG_\u{10FFFF}"), vec![0xF4, 0x8F, 0xBF, 0xBF, 0x80])],
         },
         // names that differ only by an undecodable byte vs a real char, for sort order
@@ -246,7 +300,12 @@ fn fixed_cases(volatile: &[&str]) -> Vec<Case> {
             ],
         },
         // thousands of arguments
-        Case { argv: (0..3000).map(|i| format!("--arg{i}=é{i}").into_bytes()).collect(), env: vec![] },
+        Case {
+            argv: (0..3000)
+                .map(|i| format!("--arg{i}=é{i}").into_bytes())
+                .collect(),
+            env: vec![],
+        },
         // one long argument and one long value
         Case {
             argv: vec![b("python"), "\u{1F980}\"\\\x7f".repeat(15_000).into_bytes()],
@@ -258,7 +317,11 @@ fn fixed_cases(volatile: &[&str]) -> Vec<Case> {
 #[test]
 fn seed_profile_matches_the_seed_bit_for_bit() {
     let volatile = seed_volatile_names();
-    assert!(volatile.len() == 35, "seed volatile names parsed: {}", volatile.len());
+    assert!(
+        volatile.len() == 35,
+        "seed volatile names parsed: {}",
+        volatile.len()
+    );
     let mut rng = Rng(0x5EED_F1A9_0000_0001);
     let mut cases = fixed_cases(&volatile);
     for _ in 0..300 {
@@ -279,8 +342,16 @@ fn seed_profile_matches_the_seed_bit_for_bit() {
     std::fs::write(&file, serde_json::to_vec(&json).unwrap()).unwrap();
     let oracle = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/seed_oracle.py");
     let out = python().arg(&oracle).arg(&file).output().expect("python3");
-    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
-    let expected: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    assert!(
+        out.status.success(),
+        "oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     assert_eq!(expected.len(), cases.len());
 
     for (i, (case, want)) in cases.iter().zip(&expected).enumerate() {
@@ -289,8 +360,14 @@ fn seed_profile_matches_the_seed_bit_for_bit() {
             &got,
             want,
             "case {i}: argv {:?} env {:?}",
-            case.argv.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>(),
-            case.env.iter().map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v))).collect::<Vec<_>>()
+            case.argv
+                .iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>(),
+            case.env
+                .iter()
+                .map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v)))
+                .collect::<Vec<_>>()
         );
     }
 }
@@ -324,11 +401,23 @@ fn python_fingerprint(argv: &[&str], env: &[(&str, &str)]) -> String {
         .arg(payload.to_string())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-const LAUNCH: &[&str] = &["python3", "-m", "sglang.launch_server", "--model-path", "/models/m", "--tp", "4"];
+const LAUNCH: &[&str] = &[
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "/models/m",
+    "--tp",
+    "4",
+];
 
 fn launch(extra: &[&'static str]) -> Vec<&'static str> {
     let mut v = LAUNCH.to_vec();
@@ -349,7 +438,14 @@ fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
         ("PATH", "/usr/bin"),
         ("DSV41_FOO", "1"),
     ];
-    let argv = launch(&["--host", "0.0.0.0", "--port=30000", "--log-requests", "--chunked-prefill-size", "8192"]);
+    let argv = launch(&[
+        "--host",
+        "0.0.0.0",
+        "--port=30000",
+        "--log-requests",
+        "--chunked-prefill-size",
+        "8192",
+    ]);
     let want = python_fingerprint(
         &launch(&["--chunked-prefill-size", "8192"]),
         &[
@@ -376,17 +472,49 @@ fn sglang_profile_drops_ignored_args_in_both_forms() {
         &["--admin-api-key", "a"],
         &["--served-model-name", "m"],
         &["--log-level", "debug", "--log-level-http=warning"],
-        &["--ssl-keyfile", "/k.pem", "--ssl-certfile", "/c.pem", "--ssl-ca-certs=/ca", "--ssl-keyfile-password", "pw"],
+        &[
+            "--ssl-keyfile",
+            "/k.pem",
+            "--ssl-certfile",
+            "/c.pem",
+            "--ssl-ca-certs=/ca",
+            "--ssl-keyfile-password",
+            "pw",
+        ],
         &["--enable-ssl-refresh"],
         &["--dist-init-addr", "10.1.2.3:5000", "--nccl-port", "29500"],
-        &["--log-requests", "--log-requests-level", "2", "--decode-log-interval", "40"],
-        &["--enable-metrics", "--enable-metrics-for-all-schedulers", "--show-time-cost"],
-        &["--enable-trace", "--otlp-traces-endpoint", "localhost:4317", "--crash-dump-folder", "/tmp/d"],
+        &[
+            "--log-requests",
+            "--log-requests-level",
+            "2",
+            "--decode-log-interval",
+            "40",
+        ],
+        &[
+            "--enable-metrics",
+            "--enable-metrics-for-all-schedulers",
+            "--show-time-cost",
+        ],
+        &[
+            "--enable-trace",
+            "--otlp-traces-endpoint",
+            "localhost:4317",
+            "--crash-dump-folder",
+            "/tmp/d",
+        ],
     ] {
         assert_eq!(fp(&[], &launch(extra), &[]), base, "extra args {extra:?}");
     }
     // anywhere in the command line, and not only at the end
-    let mut mid = vec!["python3", "-m", "sglang.launch_server", "--port", "1", "--model-path", "/models/m"];
+    let mut mid = vec![
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--port",
+        "1",
+        "--model-path",
+        "/models/m",
+    ];
     mid.extend(["--host=h", "--tp", "4"]);
     assert_eq!(fp(&[], &mid, &[]), base);
 }
@@ -394,8 +522,14 @@ fn sglang_profile_drops_ignored_args_in_both_forms() {
 #[test]
 fn boolean_ignored_flags_do_not_swallow_the_next_token() {
     let tp4 = fp(&[], &["python", "--tp", "4"], &[]);
-    assert_eq!(fp(&[], &["python", "--log-requests", "--tp", "4"], &[]), tp4);
-    assert_eq!(fp(&[], &["python", "--enable-metrics", "--tp", "4"], &[]), tp4);
+    assert_eq!(
+        fp(&[], &["python", "--log-requests", "--tp", "4"], &[]),
+        tp4
+    );
+    assert_eq!(
+        fp(&[], &["python", "--enable-metrics", "--tp", "4"], &[]),
+        tp4
+    );
     // a switch followed by a non-flag token keeps that token
     assert_eq!(
         fp(&[], &["python", "--log-requests", "stray"], &[]),
@@ -406,7 +540,10 @@ fn boolean_ignored_flags_do_not_swallow_the_next_token() {
     // argv[0] is never an ignored argument
     assert_ne!(fp(&[], &["--port", "1"], &[]), fp(&[], &["1"], &[]));
     // after a bare `--` everything is positional and kept
-    assert_ne!(fp(&[], &["python", "--", "--port", "1"], &[]), fp(&[], &["python", "--"], &[]));
+    assert_ne!(
+        fp(&[], &["python", "--", "--port", "1"], &[]),
+        fp(&[], &["python", "--"], &[])
+    );
 }
 
 #[test]
@@ -415,15 +552,52 @@ fn shape_changing_args_change_the_fingerprint() {
     for argv in [
         launch(&["--chunked-prefill-size", "4096"]),
         launch(&[]),
-        launch(&["--chunked-prefill-size", "8192", "--cuda-graph-max-bs", "64"]),
-        launch(&["--chunked-prefill-size", "8192", "--max-running-requests", "32"]),
+        launch(&[
+            "--chunked-prefill-size",
+            "8192",
+            "--cuda-graph-max-bs",
+            "64",
+        ]),
+        launch(&[
+            "--chunked-prefill-size",
+            "8192",
+            "--max-running-requests",
+            "32",
+        ]),
         launch(&["--chunked-prefill-size", "8192", "--ep", "4"]),
         launch(&["--chunked-prefill-size", "8192", "--quantization", "fp8"]),
         launch(&["--chunked-prefill-size", "8192", "--dtype", "bfloat16"]),
-        launch(&["--chunked-prefill-size", "8192", "--nnodes", "2", "--node-rank", "1"]),
+        launch(&[
+            "--chunked-prefill-size",
+            "8192",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+        ]),
         launch(&["--chunked-prefill-size=8192"]),
-        vec!["python", "-m", "sglang.launch_server", "--model-path", "/models/m", "--tp", "8", "--chunked-prefill-size", "8192"],
-        vec!["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/m", "--tp", "4", "--chunked-prefill-size", "8192"],
+        vec![
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/models/m",
+            "--tp",
+            "8",
+            "--chunked-prefill-size",
+            "8192",
+        ],
+        vec![
+            "/usr/bin/python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/models/m",
+            "--tp",
+            "4",
+            "--chunked-prefill-size",
+            "8192",
+        ],
     ] {
         assert_ne!(fp(&[], &argv, &[]), base, "argv {argv:?}");
     }
@@ -431,7 +605,10 @@ fn shape_changing_args_change_the_fingerprint() {
 
 #[test]
 fn sglang_env_selection_and_volatile_names() {
-    let base_env = [("SGLANG_ENABLE_TORCH_COMPILE", "0"), ("NCCL_P2P_LEVEL", "NVL")];
+    let base_env = [
+        ("SGLANG_ENABLE_TORCH_COMPILE", "0"),
+        ("NCCL_P2P_LEVEL", "NVL"),
+    ];
     let base = fp(&[], LAUNCH, &base_env);
     let with = |extra: (&'static str, &'static str)| {
         let mut e = base_env.to_vec();
@@ -466,11 +643,26 @@ fn sglang_env_selection_and_volatile_names() {
         assert_eq!(with((name, "2")), base, "{name}=2");
     }
     // not selected at all
-    for name in ["CUDA_VISIBLE_DEVICES", "PATH", "HOME", "DSV41_X", "SPARK_X", "B12X_X", "sglang_x", "SGLANG"] {
+    for name in [
+        "CUDA_VISIBLE_DEVICES",
+        "PATH",
+        "HOME",
+        "DSV41_X",
+        "SPARK_X",
+        "B12X_X",
+        "sglang_x",
+        "SGLANG",
+    ] {
         assert_eq!(with((name, "1")), base, "{name}");
     }
     // selected: any change is a different launch
-    for name in ["SGLANG_X", "SGL_X", "FLASHINFER_X", "NCCL_X", "SGLANG_FLASHINFER_AUTOTUNE_EXTEND"] {
+    for name in [
+        "SGLANG_X",
+        "SGL_X",
+        "FLASHINFER_X",
+        "NCCL_X",
+        "SGLANG_FLASHINFER_AUTOTUNE_EXTEND",
+    ] {
         assert_ne!(with((name, "1")), base, "{name}");
         assert_ne!(with((name, "1")), with((name, "2")), "{name}");
     }
@@ -482,7 +674,12 @@ fn sglang_env_selection_and_volatile_names() {
 #[test]
 fn extensions_by_flag_and_by_keepwrap_env_lists() {
     let argv = launch(&["--foo", "1", "--bar=2", "--baz", "--tp-extra", "3"]);
-    let env = [("MYAPP_MODE", "a"), ("OTHER_X", "b"), ("SGLANG_NOISE", "c"), ("SGLANG_NOISE2", "d")];
+    let env = [
+        ("MYAPP_MODE", "a"),
+        ("OTHER_X", "b"),
+        ("SGLANG_NOISE", "c"),
+        ("SGLANG_NOISE2", "d"),
+    ];
 
     // --env-prefix: MYAPP_ now counts
     let plain = fp(&[], &argv, &env);
@@ -496,7 +693,11 @@ fn extensions_by_flag_and_by_keepwrap_env_lists() {
     let mut keep_env = env.to_vec();
     keep_env.push(("KEEPWRAP_ENV_PREFIX", "MYAPP_"));
     assert_eq!(fp(&[], &argv, &keep_env), with_prefix);
-    let both = fp(&["--env-prefix", "MYAPP_", "--env-prefix", "OTHER_"], &argv, &env);
+    let both = fp(
+        &["--env-prefix", "MYAPP_", "--env-prefix", "OTHER_"],
+        &argv,
+        &env,
+    );
     assert_eq!(fp(&["--env-prefix=MYAPP_,OTHER_"], &argv, &env), both);
     let mut keep_env = env.to_vec();
     keep_env.push(("KEEPWRAP_ENV_PREFIX", "MYAPP_,OTHER_"));
@@ -508,35 +709,78 @@ fn extensions_by_flag_and_by_keepwrap_env_lists() {
 
     // --volatile-env: equal to the environment without those names
     let without_noise = fp(&[], &argv, &env[..2]);
-    assert_eq!(fp(&["--volatile-env", "SGLANG_NOISE", "--volatile-env", "SGLANG_NOISE2"], &argv, &env), without_noise);
-    assert_eq!(fp(&["--volatile-env=SGLANG_NOISE,SGLANG_NOISE2"], &argv, &env), without_noise);
+    assert_eq!(
+        fp(
+            &[
+                "--volatile-env",
+                "SGLANG_NOISE",
+                "--volatile-env",
+                "SGLANG_NOISE2"
+            ],
+            &argv,
+            &env
+        ),
+        without_noise
+    );
+    assert_eq!(
+        fp(&["--volatile-env=SGLANG_NOISE,SGLANG_NOISE2"], &argv, &env),
+        without_noise
+    );
     let mut keep_env = env.to_vec();
     keep_env.push(("KEEPWRAP_VOLATILE_ENV", "SGLANG_NOISE,SGLANG_NOISE2"));
     assert_eq!(fp(&[], &argv, &keep_env), without_noise);
 
     // --ignore-arg: FLAG VALUE, FLAG=VALUE, and FLAG before a `--` token
     let reduced = fp(&[], &launch(&["--tp-extra", "3"]), &env);
-    let opts = ["--ignore-arg=--foo", "--ignore-arg=--bar", "--ignore-arg=--baz"];
+    let opts = [
+        "--ignore-arg=--foo",
+        "--ignore-arg=--bar",
+        "--ignore-arg=--baz",
+    ];
     assert_eq!(fp(&opts, &argv, &env), reduced);
-    assert_eq!(fp(&["--ignore-arg=--foo,--bar,--baz"], &argv, &env), reduced);
+    assert_eq!(
+        fp(&["--ignore-arg=--foo,--bar,--baz"], &argv, &env),
+        reduced
+    );
     // a bare name means --name
     assert_eq!(fp(&["--ignore-arg", "foo,bar,baz"], &argv, &env), reduced);
     let mut keep_env = env.to_vec();
     keep_env.push(("KEEPWRAP_IGNORE_ARG", "--foo,--bar,--baz"));
     assert_eq!(fp(&[], &argv, &keep_env), reduced);
     // FLAG VALUE where VALUE starts with a single dash is still a value
-    assert_eq!(fp(&["--ignore-arg=--foo"], &["python", "--foo", "-1", "--tp", "4"], &[]), fp(&[], &["python", "--tp", "4"], &[]));
+    assert_eq!(
+        fp(
+            &["--ignore-arg=--foo"],
+            &["python", "--foo", "-1", "--tp", "4"],
+            &[]
+        ),
+        fp(&[], &["python", "--tp", "4"], &[])
+    );
     // a prefix of a flag is not that flag
-    assert_eq!(fp(&["--ignore-arg=--tp"], &argv, &env), fp(&["--ignore-arg=--tp"], &argv, &env));
+    assert_eq!(
+        fp(&["--ignore-arg=--tp"], &argv, &env),
+        fp(&["--ignore-arg=--tp"], &argv, &env)
+    );
     assert_ne!(
         fp(&["--ignore-arg=--tp"], &["python", "--tp-extra", "3"], &[]),
         fp(&[], &["python"], &[])
     );
     // a user ignore-arg naming a profile switch keeps the switch semantics
-    assert_eq!(fp(&["--ignore-arg=--log-requests"], &["python", "--log-requests", "x"], &[]), fp(&[], &["python", "x"], &[]));
+    assert_eq!(
+        fp(
+            &["--ignore-arg=--log-requests"],
+            &["python", "--log-requests", "x"],
+            &[]
+        ),
+        fp(&[], &["python", "x"], &[])
+    );
     // extensions apply to the seed profile as well
     assert_eq!(
-        fp(&["--profile", "seed", "--ignore-arg=--port"], &["python", "--port", "1"], &[]),
+        fp(
+            &["--profile", "seed", "--ignore-arg=--port"],
+            &["python", "--port", "1"],
+            &[]
+        ),
         fp(&["--profile", "seed"], &["python"], &[])
     );
 }
@@ -556,8 +800,14 @@ fn explain_never_shows_secrets_or_env_values() {
         ("PATH", CANARY2),
         ("MYAPP_PASSWORD", CANARY),
     ];
-    for (profile, extra) in [("sglang", &[][..]), ("seed", &[][..]), ("sglang", &["--env-prefix=MYAPP_", "--ignore-arg=--my-token"][..])]
-    {
+    for (profile, extra) in [
+        ("sglang", &[][..]),
+        ("seed", &[][..]),
+        (
+            "sglang",
+            &["--env-prefix=MYAPP_", "--ignore-arg=--my-token"][..],
+        ),
+    ] {
         let admin = format!("--admin-api-key={CANARY}");
         let argv = [
             "python",
@@ -581,21 +831,30 @@ fn explain_never_shows_secrets_or_env_values() {
         let stdout = String::from_utf8(out.stdout).unwrap();
         let stderr = String::from_utf8(out.stderr).unwrap();
         for text in [&stdout, &stderr] {
-            assert!(!text.contains("CANARY"), "{profile} {extra:?} leaked:\n{text}");
+            assert!(
+                !text.contains("CANARY"),
+                "{profile} {extra:?} leaked:\n{text}"
+            );
         }
         // the last line is the fingerprint, as the plain command prints it
         let mut plain_opts = vec!["--profile", profile];
         plain_opts.extend_from_slice(extra);
         let plain = fp(&plain_opts, &argv, &env);
         assert_eq!(stdout.lines().last().unwrap(), plain);
-        assert!(stdout.contains(&format!("<redacted sha256:{}>", sha12(CANARY.as_bytes()))), "{stdout}");
+        assert!(
+            stdout.contains(&format!("<redacted sha256:{}>", sha12(CANARY.as_bytes()))),
+            "{stdout}"
+        );
     }
     // with --explain set by KEEPWRAP_EXPLAIN too
     let mut env2 = env.to_vec();
     env2.push(("KEEPWRAP_EXPLAIN", "true"));
     let out = run(&[], &["python", "--api-key", CANARY], &env2);
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.starts_with("profile sglang\n") && !stdout.contains("CANARY"), "{stdout}");
+    assert!(
+        stdout.starts_with("profile sglang\n") && !stdout.contains("CANARY"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -607,7 +866,17 @@ fn explain_format_is_stable() {
         ("SGLANG_RUN_ID", "now"),
         ("PATH", "/bin"),
     ];
-    let argv = ["python", "-m", "sglang.launch_server", "--port", "30000", "--tp", "4", "--api-key=s", "é\n"];
+    let argv = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--port",
+        "30000",
+        "--tp",
+        "4",
+        "--api-key=s",
+        "é\n",
+    ];
     let out = run(&["--explain"], &argv, &env);
     let want = format!(
         "profile sglang\n\
@@ -637,7 +906,15 @@ fn explain_format_is_stable() {
 #[test]
 fn explain_of_non_utf8_names_and_values_uses_python_escapes() {
     let out = keepwrap()
-        .args(["fingerprint", "--profile", "seed", "--explain", "--", "py", "\u{1F980}"])
+        .args([
+            "fingerprint",
+            "--profile",
+            "seed",
+            "--explain",
+            "--",
+            "py",
+            "\u{1F980}",
+        ])
         .arg(os(b"a\xffb"))
         .env(os(b"SGLANG_\xed\xa0\x80"), os(b"\xff"))
         .output()
@@ -645,21 +922,34 @@ fn explain_of_non_utf8_names_and_values_uses_python_escapes() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("argv 1 \"\\ud83e\\udd80\"\n"), "{stdout}");
     assert!(stdout.contains("argv 2 \"a\\udcffb\"\n"), "{stdout}");
-    assert!(stdout.contains(&format!("env \"SGLANG_\\udced\\udca0\\udc80\" <sha256:{}>\n", sha12(b"\xff"))), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "env \"SGLANG_\\udced\\udca0\\udc80\" <sha256:{}>\n",
+            sha12(b"\xff")
+        )),
+        "{stdout}"
+    );
 }
 
 // ------------------------------------------------------------------ bad input
 
 #[test]
 fn no_command_is_a_usage_error() {
-    for args in [&["fingerprint"][..], &["fingerprint", "--"], &["fingerprint", "--profile", "seed", "--"], &["fingerprint", "--explain"]] {
+    for args in [
+        &["fingerprint"][..],
+        &["fingerprint", "--"],
+        &["fingerprint", "--profile", "seed", "--"],
+        &["fingerprint", "--explain"],
+    ] {
         keepwrap()
             .args(args)
             .assert()
             .code(2)
             .stdout("")
             .stderr(predicate::str::contains("no COMMAND after `--`"))
-            .stderr(predicate::str::contains("keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]"));
+            .stderr(predicate::str::contains(
+                "keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]",
+            ));
     }
 }
 
@@ -684,5 +974,8 @@ fn unknown_profile_names_the_known_ones() {
 #[test]
 fn a_flag_value_after_ignore_arg_needs_equals() {
     // `--ignore-arg --port` reads `--port` as keepwrap's own (unknown) option
-    keepwrap().args(["fingerprint", "--ignore-arg", "--port", "--", "python"]).assert().code(2);
+    keepwrap()
+        .args(["fingerprint", "--ignore-arg", "--port", "--", "python"])
+        .assert()
+        .code(2);
 }

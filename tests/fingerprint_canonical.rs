@@ -8,7 +8,9 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::process::Command;
 
-use keepwrap::canonical::{self, py_cmp, py_float_repr, py_str, to_python_json, value_to_python_json, Layout, Style};
+use keepwrap::canonical::{
+    self, py_cmp, py_float_repr, py_str, to_python_json, value_to_python_json, Layout, Style,
+};
 use keepwrap::fingerprint::{is_secret_name, Launch, Options, ProfileName};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -19,11 +21,17 @@ use serde_json::{json, Value};
 
 /// The styles of pyjson_oracle.py's STYLES, in its order.
 const STYLES: [Style; 5] = [
-    Style { layout: Layout::Default, sort_keys: false },
+    Style {
+        layout: Layout::Default,
+        sort_keys: false,
+    },
     Style::CANONICAL,
     Style::COMPACT_SORTED,
     Style::INDENT2,
-    Style { layout: Layout::Indent2, sort_keys: true },
+    Style {
+        layout: Layout::Indent2,
+        sort_keys: true,
+    },
 ];
 
 #[derive(Debug, Clone)]
@@ -72,7 +80,9 @@ impl Tree {
             Tree::Int(i) => json!({"t": "int", "v": i.to_string()}),
             Tree::Float(f) => json!({"t": "float", "v": hex::encode(f.to_be_bytes())}),
             Tree::Str(b) => json!({"t": "str", "v": hex::encode(b)}),
-            Tree::List(items) => json!({"t": "list", "v": items.iter().map(Tree::to_oracle).collect::<Vec<_>>()}),
+            Tree::List(items) => {
+                json!({"t": "list", "v": items.iter().map(Tree::to_oracle).collect::<Vec<_>>()})
+            }
             Tree::Map(entries) => json!({
                 "t": "map",
                 "v": entries.iter().map(|(k, v)| json!([hex::encode(k), v.to_oracle()])).collect::<Vec<_>>(),
@@ -90,7 +100,12 @@ impl Tree {
             Tree::Float(f) => serde_json::from_str(&py_float_repr(*f)).unwrap(),
             Tree::Str(b) => Value::String(py_str(b)),
             Tree::List(items) => Value::Array(items.iter().map(Tree::to_value).collect()),
-            Tree::Map(entries) => Value::Object(entries.iter().map(|(k, v)| (py_str(k), v.to_value())).collect()),
+            Tree::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (py_str(k), v.to_value()))
+                    .collect(),
+            ),
         }
     }
 }
@@ -190,8 +205,16 @@ fn python_outputs(trees: &[Tree]) -> Vec<Vec<String>> {
     let cases: Vec<Value> = trees.iter().map(Tree::to_oracle).collect();
     std::fs::write(&file, serde_json::to_vec(&cases).unwrap()).unwrap();
     let oracle = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/pyjson_oracle.py");
-    let out = Command::new("python3").arg(oracle).arg(&file).output().expect("python3");
-    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg(oracle)
+        .arg(&file)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -200,17 +223,32 @@ fn canonical_json_equals_python_json_dumps_in_every_style() {
     let mut runner = TestRunner::default();
     let strategy = tree_strategy();
     let n = (runner.config().cases as usize * 2).max(64);
-    let mut trees: Vec<Tree> = (0..n).map(|_| strategy.new_tree(&mut runner).unwrap().current()).collect();
+    let mut trees: Vec<Tree> = (0..n)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect();
     // and a few by hand
     trees.push(Tree::Map(vec![]));
     trees.push(Tree::List(vec![]));
-    trees.push(Tree::List(vec![Tree::List(vec![]), Tree::Map(vec![]), Tree::Map(vec![(b"a".to_vec(), Tree::List(vec![]))])]));
+    trees.push(Tree::List(vec![
+        Tree::List(vec![]),
+        Tree::Map(vec![]),
+        Tree::Map(vec![(b"a".to_vec(), Tree::List(vec![]))]),
+    ]));
     trees.push(Tree::Str("\u{10FFFF}\u{80}\u{10FFFF}".as_bytes().to_vec()));
     trees.push(Tree::Map(
-        [&b"\x80"[..], b"\xff", "\u{D7FF}".as_bytes(), "\u{E000}".as_bytes(), "\u{10FFFF}".as_bytes(), b"", b"a", "\u{1F980}".as_bytes()]
-            .iter()
-            .map(|k| (k.to_vec(), Tree::Null))
-            .collect(),
+        [
+            &b"\x80"[..],
+            b"\xff",
+            "\u{D7FF}".as_bytes(),
+            "\u{E000}".as_bytes(),
+            "\u{10FFFF}".as_bytes(),
+            b"",
+            b"a",
+            "\u{1F980}".as_bytes(),
+        ]
+        .iter()
+        .map(|k| (k.to_vec(), Tree::Null))
+        .collect(),
     ));
 
     let expected = python_outputs(&trees);
@@ -219,9 +257,17 @@ fn canonical_json_equals_python_json_dumps_in_every_style() {
         let value = tree.to_value();
         for (style, want) in STYLES.iter().zip(want) {
             let got = to_python_json(tree, *style).unwrap();
-            assert_eq!(String::from_utf8(got).unwrap(), *want, "to_python_json {style:?} of {tree:?}");
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                *want,
+                "to_python_json {style:?} of {tree:?}"
+            );
             let got = value_to_python_json(&value, *style);
-            assert_eq!(String::from_utf8(got).unwrap(), *want, "value_to_python_json {style:?} of {tree:?}");
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                *want,
+                "value_to_python_json {style:?} of {tree:?}"
+            );
         }
     }
 }
@@ -233,12 +279,22 @@ fn py_str_is_surrogateescape() {
     assert_eq!(py_str("\u{10FFFF}".as_bytes()), "\u{10FFFF}\u{10FFFF}");
     // a truncated valid prefix is one escape per byte
     assert_eq!(py_str(b"\xe2\x82x"), "\u{10FFFF}\u{E2}\u{10FFFF}\u{82}x");
-    assert_eq!(canonical::py_str_from_str("a\u{10FFFF}"), "a\u{10FFFF}\u{10FFFF}");
-    assert_eq!(canonical::py_code_points(&py_str(b"\xed\xa0\x80")).collect::<Vec<_>>(), vec![0xDCED, 0xDCA0, 0xDC80]);
+    assert_eq!(
+        canonical::py_str_from_str("a\u{10FFFF}"),
+        "a\u{10FFFF}\u{10FFFF}"
+    );
+    assert_eq!(
+        canonical::py_code_points(&py_str(b"\xed\xa0\x80")).collect::<Vec<_>>(),
+        vec![0xDCED, 0xDCA0, 0xDC80]
+    );
     // lone surrogates sort between U+D7FF and U+E000
     assert!(py_cmp(&py_str("\u{D7FF}".as_bytes()), &py_str(b"\x80")).is_lt());
     assert!(py_cmp(&py_str(b"\xff"), &py_str("\u{E000}".as_bytes())).is_lt());
-    assert!(py_cmp(&py_str("\u{FFFF}".as_bytes()), &py_str("\u{10FFFF}".as_bytes())).is_lt());
+    assert!(py_cmp(
+        &py_str("\u{FFFF}".as_bytes()),
+        &py_str("\u{10FFFF}".as_bytes())
+    )
+    .is_lt());
 }
 
 #[test]
@@ -263,25 +319,53 @@ fn float_repr_matches_python_examples() {
 // ------------------------------------------------------------- library level
 
 fn opts(profile: ProfileName) -> Options {
-    Options { profile, env_prefixes: vec![], volatile_env: vec![], ignored_args: vec![] }
+    Options {
+        profile,
+        env_prefixes: vec![],
+        volatile_env: vec![],
+        ignored_args: vec![],
+    }
 }
 
 fn osv(items: &[&[u8]]) -> Vec<OsString> {
-    items.iter().map(|b| OsString::from_vec(b.to_vec())).collect()
+    items
+        .iter()
+        .map(|b| OsString::from_vec(b.to_vec()))
+        .collect()
 }
 
 fn envv(items: &[(&[u8], &[u8])]) -> Vec<(OsString, OsString)> {
-    items.iter().map(|(k, v)| (OsString::from_vec(k.to_vec()), OsString::from_vec(v.to_vec()))).collect()
+    items
+        .iter()
+        .map(|(k, v)| {
+            (
+                OsString::from_vec(k.to_vec()),
+                OsString::from_vec(v.to_vec()),
+            )
+        })
+        .collect()
 }
 
 #[test]
 fn first_occurrence_of_a_duplicated_variable_wins() {
     let argv = osv(&[b"python"]);
-    let first = Launch::new(&opts(ProfileName::Seed), &argv, &envv(&[(b"SGLANG_A", b"1"), (b"SGLANG_A", b"2")]));
-    let only_first = Launch::new(&opts(ProfileName::Seed), &argv, &envv(&[(b"SGLANG_A", b"1")]));
+    let first = Launch::new(
+        &opts(ProfileName::Seed),
+        &argv,
+        &envv(&[(b"SGLANG_A", b"1"), (b"SGLANG_A", b"2")]),
+    );
+    let only_first = Launch::new(
+        &opts(ProfileName::Seed),
+        &argv,
+        &envv(&[(b"SGLANG_A", b"1")]),
+    );
     assert_eq!(first.fingerprint(), only_first.fingerprint());
     // DSV41_LAUNCHER too
-    let tp4_first = envv(&[(b"DSV41_LAUNCHER", b"tp4"), (b"DSV41_LAUNCHER", b"tp3"), (b"DSV41_ROUTE_RING", b"1")]);
+    let tp4_first = envv(&[
+        (b"DSV41_LAUNCHER", b"tp4"),
+        (b"DSV41_LAUNCHER", b"tp3"),
+        (b"DSV41_ROUTE_RING", b"1"),
+    ]);
     let tp4 = envv(&[(b"DSV41_LAUNCHER", b"tp4")]);
     assert_eq!(
         Launch::new(&opts(ProfileName::Seed), &argv, &tp4_first).fingerprint(),
@@ -291,8 +375,22 @@ fn first_occurrence_of_a_duplicated_variable_wins() {
 
 #[test]
 fn redacted_inputs_hash_env_values_and_secret_args() {
-    let argv = osv(&[b"python", b"--api-key", b"sk-1", b"--hf-token=hf-2", b"--tp", b"4", b"--port", b"1"]);
-    let env = envv(&[(b"SGLANG_A", b"x"), (b"SGLANG_AUTH_TOKEN", b"t"), (b"SGLANG_RUN_ID", b"r"), (b"PATH", b"/bin")]);
+    let argv = osv(&[
+        b"python",
+        b"--api-key",
+        b"sk-1",
+        b"--hf-token=hf-2",
+        b"--tp",
+        b"4",
+        b"--port",
+        b"1",
+    ]);
+    let env = envv(&[
+        (b"SGLANG_A", b"x"),
+        (b"SGLANG_AUTH_TOKEN", b"t"),
+        (b"SGLANG_RUN_ID", b"r"),
+        (b"PATH", b"/bin"),
+    ]);
     let launch = Launch::new(&opts(ProfileName::Sglang), &argv, &env);
     let h = |b: &[u8]| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b))[..12].to_string();
     let want = json!({
@@ -306,16 +404,39 @@ fn redacted_inputs_hash_env_values_and_secret_args() {
         "volatile_env": ["SGLANG_RUN_ID"],
     });
     assert_eq!(launch.redacted_inputs(), want);
-    let text = String::from_utf8(value_to_python_json(&launch.redacted_inputs(), Style::CANONICAL)).unwrap();
-    assert!(!text.contains("sk-1") && !text.contains("hf-2") && !text.contains("\"x\""), "{text}");
+    let text = String::from_utf8(value_to_python_json(
+        &launch.redacted_inputs(),
+        Style::CANONICAL,
+    ))
+    .unwrap();
+    assert!(
+        !text.contains("sk-1") && !text.contains("hf-2") && !text.contains("\"x\""),
+        "{text}"
+    );
 }
 
 #[test]
 fn secret_names() {
-    for name in ["--api-key", "api_key", "HF_TOKEN", "--hf-token=x", "db_password", "MY_SECRET", "Key", "--ssl-keyfile-password"] {
+    for name in [
+        "--api-key",
+        "api_key",
+        "HF_TOKEN",
+        "--hf-token=x",
+        "db_password",
+        "MY_SECRET",
+        "Key",
+        "--ssl-keyfile-password",
+    ] {
         assert!(is_secret_name(name), "{name}");
     }
-    for name in ["--tp", "--model-path", "SGLANG_RUN_ID", "--host", "K-E-Y", "--port=KEY"] {
+    for name in [
+        "--tp",
+        "--model-path",
+        "SGLANG_RUN_ID",
+        "--host",
+        "K-E-Y",
+        "--port=KEY",
+    ] {
         assert!(!is_secret_name(name), "{name}");
     }
 }
