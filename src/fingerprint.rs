@@ -1,10 +1,27 @@
 //! The launch fingerprint: which parts of argv and environment identify a
 //! launch, and their sha256 over Python-compatible canonical JSON.
+//!
+//! Fingerprint = lowercase sha256 hex of
+//! `json.dumps({"argv": argv, "env": env}, sort_keys=True)` (see
+//! [`crate::canonical`]), where `argv` is the command keepwrap execs minus the
+//! profile's ignored arguments, and `env` the variables of the child's
+//! environment whose name starts with one of the profile's prefixes, minus its
+//! volatile names. Bytes that are not UTF-8 count the way Python's
+//! `surrogateescape` decodes them, so the `seed` profile reproduces the
+//! seed's `launch_fingerprint()` bit for bit.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{self, py_str, Style};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
@@ -12,6 +29,15 @@ pub enum ProfileName {
     Sglang,
     /// Bit for bit the seed's launch_fingerprint()
     Seed,
+}
+
+impl ProfileName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileName::Sglang => "sglang",
+            ProfileName::Seed => "seed",
+        }
+    }
 }
 
 /// A profile plus the user's extensions.
@@ -23,27 +49,517 @@ pub struct Options {
     pub ignored_args: Vec<String>,
 }
 
+/// How an ignored argument takes its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// A switch: only the token itself (`FLAG`, or `FLAG=...`) is dropped;
+    /// the next token is never swallowed.
+    Flag,
+    /// `FLAG=VALUE`, or `FLAG VALUE` when VALUE does not start with `--`.
+    Value,
+}
+
+/// The fixed part of a profile. Every entry's reason is in docs/fingerprint.md.
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    pub name: ProfileName,
+    pub env_prefixes: &'static [&'static str],
+    pub volatile_env: &'static [&'static str],
+    /// Also volatile when `DSV41_LAUNCHER=tp4` (the seed's TP4 launcher).
+    pub volatile_env_tp4: &'static [&'static str],
+    pub ignored_args: &'static [(&'static str, ArgKind)],
+}
+
+const SEED_PREFIXES: &[&str] = &["SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_"];
+
+const SEED_VOLATILE: &[&str] = &[
+    "DSV41_DRAFT_CAPTURE",
+    "DSV41_DRAFT_CAPTURE_OUT",
+    "DSV41_DRAFT_CAPTURE_TRIGGER",
+    "DSV41_DRAFT_CAPTURE_MAX_GIB",
+    "DSV41_VERIFY_CAP",
+    "DSV41_VERIFY_CAP_MIN",
+    "DSV41_DRAFT_TAU",
+    "DSV41_BLOCK_VERIFY",
+    "DSV41_FOLDED_FENCE",
+    "DSV41_AUTOTUNE_KEEP",
+    "DSV41_DRAFT_HEAD_FP8",
+    "DSV41_ENGRAM_PREFETCH",
+    "DSV41_ENGRAM_PREFETCH_CHECK",
+    "SGLANG_RUN_ID",
+    "DSV41_WO_A_W8_DRAFT",
+];
+
+const SEED_VOLATILE_TP4: &[&str] = &[
+    "DSV41_REPLICATED_SPLIT",
+    "DSV41_REPLICATED_SPLIT_MAX_M",
+    "DSV41_DRAFT_MAIN_PROJ_SPLIT",
+    "DSV41_DRAFT_MAIN_PROJ_MAX_M",
+    "DSV41_ROCE_GATHER",
+    "DSV41_ROUTER_LIVE",
+    "DSV41_DYN_SHARED",
+    "DSV41_DYN_SHARED_RATIO",
+    "DSV41_DYN_SHARED_FIXED",
+    "DSV41_DYN_SHARED_MAX_M",
+    "DSV41_DYN_SHARED_SERIAL",
+    "DSV41_VERIFY_CAP_LOG",
+    "DSV41_VERIFY_CAP_LOG_FEATURES",
+    "DSV41_ROUTE_STATS",
+    "DSV41_ROUTE_RING",
+    "DSV41_DRAFT_TAU_POS",
+    "DSV41_ENGRAM_DRM_NODE",
+    "DSV41_ENGRAM_DRM_MIB",
+    "DSV41_ENGRAM_DRM_LAYER",
+    "DSV41_DRAFT_HEAD_FP8_IMPL",
+];
+
+const SGLANG_PREFIXES: &[&str] = &["SGLANG_", "SGL_", "FLASHINFER_", "NCCL_"];
+
+const SGLANG_VOLATILE: &[&str] = &[
+    // a fresh stamp on every boot (launchers)
+    "SGLANG_RUN_ID",
+    // per node / per pod addresses and ports
+    "SGLANG_HOST_IP",
+    "SGLANG_PORT",
+    "SGLANG_BACKUP_PORT_BASE",
+    "SGLANG_TCP_STORE_PORT",
+    "NCCL_COMM_ID",
+    // logging and debug output only
+    "SGLANG_LOGGING_CONFIG_PATH",
+    "SGLANG_LOG_GC",
+    "SGLANG_LOG_FORWARD_ITERS",
+    "SGLANG_LOG_MS",
+    "SGLANG_LOG_REQUEST_EXCEEDED_MS",
+    "SGLANG_LOG_REQUEST_HEADERS",
+    "SGLANG_LOG_SCHEDULER_STATUS_TARGET",
+    "SGLANG_LOG_SCHEDULER_STATUS_INTERVAL",
+    "SGLANG_TORCH_PROFILER_DIR",
+    "SGLANG_CUDA_COREDUMP_DIR",
+    "FLASHINFER_LOGLEVEL",
+    "FLASHINFER_LOGDEST",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+];
+
+const SGLANG_IGNORED_ARGS: &[(&str, ArgKind)] = &[
+    // where and how the HTTP API listens
+    ("--host", ArgKind::Value),
+    ("--port", ArgKind::Value),
+    ("--api-key", ArgKind::Value),
+    ("--admin-api-key", ArgKind::Value),
+    ("--served-model-name", ArgKind::Value),
+    ("--ssl-keyfile", ArgKind::Value),
+    ("--ssl-certfile", ArgKind::Value),
+    ("--ssl-ca-certs", ArgKind::Value),
+    ("--ssl-keyfile-password", ArgKind::Value),
+    ("--enable-ssl-refresh", ArgKind::Flag),
+    // rendezvous address and port (the head's pod IP changes per boot)
+    ("--dist-init-addr", ArgKind::Value),
+    ("--nccl-init-addr", ArgKind::Value),
+    ("--nccl-port", ArgKind::Value),
+    // logging, metrics, tracing, dumps
+    ("--log-level", ArgKind::Value),
+    ("--log-level-http", ArgKind::Value),
+    ("--log-requests", ArgKind::Flag),
+    ("--log-requests-level", ArgKind::Value),
+    ("--decode-log-interval", ArgKind::Value),
+    ("--show-time-cost", ArgKind::Flag),
+    ("--enable-metrics", ArgKind::Flag),
+    ("--enable-metrics-for-all-schedulers", ArgKind::Flag),
+    ("--enable-request-time-stats-logging", ArgKind::Flag),
+    ("--enable-trace", ArgKind::Flag),
+    ("--otlp-traces-endpoint", ArgKind::Value),
+    ("--crash-dump-folder", ArgKind::Value),
+    ("--file-storage-path", ArgKind::Value),
+];
+
+/// The `seed` profile: the seed's `launch_fingerprint()`.
+pub const SEED: Profile = Profile {
+    name: ProfileName::Seed,
+    env_prefixes: SEED_PREFIXES,
+    volatile_env: SEED_VOLATILE,
+    volatile_env_tp4: SEED_VOLATILE_TP4,
+    ignored_args: &[],
+};
+
+/// The `sglang` profile (the default).
+pub const SGLANG: Profile = Profile {
+    name: ProfileName::Sglang,
+    env_prefixes: SGLANG_PREFIXES,
+    volatile_env: SGLANG_VOLATILE,
+    volatile_env_tp4: &[],
+    ignored_args: SGLANG_IGNORED_ARGS,
+};
+
+/// The fixed part of profile `name`.
+pub fn profile(name: ProfileName) -> &'static Profile {
+    match name {
+        ProfileName::Sglang => &SGLANG,
+        ProfileName::Seed => &SEED,
+    }
+}
+
+/// Whether a flag or variable named `name` holds a secret: its name contains
+/// KEY, TOKEN, SECRET or PASSWORD, in any case. Leading dashes and anything
+/// from `=` on are not part of a flag's name.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-');
+    let name = name
+        .split_once('=')
+        .map_or(name, |(n, _)| n)
+        .to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
+/// `<sha256:XXXXXXXXXXXX>`: the first 12 hex digits of the sha256 of `value`.
+pub fn value_hash(value: &[u8]) -> String {
+    format!("<sha256:{}>", &sha256_hex(value)[..12])
+}
+
+/// `<redacted sha256:XXXXXXXXXXXX>`, for a secret's value.
+pub fn redacted_hash(value: &[u8]) -> String {
+    format!("<redacted sha256:{}>", &sha256_hex(value)[..12])
+}
+
+/// Lowercase sha256 hex of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secret {
+    No,
+    /// the whole token is the value of a secret-named flag
+    Whole,
+    /// `FLAG=VALUE` with a secret-named FLAG: the value starts at this byte
+    After(usize),
+}
+
+#[derive(Debug, Clone)]
+struct Arg {
+    raw: OsString,
+    ignored: bool,
+    secret: Secret,
+}
+
+#[derive(Debug, Clone)]
+struct EnvVar {
+    name: OsString,
+    value: OsString,
+    volatile: bool,
+}
+
 /// The fingerprint inputs of one launch.
 #[derive(Debug, Clone)]
 pub struct Launch {
+    profile: ProfileName,
+    args: Vec<Arg>,
+    /// prefix-selected variables, first occurrence of a name only, in Python
+    /// key order
+    env: Vec<EnvVar>,
     fingerprint: String,
 }
 
 impl Launch {
     /// Select the inputs from the command keepwrap will exec and the
     /// environment the child will get.
-    pub fn new(_opts: &Options, _argv: &[OsString], _env: &[(OsString, OsString)]) -> Launch {
-        unimplemented!("fingerprint::Launch::new")
+    pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
+        let prof = profile(opts.profile);
+
+        // Environment: the first occurrence of a name wins, as with getenv()
+        // and Python's os.environ.
+        let mut seen = HashSet::new();
+        let env: Vec<&(OsString, OsString)> = env
+            .iter()
+            .filter(|(k, _)| seen.insert(k.as_bytes()))
+            .collect();
+
+        let prefixes: Vec<&[u8]> = prof
+            .env_prefixes
+            .iter()
+            .map(|p| p.as_bytes())
+            .chain(
+                opts.env_prefixes
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.as_bytes()),
+            )
+            .collect();
+        let tp4 = env
+            .iter()
+            .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
+        let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
+        if tp4 {
+            volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
+        }
+        volatile.extend(
+            opts.volatile_env
+                .iter()
+                .filter(|n| !n.is_empty())
+                .map(|n| n.as_bytes()),
+        );
+
+        let mut env: Vec<EnvVar> = env
+            .into_iter()
+            .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
+            .map(|(k, v)| EnvVar {
+                name: k.clone(),
+                value: v.clone(),
+                volatile: volatile.contains(k.as_bytes()),
+            })
+            .collect();
+        env.sort_by_cached_key(|e| {
+            canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
+        });
+
+        // Arguments.
+        let mut ignored: Vec<(String, ArgKind)> = prof
+            .ignored_args
+            .iter()
+            .map(|(f, k)| (f.to_string(), *k))
+            .collect();
+        for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
+            let flag = if flag.starts_with('-') {
+                flag.clone()
+            } else {
+                format!("--{flag}")
+            };
+            // the profile's entry wins: a known switch never swallows a token
+            if !ignored.iter().any(|(f, _)| *f == flag) {
+                ignored.push((flag, ArgKind::Value));
+            }
+        }
+        let mut args: Vec<Arg> = argv
+            .iter()
+            .map(|a| Arg {
+                raw: a.clone(),
+                ignored: false,
+                secret: Secret::No,
+            })
+            .collect();
+        mark_ignored(&mut args, &ignored);
+        mark_secrets(&mut args);
+
+        let argv_json: Vec<Value> = args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(py_str(a.raw.as_bytes())))
+            .collect();
+        let mut env_json = Map::new();
+        for e in env.iter().filter(|e| !e.volatile) {
+            env_json.insert(
+                py_str(e.name.as_bytes()),
+                Value::String(py_str(e.value.as_bytes())),
+            );
+        }
+        let payload = json!({ "argv": argv_json, "env": env_json });
+        let fingerprint = sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL));
+
+        Launch {
+            profile: opts.profile,
+            args,
+            env,
+            fingerprint,
+        }
     }
 
     /// Lowercase sha256 hex.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
+
+    /// The inputs with every environment value hashed and secret-named
+    /// flags' values redacted:
+    /// `{"profile", "argv", "env", "ignored_args", "volatile_env"}`. `argv` is
+    /// the fingerprinted argv, `ignored_args` what the profile left out,
+    /// `env` maps name to `<sha256:...>` (or `<redacted sha256:...>` for a
+    /// secret-named variable). Strings are in [`canonical::py_str`] form:
+    /// write them with [`canonical`], not plain serde_json.
+    pub fn redacted_inputs(&self) -> Value {
+        let argv: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        let ignored: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        let mut env = Map::new();
+        let mut volatile = Vec::new();
+        for e in &self.env {
+            let name = py_str(e.name.as_bytes());
+            if e.volatile {
+                volatile.push(Value::String(name));
+            } else {
+                env.insert(name, Value::String(env_value_hash(e)));
+            }
+        }
+        json!({
+            "profile": self.profile.as_str(),
+            "argv": argv,
+            "env": env,
+            "ignored_args": ignored,
+            "volatile_env": volatile,
+        })
+    }
+
+    /// The `--explain` text: one input per line, then the fingerprint.
+    ///
+    /// ```text
+    /// profile sglang
+    /// argv 0 "python"
+    /// argv 5 "--api-key=" <redacted sha256:0123456789ab>
+    /// env "SGLANG_X" <sha256:0123456789ab>
+    /// ignored-arg 7 "--port"
+    /// ignored-arg 8 "30000"
+    /// volatile-env "SGLANG_RUN_ID"
+    /// 0123...cdef
+    /// ```
+    ///
+    /// Strings are JSON (Python `ensure_ascii` form), numbers are argv
+    /// indices, environment values appear only as hashes.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "profile {}", self.profile.as_str());
+        for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
+            let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+        }
+        for e in self.env.iter().filter(|e| !e.volatile) {
+            let _ = writeln!(
+                out,
+                "env {} {}",
+                quote(e.name.as_bytes()),
+                env_value_hash(e)
+            );
+        }
+        for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
+            let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
+        }
+        for e in self.env.iter().filter(|e| e.volatile) {
+            let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
+        }
+        let _ = writeln!(out, "{}", self.fingerprint);
+        out
+    }
+}
+
+/// Drop the ignored flags (tokens after argv[0], up to a bare `--`).
+fn mark_ignored(args: &mut [Arg], ignored: &[(String, ArgKind)]) {
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok == b"--" {
+            break;
+        }
+        let hit = ignored.iter().find_map(|(flag, kind)| {
+            let f = flag.as_bytes();
+            if tok == f {
+                Some(Some(*kind))
+            } else if tok.len() > f.len() && tok.starts_with(f) && tok[f.len()] == b'=' {
+                Some(None)
+            } else {
+                None
+            }
+        });
+        if let Some(kind) = hit {
+            args[i].ignored = true;
+            if kind == Some(ArgKind::Value)
+                && i + 1 < args.len()
+                && !args[i + 1].raw.as_bytes().starts_with(b"--")
+            {
+                i += 1;
+                args[i].ignored = true;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Mark the values of secret-named flags (`--api-key=V`, `--api-key V`).
+fn mark_secrets(args: &mut [Arg]) {
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok.len() > 1 && tok[0] == b'-' && tok != b"--" {
+            let (name, eq) = match tok.iter().position(|&b| b == b'=') {
+                Some(p) => (&tok[..p], Some(p)),
+                None => (tok, None),
+            };
+            if is_secret_name(&String::from_utf8_lossy(name)) {
+                match eq {
+                    Some(p) => args[i].secret = Secret::After(p + 1),
+                    None => {
+                        if i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
+                            i += 1;
+                            args[i].secret = Secret::Whole;
+                        }
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// A JSON string in Python's ensure_ascii form.
+fn quote(bytes: &[u8]) -> String {
+    let v = Value::String(py_str(bytes));
+    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
+        .expect("ensure_ascii output is ASCII")
+}
+
+fn explain_arg(a: &Arg) -> String {
+    let raw = a.raw.as_bytes();
+    match a.secret {
+        Secret::No => quote(raw),
+        Secret::Whole => redacted_hash(raw),
+        Secret::After(p) => format!("{} {}", quote(&raw[..p]), redacted_hash(&raw[p..])),
+    }
+}
+
+fn redacted_arg(a: &Arg) -> String {
+    let raw = a.raw.as_bytes();
+    match a.secret {
+        Secret::No => py_str(raw),
+        Secret::Whole => redacted_hash(raw),
+        Secret::After(p) => format!("{}{}", py_str(&raw[..p]), redacted_hash(&raw[p..])),
+    }
+}
+
+fn env_value_hash(e: &EnvVar) -> String {
+    if is_secret_name(&String::from_utf8_lossy(e.name.as_bytes())) {
+        redacted_hash(e.value.as_bytes())
+    } else {
+        value_hash(e.value.as_bytes())
+    }
 }
 
 /// `keepwrap fingerprint`: print the fingerprint (and with `explain` the
 /// inputs, secrets redacted) of the launch of `command` in this environment.
-pub fn print(_opts: &Options, _command: &[OsString], _explain: bool) -> ExitCode {
-    unimplemented!("keepwrap fingerprint")
+pub fn print(opts: &Options, command: &[OsString], explain: bool) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let launch = Launch::new(opts, command, &env);
+    let text = if explain {
+        launch.explain()
+    } else {
+        format!("{}\n", launch.fingerprint())
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keepwrap: error: writing the fingerprint: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
