@@ -303,8 +303,7 @@ pub fn short(fingerprint: &str) -> String {
 /// makes it unusable is a warning, and the launch goes on.
 fn ensure_root(root: &Path) -> bool {
     match std::fs::symlink_metadata(root) {
-        Ok(m) if m.is_dir() => true,
-        Ok(m) if m.file_type().is_symlink() && root.is_dir() => true,
+        Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
         Ok(_) => {
             tracing::warn!(
                 "cache root {} is not a directory; the launch goes on without keeping the cache",
@@ -335,5 +334,20 @@ fn ensure_root(root: &Path) -> bool {
             );
             false
         }
+    }
+}
+
+/// A root on a read-only file system can be neither pruned nor signed.
+fn writable(root: &Path) -> bool {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    match statvfs(root) {
+        Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
+            tracing::warn!(
+                "cache root {} is on a read-only file system; the launch goes on without keeping the cache",
+                root.display()
+            );
+            false
+        }
+        _ => true,
     }
 }
