@@ -28,6 +28,10 @@ struct State<'f> {
     cname: Vec<u8>,
     /// Files trusted on their own, waiting for the set check.
     cands: Vec<(String, Sidecar)>,
+    /// Files signed for this launch but removed on their own (changed
+    /// after signing, ...): "not trusted" rather than "missing" in the set
+    /// line of the other members.
+    rejected: Vec<String>,
 }
 
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
@@ -47,6 +51,7 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
         cbuf: Vec::new(),
         cname: Vec::with_capacity(64),
         cands: Vec::new(),
+        rejected: Vec::new(),
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve(&root_fd);
@@ -164,15 +169,19 @@ impl State<'_> {
             Ok(sc) => sc,
             Err(reason) => return self.remove(dir.fd, dir.rel, name, &reason),
         };
-        if let Err(e) = fsx::read_at(dir.fd, cstr_buf(&mut self.cname, name), &mut self.cbuf, MAX_CACHE_FILE) {
-            return self.remove(dir.fd, dir.rel, name, &Reason::Unreadable(e.to_string()));
-        }
-        if let Err(reason) = judge::judge_bytes(&sc, &self.cbuf) {
-            return self.remove(dir.fd, dir.rel, name, &reason);
-        }
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
-        self.cands.push((path, sc));
+        let verdict = match fsx::read_at(dir.fd, cstr_buf(&mut self.cname, name), &mut self.cbuf, MAX_CACHE_FILE) {
+            Err(e) => Err(Reason::Unreadable(e.to_string())),
+            Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
+        };
+        match verdict {
+            Ok(()) => self.cands.push((path, sc)),
+            Err(reason) => {
+                self.rejected.push(path);
+                self.remove(dir.fd, dir.rel, name, &reason);
+            }
+        }
     }
 
     /// Judge the sets of the files trusted on their own; keep the whole
@@ -190,7 +199,10 @@ impl State<'_> {
                 }
                 Some(mut reason) => {
                     if let Reason::SetIncomplete { member, why } = &mut reason {
-                        if *why == MemberWhy::NotTrusted && !exists(root.as_fd(), member) {
+                        if *why == MemberWhy::NotTrusted
+                            && !self.rejected.iter().any(|r| r == member)
+                            && !exists(root.as_fd(), member)
+                        {
                             *why = MemberWhy::Missing;
                         }
                     }
