@@ -4,10 +4,37 @@
 //!
 //! Layout under the root (engine.md):
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
-//! keepwrap's sidecar `rank_....launch` beside each rank file.
+//! keepwrap's sidecar `rank_....launch` beside each rank file. Every `*.json`
+//! at any depth is judged, except under `runs/` and hidden directories.
+//!
+//! - [`fsx`]: no-follow primitives relative to a directory descriptor;
+//! - `layout`: names, and the walk over the tree;
+//! - `sidecar`: the sidecar format and the set id;
+//! - `judge`: the decisions, without I/O;
+//! - `prune`, `sign`: the two operations.
+//!
+//! The set rule: at sign time every cache file present is signed as one set
+//! (id = sha256 over fingerprint + sorted members), recorded in every
+//! member's sidecar. Prune keeps a file only if its set is whole: every
+//! member listed present, its bytes matching, its sidecar carrying the same
+//! set id. Otherwise every member is removed, so no launch ever loads part
+//! of a set (a crash between two sidecar writes included).
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+
+pub mod fsx;
+mod judge;
+mod layout;
+mod prune;
+mod sidecar;
+mod sign;
+
+#[cfg(test)]
+mod tests;
+
+pub use judge::META_KEYS;
+pub use sidecar::{Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -16,38 +43,65 @@ pub struct PruneReport {
     pub kept: Vec<PathBuf>,
     /// Cache files removed.
     pub removed: usize,
-    /// Orphan sidecars and `.autotuner_*.tmp` leftovers removed.
+    /// Orphan sidecars and `.autotuner_*.tmp` / `.keepwrap-*.tmp` leftovers removed.
     pub leftovers: usize,
+    /// Cache files that should go but could not be removed (a directory
+    /// named `*.json`, an unlink error); each was logged as a warning.
+    pub left: usize,
 }
 
 /// What sign did.
 #[derive(Debug, Default, Clone)]
 pub struct SignReport {
-    /// Cache files in the signed set (relative to the root).
+    /// Cache files in the signed set (relative to the root), sorted.
     pub signed: Vec<PathBuf>,
-    /// The set equals the one already recorded: nothing was written.
+    /// The set was already recorded on every member: nothing was written.
     pub unchanged: bool,
+    /// The set id (sha256 hex).
+    pub set_id: String,
+    /// Sidecars that could not be written (logged). Non-zero means the set
+    /// will not be trusted by the next prune.
+    pub failed: usize,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards: `*.json`,
-/// not under a `runs/` directory, not a FlashInfer temp file.
-pub fn is_cache_file(_rel: &Path) -> bool {
-    unimplemented!()
+/// not under a `runs/` directory nor a hidden directory, not a FlashInfer
+/// temp file.
+pub fn is_cache_file(rel: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut comps = rel.components().peekable();
+    while let Some(c) = comps.next() {
+        let Component::Normal(name) = c else { return false };
+        let name = name.as_bytes();
+        if comps.peek().is_some() {
+            if !layout::walks_into(name) {
+                return false;
+            }
+        } else {
+            return layout::role(name) == layout::Role::Cache;
+        }
+    }
+    false
 }
 
 /// Remove every cache file this launch must not load; log one line per
-/// decision and one summary line.
-pub fn prune(_root: &Path, _fingerprint: &str) -> io::Result<PruneReport> {
-    unimplemented!()
+/// decision and one summary line. A missing root gives an empty report.
+pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
+    prune::prune(root, fingerprint)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.
-pub fn sign(_root: &Path, _fingerprint: &str) -> io::Result<SignReport> {
-    unimplemented!()
+/// Writes nothing when the same set is already recorded (`unchanged`). A
+/// missing root gives an empty, unchanged report.
+pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+    sign::sign(root, fingerprint)
 }
 
 /// Number of entries (keys other than `_metadata`, `_records`,
-/// `_generation`) in a cache file, if it parses as a JSON object.
-pub fn entry_count(_path: &Path) -> Option<usize> {
-    unimplemented!()
+/// `_generation`) in a cache file, if it parses as a JSON object. Does not
+/// follow a final symlink.
+pub fn entry_count(path: &Path) -> Option<usize> {
+    let mut buf = Vec::new();
+    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE).ok()?;
+    judge::json_object_entries(&buf).ok()
 }

@@ -24,7 +24,6 @@ pub fn keepwrap(cache: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", cache);
     cmd.env_remove("KEEPWRAP_LOG");
-    cmd.env("KEEPWRAP_DISABLE", "1"); // TEMP until cache lands
     cmd
 }
 

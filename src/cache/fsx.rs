@@ -1,0 +1,233 @@
+//! No-follow file operations relative to a directory descriptor.
+//!
+//! Everything keepwrap writes, renames or deletes in a tree another process
+//! (the engine, or another user) can also write goes through here: names are
+//! single path components resolved against an open directory, a final
+//! symlink is never followed (`O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW`; `unlinkat`
+//! and `renameat` act on the link itself), and nothing blocks on a FIFO
+//! (`O_NONBLOCK`, then `fstat` must say regular file).
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag, AT_FDCWD};
+use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
+use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
+
+/// What a directory entry is, without following a symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    Device,
+}
+
+impl Kind {
+    pub fn from_mode(mode: u32) -> Kind {
+        match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFLNK => Kind::Symlink,
+            SFlag::S_IFIFO => Kind::Fifo,
+            SFlag::S_IFSOCK => Kind::Socket,
+            _ => Kind::Device,
+        }
+    }
+
+    /// `symlink`, `FIFO`, ... for "not a regular file (...)".
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "regular file",
+            Kind::Dir => "directory",
+            Kind::Symlink => "symlink",
+            Kind::Fifo => "FIFO",
+            Kind::Socket => "socket",
+            Kind::Device => "device",
+        }
+    }
+}
+
+fn err(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+/// Open a directory given by the caller (a final symlink is followed: the
+/// cache root may well be a link to a bigger disk).
+pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
+    openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)
+}
+
+/// Open the subdirectory `name` of `dir`; fails on a symlink (`ELOOP`) or a
+/// non-directory (`ENOTDIR`).
+pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<OwnedFd> {
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err)
+}
+
+/// Open the directory `rel` (relative, no `..`) below `root` one component
+/// at a time, never following a symlink.
+pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    let mut cur: Option<OwnedFd> = None;
+    for c in rel.components() {
+        let name = match c {
+            Component::Normal(n) => n,
+            Component::CurDir => continue,
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "path is not a plain relative path")),
+        };
+        let next = {
+            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+            open_dir_at(base, name.as_bytes())?
+        };
+        cur = Some(next);
+    }
+    match cur {
+        Some(fd) => Ok(fd),
+        None => root.try_clone_to_owned(),
+    }
+}
+
+/// `fstatat(..., AT_SYMLINK_NOFOLLOW)`.
+pub fn lstat_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<FileStat> {
+    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(err)
+}
+
+/// `fstat` of an open descriptor.
+pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
+    fstat(fd).map_err(err)
+}
+
+/// Open `name` in `dir` for reading: no symlink followed, no blocking on a
+/// FIFO, and an error unless it is a regular file (`InvalidInput` with the
+/// kind's name).
+pub fn open_regular_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<(File, FileStat)> {
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        if e == Errno::ELOOP {
+            io::Error::new(io::ErrorKind::InvalidInput, "a symlink")
+        } else {
+            err(e)
+        }
+    })?;
+    let st = fstat(&fd).map_err(err)?;
+    let kind = Kind::from_mode(st.st_mode);
+    if kind != Kind::File {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a {}", kind.name())));
+    }
+    Ok((File::from(fd), st))
+}
+
+/// Read the regular file `name` in `dir` into `buf` (cleared first), at most
+/// `max` bytes (`InvalidData` beyond). Returns its `fstat`.
+pub fn read_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    buf: &mut Vec<u8>,
+    max: u64,
+) -> io::Result<FileStat> {
+    let (file, st) = open_regular_at(dir, name)?;
+    buf.clear();
+    let size = st.st_size.max(0) as u64;
+    if size > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{size} bytes, more than {max}")));
+    }
+    buf.reserve(size as usize + 1);
+    // Read to EOF (the size may have changed since fstat), bounded.
+    let n = file.take(max + 1).read_to_end(buf)?;
+    if n as u64 > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("more than {max} bytes")));
+    }
+    Ok(st)
+}
+
+/// Remove the entry `name` of `dir` (a symlink is removed itself, never its
+/// target). A missing entry is not an error.
+pub fn unlink_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<()> {
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// Rename `from` onto `to` within `dir`; a symlink at `to` is replaced, not
+/// followed.
+pub fn rename_at<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    from: &P1,
+    to: &P2,
+) -> io::Result<()> {
+    renameat(dir, from, dir, to).map_err(err)
+}
+
+/// `fsync` a directory (after renames into it).
+pub fn fsync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
+    fsync(dir).map_err(err)
+}
+
+/// Is `name` a temp file keepwrap writes (`.keepwrap-*.tmp`)?
+pub fn is_keepwrap_tmp(name: &[u8]) -> bool {
+    name.len() > TMP_PREFIX.len() + TMP_SUFFIX.len() && name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX)
+}
+
+const TMP_PREFIX: &[u8] = b".keepwrap-";
+const TMP_SUFFIX: &[u8] = b".tmp";
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn tmp_name() -> Vec<u8> {
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(".keepwrap-{}-{}-{:08x}.tmp", std::process::id(), n, nanos).into_bytes()
+}
+
+/// Write `bytes` to `name` in `dir` atomically: a fresh temp file
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW`, `.keepwrap-*.tmp`) in the same directory,
+/// write, fsync, rename onto `name` (a symlink there is replaced, never
+/// followed). The caller fsyncs the directory once after its renames
+/// ([`fsync_dir`]). On error the temp file is removed.
+pub fn write_atomic_at(dir: BorrowedFd<'_>, name: &CStr, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut tries = 0;
+    let (tmp, fd) = loop {
+        let tmp = tmp_name();
+        match openat(
+            dir,
+            tmp.as_slice(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        ) {
+            Ok(fd) => break (tmp, fd),
+            Err(Errno::EEXIST) if tries < 16 => tries += 1,
+            Err(e) => return Err(err(e)),
+        }
+    };
+    let mut file = File::from(fd);
+    let res = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| rename_at(dir, tmp.as_slice(), name));
+    if res.is_err() {
+        let _ = unlink_at(dir, tmp.as_slice());
+    }
+    res
+}

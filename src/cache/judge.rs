@@ -1,0 +1,332 @@
+//! The decisions, without I/O: is a sidecar for this launch, do the bytes
+//! still match, is a set whole.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use sha2::{Digest, Sha256};
+
+use super::fsx::Kind;
+use super::sidecar::{self, Head, Sidecar};
+use crate::SIDECAR_FORMAT;
+
+/// Why a cache file is removed (the text after `removed <path>: `).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    NoSidecar,
+    SidecarUnreadable(String),
+    SidecarGarbage(String),
+    SidecarFuture(u64),
+    /// First 8 hex digits of the other fingerprint.
+    OtherLaunch(String),
+    SizeChanged { now: u64, signed: u64 },
+    ShaChanged { now: String, signed: String },
+    InvalidJson(String),
+    NotObject(&'static str),
+    Unreadable(String),
+    NotRegular(Kind),
+    Untrusted(String),
+    SetIncomplete { member: String, why: MemberWhy },
+}
+
+/// Why a member fails its set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberWhy {
+    /// Not present, or present but not trusted on its own (unsigned,
+    /// changed, ...).
+    NotTrusted,
+    /// Missing from the tree.
+    Missing,
+    /// Present and trusted on its own, but its sidecar names another set.
+    OtherSet,
+    /// Its own set is incomplete.
+    Dropped,
+}
+
+fn short(hex: &str) -> &str {
+    hex.get(..8).unwrap_or(hex)
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NoSidecar => f.write_str("no sidecar (unsigned)"),
+            Reason::SidecarUnreadable(e) => write!(f, "sidecar unreadable ({e})"),
+            Reason::SidecarGarbage(e) => write!(f, "sidecar is not valid ({e})"),
+            Reason::SidecarFuture(n) => {
+                write!(f, "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})")
+            }
+            Reason::OtherLaunch(fp) => write!(f, "signed for another launch (fingerprint {fp}...)"),
+            Reason::SizeChanged { now, signed } => {
+                write!(f, "changed after signing (size {now} != signed {signed})")
+            }
+            Reason::ShaChanged { now, signed } => {
+                write!(f, "changed after signing (sha256 {}... != signed {}...)", short(now), short(signed))
+            }
+            Reason::InvalidJson(e) => write!(f, "not valid JSON ({e})"),
+            Reason::NotObject(what) => write!(f, "not a JSON object ({what})"),
+            Reason::Unreadable(e) => write!(f, "unreadable ({e})"),
+            Reason::NotRegular(k) => write!(f, "not a regular file ({})", k.name()),
+            Reason::Untrusted(why) => f.write_str(why),
+            Reason::SetIncomplete { member, why } => {
+                let why = match why {
+                    MemberWhy::NotTrusted => "not trusted",
+                    MemberWhy::Missing => "missing",
+                    MemberWhy::OtherSet => "signed in another set",
+                    MemberWhy::Dropped => "in an incomplete set",
+                };
+                write!(f, "set incomplete ({member}: {why})")
+            }
+        }
+    }
+}
+
+/// Judge a sidecar's bytes for the cache file beside it (`is_rel` says
+/// whether a path relative to the root is that file): Ok with the parsed
+/// sidecar when it was signed for `fingerprint` and is well formed.
+pub fn judge_sidecar(bytes: &[u8], fingerprint: &str, is_rel: impl Fn(&str) -> bool) -> Result<Sidecar, Reason> {
+    let head: Head<'_> = serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+    if head.format > u64::from(SIDECAR_FORMAT) {
+        return Err(Reason::SidecarFuture(head.format));
+    }
+    if head.format == 0 {
+        return Err(Reason::SidecarGarbage("format 0".into()));
+    }
+    match head.fingerprint.as_deref() {
+        None => return Err(Reason::SidecarGarbage("no fingerprint".into())),
+        Some(fp) if fp != fingerprint => {
+            let mut p = String::with_capacity(8);
+            p.extend(fp.chars().take(8));
+            return Err(Reason::OtherLaunch(p));
+        }
+        Some(_) => {}
+    }
+    let sc: Sidecar = serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+    if !is_rel(&sc.path) {
+        return Err(Reason::SidecarGarbage(format!("signed for another file, {}", sc.path)));
+    }
+    sidecar::validate(&sc).map_err(Reason::SidecarGarbage)?;
+    Ok(sc)
+}
+
+/// Judge the cache file's bytes against its sidecar.
+pub fn judge_bytes(sc: &Sidecar, bytes: &[u8]) -> Result<(), Reason> {
+    if bytes.len() as u64 != sc.size {
+        return Err(Reason::SizeChanged { now: bytes.len() as u64, signed: sc.size });
+    }
+    let now = sha256_hex(bytes);
+    if now != sc.sha256 {
+        return Err(Reason::ShaChanged { now, signed: sc.sha256.clone() });
+    }
+    json_object_entries(bytes).map(|_| ()).map_err(JsonErr::into_reason)
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Why bytes are not a JSON object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsonErr {
+    Invalid(String),
+    NotObject(&'static str),
+}
+
+impl JsonErr {
+    pub fn into_reason(self) -> Reason {
+        match self {
+            JsonErr::Invalid(e) => Reason::InvalidJson(e),
+            JsonErr::NotObject(w) => Reason::NotObject(w),
+        }
+    }
+}
+
+/// Keys FlashInfer writes besides the entries.
+pub const META_KEYS: [&str; 3] = ["_metadata", "_records", "_generation"];
+
+struct CountEntries;
+
+impl<'de> Visitor<'de> for CountEntries {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut n = 0;
+        while let Some(key) = map.next_key::<KeyIsMeta>()? {
+            map.next_value::<IgnoredAny>()?;
+            if !key.0 {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A map key, reduced to "is it one of [`META_KEYS`]" without allocating.
+struct KeyIsMeta(bool);
+
+impl<'de> de::Deserialize<'de> for KeyIsMeta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyIsMeta;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyIsMeta, E> {
+                Ok(KeyIsMeta(META_KEYS.contains(&s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn what_json(bytes: &[u8]) -> &'static str {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
+}
+
+fn count_entries(bytes: &[u8]) -> Result<usize, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let n = de::Deserializer::deserialize_map(&mut de, CountEntries)?;
+    de.end()?;
+    Ok(n)
+}
+
+/// Python's `json` writes and reads `NaN`, `Infinity` and `-Infinity`
+/// (`allow_nan=True` is its default); serde_json does not. Replace those
+/// bare tokens (outside strings) by `0` so a file the engine loads is not
+/// judged invalid here. None when there is none.
+fn python_nan_to_zero(bytes: &[u8]) -> Option<Vec<u8>> {
+    if !bytes.windows(3).any(|w| w == b"NaN") && !bytes.windows(8).any(|w| w == b"Infinity") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let (mut i, mut in_str, mut changed) = (0, false, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_str {
+            out.push(b);
+            if b == b'\\' && i + 1 < bytes.len() {
+                out.push(bytes[i + 1]);
+                i += 1;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            i += 1;
+            continue;
+        }
+        let rest = &bytes[i..];
+        let token: &[u8] = if rest.starts_with(b"NaN") {
+            b"NaN"
+        } else if rest.starts_with(b"-Infinity") {
+            b"-Infinity"
+        } else if rest.starts_with(b"Infinity") {
+            b"Infinity"
+        } else {
+            b""
+        };
+        if !token.is_empty() {
+            out.push(b'0');
+            i += token.len();
+            changed = true;
+            continue;
+        }
+        if b == b'"' {
+            in_str = true;
+        }
+        out.push(b);
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
+/// If `bytes` are one JSON object (as Python's `json` reads it), the number
+/// of its keys other than [`META_KEYS`].
+pub fn json_object_entries(bytes: &[u8]) -> Result<usize, JsonErr> {
+    match count_entries(bytes) {
+        Ok(n) => Ok(n),
+        Err(e) if e.classify() == serde_json::error::Category::Data => Err(JsonErr::NotObject(what_json(bytes))),
+        Err(e) => match python_nan_to_zero(bytes) {
+            Some(fixed) => match count_entries(&fixed) {
+                Ok(n) => Ok(n),
+                Err(_) => Err(JsonErr::Invalid(e.to_string())),
+            },
+            None => Err(JsonErr::Invalid(e.to_string())),
+        },
+    }
+}
+
+/// A cache file trusted on its own (sidecar for this launch, bytes match),
+/// waiting for its set to be judged.
+pub struct Candidate<'a> {
+    pub path: &'a str,
+    pub sidecar: &'a Sidecar,
+}
+
+/// Judge the sets: a candidate is kept (None) only if every member its set
+/// lists is a candidate carrying the same set id, and no member of its set
+/// is removed because another set that lists it is incomplete. Otherwise
+/// Some(reason). Members of an incomplete set are removed whatever set
+/// their own sidecar names, and that in turn breaks their set: repeated
+/// until nothing changes, so no set is ever kept in part.
+pub fn resolve_sets(cands: &[Candidate<'_>]) -> Vec<Option<Reason>> {
+    let index: HashMap<&str, usize> = cands.iter().enumerate().map(|(i, c)| (c.path, i)).collect();
+    // One representative per set id (all carriers of an id list the same
+    // members: the id is the hash of them, checked by `validate`).
+    let mut sets: Vec<(&str, usize)> = Vec::new();
+    {
+        let mut seen: HashMap<&str, ()> = HashMap::new();
+        for (i, c) in cands.iter().enumerate() {
+            if seen.insert(c.sidecar.set.id.as_str(), ()).is_none() {
+                sets.push((c.sidecar.set.id.as_str(), i));
+            }
+        }
+    }
+    let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
+    let mut broken = vec![false; sets.len()];
+    loop {
+        let mut changed = false;
+        for (s, &(id, rep)) in sets.iter().enumerate() {
+            if broken[s] {
+                continue;
+            }
+            let members = &cands[rep].sidecar.set.members;
+            let failure = members.iter().find_map(|m| match index.get(m.path.as_str()) {
+                None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
+                Some(&j) if cands[j].sidecar.set.id != id => Some((m.path.as_str(), MemberWhy::OtherSet)),
+                Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),
+                Some(_) => None,
+            });
+            let Some((member, why)) = failure else { continue };
+            broken[s] = true;
+            changed = true;
+            let reason = Reason::SetIncomplete { member: member.to_string(), why };
+            // Every carrier of this set, and every member it lists.
+            for (j, c) in cands.iter().enumerate() {
+                if c.sidecar.set.id == id && out[j].is_none() {
+                    out[j] = Some(reason.clone());
+                }
+            }
+            for m in members {
+                if let Some(&j) = index.get(m.path.as_str()) {
+                    if out[j].is_none() {
+                        out[j] = Some(reason.clone());
+                    }
+                }
+            }
+        }
+        if !changed {
+            return out;
+        }
+    }
+}

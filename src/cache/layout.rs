@@ -1,0 +1,271 @@
+//! Which names under the root are what, and the no-follow walk over the tree.
+
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::dir::{Dir, Type};
+use tracing::warn;
+
+use super::fsx::{self, Kind};
+
+/// What a directory entry's name makes it, before its type is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `*.json`: a cache file to judge.
+    Cache,
+    /// `*.launch`: keepwrap's sidecar.
+    Sidecar,
+    /// `.autotuner_*.tmp`: FlashInfer's temp file, left by a crash.
+    AutotunerTmp,
+    /// `.keepwrap-*.tmp`: keepwrap's own temp file, left by a crash.
+    KeepwrapTmp,
+    /// Anything else: left alone.
+    Other,
+}
+
+pub const CACHE_EXT: &[u8] = b".json";
+pub const SIDECAR_EXT: &[u8] = b".launch";
+
+pub fn role(name: &[u8]) -> Role {
+    if name.ends_with(CACHE_EXT) && name.len() > CACHE_EXT.len() {
+        Role::Cache
+    } else if name.ends_with(SIDECAR_EXT) && name.len() > SIDECAR_EXT.len() {
+        Role::Sidecar
+    } else if name.starts_with(b".autotuner_") && name.ends_with(b".tmp") && name.len() >= 15 {
+        Role::AutotunerTmp
+    } else if fsx::is_keepwrap_tmp(name) {
+        Role::KeepwrapTmp
+    } else {
+        Role::Other
+    }
+}
+
+/// Is a directory with this name walked into? Not `runs/` (never read back
+/// by the engine) and not a hidden directory (keepwrap's own `.keepwrap/`).
+pub fn walks_into(name: &[u8]) -> bool {
+    !name.starts_with(b".") && name != b"runs"
+}
+
+/// `rank_tp0_pp0_dp0.json` -> `rank_tp0_pp0_dp0.launch`, into `out`
+/// (NUL-terminated for the syscalls).
+pub fn sidecar_name(cache_name: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&cache_name[..cache_name.len() - CACHE_EXT.len()]);
+    out.extend_from_slice(SIDECAR_EXT);
+    out.push(0);
+}
+
+/// A path relative to the root, shown without allocating: `prefix` is the
+/// directory (`""` or ending in `/`), `name` the entry.
+#[derive(Clone, Copy)]
+pub struct Rel<'a>(pub &'a [u8], pub &'a [u8]);
+
+fn write_bytes(f: &mut fmt::Formatter<'_>, b: &[u8]) -> fmt::Result {
+    for chunk in b.utf8_chunks() {
+        f.write_str(chunk.valid())?;
+        for byte in chunk.invalid() {
+            write!(f, "\\x{byte:02x}")?;
+        }
+    }
+    Ok(())
+}
+
+impl fmt::Display for Rel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_bytes(f, self.0)?;
+        write_bytes(f, self.1)
+    }
+}
+
+impl Rel<'_> {
+    /// The path as UTF-8 (None if it is not).
+    pub fn to_string_exact(&self) -> Option<String> {
+        let a = std::str::from_utf8(self.0).ok()?;
+        let b = std::str::from_utf8(self.1).ok()?;
+        let mut s = String::with_capacity(a.len() + b.len());
+        s.push_str(a);
+        s.push_str(b);
+        Some(s)
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, Copy)]
+pub struct Ent {
+    off: u32,
+    len: u32,
+    pub kind: Kind,
+}
+
+/// The entries of one directory: names packed in one buffer.
+#[derive(Default)]
+pub struct Listing {
+    names: Vec<u8>,
+    pub ents: Vec<Ent>,
+}
+
+impl Listing {
+    pub fn name(&self, e: &Ent) -> &[u8] {
+        &self.names[e.off as usize..(e.off + e.len) as usize]
+    }
+
+    /// Is there an entry called `name` (any kind)? The listing is sorted by
+    /// name after [`read_listing`].
+    pub fn find(&self, name: &[u8]) -> Option<&Ent> {
+        self.ents.binary_search_by(|e| self.name(e).cmp(name)).ok().map(|i| &self.ents[i])
+    }
+}
+
+/// Why a directory is not trusted: another user can write it.
+#[derive(Debug, Clone)]
+pub struct Untrusted(pub String);
+
+/// Who can write the directory with this `fstat`: None if only us (or
+/// root), else why not.
+pub fn dir_untrusted(st: &nix::sys::stat::FileStat, euid: u32) -> Option<&'static str> {
+    let mode = st.st_mode;
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        Some("world-writable without the sticky bit")
+    } else if st.st_uid != euid && st.st_uid != 0 {
+        Some("owned by another user")
+    } else {
+        None
+    }
+}
+
+/// A directory being visited.
+pub struct DirView<'a> {
+    pub fd: BorrowedFd<'a>,
+    /// Path relative to the root: `""` for the root, else ending in `/`.
+    pub rel: &'a [u8],
+    /// Set when this directory (or one above it) is writable by another user.
+    pub untrusted: Option<&'a Untrusted>,
+}
+
+fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
+    out.names.clear();
+    out.ents.clear();
+    let fd = dir.as_fd().try_clone_to_owned();
+    let mut pending_unknown = Vec::new();
+    for entry in dir.iter() {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+                return false;
+            }
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            Some(Type::File) => Kind::File,
+            Some(Type::Directory) => Kind::Dir,
+            Some(Type::Symlink) => Kind::Symlink,
+            Some(Type::Fifo) => Kind::Fifo,
+            Some(Type::Socket) => Kind::Socket,
+            Some(Type::CharacterDevice | Type::BlockDevice) => Kind::Device,
+            None => {
+                pending_unknown.push(out.ents.len());
+                Kind::File
+            }
+        };
+        let off = out.names.len() as u32;
+        out.names.extend_from_slice(name);
+        out.ents.push(Ent { off, len: name.len() as u32, kind });
+    }
+    // File systems without d_type: lstat those entries.
+    if !pending_unknown.is_empty() {
+        if let Ok(fd) = fd {
+            let mut cname = Vec::new();
+            for i in pending_unknown {
+                let e = out.ents[i];
+                cname.clear();
+                cname.extend_from_slice(out.name(&e));
+                match fsx::lstat_at(fd.as_fd(), cname.as_slice()) {
+                    Ok(st) => out.ents[i].kind = Kind::from_mode(st.st_mode),
+                    Err(err) => {
+                        // Gone meanwhile, most likely; a File is judged and
+                        // its open fails with the reason.
+                        tracing::debug!("cannot stat {}: {}", Rel(rel, &cname), err);
+                    }
+                }
+            }
+        }
+    }
+    let names = &out.names;
+    out.ents.sort_unstable_by(|a, b| {
+        names[a.off as usize..(a.off + a.len) as usize].cmp(&names[b.off as usize..(b.off + b.len) as usize])
+    });
+    true
+}
+
+/// Walk the tree below `root` (already open), calling `visit` once per
+/// directory with its listing, before walking into its subdirectories. Does
+/// not walk into `runs/`, hidden directories or symlinks. I/O errors are
+/// logged and the subtree skipped.
+pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
+    let euid = nix::unistd::geteuid().as_raw();
+    let mut rel = Vec::new();
+    walk_dir(root, &mut rel, None, euid, visit);
+}
+
+fn walk_dir(
+    fd: OwnedFd,
+    rel: &mut Vec<u8>,
+    inherited: Option<&Untrusted>,
+    euid: u32,
+    visit: &mut dyn FnMut(&DirView<'_>, &Listing),
+) {
+    let own = match fsx::stat_fd(fd.as_fd()) {
+        Ok(st) => dir_untrusted(&st, euid).map(|why| {
+            let shown = if rel.is_empty() { ".".to_string() } else { Rel(&rel[..rel.len() - 1], b"").to_string() };
+            Untrusted(format!("in a directory another user can write ({shown}: {why})"))
+        }),
+        Err(e) => {
+            warn!("cannot stat directory {}: {}", Rel(rel, b""), e);
+            return;
+        }
+    };
+    let untrusted = inherited.or(own.as_ref());
+    let mut dir = match Dir::from_fd(fd) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+            return;
+        }
+    };
+    let mut listing = Listing::default();
+    if !read_listing(&mut dir, rel, &mut listing) {
+        return;
+    }
+    visit(&DirView { fd: dir.as_fd(), rel, untrusted }, &listing);
+    let mut cname = Vec::new();
+    for e in &listing.ents {
+        let name = listing.name(e);
+        if e.kind != Kind::Dir || !walks_into(name) {
+            continue;
+        }
+        cname.clear();
+        cname.extend_from_slice(name);
+        let child = match fsx::open_dir_at(dir.as_fd(), cname.as_slice()) {
+            Ok(c) => c,
+            Err(err) => {
+                if err.raw_os_error() != Some(libc_enoent()) {
+                    warn!("cannot open directory {}: {}", Rel(rel, name), err);
+                }
+                continue;
+            }
+        };
+        let len = rel.len();
+        rel.extend_from_slice(name);
+        rel.push(b'/');
+        walk_dir(child, rel, untrusted, euid, visit);
+        rel.truncate(len);
+    }
+}
+
+fn libc_enoent() -> i32 {
+    nix::errno::Errno::ENOENT as i32
+}

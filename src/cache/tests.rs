@@ -1,0 +1,660 @@
+//! Unit tests: every prune decision, sign, sets, and the no-follow rules.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tempfile::TempDir;
+
+use super::judge::{self, Candidate, JsonErr, MemberWhy, Reason};
+use super::sidecar::{self, Member, SetRecord, Sidecar};
+use super::*;
+
+const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const DIR: &str = "0.6.18/sm121/3f9c0a1b2c3d4e5f";
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// Run `f` with log lines captured.
+fn capture<R>(f: impl FnOnce() -> R) -> (R, String) {
+    let logs = Logs::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let r = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    (r, text)
+}
+
+fn rank(i: u32) -> String {
+    format!("{DIR}/rank_tp{i}_pp0_dp0.json")
+}
+
+fn body(tag: &str) -> String {
+    format!(
+        "{{\n  \"_metadata\": {{\"flashinfer_version\": \"0.6.18\", \"gpu\": \"NVIDIA GB10\"}},\n  \"('op', 'R', ((8, 7168),), ())\": [\"R\", [8, 34]],\n  \"('op', 'R', ((16, 7168),), ())\": [\"R\", \"{tag}\"],\n  \"_generation\": \"00\"\n}}"
+    )
+}
+
+fn put(root: &Path, rel: &str, bytes: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, bytes).unwrap();
+}
+
+/// A tree with `n` rank files.
+fn tree(n: u32) -> TempDir {
+    let t = TempDir::new().unwrap();
+    for i in 0..n {
+        put(t.path(), &rank(i), &body(&format!("r{i}")));
+    }
+    t
+}
+
+fn sidecar_of(rel: &str) -> String {
+    rel.strip_suffix(".json").unwrap().to_string() + ".launch"
+}
+
+/// A one-member sidecar for whatever bytes are there (sign would refuse
+/// some of them).
+fn forge(root: &Path, rel: &str, fp: &str) {
+    let bytes = fs::read(root.join(rel)).unwrap();
+    let m = Member { path: rel.into(), sha256: judge::sha256_hex(&bytes), size: bytes.len() as u64 };
+    let members = vec![m.clone()];
+    let sc = Sidecar {
+        format: 1,
+        keepwrap: "test".into(),
+        fingerprint: fp.into(),
+        path: rel.into(),
+        sha256: m.sha256,
+        size: m.size,
+        signed_at: 0,
+        signed_at_utc: "1970-01-01T00:00:00Z".into(),
+        set: SetRecord { id: sidecar::set_id(fp, &members), members },
+    };
+    fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
+}
+
+fn exists(root: &Path, rel: &str) -> bool {
+    fs::symlink_metadata(root.join(rel)).is_ok()
+}
+
+fn prune_logged(root: &Path, fp: &str) -> (PruneReport, String) {
+    let (r, logs) = capture(|| prune(root, fp));
+    (r.unwrap(), logs)
+}
+
+// ---- the decisions -------------------------------------------------------
+
+#[test]
+fn signed_for_this_launch_is_kept() {
+    let t = tree(2);
+    let s = sign(t.path(), FP).unwrap();
+    assert_eq!(s.signed.len(), 2);
+    assert!(!s.unchanged);
+    assert_eq!(s.failed, 0);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.kept.len(), 2, "{logs}");
+    assert_eq!(r.removed, 0);
+    assert!(logs.contains(&format!("kept {}: signed for this launch", rank(0))), "{logs}");
+    assert!(logs.contains("prune: kept 2, removed 0 cache files and 0 leftovers"), "{logs}");
+    assert!(exists(t.path(), &rank(0)) && exists(t.path(), &sidecar_of(&rank(1))));
+}
+
+#[test]
+fn no_sidecar_is_removed() {
+    let t = tree(1);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 1));
+    assert!(logs.contains(&format!("removed {}: no sidecar (unsigned)", rank(0))), "{logs}");
+    assert!(!exists(t.path(), &rank(0)));
+}
+
+#[test]
+fn other_fingerprint_is_removed_with_its_sidecar() {
+    let t = tree(1);
+    sign(t.path(), OTHER).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(
+        logs.contains(&format!("removed {}: signed for another launch (fingerprint 8c01d2e4...)", rank(0))),
+        "{logs}"
+    );
+    assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &sidecar_of(&rank(0))));
+    // the sidecar beside a removed file is not counted as a leftover
+    assert_eq!(r.leftovers, 0);
+}
+
+#[test]
+fn bytes_changed_after_signing_are_removed() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    // same size, other bytes
+    let b0 = body("r0").replace("r0", "x0");
+    put(t.path(), &rank(0), &b0);
+    // other size
+    put(t.path(), &rank(1), &body("longer"));
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2));
+    let line0 = format!("removed {}: changed after signing (sha256 ", rank(0));
+    assert!(logs.contains(&line0) && logs.contains("... != signed "), "{logs}");
+    assert!(logs.contains(&format!("removed {}: changed after signing (size ", rank(1))), "{logs}");
+}
+
+#[test]
+fn invalid_json_is_removed() {
+    let t = TempDir::new().unwrap();
+    put(t.path(), &rank(0), "{\"a\": ");
+    forge(t.path(), &rank(0), FP);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains(&format!("removed {}: not valid JSON (EOF while parsing", rank(0))), "{logs}");
+}
+
+#[test]
+fn not_an_object_is_removed() {
+    let t = TempDir::new().unwrap();
+    put(t.path(), &rank(0), "[1, 2]");
+    forge(t.path(), &rank(0), FP);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains(&format!("removed {}: not a JSON object (an array)", rank(0))), "{logs}");
+}
+
+#[test]
+fn garbage_sidecar_is_removed() {
+    let t = tree(1);
+    put(t.path(), &sidecar_of(&rank(0)), "1111\n");
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains(&format!("removed {}: sidecar is not valid (", rank(0))), "{logs}");
+    assert!(!exists(t.path(), &sidecar_of(&rank(0))));
+}
+
+#[test]
+fn future_sidecar_format_is_removed() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let p = t.path().join(sidecar_of(&rank(0)));
+    let s = fs::read_to_string(&p).unwrap().replacen("\"format\": 1", "\"format\": 2", 1);
+    fs::write(&p, s).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains("sidecar format 2 is newer than this keepwrap's (1)"), "{logs}");
+}
+
+#[test]
+fn tampered_sidecar_set_is_not_trusted() {
+    // fingerprint right, but the set id does not hash its members
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let p = t.path().join(sidecar_of(&rank(0)));
+    let mut sc: Sidecar = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    sc.set.id = "0".repeat(64);
+    fs::write(&p, sidecar::to_bytes(&sc)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains("sidecar is not valid (set id does not match its members)"), "{logs}");
+}
+
+#[test]
+fn sidecar_copied_beside_another_file_is_not_trusted() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    fs::copy(t.path().join(sidecar_of(&rank(0))), t.path().join(sidecar_of(&rank(1)))).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.kept.len(), 0, "{logs}");
+    assert!(logs.contains(&format!("removed {}: sidecar is not valid (signed for another file", rank(1))));
+}
+
+#[test]
+fn leftovers_are_removed() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    put(t.path(), &format!("{DIR}/rank_tp9_pp0_dp0.launch"), "{}");
+    put(t.path(), &format!("{DIR}/.autotuner_abc123.tmp"), "{");
+    put(t.path(), &format!("{DIR}/.keepwrap-1-2-3.tmp"), "{");
+    put(t.path(), &format!("{DIR}/notes.txt"), "mine");
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed, r.leftovers), (1, 0, 3), "{logs}");
+    assert!(logs.contains(&format!("removed {DIR}/rank_tp9_pp0_dp0.launch: orphan sidecar (no cache file beside)")));
+    assert!(logs.contains(&format!("removed {DIR}/.autotuner_abc123.tmp: FlashInfer temp file left by a crash")));
+    assert!(logs.contains(&format!("removed {DIR}/.keepwrap-1-2-3.tmp: keepwrap temp file left by a crash")));
+    assert!(logs.contains("prune: kept 1, removed 0 cache files and 3 leftovers"), "{logs}");
+    assert!(exists(t.path(), &format!("{DIR}/notes.txt")));
+}
+
+#[test]
+fn runs_and_hidden_dirs_are_untouched() {
+    let t = TempDir::new().unwrap();
+    let runs = format!("{DIR}/runs/rank_tp0_pp0_dp0.20261130_120000.ab.json");
+    let hidden = ".keepwrap/store/x.json";
+    let hidden2 = format!("{DIR}/.git/y.json");
+    for p in [runs.as_str(), hidden, hidden2.as_str()] {
+        put(t.path(), p, "garbage");
+    }
+    put(t.path(), ".keepwrap/.autotuner_1.tmp", "");
+    let (r, _) = prune_logged(t.path(), FP);
+    assert_eq!((r.removed, r.leftovers), (0, 0));
+    for p in [runs.as_str(), hidden, hidden2.as_str(), ".keepwrap/.autotuner_1.tmp"] {
+        assert!(exists(t.path(), p), "{p}");
+    }
+    // sign does not sign them either
+    assert!(sign(t.path(), FP).unwrap().signed.is_empty());
+}
+
+#[test]
+fn is_cache_file_rules() {
+    assert!(is_cache_file(Path::new(&rank(0))));
+    assert!(is_cache_file(Path::new("x.json")));
+    assert!(is_cache_file(Path::new("a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json")));
+    assert!(!is_cache_file(Path::new("a/runs/x.json")));
+    assert!(!is_cache_file(Path::new(".keepwrap/x.json")));
+    assert!(!is_cache_file(Path::new("a/.autotuner_x.tmp")));
+    assert!(!is_cache_file(Path::new("a/x.launch")));
+    assert!(!is_cache_file(Path::new("../x.json")));
+    assert!(!is_cache_file(Path::new("/abs/x.json")));
+    assert!(!is_cache_file(Path::new(".json")));
+    assert!(!is_cache_file(Path::new("")));
+}
+
+// ---- not regular files, symlinks -------------------------------------------
+
+#[test]
+fn symlink_json_is_unlinked_not_followed() {
+    let outside = TempDir::new().unwrap();
+    let target = outside.path().join("victim.json");
+    fs::write(&target, body("v")).unwrap();
+    let t = tree(0);
+    fs::create_dir_all(t.path().join(DIR)).unwrap();
+    std::os::unix::fs::symlink(&target, t.path().join(rank(0))).unwrap();
+    // sign skips it
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    assert!(s.signed.is_empty());
+    assert!(logs.contains(&format!("not signed {}: not a regular file (symlink)", rank(0))), "{logs}");
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains(&format!("removed {}: not a regular file (symlink)", rank(0))), "{logs}");
+    assert!(!exists(t.path(), &rank(0)));
+    assert_eq!(fs::read_to_string(&target).unwrap(), body("v"));
+}
+
+#[test]
+fn symlinked_sidecar_is_replaced_by_sign_and_distrusted_by_prune() {
+    let outside = TempDir::new().unwrap();
+    let target = outside.path().join("victim");
+    fs::write(&target, "precious").unwrap();
+    let t = tree(1);
+    let sc = t.path().join(sidecar_of(&rank(0)));
+    std::os::unix::fs::symlink(&target, &sc).unwrap();
+
+    // prune: a symlinked sidecar is unreadable; the link itself goes
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains(&format!("removed {}: sidecar unreadable (a symlink)", rank(0))), "{logs}");
+    assert!(!exists(t.path(), &sidecar_of(&rank(0))));
+    assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+
+    // sign: the planted link is replaced, not written through
+    put(t.path(), &rank(0), &body("r0"));
+    std::os::unix::fs::symlink(&target, &sc).unwrap();
+    let s = sign(t.path(), FP).unwrap();
+    assert_eq!((s.signed.len(), s.failed), (1, 0));
+    assert!(fs::symlink_metadata(&sc).unwrap().file_type().is_file());
+    assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
+}
+
+#[test]
+fn fifo_json_does_not_hang() {
+    let t = tree(1);
+    let fifo = t.path().join(format!("{DIR}/rank_tp1_pp0_dp0.json"));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let (s, _) = capture(|| sign(t.path(), FP).unwrap());
+    assert_eq!(s.signed.len(), 1);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (1, 1), "{logs}");
+    assert!(logs.contains(&format!("removed {}: not a regular file (FIFO)", rank(1))), "{logs}");
+    assert!(!exists(t.path(), &rank(1)));
+}
+
+#[test]
+fn fifo_sidecar_does_not_hang() {
+    let t = tree(1);
+    let fifo = t.path().join(sidecar_of(&rank(0)));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains("sidecar unreadable (a FIFO)"), "{logs}");
+}
+
+#[test]
+fn directory_named_json_is_left_with_a_warning() {
+    let t = tree(0);
+    fs::create_dir_all(t.path().join(format!("{DIR}/weird.json"))).unwrap();
+    put(t.path(), &format!("{DIR}/weird.json/inner.json"), "{}");
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.left, r.removed), (1, 1), "{logs}");
+    assert!(logs.contains(&format!("WARN left {DIR}/weird.json: a directory named *.json")), "{logs}");
+    assert!(logs.contains(&format!("removed {DIR}/weird.json/inner.json: no sidecar (unsigned)")), "{logs}");
+    assert!(logs.contains("left 1 that could not be removed"));
+    assert!(t.path().join(format!("{DIR}/weird.json")).is_dir());
+}
+
+// ---- sets ----------------------------------------------------------------
+
+#[test]
+fn set_with_a_member_missing_is_removed_whole() {
+    let t = tree(3);
+    sign(t.path(), FP).unwrap();
+    fs::remove_file(t.path().join(rank(1))).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(logs.contains(&format!("removed {}: set incomplete ({}: missing)", rank(0), rank(1))), "{logs}");
+    assert!(logs.contains(&format!("removed {}: set incomplete ({}: missing)", rank(2), rank(1))), "{logs}");
+    assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &rank(2)));
+    // and its orphan sidecar goes as a leftover
+    assert_eq!(r.leftovers, 1);
+}
+
+#[test]
+fn set_with_a_member_changed_is_removed_whole() {
+    let t = tree(3);
+    sign(t.path(), FP).unwrap();
+    put(t.path(), &rank(2), &body("changed"));
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
+    assert!(logs.contains(&format!("removed {}: changed after signing", rank(2))), "{logs}");
+    assert!(logs.contains(&format!("removed {}: set incomplete ({}: not trusted)", rank(0), rank(2))), "{logs}");
+}
+
+#[test]
+fn set_across_directories_is_one_set() {
+    let t = tree(2);
+    let draft = "0.6.18/sm121/aaaaaaaaaaaaaaaa/rank_tp0_pp0_dp0.json";
+    put(t.path(), draft, &body("d"));
+    let s = sign(t.path(), FP).unwrap();
+    assert_eq!(s.signed.len(), 3);
+    fs::remove_file(t.path().join(draft)).unwrap();
+    let (r, _) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2));
+}
+
+/// Save the sidecars of a tree.
+fn sidecars(root: &Path, n: u32) -> Vec<Vec<u8>> {
+    (0..n).map(|i| fs::read(root.join(sidecar_of(&rank(i)))).unwrap()).collect()
+}
+
+#[test]
+fn crash_mid_resign_trusts_nothing() {
+    // Signed {r0, r1, r2}; the engine rewrites r0; the re-sign crashes after
+    // writing some of the new sidecars. Whichever ones: nothing is trusted.
+    for written in [vec![0], vec![1], vec![0, 1], vec![1, 2]] {
+        let t = tree(3);
+        sign(t.path(), FP).unwrap();
+        let old = sidecars(t.path(), 3);
+        put(t.path(), &rank(0), &body("retuned"));
+        assert!(!sign(t.path(), FP).unwrap().unchanged);
+        for i in 0..3u32 {
+            if !written.contains(&i) {
+                fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
+            }
+        }
+        let (r, logs) = prune_logged(t.path(), FP);
+        assert_eq!((r.kept.len(), r.removed), (0, 3), "written {written:?}: {logs}");
+    }
+}
+
+#[test]
+fn crash_mid_sign_of_a_grown_set_trusts_nothing() {
+    // Signed {r0, r1}; the engine adds r2; the re-sign writes only r2's.
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let old = sidecars(t.path(), 2);
+    put(t.path(), &rank(2), &body("r2"));
+    sign(t.path(), FP).unwrap();
+    for i in 0..2u32 {
+        fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
+    }
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
+}
+
+#[test]
+fn resolve_sets_cascades_through_other_sets() {
+    // Set A {x, y} whole; set B {y, z} lists y but y carries A, and z is
+    // missing: B is incomplete, so y goes, so A is incomplete too.
+    let mk = |path: &str, members: &[&str]| {
+        let members: Vec<Member> = members
+            .iter()
+            .map(|p| Member { path: p.to_string(), sha256: "a".repeat(64), size: 1 })
+            .collect();
+        Sidecar {
+            format: 1,
+            keepwrap: "t".into(),
+            fingerprint: FP.into(),
+            path: path.into(),
+            sha256: "a".repeat(64),
+            size: 1,
+            signed_at: 0,
+            signed_at_utc: String::new(),
+            set: SetRecord { id: sidecar::set_id(FP, &members), members },
+        }
+    };
+    let x = mk("d/x.json", &["d/x.json", "d/y.json"]);
+    let y = mk("d/y.json", &["d/x.json", "d/y.json"]);
+    let w = mk("d/w.json", &["d/w.json", "d/y.json", "d/z.json"]);
+    let v = mk("e/v.json", &["e/v.json"]);
+    let cands = [
+        Candidate { path: "d/x.json", sidecar: &x },
+        Candidate { path: "d/y.json", sidecar: &y },
+        Candidate { path: "d/w.json", sidecar: &w },
+        Candidate { path: "e/v.json", sidecar: &v },
+    ];
+    let out = judge::resolve_sets(&cands);
+    assert!(out[0].is_some() && out[1].is_some() && out[2].is_some(), "{out:?}");
+    assert_eq!(out[3], None);
+    // only x, y: kept
+    let out = judge::resolve_sets(&cands[..2]);
+    assert_eq!(out, vec![None, None]);
+    // y alone: x missing
+    let out = judge::resolve_sets(&cands[1..2]);
+    assert_eq!(
+        out[0],
+        Some(Reason::SetIncomplete { member: "d/x.json".into(), why: MemberWhy::NotTrusted })
+    );
+}
+
+// ---- sign ----------------------------------------------------------------
+
+#[test]
+fn sign_twice_without_change_writes_nothing() {
+    let t = tree(3);
+    let first = sign(t.path(), FP).unwrap();
+    assert!(!first.unchanged);
+    let ino = |i: u32| fs::symlink_metadata(t.path().join(sidecar_of(&rank(i)))).unwrap().ino();
+    let before: Vec<u64> = (0..3).map(ino).collect();
+    let second = sign(t.path(), FP).unwrap();
+    assert!(second.unchanged);
+    assert_eq!(second.set_id, first.set_id);
+    assert_eq!(second.signed, first.signed);
+    assert_eq!((0..3).map(ino).collect::<Vec<_>>(), before);
+    // a change re-signs every member
+    put(t.path(), &rank(1), &body("new"));
+    let third = sign(t.path(), FP).unwrap();
+    assert!(!third.unchanged);
+    assert!((0..3).all(|i| ino(i) != before[i as usize]));
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 3);
+}
+
+#[test]
+fn sign_for_another_launch_rewrites() {
+    let t = tree(1);
+    sign(t.path(), OTHER).unwrap();
+    let s = sign(t.path(), FP).unwrap();
+    assert!(!s.unchanged);
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
+}
+
+#[test]
+fn sign_skips_what_is_not_a_json_object() {
+    let t = tree(1);
+    put(t.path(), &format!("{DIR}/bad.json"), "nope");
+    put(t.path(), &format!("{DIR}/list.json"), "[]");
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    assert_eq!(s.signed, vec![PathBuf::from(rank(0))]);
+    assert!(logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")), "{logs}");
+    assert!(logs.contains(&format!("not signed {DIR}/list.json: not a JSON object (an array)")), "{logs}");
+}
+
+#[test]
+fn sidecar_content() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
+    let bytes = fs::read(t.path().join(rank(1))).unwrap();
+    assert_eq!(v["format"], 1);
+    assert_eq!(v["fingerprint"], FP);
+    assert_eq!(v["path"], rank(1));
+    assert_eq!(v["sha256"], judge::sha256_hex(&bytes));
+    assert_eq!(v["size"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(v["keepwrap"], env!("CARGO_PKG_VERSION"));
+    assert!(v["signed_at"].as_u64().unwrap() > 1_700_000_000);
+    assert!(v["signed_at_utc"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(v["set"]["members"].as_array().unwrap().len(), 2);
+    assert_eq!(v["set"]["members"][0]["path"], rank(0));
+    // no temp files left
+    let names: Vec<_> = fs::read_dir(t.path().join(DIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+}
+
+#[test]
+fn missing_root_is_empty() {
+    let t = TempDir::new().unwrap();
+    let root = t.path().join("nope");
+    let r = prune(&root, FP).unwrap();
+    assert!(r.kept.is_empty() && r.removed == 0);
+    let s = sign(&root, FP).unwrap();
+    assert!(s.signed.is_empty());
+}
+
+// ---- trust -----------------------------------------------------------------
+
+#[test]
+fn world_writable_dir_is_untrusted() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let d = t.path().join(DIR);
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 1));
+    assert!(
+        logs.contains(&format!(
+            "WARN removed {}: in a directory another user can write ({DIR}: world-writable without the sticky bit)",
+            rank(0)
+        )),
+        "{logs}"
+    );
+}
+
+#[test]
+fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let top = t.path().join("0.6.18");
+    fs::set_permissions(&top, fs::Permissions::from_mode(0o1777)).unwrap();
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
+    fs::set_permissions(&top, fs::Permissions::from_mode(0o777)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1, "{logs}");
+    assert!(logs.contains("(0.6.18: world-writable without the sticky bit)"), "{logs}");
+    // sign refuses too
+    put(t.path(), &rank(0), &body("r0"));
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    assert!(s.signed.is_empty());
+    assert!(logs.contains(&format!("not signed {}: in a directory another user can write", rank(0))), "{logs}");
+}
+
+#[test]
+fn dir_owned_by_another_user_is_untrusted() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // needs chown
+    }
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let d = t.path().join(DIR);
+    std::os::unix::fs::chown(&d, Some(12345), None).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains("owned by another user"), "{logs}");
+}
+
+// ---- pure pieces ------------------------------------------------------------
+
+#[test]
+fn json_object_entries_counts_and_classifies() {
+    assert_eq!(judge::json_object_entries(body("x").as_bytes()), Ok(2));
+    assert_eq!(judge::json_object_entries(b"{}"), Ok(0));
+    assert_eq!(judge::json_object_entries(b"{\"_records\": {}, \"a\": 1}"), Ok(1));
+    assert_eq!(judge::json_object_entries(b" [1]"), Err(JsonErr::NotObject("an array")));
+    assert_eq!(judge::json_object_entries(b"null"), Err(JsonErr::NotObject("null")));
+    assert_eq!(judge::json_object_entries(b"3"), Err(JsonErr::NotObject("a number")));
+    assert!(matches!(judge::json_object_entries(b"{} {}"), Err(JsonErr::Invalid(_))));
+    assert!(matches!(judge::json_object_entries(b""), Err(JsonErr::Invalid(_))));
+    assert!(matches!(judge::json_object_entries(b"{\"a\": NaNa}"), Err(JsonErr::Invalid(_))));
+    // Python's json.dump writes these
+    assert_eq!(judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"), Ok(2));
+}
+
+#[test]
+fn entry_count_reads_a_file() {
+    let t = tree(1);
+    assert_eq!(entry_count(&t.path().join(rank(0))), Some(2));
+    assert_eq!(entry_count(&t.path().join("missing.json")), None);
+    let link = t.path().join("link.json");
+    std::os::unix::fs::symlink(t.path().join(rank(0)), &link).unwrap();
+    assert_eq!(entry_count(&link), None);
+}
+
+#[test]
+fn judge_sidecar_order_of_checks() {
+    let other = format!("{{\"format\": 1, \"fingerprint\": \"{OTHER}\"}}");
+    assert_eq!(
+        judge::judge_sidecar(other.as_bytes(), FP, |_| true).unwrap_err().to_string(),
+        "signed for another launch (fingerprint 8c01d2e4...)"
+    );
+    // a future format is judged before anything else in it
+    assert_eq!(
+        judge::judge_sidecar(b"{\"format\": 7, \"whatever\": []}", FP, |_| true).unwrap_err(),
+        Reason::SidecarFuture(7)
+    );
+    assert!(matches!(
+        judge::judge_sidecar(b"{\"format\": 1}", FP, |_| true).unwrap_err(),
+        Reason::SidecarGarbage(_)
+    ));
+}
