@@ -86,9 +86,9 @@ impl Keeper {
             }
         };
         tracing::info!(
-            "launch fingerprint {} ({:?} profile); cache root {}; tuning is done {done}",
+            "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
             short(&fingerprint),
-            args.fingerprint.profile,
+            args.fingerprint.profile.as_str(),
             root.display()
         );
         if !ensure_root(&root) {
