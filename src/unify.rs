@@ -1,0 +1,478 @@
+//! Unify the rank files of one cache directory: replace every rank file with
+//! the union of all their entries, written byte for byte as FlashInfer's
+//! `AutoTuner.save_configs` writes it.
+//!
+//! Under expert parallelism each rank tunes its own MoE shapes, so SGLang's
+//! stock entry gate (a digest of each rank's whole file, all-gathered) never
+//! sees agreement and deletes every cache on every boot (SGLang issue 40320).
+//! When every rank file is the same union, the gate agrees, every rank loads
+//! every shape it needs, and nothing is profiled.
+//!
+//! This module is pure: [`unify`] takes file names and bytes and returns the
+//! bytes every rank file should hold, or why the files are left as they are.
+//!
+//! # The file
+//!
+//! `json.dump(obj, f, indent=2)` (ensure_ascii, no trailing newline) of:
+//! `_metadata` first (when there is one); then the entries sorted by key in
+//! Python's code point order; then `_generation`, the sha256 hex of
+//! `json.dumps(<the object without _generation>, sort_keys=True,
+//! separators=(",", ":"))`. A file with `_records` (MegaMoE: a single writer)
+//! is never rewritten, so this module never writes `_records`.
+//!
+//! # Strings
+//!
+//! Strings here are real strings parsed from JSON. [`crate::canonical`]'s
+//! writer reads U+10FFFF as the opening of a sentinel pair, so every string
+//! is passed through [`canonical::py_str_from_str`] before it is written.
+//! Keys are compared as real strings: UTF-8 byte order is code point order.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{self, Layout, Style};
+
+/// The key of the metadata object.
+pub const METADATA: &str = "_metadata";
+/// The key of MegaMoE's single-writer records.
+pub const RECORDS: &str = "_records";
+/// The key of the generation digest.
+pub const GENERATION: &str = "_generation";
+
+/// A rank's place in the launch, from its file name
+/// `rank_tp<T>_pp<P>_dp<D>.json` (MegaMoE: `rank_tp<T>_pp<P>_dp<D>_gpu<uuid>.json`).
+/// Ordered by `(tp, pp, dp)`: the lowest wins a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RankId {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+}
+
+impl RankId {
+    /// The rank of a rank file name, or `None` when `name` is not one.
+    /// Numbers are decimal as Python's `str(int)` writes them (no sign, no
+    /// leading zero); the `_gpu` suffix needs a non-empty id.
+    pub fn from_file_name(name: &str) -> Option<RankId> {
+        let rest = name.strip_prefix("rank_tp")?.strip_suffix(".json")?;
+        let (tp, rest) = take_number(rest)?;
+        let (pp, rest) = take_number(rest.strip_prefix("_pp")?)?;
+        let (dp, rest) = take_number(rest.strip_prefix("_dp")?)?;
+        if !rest.is_empty() {
+            let uuid = rest.strip_prefix("_gpu")?;
+            if uuid.is_empty() || uuid.contains('/') {
+                return None;
+            }
+        }
+        Some(RankId { tp, pp, dp })
+    }
+}
+
+impl fmt::Display for RankId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tp{} pp{} dp{}", self.tp, self.pp, self.dp)
+    }
+}
+
+fn take_number(s: &str) -> Option<(u32, &str)> {
+    let end = s.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(s.len());
+    let digits = &s[..end];
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    Some((digits.parse().ok()?, &s[end..]))
+}
+
+/// One rank file of a cache directory: its file name (not a path) and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankFile {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// What to do with the rank files of one cache directory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Write `bytes` to every rank file (nothing to write when
+    /// `already_identical`).
+    Unified(Unified),
+    /// Leave every file as it is.
+    Leave(LeaveReason),
+}
+
+/// The union of the rank files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unified {
+    /// The file every rank gets, exactly as FlashInfer writes it.
+    pub bytes: Vec<u8>,
+    /// Entries in the union (keys other than `_metadata` and `_generation`).
+    pub entries: usize,
+    /// Keys whose value differs between files, in key order.
+    pub conflicts: Vec<Conflict>,
+    /// Every input file already holds exactly `bytes`.
+    pub already_identical: bool,
+}
+
+/// A key the files disagree on: the value of `kept` (the lowest rank holding
+/// the key) is kept; each file of `differing` holds another value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub key: String,
+    pub kept: String,
+    pub differing: Vec<String>,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "entry {} differs between rank files: kept {}'s value over {}",
+            self.key,
+            self.kept,
+            self.differing.join(", ")
+        )
+    }
+}
+
+/// Why the rank files of a directory are left as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaveReason {
+    /// Fewer than two rank files: nothing to unify. Holds the file names.
+    FewerThanTwo { names: Vec<String> },
+    /// A file whose name is not `rank_tp<T>_pp<P>_dp<D>[_gpu<uuid>].json`.
+    NotRankFile { name: String },
+    /// A file that is not valid JSON.
+    NotJson { name: String, error: String },
+    /// A file that is valid JSON but not an object.
+    NotObject { name: String },
+    /// A file with `_records` (MegaMoE): it must keep its single writer.
+    HasRecords { name: String },
+    /// Two files whose `_metadata` differ (`first` is the lowest rank file).
+    MetadataDiffer { first: String, other: String },
+}
+
+impl fmt::Display for LeaveReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("left as they are: ")?;
+        match self {
+            LeaveReason::FewerThanTwo { names } => match names.first() {
+                None => f.write_str("no rank file"),
+                Some(name) => write!(f, "only one rank file ({name})"),
+            },
+            LeaveReason::NotRankFile { name } => write!(
+                f,
+                "{name} is not a rank file name (rank_tp<T>_pp<P>_dp<D>.json)"
+            ),
+            LeaveReason::NotJson { name, error } => {
+                write!(f, "{name} is not valid JSON ({error})")
+            }
+            LeaveReason::NotObject { name } => write!(f, "{name} is not a JSON object"),
+            LeaveReason::HasRecords { name } => {
+                write!(f, "{name} has _records (a single-writer file)")
+            }
+            LeaveReason::MetadataDiffer { first, other } => {
+                write!(f, "their _metadata differ ({first} vs {other})")
+            }
+        }
+    }
+}
+
+/// Unify the rank files of one cache directory (see the module docs).
+///
+/// Files are checked in rank order (lowest `(tp, pp, dp)` first, then by
+/// name): every name must be a rank file name, there must be two files or
+/// more, each must be a JSON object without `_records`, and all `_metadata`
+/// must be equal as JSON values (absent in all, or present and equal in all).
+/// The first failed check is the reason to leave them.
+///
+/// The union holds every entry key of every file; where files disagree on a
+/// key the lowest rank's value is kept and a [`Conflict`] recorded. Any
+/// `_generation` in the inputs is ignored and recomputed; `_metadata` is the
+/// lowest rank's.
+pub fn unify(files: &[RankFile]) -> Outcome {
+    match unify_inner(files) {
+        Ok(unified) => Outcome::Unified(unified),
+        Err(reason) => Outcome::Leave(reason),
+    }
+}
+
+fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
+    let mut order: Vec<(RankId, &RankFile)> = Vec::with_capacity(files.len());
+    for file in files {
+        let rank = RankId::from_file_name(&file.name).ok_or_else(|| LeaveReason::NotRankFile {
+            name: file.name.clone(),
+        })?;
+        order.push((rank, file));
+    }
+    if order.len() < 2 {
+        return Err(LeaveReason::FewerThanTwo {
+            names: order.iter().map(|(_, f)| f.name.clone()).collect(),
+        });
+    }
+    order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+
+    // Parse each file once; take `_metadata` and `_generation` out of it.
+    let mut parsed: Vec<(Option<Value>, Map<String, Value>)> = Vec::with_capacity(order.len());
+    for (_, file) in &order {
+        let value: Value =
+            serde_json::from_slice(&file.bytes).map_err(|e| LeaveReason::NotJson {
+                name: file.name.clone(),
+                error: e.to_string(),
+            })?;
+        let Value::Object(mut map) = value else {
+            return Err(LeaveReason::NotObject {
+                name: file.name.clone(),
+            });
+        };
+        if map.contains_key(RECORDS) {
+            return Err(LeaveReason::HasRecords {
+                name: file.name.clone(),
+            });
+        }
+        // shift_remove keeps the order of the rest (swap_remove would not,
+        // and the order does not matter here, but it is as cheap for keys at
+        // the ends, which is where FlashInfer puts these two).
+        let metadata = map.shift_remove(METADATA);
+        map.shift_remove(GENERATION);
+        parsed.push((metadata, map));
+    }
+    for (i, (metadata, _)) in parsed.iter().enumerate().skip(1) {
+        if *metadata != parsed[0].0 {
+            return Err(LeaveReason::MetadataDiffer {
+                first: order[0].1.name.clone(),
+                other: order[i].1.name.clone(),
+            });
+        }
+    }
+
+    // The union: every (key, value, file) in rank order, stably sorted by
+    // key, so that the first of each run of one key is the lowest rank's.
+    let total: usize = parsed.iter().map(|(_, m)| m.len()).sum();
+    let mut all: Vec<(String, Value, usize)> = Vec::with_capacity(total);
+    let mut metadata = None;
+    for (i, (meta, map)) in parsed.into_iter().enumerate() {
+        if i == 0 {
+            metadata = meta;
+        }
+        all.extend(map.into_iter().map(|(k, v)| (k, v, i)));
+    }
+    // Each file's entries are already sorted (FlashInfer writes them so):
+    // the stable sort merges runs.
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut entries: Vec<(&str, &Value)> = Vec::with_capacity(all.len());
+    let mut conflicts: Vec<Conflict> = Vec::new();
+    let mut run = 0;
+    while run < all.len() {
+        let (key, kept, kept_file) = (&all[run].0, &all[run].1, all[run].2);
+        let mut next = run + 1;
+        let mut differing: Vec<String> = Vec::new();
+        while next < all.len() && all[next].0 == *key {
+            if all[next].1 != *kept {
+                differing.push(order[all[next].2].1.name.clone());
+            }
+            next += 1;
+        }
+        if !differing.is_empty() {
+            conflicts.push(Conflict {
+                key: key.clone(),
+                kept: order[kept_file].1.name.clone(),
+                differing,
+            });
+        }
+        entries.push((key.as_str(), kept));
+        run = next;
+    }
+
+    let bytes = render_sorted(metadata.as_ref(), &entries);
+    let already_identical = files.iter().all(|f| f.bytes == bytes);
+    Ok(Unified {
+        entries: entries.len(),
+        bytes,
+        conflicts,
+        already_identical,
+    })
+}
+
+/// FlashInfer's `_generation` of a parsed object: the sha256 hex of
+/// `json.dumps(obj, sort_keys=True, separators=(",", ":"))`, leaving out any
+/// `_generation` key of `obj` (FlashInfer hashes the object without it).
+/// Strings are real strings (as parsed from JSON).
+pub fn generation(obj: &Map<String, Value>) -> String {
+    let mut keys: Vec<(&str, &Value)> = obj
+        .iter()
+        .filter(|(k, _)| k.as_str() != GENERATION)
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    keys.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hasher = Sha256::new();
+    hasher.update(b"{");
+    for (i, (key, value)) in keys.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b",");
+        }
+        hasher.update(json_string(key));
+        hasher.update(b":");
+        hasher.update(compact_sorted(value));
+    }
+    hasher.update(b"}");
+    hex::encode(hasher.finalize())
+}
+
+/// A whole FlashInfer cache file: `_metadata` (when given), the entries
+/// sorted by key in Python's code point order, then `_generation`, as
+/// `json.dump(obj, f, indent=2)` writes it (no trailing newline). Of
+/// entries with the same key the first is kept. Entries named `_metadata`,
+/// `_records` or `_generation` must not be given. Strings are real strings
+/// (as parsed from JSON).
+pub fn render<'a>(
+    metadata: Option<&Value>,
+    entries: impl IntoIterator<Item = (&'a str, &'a Value)>,
+) -> Vec<u8> {
+    let mut entries: Vec<(&str, &Value)> = entries.into_iter().collect();
+    if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        entries.dedup_by(|later, earlier| later.0 == earlier.0);
+    }
+    render_sorted(metadata, &entries)
+}
+
+/// [`render`] of entries sorted by key, without duplicates.
+fn render_sorted(metadata: Option<&Value>, entries: &[(&str, &Value)]) -> Vec<u8> {
+    debug_assert!(entries.is_sorted_by(|a, b| a.0 < b.0));
+    debug_assert!(entries
+        .iter()
+        .all(|(k, _)| ![METADATA, RECORDS, GENERATION].contains(k)));
+
+    let mut hasher = Sha256::new();
+    // The sorted (compact) form puts `_metadata` where its key sorts among
+    // the entries' keys (after every key starting with `(`).
+    let meta_at = entries.partition_point(|(k, _)| *k < METADATA);
+    let meta_compact = metadata.map(compact_sorted);
+    hasher.update(b"{");
+    let mut first = true;
+    let mut field = |hasher: &mut Sha256, key: &str, value: &[u8]| {
+        if !first {
+            hasher.update(b",");
+        }
+        first = false;
+        hasher.update(json_string(key));
+        hasher.update(b":");
+        hasher.update(value);
+    };
+
+    // The indented file, at the same time.
+    let mut out: Vec<u8> = Vec::with_capacity(64 + entries.len() * 160);
+    out.push(b'{');
+    let indented = |out: &mut Vec<u8>, key: &str, value: &Value| {
+        out.extend_from_slice(if out.len() == 1 { b"\n  " } else { b",\n  " });
+        out.extend_from_slice(&json_string(key));
+        out.extend_from_slice(b": ");
+        let text = canonical::value_to_python_json(&py_value(value), Style::INDENT2);
+        // Strings are written with their newlines escaped: every newline of
+        // `text` is layout, and one level deeper here.
+        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"\n  ");
+            }
+            out.extend_from_slice(line);
+        }
+    };
+
+    if let Some(meta) = metadata {
+        indented(&mut out, METADATA, meta);
+    }
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i == meta_at {
+            if let Some(m) = &meta_compact {
+                field(&mut hasher, METADATA, m);
+            }
+        }
+        field(&mut hasher, key, &compact_sorted(value));
+        indented(&mut out, key, value);
+    }
+    if meta_at == entries.len() {
+        if let Some(m) = &meta_compact {
+            field(&mut hasher, METADATA, m);
+        }
+    }
+    hasher.update(b"}");
+    let digest = hex::encode(hasher.finalize());
+    indented(&mut out, GENERATION, &Value::String(digest));
+    out.extend_from_slice(b"\n}");
+    out
+}
+
+/// `separators=(",", ":")`, keys in their order.
+const COMPACT: Style = Style {
+    layout: Layout::Compact,
+    sort_keys: false,
+};
+
+/// `json.dumps(key)` of a real string.
+fn json_string(s: &str) -> Vec<u8> {
+    let s = canonical::py_str_from_str(s);
+    canonical::to_python_json(s.as_ref(), COMPACT).expect("serializing a str into a Vec cannot fail")
+}
+
+/// `json.dumps(value, sort_keys=True, separators=(",", ":"))`.
+fn compact_sorted(value: &Value) -> Vec<u8> {
+    let value = py_value(value);
+    // Sorting copies the tree: only when there is an object to sort.
+    let style = if has_object(&value) {
+        Style::COMPACT_SORTED
+    } else {
+        COMPACT
+    };
+    canonical::value_to_python_json(&value, style)
+}
+
+fn has_object(value: &Value) -> bool {
+    match value {
+        Value::Object(_) => true,
+        Value::Array(items) => items.iter().any(has_object),
+        _ => false,
+    }
+}
+
+/// `value` with its strings (and keys) in canonical's sentinel form: a copy
+/// only when some string holds U+10FFFF.
+fn py_value(value: &Value) -> Cow<'_, Value> {
+    if has_sentinel(value) {
+        Cow::Owned(to_sentinel_form(value))
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+fn has_sentinel(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains(canonical::SENTINEL),
+        Value::Array(items) => items.iter().any(has_sentinel),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k.contains(canonical::SENTINEL) || has_sentinel(v)),
+        _ => false,
+    }
+}
+
+fn to_sentinel_form(value: &Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(canonical::py_str_from_str(s).into_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(to_sentinel_form).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    (
+                        canonical::py_str_from_str(k).into_owned(),
+                        to_sentinel_form(v),
+                    )
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
