@@ -27,9 +27,10 @@
 //! is passed through [`canonical::py_str_from_str`] before it is written.
 //! Keys are compared as real strings: UTF-8 byte order is code point order.
 
-use std::borrow::Cow;
 use std::fmt;
 
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -302,24 +303,13 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
 /// `_generation` key of `obj` (FlashInfer hashes the object without it).
 /// Strings are real strings (as parsed from JSON).
 pub fn generation(obj: &Map<String, Value>) -> String {
-    let mut keys: Vec<(&str, &Value)> = obj
+    let mut fields: Vec<(&str, &Value)> = obj
         .iter()
         .filter(|(k, _)| k.as_str() != GENERATION)
         .map(|(k, v)| (k.as_str(), v))
         .collect();
-    keys.sort_by(|a, b| a.0.cmp(b.0));
-    let mut hasher = Sha256::new();
-    hasher.update(b"{");
-    for (i, (key, value)) in keys.iter().enumerate() {
-        if i > 0 {
-            hasher.update(b",");
-        }
-        hasher.update(json_string(key));
-        hasher.update(b":");
-        hasher.update(compact_sorted(value));
-    }
-    hasher.update(b"}");
-    hex::encode(hasher.finalize())
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    generation_of_sorted(&fields)
 }
 
 /// A whole FlashInfer cache file: `_metadata` (when given), the entries
@@ -347,132 +337,133 @@ fn render_sorted(metadata: Option<&Value>, entries: &[(&str, &Value)]) -> Vec<u8
         .iter()
         .all(|(k, _)| ![METADATA, RECORDS, GENERATION].contains(k)));
 
-    let mut hasher = Sha256::new();
-    // The sorted (compact) form puts `_metadata` where its key sorts among
-    // the entries' keys (after every key starting with `(`).
-    let meta_at = entries.partition_point(|(k, _)| *k < METADATA);
-    let meta_compact = metadata.map(compact_sorted);
-    hasher.update(b"{");
-    let mut first = true;
-    let mut field = |hasher: &mut Sha256, key: &str, value: &[u8]| {
-        if !first {
-            hasher.update(b",");
-        }
-        first = false;
-        hasher.update(json_string(key));
-        hasher.update(b":");
-        hasher.update(value);
-    };
-
-    // The indented file, at the same time.
-    let mut out: Vec<u8> = Vec::with_capacity(64 + entries.len() * 160);
-    out.push(b'{');
-    let indented = |out: &mut Vec<u8>, key: &str, value: &Value| {
-        out.extend_from_slice(if out.len() == 1 { b"\n  " } else { b",\n  " });
-        out.extend_from_slice(&json_string(key));
-        out.extend_from_slice(b": ");
-        let text = canonical::value_to_python_json(&py_value(value), Style::INDENT2);
-        // Strings are written with their newlines escaped: every newline of
-        // `text` is layout, and one level deeper here.
-        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"\n  ");
-            }
-            out.extend_from_slice(line);
+    // The hashed form sorts `_metadata` among the entries' keys (after
+    // every key that starts with `(`).
+    let generation = match metadata {
+        None => generation_of_sorted(entries),
+        Some(meta) => {
+            let at = entries.partition_point(|(k, _)| *k < METADATA);
+            let mut fields = Vec::with_capacity(entries.len() + 1);
+            fields.extend_from_slice(&entries[..at]);
+            fields.push((METADATA, meta));
+            fields.extend_from_slice(&entries[at..]);
+            generation_of_sorted(&fields)
         }
     };
 
-    if let Some(meta) = metadata {
-        indented(&mut out, METADATA, meta);
-    }
-    for (i, (key, value)) in entries.iter().enumerate() {
-        if i == meta_at {
-            if let Some(m) = &meta_compact {
-                field(&mut hasher, METADATA, m);
-            }
-        }
-        field(&mut hasher, key, &compact_sorted(value));
-        indented(&mut out, key, value);
-    }
-    if meta_at == entries.len() {
-        if let Some(m) = &meta_compact {
-            field(&mut hasher, METADATA, m);
-        }
-    }
-    hasher.update(b"}");
-    let digest = hex::encode(hasher.finalize());
-    indented(&mut out, GENERATION, &Value::String(digest));
-    out.extend_from_slice(b"\n}");
+    let file = FileObject {
+        metadata,
+        entries,
+        generation: &generation,
+    };
+    // About what json.dump(indent=2) writes for a FlashInfer value.
+    let mut out = Vec::with_capacity(256 + entries.len() * 192);
+    canonical::write_python_json(&mut out, &file, Style::INDENT2)
+        .expect("serializing into a Vec cannot fail");
     out
 }
 
-/// `separators=(",", ":")`, keys in their order.
-const COMPACT: Style = Style {
-    layout: Layout::Compact,
-    sort_keys: false,
-};
-
-/// `json.dumps(key)` of a real string.
-fn json_string(s: &str) -> Vec<u8> {
-    let s = canonical::py_str_from_str(s);
-    canonical::to_python_json(s.as_ref(), COMPACT).expect("serializing a str into a Vec cannot fail")
-}
-
-/// `json.dumps(value, sort_keys=True, separators=(",", ":"))`.
-fn compact_sorted(value: &Value) -> Vec<u8> {
-    let value = py_value(value);
-    // Sorting copies the tree: only when there is an object to sort.
-    let style = if has_object(&value) {
-        Style::COMPACT_SORTED
-    } else {
-        COMPACT
+/// The sha256 hex of the compact, sorted JSON of an object whose `fields`
+/// are already sorted by key.
+fn generation_of_sorted(fields: &[(&str, &Value)]) -> String {
+    let mut hasher = Sha256::new();
+    let object = Fields {
+        fields,
+        sort_nested: true,
     };
-    canonical::value_to_python_json(&value, style)
+    let compact = Style {
+        layout: Layout::Compact,
+        sort_keys: false,
+    };
+    canonical::write_python_json(&mut hasher, &object, compact)
+        .expect("serializing into a hasher cannot fail");
+    hex::encode(hasher.finalize())
 }
 
-fn has_object(value: &Value) -> bool {
-    match value {
-        Value::Object(_) => true,
-        Value::Array(items) => items.iter().any(has_object),
-        _ => false,
+/// The object FlashInfer writes: `_metadata`, the entries, `_generation`.
+struct FileObject<'a> {
+    metadata: Option<&'a Value>,
+    entries: &'a [(&'a str, &'a Value)],
+    generation: &'a str,
+}
+
+impl Serialize for FileObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let len = self.entries.len() + 1 + usize::from(self.metadata.is_some());
+        let mut map = s.serialize_map(Some(len))?;
+        if let Some(meta) = self.metadata {
+            map.serialize_entry(METADATA, &Py::new(meta, false))?;
+        }
+        for (key, value) in self.entries {
+            map.serialize_entry(&*canonical::py_str_from_str(key), &Py::new(value, false))?;
+        }
+        map.serialize_entry(GENERATION, self.generation)?;
+        map.end()
     }
 }
 
-/// `value` with its strings (and keys) in canonical's sentinel form: a copy
-/// only when some string holds U+10FFFF.
-fn py_value(value: &Value) -> Cow<'_, Value> {
-    if has_sentinel(value) {
-        Cow::Owned(to_sentinel_form(value))
-    } else {
-        Cow::Borrowed(value)
+/// An object of the given fields, in their order.
+struct Fields<'a> {
+    fields: &'a [(&'a str, &'a Value)],
+    sort_nested: bool,
+}
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
+        for (key, value) in self.fields {
+            map.serialize_entry(
+                &*canonical::py_str_from_str(key),
+                &Py::new(value, self.sort_nested),
+            )?;
+        }
+        map.end()
     }
 }
 
-fn has_sentinel(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains(canonical::SENTINEL),
-        Value::Array(items) => items.iter().any(has_sentinel),
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, v)| k.contains(canonical::SENTINEL) || has_sentinel(v)),
-        _ => false,
+/// A borrowed `Value` as canonical's writer needs it: strings and keys in
+/// its sentinel form (a real U+10FFFF doubled), objects' keys in Python
+/// order when `sort` (real strings: UTF-8 byte order is code point order).
+/// Numbers keep their text (serde_json's `arbitrary_precision`).
+struct Py<'a> {
+    value: &'a Value,
+    sort: bool,
+}
+
+impl<'a> Py<'a> {
+    fn new(value: &'a Value, sort: bool) -> Self {
+        Py { value, sort }
     }
 }
 
-fn to_sentinel_form(value: &Value) -> Value {
-    match value {
-        Value::String(s) => Value::String(canonical::py_str_from_str(s).into_owned()),
-        Value::Array(items) => Value::Array(items.iter().map(to_sentinel_form).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    (
-                        canonical::py_str_from_str(k).into_owned(),
-                        to_sentinel_form(v),
-                    )
-                })
-                .collect(),
-        ),
-        other => other.clone(),
+impl Serialize for Py<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.value {
+            Value::Null => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Number(n) => n.serialize(s),
+            Value::String(text) => s.serialize_str(&canonical::py_str_from_str(text)),
+            Value::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&Py::new(item, self.sort))?;
+                }
+                seq.end()
+            }
+            Value::Object(object) => {
+                let mut fields: Vec<(&String, &Value)> = object.iter().collect();
+                if self.sort {
+                    fields.sort_by(|a, b| a.0.cmp(b.0));
+                }
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (key, value) in fields {
+                    map.serialize_entry(
+                        &*canonical::py_str_from_str(key),
+                        &Py::new(value, self.sort),
+                    )?;
+                }
+                map.end()
+            }
+        }
     }
 }
