@@ -3,7 +3,7 @@
 //! entries every rank shares), unified (parse + merge + render + generation)
 //! many times.
 //!
-//!     cargo run --release --example bench_unify [ITERATIONS]
+//!     cargo run --release --example bench_unify [ITERATIONS] [--parts]
 
 use std::time::{Duration, Instant};
 
@@ -84,12 +84,14 @@ fn files() -> Vec<RankFile> {
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let show_parts = args.iter().any(|a| a == "--parts");
+    let iterations: usize = args
+        .iter()
+        .find(|a| *a != "--parts")
         .map(|s| s.parse().expect("ITERATIONS is a number"))
         .unwrap_or(200);
     let files = files();
-    if std::env::var_os("PARTS").is_some() { parts(&files); }
     let input: usize = files.iter().map(|f| f.bytes.len()).sum();
 
     let (entries, output) = match unify(&files) {
@@ -119,28 +121,40 @@ fn main() {
         ms(times[0]),
         ms(times[times.len() - 1]),
     );
+    if show_parts {
+        parts(&files);
+    }
 }
 
-#[allow(dead_code)]
-pub fn parts(files: &[RankFile]) {
-    let n = 50;
+/// Where the time goes, single-threaded: serde_json trees of the 8 files,
+/// lexing alone, and `render` (with `_generation`) of one rank file.
+fn parts(files: &[RankFile]) {
+    let n = 20;
+    let per = |t: Instant| t.elapsed().as_secs_f64() * 1e3 / n as f64;
     let t = Instant::now();
     for _ in 0..n {
         for f in files {
-            let v: Value = serde_json::from_slice(&f.bytes).unwrap();
+            std::hint::black_box(serde_json::from_slice::<Value>(&f.bytes).unwrap());
+        }
+    }
+    println!("  parse {RANKS} files into Values: {:.2} ms", per(t));
+    let t = Instant::now();
+    for _ in 0..n {
+        for f in files {
+            let v: serde::de::IgnoredAny = serde_json::from_slice(&f.bytes).unwrap();
             std::hint::black_box(v);
         }
     }
-    println!("parse: {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / n as f64);
+    println!("  lex {RANKS} files only: {:.2} ms", per(t));
     let v: serde_json::Map<String, Value> = serde_json::from_slice(&files[0].bytes).unwrap();
+    let entries: Vec<(&str, &Value)> = v
+        .iter()
+        .filter(|(k, _)| !k.starts_with('_'))
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
     let t = Instant::now();
     for _ in 0..n {
-        std::hint::black_box(keepwrap::unify::generation(&v));
+        std::hint::black_box(render(v.get("_metadata"), entries.iter().copied()));
     }
-    println!("generation of one file: {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / n as f64);
-    let t = Instant::now();
-    for _ in 0..n {
-        std::hint::black_box(render(v.get("_metadata"), v.iter().filter(|(k,_)| !k.starts_with('_')).map(|(k, v)| (k.as_str(), v))));
-    }
-    println!("render of one file: {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / n as f64);
+    println!("  render one file of {ENTRIES} entries: {:.2} ms", per(t));
 }

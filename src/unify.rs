@@ -79,7 +79,10 @@ impl fmt::Display for RankId {
 }
 
 fn take_number(s: &str) -> Option<(u32, &str)> {
-    let end = s.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(s.len());
+    let end = s
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
     let digits = &s[..end];
     if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
         return None;
@@ -215,14 +218,27 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
     }
     order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
 
+    // Files with the same bytes (every file, once the directory is unified)
+    // are parsed once: `same[i]` is the first file with the bytes of file i.
+    let same: Vec<usize> = (0..order.len())
+        .map(|i| {
+            (0..i)
+                .find(|&j| order[j].1.bytes == order[i].1.bytes)
+                .unwrap_or(i)
+        })
+        .collect();
+    let unique: Vec<usize> = (0..order.len()).filter(|&i| same[i] == i).collect();
+
     // Parse each file once; take `_metadata` and `_generation` out of it.
-    let mut parsed: Vec<(Option<Value>, Map<String, Value>)> = Vec::with_capacity(order.len());
-    for (_, file) in &order {
-        let value: Value =
-            serde_json::from_slice(&file.bytes).map_err(|e| LeaveReason::NotJson {
-                name: file.name.clone(),
-                error: e.to_string(),
-            })?;
+    let values = parse_all(&unique.iter().map(|&i| order[i].1).collect::<Vec<_>>());
+    let mut parsed: Vec<(usize, Option<Value>, Map<String, Value>)> =
+        Vec::with_capacity(unique.len());
+    for (&i, value) in unique.iter().zip(values) {
+        let file = order[i].1;
+        let value: Value = value.map_err(|e| LeaveReason::NotJson {
+            name: file.name.clone(),
+            error: e.to_string(),
+        })?;
         let Value::Object(mut map) = value else {
             return Err(LeaveReason::NotObject {
                 name: file.name.clone(),
@@ -233,29 +249,28 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
                 name: file.name.clone(),
             });
         }
-        // shift_remove keeps the order of the rest (swap_remove would not,
-        // and the order does not matter here, but it is as cheap for keys at
-        // the ends, which is where FlashInfer puts these two).
+        // shift_remove keeps the order of the rest, and costs nothing for
+        // keys at the ends, which is where FlashInfer puts these two.
         let metadata = map.shift_remove(METADATA);
         map.shift_remove(GENERATION);
-        parsed.push((metadata, map));
+        parsed.push((i, metadata, map));
     }
-    for (i, (metadata, _)) in parsed.iter().enumerate().skip(1) {
-        if *metadata != parsed[0].0 {
+    for (i, metadata, _) in parsed.iter().skip(1) {
+        if *metadata != parsed[0].1 {
             return Err(LeaveReason::MetadataDiffer {
                 first: order[0].1.name.clone(),
-                other: order[i].1.name.clone(),
+                other: order[*i].1.name.clone(),
             });
         }
     }
 
     // The union: every (key, value, file) in rank order, stably sorted by
     // key, so that the first of each run of one key is the lowest rank's.
-    let total: usize = parsed.iter().map(|(_, m)| m.len()).sum();
+    let total: usize = parsed.iter().map(|(_, _, m)| m.len()).sum();
     let mut all: Vec<(String, Value, usize)> = Vec::with_capacity(total);
     let mut metadata = None;
-    for (i, (meta, map)) in parsed.into_iter().enumerate() {
-        if i == 0 {
+    for (n, (i, meta, map)) in parsed.into_iter().enumerate() {
+        if n == 0 {
             metadata = meta;
         }
         all.extend(map.into_iter().map(|(k, v)| (k, v, i)));
@@ -270,18 +285,20 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
     while run < all.len() {
         let (key, kept, kept_file) = (&all[run].0, &all[run].1, all[run].2);
         let mut next = run + 1;
-        let mut differing: Vec<String> = Vec::new();
+        let mut differing: Vec<usize> = Vec::new();
         while next < all.len() && all[next].0 == *key {
             if all[next].1 != *kept {
-                differing.push(order[all[next].2].1.name.clone());
+                let file = all[next].2;
+                differing.extend((file..order.len()).filter(|&j| same[j] == file));
             }
             next += 1;
         }
         if !differing.is_empty() {
+            differing.sort_unstable();
             conflicts.push(Conflict {
                 key: key.clone(),
                 kept: order[kept_file].1.name.clone(),
-                differing,
+                differing: differing.iter().map(|&j| order[j].1.name.clone()).collect(),
             });
         }
         entries.push((key.as_str(), kept));
@@ -295,6 +312,43 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
         bytes,
         conflicts,
         already_identical,
+    })
+}
+
+/// `serde_json::from_slice` of every file, in order. Building the trees is
+/// most of the cost of [`unify`] (an allocation per string, number and
+/// container), so the files are parsed on up to 4 threads when the machine
+/// has the cores; on one thread when a thread cannot be started.
+fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
+    let parse = |file: &&RankFile| serde_json::from_slice::<Value>(&file.bytes);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(files.len());
+    if workers <= 1 {
+        return files.iter().map(parse).collect();
+    }
+    let chunk = files.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .skip(1)
+            .map(|part| {
+                let handle = std::thread::Builder::new()
+                    .name("keepwrap-unify".into())
+                    .spawn_scoped(scope, move || part.iter().map(parse).collect::<Vec<_>>());
+                (part, handle)
+            })
+            .collect();
+        let mut out: Vec<serde_json::Result<Value>> = Vec::with_capacity(files.len());
+        out.extend(files[..chunk].iter().map(parse));
+        for (part, handle) in handles {
+            match handle {
+                Ok(handle) => out.extend(handle.join().expect("a parse thread panicked")),
+                Err(_) => out.extend(part.iter().map(parse)),
+            }
+        }
+        out
     })
 }
 

@@ -311,7 +311,10 @@ fn conflict_display() {
     let c = Conflict {
         key: "('op', 'R', ((8, 7168),), ())".into(),
         kept: "rank_tp0_pp0_dp0.json".into(),
-        differing: vec!["rank_tp1_pp0_dp0.json".into(), "rank_tp2_pp0_dp0.json".into()],
+        differing: vec![
+            "rank_tp1_pp0_dp0.json".into(),
+            "rank_tp2_pp0_dp0.json".into(),
+        ],
     };
     assert_eq!(
         c.to_string(),
@@ -486,7 +489,10 @@ fn unreadable_files_are_left() {
     let plain = r#"{"_metadata": {"gpu": "x"}, "a": [1]}"#;
     let reason = left(&[
         file("rank_tp0_pp0_dp0.json", plain),
-        file("rank_tp1_pp0_dp0.json", r#"{"_metadata": {"gpu": "x"}, "a": ["#),
+        file(
+            "rank_tp1_pp0_dp0.json",
+            r#"{"_metadata": {"gpu": "x"}, "a": ["#,
+        ),
     ]);
     let LeaveReason::NotJson { name, .. } = &reason else {
         panic!("{reason:?}")
@@ -500,9 +506,14 @@ fn unreadable_files_are_left() {
     // does not have: such a file is left alone.
     let reason = left(&[
         file("rank_tp0_pp0_dp0.json", plain),
-        file("rank_tp1_pp0_dp0.json", r#"{"_metadata": {"gpu": "x"}, "a": [NaN]}"#),
+        file(
+            "rank_tp1_pp0_dp0.json",
+            r#"{"_metadata": {"gpu": "x"}, "a": [NaN]}"#,
+        ),
     ]);
-    assert!(matches!(reason, LeaveReason::NotJson { ref name, .. } if name == "rank_tp1_pp0_dp0.json"));
+    assert!(
+        matches!(reason, LeaveReason::NotJson { ref name, .. } if name == "rank_tp1_pp0_dp0.json")
+    );
 
     let reason = left(&[
         file("rank_tp0_pp0_dp0.json", "[1, 2]"),
@@ -554,6 +565,51 @@ fn rank_id_from_file_name() {
     ] {
         assert_eq!(RankId::from_file_name(bad), None, "{bad}");
     }
-    assert!(RankId { tp: 0, pp: 0, dp: 1 } < RankId { tp: 0, pp: 1, dp: 0 });
-    assert!(RankId { tp: 0, pp: 9, dp: 9 } < RankId { tp: 1, pp: 0, dp: 0 });
+    assert!(
+        RankId {
+            tp: 0,
+            pp: 0,
+            dp: 1
+        } < RankId {
+            tp: 0,
+            pp: 1,
+            dp: 0
+        }
+    );
+    assert!(
+        RankId {
+            tp: 0,
+            pp: 9,
+            dp: 9
+        } < RankId {
+            tp: 1,
+            pp: 0,
+            dp: 0
+        }
+    );
+}
+
+#[test]
+fn files_with_the_same_bytes_are_counted_in_conflicts() {
+    let a = r#"{"_metadata": {"gpu": "x"}, "k": [1], "only_a": [0]}"#;
+    let b = r#"{"_metadata": {"gpu": "x"}, "k": [2]}"#;
+    let u = unified(&[
+        file("rank_tp3_pp0_dp0.json", a),
+        file("rank_tp2_pp0_dp0.json", b),
+        file("rank_tp0_pp0_dp0.json", a),
+        file("rank_tp1_pp0_dp0.json", b),
+    ]);
+    assert_eq!(
+        u.conflicts,
+        [Conflict {
+            key: "k".into(),
+            kept: "rank_tp0_pp0_dp0.json".into(),
+            differing: vec![
+                "rank_tp1_pp0_dp0.json".into(),
+                "rank_tp2_pp0_dp0.json".into()
+            ],
+        }]
+    );
+    assert_eq!(u.entries, 2);
+    assert!(!u.already_identical);
 }
