@@ -9,6 +9,7 @@
 //! - [`keep`]: the cache side of one launch (prune, watch, done, sign);
 //! - [`supervise`]: the one poll loop that ties child, watch and readiness;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
+//! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON.
@@ -22,6 +23,7 @@ pub mod keep;
 pub mod logging;
 pub mod ready;
 pub mod supervise;
+pub mod unify;
 pub mod watch;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger

@@ -148,7 +148,9 @@ impl Running {
     pub fn spawn(cmd: &mut Command) -> Running {
         use std::io::{BufRead, BufReader, Read};
         use std::process::Stdio;
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut guard = Guard::spawn(cmd);
         let (tx, lines) = std::sync::mpsc::channel();
         let out = guard.child.stdout.take().unwrap();
@@ -168,10 +170,17 @@ impl Running {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Running { guard, lines, stdout: Vec::new(), stderr }
+        Running {
+            guard,
+            lines,
+            stdout: Vec::new(),
+            stderr,
+        }
     }
 
     pub fn stderr(&self) -> String {
@@ -193,7 +202,12 @@ impl Running {
     }
 
     /// Wait until a stdout line satisfies `pred`; return it.
-    pub fn wait_stdout(&mut self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+    pub fn wait_stdout(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
         wait_for(what, timeout, || {
             self.drain();
             self.stdout.iter().find(|l| pred(l)).cloned()
@@ -214,7 +228,11 @@ impl Running {
             }
         }
         let stderr = self.stderr();
-        Finished { code, stdout: std::mem::take(&mut self.stdout), stderr }
+        Finished {
+            code,
+            stdout: std::mem::take(&mut self.stdout),
+            stderr,
+        }
     }
 }
 
@@ -231,7 +249,10 @@ impl Finished {
 
     /// Shapes profiled, summed over every rank and pass.
     pub fn tuned(&self) -> u64 {
-        self.events("pass").iter().map(|p| p["tuned"].as_u64().unwrap()).sum()
+        self.events("pass")
+            .iter()
+            .map(|p| p["tuned"].as_u64().unwrap())
+            .sum()
     }
 
     /// Shapes profiled per global rank.
@@ -245,20 +266,31 @@ impl Finished {
 
     /// Cache hits, summed over every rank and pass.
     pub fn hit(&self) -> u64 {
-        self.events("pass").iter().map(|p| p["hit"].as_u64().unwrap()).sum()
+        self.events("pass")
+            .iter()
+            .map(|p| p["hit"].as_u64().unwrap())
+            .sum()
     }
 
     /// Digest of the tactics each global rank ended up using.
     pub fn tactics(&self) -> std::collections::BTreeMap<u64, String> {
         self.events("tactics")
             .iter()
-            .map(|t| (t["rank"].as_u64().unwrap(), t["sha256"].as_str().unwrap().to_string()))
+            .map(|t| {
+                (
+                    t["rank"].as_u64().unwrap(),
+                    t["sha256"].as_str().unwrap().to_string(),
+                )
+            })
             .collect()
     }
 
     /// The `keepwrap:` lines of stderr.
     pub fn log(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|l| l.starts_with("keepwrap:")).collect()
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("keepwrap:"))
+            .collect()
     }
 
     pub fn logged(&self, needle: &str) -> bool {
@@ -297,7 +329,9 @@ pub fn cache_root(home: &Path) -> PathBuf {
 /// relative and sorted.
 pub fn cache_files(root: &Path) -> Vec<PathBuf> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         for e in rd.flatten() {
             let name = e.file_name();
             let p = e.path();
