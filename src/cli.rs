@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::fingerprint::{self, ProfileName};
 use crate::logging::{self, LogFormat};
@@ -154,9 +154,43 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub probe_timeout: Duration,
 
+    /// Rewrite the rank files of each cache directory as their union at commit,
+    /// so SGLang's stock entry gate sees agreement under expert parallelism
+    /// (auto: on for the sglang and seed profiles)
+    #[arg(
+        long,
+        value_enum,
+        env = "KEEPWRAP_UNIFY",
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub unify: UnifyMode,
+
     /// Only supervise: leave the cache alone
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnifyMode {
+    Auto,
+    On,
+    Off,
+}
+
+impl RunArgs {
+    /// Whether this launch unifies rank files.
+    pub fn unifies(&self) -> bool {
+        match self.unify {
+            UnifyMode::On => true,
+            UnifyMode::Off => false,
+            // Both profiles front an SGLang engine, whose stock gate needs it.
+            UnifyMode::Auto => matches!(
+                self.fingerprint.profile,
+                ProfileName::Sglang | ProfileName::Seed
+            ),
+        }
+    }
 }
 
 /// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds.

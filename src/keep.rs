@@ -15,6 +15,7 @@ use crate::child::Ended;
 use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
 use crate::ready::{Done, Probe, ProbeResult};
+use crate::unify;
 use crate::watch::Watcher;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,8 @@ pub struct Keeper {
     kept: Vec<PathBuf>,
     last_landing: Option<Instant>,
     phase: Phase,
+    /// Rewrite each directory's rank files as their union before signing.
+    unify: bool,
 }
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
@@ -111,7 +114,7 @@ impl Keeper {
                 return None;
             }
         };
-        Some(Keeper {
+        let mut keeper = Keeper {
             root,
             fingerprint,
             done,
@@ -123,7 +126,33 @@ impl Keeper {
             kept,
             last_landing: None,
             phase: Phase::Tuning,
-        })
+            unify: args.unifies(),
+        };
+        keeper.unify_kept();
+        Some(keeper)
+    }
+
+    /// Files kept for this launch but signed without being unified (e.g.
+    /// with `--unify off`): unify them now and sign the result, so that the
+    /// engine's gate agrees on this very boot.
+    fn unify_kept(&mut self) {
+        if !self.unify || self.kept.len() < 2 {
+            return;
+        }
+        if unify::unify_tree(&self.root, self.kept.iter().map(PathBuf::as_path)).rewritten == 0 {
+            return;
+        }
+        self.watcher.read();
+        match cache::sign(&self.root, &self.fingerprint) {
+            Ok(r) => tracing::info!(
+                "signed {} unified cache files for this launch",
+                r.signed.len()
+            ),
+            Err(e) => tracing::warn!(
+                "cannot sign {}: {e}; the next launch will tune again",
+                self.root.display()
+            ),
+        }
     }
 
     /// The engine is running: start probing its health if that is the rule.
@@ -244,6 +273,13 @@ impl Keeper {
     fn sign_done(&mut self) {
         self.phase = Phase::Signed;
         self.probe = None;
+        if self.unify {
+            let files: Vec<PathBuf> = self.watcher.known_files().map(Path::to_path_buf).collect();
+            if unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path)).rewritten > 0 {
+                // keepwrap's own rewrites are not landings of the engine.
+                self.watcher.read();
+            }
+        }
         let report = match cache::sign(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {

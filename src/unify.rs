@@ -27,13 +27,19 @@
 //! is passed through [`canonical::py_str_from_str`] before it is written.
 //! Keys are compared as real strings: UTF-8 byte order is code point order.
 
+use std::collections::BTreeMap;
+use std::ffi::CStr;
 use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
 
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::cache::{self, fsx};
 use crate::canonical::{self, Layout, Style};
 
 /// The key of the metadata object.
@@ -520,4 +526,113 @@ impl Serialize for Py<'_> {
             }
         }
     }
+}
+
+/// What unifying the cache directories of a tree did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Directories whose rank files were rewritten as their union.
+    pub rewritten: usize,
+}
+
+/// Unify, directory by directory, the rank files among `files` (paths
+/// relative to `root`): each directory whose files agree on `_metadata` and
+/// carry no `_records` gets the union written over every rank file,
+/// atomically and without following a symlink. One log line per directory
+/// says what happened or why its files were left as they are.
+pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) -> TreeReport {
+    let mut by_dir: BTreeMap<&Path, Vec<&str>> = BTreeMap::new();
+    for rel in files {
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
+        else {
+            continue;
+        };
+        if RankId::from_file_name(name).is_some() {
+            by_dir.entry(dir).or_default().push(name);
+        }
+    }
+    let mut report = TreeReport::default();
+    if by_dir.is_empty() {
+        return report;
+    }
+    let root_fd = match fsx::open_root(root) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!("cannot unify rank files under {}: {e}", root.display());
+            return report;
+        }
+    };
+    for (dir, names) in by_dir {
+        match unify_dir(root_fd.as_fd(), dir, &names) {
+            Ok(true) => report.rewritten += 1,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "cannot unify the rank files of {}: {e}; left as they are",
+                dir.display()
+            ),
+        }
+    }
+    report
+}
+
+/// Most conflicts named one per line; the rest are counted.
+const CONFLICT_LINES: usize = 10;
+
+fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<bool> {
+    let dfd = fsx::open_dir_path(root, dir)?;
+    let mut files = Vec::with_capacity(names.len());
+    let mut modes = Vec::with_capacity(names.len());
+    for name in names {
+        let mut bytes = Vec::new();
+        let st = fsx::read_at(dfd.as_fd(), *name, &mut bytes, cache::MAX_CACHE_FILE)
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
+        modes.push(st.st_mode & 0o7777);
+        files.push(RankFile {
+            name: name.to_string(),
+            bytes,
+        });
+    }
+    let unified = match unify(&files) {
+        Outcome::Leave(reason) => {
+            tracing::info!("{}: {reason}", dir.display());
+            return Ok(false);
+        }
+        Outcome::Unified(u) => u,
+    };
+    if unified.already_identical {
+        tracing::debug!(
+            "{}: the {} rank files are already one union",
+            dir.display(),
+            files.len()
+        );
+        return Ok(false);
+    }
+    let mut name_buf = Vec::new();
+    for (file, mode) in files.iter().zip(modes) {
+        name_buf.clear();
+        name_buf.extend_from_slice(file.name.as_bytes());
+        name_buf.push(0);
+        let cname = CStr::from_bytes_with_nul(&name_buf).map_err(io::Error::other)?;
+        fsx::write_atomic_at(dfd.as_fd(), cname, &unified.bytes, mode)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))?;
+    }
+    fsx::fsync_dir(dfd.as_fd())?;
+    tracing::info!(
+        "unified {} rank files in {}: {} entries each, {} conflicting",
+        files.len(),
+        dir.display(),
+        unified.entries,
+        unified.conflicts.len()
+    );
+    for c in unified.conflicts.iter().take(CONFLICT_LINES) {
+        tracing::info!("{}: {c}", dir.display());
+    }
+    if unified.conflicts.len() > CONFLICT_LINES {
+        tracing::info!(
+            "{}: and {} more conflicting entries",
+            dir.display(),
+            unified.conflicts.len() - CONFLICT_LINES
+        );
+    }
+    Ok(true)
 }

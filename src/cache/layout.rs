@@ -112,7 +112,10 @@ impl Listing {
     /// Is there an entry called `name` (any kind)? The listing is sorted by
     /// name after [`read_listing`].
     pub fn find(&self, name: &[u8]) -> Option<&Ent> {
-        self.ents.binary_search_by(|e| self.name(e).cmp(name)).ok().map(|i| &self.ents[i])
+        self.ents
+            .binary_search_by(|e| self.name(e).cmp(name))
+            .ok()
+            .map(|i| &self.ents[i])
     }
 }
 
@@ -151,7 +154,11 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+                warn!(
+                    "cannot read directory {}: {}",
+                    Rel(rel, b""),
+                    std::io::Error::from(e)
+                );
                 return false;
             }
         };
@@ -173,7 +180,11 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
         };
         let off = out.names.len() as u32;
         out.names.extend_from_slice(name);
-        out.ents.push(Ent { off, len: name.len() as u32, kind });
+        out.ents.push(Ent {
+            off,
+            len: name.len() as u32,
+            kind,
+        });
     }
     // File systems without d_type: lstat those entries.
     if !pending_unknown.is_empty() {
@@ -196,7 +207,8 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
     }
     let names = &out.names;
     out.ents.sort_unstable_by(|a, b| {
-        names[a.off as usize..(a.off + a.len) as usize].cmp(&names[b.off as usize..(b.off + b.len) as usize])
+        names[a.off as usize..(a.off + a.len) as usize]
+            .cmp(&names[b.off as usize..(b.off + b.len) as usize])
     });
     true
 }
@@ -220,8 +232,14 @@ fn walk_dir(
 ) {
     let own = match fsx::stat_fd(fd.as_fd()) {
         Ok(st) => dir_untrusted(&st, euid).map(|why| {
-            let shown = if rel.is_empty() { ".".to_string() } else { Rel(&rel[..rel.len() - 1], b"").to_string() };
-            Untrusted(format!("in a directory another user can write ({shown}: {why})"))
+            let shown = if rel.is_empty() {
+                ".".to_string()
+            } else {
+                Rel(&rel[..rel.len() - 1], b"").to_string()
+            };
+            Untrusted(format!(
+                "in a directory another user can write ({shown}: {why})"
+            ))
         }),
         Err(e) => {
             warn!("cannot stat directory {}: {}", Rel(rel, b""), e);
@@ -232,7 +250,11 @@ fn walk_dir(
     let mut dir = match Dir::from_fd(fd) {
         Ok(d) => d,
         Err(e) => {
-            warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+            warn!(
+                "cannot read directory {}: {}",
+                Rel(rel, b""),
+                std::io::Error::from(e)
+            );
             return;
         }
     };
@@ -240,7 +262,14 @@ fn walk_dir(
     if !read_listing(&mut dir, rel, &mut listing) {
         return;
     }
-    visit(&DirView { fd: dir.as_fd(), rel, untrusted }, &listing);
+    visit(
+        &DirView {
+            fd: dir.as_fd(),
+            rel,
+            untrusted,
+        },
+        &listing,
+    );
     let mut cname = Vec::new();
     for e in &listing.ents {
         let name = listing.name(e);

@@ -27,6 +27,7 @@ pub mod fsx;
 mod judge;
 mod layout;
 mod prune;
+pub use prune::MAX_CACHE_FILE;
 mod sidecar;
 mod sign;
 
@@ -71,7 +72,9 @@ pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
-        let Component::Normal(name) = c else { return false };
+        let Component::Normal(name) = c else {
+            return false;
+        };
         let name = name.as_bytes();
         if comps.peek().is_some() {
             if !layout::walks_into(name) {

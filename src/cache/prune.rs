@@ -38,7 +38,12 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
-        Err(e) => return Err(io::Error::new(e.kind(), format!("open cache root {}: {e}", root.display()))),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("open cache root {}: {e}", root.display()),
+            ))
+        }
     };
     let root_fd = fd
         .try_clone()
@@ -65,7 +70,12 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
             r.left
         );
     } else {
-        info!("prune: kept {}, removed {} cache files and {} leftovers", r.kept.len(), r.removed, r.leftovers);
+        info!(
+            "prune: kept {}, removed {} cache files and {} leftovers",
+            r.kept.len(),
+            r.removed,
+            r.leftovers
+        );
     }
     Ok(st.report)
 }
@@ -83,7 +93,10 @@ impl State<'_> {
             match layout::role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
-                        warn!("left {}: a directory named *.json, which keepwrap does not remove", Rel(dir.rel, name));
+                        warn!(
+                            "left {}: a directory named *.json, which keepwrap does not remove",
+                            Rel(dir.rel, name)
+                        );
                         self.report.left += 1;
                     }
                     Kind::File => self.judge_file(dir, name),
@@ -171,7 +184,12 @@ impl State<'_> {
         };
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
-        let verdict = match fsx::read_at(dir.fd, cstr_buf(&mut self.cname, name), &mut self.cbuf, MAX_CACHE_FILE) {
+        let verdict = match fsx::read_at(
+            dir.fd,
+            cstr_buf(&mut self.cname, name),
+            &mut self.cbuf,
+            MAX_CACHE_FILE,
+        ) {
             Err(e) => Err(Reason::Unreadable(e.to_string())),
             Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
         };
@@ -188,8 +206,13 @@ impl State<'_> {
     /// ones, remove the others.
     fn resolve(&mut self, root: &OwnedFd) {
         let cands = std::mem::take(&mut self.cands);
-        let views: Vec<Candidate<'_>> =
-            cands.iter().map(|(p, sc)| Candidate { path: p.as_str(), sidecar: sc }).collect();
+        let views: Vec<Candidate<'_>> = cands
+            .iter()
+            .map(|(p, sc)| Candidate {
+                path: p.as_str(),
+                sidecar: sc,
+            })
+            .collect();
         let verdicts = judge::resolve_sets(&views);
         for ((path, _), verdict) in cands.iter().zip(verdicts) {
             match verdict {
