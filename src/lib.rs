@@ -14,6 +14,13 @@
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON.
 
+/// The sidecar format version as a literal, for `concat!` in `--version`.
+macro_rules! sidecar_format {
+    () => {
+        1
+    };
+}
+
 pub mod cache;
 pub mod canonical;
 pub mod child;
@@ -28,4 +35,4 @@ pub mod watch;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
 /// version is not trusted.
-pub const SIDECAR_FORMAT: u32 = 1;
+pub const SIDECAR_FORMAT: u32 = sidecar_format!();
