@@ -138,7 +138,11 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
             "{}",
             b.stderr
         );
-        assert!(b.logged("share: published 1 rank files as node"), "{}", b.stderr);
+        assert!(
+            b.logged("share: published 1 rank files as node"),
+            "{}",
+            b.stderr
+        );
     }
     let files = rank_files(t.path());
     assert_eq!(files.len(), 4);
@@ -148,7 +152,11 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
     for n in [2, 3] {
         let b = boot_nodes(t.path(), share_kw(&share));
         all_ok(&b, &format!("boot {n}"));
-        assert_eq!(tuned(&b), vec![0; 4], "boot {n} tunes 0 shapes on every node");
+        assert_eq!(
+            tuned(&b),
+            vec![0; 4],
+            "boot {n} tunes 0 shapes on every node"
+        );
         assert!(b
             .iter()
             .flat_map(|b| b.events("pass"))
@@ -189,8 +197,9 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
     assert!(out.status.success());
     for r in 0..NODES {
         assert!(
-            text.lines()
-                .any(|l| l.contains(&format!(" node {r}/4 published ")) && l.contains(": 1 files, ")),
+            text.lines().any(
+                |l| l.contains(&format!(" node {r}/4 published ")) && l.contains(": 1 files, ")
+            ),
             "{text}"
         );
     }
@@ -315,7 +324,11 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
             .collect(),
     );
     all_ok(&b, "read-only share");
-    assert_eq!(tuned(&b), vec![0; 4], "the union is read from a read-only share");
+    assert_eq!(
+        tuned(&b),
+        vec![0; 4],
+        "the union is read from a read-only share"
+    );
     for (r, node) in b.iter().enumerate() {
         assert!(
             node.logged("share: cannot publish to") && node.logged("Read-only file system"),
@@ -376,7 +389,7 @@ fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
     std::fs::create_dir(&share).unwrap();
-    const ENTRIES: usize = 4000;
+    const ENTRIES: usize = 800;
     let until = Instant::now() + Duration::from_secs(4);
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
@@ -402,8 +415,55 @@ fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
             })
         })
         .collect();
+    // Meanwhile this process reads the share as fast as it can, through the
+    // same code keepwrap reads it with: every union it accepts must hold
+    // each node's entries complete and from one single publication.
+    let (mut accepted, mut refused) = (0, 0);
+    while handles.iter().any(|h| !h.is_finished()) {
+        let Some(cluster) = std::fs::read_dir(share.join("keepwrap"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok()?.file_name().into_string().ok())
+        else {
+            continue;
+        };
+        let me = keepwrap::share::Node { nnodes: 2, rank: 0 };
+        match keepwrap::share::gather(&share, &cluster, me).unwrap() {
+            keepwrap::share::Gathered::Incomplete(why) => {
+                if why
+                    .iter()
+                    .any(|(_, w)| w.contains("differ from the manifest"))
+                {
+                    refused += 1;
+                }
+            }
+            keepwrap::share::Gathered::Complete(dirs) => {
+                for d in dirs {
+                    let keepwrap::unify::Outcome::Unified(u) = d.outcome else {
+                        panic!("{:?}", d.outcome);
+                    };
+                    let obj: serde_json::Value = serde_json::from_slice(&u.bytes).unwrap();
+                    for r in 0..2 {
+                        let prefix = format!("('op', 'node{r}',");
+                        let versions: Vec<&serde_json::Value> = obj
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .filter(|(k, _)| k.starts_with(&prefix))
+                            .map(|(_, v)| &v[1])
+                            .collect();
+                        assert_eq!(versions.len(), ENTRIES, "node {r} complete");
+                        assert!(all_equal(&versions), "node {r}: one publication");
+                    }
+                    accepted += 1;
+                }
+            }
+        }
+    }
     let results: Vec<(u32, u32, u32)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     eprintln!("(runs, unions taken, publications refused mid-replace) per node: {results:?}");
+    eprintln!("reader: {accepted} unions accepted, {refused} reads refused mid-replace");
+    assert!(accepted > 0);
     assert!(
         results.iter().any(|r| r.1 > 0),
         "some boots took a union: {results:?}"
