@@ -998,6 +998,88 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_fingerprint_leaves_out_the_node_rank_and_node_local_env() {
+        use crate::fingerprint::{Options, ProfileName};
+        let opts = Options {
+            profile: ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let node_local: Vec<String> = crate::fingerprint::DEFAULT_NODE_LOCAL_ENV
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let launch = |argv: &[&str], cache: &str| {
+            let env = vec![
+                (OsString::from("SGLANG_CACHE_DIR"), OsString::from(cache)),
+                (OsString::from("SGLANG_X"), OsString::from("1")),
+            ];
+            Launch::new(&opts, &os(argv), &env)
+        };
+        let a = launch(&["p", "--nnodes", "4", "--node-rank", "0"], "/a");
+        let b = launch(&["p", "--nnodes", "4", "--node-rank=3"], "/b");
+        let c = launch(&["p", "--nnodes", "2", "--node-rank", "0"], "/a");
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        assert_eq!(
+            a.cluster_fingerprint(&node_local),
+            b.cluster_fingerprint(&node_local)
+        );
+        assert_ne!(
+            a.cluster_fingerprint(&node_local),
+            c.cluster_fingerprint(&node_local)
+        );
+        assert_ne!(a.cluster_fingerprint(&[]), b.cluster_fingerprint(&[]));
+        // Without node-rank nor node-local names it is the launch fingerprint.
+        let d = launch(&["p", "--tp", "4"], "/a");
+        assert_eq!(d.cluster_fingerprint(&[]), d.fingerprint());
+    }
+
+    #[test]
+    fn publications_older_than_the_age_limit_are_removed() {
+        let share = tempfile::tempdir().unwrap();
+        for (cluster, rank) in [("old", 0), ("old", 1), ("new", 0)] {
+            let p = Publication {
+                cluster: cluster.into(),
+                node: Node { nnodes: 2, rank },
+                files: vec![(
+                    format!("v/sm1/k/rank_tp{rank}_pp0_dp0.json"),
+                    b"{}".to_vec(),
+                )],
+            };
+            publish_to(share.path(), &p).unwrap();
+        }
+        for rank in 0..2 {
+            let path = share
+                .path()
+                .join(format!("keepwrap/old/node{rank}/{MANIFEST}"));
+            let mut m: Manifest = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            m.published_at -= 31 * 24 * 3600;
+            std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        }
+        assert_eq!(remove_old(share.path(), DEFAULT_MAX_AGE), 2);
+        assert!(!share.path().join("keepwrap/old").exists());
+        let left = status(share.path()).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(
+            (left[0].cluster_fingerprint.as_str(), left[0].files),
+            ("new", 1)
+        );
+    }
+
+    #[test]
+    fn a_slow_share_is_given_up_on() {
+        let t = Instant::now();
+        let r = bounded(Duration::from_millis(20), || {
+            std::thread::sleep(Duration::from_secs(2));
+            1
+        });
+        assert_eq!(r, None);
+        assert!(t.elapsed() < Duration::from_secs(1));
+        assert_eq!(bounded(Duration::from_secs(5), || 7), Some(7));
+    }
+
+    #[test]
     fn checked_path_refuses_escapes() {
         assert!(checked_path("0.7.2/sm121/k/rank_tp0_pp0_dp0.json").is_some());
         assert!(checked_path("../x/rank_tp0_pp0_dp0.json").is_none());
