@@ -15,6 +15,7 @@ use crate::child::Ended;
 use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
 use crate::ready::{Done, Probe, ProbeResult};
+use crate::share::Share;
 use crate::unify;
 use crate::watch::Watcher;
 
@@ -41,6 +42,8 @@ pub struct Keeper {
     phase: Phase,
     /// Rewrite each directory's rank files as their union before signing.
     unify: bool,
+    /// Multi-node launches: the directory every node mounts.
+    share: Option<Share>,
 }
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
@@ -97,6 +100,7 @@ impl Keeper {
         if !ensure_root(&root) {
             return None;
         }
+        let share = Share::new(&args.share, &launch, argv, args.unifies());
         let kept = match cache::prune(&root, &fingerprint) {
             Ok(report) => report.kept,
             Err(e) => {
@@ -127,7 +131,9 @@ impl Keeper {
             last_landing: None,
             phase: Phase::Tuning,
             unify: args.unifies(),
+            share,
         };
+        keeper.take_share_union();
         keeper.unify_kept();
         Some(keeper)
     }
@@ -152,6 +158,28 @@ impl Keeper {
                 "cannot sign {}: {e}; the next launch will tune again",
                 self.root.display()
             ),
+        }
+    }
+
+    /// Multi-node: when every node has published, write the union of all
+    /// nodes' rank files over this node's and sign them (see [`Share`]).
+    fn take_share_union(&mut self) {
+        let Some(share) = self.share.as_ref() else {
+            return;
+        };
+        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+            // keepwrap's own writes are not landings of the engine.
+            self.watcher.read();
+            self.kept = signed;
+        }
+    }
+
+    /// Multi-node: publish the signed rank files into the share.
+    fn publish(&mut self, report: &cache::SignReport) {
+        if report.failed == 0 && !report.signed.is_empty() {
+            if let Some(share) = self.share.as_mut() {
+                share.publish(&self.root, &report.signed);
+            }
         }
     }
 
@@ -259,10 +287,13 @@ impl Keeper {
         self.last_landing = Some(now);
         if self.phase == Phase::Signed {
             match cache::sign(&self.root, &self.fingerprint) {
-                Ok(r) => tracing::info!(
-                    "signed again after a rewrite: {} cache files",
-                    r.signed.len()
-                ),
+                Ok(r) => {
+                    tracing::info!(
+                        "signed again after a rewrite: {} cache files",
+                        r.signed.len()
+                    );
+                    self.publish(&r);
+                }
                 Err(e) => tracing::warn!("cannot sign {}: {e}", self.root.display()),
             }
         }
@@ -290,6 +321,7 @@ impl Keeper {
                 return;
             }
         };
+        self.publish(&report);
         let n = report.signed.len();
         if n == 0 {
             tracing::info!("nothing to keep: the engine wrote no autotune cache");
@@ -304,6 +336,13 @@ impl Keeper {
     /// exit is what marks tuning done.
     pub fn child_ended(&mut self, ended: Ended) {
         self.note_landings(Instant::now());
+        self.end_tuning(ended);
+        if let Some(share) = self.share.as_mut() {
+            share.finish();
+        }
+    }
+
+    fn end_tuning(&mut self, ended: Ended) {
         if self.phase == Phase::Signed {
             return;
         }

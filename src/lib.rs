@@ -10,6 +10,7 @@
 //! - [`supervise`]: the one poll loop that ties child, watch and readiness;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
 //! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
+//! - [`share`]: multi-node launches: publish and unify rank files through a shared directory;
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON.
@@ -29,6 +30,7 @@ pub mod fingerprint;
 pub mod keep;
 pub mod logging;
 pub mod ready;
+pub mod share;
 pub mod supervise;
 pub mod unify;
 pub mod watch;
