@@ -34,7 +34,7 @@ mod sign;
 mod tests;
 
 pub use judge::META_KEYS;
-pub use sidecar::{Member, SetRecord, Sidecar};
+pub use sidecar::{set_id, Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
