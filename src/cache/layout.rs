@@ -140,6 +140,8 @@ pub struct DirView<'a> {
     pub rel: &'a [u8],
     /// Set when this directory (or one above it) is writable by another user.
     pub untrusted: Option<&'a Untrusted>,
+    /// The parent directory and this directory's name in it (None for the root).
+    pub parent: Option<(BorrowedFd<'a>, &'a [u8])>,
 }
 
 fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
@@ -208,11 +210,12 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
 pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
-    walk_dir(root, &mut rel, None, euid, visit);
+    walk_dir(root, None, &mut rel, None, euid, visit);
 }
 
 fn walk_dir(
     fd: OwnedFd,
+    parent: Option<(BorrowedFd<'_>, &[u8])>,
     rel: &mut Vec<u8>,
     inherited: Option<&Untrusted>,
     euid: u32,
@@ -240,7 +243,7 @@ fn walk_dir(
     if !read_listing(&mut dir, rel, &mut listing) {
         return;
     }
-    visit(&DirView { fd: dir.as_fd(), rel, untrusted }, &listing);
+    visit(&DirView { fd: dir.as_fd(), rel, untrusted, parent }, &listing);
     let mut cname = Vec::new();
     for e in &listing.ents {
         let name = listing.name(e);
@@ -261,7 +264,7 @@ fn walk_dir(
         let len = rel.len();
         rel.extend_from_slice(name);
         rel.push(b'/');
-        walk_dir(child, rel, untrusted, euid, visit);
+        walk_dir(child, Some((dir.as_fd(), name)), rel, untrusted, euid, visit);
         rel.truncate(len);
     }
 }

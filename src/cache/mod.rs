@@ -29,6 +29,10 @@ mod layout;
 mod prune;
 mod sidecar;
 mod sign;
+mod trash;
+
+pub use trash::empty_trash;
+pub use prune::prune_with;
 
 #[cfg(test)]
 mod tests;
