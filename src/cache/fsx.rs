@@ -63,7 +63,13 @@ fn err(e: Errno) -> io::Error {
 /// Open a directory given by the caller (a final symlink is followed: the
 /// cache root may well be a link to a bigger disk).
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    openat(AT_FDCWD, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)
+    openat(
+        AT_FDCWD,
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(err)
 }
 
 /// Open the subdirectory `name` of `dir`; fails on a symlink (`ELOOP`) or a
@@ -86,7 +92,12 @@ pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
         let name = match c {
             Component::Normal(n) => n,
             Component::CurDir => continue,
-            _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "path is not a plain relative path")),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path is not a plain relative path",
+                ))
+            }
         };
         let next = {
             let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
@@ -113,11 +124,18 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
 /// Open `name` in `dir` for reading: no symlink followed, no blocking on a
 /// FIFO, and an error unless it is a regular file (`InvalidInput` with the
 /// kind's name).
-pub fn open_regular_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<(File, FileStat)> {
+pub fn open_regular_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+) -> io::Result<(File, FileStat)> {
     let fd = openat(
         dir,
         name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| {
@@ -130,7 +148,10 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) 
     let st = fstat(&fd).map_err(err)?;
     let kind = Kind::from_mode(st.st_mode);
     if kind != Kind::File {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a {}", kind.name())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a {}", kind.name()),
+        ));
     }
     Ok((File::from(fd), st))
 }
@@ -147,7 +168,10 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
     buf.clear();
     let size = st.st_size.max(0) as u64;
     if size > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{size} bytes, more than {max}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{size} bytes, more than {max}"),
+        ));
     }
     // One read() in the common case: a short read that reaches the size
     // fstat gave is taken as EOF (a file growing meanwhile is read short,
@@ -161,7 +185,10 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
                 n += k;
                 if n == buf.len() {
                     if n as u64 > max {
-                        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("more than {max} bytes")));
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("more than {max} bytes"),
+                        ));
                     }
                     buf.resize(n + 4096.min((max + 1) as usize - n), 0);
                 } else if n as u64 >= size {
@@ -224,11 +251,16 @@ pub fn mkdir_open_at(dir: BorrowedFd<'_>, name: &str, mode: u32) -> io::Result<O
 /// logged by `on_err(name, error)` and skipped.
 pub fn remove_contents(dir: BorrowedFd<'_>, on_err: &mut dyn FnMut(&[u8], &io::Error)) -> usize {
     let mut removed = 0;
-    let names: Vec<(Vec<u8>, bool)> = match dir.try_clone_to_owned().map_err(io::Error::from).and_then(|fd| {
+    let names: Vec<(Vec<u8>, bool)> = match dir.try_clone_to_owned().and_then(|fd| {
         let mut d = nix::dir::Dir::from_fd(fd).map_err(err)?;
         Ok(d.iter()
             .filter_map(|e| e.ok())
-            .map(|e| (e.file_name().to_bytes().to_vec(), e.file_type() == Some(nix::dir::Type::Directory)))
+            .map(|e| {
+                (
+                    e.file_name().to_bytes().to_vec(),
+                    e.file_type() == Some(nix::dir::Type::Directory),
+                )
+            })
             .filter(|(n, _)| n != b"." && n != b"..")
             .collect())
     }) {
@@ -274,7 +306,9 @@ pub fn fsync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Is `name` a temp file keepwrap writes (`.keepwrap-*.tmp`)?
 pub fn is_keepwrap_tmp(name: &[u8]) -> bool {
-    name.len() > TMP_PREFIX.len() + TMP_SUFFIX.len() && name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX)
+    name.len() > TMP_PREFIX.len() + TMP_SUFFIX.len()
+        && name.starts_with(TMP_PREFIX)
+        && name.ends_with(TMP_SUFFIX)
 }
 
 const TMP_PREFIX: &[u8] = b".keepwrap-";
@@ -296,7 +330,12 @@ fn tmp_name() -> Vec<u8> {
 /// write, fsync, rename onto `name` (a symlink there is replaced, never
 /// followed). The caller fsyncs the directory once after its renames
 /// ([`fsync_dir`]). On error the temp file is removed.
-pub fn write_atomic_at(dir: BorrowedFd<'_>, name: &CStr, bytes: &[u8], mode: u32) -> io::Result<()> {
+pub fn write_atomic_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    bytes: &[u8],
+    mode: u32,
+) -> io::Result<()> {
     let mut tries = 0;
     let (tmp, fd) = loop {
         let tmp = tmp_name();

@@ -20,14 +20,23 @@ pub enum Reason {
     SidecarFuture(u64),
     /// First 8 hex digits of the other fingerprint.
     OtherLaunch(String),
-    SizeChanged { now: u64, signed: u64 },
-    ShaChanged { now: String, signed: String },
+    SizeChanged {
+        now: u64,
+        signed: u64,
+    },
+    ShaChanged {
+        now: String,
+        signed: String,
+    },
     InvalidJson(String),
     NotObject(&'static str),
     Unreadable(String),
     NotRegular(Kind),
     Untrusted(String),
-    SetIncomplete { member: String, why: MemberWhy },
+    SetIncomplete {
+        member: String,
+        why: MemberWhy,
+    },
 }
 
 /// Why a member fails its set.
@@ -55,14 +64,22 @@ impl fmt::Display for Reason {
             Reason::SidecarUnreadable(e) => write!(f, "sidecar unreadable ({e})"),
             Reason::SidecarGarbage(e) => write!(f, "sidecar is not valid ({e})"),
             Reason::SidecarFuture(n) => {
-                write!(f, "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})")
+                write!(
+                    f,
+                    "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})"
+                )
             }
             Reason::OtherLaunch(fp) => write!(f, "signed for another launch (fingerprint {fp}...)"),
             Reason::SizeChanged { now, signed } => {
                 write!(f, "changed after signing (size {now} != signed {signed})")
             }
             Reason::ShaChanged { now, signed } => {
-                write!(f, "changed after signing (sha256 {}... != signed {}...)", short(now), short(signed))
+                write!(
+                    f,
+                    "changed after signing (sha256 {}... != signed {}...)",
+                    short(now),
+                    short(signed)
+                )
             }
             Reason::InvalidJson(e) => write!(f, "not valid JSON ({e})"),
             Reason::NotObject(what) => write!(f, "not a JSON object ({what})"),
@@ -85,8 +102,13 @@ impl fmt::Display for Reason {
 /// Judge a sidecar's bytes for the cache file beside it (`is_rel` says
 /// whether a path relative to the root is that file): Ok with the parsed
 /// sidecar when it was signed for `fingerprint` and is well formed.
-pub fn judge_sidecar(bytes: &[u8], fingerprint: &str, is_rel: impl Fn(&str) -> bool) -> Result<Sidecar, Reason> {
-    let head: Head<'_> = serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+pub fn judge_sidecar(
+    bytes: &[u8],
+    fingerprint: &str,
+    is_rel: impl Fn(&str) -> bool,
+) -> Result<Sidecar, Reason> {
+    let head: Head<'_> =
+        serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
     if head.format > u64::from(SIDECAR_FORMAT) {
         return Err(Reason::SidecarFuture(head.format));
     }
@@ -102,9 +124,13 @@ pub fn judge_sidecar(bytes: &[u8], fingerprint: &str, is_rel: impl Fn(&str) -> b
         }
         Some(_) => {}
     }
-    let sc: Sidecar = serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+    let sc: Sidecar =
+        serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
     if !is_rel(&sc.path) {
-        return Err(Reason::SidecarGarbage(format!("signed for another file, {}", sc.path)));
+        return Err(Reason::SidecarGarbage(format!(
+            "signed for another file, {}",
+            sc.path
+        )));
     }
     sidecar::validate(&sc).map_err(Reason::SidecarGarbage)?;
     Ok(sc)
@@ -113,13 +139,21 @@ pub fn judge_sidecar(bytes: &[u8], fingerprint: &str, is_rel: impl Fn(&str) -> b
 /// Judge the cache file's bytes against its sidecar.
 pub fn judge_bytes(sc: &Sidecar, bytes: &[u8]) -> Result<(), Reason> {
     if bytes.len() as u64 != sc.size {
-        return Err(Reason::SizeChanged { now: bytes.len() as u64, signed: sc.size });
+        return Err(Reason::SizeChanged {
+            now: bytes.len() as u64,
+            signed: sc.size,
+        });
     }
     let now = sha256_hex(bytes);
     if now != sc.sha256 {
-        return Err(Reason::ShaChanged { now, signed: sc.sha256.clone() });
+        return Err(Reason::ShaChanged {
+            now,
+            signed: sc.sha256.clone(),
+        });
     }
-    json_object_entries(bytes).map(|_| ()).map_err(JsonErr::into_reason)
+    json_object_entries(bytes)
+        .map(|_| ())
+        .map_err(JsonErr::into_reason)
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -255,7 +289,9 @@ fn python_nan_to_zero(bytes: &[u8]) -> Option<Vec<u8>> {
 pub fn json_object_entries(bytes: &[u8]) -> Result<usize, JsonErr> {
     match count_entries(bytes) {
         Ok(n) => Ok(n),
-        Err(e) if e.classify() == serde_json::error::Category::Data => Err(JsonErr::NotObject(what_json(bytes))),
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            Err(JsonErr::NotObject(what_json(bytes)))
+        }
         Err(e) => match python_nan_to_zero(bytes) {
             Some(fixed) => match count_entries(&fixed) {
                 Ok(n) => Ok(n),
@@ -301,16 +337,25 @@ pub fn resolve_sets(cands: &[Candidate<'_>]) -> Vec<Option<Reason>> {
                 continue;
             }
             let members = &cands[rep].sidecar.set.members;
-            let failure = members.iter().find_map(|m| match index.get(m.path.as_str()) {
-                None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
-                Some(&j) if cands[j].sidecar.set.id != id => Some((m.path.as_str(), MemberWhy::OtherSet)),
-                Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),
-                Some(_) => None,
-            });
-            let Some((member, why)) = failure else { continue };
+            let failure = members
+                .iter()
+                .find_map(|m| match index.get(m.path.as_str()) {
+                    None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
+                    Some(&j) if cands[j].sidecar.set.id != id => {
+                        Some((m.path.as_str(), MemberWhy::OtherSet))
+                    }
+                    Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),
+                    Some(_) => None,
+                });
+            let Some((member, why)) = failure else {
+                continue;
+            };
             broken[s] = true;
             changed = true;
-            let reason = Reason::SetIncomplete { member: member.to_string(), why };
+            let reason = Reason::SetIncomplete {
+                member: member.to_string(),
+                why,
+            };
             // Every carrier of this set, and every member it lists.
             for (j, c) in cands.iter().enumerate() {
                 if c.sidecar.set.id == id && out[j].is_none() {

@@ -79,7 +79,7 @@ impl fmt::Display for Rel<'_> {
 
 impl Rel<'_> {
     /// The path as UTF-8 (None if it is not).
-    pub fn to_string_exact(&self) -> Option<String> {
+    pub fn to_string_exact(self) -> Option<String> {
         let a = std::str::from_utf8(self.0).ok()?;
         let b = std::str::from_utf8(self.1).ok()?;
         let mut s = String::with_capacity(a.len() + b.len());
@@ -112,7 +112,10 @@ impl Listing {
     /// Is there an entry called `name` (any kind)? The listing is sorted by
     /// name after [`read_listing`].
     pub fn find(&self, name: &[u8]) -> Option<&Ent> {
-        self.ents.binary_search_by(|e| self.name(e).cmp(name)).ok().map(|i| &self.ents[i])
+        self.ents
+            .binary_search_by(|e| self.name(e).cmp(name))
+            .ok()
+            .map(|i| &self.ents[i])
     }
 }
 
@@ -153,7 +156,11 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+                warn!(
+                    "cannot read directory {}: {}",
+                    Rel(rel, b""),
+                    std::io::Error::from(e)
+                );
                 return false;
             }
         };
@@ -175,7 +182,11 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
         };
         let off = out.names.len() as u32;
         out.names.extend_from_slice(name);
-        out.ents.push(Ent { off, len: name.len() as u32, kind });
+        out.ents.push(Ent {
+            off,
+            len: name.len() as u32,
+            kind,
+        });
     }
     // File systems without d_type: lstat those entries.
     if !pending_unknown.is_empty() {
@@ -198,7 +209,8 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
     }
     let names = &out.names;
     out.ents.sort_unstable_by(|a, b| {
-        names[a.off as usize..(a.off + a.len) as usize].cmp(&names[b.off as usize..(b.off + b.len) as usize])
+        names[a.off as usize..(a.off + a.len) as usize]
+            .cmp(&names[b.off as usize..(b.off + b.len) as usize])
     });
     true
 }
@@ -223,8 +235,14 @@ fn walk_dir(
 ) {
     let own = match fsx::stat_fd(fd.as_fd()) {
         Ok(st) => dir_untrusted(&st, euid).map(|why| {
-            let shown = if rel.is_empty() { ".".to_string() } else { Rel(&rel[..rel.len() - 1], b"").to_string() };
-            Untrusted(format!("in a directory another user can write ({shown}: {why})"))
+            let shown = if rel.is_empty() {
+                ".".to_string()
+            } else {
+                Rel(&rel[..rel.len() - 1], b"").to_string()
+            };
+            Untrusted(format!(
+                "in a directory another user can write ({shown}: {why})"
+            ))
         }),
         Err(e) => {
             warn!("cannot stat directory {}: {}", Rel(rel, b""), e);
@@ -235,7 +253,11 @@ fn walk_dir(
     let mut dir = match Dir::from_fd(fd) {
         Ok(d) => d,
         Err(e) => {
-            warn!("cannot read directory {}: {}", Rel(rel, b""), std::io::Error::from(e));
+            warn!(
+                "cannot read directory {}: {}",
+                Rel(rel, b""),
+                std::io::Error::from(e)
+            );
             return;
         }
     };
@@ -243,7 +265,15 @@ fn walk_dir(
     if !read_listing(&mut dir, rel, &mut listing) {
         return;
     }
-    visit(&DirView { fd: dir.as_fd(), rel, untrusted, parent }, &listing);
+    visit(
+        &DirView {
+            fd: dir.as_fd(),
+            rel,
+            untrusted,
+            parent,
+        },
+        &listing,
+    );
     let mut cname = Vec::new();
     for e in &listing.ents {
         let name = listing.name(e);
@@ -264,7 +294,14 @@ fn walk_dir(
         let len = rel.len();
         rel.extend_from_slice(name);
         rel.push(b'/');
-        walk_dir(child, Some((dir.as_fd(), name)), rel, untrusted, euid, visit);
+        walk_dir(
+            child,
+            Some((dir.as_fd(), name)),
+            rel,
+            untrusted,
+            euid,
+            visit,
+        );
         rel.truncate(len);
     }
 }

@@ -31,8 +31,8 @@ mod sidecar;
 mod sign;
 mod trash;
 
-pub use trash::empty_trash;
 pub use prune::prune_with;
+pub use trash::empty_trash;
 
 #[cfg(test)]
 mod tests;
@@ -75,7 +75,9 @@ pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
-        let Component::Normal(name) = c else { return false };
+        let Component::Normal(name) = c else {
+            return false;
+        };
         let name = name.as_bytes();
         if comps.peek().is_some() {
             if !layout::walks_into(name) {

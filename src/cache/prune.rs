@@ -61,7 +61,12 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
-        Err(e) => return Err(io::Error::new(e.kind(), format!("open cache root {}: {e}", root.display()))),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("open cache root {}: {e}", root.display()),
+            ))
+        }
     };
     let root_fd = fd
         .try_clone()
@@ -98,7 +103,12 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
             r.left
         );
     } else {
-        info!("prune: kept {}, removed {} cache files and {} leftovers", r.kept.len(), r.removed, r.leftovers);
+        info!(
+            "prune: kept {}, removed {} cache files and {} leftovers",
+            r.kept.len(),
+            r.removed,
+            r.leftovers
+        );
     }
     Ok(st.report)
 }
@@ -115,13 +125,18 @@ impl State<'_> {
         // Can the whole directory go to the trash with one rename? Only if
         // everything in it goes.
         // (Not a directory named *.json: that one is left, as warned.)
-        let mut whole = dir.parent.is_some_and(|(_, name)| layout::role(name) != Role::Cache);
+        let mut whole = dir
+            .parent
+            .is_some_and(|(_, name)| layout::role(name) != Role::Cache);
         for (i, e) in listing.ents.iter().enumerate() {
             let name = listing.name(e);
             match layout::role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
-                        warn!("left {}: a directory named *.json, which keepwrap does not remove", Rel(dir.rel, name));
+                        warn!(
+                            "left {}: a directory named *.json, which keepwrap does not remove",
+                            Rel(dir.rel, name)
+                        );
                         self.report.left += 1;
                         whole = false;
                     }
@@ -138,15 +153,18 @@ impl State<'_> {
                     self.cname.extend_from_slice(layout::CACHE_EXT);
                     let beside = listing.find(&self.cname).map(|c| c.kind);
                     if beside.is_none() || beside == Some(Kind::Dir) {
-                        self.plan.push((i, Act::Leftover("orphan sidecar (no cache file beside)")));
+                        self.plan
+                            .push((i, Act::Leftover("orphan sidecar (no cache file beside)")));
                     }
                     // else it goes (or stays) with its cache file
                 }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
-                    self.plan.push((i, Act::Leftover("FlashInfer temp file left by a crash")));
+                    self.plan
+                        .push((i, Act::Leftover("FlashInfer temp file left by a crash")));
                 }
                 Role::KeepwrapTmp if e.kind != Kind::Dir => {
-                    self.plan.push((i, Act::Leftover("keepwrap temp file left by a crash")));
+                    self.plan
+                        .push((i, Act::Leftover("keepwrap temp file left by a crash")));
                 }
                 _ => whole = false,
             }
@@ -180,7 +198,9 @@ impl State<'_> {
 
     /// Move the directory being visited into the trash.
     fn trash_dir(&mut self, dir: &DirView<'_>) -> bool {
-        let Some((parent, name)) = dir.parent else { return false };
+        let Some((parent, name)) = dir.parent else {
+            return false;
+        };
         if let TrashState::Unopened = self.trash {
             let Some(root) = &self.root else { return false };
             self.trash = match Trash::open(root.as_fd()) {
@@ -191,11 +211,16 @@ impl State<'_> {
                 }
             };
         }
-        let TrashState::Open(t) = &self.trash else { return false };
+        let TrashState::Open(t) = &self.trash else {
+            return false;
+        };
         match t.take(parent, name) {
             Ok(()) => true,
             Err(e) => {
-                debug!("cannot move {} to .keepwrap/trash ({e}): removing files one by one", Rel(dir.rel, b""));
+                debug!(
+                    "cannot move {} to .keepwrap/trash ({e}): removing files one by one",
+                    Rel(dir.rel, b"")
+                );
                 false
             }
         }
@@ -266,7 +291,12 @@ impl State<'_> {
         };
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
-        let verdict = match fsx::read_at(dir.fd, cstr_buf(&mut self.cname, name), &mut self.cbuf, MAX_CACHE_FILE) {
+        let verdict = match fsx::read_at(
+            dir.fd,
+            cstr_buf(&mut self.cname, name),
+            &mut self.cbuf,
+            MAX_CACHE_FILE,
+        ) {
             Err(e) => Err(Reason::Unreadable(e.to_string())),
             Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
         };
@@ -287,8 +317,13 @@ impl State<'_> {
     fn resolve(&mut self) {
         let Some(root) = self.root.take() else { return };
         let cands = std::mem::take(&mut self.cands);
-        let views: Vec<Candidate<'_>> =
-            cands.iter().map(|(p, sc)| Candidate { path: p.as_str(), sidecar: sc }).collect();
+        let views: Vec<Candidate<'_>> = cands
+            .iter()
+            .map(|(p, sc)| Candidate {
+                path: p.as_str(),
+                sidecar: sc,
+            })
+            .collect();
         let verdicts = judge::resolve_sets(&views);
         for ((path, _), verdict) in cands.iter().zip(verdicts) {
             match verdict {

@@ -85,7 +85,9 @@ pub fn set_id(fingerprint: &str, members: &[Member]) -> String {
 }
 
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A member path as signed: relative, plain components, and a cache file.

@@ -21,9 +21,17 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(SignReport { unchanged: true, ..SignReport::default() })
+            return Ok(SignReport {
+                unchanged: true,
+                ..SignReport::default()
+            })
         }
-        Err(e) => return Err(io::Error::new(e.kind(), format!("open cache root {}: {e}", root.display()))),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("open cache root {}: {e}", root.display()),
+            ))
+        }
     };
     let root_fd = fd
         .try_clone()
@@ -72,7 +80,11 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 }
                 continue;
             }
-            members.push(Member { path, sha256: judge::sha256_hex(&buf), size: buf.len() as u64 });
+            members.push(Member {
+                path,
+                sha256: judge::sha256_hex(&buf),
+                size: buf.len() as u64,
+            });
         }
     });
     members.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -81,23 +93,40 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
 
     // 2. The same set already recorded on every member: nothing to write.
     if recorded(&root_fd, fingerprint, &members, &id) {
-        return Ok(SignReport { signed, unchanged: true, set_id: id, failed: 0 });
+        return Ok(SignReport {
+            signed,
+            unchanged: true,
+            set_id: id,
+            failed: 0,
+        });
     }
 
     // 3. Write every sidecar, one directory at a time.
     let now = SystemTime::now();
-    let signed_at = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let signed_at = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let signed_at_utc = humantime::format_rfc3339_seconds(now).to_string();
-    let set = SetRecord { id: id.clone(), members };
+    let set = SetRecord {
+        id: id.clone(),
+        members,
+    };
     let mut failed = 0;
     let mut i = 0;
     while i < set.members.len() {
         let (parent, _) = split(&set.members[i].path);
-        let end = i + set.members[i..].iter().take_while(|m| split(&m.path).0 == parent).count();
+        let end = i + set.members[i..]
+            .iter()
+            .take_while(|m| split(&m.path).0 == parent)
+            .count();
         let dir = match fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)) {
             Ok(d) => d,
             Err(e) => {
-                warn!("cannot sign {} files in {parent}: open directory: {e}", end - i);
+                warn!(
+                    "cannot sign {} files in {parent}: open directory: {e}",
+                    end - i
+                );
                 failed += end - i;
                 i = end;
                 continue;
@@ -118,7 +147,10 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             let bytes = sidecar::to_bytes(&sc);
             let name = sidecar_cname(split(&m.path).1);
             if let Err(e) = fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644) {
-                warn!("cannot write sidecar {}: {e}", Rel(parent_prefix(&m.path), name.as_bytes()));
+                warn!(
+                    "cannot write sidecar {}: {e}",
+                    Rel(parent_prefix(&m.path), name.as_bytes())
+                );
                 failed += 1;
             }
         }
@@ -127,7 +159,12 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         }
         i = end;
     }
-    Ok(SignReport { signed, unchanged: false, set_id: id, failed })
+    Ok(SignReport {
+        signed,
+        unchanged: false,
+        set_id: id,
+        failed,
+    })
 }
 
 /// Does every member's sidecar already record this set, for these bytes?
@@ -135,8 +172,17 @@ fn recorded(root: &std::os::fd::OwnedFd, fingerprint: &str, members: &[Member], 
     let mut buf = Vec::new();
     members.iter().all(|m| {
         let (parent, name) = split(&m.path);
-        let Ok(dir) = fsx::open_dir_path(root.as_fd(), Path::new(parent)) else { return false };
-        if fsx::read_at(dir.as_fd(), sidecar_cname(name).as_c_str(), &mut buf, MAX_SIDECAR).is_err() {
+        let Ok(dir) = fsx::open_dir_path(root.as_fd(), Path::new(parent)) else {
+            return false;
+        };
+        if fsx::read_at(
+            dir.as_fd(),
+            sidecar_cname(name).as_c_str(),
+            &mut buf,
+            MAX_SIDECAR,
+        )
+        .is_err()
+        {
             return false;
         }
         match judge::judge_sidecar(&buf, fingerprint, |p| p == m.path) {

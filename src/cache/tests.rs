@@ -84,7 +84,11 @@ fn sidecar_of(rel: &str) -> String {
 /// some of them).
 fn forge(root: &Path, rel: &str, fp: &str) {
     let bytes = fs::read(root.join(rel)).unwrap();
-    let m = Member { path: rel.into(), sha256: judge::sha256_hex(&bytes), size: bytes.len() as u64 };
+    let m = Member {
+        path: rel.into(),
+        sha256: judge::sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    };
     let members = vec![m.clone()];
     let sc = Sidecar {
         format: 1,
@@ -95,7 +99,10 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         size: m.size,
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
-        set: SetRecord { id: sidecar::set_id(fp, &members), members },
+        set: SetRecord {
+            id: sidecar::set_id(fp, &members),
+            members,
+        },
     };
     fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
 }
@@ -126,8 +133,14 @@ fn signed_for_this_launch_is_kept() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 2, "{logs}");
     assert_eq!(r.removed, 0);
-    assert!(logs.contains(&format!("kept {}: signed for this launch", rank(0))), "{logs}");
-    assert!(logs.contains("prune: kept 2, removed 0 cache files and 0 leftovers"), "{logs}");
+    assert!(
+        logs.contains(&format!("kept {}: signed for this launch", rank(0))),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("prune: kept 2, removed 0 cache files and 0 leftovers"),
+        "{logs}"
+    );
     assert!(exists(t.path(), &rank(0)) && exists(t.path(), &sidecar_of(&rank(1))));
 }
 
@@ -136,7 +149,10 @@ fn no_sidecar_is_removed() {
     let t = tree(1);
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 1));
-    assert!(logs.contains(&format!("removed {}: no sidecar (unsigned)", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!("removed {}: no sidecar (unsigned)", rank(0))),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &rank(0)));
 }
 
@@ -147,7 +163,10 @@ fn other_fingerprint_is_removed_with_its_sidecar() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains(&format!("removed {}: signed for another launch (fingerprint 8c01d2e4...)", rank(0))),
+        logs.contains(&format!(
+            "removed {}: signed for another launch (fingerprint 8c01d2e4...)",
+            rank(0)
+        )),
         "{logs}"
     );
     assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &sidecar_of(&rank(0))));
@@ -167,8 +186,17 @@ fn bytes_changed_after_signing_are_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2));
     let line0 = format!("removed {}: changed after signing (sha256 ", rank(0));
-    assert!(logs.contains(&line0) && logs.contains("... != signed "), "{logs}");
-    assert!(logs.contains(&format!("removed {}: changed after signing (size ", rank(1))), "{logs}");
+    assert!(
+        logs.contains(&line0) && logs.contains("... != signed "),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "removed {}: changed after signing (size ",
+            rank(1)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -178,7 +206,13 @@ fn invalid_json_is_removed() {
     forge(t.path(), &rank(0), FP);
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains(&format!("removed {}: not valid JSON (EOF while parsing", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: not valid JSON (EOF while parsing",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -188,7 +222,13 @@ fn not_an_object_is_removed() {
     forge(t.path(), &rank(0), FP);
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains(&format!("removed {}: not a JSON object (an array)", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: not a JSON object (an array)",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -197,7 +237,10 @@ fn garbage_sidecar_is_removed() {
     put(t.path(), &sidecar_of(&rank(0)), "1111\n");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains(&format!("removed {}: sidecar is not valid (", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!("removed {}: sidecar is not valid (", rank(0))),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &sidecar_of(&rank(0))));
 }
 
@@ -206,11 +249,16 @@ fn future_sidecar_format_is_removed() {
     let t = tree(1);
     sign(t.path(), FP).unwrap();
     let p = t.path().join(sidecar_of(&rank(0)));
-    let s = fs::read_to_string(&p).unwrap().replacen("\"format\": 1", "\"format\": 2", 1);
+    let s = fs::read_to_string(&p)
+        .unwrap()
+        .replacen("\"format\": 1", "\"format\": 2", 1);
     fs::write(&p, s).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains("sidecar format 2 is newer than this keepwrap's (1)"), "{logs}");
+    assert!(
+        logs.contains("sidecar format 2 is newer than this keepwrap's (1)"),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -224,17 +272,27 @@ fn tampered_sidecar_set_is_not_trusted() {
     fs::write(&p, sidecar::to_bytes(&sc)).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains("sidecar is not valid (set id does not match its members)"), "{logs}");
+    assert!(
+        logs.contains("sidecar is not valid (set id does not match its members)"),
+        "{logs}"
+    );
 }
 
 #[test]
 fn sidecar_copied_beside_another_file_is_not_trusted() {
     let t = tree(2);
     sign(t.path(), FP).unwrap();
-    fs::copy(t.path().join(sidecar_of(&rank(0))), t.path().join(sidecar_of(&rank(1)))).unwrap();
+    fs::copy(
+        t.path().join(sidecar_of(&rank(0))),
+        t.path().join(sidecar_of(&rank(1))),
+    )
+    .unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 0, "{logs}");
-    assert!(logs.contains(&format!("removed {}: sidecar is not valid (signed for another file", rank(1))));
+    assert!(logs.contains(&format!(
+        "removed {}: sidecar is not valid (signed for another file",
+        rank(1)
+    )));
 }
 
 #[test]
@@ -247,10 +305,19 @@ fn leftovers_are_removed() {
     put(t.path(), &format!("{DIR}/notes.txt"), "mine");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed, r.leftovers), (1, 0, 3), "{logs}");
-    assert!(logs.contains(&format!("removed {DIR}/rank_tp9_pp0_dp0.launch: orphan sidecar (no cache file beside)")));
-    assert!(logs.contains(&format!("removed {DIR}/.autotuner_abc123.tmp: FlashInfer temp file left by a crash")));
-    assert!(logs.contains(&format!("removed {DIR}/.keepwrap-1-2-3.tmp: keepwrap temp file left by a crash")));
-    assert!(logs.contains("prune: kept 1, removed 0 cache files and 3 leftovers"), "{logs}");
+    assert!(logs.contains(&format!(
+        "removed {DIR}/rank_tp9_pp0_dp0.launch: orphan sidecar (no cache file beside)"
+    )));
+    assert!(logs.contains(&format!(
+        "removed {DIR}/.autotuner_abc123.tmp: FlashInfer temp file left by a crash"
+    )));
+    assert!(logs.contains(&format!(
+        "removed {DIR}/.keepwrap-1-2-3.tmp: keepwrap temp file left by a crash"
+    )));
+    assert!(
+        logs.contains("prune: kept 1, removed 0 cache files and 3 leftovers"),
+        "{logs}"
+    );
     assert!(exists(t.path(), &format!("{DIR}/notes.txt")));
 }
 
@@ -266,7 +333,12 @@ fn runs_and_hidden_dirs_are_untouched() {
     put(t.path(), ".keepwrap/.autotuner_1.tmp", "");
     let (r, _) = prune_logged(t.path(), FP);
     assert_eq!((r.removed, r.leftovers), (0, 0));
-    for p in [runs.as_str(), hidden, hidden2.as_str(), ".keepwrap/.autotuner_1.tmp"] {
+    for p in [
+        runs.as_str(),
+        hidden,
+        hidden2.as_str(),
+        ".keepwrap/.autotuner_1.tmp",
+    ] {
         assert!(exists(t.path(), p), "{p}");
     }
     // sign does not sign them either
@@ -277,7 +349,9 @@ fn runs_and_hidden_dirs_are_untouched() {
 fn is_cache_file_rules() {
     assert!(is_cache_file(Path::new(&rank(0))));
     assert!(is_cache_file(Path::new("x.json")));
-    assert!(is_cache_file(Path::new("a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json")));
+    assert!(is_cache_file(Path::new(
+        "a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json"
+    )));
     assert!(!is_cache_file(Path::new("a/runs/x.json")));
     assert!(!is_cache_file(Path::new(".keepwrap/x.json")));
     assert!(!is_cache_file(Path::new("a/.autotuner_x.tmp")));
@@ -301,10 +375,22 @@ fn symlink_json_is_unlinked_not_followed() {
     // sign skips it
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     assert!(s.signed.is_empty());
-    assert!(logs.contains(&format!("not signed {}: not a regular file (symlink)", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "not signed {}: not a regular file (symlink)",
+            rank(0)
+        )),
+        "{logs}"
+    );
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains(&format!("removed {}: not a regular file (symlink)", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: not a regular file (symlink)",
+            rank(0)
+        )),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &rank(0)));
     assert_eq!(fs::read_to_string(&target).unwrap(), body("v"));
 }
@@ -321,7 +407,13 @@ fn symlinked_sidecar_is_replaced_by_sign_and_distrusted_by_prune() {
     // prune: a symlinked sidecar is unreadable; the link itself goes
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains(&format!("removed {}: sidecar unreadable (a symlink)", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: sidecar unreadable (a symlink)",
+            rank(0)
+        )),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &sidecar_of(&rank(0))));
     assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
 
@@ -344,7 +436,10 @@ fn fifo_json_does_not_hang() {
     assert_eq!(s.signed.len(), 1);
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (1, 1), "{logs}");
-    assert!(logs.contains(&format!("removed {}: not a regular file (FIFO)", rank(1))), "{logs}");
+    assert!(
+        logs.contains(&format!("removed {}: not a regular file (FIFO)", rank(1))),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &rank(1)));
 }
 
@@ -365,8 +460,18 @@ fn directory_named_json_is_left_with_a_warning() {
     put(t.path(), &format!("{DIR}/weird.json/inner.json"), "{}");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.left, r.removed), (1, 1), "{logs}");
-    assert!(logs.contains(&format!("WARN left {DIR}/weird.json: a directory named *.json")), "{logs}");
-    assert!(logs.contains(&format!("removed {DIR}/weird.json/inner.json: no sidecar (unsigned)")), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "WARN left {DIR}/weird.json: a directory named *.json"
+        )),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "removed {DIR}/weird.json/inner.json: no sidecar (unsigned)"
+        )),
+        "{logs}"
+    );
     assert!(logs.contains("left 1 that could not be removed"));
     assert!(t.path().join(format!("{DIR}/weird.json")).is_dir());
 }
@@ -380,8 +485,22 @@ fn set_with_a_member_missing_is_removed_whole() {
     fs::remove_file(t.path().join(rank(1))).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
-    assert!(logs.contains(&format!("removed {}: set incomplete ({}: missing)", rank(0), rank(1))), "{logs}");
-    assert!(logs.contains(&format!("removed {}: set incomplete ({}: missing)", rank(2), rank(1))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: set incomplete ({}: missing)",
+            rank(0),
+            rank(1)
+        )),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "removed {}: set incomplete ({}: missing)",
+            rank(2),
+            rank(1)
+        )),
+        "{logs}"
+    );
     assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &rank(2)));
     // and its orphan sidecar goes as a leftover
     assert_eq!(r.leftovers, 1);
@@ -394,8 +513,18 @@ fn set_with_a_member_changed_is_removed_whole() {
     put(t.path(), &rank(2), &body("changed"));
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
-    assert!(logs.contains(&format!("removed {}: changed after signing", rank(2))), "{logs}");
-    assert!(logs.contains(&format!("removed {}: set incomplete ({}: not trusted)", rank(0), rank(2))), "{logs}");
+    assert!(
+        logs.contains(&format!("removed {}: changed after signing", rank(2))),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "removed {}: set incomplete ({}: not trusted)",
+            rank(0),
+            rank(2)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -412,7 +541,9 @@ fn set_across_directories_is_one_set() {
 
 /// Save the sidecars of a tree.
 fn sidecars(root: &Path, n: u32) -> Vec<Vec<u8>> {
-    (0..n).map(|i| fs::read(root.join(sidecar_of(&rank(i)))).unwrap()).collect()
+    (0..n)
+        .map(|i| fs::read(root.join(sidecar_of(&rank(i)))).unwrap())
+        .collect()
 }
 
 #[test]
@@ -431,7 +562,11 @@ fn crash_mid_resign_trusts_nothing() {
             }
         }
         let (r, logs) = prune_logged(t.path(), FP);
-        assert_eq!((r.kept.len(), r.removed), (0, 3), "written {written:?}: {logs}");
+        assert_eq!(
+            (r.kept.len(), r.removed),
+            (0, 3),
+            "written {written:?}: {logs}"
+        );
     }
 }
 
@@ -457,7 +592,11 @@ fn resolve_sets_cascades_through_other_sets() {
     let mk = |path: &str, members: &[&str]| {
         let members: Vec<Member> = members
             .iter()
-            .map(|p| Member { path: p.to_string(), sha256: "a".repeat(64), size: 1 })
+            .map(|p| Member {
+                path: p.to_string(),
+                sha256: "a".repeat(64),
+                size: 1,
+            })
             .collect();
         Sidecar {
             format: 1,
@@ -468,7 +607,10 @@ fn resolve_sets_cascades_through_other_sets() {
             size: 1,
             signed_at: 0,
             signed_at_utc: String::new(),
-            set: SetRecord { id: sidecar::set_id(FP, &members), members },
+            set: SetRecord {
+                id: sidecar::set_id(FP, &members),
+                members,
+            },
         }
     };
     let x = mk("d/x.json", &["d/x.json", "d/y.json"]);
@@ -476,13 +618,28 @@ fn resolve_sets_cascades_through_other_sets() {
     let w = mk("d/w.json", &["d/w.json", "d/y.json", "d/z.json"]);
     let v = mk("e/v.json", &["e/v.json"]);
     let cands = [
-        Candidate { path: "d/x.json", sidecar: &x },
-        Candidate { path: "d/y.json", sidecar: &y },
-        Candidate { path: "d/w.json", sidecar: &w },
-        Candidate { path: "e/v.json", sidecar: &v },
+        Candidate {
+            path: "d/x.json",
+            sidecar: &x,
+        },
+        Candidate {
+            path: "d/y.json",
+            sidecar: &y,
+        },
+        Candidate {
+            path: "d/w.json",
+            sidecar: &w,
+        },
+        Candidate {
+            path: "e/v.json",
+            sidecar: &v,
+        },
     ];
     let out = judge::resolve_sets(&cands);
-    assert!(out[0].is_some() && out[1].is_some() && out[2].is_some(), "{out:?}");
+    assert!(
+        out[0].is_some() && out[1].is_some() && out[2].is_some(),
+        "{out:?}"
+    );
     assert_eq!(out[3], None);
     // only x, y: kept
     let out = judge::resolve_sets(&cands[..2]);
@@ -491,7 +648,10 @@ fn resolve_sets_cascades_through_other_sets() {
     let out = judge::resolve_sets(&cands[1..2]);
     assert_eq!(
         out[0],
-        Some(Reason::SetIncomplete { member: "d/x.json".into(), why: MemberWhy::NotTrusted })
+        Some(Reason::SetIncomplete {
+            member: "d/x.json".into(),
+            why: MemberWhy::NotTrusted
+        })
     );
 }
 
@@ -502,7 +662,11 @@ fn sign_twice_without_change_writes_nothing() {
     let t = tree(3);
     let first = sign(t.path(), FP).unwrap();
     assert!(!first.unchanged);
-    let ino = |i: u32| fs::symlink_metadata(t.path().join(sidecar_of(&rank(i)))).unwrap().ino();
+    let ino = |i: u32| {
+        fs::symlink_metadata(t.path().join(sidecar_of(&rank(i))))
+            .unwrap()
+            .ino()
+    };
     let before: Vec<u64> = (0..3).map(ino).collect();
     let second = sign(t.path(), FP).unwrap();
     assert!(second.unchanged);
@@ -533,15 +697,24 @@ fn sign_skips_what_is_not_a_json_object() {
     put(t.path(), &format!("{DIR}/list.json"), "[]");
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     assert_eq!(s.signed, vec![PathBuf::from(rank(0))]);
-    assert!(logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")), "{logs}");
-    assert!(logs.contains(&format!("not signed {DIR}/list.json: not a JSON object (an array)")), "{logs}");
+    assert!(
+        logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "not signed {DIR}/list.json: not a JSON object (an array)"
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
 fn sidecar_content() {
     let t = tree(2);
     sign(t.path(), FP).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
     let bytes = fs::read(t.path().join(rank(1))).unwrap();
     assert_eq!(v["format"], 1);
     assert_eq!(v["fingerprint"], FP);
@@ -554,7 +727,10 @@ fn sidecar_content() {
     assert_eq!(v["set"]["members"].as_array().unwrap().len(), 2);
     assert_eq!(v["set"]["members"][0]["path"], rank(0));
     // no temp files left
-    let names: Vec<_> = fs::read_dir(t.path().join(DIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = fs::read_dir(t.path().join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 4, "{names:?}");
 }
 
@@ -597,12 +773,21 @@ fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
     fs::set_permissions(&top, fs::Permissions::from_mode(0o777)).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1, "{logs}");
-    assert!(logs.contains("(0.6.18: world-writable without the sticky bit)"), "{logs}");
+    assert!(
+        logs.contains("(0.6.18: world-writable without the sticky bit)"),
+        "{logs}"
+    );
     // sign refuses too
     put(t.path(), &rank(0), &body("r0"));
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     assert!(s.signed.is_empty());
-    assert!(logs.contains(&format!("not signed {}: in a directory another user can write", rank(0))), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "not signed {}: in a directory another user can write",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -625,15 +810,39 @@ fn dir_owned_by_another_user_is_untrusted() {
 fn json_object_entries_counts_and_classifies() {
     assert_eq!(judge::json_object_entries(body("x").as_bytes()), Ok(2));
     assert_eq!(judge::json_object_entries(b"{}"), Ok(0));
-    assert_eq!(judge::json_object_entries(b"{\"_records\": {}, \"a\": 1}"), Ok(1));
-    assert_eq!(judge::json_object_entries(b" [1]"), Err(JsonErr::NotObject("an array")));
-    assert_eq!(judge::json_object_entries(b"null"), Err(JsonErr::NotObject("null")));
-    assert_eq!(judge::json_object_entries(b"3"), Err(JsonErr::NotObject("a number")));
-    assert!(matches!(judge::json_object_entries(b"{} {}"), Err(JsonErr::Invalid(_))));
-    assert!(matches!(judge::json_object_entries(b""), Err(JsonErr::Invalid(_))));
-    assert!(matches!(judge::json_object_entries(b"{\"a\": NaNa}"), Err(JsonErr::Invalid(_))));
+    assert_eq!(
+        judge::json_object_entries(b"{\"_records\": {}, \"a\": 1}"),
+        Ok(1)
+    );
+    assert_eq!(
+        judge::json_object_entries(b" [1]"),
+        Err(JsonErr::NotObject("an array"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"null"),
+        Err(JsonErr::NotObject("null"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"3"),
+        Err(JsonErr::NotObject("a number"))
+    );
+    assert!(matches!(
+        judge::json_object_entries(b"{} {}"),
+        Err(JsonErr::Invalid(_))
+    ));
+    assert!(matches!(
+        judge::json_object_entries(b""),
+        Err(JsonErr::Invalid(_))
+    ));
+    assert!(matches!(
+        judge::json_object_entries(b"{\"a\": NaNa}"),
+        Err(JsonErr::Invalid(_))
+    ));
     // Python's json.dump writes these
-    assert_eq!(judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"), Ok(2));
+    assert_eq!(
+        judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
+        Ok(2)
+    );
 }
 
 #[test]
@@ -650,7 +859,9 @@ fn entry_count_reads_a_file() {
 fn judge_sidecar_order_of_checks() {
     let other = format!("{{\"format\": 1, \"fingerprint\": \"{OTHER}\"}}");
     assert_eq!(
-        judge::judge_sidecar(other.as_bytes(), FP, |_| true).unwrap_err().to_string(),
+        judge::judge_sidecar(other.as_bytes(), FP, |_| true)
+            .unwrap_err()
+            .to_string(),
         "signed for another launch (fingerprint 8c01d2e4...)"
     );
     // a future format is judged before anything else in it
@@ -673,7 +884,10 @@ fn a_directory_that_goes_whole_goes_to_the_trash_then_away() {
     put(t.path(), &format!("{DIR}/.autotuner_x.tmp"), "");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.removed, r.leftovers), (3, 1), "{logs}");
-    assert!(logs.contains(&format!("removed {}: signed for another launch (fingerprint 8c01d2e4...)", rank(2))));
+    assert!(logs.contains(&format!(
+        "removed {}: signed for another launch (fingerprint 8c01d2e4...)",
+        rank(2)
+    )));
     assert!(!t.path().join(DIR).exists());
     assert!(t.path().join("0.6.18/sm121").is_dir());
     let trash = t.path().join(".keepwrap/trash");
@@ -719,5 +933,8 @@ fn planted_state_dir_symlink_is_not_used_as_trash() {
     assert!(logs.contains("cannot use .keepwrap/trash"), "{logs}");
     assert!(!exists(t.path(), &rank(0)));
     assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
-    assert!(fs::symlink_metadata(t.path().join(".keepwrap")).unwrap().file_type().is_symlink());
+    assert!(fs::symlink_metadata(t.path().join(".keepwrap"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }

@@ -31,7 +31,11 @@ fn private_dir(fd: BorrowedFd<'_>, what: &str) -> io::Result<()> {
     if st.st_uid != euid || st.st_mode & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{what} is writable by another user (mode {:o}, uid {})", st.st_mode & 0o7777, st.st_uid),
+            format!(
+                "{what} is writable by another user (mode {:o}, uid {})",
+                st.st_mode & 0o7777,
+                st.st_uid
+            ),
         ));
     }
     Ok(())
@@ -49,7 +53,10 @@ impl Trash {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        Ok(Trash { fd, prefix: format!("{}.{nanos}.", std::process::id()) })
+        Ok(Trash {
+            fd,
+            prefix: format!("{}.{nanos}.", std::process::id()),
+        })
     }
 
     /// Move the entry `name` of `dir` (file or directory) into the trash.
@@ -64,13 +71,20 @@ impl Trash {
 /// Remove everything in the trash below the open root. Returns how many
 /// entries went.
 pub fn empty_at(root: BorrowedFd<'_>) -> usize {
-    let Ok(state) = fsx::open_dir_at(root, STATE_DIR) else { return 0 };
-    let Ok(trash) = fsx::open_dir_at(state.as_fd(), TRASH_DIR) else { return 0 };
+    let Ok(state) = fsx::open_dir_at(root, STATE_DIR) else {
+        return 0;
+    };
+    let Ok(trash) = fsx::open_dir_at(state.as_fd(), TRASH_DIR) else {
+        return 0;
+    };
     if private_dir(trash.as_fd(), ".keepwrap/trash").is_err() {
         return 0;
     }
     let n = fsx::remove_contents(trash.as_fd(), &mut |name, e| {
-        warn!("cannot remove .keepwrap/trash/{}: {e}", super::layout::Rel(b"", name));
+        warn!(
+            "cannot remove .keepwrap/trash/{}: {e}",
+            super::layout::Rel(b"", name)
+        );
     });
     debug!("emptied .keepwrap/trash: {n} entries");
     n
@@ -82,7 +96,10 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
     match fsx::open_root(root) {
         Ok(fd) => Ok(empty_at(fd.as_fd())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(io::Error::new(e.kind(), format!("open cache root {}: {e}", root.display()))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("open cache root {}: {e}", root.display()),
+        )),
     }
 }
 
@@ -90,10 +107,17 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
 /// signal meant for the supervisor is never delivered to it).
 pub fn spawn_empty(root: OwnedFd) {
     let mut old = SigSet::empty();
-    let blocked = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old)).is_ok();
-    let spawned = std::thread::Builder::new().name("keepwrap-trash".into()).spawn(move || {
-        empty_at(root.as_fd());
-    });
+    let blocked = pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut old),
+    )
+    .is_ok();
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-trash".into())
+        .spawn(move || {
+            empty_at(root.as_fd());
+        });
     if blocked {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
