@@ -51,10 +51,6 @@ enum TrashState {
     Unavailable,
 }
 
-pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune_with(root, fingerprint, true)
-}
-
 /// `background`: empty the trash in a background thread (else now, before
 /// returning).
 pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
@@ -140,7 +136,7 @@ impl State<'_> {
                         self.report.left += 1;
                         whole = false;
                     }
-                    Kind::File => match self.judge_file(dir, name) {
+                    Kind::File => match self.judge_file(dir, listing, name) {
                         Some(reason) => self.plan.push((i, Act::Cache(reason))),
                         None => whole = false,
                     },
@@ -266,12 +262,18 @@ impl State<'_> {
 
     /// Judge a regular cache file: Some(reason) to remove it, None when it
     /// is trusted on its own (a candidate for the set check).
-    fn judge_file(&mut self, dir: &DirView<'_>, name: &[u8]) -> Option<Reason> {
+    fn judge_file(&mut self, dir: &DirView<'_>, listing: &Listing, name: &[u8]) -> Option<Reason> {
         if let Some(u) = dir.untrusted {
             return Some(Reason::Untrusted(u.0.clone()));
         }
         layout::sidecar_name(name, &mut self.sname);
         let sname = &self.sname[..self.sname.len() - 1];
+        // The listing says already when there is no sidecar (no open).
+        match listing.find(sname).map(|e| e.kind) {
+            None => return Some(Reason::NoSidecar),
+            Some(Kind::File) => {}
+            Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
+        }
         if let Err(e) = fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
             let reason = if e.kind() == io::ErrorKind::NotFound {
                 Reason::NoSidecar
