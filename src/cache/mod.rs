@@ -11,7 +11,10 @@
 //! - `layout`: names, and the walk over the tree;
 //! - `sidecar`: the sidecar format and the set id;
 //! - `judge`: the decisions, without I/O;
-//! - `prune`, `sign`: the two operations.
+//! - `prune`, `sign`: the two operations;
+//! - `trash`: `<root>/.keepwrap/trash/`, where prune moves a directory whose
+//!   every entry goes (one rename instead of unlinking 16 files whose
+//!   blocks the file system must free), emptied in a background thread.
 //!
 //! The set rule: at sign time every cache file present is signed as one set
 //! (id = sha256 over fingerprint + sorted members), recorded in every
@@ -30,12 +33,15 @@ mod prune;
 pub use prune::MAX_CACHE_FILE;
 mod sidecar;
 mod sign;
+mod trash;
+
+pub use trash::empty_trash;
 
 #[cfg(test)]
 mod tests;
 
 pub use judge::META_KEYS;
-pub use sidecar::{Member, SetRecord, Sidecar};
+pub use sidecar::{set_id, Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -89,8 +95,16 @@ pub fn is_cache_file(rel: &Path) -> bool {
 
 /// Remove every cache file this launch must not load; log one line per
 /// decision and one summary line. A missing root gives an empty report.
+/// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
+/// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint)
+    prune::prune_with(root, fingerprint, true)
+}
+
+/// [`prune`], with the trash emptied before returning when `background` is
+/// false (tests; a one-shot `keepwrap prune` command).
+pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
+    prune::prune_with(root, fingerprint, background)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

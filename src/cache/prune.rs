@@ -5,12 +5,13 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::fsx::{self, Kind};
 use super::judge::{self, Candidate, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::Sidecar;
+use super::trash::{self, Trash};
 use super::PruneReport;
 
 /// Larger sidecars are not read (a set of 10,000 members is ~1.3 MB).
@@ -32,9 +33,27 @@ struct State<'f> {
     /// after signing, ...): "not trusted" rather than "missing" in the set
     /// line of the other members.
     rejected: Vec<String>,
+    /// What to remove in the directory being visited: entry index, why.
+    plan: Vec<(usize, Act)>,
+    trash: TrashState,
+    /// Always Some, but during `resolve`.
+    root: Option<OwnedFd>,
 }
 
-pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
+enum Act {
+    Cache(Reason),
+    Leftover(&'static str),
+}
+
+enum TrashState {
+    Unopened,
+    Open(Trash),
+    Unavailable,
+}
+
+/// `background`: empty the trash in a background thread (else now, before
+/// returning).
+pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
@@ -57,9 +76,19 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
         cname: Vec::with_capacity(64),
         cands: Vec::new(),
         rejected: Vec::new(),
+        plan: Vec::new(),
+        trash: TrashState::Unopened,
+        root: Some(root_fd),
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
-    st.resolve(&root_fd);
+    st.resolve();
+    if let Some(root) = st.root.take() {
+        if background {
+            trash::spawn_empty(root);
+        } else {
+            trash::empty_at(root.as_fd());
+        }
+    }
     let r = &st.report;
     if r.left > 0 {
         info!(
@@ -88,7 +117,14 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
 
 impl State<'_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
-        for e in &listing.ents {
+        self.plan.clear();
+        // Can the whole directory go to the trash with one rename? Only if
+        // everything in it goes.
+        // (Not a directory named *.json: that one is left, as warned.)
+        let mut whole = dir
+            .parent
+            .is_some_and(|(_, name)| layout::role(name) != Role::Cache);
+        for (i, e) in listing.ents.iter().enumerate() {
             let name = listing.name(e);
             match layout::role(name) {
                 Role::Cache => match e.kind {
@@ -98,9 +134,13 @@ impl State<'_> {
                             Rel(dir.rel, name)
                         );
                         self.report.left += 1;
+                        whole = false;
                     }
-                    Kind::File => self.judge_file(dir, name),
-                    k => self.remove(dir.fd, dir.rel, name, &Reason::NotRegular(k)),
+                    Kind::File => match self.judge_file(dir, listing, name) {
+                        Some(reason) => self.plan.push((i, Act::Cache(reason))),
+                        None => whole = false,
+                    },
+                    k => self.plan.push((i, Act::Cache(Reason::NotRegular(k)))),
                 },
                 Role::Sidecar if e.kind != Kind::Dir => {
                     let stem = &name[..name.len() - layout::SIDECAR_EXT.len()];
@@ -109,17 +149,85 @@ impl State<'_> {
                     self.cname.extend_from_slice(layout::CACHE_EXT);
                     let beside = listing.find(&self.cname).map(|c| c.kind);
                     if beside.is_none() || beside == Some(Kind::Dir) {
-                        self.leftover(dir, name, "orphan sidecar (no cache file beside)");
+                        self.plan
+                            .push((i, Act::Leftover("orphan sidecar (no cache file beside)")));
                     }
+                    // else it goes (or stays) with its cache file
                 }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
-                    self.leftover(dir, name, "FlashInfer temp file left by a crash");
+                    self.plan
+                        .push((i, Act::Leftover("FlashInfer temp file left by a crash")));
                 }
                 Role::KeepwrapTmp if e.kind != Kind::Dir => {
-                    self.leftover(dir, name, "keepwrap temp file left by a crash");
+                    self.plan
+                        .push((i, Act::Leftover("keepwrap temp file left by a crash")));
                 }
-                _ => {}
+                _ => whole = false,
             }
+        }
+        if self.plan.is_empty() {
+            return;
+        }
+        let plan = std::mem::take(&mut self.plan);
+        if whole && self.trash_dir(dir) {
+            for (i, act) in &plan {
+                let name = listing.name(&listing.ents[*i]);
+                match act {
+                    Act::Cache(reason) => self.log_removed(dir.rel, name, reason),
+                    Act::Leftover(why) => {
+                        self.report.leftovers += 1;
+                        info!("removed {}: {}", Rel(dir.rel, name), why);
+                    }
+                }
+            }
+        } else {
+            for (i, act) in &plan {
+                let name = listing.name(&listing.ents[*i]);
+                match act {
+                    Act::Cache(reason) => self.remove(dir.fd, dir.rel, name, reason),
+                    Act::Leftover(why) => self.leftover(dir, name, why),
+                }
+            }
+        }
+        self.plan = plan;
+    }
+
+    /// Move the directory being visited into the trash.
+    fn trash_dir(&mut self, dir: &DirView<'_>) -> bool {
+        let Some((parent, name)) = dir.parent else {
+            return false;
+        };
+        if let TrashState::Unopened = self.trash {
+            let Some(root) = &self.root else { return false };
+            self.trash = match Trash::open(root.as_fd()) {
+                Ok(t) => TrashState::Open(t),
+                Err(e) => {
+                    warn!("cannot use .keepwrap/trash ({e}): removing files one by one");
+                    TrashState::Unavailable
+                }
+            };
+        }
+        let TrashState::Open(t) = &self.trash else {
+            return false;
+        };
+        match t.take(parent, name) {
+            Ok(()) => true,
+            Err(e) => {
+                debug!(
+                    "cannot move {} to .keepwrap/trash ({e}): removing files one by one",
+                    Rel(dir.rel, b"")
+                );
+                false
+            }
+        }
+    }
+
+    fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
+        self.report.removed += 1;
+        if matches!(reason, Reason::Untrusted(_)) {
+            warn!("removed {}: {}", Rel(rel, name), reason);
+        } else {
+            info!("removed {}: {}", Rel(rel, name), reason);
         }
     }
 
@@ -136,14 +244,7 @@ impl State<'_> {
     /// Remove cache file `name` of `dir` (and its sidecar), one log line.
     fn remove(&mut self, fd: BorrowedFd<'_>, rel: &[u8], name: &[u8], reason: &Reason) {
         match fsx::unlink_at(fd, cstr_buf(&mut self.cname, name)) {
-            Ok(()) => {
-                self.report.removed += 1;
-                if matches!(reason, Reason::Untrusted(_)) {
-                    warn!("removed {}: {}", Rel(rel, name), reason);
-                } else {
-                    info!("removed {}: {}", Rel(rel, name), reason);
-                }
-            }
+            Ok(()) => self.log_removed(rel, name, reason),
             Err(e) => {
                 self.report.left += 1;
                 warn!("cannot remove {} ({}): {}", Rel(rel, name), reason, e);
@@ -159,19 +260,27 @@ impl State<'_> {
         }
     }
 
-    fn judge_file(&mut self, dir: &DirView<'_>, name: &[u8]) {
+    /// Judge a regular cache file: Some(reason) to remove it, None when it
+    /// is trusted on its own (a candidate for the set check).
+    fn judge_file(&mut self, dir: &DirView<'_>, listing: &Listing, name: &[u8]) -> Option<Reason> {
         if let Some(u) = dir.untrusted {
-            return self.remove(dir.fd, dir.rel, name, &Reason::Untrusted(u.0.clone()));
+            return Some(Reason::Untrusted(u.0.clone()));
         }
         layout::sidecar_name(name, &mut self.sname);
         let sname = &self.sname[..self.sname.len() - 1];
+        // The listing says already when there is no sidecar (no open).
+        match listing.find(sname).map(|e| e.kind) {
+            None => return Some(Reason::NoSidecar),
+            Some(Kind::File) => {}
+            Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
+        }
         if let Err(e) = fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
             let reason = if e.kind() == io::ErrorKind::NotFound {
                 Reason::NoSidecar
             } else {
                 Reason::SidecarUnreadable(e.to_string())
             };
-            return self.remove(dir.fd, dir.rel, name, &reason);
+            return Some(reason);
         }
         let rel = Rel(dir.rel, name);
         let is_rel = |p: &str| {
@@ -180,7 +289,7 @@ impl State<'_> {
         };
         let sc = match judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel) {
             Ok(sc) => sc,
-            Err(reason) => return self.remove(dir.fd, dir.rel, name, &reason),
+            Err(reason) => return Some(reason),
         };
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
@@ -194,17 +303,21 @@ impl State<'_> {
             Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
         };
         match verdict {
-            Ok(()) => self.cands.push((path, sc)),
+            Ok(()) => {
+                self.cands.push((path, sc));
+                None
+            }
             Err(reason) => {
                 self.rejected.push(path);
-                self.remove(dir.fd, dir.rel, name, &reason);
+                Some(reason)
             }
         }
     }
 
     /// Judge the sets of the files trusted on their own; keep the whole
     /// ones, remove the others.
-    fn resolve(&mut self, root: &OwnedFd) {
+    fn resolve(&mut self) {
+        let Some(root) = self.root.take() else { return };
         let cands = std::mem::take(&mut self.cands);
         let views: Vec<Candidate<'_>> = cands
             .iter()
@@ -243,6 +356,7 @@ impl State<'_> {
                 }
             }
         }
+        self.root = Some(root);
     }
 }
 
