@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The README's performance report, in one command:
+#
+#   bash bench/report.sh > report.md
+#
+# Runs every benchmark on this machine (release builds) and prints Markdown:
+# wrapper overhead against tini, dumb-init, catatonit and a direct exec,
+# resident memory and idle CPU; pre-launch prune of 100, 1,000 and 10,000
+# cache files; unify, store, share; done-to-signed latency; cold against warm
+# boots of the fake engine. Needs hyperfine, tini, dumb-init and catatonit
+# (apt-get install hyperfine tini dumb-init catatonit). Takes a few minutes;
+# run it on an otherwise idle machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release --quiet --bins --examples
+ex=target/release/examples
+
+section() { printf '\n### %s\n\n' "$1"; }
+block() { printf '```text\n'; "$@"; printf '```\n'; }
+
+echo "## Performance report ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r))"
+
+section "Entrypoint: startup, memory, idle CPU (bench/entrypoint.sh)"
+bash bench/entrypoint.sh
+
+section "Pre-launch prune, no file for this launch (examples/bench_prune.rs)"
+block sh -c "for n in 100 1000 10000; do $ex/bench_prune \$n; done"
+
+section "Unify 8 rank files of 2,000 entries (examples/bench_unify.rs)"
+block "$ex/bench_unify" 200
+
+section "Union of four nodes' publications on a share (examples/bench_share.rs)"
+block "$ex/bench_share" 100
+
+if [ -x "$ex/bench_store" ]; then
+  section "Store: restore 8 rank files; status over 10,000 files (examples/bench_store.rs)"
+  block "$ex/bench_store" 20
+fi
+
+section "Done to signed (bench/done_to_signed.py)"
+block python3 bench/done_to_signed.py target/release/keepwrap 5
+
+section "Cold against warm boot of the fake engine (examples/demo.sh)"
+bash examples/demo.sh 2>/dev/null
