@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 use super::fsx::{self, Kind};
-use super::judge::{self, JsonErr};
+use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetRecord, Sidecar};
@@ -74,10 +74,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 continue;
             }
             if let Err(e) = judge::json_object_entries(&buf) {
-                match e {
-                    JsonErr::Invalid(m) => info!("not signed {rel}: not valid JSON ({m})"),
-                    JsonErr::NotObject(w) => info!("not signed {rel}: not a JSON object ({w})"),
-                }
+                info!("not signed {rel}: {}", e.into_reason());
                 continue;
             }
             members.push(Member {

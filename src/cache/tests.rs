@@ -833,6 +833,23 @@ fn json_object_entries_counts_and_classifies() {
         judge::json_object_entries(b"{\"a\": NaNa}"),
         Err(JsonErr::Invalid(_))
     ));
+    // FlashInfer's loader reads _metadata and _records as dicts
+    assert_eq!(
+        judge::json_object_entries(b"{\"_metadata\": 5, \"a\": [1]}"),
+        Err(JsonErr::BadMeta("_metadata", "a number"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"a\": [1], \"_records\": [1]}"),
+        Err(JsonErr::BadMeta("_records", "an array"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"a\": [1], \"_generation\": {}}"),
+        Err(JsonErr::BadMeta("_generation", "an object"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"_metadata\": {\"x\": 1.5e300}, \"_generation\": \"ab\"}"),
+        Ok(0)
+    );
     // Python's json.dump writes these
     assert_eq!(
         judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
