@@ -37,11 +37,15 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         .try_clone()
         .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
 
-    // 1. What is there, read once.
+    // 1. What is there, read once. A directory holding a cache file that
+    // cannot be signed contributes no member: its rank files are the ranks
+    // of one engine, and trusting some of them is a partial hit next boot.
     let mut members: Vec<Member> = Vec::new();
     let mut buf = Vec::new();
     let mut cname = Vec::new();
     layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
+        let first = members.len();
+        let mut unsignable: Option<String> = None;
         for e in &listing.ents {
             let name = listing.name(e);
             if layout::role(name) != Role::Cache {
@@ -56,6 +60,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 }
                 k => {
                     info!("not signed {rel}: not a regular file ({})", k.name());
+                    unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
             }
@@ -65,16 +70,19 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             }
             let Some(path) = rel.to_string_exact() else {
                 warn!("not signed {rel}: the path is not UTF-8");
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             };
             cname.clear();
             cname.extend_from_slice(name);
             if let Err(e) = fsx::read_at(dir.fd, cname.as_slice(), &mut buf, MAX_CACHE_FILE) {
                 warn!("not signed {rel}: cannot read it ({e})");
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             }
             if let Err(e) = judge::json_object_entries(&buf) {
                 info!("not signed {rel}: {}", e.into_reason());
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             }
             members.push(Member {
@@ -82,6 +90,16 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 sha256: judge::sha256_hex(&buf),
                 size: buf.len() as u64,
             });
+        }
+        if let Some(bad) = unsignable {
+            let dropped = members.len() - first;
+            if dropped > 0 {
+                members.truncate(first);
+                warn!(
+                    "not signed the {dropped} other cache files of {}: {bad} cannot be signed, and trusting part of a directory's rank files would give a partial hit",
+                    Rel(dir.rel, b"")
+                );
+            }
         }
     });
     members.sort_unstable_by(|a, b| a.path.cmp(&b.path));
