@@ -60,8 +60,9 @@ pub struct SignReport {
     pub unchanged: bool,
     /// The set id (sha256 hex).
     pub set_id: String,
-    /// Sidecars that could not be written (logged). Non-zero means the set
-    /// will not be trusted by the next prune.
+    /// Sidecars that could not be written. Always 0: sign stops at the
+    /// first failed write and returns the error (the set is then incomplete,
+    /// and the next prune trusts none of it).
     pub failed: usize,
 }
 

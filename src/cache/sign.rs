@@ -127,7 +127,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         id: id.clone(),
         members,
     };
-    let mut failed = 0;
+    let mut written = 0;
     let mut i = 0;
     while i < set.members.len() {
         let (parent, _) = split(&set.members[i].path);
@@ -135,18 +135,14 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             .iter()
             .take_while(|m| split(&m.path).0 == parent)
             .count();
-        let dir = match fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)) {
-            Ok(d) => d,
-            Err(e) => {
-                warn!(
-                    "cannot sign {} files in {parent}: open directory: {e}",
-                    end - i
-                );
-                failed += end - i;
-                i = end;
-                continue;
-            }
-        };
+        let dir = fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)).map_err(|e| {
+            incomplete(
+                e,
+                format!("cannot open directory {parent}"),
+                i,
+                set.members.len(),
+            )
+        })?;
         for m in &set.members[i..end] {
             let sc = Sidecar {
                 format: SIDECAR_FORMAT,
@@ -161,13 +157,21 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             };
             let bytes = sidecar::to_bytes(&sc);
             let name = sidecar_cname(split(&m.path).1);
-            if let Err(e) = fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644) {
-                warn!(
-                    "cannot write sidecar {}: {e}",
-                    Rel(parent_prefix(&m.path), name.as_bytes())
-                );
-                failed += 1;
-            }
+            // One failed write leaves the set incomplete, so that the next
+            // prune trusts none of it: writing the rest is pointless, and one
+            // error says it all (a full disk would fail every one).
+            fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644).map_err(|e| {
+                incomplete(
+                    e,
+                    format!(
+                        "cannot write sidecar {}",
+                        Rel(parent_prefix(&m.path), name.as_bytes())
+                    ),
+                    written,
+                    set.members.len(),
+                )
+            })?;
+            written += 1;
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
             warn!("cannot fsync directory {parent}: {e}");
@@ -178,8 +182,18 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         signed,
         unchanged: false,
         set_id: id,
-        failed,
+        failed: 0,
     })
+}
+
+/// The error of a sign that stopped after `written` of `total` sidecars.
+fn incomplete(e: io::Error, what: String, written: usize, total: usize) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!(
+            "{what}: {e} ({written} of {total} sidecars written: the set is incomplete and will not be trusted)"
+        ),
+    )
 }
 
 /// Does every member's sidecar already record this set, for these bytes?
