@@ -579,6 +579,12 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
 const CONFLICT_LINES: usize = 10;
 
 fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<bool> {
+    // Never rewrite files another user can swap or planted: they are not
+    // signed either.
+    if let Some(why) = cache::untrusted_dir(root, dir)? {
+        tracing::info!("{}: left as they are: {why}", dir.display());
+        return Ok(false);
+    }
     let dfd = fsx::open_dir_path(root, dir)?;
     let mut files = Vec::with_capacity(names.len());
     let mut modes = Vec::with_capacity(names.len());

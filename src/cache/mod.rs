@@ -101,6 +101,50 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     sign::sign(root, fingerprint)
 }
 
+/// Why the directory `rel` below the open root (or the root itself, or a
+/// directory between them) is one another user can write, if it is: the
+/// same rule by which prune and sign distrust the files in it. Never
+/// follows a symlink below the root.
+pub fn untrusted_dir(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> io::Result<Option<String>> {
+    use std::os::fd::AsFd;
+    let euid = nix::unistd::geteuid().as_raw();
+    let check = |fd: std::os::fd::BorrowedFd<'_>, shown: &Path| -> io::Result<Option<String>> {
+        let st = fsx::stat_fd(fd)?;
+        Ok(layout::dir_untrusted(&st, euid).map(|why| {
+            let shown = if shown.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                shown
+            };
+            format!(
+                "in a directory another user can write ({}: {why})",
+                shown.display()
+            )
+        }))
+    };
+    if let Some(why) = check(root, Path::new(""))? {
+        return Ok(Some(why));
+    }
+    let mut cur: Option<std::os::fd::OwnedFd> = None;
+    let mut shown = PathBuf::new();
+    for c in rel.components() {
+        let Component::Normal(name) = c else {
+            continue;
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let next = {
+            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+            fsx::open_dir_at(base, name.as_bytes())?
+        };
+        shown.push(name);
+        if let Some(why) = check(next.as_fd(), &shown)? {
+            return Ok(Some(why));
+        }
+        cur = Some(next);
+    }
+    Ok(None)
+}
+
 /// Number of entries (keys other than `_metadata`, `_records`,
 /// `_generation`) in a cache file, if it parses as a JSON object. Does not
 /// follow a final symlink.
