@@ -231,7 +231,7 @@ impl<'de> Visitor<'de> for CountEntries {
         let mut bad = None;
         while let Some(key) = map.next_key::<KeyIsMeta>()? {
             let Some(meta) = key.0 else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value::<Skip>()?;
                 n += 1;
                 continue;
             };
@@ -243,6 +243,56 @@ impl<'de> Visitor<'de> for CountEntries {
             }
         }
         Ok((n, bad))
+    }
+}
+
+/// Any JSON value, skipped without allocating, but through
+/// `deserialize_any` so that serde_json's nesting limit (128) applies:
+/// `IgnoredAny` skips any depth, and Python's `json` (FlashInfer's loader)
+/// raises RecursionError on a deep file, which would fail the engine's boot.
+struct Skip;
+
+impl<'de> de::Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> Visitor<'de> for SkipVisitor {
+    type Value = Skip;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value::<Skip>()?;
+        }
+        Ok(Skip)
     }
 }
 

@@ -863,6 +863,15 @@ fn json_object_entries_counts_and_classifies() {
         judge::json_object_entries(b"{\"_metadata\": {\"x\": 1.5e300}, \"_generation\": \"ab\"}"),
         Ok(0)
     );
+    // Deeper than serde_json's limit (128): Python's loader raises
+    // RecursionError on far less than this.
+    let deep = [b"{\"k\": ".as_slice(), &[b'['; 5000], &[b']'; 5000], b"}"].concat();
+    assert!(matches!(
+        judge::json_object_entries(&deep),
+        Err(JsonErr::Invalid(e)) if e.contains("recursion limit")
+    ));
+    let ok = [b"{\"k\": ".as_slice(), &[b'['; 100], &[b']'; 100], b"}"].concat();
+    assert_eq!(judge::json_object_entries(&ok), Ok(1));
     // Python's json.dump writes these
     assert_eq!(
         judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
