@@ -146,10 +146,12 @@ pub fn untrusted_dir(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> io::Resul
 }
 
 /// Number of entries (keys other than `_metadata`, `_records`,
-/// `_generation`) in a cache file, if it parses as a JSON object. Does not
+/// `_generation`) in a cache file, if it parses as one; else why not, as
+/// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not
 /// follow a final symlink.
-pub fn entry_count(path: &Path) -> Option<usize> {
+pub fn entry_count(path: &Path) -> Result<usize, String> {
     let mut buf = Vec::new();
-    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE).ok()?;
-    judge::json_object_entries(&buf).ok()
+    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE)
+        .map_err(|e| judge::Reason::Unreadable(e.to_string()).to_string())?;
+    judge::json_object_entries(&buf).map_err(|e| e.into_reason().to_string())
 }
