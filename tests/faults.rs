@@ -285,7 +285,7 @@ fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
     let trials = env_usize("KEEPWRAP_COMMIT_TRIALS", 12);
     let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
     let seed = seed();
-    let mut rng = Rng::new(seed ^ 0xc0ff_ee);
+    let mut rng = Rng::new(seed ^ 0x00c0_ffee);
     const DIRS: usize = 40;
     let files = DIRS * 4;
     eprintln!("keepwrap SIGKILL in unify + commit: {trials} trials, seed {seed}");
