@@ -145,6 +145,23 @@ pub fn untrusted_dir(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> io::Resul
     Ok(None)
 }
 
+/// The parsers, for the fuzz targets in `fuzz/` (not a stable API).
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Judge sidecar bytes for `fingerprint`, beside any file: the parsed
+    /// sidecar's path when it is trusted.
+    pub fn judge_sidecar(bytes: &[u8], fingerprint: &str) -> Option<String> {
+        super::judge::judge_sidecar(bytes, fingerprint, |_| true)
+            .ok()
+            .map(|sc| sc.path)
+    }
+
+    /// Judge cache file bytes: its entry count when it is one.
+    pub fn cache_file_entries(bytes: &[u8]) -> Option<usize> {
+        super::judge::json_object_entries(bytes).ok()
+    }
+}
+
 /// Number of entries (keys other than `_metadata`, `_records`,
 /// `_generation`) in a cache file, if it parses as one; else why not, as
 /// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not

@@ -886,7 +886,10 @@ fn entry_count_reads_a_file() {
     assert!(entry_count(&t.path().join("missing.json")).is_err());
     let link = t.path().join("link.json");
     std::os::unix::fs::symlink(t.path().join(rank(0)), &link).unwrap();
-    assert_eq!(entry_count(&link), Err("unreadable (a symlink)".to_string()));
+    assert_eq!(
+        entry_count(&link),
+        Err("unreadable (a symlink)".to_string())
+    );
 }
 
 #[test]
