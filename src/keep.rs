@@ -274,10 +274,8 @@ impl Keeper {
             return;
         }
         for rel in &landed {
-            let entries = cache::entry_count(&self.root.join(rel)).map_or_else(
-                || "not a JSON object".to_string(),
-                |n| format!("{n} entries"),
-            );
+            let entries = cache::entry_count(&self.root.join(rel))
+                .map_or_else(|why| why, |n| format!("{n} entries"));
             tracing::info!(
                 "landed {} ({entries}, {} after the launch)",
                 rel.display(),

@@ -562,10 +562,20 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
             return report;
         }
     };
-    for (dir, names) in by_dir {
+    let total = by_dir.len();
+    for (n, (dir, names)) in by_dir.into_iter().enumerate() {
         match unify_dir(root_fd.as_fd(), dir, &names) {
             Ok(true) => report.rewritten += 1,
             Ok(false) => {}
+            // Every other directory would fail the same way: one warning.
+            Err(e) if no_room(&e) => {
+                tracing::warn!(
+                    "cannot unify the rank files of {}: {e}; left them and the {} other directories as they are",
+                    dir.display(),
+                    total - n - 1
+                );
+                break;
+            }
             Err(e) => tracing::warn!(
                 "cannot unify the rank files of {}: {e}; left as they are",
                 dir.display()
@@ -575,10 +585,26 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
     report
 }
 
+/// A write failed for want of room or of a writable file system.
+fn no_room(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull
+            | io::ErrorKind::QuotaExceeded
+            | io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
 /// Most conflicts named one per line; the rest are counted.
 const CONFLICT_LINES: usize = 10;
 
 fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<bool> {
+    // Never rewrite files another user can swap or planted: they are not
+    // signed either.
+    if let Some(why) = cache::untrusted_dir(root, dir)? {
+        tracing::info!("{}: left as they are: {why}", dir.display());
+        return Ok(false);
+    }
     let dfd = fsx::open_dir_path(root, dir)?;
     let mut files = Vec::with_capacity(names.len());
     let mut modes = Vec::with_capacity(names.len());

@@ -82,6 +82,16 @@ impl Watcher {
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) if !rel.as_os_str().is_empty() => {
                 return Ok(())
             }
+            // A subdirectory keepwrap cannot read (another user's, mode
+            // 0700): prune and sign cannot read it either, so nothing in it
+            // is signed. Watch the rest rather than give up on the launch.
+            Err(e) if !rel.as_os_str().is_empty() => {
+                tracing::warn!(
+                    "cannot watch {}: {e}; nothing in it will be signed",
+                    rel.display()
+                );
+                return Ok(());
+            }
             Err(e) => {
                 return Err(io::Error::other(format!(
                     "cannot watch {}: {e}",
@@ -93,6 +103,13 @@ impl Watcher {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound && !rel.as_os_str().is_empty() => {
                 return Ok(())
+            }
+            Err(e) if !rel.as_os_str().is_empty() => {
+                tracing::warn!(
+                    "cannot list {}: {e}; nothing in it will be signed",
+                    rel.display()
+                );
+                return Ok(());
             }
             Err(e) => {
                 return Err(io::Error::new(

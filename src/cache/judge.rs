@@ -30,6 +30,12 @@ pub enum Reason {
     },
     InvalidJson(String),
     NotObject(&'static str),
+    /// `_metadata` or `_records` not an object, `_generation` not a string:
+    /// FlashInfer's loader would raise on it.
+    BadMeta {
+        key: &'static str,
+        is: &'static str,
+    },
     Unreadable(String),
     NotRegular(Kind),
     Untrusted(String),
@@ -83,6 +89,11 @@ impl fmt::Display for Reason {
             }
             Reason::InvalidJson(e) => write!(f, "not valid JSON ({e})"),
             Reason::NotObject(what) => write!(f, "not a JSON object ({what})"),
+            Reason::BadMeta { key, is } => write!(
+                f,
+                "not a FlashInfer cache file ({key} is {is}, not {})",
+                meta_wants(key)
+            ),
             Reason::Unreadable(e) => write!(f, "unreadable ({e})"),
             Reason::NotRegular(k) => write!(f, "not a regular file ({})", k.name()),
             Reason::Untrusted(why) => f.write_str(why),
@@ -165,6 +176,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub enum JsonErr {
     Invalid(String),
     NotObject(&'static str),
+    /// A key of [`META_KEYS`] holds the wrong JSON type: (key, its type).
+    BadMeta(&'static str, &'static str),
 }
 
 impl JsonErr {
@@ -172,6 +185,7 @@ impl JsonErr {
         match self {
             JsonErr::Invalid(e) => Reason::InvalidJson(e),
             JsonErr::NotObject(w) => Reason::NotObject(w),
+            JsonErr::BadMeta(key, is) => Reason::BadMeta { key, is },
         }
     }
 }
@@ -179,29 +193,111 @@ impl JsonErr {
 /// Keys FlashInfer writes besides the entries.
 pub const META_KEYS: [&str; 3] = ["_metadata", "_records", "_generation"];
 
+/// The JSON type each of [`META_KEYS`] must hold: FlashInfer reads
+/// `_metadata` and `_records` as dicts and `_generation` as a string.
+fn meta_wants(key: &str) -> &'static str {
+    if key == "_generation" {
+        "a string"
+    } else {
+        "an object"
+    }
+}
+
+fn type_name(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Entries counted, and the first meta key of the wrong type.
+type Counted = (usize, Option<(&'static str, &'static str)>);
+
 struct CountEntries;
 
 impl<'de> Visitor<'de> for CountEntries {
-    type Value = usize;
+    type Value = Counted;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Counted, A::Error> {
         let mut n = 0;
+        let mut bad = None;
         while let Some(key) = map.next_key::<KeyIsMeta>()? {
-            map.next_value::<IgnoredAny>()?;
-            if !key.0 {
+            let Some(meta) = key.0 else {
+                map.next_value::<Skip>()?;
                 n += 1;
+                continue;
+            };
+            // Small (a few fields), or MegaMoE's records: parse them whole.
+            let v = map.next_value::<serde_json::Value>()?;
+            let is = type_name(&v);
+            if is != meta_wants(meta) && bad.is_none() {
+                bad = Some((meta, is));
             }
         }
-        Ok(n)
+        Ok((n, bad))
     }
 }
 
-/// A map key, reduced to "is it one of [`META_KEYS`]" without allocating.
-struct KeyIsMeta(bool);
+/// Any JSON value, skipped without allocating, but through
+/// `deserialize_any` so that serde_json's nesting limit (128) applies:
+/// `IgnoredAny` skips any depth, and Python's `json` (FlashInfer's loader)
+/// raises RecursionError on a deep file, which would fail the engine's boot.
+struct Skip;
+
+impl<'de> de::Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> Visitor<'de> for SkipVisitor {
+    type Value = Skip;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value::<Skip>()?;
+        }
+        Ok(Skip)
+    }
+}
+
+/// A map key, reduced to "which of [`META_KEYS`] is it" without allocating.
+struct KeyIsMeta(Option<&'static str>);
 
 impl<'de> de::Deserialize<'de> for KeyIsMeta {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -212,7 +308,7 @@ impl<'de> de::Deserialize<'de> for KeyIsMeta {
                 f.write_str("a string")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyIsMeta, E> {
-                Ok(KeyIsMeta(META_KEYS.contains(&s)))
+                Ok(KeyIsMeta(META_KEYS.iter().copied().find(|k| *k == s)))
             }
         }
         d.deserialize_str(V)
@@ -229,7 +325,7 @@ fn what_json(bytes: &[u8]) -> &'static str {
     }
 }
 
-fn count_entries(bytes: &[u8]) -> Result<usize, serde_json::Error> {
+fn count_entries(bytes: &[u8]) -> Result<Counted, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let n = de::Deserializer::deserialize_map(&mut de, CountEntries)?;
     de.end()?;
@@ -284,21 +380,26 @@ fn python_nan_to_zero(bytes: &[u8]) -> Option<Vec<u8>> {
     changed.then_some(out)
 }
 
-/// If `bytes` are one JSON object (as Python's `json` reads it), the number
-/// of its keys other than [`META_KEYS`].
+/// If `bytes` are one JSON object (as Python's `json` reads it) whose
+/// [`META_KEYS`] have the types FlashInfer reads, the number of its other
+/// keys.
 pub fn json_object_entries(bytes: &[u8]) -> Result<usize, JsonErr> {
-    match count_entries(bytes) {
-        Ok(n) => Ok(n),
+    let counted = match count_entries(bytes) {
+        Ok(c) => Ok(c),
         Err(e) if e.classify() == serde_json::error::Category::Data => {
             Err(JsonErr::NotObject(what_json(bytes)))
         }
         Err(e) => match python_nan_to_zero(bytes) {
             Some(fixed) => match count_entries(&fixed) {
-                Ok(n) => Ok(n),
+                Ok(c) => Ok(c),
                 Err(_) => Err(JsonErr::Invalid(e.to_string())),
             },
             None => Err(JsonErr::Invalid(e.to_string())),
         },
+    }?;
+    match counted {
+        (n, None) => Ok(n),
+        (_, Some((key, is))) => Err(JsonErr::BadMeta(key, is)),
     }
 }
 

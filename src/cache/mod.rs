@@ -66,8 +66,9 @@ pub struct SignReport {
     pub unchanged: bool,
     /// The set id (sha256 hex).
     pub set_id: String,
-    /// Sidecars that could not be written (logged). Non-zero means the set
-    /// will not be trusted by the next prune.
+    /// Sidecars that could not be written. Always 0: sign stops at the
+    /// first failed write and returns the error (the set is then incomplete,
+    /// and the next prune trusts none of it).
     pub failed: usize,
 }
 
@@ -114,11 +115,74 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     sign::sign(root, fingerprint)
 }
 
+/// Why the directory `rel` below the open root (or the root itself, or a
+/// directory between them) is one another user can write, if it is: the
+/// same rule by which prune and sign distrust the files in it. Never
+/// follows a symlink below the root.
+pub fn untrusted_dir(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> io::Result<Option<String>> {
+    use std::os::fd::AsFd;
+    let euid = nix::unistd::geteuid().as_raw();
+    let check = |fd: std::os::fd::BorrowedFd<'_>, shown: &Path| -> io::Result<Option<String>> {
+        let st = fsx::stat_fd(fd)?;
+        Ok(layout::dir_untrusted(&st, euid).map(|why| {
+            let shown = if shown.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                shown
+            };
+            format!(
+                "in a directory another user can write ({}: {why})",
+                shown.display()
+            )
+        }))
+    };
+    if let Some(why) = check(root, Path::new(""))? {
+        return Ok(Some(why));
+    }
+    let mut cur: Option<std::os::fd::OwnedFd> = None;
+    let mut shown = PathBuf::new();
+    for c in rel.components() {
+        let Component::Normal(name) = c else {
+            continue;
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let next = {
+            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+            fsx::open_dir_at(base, name.as_bytes())?
+        };
+        shown.push(name);
+        if let Some(why) = check(next.as_fd(), &shown)? {
+            return Ok(Some(why));
+        }
+        cur = Some(next);
+    }
+    Ok(None)
+}
+
+/// The parsers, for the fuzz targets in `fuzz/` (not a stable API).
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Judge sidecar bytes for `fingerprint`, beside any file: the parsed
+    /// sidecar's path when it is trusted.
+    pub fn judge_sidecar(bytes: &[u8], fingerprint: &str) -> Option<String> {
+        super::judge::judge_sidecar(bytes, fingerprint, |_| true)
+            .ok()
+            .map(|sc| sc.path)
+    }
+
+    /// Judge cache file bytes: its entry count when it is one.
+    pub fn cache_file_entries(bytes: &[u8]) -> Option<usize> {
+        super::judge::json_object_entries(bytes).ok()
+    }
+}
+
 /// Number of entries (keys other than `_metadata`, `_records`,
-/// `_generation`) in a cache file, if it parses as a JSON object. Does not
+/// `_generation`) in a cache file, if it parses as one; else why not, as
+/// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not
 /// follow a final symlink.
-pub fn entry_count(path: &Path) -> Option<usize> {
+pub fn entry_count(path: &Path) -> Result<usize, String> {
     let mut buf = Vec::new();
-    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE).ok()?;
-    judge::json_object_entries(&buf).ok()
+    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE)
+        .map_err(|e| judge::Reason::Unreadable(e.to_string()).to_string())?;
+    judge::json_object_entries(&buf).map_err(|e| e.into_reason().to_string())
 }

@@ -154,6 +154,9 @@ impl State<'_> {
                     }
                     // else it goes (or stays) with its cache file
                 }
+                Role::Other if e.kind == Kind::Symlink && layout::walks_into(name) => {
+                    self.symlinked_dir(dir, name);
+                }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
                     self.plan
                         .push((i, Act::Leftover("FlashInfer temp file left by a crash")));
@@ -238,6 +241,30 @@ impl State<'_> {
                 info!("removed {}: {}", Rel(dir.rel, name), why);
             }
             Err(e) => warn!("cannot remove {} ({}): {}", Rel(dir.rel, name), why, e),
+        }
+    }
+
+    /// A symlink to a directory inside the tree: the engine would load
+    /// cache files through it that keepwrap never judges (the walk does not
+    /// follow symlinks). Remove the link itself, never its target.
+    fn symlinked_dir(&mut self, dir: &DirView<'_>, name: &[u8]) {
+        let cname = cstr_buf(&mut self.sname, name);
+        // Following the link only to look at what it points to.
+        let to_dir = nix::sys::stat::fstatat(dir.fd, cname, nix::fcntl::AtFlags::empty())
+            .is_ok_and(|st| Kind::from_mode(st.st_mode) == Kind::Dir);
+        if !to_dir {
+            return;
+        }
+        let why = "a symlink to a directory, through which the engine would load cache files keepwrap does not judge";
+        match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
+            Ok(()) => {
+                self.report.leftovers += 1;
+                warn!(
+                    "removed {}: {why} (its target is left alone)",
+                    Rel(dir.rel, name)
+                );
+            }
+            Err(e) => warn!("cannot remove {} ({why}): {e}", Rel(dir.rel, name)),
         }
     }
 

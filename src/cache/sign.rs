@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 use super::fsx::{self, Kind};
-use super::judge::{self, JsonErr};
+use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetRecord, Sidecar};
@@ -37,11 +37,15 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         .try_clone()
         .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
 
-    // 1. What is there, read once.
+    // 1. What is there, read once. A directory holding a cache file that
+    // cannot be signed contributes no member: its rank files are the ranks
+    // of one engine, and trusting some of them is a partial hit next boot.
     let mut members: Vec<Member> = Vec::new();
     let mut buf = Vec::new();
     let mut cname = Vec::new();
     layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
+        let first = members.len();
+        let mut unsignable: Option<String> = None;
         for e in &listing.ents {
             let name = listing.name(e);
             if layout::role(name) != Role::Cache {
@@ -56,6 +60,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 }
                 k => {
                     info!("not signed {rel}: not a regular file ({})", k.name());
+                    unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
             }
@@ -65,19 +70,19 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             }
             let Some(path) = rel.to_string_exact() else {
                 warn!("not signed {rel}: the path is not UTF-8");
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             };
             cname.clear();
             cname.extend_from_slice(name);
             if let Err(e) = fsx::read_at(dir.fd, cname.as_slice(), &mut buf, MAX_CACHE_FILE) {
                 warn!("not signed {rel}: cannot read it ({e})");
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             }
             if let Err(e) = judge::json_object_entries(&buf) {
-                match e {
-                    JsonErr::Invalid(m) => info!("not signed {rel}: not valid JSON ({m})"),
-                    JsonErr::NotObject(w) => info!("not signed {rel}: not a JSON object ({w})"),
-                }
+                info!("not signed {rel}: {}", e.into_reason());
+                unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             }
             members.push(Member {
@@ -85,6 +90,16 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 sha256: judge::sha256_hex(&buf),
                 size: buf.len() as u64,
             });
+        }
+        if let Some(bad) = unsignable {
+            let dropped = members.len() - first;
+            if dropped > 0 {
+                members.truncate(first);
+                warn!(
+                    "not signed the {dropped} other cache files of {}: {bad} cannot be signed, and trusting part of a directory's rank files would give a partial hit",
+                    Rel(dir.rel, b"")
+                );
+            }
         }
     });
     members.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -112,7 +127,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         id: id.clone(),
         members,
     };
-    let mut failed = 0;
+    let mut written = 0;
     let mut i = 0;
     while i < set.members.len() {
         let (parent, _) = split(&set.members[i].path);
@@ -120,18 +135,14 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             .iter()
             .take_while(|m| split(&m.path).0 == parent)
             .count();
-        let dir = match fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)) {
-            Ok(d) => d,
-            Err(e) => {
-                warn!(
-                    "cannot sign {} files in {parent}: open directory: {e}",
-                    end - i
-                );
-                failed += end - i;
-                i = end;
-                continue;
-            }
-        };
+        let dir = fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)).map_err(|e| {
+            incomplete(
+                e,
+                format!("cannot open directory {parent}"),
+                i,
+                set.members.len(),
+            )
+        })?;
         for m in &set.members[i..end] {
             let sc = Sidecar {
                 format: SIDECAR_FORMAT,
@@ -146,13 +157,21 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             };
             let bytes = sidecar::to_bytes(&sc);
             let name = sidecar_cname(split(&m.path).1);
-            if let Err(e) = fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644) {
-                warn!(
-                    "cannot write sidecar {}: {e}",
-                    Rel(parent_prefix(&m.path), name.as_bytes())
-                );
-                failed += 1;
-            }
+            // One failed write leaves the set incomplete, so that the next
+            // prune trusts none of it: writing the rest is pointless, and one
+            // error says it all (a full disk would fail every one).
+            fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644).map_err(|e| {
+                incomplete(
+                    e,
+                    format!(
+                        "cannot write sidecar {}",
+                        Rel(parent_prefix(&m.path), name.as_bytes())
+                    ),
+                    written,
+                    set.members.len(),
+                )
+            })?;
+            written += 1;
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
             warn!("cannot fsync directory {parent}: {e}");
@@ -163,8 +182,18 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         signed,
         unchanged: false,
         set_id: id,
-        failed,
+        failed: 0,
     })
+}
+
+/// The error of a sign that stopped after `written` of `total` sidecars.
+fn incomplete(e: io::Error, what: String, written: usize, total: usize) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!(
+            "{what}: {e} ({written} of {total} sidecars written: the set is incomplete and will not be trusted)"
+        ),
+    )
 }
 
 /// Does every member's sidecar already record this set, for these bytes?

@@ -432,10 +432,12 @@ fn fifo_json_does_not_hang() {
     let t = tree(1);
     let fifo = t.path().join(format!("{DIR}/rank_tp1_pp0_dp0.json"));
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-    let (s, _) = capture(|| sign(t.path(), FP).unwrap());
-    assert_eq!(s.signed.len(), 1);
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    // Rank 0 alone would be a partial hit next boot: its directory is not
+    // signed.
+    assert!(s.signed.is_empty(), "{logs}");
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.kept.len(), r.removed), (1, 1), "{logs}");
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
         logs.contains(&format!("removed {}: not a regular file (FIFO)", rank(1))),
         "{logs}"
@@ -695,8 +697,19 @@ fn sign_skips_what_is_not_a_json_object() {
     let t = tree(1);
     put(t.path(), &format!("{DIR}/bad.json"), "nope");
     put(t.path(), &format!("{DIR}/list.json"), "[]");
+    put(t.path(), "other/rank_tp0_pp0_dp0.json", &body("o"));
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
-    assert_eq!(s.signed, vec![PathBuf::from(rank(0))]);
+    // Nothing of a directory holding a file that cannot be signed (a
+    // partial hit next boot otherwise); other directories are signed.
+    assert_eq!(
+        s.signed,
+        vec![PathBuf::from("other/rank_tp0_pp0_dp0.json")],
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!("not signed the 1 other cache files of {DIR}/: ")),
+        "{logs}"
+    );
     assert!(
         logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")),
         "{logs}"
@@ -838,6 +851,32 @@ fn json_object_entries_counts_and_classifies() {
         judge::json_object_entries(b"{\"a\": NaNa}"),
         Err(JsonErr::Invalid(_))
     ));
+    // FlashInfer's loader reads _metadata and _records as dicts
+    assert_eq!(
+        judge::json_object_entries(b"{\"_metadata\": 5, \"a\": [1]}"),
+        Err(JsonErr::BadMeta("_metadata", "a number"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"a\": [1], \"_records\": [1]}"),
+        Err(JsonErr::BadMeta("_records", "an array"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"a\": [1], \"_generation\": {}}"),
+        Err(JsonErr::BadMeta("_generation", "an object"))
+    );
+    assert_eq!(
+        judge::json_object_entries(b"{\"_metadata\": {\"x\": 1.5e300}, \"_generation\": \"ab\"}"),
+        Ok(0)
+    );
+    // Deeper than serde_json's limit (128): Python's loader raises
+    // RecursionError on far less than this.
+    let deep = [b"{\"k\": ".as_slice(), &[b'['; 5000], &[b']'; 5000], b"}"].concat();
+    assert!(matches!(
+        judge::json_object_entries(&deep),
+        Err(JsonErr::Invalid(e)) if e.contains("recursion limit")
+    ));
+    let ok = [b"{\"k\": ".as_slice(), &[b'['; 100], &[b']'; 100], b"}"].concat();
+    assert_eq!(judge::json_object_entries(&ok), Ok(1));
     // Python's json.dump writes these
     assert_eq!(
         judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
@@ -848,11 +887,14 @@ fn json_object_entries_counts_and_classifies() {
 #[test]
 fn entry_count_reads_a_file() {
     let t = tree(1);
-    assert_eq!(entry_count(&t.path().join(rank(0))), Some(2));
-    assert_eq!(entry_count(&t.path().join("missing.json")), None);
+    assert_eq!(entry_count(&t.path().join(rank(0))), Ok(2));
+    assert!(entry_count(&t.path().join("missing.json")).is_err());
     let link = t.path().join("link.json");
     std::os::unix::fs::symlink(t.path().join(rank(0)), &link).unwrap();
-    assert_eq!(entry_count(&link), None);
+    assert_eq!(
+        entry_count(&link),
+        Err("unreadable (a symlink)".to_string())
+    );
 }
 
 #[test]

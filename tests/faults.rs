@@ -1,0 +1,519 @@
+//! Fault injection: SIGKILL of the engine at random points of its boot,
+//! SIGKILL of keepwrap at random points of prune and of unify + commit, and
+//! a cache root that cannot be used (full, read-only, missing, a file).
+//! Each trial loop is bounded by a count and a time; the RNG is seeded and
+//! the seed printed (replay with KEEPWRAP_FAULT_SEED). `bench/faults.sh`
+//! runs the same tests with more trials.
+//!
+//! The invariants, checked from the outside:
+//! - no sidecar set is whole on disk unless the boot that wrote it reached
+//!   done (or it was whole before the boot and is unchanged);
+//! - the next boot exits 0 (never 86: ranks desynchronised by a partial hit)
+//!   and either reuses on every rank or hits on none;
+//! - a set that was whole and signed for this launch is never lost to a
+//!   crash of keepwrap in prune, and prune keeps all of a set or none.
+
+mod common;
+mod harden;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use harden::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Sleep `ms` milliseconds.
+fn sleep_ms(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// The main child of keepwrap (the engine's launcher): its pid is also its
+/// process group.
+fn engine_pid(kw: &Running) -> i32 {
+    let pid = kw.guard.pid().as_raw();
+    wait_for(
+        "keepwrap to spawn the engine",
+        Duration::from_secs(20),
+        || children_of(pid).first().copied(),
+    )
+}
+
+/// One engine-kill trial: what it did, for the failure message.
+struct Trial {
+    n: usize,
+    tp: u32,
+    launch: u64,
+    delay_ms: u64,
+}
+
+impl std::fmt::Display for Trial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "trial {} (tp {}, launch variant {}, SIGKILL after {} ms)",
+            self.n, self.tp, self.launch, self.delay_ms
+        )
+    }
+}
+
+fn engine_args(tp: u32, launch: u64) -> Vec<String> {
+    let tp = tp.to_string();
+    let cps = ["1024", "2048", "4096"][launch as usize % 3];
+    [
+        "--tp",
+        &tp,
+        "--ep",
+        &tp,
+        "--gate",
+        "fixed",
+        "--offline",
+        "--chunked-prefill-size",
+        cps,
+        "--tune-ms",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Run one trial on `home`: boot, SIGKILL the engine's process group after
+/// a random delay, check the disk, boot again and check that boot.
+fn engine_kill_trial(home: &Path, trial: &Trial, seed: u64) {
+    let ctx = format!("{trial}, seed {seed}");
+    let root = cache_root(home);
+    let before = whole_sets(&root);
+    let args = engine_args(trial.tp, trial.launch);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let kw = Running::spawn(&mut keepwrap_engine(home, &[], &args));
+    let engine = engine_pid(&kw);
+    sleep_ms(trial.delay_ms);
+    let _ = kill(Pid::from_raw(-engine), Signal::SIGKILL);
+    let b1 = kw.finish(Duration::from_secs(60));
+    assert_no_panic(&b1.stderr, &ctx);
+    let done = b1.logged("tuning is done");
+    assert!(
+        b1.code == 137 || (b1.code == 0 && done),
+        "{ctx}: keepwrap exits with the engine's status: {}\n{}",
+        b1.code,
+        b1.stderr
+    );
+    for (id, set) in whole_sets(&root) {
+        let unchanged = before.contains_key(&id);
+        assert!(
+            done || unchanged,
+            "{ctx}: a set signed without done is whole on disk: {set:?}\n{}",
+            b1.stderr
+        );
+    }
+
+    let b2 = boot(&mut keepwrap_engine(home, &[], &args));
+    assert_no_panic(&b2.stderr, &ctx);
+    assert_eq!(
+        b2.code, 0,
+        "{ctx}: the next boot exits 0 (86 = a partial hit desynchronised the ranks)\n{}\n{}",
+        b1.stderr, b2.stderr
+    );
+    let tuned = b2.tuned_by_rank();
+    assert_eq!(tuned.len() as u32, trial.tp, "{ctx}: every rank ran");
+    let reused_all = tuned.values().all(|&t| t == 0);
+    assert!(
+        reused_all || b2.hit() == 0,
+        "{ctx}: either every rank reuses or none hits: tuned {tuned:?}, hit {}\n{}",
+        b2.hit(),
+        b2.stderr
+    );
+    if b1.logged("tuned and signed") || b1.logged("reused") {
+        assert!(
+            reused_all,
+            "{ctx}: a set signed at done is reused whole: tuned {tuned:?}\n{}\n{}",
+            b1.stderr, b2.stderr
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_the_engine_at_random_points_never_signs_a_partial_set_nor_gives_a_partial_hit() {
+    let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 50);
+    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
+    let threads = env_usize("KEEPWRAP_FAULT_THREADS", 3).max(1);
+    let seed = seed();
+    eprintln!("engine SIGKILL trials: {trials}, seed {seed} (KEEPWRAP_FAULT_SEED)");
+    let start = Instant::now();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let done = &done;
+            s.spawn(move || {
+                let home = scratch();
+                for n in (t..trials).step_by(threads) {
+                    if start.elapsed() > budget {
+                        break;
+                    }
+                    let mut rng = Rng::new(seed ^ (n as u64).wrapping_mul(0x9e37_79b9));
+                    let tp = if rng.below(4) == 0 { 4 } else { 2 };
+                    // Up to a bit past a whole boot (tp2 ~0.7 s, tp4 ~1.4 s
+                    // on 2 busy cores), so some trials reach done.
+                    let span = if tp == 4 { 1800 } else { 1100 };
+                    let trial = Trial {
+                        n,
+                        tp,
+                        launch: rng.below(3),
+                        delay_ms: rng.below(span),
+                    };
+                    engine_kill_trial(home.path(), &trial, seed);
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let ran = done.into_inner();
+    eprintln!(
+        "engine SIGKILL trials: {ran} in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        ran == trials || ran >= 50.min(trials),
+        "only {ran} of {trials} trials fit in {budget:?} (seed {seed})"
+    );
+}
+
+/// A tree for the prune trials: this launch's whole set (`L`, 1 directory)
+/// beside the signed sets of `launches` other launches of `dirs`
+/// directories each, as left by earlier boots. Returns the base holding
+/// `root/` and `writer.sh`.
+fn prune_template(launches: usize, dirs: usize) -> tempfile::TempDir {
+    let base = scratch();
+    install_writer(base.path());
+    let l = boot(&mut writer_launch(base.path(), "L", 1, None));
+    assert_eq!(l.code, 0, "{}", l.stderr);
+    assert!(l.logged("tuned and signed 4 cache files"), "{}", l.stderr);
+    for n in 0..launches {
+        let other = scratch();
+        install_writer(other.path());
+        let o = boot(&mut writer_launch(
+            other.path(),
+            &format!("O{n}"),
+            dirs,
+            None,
+        ));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        copy_tree(&other.path().join("root"), &base.path().join("root"));
+    }
+    base
+}
+
+#[test]
+fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_set() {
+    let trials = env_usize("KEEPWRAP_PRUNE_TRIALS", 12);
+    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    eprintln!("keepwrap SIGKILL in prune: {trials} trials, seed {seed}");
+    let template = prune_template(6, 25);
+    let good: Vec<PathBuf> = cache_files(&template.path().join("root"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/L-"))
+        .collect();
+    assert_eq!(good.len(), 4);
+
+    // How long an uninterrupted prune of this tree takes.
+    let calib = scratch();
+    copy_tree(template.path(), calib.path());
+    let t0 = Instant::now();
+    let c = boot(&mut writer_launch(calib.path(), "L", 1, None));
+    let full = t0.elapsed();
+    assert!(
+        c.logged("prune: kept 4, removed 600 cache files"),
+        "{}",
+        c.stderr
+    );
+    assert!(c.logged("reused 4 cache files signed for this launch"));
+
+    let start = Instant::now();
+    let mut mid_prune = 0;
+    for n in 0..trials {
+        if start.elapsed() > budget {
+            break;
+        }
+        let delay = rng.below(full.as_millis() as u64 + 1);
+        let ctx = format!("prune trial {n}, SIGKILL after {delay} ms, seed {seed}");
+        let base = scratch();
+        copy_tree(template.path(), base.path());
+        let root = base.path().join("root");
+        let kw = Running::spawn(&mut writer_launch(base.path(), "L", 1, None));
+        sleep_ms(delay);
+        let _ = kill(kw.guard.pid(), Signal::SIGKILL);
+        let killed = kw.finish(Duration::from_secs(30));
+        assert_no_panic(&killed.stderr, &ctx);
+        if !killed.logged("prune: kept") && killed.logged("launch fingerprint") {
+            mid_prune += 1;
+        }
+
+        // This launch's set is whole, whatever prune had done.
+        let whole = whole_sets(&root);
+        assert!(
+            whole.values().any(|s| s.members.len() == 4 && s.whole),
+            "{ctx}: the good set survives: {whole:?}\n{}",
+            killed.stderr
+        );
+        let next = boot(&mut writer_launch(base.path(), "L", 1, None));
+        assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
+        assert!(
+            next.logged("prune: kept 4, ")
+                && next.logged("reused 4 cache files signed for this launch"),
+            "{ctx}: nothing good lost\n{}",
+            next.stderr
+        );
+        assert_eq!(
+            cache_files(&root),
+            good,
+            "{ctx}: nothing of the other launch is left"
+        );
+    }
+    eprintln!(
+        "keepwrap SIGKILL in prune: {mid_prune} kills landed inside prune ({full:?} uninterrupted)"
+    );
+}
+
+#[test]
+fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
+    let trials = env_usize("KEEPWRAP_COMMIT_TRIALS", 12);
+    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
+    let seed = seed();
+    let mut rng = Rng::new(seed ^ 0x00c0_ffee);
+    const DIRS: usize = 40;
+    let files = DIRS * 4;
+    eprintln!("keepwrap SIGKILL in unify + commit: {trials} trials, seed {seed}");
+
+    // Calibrate: from the writer's last file to keepwrap's exit.
+    let calib = scratch();
+    install_writer(calib.path());
+    let kw = Running::spawn(&mut writer_launch(calib.path(), "L", DIRS, Some("written")));
+    wait_for("the writer", Duration::from_secs(30), || {
+        calib.path().join("written").exists().then_some(())
+    });
+    let t0 = Instant::now();
+    let c = kw.finish(Duration::from_secs(60));
+    let commit = t0.elapsed();
+    assert!(
+        c.logged(&format!("tuned and signed {files} cache files")),
+        "{}",
+        c.stderr
+    );
+    assert!(c.logged("unified 4 rank files in "));
+
+    let start = Instant::now();
+    let (mut kept_all, mut kept_none) = (0, 0);
+    for n in 0..trials {
+        if start.elapsed() > budget {
+            break;
+        }
+        let delay_us = rng.below(commit.as_micros() as u64 + 1);
+        let ctx = format!(
+            "commit trial {n}, SIGKILL {delay_us} us after the engine's last write, seed {seed}"
+        );
+        let base = scratch();
+        install_writer(base.path());
+        let root = base.path().join("root");
+        let marker = base.path().join("written");
+        let kw = Running::spawn(&mut writer_launch(base.path(), "L", DIRS, Some("written")));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !marker.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{ctx}: the writer never finished"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_micros(delay_us));
+        let _ = kill(kw.guard.pid(), Signal::SIGKILL);
+        let killed = kw.finish(Duration::from_secs(30));
+        assert_no_panic(&killed.stderr, &ctx);
+        for set in whole_sets(&root).values() {
+            assert_eq!(
+                set.members.len(),
+                files,
+                "{ctx}: a whole set is the whole launch"
+            );
+        }
+
+        let next = boot(&mut writer_launch(base.path(), "L", DIRS, Some("written")));
+        assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
+        let reused = next.logged(&format!("prune: kept {files}, "));
+        assert!(
+            reused || next.logged("prune: kept 0, "),
+            "{ctx}: all or nothing is kept\n{}\n{}",
+            killed.stderr,
+            next.stderr
+        );
+        if reused {
+            kept_all += 1;
+            assert!(next.logged(&format!("reused {files} cache files")), "{ctx}");
+        } else {
+            kept_none += 1;
+            assert!(
+                next.logged(&format!("tuned and signed {files} cache files")),
+                "{ctx}\n{}",
+                next.stderr
+            );
+        }
+        assert_eq!(cache_files(&root).len(), files, "{ctx}");
+    }
+    eprintln!(
+        "keepwrap SIGKILL in unify + commit: next boot kept all {kept_all} times, none {kept_none} times ({commit:?} uninterrupted)"
+    );
+}
+
+// ---- a cache root keepwrap cannot use: the launch goes on, one warning ----
+
+/// The `keepwrap: warning:` lines.
+fn warnings(f: &Finished) -> Vec<&str> {
+    f.log()
+        .into_iter()
+        .filter(|l| l.starts_with("keepwrap: warning: "))
+        .collect()
+}
+
+/// `unshare --mount sh -c 'SETUP; exec "$@"' ROOT CMD...`: CMD in a private
+/// mount namespace after SETUP ran with `$0` = ROOT.
+fn in_mount_ns(setup: &str, root: &Path, inner: &Command) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "sh", "-c", &format!("{setup} && exec \"$@\"")])
+        .arg(root)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd
+}
+
+fn can_mount() -> bool {
+    is_root()
+        && have("unshare")
+        && Command::new("unshare")
+            .args(["--mount", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
+    let h = scratch();
+    let file = h.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let dangling = h.path().join("dangling");
+    std::os::unix::fs::symlink(h.path().join("nowhere"), &dangling).unwrap();
+    let cases: [(&str, PathBuf, &str); 3] = [
+        ("a file", file.clone(), "is not a directory"),
+        (
+            "below a file (cannot be created)",
+            file.join("autotune"),
+            "cache root",
+        ),
+        ("a dangling symlink", dangling, "is not a directory"),
+    ];
+    for (what, root, needle) in cases {
+        let b = boot(keepwrap(&root).args(["--done", "exit", "--", "sh", "-c", "exit 7"]));
+        assert_eq!(b.code, 7, "{what}: the child's status: {}", b.stderr);
+        let w = warnings(&b);
+        assert_eq!(w.len(), 1, "{what}: one warning: {}", b.stderr);
+        assert!(
+            w[0].contains(needle) && w[0].contains("the launch goes on"),
+            "{what}: {}",
+            w[0]
+        );
+    }
+}
+
+#[test]
+fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
+    if !can_mount() {
+        eprintln!("skipped: needs root and unshare --mount");
+        return;
+    }
+    let base = scratch();
+    install_writer(base.path());
+    let root = base.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let b = boot(&mut in_mount_ns(
+        "mount --bind -o ro \"$0\" \"$0\"",
+        &root,
+        &writer_launch(base.path(), "L", 1, None),
+    ));
+    // The writer cannot write on a read-only root, and says so; its status
+    // is the launch's.
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("not signing"), "{}", b.stderr);
+    let w = warnings(&b);
+    assert_eq!(w.len(), 1, "one warning: {}", b.stderr);
+    assert!(w[0].contains("is on a read-only file system"), "{}", w[0]);
+}
+
+#[test]
+fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
+    if !can_mount() {
+        eprintln!("skipped: needs root and unshare --mount");
+        return;
+    }
+    let base = scratch();
+    install_writer(base.path());
+    let root = base.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let copy = base.path().join("after");
+    // The engine writes its rank files, then the disk fills up: unify and
+    // the sidecars find no space. What is left is copied out of the mount.
+    std::fs::write(
+        base.path().join("fill.sh"),
+        "sh writer.sh root L 2 && dd if=/dev/zero of=root/.filler bs=4k 2>/dev/null; exit 0\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.current_dir(base.path())
+        .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_CACHE_DIR", &root)
+        .args([
+            "--mount",
+            "sh",
+            "-c",
+            "mkdir after && mount -t tmpfs -o size=64k tmpfs root || exit 99; \
+             \"$@\"; rc=$?; rm -f root/.filler; cp -a root/. after/; exit $rc",
+            "sh",
+        ])
+        .arg(BIN)
+        .args(["--done", "exit", "--", "sh", "fill.sh"]);
+    let b = boot(&mut cmd);
+    assert_eq!(b.code, 0, "the launch goes on: {}", b.stderr);
+    assert_no_panic(&b.stderr, "full disk");
+    let w = warnings(&b);
+    assert!(
+        !w.is_empty() && w.len() <= 2,
+        "one warning for unify and one for sign at most: {}",
+        b.stderr
+    );
+    assert!(
+        w.iter().all(|l| l.contains("No space left on device")),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        w.last().unwrap().contains("cannot sign")
+            && w.last().unwrap().contains("will not be trusted"),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.logged("tuned and signed"), "{}", b.stderr);
+    assert_eq!(cache_files(&copy).len(), 8, "the engine's files are there");
+    assert!(whole_sets(&copy).is_empty(), "nothing trusted");
+}
