@@ -37,6 +37,8 @@ pub enum Reason {
         member: String,
         why: MemberWhy,
     },
+    /// Signed for another launch (first 8 hex digits), and not storable.
+    OtherLaunchBad(String, Box<Reason>),
 }
 
 /// Why a member fails its set.
@@ -86,6 +88,9 @@ impl fmt::Display for Reason {
             Reason::Unreadable(e) => write!(f, "unreadable ({e})"),
             Reason::NotRegular(k) => write!(f, "not a regular file ({})", k.name()),
             Reason::Untrusted(why) => f.write_str(why),
+            Reason::OtherLaunchBad(fp, why) => {
+                write!(f, "signed for another launch (fingerprint {fp}...), {why}")
+            }
             Reason::SetIncomplete { member, why } => {
                 let why = match why {
                     MemberWhy::NotTrusted => "not trusted",

@@ -27,15 +27,17 @@ pub mod fsx;
 mod judge;
 mod layout;
 mod prune;
-pub use prune::MAX_CACHE_FILE;
+pub use prune::{Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
+mod survey;
+pub use survey::{survey, FileInfo, FileState};
 
 #[cfg(test)]
 mod tests;
 
-pub use judge::META_KEYS;
-pub use sidecar::{Member, SetRecord, Sidecar};
+pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
+pub use sidecar::{is_sha256_hex, Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -44,6 +46,9 @@ pub struct PruneReport {
     pub kept: Vec<PathBuf>,
     /// Cache files removed.
     pub removed: usize,
+    /// Cache files of whole sets signed for other launches, moved to the
+    /// store.
+    pub stored: usize,
     /// Orphan sidecars and `.autotuner_*.tmp` / `.keepwrap-*.tmp` leftovers removed.
     pub leftovers: usize,
     /// Cache files that should go but could not be removed (a directory
@@ -90,7 +95,27 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// Remove every cache file this launch must not load; log one line per
 /// decision and one summary line. A missing root gives an empty report.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint)
+    prune::prune(root, fingerprint, None)
+}
+
+/// A whole set signed for another launch, still in place, to be stored.
+#[derive(Debug, Clone)]
+pub struct ForeignSet {
+    pub fingerprint: String,
+    pub set: SetRecord,
+    pub signed_at: u64,
+}
+
+/// [`prune`], except that every whole set signed for another launch is
+/// handed to `stash` (which moves it out of the tree, or fails with every
+/// member back in place, and then they are removed), each member logged as
+/// `stored <path>: signed for another launch (fingerprint ...)`.
+pub fn prune_stashing(
+    root: &Path,
+    fingerprint: &str,
+    stash: prune::Stash<'_>,
+) -> io::Result<PruneReport> {
+    prune::prune(root, fingerprint, Some(stash))
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

@@ -10,16 +10,24 @@ use tracing::{info, warn};
 use super::fsx::{self, Kind};
 use super::judge::{self, Candidate, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::Sidecar;
-use super::PruneReport;
+use super::sidecar::{Head, Sidecar};
+use super::{ForeignSet, PruneReport};
+
+/// Moves a whole set signed for another launch out of the tree (into the
+/// store). On error every member must be back in place: prune removes them.
+pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
 
 /// Larger sidecars are not read (a set of 10,000 members is ~1.3 MB).
 pub const MAX_SIDECAR: u64 = 64 << 20;
 /// Larger cache files are not read (real ones are KB to a few MB).
 pub const MAX_CACHE_FILE: u64 = 256 << 20;
 
-struct State<'f> {
+struct State<'f, 's> {
     fingerprint: &'f str,
+    /// Where whole sets of other launches go; None: they are removed.
+    stash: Option<Stash<'s>>,
+    /// Files of other launches trusted on their own, waiting for their set.
+    foreign: Vec<(String, Sidecar)>,
     report: PruneReport,
     /// Reused buffers: sidecar name, sidecar bytes, cache file bytes.
     sname: Vec<u8>,
@@ -34,7 +42,7 @@ struct State<'f> {
     rejected: Vec<String>,
 }
 
-pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
+pub fn prune(root: &Path, fingerprint: &str, stash: Option<Stash<'_>>) -> io::Result<PruneReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
@@ -50,6 +58,8 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
         .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
     let mut st = State {
         fingerprint,
+        stash,
+        foreign: Vec::new(),
         report: PruneReport::default(),
         sname: Vec::with_capacity(64),
         sbuf: Vec::with_capacity(4096),
@@ -61,7 +71,20 @@ pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve(&root_fd);
     let r = &st.report;
-    if r.left > 0 {
+    if r.stored > 0 {
+        info!(
+            "prune: kept {}, stored {}, removed {} cache files and {} leftovers{}",
+            r.kept.len(),
+            r.stored,
+            r.removed,
+            r.leftovers,
+            if r.left > 0 {
+                format!(", left {} that could not be removed", r.left)
+            } else {
+                String::new()
+            }
+        );
+    } else if r.left > 0 {
         info!(
             "prune: kept {}, removed {} cache files and {} leftovers, left {} that could not be removed",
             r.kept.len(),
@@ -86,7 +109,7 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
     buf.as_slice()
 }
 
-impl State<'_> {
+impl State<'_, '_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
         for e in &listing.ents {
             let name = listing.name(e);
@@ -178,8 +201,26 @@ impl State<'_> {
             let p = p.as_bytes();
             p.len() == dir.rel.len() + name.len() && p.starts_with(dir.rel) && p.ends_with(name)
         };
+        let mut foreign = false;
         let sc = match judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel) {
             Ok(sc) => sc,
+            Err(Reason::OtherLaunch(fp8)) if self.stash.is_some() => {
+                // Judge it for its own launch: a whole set may be stored.
+                let own = serde_json::from_slice::<Head<'_>>(&self.sbuf)
+                    .ok()
+                    .and_then(|h| h.fingerprint.map(|f| f.into_owned()))
+                    .unwrap_or_default();
+                match judge::judge_sidecar(&self.sbuf, &own, is_rel) {
+                    Ok(sc) => {
+                        foreign = true;
+                        sc
+                    }
+                    Err(reason) => {
+                        let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
+                        return self.remove(dir.fd, dir.rel, name, &reason);
+                    }
+                }
+            }
             Err(reason) => return self.remove(dir.fd, dir.rel, name, &reason),
         };
         // judge_sidecar matched the path, so it is UTF-8.
@@ -194,7 +235,13 @@ impl State<'_> {
             Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
         };
         match verdict {
+            Ok(()) if foreign => self.foreign.push((path, sc)),
             Ok(()) => self.cands.push((path, sc)),
+            Err(reason) if foreign => {
+                let fp8 = sc.fingerprint.chars().take(8).collect();
+                let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
+                self.remove(dir.fd, dir.rel, name, &reason);
+            }
             Err(reason) => {
                 self.rejected.push(path);
                 self.remove(dir.fd, dir.rel, name, &reason);
@@ -239,6 +286,85 @@ impl State<'_> {
                             self.report.left += 1;
                             warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
                         }
+                    }
+                }
+            }
+        }
+        self.resolve_foreign(root);
+    }
+
+    /// Remove the cache file at `path` (relative to the root).
+    fn remove_path(&mut self, root: &OwnedFd, path: &str, reason: &Reason) {
+        let (parent, name) = split(path);
+        match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
+            Ok(d) => {
+                let prefix = &path.as_bytes()[..path.len() - name.len()];
+                self.remove(d.as_fd(), prefix, name.as_bytes(), reason);
+            }
+            Err(e) => {
+                self.report.left += 1;
+                warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
+            }
+        }
+    }
+
+    /// Sets of other launches: store the whole ones, remove the others.
+    fn resolve_foreign(&mut self, root: &OwnedFd) {
+        let foreign = std::mem::take(&mut self.foreign);
+        if foreign.is_empty() {
+            return;
+        }
+        let views: Vec<Candidate<'_>> = foreign
+            .iter()
+            .map(|(p, sc)| Candidate {
+                path: p.as_str(),
+                sidecar: sc,
+            })
+            .collect();
+        let verdicts = judge::resolve_sets(&views);
+        let mut whole: Vec<&Sidecar> = Vec::new();
+        for ((path, sc), verdict) in foreign.iter().zip(verdicts) {
+            let fp8: String = sc.fingerprint.chars().take(8).collect();
+            match verdict {
+                None => {
+                    if !whole.iter().any(|w| w.set.id == sc.set.id) {
+                        whole.push(sc);
+                    }
+                }
+                Some(reason) => {
+                    let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
+                    self.remove_path(root, path, &reason);
+                }
+            }
+        }
+        for sc in whole {
+            let set = ForeignSet {
+                fingerprint: sc.fingerprint.clone(),
+                set: sc.set.clone(),
+                signed_at: sc.signed_at,
+            };
+            let fp8: String = sc.fingerprint.chars().take(8).collect();
+            let stash = self
+                .stash
+                .as_mut()
+                .expect("foreign files only with a stash");
+            match stash(root.as_fd(), &set) {
+                Ok(()) => {
+                    for m in &set.set.members {
+                        info!(
+                            "stored {}: signed for another launch (fingerprint {fp8}...)",
+                            m.path
+                        );
+                    }
+                    self.report.stored += set.set.members.len();
+                }
+                Err(e) => {
+                    warn!(
+                        "cannot store the {} cache files signed for launch {fp8}...: {e}; removing them",
+                        set.set.members.len()
+                    );
+                    for m in &set.set.members {
+                        self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.clone()));
                     }
                 }
             }
