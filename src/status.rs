@@ -213,7 +213,7 @@ pub fn render(r: &Value) -> String {
     let action_col = r["fingerprint"].is_string();
     let _ = writeln!(
         out,
-        "{:<28} {:>10}  {:<16} {:<16} {}PATH",
+        "{:<38} {:>10}  {:<16} {:<16} {}PATH",
         "STATE",
         "SIZE",
         "SIGNED",
@@ -235,7 +235,7 @@ pub fn render(r: &Value) -> String {
         let size = size_text(row["size"].as_u64().unwrap_or(0));
         let _ = write!(
             out,
-            "{state:<28} {size:>10}  {:<16} {:<16} ",
+            "{state:<38} {size:>10}  {:<16} {:<16} ",
             when(&row["signed_at"], now),
             when(&row["last_used"], now)
         );
