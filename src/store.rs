@@ -162,6 +162,22 @@ pub struct Store {
     launches: OwnedFd,
 }
 
+/// Test hook: `KEEPWRAP_TEST_MOVE_DELAY_MS=N` sleeps N ms after each move
+/// of the store (and each sidecar written at commit), so that the crash
+/// tests can SIGKILL keepwrap inside those windows. Not for production.
+pub fn test_pause() {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    let d = DELAY.get_or_init(|| {
+        std::env::var("KEEPWRAP_TEST_MOVE_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+    });
+    if let Some(d) = d {
+        std::thread::sleep(*d);
+    }
+}
+
 /// Where a member's two files are, relative to a base directory.
 fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
     fsx::open_dir_path(base, Path::new(split(path).0)).ok()
@@ -189,6 +205,7 @@ fn move_members(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) ->
             if fsx::exists_at(src.as_fd(), n.as_c_str()) {
                 fsx::rename_noreplace(src.as_fd(), n.as_c_str(), dst.as_fd(), n.as_c_str())?;
                 moved += 1;
+                test_pause();
             }
         }
         touched.entry(parent.to_string()).or_insert((src, dst));
@@ -475,7 +492,9 @@ impl Store {
             );
             let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
         }
+        test_pause();
         fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
+        test_pause();
         fsx::fsync_dir(self.store.as_fd())
     }
 
@@ -553,6 +572,7 @@ impl Store {
         }
         let _ = fsx::fsync_dir(self.store.as_fd());
         let _ = fsx::fsync_dir(self.state.as_fd());
+        test_pause();
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         if let Err(e) = move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
             warn!(
