@@ -210,9 +210,11 @@ fn move_members(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) ->
         }
         touched.entry(parent.to_string()).or_insert((src, dst));
     }
-    for (src, dst) in touched.values() {
+    // Each rename is atomic in the file system's journal: a file is in one
+    // directory or the other even after a power loss. fsync only for
+    // durability, once per destination directory.
+    for (_, dst) in touched.values() {
         let _ = fsx::fsync_dir(dst.as_fd());
-        let _ = fsx::fsync_dir(src.as_fd());
     }
     Ok(moved)
 }
@@ -470,6 +472,12 @@ impl Store {
         let res = write_json(dir.as_fd(), MANIFEST, &man)
             .and_then(|()| fsx::fsync_dir(self.store.as_fd()))
             .and_then(|()| move_members(root, dir.as_fd(), &man.members).map(|_| ()))
+            .and_then(|()| {
+                // What enters the store is what was signed: a file the
+                // engine replaced meanwhile does not.
+                self.verify(dir.as_fd(), &man, true)
+                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+            })
             .and_then(|()| self.install(&staging, &set.fingerprint));
         if let Err(e) = res {
             // Back in place, whatever was moved.
@@ -507,20 +515,32 @@ impl Store {
         read_json(dir.as_fd(), MANIFEST)
     }
 
-    /// Is the stored set of `fp` whole and intact: every member's bytes as
-    /// signed and a JSON object, every sidecar signed for `fp` in this set?
-    fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
+    /// Is the set under `dir` whole and intact: every member's bytes as
+    /// signed (with `bytes`; else only their size) and a JSON object, every
+    /// sidecar signed for its launch in this set? Stash checks the bytes
+    /// before a set enters the store; restore checks sizes and sidecars.
+    fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest, bytes: bool) -> Result<(), String> {
         let mut buf = Vec::new();
         for m in &man.members {
             let d = member_dir(dir, &m.path).ok_or_else(|| format!("{}: missing", m.path))?;
             let [json, launch] = names(split(&m.path).1);
-            fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
-                .map_err(|e| format!("{}: {e}", m.path))?;
-            if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
-                return Err(format!("{}: changed after signing", m.path));
+            if bytes {
+                fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
+                    .map_err(|e| format!("{}: {e}", m.path))?;
+                if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
+                    return Err(format!("{}: changed after signing", m.path));
+                }
+                cache::json_object_entries(&buf)
+                    .map_err(|_| format!("{}: not a JSON object", m.path))?;
+            } else {
+                let st = fsx::lstat_at(d.as_fd(), json.as_c_str())
+                    .map_err(|e| format!("{}: {e}", m.path))?;
+                if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File
+                    || st.st_size.max(0) as u64 != m.size
+                {
+                    return Err(format!("{}: changed after signing", m.path));
+                }
             }
-            cache::json_object_entries(&buf)
-                .map_err(|_| format!("{}: not a JSON object", m.path))?;
             fsx::read_at(d.as_fd(), launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
@@ -545,7 +565,7 @@ impl Store {
             self.delete_entry(fp);
             return None;
         }
-        if let Err(why) = self.verify(dir.as_fd(), &man) {
+        if let Err(why) = self.verify(dir.as_fd(), &man, false) {
             warn!(
                 "store: the stored set of this launch is not intact ({why}); removed it, the launch tunes"
             );
@@ -570,8 +590,6 @@ impl Store {
             warn!("store: cannot restore the stored set of this launch: {e}");
             return None;
         }
-        let _ = fsx::fsync_dir(self.store.as_fd());
-        let _ = fsx::fsync_dir(self.state.as_fd());
         test_pause();
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         if let Err(e) = move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
@@ -584,7 +602,6 @@ impl Store {
         }
         drop(dir);
         let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
-        let _ = fsx::fsync_dir(self.state.as_fd());
         Some(Restored {
             paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
             signed_at: man.signed_at,

@@ -79,6 +79,7 @@ impl fmt::Display for Rel<'_> {
 
 impl Rel<'_> {
     /// The path as UTF-8 (None if it is not).
+    #[allow(clippy::wrong_self_convention)]
     pub fn to_string_exact(&self) -> Option<String> {
         let a = std::str::from_utf8(self.0).ok()?;
         let b = std::str::from_utf8(self.1).ok()?;
