@@ -353,3 +353,38 @@ fn a_canary_secret_never_reaches_a_file_under_the_root_or_a_log_line() {
     assert!(n > 10, "launch records, store, stats were written");
     assert!(hits.is_empty(), "the canary is in {hits:?}");
 }
+
+#[test]
+fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    assert_eq!(tiny(&root, "a", 10, &[]).code, 0, "creates .keepwrap/");
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(state(&root).join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    std::fs::write(state(&root).join("lock"), "the test (pid 1)\n").unwrap();
+    let b = tiny(&root, "b", 10, &["--lock-timeout", "300ms"]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(
+        b.logged("waiting up to 300ms for the cache lock .keepwrap/lock, held by the test (pid 1)"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.logged("warning: gave up waiting 300ms for the cache lock .keepwrap/lock (launch), held by the test (pid 1): the launch goes on without keeping the cache"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        !b.logged("prune:"),
+        "the cache is not touched: {}",
+        b.stderr
+    );
+    assert!(store_entries(&root).is_empty(), "a's set was not stored");
+    drop(lock);
+    let b = tiny(&root, "b", 10, &[]);
+    assert!(b.logged("prune: kept 0, stored 1,"), "{}", b.stderr);
+}
