@@ -53,6 +53,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Sub {
+    /// List what each node published in the share (--share DIR)
+    ShareStatus(ShareStatusCmd),
     /// Print the launch fingerprint of COMMAND, without launching it
     Fingerprint(FingerprintCmd),
     /// Show every cache file and store entry, totals and statistics; with
@@ -229,6 +231,9 @@ pub struct RunArgs {
     /// launching without keeping the cache
     #[arg(long, env = "KEEPWRAP_LOCK_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub lock_timeout: Duration,
+
+    #[command(flatten)]
+    pub share: ShareArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -283,6 +288,7 @@ pub fn main() -> ExitCode {
     };
     logging::init(cli.log_format);
     match cli.subcommand {
+        Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
                 return usage_error(
@@ -320,4 +326,57 @@ pub fn main() -> ExitCode {
             crate::supervise::run(&cli.run, cli.command)
         }
     }
+}
+
+/// Multi-node launches: the directory every node mounts.
+#[derive(Debug, Clone, Args)]
+pub struct ShareArgs {
+    /// A directory every node of a multi-node launch mounts (NFS, CephFS, a
+    /// ReadWriteMany volume): nodes publish their signed rank files there and
+    /// take the union of all nodes' files before the engine starts
+    #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// Also leave env var NAME out of the cluster fingerprint: it differs
+    /// between the nodes of one launch (repeatable; always left out:
+    /// SGLANG_CACHE_DIR, NCCL_SOCKET_IFNAME, NCCL_IB_HCA)
+    #[arg(
+        long,
+        env = "KEEPWRAP_NODE_LOCAL_ENV",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub node_local_env: Vec<String>,
+
+    /// Publications in the share older than this are removed when a node publishes
+    #[arg(long, env = "KEEPWRAP_SHARE_MAX_AGE", default_value = "30days", value_parser = parse_duration, value_name = "DURATION")]
+    pub share_max_age: Duration,
+
+    /// How long reading the share before the start, or publishing to it, may
+    /// take before the launch goes on without it
+    #[arg(long, env = "KEEPWRAP_SHARE_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub share_timeout: Duration,
+}
+
+impl ShareArgs {
+    /// The node-local env names: the defaults plus `--node-local-env`.
+    pub fn node_local(&self) -> Vec<String> {
+        let mut names: Vec<String> = fingerprint::DEFAULT_NODE_LOCAL_ENV
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        for n in self.node_local_env.iter().filter(|n| !n.is_empty()) {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        names
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ShareStatusCmd {
+    /// The share directory
+    #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
+    pub share: PathBuf,
 }

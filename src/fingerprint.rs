@@ -200,6 +200,15 @@ pub fn profile(name: ProfileName) -> &'static Profile {
     }
 }
 
+/// Variables left out of the cluster fingerprint by default (see
+/// [`Launch::cluster_fingerprint`]): selected by the `sglang` profile, yet
+/// they legitimately differ between the nodes of one launch.
+/// `SGLANG_CACHE_DIR`: where this node keeps its cache; `NCCL_SOCKET_IFNAME`
+/// and `NCCL_IB_HCA`: the names of this node's network interfaces and HCAs.
+/// (`SGLANG_HOST_IP` is volatile already.)
+pub const DEFAULT_NODE_LOCAL_ENV: &[&str] =
+    &["SGLANG_CACHE_DIR", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"];
+
 /// Whether a flag or variable named `name` holds a secret: its name contains
 /// KEY, TOKEN, SECRET or PASSWORD, in any case. Leading dashes and anything
 /// from `=` on are not part of a flag's name.
@@ -369,6 +378,51 @@ impl Launch {
     /// Lowercase sha256 hex.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+
+    /// The cluster fingerprint: the launch fingerprint's canonical JSON
+    /// without what differs between the nodes of one multi-node launch, so
+    /// that every node of one engine computes the same value. Leaves out the
+    /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
+    /// bare `--`) and the variables named in `node_local`. The launch
+    /// fingerprint is unchanged.
+    pub fn cluster_fingerprint(&self, node_local: &[String]) -> String {
+        let mut drop = vec![false; self.args.len()];
+        let mut i = 1;
+        while i < self.args.len() {
+            let tok = self.args[i].raw.as_bytes();
+            if tok == b"--" {
+                break;
+            }
+            if tok == b"--node-rank" {
+                drop[i] = true;
+                if i + 1 < self.args.len() && !self.args[i + 1].raw.as_bytes().starts_with(b"--") {
+                    i += 1;
+                    drop[i] = true;
+                }
+            } else if tok.starts_with(b"--node-rank=") {
+                drop[i] = true;
+            }
+            i += 1;
+        }
+        let argv_json: Vec<Value> = self
+            .args
+            .iter()
+            .zip(&drop)
+            .filter(|(a, dropped)| !a.ignored && !**dropped)
+            .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
+            .collect();
+        let mut env_json = Map::new();
+        for e in self.env.iter().filter(|e| {
+            !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
+        }) {
+            env_json.insert(
+                py_str(e.name.as_bytes()),
+                Value::String(py_str(e.value.as_bytes())),
+            );
+        }
+        let payload = json!({ "argv": argv_json, "env": env_json });
+        sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL))
     }
 
     /// The inputs with every environment value hashed and secret-named

@@ -16,6 +16,7 @@ use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
 use crate::lock::{self, CacheLock, LockError};
 use crate::ready::{Done, Probe, ProbeResult};
+use crate::share::Share;
 use crate::stats::Stats;
 use crate::store::{self, Store, STATE_DIR};
 use crate::unify;
@@ -50,6 +51,8 @@ pub struct Keeper {
     /// For the launch record: the profile and the redacted inputs.
     profile: &'static str,
     inputs: serde_json::Value,
+    /// Multi-node launches: the directory every node mounts.
+    share: Option<Share>,
 }
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
@@ -111,6 +114,7 @@ impl Keeper {
         if !ensure_root(&root) {
             return None;
         }
+        let share = Share::new(&args.share, &launch, argv, args.unifies());
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -130,7 +134,9 @@ impl Keeper {
         let pruned = match &store {
             Some(s) => {
                 s.recover();
-                cache::prune_stashing(&root, &fingerprint, &mut |fd, set| s.stash(fd, set))
+                let r = cache::prune_stashing(&root, &fingerprint, &mut |fd, set| s.stash(fd, set));
+                s.sync();
+                r
             }
             None => cache::prune(&root, &fingerprint),
         };
@@ -201,7 +207,9 @@ impl Keeper {
             lock_timeout: args.lock_timeout,
             profile: args.fingerprint.profile.as_str(),
             inputs,
+            share,
         };
+        keeper.take_share_union();
         keeper.unify_kept();
         Some(keeper)
     }
@@ -226,6 +234,28 @@ impl Keeper {
                 "cannot sign {}: {e}; the next launch will tune again",
                 self.root.display()
             ),
+        }
+    }
+
+    /// Multi-node: when every node has published, write the union of all
+    /// nodes' rank files over this node's and sign them (see [`Share`]).
+    fn take_share_union(&mut self) {
+        let Some(share) = self.share.as_ref() else {
+            return;
+        };
+        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+            // keepwrap's own writes are not landings of the engine.
+            self.watcher.read();
+            self.kept = signed;
+        }
+    }
+
+    /// Multi-node: publish the signed rank files into the share.
+    fn publish(&mut self, report: &cache::SignReport) {
+        if report.failed == 0 && !report.signed.is_empty() {
+            if let Some(share) = self.share.as_mut() {
+                share.publish(&self.root, &report.signed);
+            }
         }
     }
 
@@ -336,10 +366,13 @@ impl Keeper {
                 return;
             };
             match cache::sign(&self.root, &self.fingerprint) {
-                Ok(r) => tracing::info!(
-                    "signed again after a rewrite: {} cache files",
-                    r.signed.len()
-                ),
+                Ok(r) => {
+                    tracing::info!(
+                        "signed again after a rewrite: {} cache files",
+                        r.signed.len()
+                    );
+                    self.publish(&r);
+                }
                 Err(e) => tracing::warn!("cannot sign {}: {e}", self.root.display()),
             }
         }
@@ -370,6 +403,7 @@ impl Keeper {
                 return;
             }
         };
+        self.publish(&report);
         let n = report.signed.len();
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
         if n == 0 {
@@ -412,6 +446,13 @@ impl Keeper {
     /// exit is what marks tuning done.
     pub fn child_ended(&mut self, ended: Ended) {
         self.note_landings(Instant::now());
+        self.end_tuning(ended);
+        if let Some(share) = self.share.as_mut() {
+            share.finish();
+        }
+    }
+
+    fn end_tuning(&mut self, ended: Ended) {
         if self.phase == Phase::Signed {
             return;
         }

@@ -10,6 +10,7 @@
 //! - [`supervise`]: the one poll loop that ties child, watch and readiness;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
 //! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
+//! - [`share`]: multi-node launches: publish and unify rank files through a shared directory;
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
@@ -18,6 +19,13 @@
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
 //! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones.
+
+/// The sidecar format version as a literal, for `concat!` in `--version`.
+macro_rules! sidecar_format {
+    () => {
+        1
+    };
+}
 
 pub mod cache;
 pub mod canonical;
@@ -29,6 +37,7 @@ pub mod keep;
 pub mod lock;
 pub mod logging;
 pub mod ready;
+pub mod share;
 pub mod stats;
 pub mod status;
 pub mod store;
@@ -38,4 +47,4 @@ pub mod watch;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
 /// version is not trusted.
-pub const SIDECAR_FORMAT: u32 = 1;
+pub const SIDECAR_FORMAT: u32 = sidecar_format!();

@@ -160,6 +160,8 @@ pub struct Store {
     state: OwnedFd,
     store: OwnedFd,
     launches: OwnedFd,
+    /// Something moved into the store and is not fsynced yet.
+    unsynced: std::cell::Cell<bool>,
 }
 
 /// Test hook: `KEEPWRAP_TEST_MOVE_DELAY_MS=N` sleeps N ms after each move
@@ -247,12 +249,26 @@ fn read_json<T: for<'de> Deserialize<'de>>(dir: BorrowedFd<'_>, name: &str) -> O
 }
 
 fn write_json<T: Serialize>(dir: BorrowedFd<'_>, name: &str, value: &T) -> io::Result<()> {
+    write_json_with(dir, name, value, true)
+}
+
+/// [`write_json`]; with `sync` false, nothing is fsynced (the caller
+/// orders durability itself).
+fn write_json_with<T: Serialize>(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    value: &T,
+    sync: bool,
+) -> io::Result<()> {
     let mut bytes = canonical::to_python_json(value, Style::INDENT2)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     bytes.push(b'\n');
     let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    fsx::write_atomic_at(dir, &name, &bytes, 0o644)?;
-    fsx::fsync_dir(dir)
+    fsx::write_atomic_at_with(dir, &name, &bytes, 0o644, sync)?;
+    if sync {
+        fsx::fsync_dir(dir)?;
+    }
+    Ok(())
 }
 
 impl Store {
@@ -269,6 +285,7 @@ impl Store {
             state,
             store,
             launches,
+            unsynced: std::cell::Cell::new(false),
         })
     }
 
@@ -284,6 +301,7 @@ impl Store {
             state,
             store,
             launches,
+            unsynced: std::cell::Cell::new(false),
         })
     }
 
@@ -459,6 +477,11 @@ impl Store {
                 "the fingerprint is not 64 hex digits",
             ));
         }
+        if let Some(dir) = &set.dir {
+            if set.checked.len() == set.set.members.len() {
+                return self.stash_dir(root, set, dir);
+            }
+        }
         let staging = format!("{}.in-{}", set.fingerprint, unique_id());
         let dir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
         let man = Manifest {
@@ -488,9 +511,101 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::stash`] of a set that is the whole content of directory
+    /// `dir` (its members and their sidecars), its bytes just checked by
+    /// prune: the directory moves into the staging directory with one
+    /// rename. Crash safety as for a set moved file by file: the manifest
+    /// is in the staging directory before the directory moves, and the
+    /// recovery moves every member back to its path (recreating `dir`).
+    /// Nothing is fsynced here: [`Store::sync`] once after prune.
+    fn stash_dir(&self, root: BorrowedFd<'_>, set: &ForeignSet, dir: &str) -> io::Result<()> {
+        let (parent, name) = split(dir);
+        if name.is_empty() || parent.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a directory below the root",
+            ));
+        }
+        let staging = format!("{}.in-{}", set.fingerprint, unique_id());
+        let sdir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
+        let man = Manifest {
+            format: FORMAT,
+            fingerprint: set.fingerprint.clone(),
+            set_id: set.set.id.clone(),
+            signed_at: set.signed_at,
+            stored_at: now_secs(),
+            members: set.set.members.clone(),
+        };
+        let drop_staging = |e: io::Error| {
+            let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
+            e
+        };
+        write_json_with(sdir.as_fd(), MANIFEST, &man, false).map_err(drop_staging)?;
+        let src = fsx::open_dir_path(root, Path::new(parent)).map_err(drop_staging)?;
+        let dst = fsx::ensure_dir_path(sdir.as_fd(), Path::new(parent), DIR_MODE)
+            .map_err(drop_staging)?;
+        fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name).map_err(drop_staging)?;
+        self.unsynced.set(true);
+        test_pause();
+        // What moved is what prune checked, and nothing else.
+        let res = fsx::open_dir_at(dst.as_fd(), name)
+            .and_then(|moved| {
+                self.same_as_checked(moved.as_fd(), set)
+                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+            })
+            .and_then(|()| self.install_with(&staging, &set.fingerprint, false));
+        if let Err(e) = res {
+            // Back in place: the directory whole, else file by file.
+            if fsx::rename_noreplace(dst.as_fd(), name, src.as_fd(), name).is_err() {
+                let _ = move_members(sdir.as_fd(), root, &man.members);
+            }
+            return Err(drop_staging(e));
+        }
+        Ok(())
+    }
+
+    /// Does the moved directory hold exactly the set's members and their
+    /// sidecars, each the very file prune checked?
+    fn same_as_checked(&self, moved: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), String> {
+        let list = fsx::list_dir(moved).map_err(|e| e.to_string())?;
+        if list.len() != 2 * set.checked.len() {
+            return Err(format!(
+                "{} entries in the directory, not the {} of the set",
+                list.len(),
+                2 * set.checked.len()
+            ));
+        }
+        for (path, ids) in &set.checked {
+            for (n, want) in names(split(path).1).iter().zip(ids) {
+                let st = fsx::lstat_at(moved, n.as_c_str()).map_err(|e| format!("{path}: {e}"))?;
+                if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File
+                    || cache::FileId::of(&st) != *want
+                {
+                    return Err(format!("{path}: changed after signing"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Make what [`Store::stash`] did durable (one fsync of the store and
+    /// of the state directory; on ext4 and the like one journal commit).
+    /// Nothing to do when nothing moved.
+    pub fn sync(&self) {
+        if self.unsynced.replace(false) {
+            let _ = fsx::fsync_dir(self.store.as_fd());
+            let _ = fsx::fsync_dir(self.state.as_fd());
+        }
+    }
+
     /// Rename a complete staging directory to `store/<fp>`, replacing an
     /// older entry.
     fn install(&self, staging: &str, fp: &str) -> io::Result<()> {
+        self.install_with(staging, fp, true)
+    }
+
+    /// [`Store::install`]; the store directory fsynced only with `sync`.
+    fn install_with(&self, staging: &str, fp: &str, sync: bool) -> io::Result<()> {
         if fsx::exists_at(self.store.as_fd(), fp) {
             let trash = format!("trash-{}", unique_id());
             fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
@@ -503,7 +618,10 @@ impl Store {
         test_pause();
         fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
         test_pause();
-        fsx::fsync_dir(self.store.as_fd())
+        if sync {
+            fsx::fsync_dir(self.store.as_fd())?;
+        }
+        Ok(())
     }
 
     /// The stored set of `fp`, if there is one.

@@ -164,7 +164,7 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
     buf: &mut Vec<u8>,
     max: u64,
 ) -> io::Result<FileStat> {
-    let (file, st) = open_regular_at(dir, name)?;
+    let (mut file, st) = open_regular_at(dir, name)?;
     buf.clear();
     let size = st.st_size.max(0) as u64;
     if size > max {
@@ -173,15 +173,36 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
             format!("{size} bytes, more than {max}"),
         ));
     }
-    buf.reserve(size as usize + 1);
-    // Read to EOF (the size may have changed since fstat), bounded.
-    let n = file.take(max + 1).read_to_end(buf)?;
-    if n as u64 > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("more than {max} bytes"),
-        ));
+    // One read() in the common case: a short read that reaches the size
+    // fstat gave is taken as EOF (a file growing meanwhile is read short,
+    // and then fails its checks: fail closed).
+    buf.resize(size as usize + 1, 0);
+    let mut n = 0;
+    loop {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if n == buf.len() {
+                    if n as u64 > max {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("more than {max} bytes"),
+                        ));
+                    }
+                    buf.resize(n + 4096.min((max + 1) as usize - n), 0);
+                } else if n as u64 >= size {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.clear();
+                return Err(e);
+            }
+        }
     }
+    buf.truncate(n);
     Ok(st)
 }
 
@@ -202,6 +223,59 @@ pub fn rename_at<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
     to: &P2,
 ) -> io::Result<()> {
     renameat(dir, from, dir, to).map_err(err)
+}
+
+/// Remove everything inside the directory `dir` (not `dir` itself), never
+/// following a symlink. Returns how many entries were removed; errors are
+/// logged by `on_err(name, error)` and skipped.
+pub fn remove_contents(dir: BorrowedFd<'_>, on_err: &mut dyn FnMut(&[u8], &io::Error)) -> usize {
+    let mut removed = 0;
+    let names: Vec<(Vec<u8>, bool)> = match dir.try_clone_to_owned().and_then(|fd| {
+        let mut d = nix::dir::Dir::from_fd(fd).map_err(err)?;
+        Ok(d.iter()
+            .filter_map(|e| e.ok())
+            .map(|e| {
+                (
+                    e.file_name().to_bytes().to_vec(),
+                    e.file_type() == Some(nix::dir::Type::Directory),
+                )
+            })
+            .filter(|(n, _)| n != b"." && n != b"..")
+            .collect())
+    }) {
+        Ok(n) => n,
+        Err(e) => {
+            on_err(b".", &e);
+            return 0;
+        }
+    };
+    for (name, is_dir) in names {
+        if is_dir {
+            match open_dir_at(dir, name.as_slice()) {
+                Ok(sub) => removed += remove_contents(sub.as_fd(), on_err),
+                Err(e) => on_err(&name, &e),
+            }
+            match unlinkat(dir, name.as_slice(), UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => removed += 1,
+                Err(e) => on_err(&name, &err(e)),
+            }
+        } else {
+            match unlinkat(dir, name.as_slice(), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => removed += 1,
+                Err(Errno::EISDIR) => {
+                    // d_type unknown: a directory after all
+                    if let Ok(sub) = open_dir_at(dir, name.as_slice()) {
+                        removed += remove_contents(sub.as_fd(), on_err);
+                    }
+                    if let Err(e) = unlinkat(dir, name.as_slice(), UnlinkatFlags::RemoveDir) {
+                        on_err(&name, &err(e));
+                    }
+                }
+                Err(e) => on_err(&name, &err(e)),
+            }
+        }
+    }
+    removed
 }
 
 /// `fsync` a directory (after renames into it).
@@ -241,6 +315,18 @@ pub fn write_atomic_at(
     bytes: &[u8],
     mode: u32,
 ) -> io::Result<()> {
+    write_atomic_at_with(dir, name, bytes, mode, true)
+}
+
+/// [`write_atomic_at`]; the file is fsynced before the rename only with
+/// `sync`.
+pub fn write_atomic_at_with(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> io::Result<()> {
     let mut tries = 0;
     let (tmp, fd) = loop {
         let tmp = tmp_name();
@@ -258,7 +344,7 @@ pub fn write_atomic_at(
     let mut file = File::from(fd);
     let res = file
         .write_all(bytes)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
         .and_then(|()| rename_at(dir, tmp.as_slice(), name));
     if res.is_err() {
         let _ = unlink_at(dir, tmp.as_slice());

@@ -79,8 +79,7 @@ impl fmt::Display for Rel<'_> {
 
 impl Rel<'_> {
     /// The path as UTF-8 (None if it is not).
-    #[allow(clippy::wrong_self_convention)]
-    pub fn to_string_exact(&self) -> Option<String> {
+    pub fn to_string_exact(self) -> Option<String> {
         let a = std::str::from_utf8(self.0).ok()?;
         let b = std::str::from_utf8(self.1).ok()?;
         let mut s = String::with_capacity(a.len() + b.len());
@@ -144,6 +143,8 @@ pub struct DirView<'a> {
     pub rel: &'a [u8],
     /// Set when this directory (or one above it) is writable by another user.
     pub untrusted: Option<&'a Untrusted>,
+    /// The parent directory and this directory's name in it (None for the root).
+    pub parent: Option<(BorrowedFd<'a>, &'a [u8])>,
 }
 
 fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
@@ -221,11 +222,12 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
 pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
-    walk_dir(root, &mut rel, None, euid, visit);
+    walk_dir(root, None, &mut rel, None, euid, visit);
 }
 
 fn walk_dir(
     fd: OwnedFd,
+    parent: Option<(BorrowedFd<'_>, &[u8])>,
     rel: &mut Vec<u8>,
     inherited: Option<&Untrusted>,
     euid: u32,
@@ -268,6 +270,7 @@ fn walk_dir(
             fd: dir.as_fd(),
             rel,
             untrusted,
+            parent,
         },
         &listing,
     );
@@ -291,7 +294,14 @@ fn walk_dir(
         let len = rel.len();
         rel.extend_from_slice(name);
         rel.push(b'/');
-        walk_dir(child, rel, untrusted, euid, visit);
+        walk_dir(
+            child,
+            Some((dir.as_fd(), name)),
+            rel,
+            untrusted,
+            euid,
+            visit,
+        );
         rel.truncate(len);
     }
 }

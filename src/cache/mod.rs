@@ -11,7 +11,10 @@
 //! - `layout`: names, and the walk over the tree;
 //! - `sidecar`: the sidecar format and the set id;
 //! - `judge`: the decisions, without I/O;
-//! - `prune`, `sign`: the two operations.
+//! - `prune`, `sign`: the two operations;
+//! - `trash`: `<root>/.keepwrap/trash/`, where prune moves a directory whose
+//!   every entry goes (one rename instead of unlinking 16 files whose
+//!   blocks the file system must free), emptied in a background thread.
 //!
 //! The set rule: at sign time every cache file present is signed as one set
 //! (id = sha256 over fingerprint + sorted members), recorded in every
@@ -32,12 +35,15 @@ mod sidecar;
 mod sign;
 mod survey;
 pub use survey::{survey, FileInfo, FileState};
+mod trash;
+
+pub use trash::{empty_trash, TRASH_DIR};
 
 #[cfg(test)]
 mod tests;
 
 pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
-pub use sidecar::{is_sha256_hex, Member, SetRecord, Sidecar};
+pub use sidecar::{is_sha256_hex, set_id, Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -94,8 +100,16 @@ pub fn is_cache_file(rel: &Path) -> bool {
 
 /// Remove every cache file this launch must not load; log one line per
 /// decision and one summary line. A missing root gives an empty report.
+/// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
+/// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, None)
+    prune::prune(root, fingerprint, true, None)
+}
+
+/// [`prune`], with the trash emptied before returning when `background` is
+/// false (tests; a one-shot `keepwrap prune` command).
+pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
+    prune::prune(root, fingerprint, background, None)
 }
 
 /// A whole set signed for another launch, still in place, to be stored.
@@ -104,6 +118,32 @@ pub struct ForeignSet {
     pub fingerprint: String,
     pub set: SetRecord,
     pub signed_at: u64,
+    /// The directory (relative to the root) that holds exactly this set:
+    /// its members and their sidecars, nothing else. It may move whole.
+    pub dir: Option<String>,
+    /// Each member whose bytes prune checked against its sidecar (size,
+    /// sha256, a JSON object) just before: its path, and the identity of
+    /// the cache file and of the sidecar as they were read.
+    pub checked: Vec<(String, [FileId; 2])>,
+}
+
+/// Which file, as read: a file replaced or rewritten since has another
+/// identity (inode, size or modification time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+}
+
+impl FileId {
+    pub fn of(st: &nix::sys::stat::FileStat) -> FileId {
+        FileId {
+            ino: st.st_ino,
+            size: st.st_size.max(0) as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+        }
+    }
 }
 
 /// [`prune`], except that every whole set signed for another launch is
@@ -115,7 +155,7 @@ pub fn prune_stashing(
     fingerprint: &str,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, Some(stash))
+    prune::prune(root, fingerprint, true, Some(stash))
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

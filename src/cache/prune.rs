@@ -1,17 +1,19 @@
 //! Prune: before the engine starts, remove every cache file this launch must
 //! not load.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::fsx::{self, Kind};
 use super::judge::{self, Candidate, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::{Head, Sidecar};
-use super::{ForeignSet, PruneReport};
+use super::sidecar::Sidecar;
+use super::trash::{self, Trash};
+use super::{FileId, ForeignSet, PruneReport};
 
 /// Moves a whole set signed for another launch out of the tree (into the
 /// store). On error every member must be back in place: prune removes them.
@@ -26,8 +28,12 @@ struct State<'f, 's> {
     fingerprint: &'f str,
     /// Where whole sets of other launches go; None: they are removed.
     stash: Option<Stash<'s>>,
-    /// Files of other launches trusted on their own, waiting for their set.
-    foreign: Vec<(String, Sidecar)>,
+    /// Files of other launches whose sidecar is trusted (and size right),
+    /// waiting for their set; their bytes are checked once the set is whole.
+    foreign: Vec<Foreign>,
+    /// Directories (relative path, no trailing `/`) holding nothing but
+    /// such files and their sidecars: how many files.
+    pure: HashMap<String, usize>,
     report: PruneReport,
     /// Reused buffers: sidecar name, sidecar bytes, cache file bytes.
     sname: Vec<u8>,
@@ -40,9 +46,40 @@ struct State<'f, 's> {
     /// after signing, ...): "not trusted" rather than "missing" in the set
     /// line of the other members.
     rejected: Vec<String>,
+    /// What to remove in the directory being visited: entry index, why.
+    plan: Vec<(usize, Act)>,
+    trash: TrashState,
+    /// Always Some, but during `resolve`.
+    root: Option<OwnedFd>,
 }
 
-pub fn prune(root: &Path, fingerprint: &str, stash: Option<Stash<'_>>) -> io::Result<PruneReport> {
+struct Foreign {
+    path: String,
+    sc: Sidecar,
+    /// The sidecar as read.
+    sidecar_id: FileId,
+}
+
+enum Act {
+    Cache(Reason),
+    Leftover(&'static str),
+}
+
+enum TrashState {
+    Unopened,
+    Open(Trash),
+    Unavailable,
+}
+
+/// `background`: empty the trash in a background thread (else now, before
+/// returning). `stash`: where whole sets of other launches go (None: they
+/// are removed like the rest).
+pub fn prune(
+    root: &Path,
+    fingerprint: &str,
+    background: bool,
+    stash: Option<Stash<'_>>,
+) -> io::Result<PruneReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
@@ -60,6 +97,7 @@ pub fn prune(root: &Path, fingerprint: &str, stash: Option<Stash<'_>>) -> io::Re
         fingerprint,
         stash,
         foreign: Vec::new(),
+        pure: HashMap::new(),
         report: PruneReport::default(),
         sname: Vec::with_capacity(64),
         sbuf: Vec::with_capacity(4096),
@@ -67,9 +105,19 @@ pub fn prune(root: &Path, fingerprint: &str, stash: Option<Stash<'_>>) -> io::Re
         cname: Vec::with_capacity(64),
         cands: Vec::new(),
         rejected: Vec::new(),
+        plan: Vec::new(),
+        trash: TrashState::Unopened,
+        root: Some(root_fd),
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
-    st.resolve(&root_fd);
+    st.resolve();
+    if let Some(root) = st.root.take() {
+        if background {
+            trash::spawn_empty(root);
+        } else {
+            trash::empty_at(root.as_fd());
+        }
+    }
     let r = &st.report;
     if r.stored > 0 {
         info!(
@@ -111,7 +159,18 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
 
 impl State<'_, '_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
-        for e in &listing.ents {
+        self.plan.clear();
+        // Can the whole directory go to the trash with one rename? Only if
+        // everything in it goes.
+        // (Not a directory named *.json: that one is left, as warned.)
+        let mut whole = dir
+            .parent
+            .is_some_and(|(_, name)| layout::role(name) != Role::Cache);
+        // Does it hold nothing but files of other launches waiting for
+        // their set (and their sidecars)? Then a whole set may move with it.
+        let mut pure = whole;
+        let mut nforeign = 0;
+        for (i, e) in listing.ents.iter().enumerate() {
             let name = listing.name(e);
             match layout::role(name) {
                 Role::Cache => match e.kind {
@@ -121,9 +180,24 @@ impl State<'_, '_> {
                             Rel(dir.rel, name)
                         );
                         self.report.left += 1;
+                        whole = false;
+                        pure = false;
                     }
-                    Kind::File => self.judge_file(dir, name),
-                    k => self.remove(dir.fd, dir.rel, name, &Reason::NotRegular(k)),
+                    Kind::File => {
+                        let before = self.foreign.len();
+                        match self.judge_file(dir, listing, name) {
+                            Some(reason) => self.plan.push((i, Act::Cache(reason))),
+                            None => {
+                                whole = false;
+                                if self.foreign.len() > before {
+                                    nforeign += 1;
+                                } else {
+                                    pure = false;
+                                }
+                            }
+                        }
+                    }
+                    k => self.plan.push((i, Act::Cache(Reason::NotRegular(k)))),
                 },
                 Role::Sidecar if e.kind != Kind::Dir => {
                     let stem = &name[..name.len() - layout::SIDECAR_EXT.len()];
@@ -132,17 +206,110 @@ impl State<'_, '_> {
                     self.cname.extend_from_slice(layout::CACHE_EXT);
                     let beside = listing.find(&self.cname).map(|c| c.kind);
                     if beside.is_none() || beside == Some(Kind::Dir) {
-                        self.leftover(dir, name, "orphan sidecar (no cache file beside)");
+                        self.plan
+                            .push((i, Act::Leftover("orphan sidecar (no cache file beside)")));
                     }
+                    // else it goes (or stays) with its cache file
                 }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
-                    self.leftover(dir, name, "FlashInfer temp file left by a crash");
+                    self.plan
+                        .push((i, Act::Leftover("FlashInfer temp file left by a crash")));
                 }
                 Role::KeepwrapTmp if e.kind != Kind::Dir => {
-                    self.leftover(dir, name, "keepwrap temp file left by a crash");
+                    self.plan
+                        .push((i, Act::Leftover("keepwrap temp file left by a crash")));
                 }
-                _ => {}
+                _ => {
+                    whole = false;
+                    pure = false;
+                }
             }
+        }
+        if self.plan.is_empty() {
+            if pure && nforeign > 0 {
+                if let Ok(rel) = std::str::from_utf8(dir.rel) {
+                    let rel = rel.strip_suffix('/').unwrap_or(rel);
+                    self.pure.insert(rel.to_string(), nforeign);
+                }
+            }
+            return;
+        }
+        let plan = std::mem::take(&mut self.plan);
+        if whole && self.trash_dir(dir) {
+            for (i, act) in &plan {
+                let name = listing.name(&listing.ents[*i]);
+                match act {
+                    Act::Cache(reason) => self.log_removed(dir.rel, name, reason),
+                    Act::Leftover(why) => {
+                        self.report.leftovers += 1;
+                        info!("removed {}: {}", Rel(dir.rel, name), why);
+                    }
+                }
+            }
+        } else {
+            for (i, act) in &plan {
+                let name = listing.name(&listing.ents[*i]);
+                match act {
+                    Act::Cache(reason) => self.remove(dir.fd, dir.rel, name, reason),
+                    Act::Leftover(why) => self.leftover(dir, name, why),
+                }
+            }
+        }
+        self.plan = plan;
+    }
+
+    /// Move the directory being visited into the trash.
+    fn trash_dir(&mut self, dir: &DirView<'_>) -> bool {
+        let Some((parent, name)) = dir.parent else {
+            return false;
+        };
+        let Some(root) = self.root.take() else {
+            return false;
+        };
+        let moved = self.take_to_trash(root.as_fd(), parent, name, dir.rel);
+        self.root = Some(root);
+        moved
+    }
+
+    /// Move the directory `name` of `parent` (`rel`, for the log) into the
+    /// trash, opening the trash first if needed.
+    fn take_to_trash(
+        &mut self,
+        root: BorrowedFd<'_>,
+        parent: BorrowedFd<'_>,
+        name: &[u8],
+        rel: &[u8],
+    ) -> bool {
+        if let TrashState::Unopened = self.trash {
+            self.trash = match Trash::open(root) {
+                Ok(t) => TrashState::Open(t),
+                Err(e) => {
+                    warn!("cannot use .keepwrap/trash ({e}): removing files one by one");
+                    TrashState::Unavailable
+                }
+            };
+        }
+        let TrashState::Open(t) = &self.trash else {
+            return false;
+        };
+        match t.take(parent, name) {
+            Ok(()) => true,
+            Err(e) => {
+                debug!(
+                    "cannot move {} to .keepwrap/trash ({e}): removing files one by one",
+                    Rel(rel, b"")
+                );
+                false
+            }
+        }
+    }
+
+    fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
+        self.report.removed += 1;
+        if matches!(reason, Reason::Untrusted(_)) {
+            warn!("removed {}: {}", Rel(rel, name), reason);
+        } else {
+            info!("removed {}: {}", Rel(rel, name), reason);
         }
     }
 
@@ -159,14 +326,7 @@ impl State<'_, '_> {
     /// Remove cache file `name` of `dir` (and its sidecar), one log line.
     fn remove(&mut self, fd: BorrowedFd<'_>, rel: &[u8], name: &[u8], reason: &Reason) {
         match fsx::unlink_at(fd, cstr_buf(&mut self.cname, name)) {
-            Ok(()) => {
-                self.report.removed += 1;
-                if matches!(reason, Reason::Untrusted(_)) {
-                    warn!("removed {}: {}", Rel(rel, name), reason);
-                } else {
-                    info!("removed {}: {}", Rel(rel, name), reason);
-                }
-            }
+            Ok(()) => self.log_removed(rel, name, reason),
             Err(e) => {
                 self.report.left += 1;
                 warn!("cannot remove {} ({}): {}", Rel(rel, name), reason, e);
@@ -182,20 +342,31 @@ impl State<'_, '_> {
         }
     }
 
-    fn judge_file(&mut self, dir: &DirView<'_>, name: &[u8]) {
+    /// Judge a regular cache file: Some(reason) to remove it, None when it
+    /// is trusted on its own (a candidate for the set check).
+    fn judge_file(&mut self, dir: &DirView<'_>, listing: &Listing, name: &[u8]) -> Option<Reason> {
         if let Some(u) = dir.untrusted {
-            return self.remove(dir.fd, dir.rel, name, &Reason::Untrusted(u.0.clone()));
+            return Some(Reason::Untrusted(u.0.clone()));
         }
         layout::sidecar_name(name, &mut self.sname);
         let sname = &self.sname[..self.sname.len() - 1];
-        if let Err(e) = fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
-            let reason = if e.kind() == io::ErrorKind::NotFound {
-                Reason::NoSidecar
-            } else {
-                Reason::SidecarUnreadable(e.to_string())
-            };
-            return self.remove(dir.fd, dir.rel, name, &reason);
+        // The listing says already when there is no sidecar (no open).
+        match listing.find(sname).map(|e| e.kind) {
+            None => return Some(Reason::NoSidecar),
+            Some(Kind::File) => {}
+            Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
         }
+        let sidecar_st = match fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
+            Ok(st) => st,
+            Err(e) => {
+                let reason = if e.kind() == io::ErrorKind::NotFound {
+                    Reason::NoSidecar
+                } else {
+                    Reason::SidecarUnreadable(e.to_string())
+                };
+                return Some(reason);
+            }
+        };
         let rel = Rel(dir.rel, name);
         let is_rel = |p: &str| {
             let p = p.as_bytes();
@@ -206,25 +377,44 @@ impl State<'_, '_> {
             Ok(sc) => sc,
             Err(Reason::OtherLaunch(fp8)) if self.stash.is_some() => {
                 // Judge it for its own launch: a whole set may be stored.
-                let own = serde_json::from_slice::<Head<'_>>(&self.sbuf)
-                    .ok()
-                    .and_then(|h| h.fingerprint.map(|f| f.into_owned()))
-                    .unwrap_or_default();
-                match judge::judge_sidecar(&self.sbuf, &own, is_rel) {
+                match judge::judge_sidecar_for(&self.sbuf, None, is_rel) {
                     Ok(sc) => {
                         foreign = true;
                         sc
                     }
-                    Err(reason) => {
-                        let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
-                        return self.remove(dir.fd, dir.rel, name, &reason);
-                    }
+                    Err(reason) => return Some(Reason::OtherLaunchBad(fp8, Box::new(reason))),
                 }
             }
-            Err(reason) => return self.remove(dir.fd, dir.rel, name, &reason),
+            Err(reason) => return Some(reason),
         };
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
+        if foreign {
+            // Its bytes are read only once its set is whole by the sidecars
+            // (a set is stored or removed whole: one changed member is
+            // enough to know). The size is checked now, from the inode.
+            let fp8: String = sc.fingerprint.chars().take(8).collect();
+            let size = match fsx::lstat_at(dir.fd, cstr_buf(&mut self.cname, name)) {
+                Ok(st) => st.st_size.max(0) as u64,
+                Err(e) => {
+                    let why = Box::new(Reason::Unreadable(e.to_string()));
+                    return Some(Reason::OtherLaunchBad(fp8, why));
+                }
+            };
+            if size != sc.size {
+                let why = Box::new(Reason::SizeChanged {
+                    now: size,
+                    signed: sc.size,
+                });
+                return Some(Reason::OtherLaunchBad(fp8, why));
+            }
+            self.foreign.push(Foreign {
+                path,
+                sc,
+                sidecar_id: FileId::of(&sidecar_st),
+            });
+            return None;
+        }
         let verdict = match fsx::read_at(
             dir.fd,
             cstr_buf(&mut self.cname, name),
@@ -235,23 +425,21 @@ impl State<'_, '_> {
             Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
         };
         match verdict {
-            Ok(()) if foreign => self.foreign.push((path, sc)),
-            Ok(()) => self.cands.push((path, sc)),
-            Err(reason) if foreign => {
-                let fp8 = sc.fingerprint.chars().take(8).collect();
-                let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
-                self.remove(dir.fd, dir.rel, name, &reason);
+            Ok(()) => {
+                self.cands.push((path, sc));
+                None
             }
             Err(reason) => {
                 self.rejected.push(path);
-                self.remove(dir.fd, dir.rel, name, &reason);
+                Some(reason)
             }
         }
     }
 
     /// Judge the sets of the files trusted on their own; keep the whole
     /// ones, remove the others.
-    fn resolve(&mut self, root: &OwnedFd) {
+    fn resolve(&mut self) {
+        let Some(root) = self.root.take() else { return };
         let cands = std::mem::take(&mut self.cands);
         let views: Vec<Candidate<'_>> = cands
             .iter()
@@ -276,21 +464,12 @@ impl State<'_, '_> {
                             *why = MemberWhy::Missing;
                         }
                     }
-                    let (parent, name) = split(path);
-                    match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
-                        Ok(d) => {
-                            let prefix = &path.as_bytes()[..path.len() - name.len()];
-                            self.remove(d.as_fd(), prefix, name.as_bytes(), &reason);
-                        }
-                        Err(e) => {
-                            self.report.left += 1;
-                            warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
-                        }
-                    }
+                    self.remove_path(&root, path, &reason);
                 }
             }
         }
-        self.resolve_foreign(root);
+        self.resolve_foreign(&root);
+        self.root = Some(root);
     }
 
     /// Remove the cache file at `path` (relative to the root).
@@ -316,59 +495,153 @@ impl State<'_, '_> {
         }
         let views: Vec<Candidate<'_>> = foreign
             .iter()
-            .map(|(p, sc)| Candidate {
-                path: p.as_str(),
-                sidecar: sc,
+            .map(|f| Candidate {
+                path: f.path.as_str(),
+                sidecar: &f.sc,
             })
             .collect();
         let verdicts = judge::resolve_sets(&views);
-        let mut whole: Vec<&Sidecar> = Vec::new();
-        for ((path, sc), verdict) in foreign.iter().zip(verdicts) {
-            let fp8: String = sc.fingerprint.chars().take(8).collect();
+        // The sets whole by their sidecars, in the order first seen.
+        let mut sets: Vec<Vec<&Foreign>> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (f, verdict) in foreign.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    if !whole.iter().any(|w| w.set.id == sc.set.id) {
-                        whole.push(sc);
-                    }
+                    let k = *index.entry(f.sc.set.id.as_str()).or_insert_with(|| {
+                        sets.push(Vec::new());
+                        sets.len() - 1
+                    });
+                    sets[k].push(f);
                 }
                 Some(reason) => {
+                    let fp8: String = f.sc.fingerprint.chars().take(8).collect();
                     let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
-                    self.remove_path(root, path, &reason);
+                    self.remove_path(root, &f.path, &reason);
                 }
             }
         }
-        for sc in whole {
-            let set = ForeignSet {
-                fingerprint: sc.fingerprint.clone(),
-                set: sc.set.clone(),
-                signed_at: sc.signed_at,
+        for files in sets {
+            self.store_set(root, &files);
+        }
+    }
+
+    /// A set of another launch, whole by its sidecars: check its bytes, then
+    /// store it (or remove it).
+    fn store_set(&mut self, root: &OwnedFd, files: &[&Foreign]) {
+        let sc = &files[0].sc;
+        let fp8: String = sc.fingerprint.chars().take(8).collect();
+        // Its directory, when it holds exactly this set: it moves (to the
+        // store or to the trash) with one rename.
+        let parent = split(&files[0].path).0;
+        let dir = (!parent.is_empty()
+            && files.iter().all(|f| split(&f.path).0 == parent)
+            && self.pure.get(parent) == Some(&files.len()))
+        .then(|| parent.to_string());
+        // The bytes, member by member; the first that fails fails the set.
+        let mut checked = Vec::with_capacity(files.len());
+        let mut failed: Option<(usize, Reason)> = None;
+        let mut open: Option<(&str, OwnedFd)> = None;
+        for (i, f) in files.iter().enumerate() {
+            let (p, name) = split(&f.path);
+            if open.as_ref().is_none_or(|(q, _)| *q != p) {
+                match fsx::open_dir_path(root.as_fd(), Path::new(p)) {
+                    Ok(d) => open = Some((p, d)),
+                    Err(e) => {
+                        failed = Some((i, Reason::Unreadable(e.to_string())));
+                        break;
+                    }
+                }
+            }
+            let Some((_, d)) = &open else { break };
+            let verdict = match fsx::read_at(d.as_fd(), name, &mut self.cbuf, MAX_CACHE_FILE) {
+                Err(e) => Err(Reason::Unreadable(e.to_string())),
+                Ok(st) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
             };
-            let fp8: String = sc.fingerprint.chars().take(8).collect();
-            let stash = self
-                .stash
-                .as_mut()
-                .expect("foreign files only with a stash");
-            match stash(root.as_fd(), &set) {
-                Ok(()) => {
-                    for m in &set.set.members {
-                        info!(
-                            "stored {}: signed for another launch (fingerprint {fp8}...)",
-                            m.path
-                        );
-                    }
-                    self.report.stored += set.set.members.len();
-                }
-                Err(e) => {
-                    warn!(
-                        "cannot store the {} cache files signed for launch {fp8}...: {e}; removing them",
-                        set.set.members.len()
-                    );
-                    for m in &set.set.members {
-                        self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.clone()));
-                    }
+            match verdict {
+                Ok(id) => checked.push([id, f.sidecar_id]),
+                Err(reason) => {
+                    failed = Some((i, reason));
+                    break;
                 }
             }
         }
+        drop(open);
+        if let Some((bad, why)) = failed {
+            let member = files[bad].path.clone();
+            let reasons: Vec<Reason> = (0..files.len())
+                .map(|i| {
+                    let why = if i == bad {
+                        why.clone()
+                    } else {
+                        Reason::SetIncomplete {
+                            member: member.clone(),
+                            why: MemberWhy::NotTrusted,
+                        }
+                    };
+                    Reason::OtherLaunchBad(fp8.clone(), Box::new(why))
+                })
+                .collect();
+            if let Some(dir) = &dir {
+                if self.trash_path(root, dir) {
+                    for (f, reason) in files.iter().zip(&reasons) {
+                        let (p, name) = split(&f.path);
+                        let prefix = &f.path.as_bytes()[..p.len() + 1];
+                        self.log_removed(prefix, name.as_bytes(), reason);
+                    }
+                    return;
+                }
+            }
+            for (f, reason) in files.iter().zip(&reasons) {
+                self.remove_path(root, &f.path, reason);
+            }
+            return;
+        }
+        let set = ForeignSet {
+            fingerprint: sc.fingerprint.clone(),
+            set: sc.set.clone(),
+            signed_at: sc.signed_at,
+            dir,
+            checked: files
+                .iter()
+                .zip(checked)
+                .map(|(f, ids)| (f.path.clone(), ids))
+                .collect(),
+        };
+        let stash = self
+            .stash
+            .as_mut()
+            .expect("foreign files only with a stash");
+        match stash(root.as_fd(), &set) {
+            Ok(()) => {
+                for m in &set.set.members {
+                    info!(
+                        "stored {}: signed for another launch (fingerprint {fp8}...)",
+                        m.path
+                    );
+                }
+                self.report.stored += set.set.members.len();
+            }
+            Err(e) => {
+                warn!(
+                    "cannot store the {} cache files signed for launch {fp8}...: {e}; removing them",
+                    set.set.members.len()
+                );
+                for m in &set.set.members {
+                    self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.clone()));
+                }
+            }
+        }
+    }
+
+    /// Move the directory at `rel` (relative to the root) into the trash.
+    fn trash_path(&mut self, root: &OwnedFd, rel: &str) -> bool {
+        let (p, name) = split(rel);
+        let Ok(parent) = fsx::open_dir_path(root.as_fd(), Path::new(p)) else {
+            return false;
+        };
+        let mut shown = rel.as_bytes().to_vec();
+        shown.push(b'/');
+        self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
     }
 }
 

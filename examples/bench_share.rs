@@ -1,0 +1,157 @@
+//! Benchmark of the share's read side: four nodes of a TP4/EP4 launch (one
+//! rank each) have published one rank file of 2,000 entries each (FlashInfer
+//! 0.7 keys and values, 1,500 MoE entries of each rank's own plus 500 dense
+//! entries every rank shares) into a share on local disk; building the union
+//! (read every manifest and file, verify size and sha256, parse, merge,
+//! render with `_generation`) is timed many times.
+//!
+//!     cargo run --release --example bench_share [ITERATIONS] [SHARE_PARENT_DIR]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use keepwrap::share::{gather, publish_to, Gathered, Node, Publication};
+use keepwrap::unify::{render, Outcome};
+use serde_json::{json, Value};
+
+const NODES: u32 = 4;
+const ENTRIES: usize = 2_000;
+const SHARED: usize = 500;
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+
+    fn time_ms(&mut self) -> Value {
+        let v = 0.005 + self.next(1_995_000) as f64 / 1e6;
+        serde_json::from_str(&format!("{:.4}", v)).unwrap()
+    }
+}
+
+fn key(op: &str, runner: &str, m: usize, extras: &str) -> String {
+    format!("('{op}', '{runner}', (({m}, 7168), ({m}, 256), (256, 7168)), ({extras}))")
+}
+
+/// Node `rank`'s rank file.
+fn rank_file(rank: usize) -> Vec<u8> {
+    let mut rng = Lcg(0x5eed);
+    let metadata = json!({
+        "flashinfer_version": "0.7.2", "cuda_version": "13.0", "cublas_version": "13.1.0",
+        "cudnn_version": "92000", "cudnn_frontend_version": "1.19.0", "gpu": "NVIDIA GB10",
+        "cutlass_dsl_version": "4.3.0"
+    });
+    let dense = "CutlassFp8BlockScaleGemmRunner";
+    let mut entries: Vec<(String, Value)> = (0..SHARED)
+        .map(|i| {
+            let v = json!([dense, rng.next(48), "median", {"time_ms": rng.time_ms()}]);
+            (key("flashinfer::fp8_blockscale_gemm", dense, i + 1, ""), v)
+        })
+        .collect();
+    let moe = "TrtllmFp8BlockScaleMoERunner";
+    let mut rng = Lcg(0x5eed + rank as u64);
+    for i in 0..ENTRIES - SHARED {
+        let tile = [8, 16, 32, 64, 128][rng.next(5) as usize];
+        entries.push((
+            key(
+                "flashinfer::trtllm_fp8_block_scale_moe",
+                moe,
+                i + 1,
+                &format!("{}, {}", rank * 64, (rank + 1) * 64),
+            ),
+            json!([moe, [tile, rng.next(24)], "median", {"time_ms": rng.time_ms()}]),
+        ));
+    }
+    render(
+        Some(&metadata),
+        entries.iter().map(|(k, v)| (k.as_str(), v)),
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let iterations: usize = args.first().map_or(100, |s| s.parse().expect("ITERATIONS"));
+    let parent = args.get(1).map_or_else(std::env::temp_dir, PathBuf::from);
+    let share = parent.join(format!("keepwrap-bench-share-{}", std::process::id()));
+    std::fs::create_dir_all(&share).unwrap();
+    let cluster = "b".repeat(64);
+    let mut input = 0;
+    for rank in 0..NODES {
+        let bytes = rank_file(rank as usize);
+        input += bytes.len();
+        let p = Publication {
+            cluster: cluster.clone(),
+            node: Node {
+                nnodes: NODES,
+                rank,
+            },
+            files: vec![(
+                format!("0.7.2/sm121/0123456789abcdef/rank_tp{rank}_pp0_dp0.json"),
+                bytes,
+            )],
+        };
+        publish_to(&share, &p).unwrap();
+    }
+    let me = Node {
+        nnodes: NODES,
+        rank: 0,
+    };
+    let run = || match gather(&share, &cluster, me).unwrap() {
+        Gathered::Complete(dirs) => match &dirs[0].outcome {
+            Outcome::Unified(u) => (u.entries, u.bytes.len()),
+            Outcome::Leave(r) => panic!("{r}"),
+        },
+        Gathered::Incomplete(m) => panic!("{m:?}"),
+    };
+    let (entries, output) = run();
+    let mut times: Vec<Duration> = Vec::with_capacity(iterations);
+    let mut cpu: Vec<Duration> = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let (t, c) = (Instant::now(), process_cpu());
+        std::hint::black_box(run());
+        times.push(t.elapsed());
+        cpu.push(process_cpu() - c);
+    }
+    times.sort();
+    cpu.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "share {}: {NODES} nodes x {ENTRIES} entries, {:.1} MiB published; union {entries} entries, {:.1} MiB; {iterations} iterations",
+        share.display(),
+        input as f64 / (1 << 20) as f64,
+        output as f64 / (1 << 20) as f64,
+    );
+    println!(
+        "read + verify + unify: median {:.2} ms, p95 {:.2} ms (min {:.2}, max {:.2})",
+        ms(times[times.len() / 2]),
+        ms(times[(times.len() * 95 / 100).min(times.len() - 1)]),
+        ms(times[0]),
+        ms(times[times.len() - 1]),
+    );
+    // CPU time (all threads) is what other load on the machine inflates
+    // least; wall time is what a boot waits for.
+    println!(
+        "  cpu time (all threads): median {:.2} ms, p95 {:.2} ms",
+        ms(cpu[cpu.len() / 2]),
+        ms(cpu[(cpu.len() * 95 / 100).min(cpu.len() - 1)]),
+    );
+    std::fs::remove_dir_all(&share).unwrap();
+}
+
+/// CPU time of this process, all threads.
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -1,0 +1,127 @@
+//! `<root>/.keepwrap/trash/`: where prune moves what it removes, so that a
+//! rank file is out of the engine's way with one rename, and the slow part
+//! (freeing the blocks of thousands of files) happens in the background
+//! while the engine boots.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+use tracing::{debug, warn};
+
+use super::fsx;
+
+/// keepwrap's own directory under the root (hidden: never walked, never read
+/// by the engine).
+pub const STATE_DIR: &str = ".keepwrap";
+pub const TRASH_DIR: &str = "trash";
+
+pub struct Trash {
+    fd: OwnedFd,
+    prefix: String,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn private_dir(fd: BorrowedFd<'_>, what: &str) -> io::Result<()> {
+    let st = fsx::stat_fd(fd)?;
+    let euid = nix::unistd::geteuid().as_raw();
+    if st.st_uid != euid || st.st_mode & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{what} is writable by another user (mode {:o}, uid {})",
+                st.st_mode & 0o7777,
+                st.st_uid
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Trash {
+    /// Create (if needed) and open `<root>/.keepwrap/trash`, only if both
+    /// are ours alone.
+    pub fn open(root: BorrowedFd<'_>) -> io::Result<Trash> {
+        let state = fsx::mkdir_open_at(root, STATE_DIR, 0o700)?;
+        private_dir(state.as_fd(), STATE_DIR)?;
+        let fd = fsx::mkdir_open_at(state.as_fd(), TRASH_DIR, 0o700)?;
+        private_dir(fd.as_fd(), ".keepwrap/trash")?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Ok(Trash {
+            fd,
+            prefix: format!("{}.{nanos}.", std::process::id()),
+        })
+    }
+
+    /// Move the entry `name` of `dir` (file or directory) into the trash.
+    pub fn take(&self, dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+        let mut to = String::with_capacity(self.prefix.len() + 8);
+        to.push_str(&self.prefix);
+        to.push_str(&COUNTER.fetch_add(1, Ordering::Relaxed).to_string());
+        fsx::rename_between(dir, name, self.fd.as_fd(), to.as_str())
+    }
+}
+
+/// Remove everything in the trash below the open root. Returns how many
+/// entries went.
+pub fn empty_at(root: BorrowedFd<'_>) -> usize {
+    let Ok(state) = fsx::open_dir_at(root, STATE_DIR) else {
+        return 0;
+    };
+    let Ok(trash) = fsx::open_dir_at(state.as_fd(), TRASH_DIR) else {
+        return 0;
+    };
+    if private_dir(trash.as_fd(), ".keepwrap/trash").is_err() {
+        return 0;
+    }
+    let n = fsx::remove_contents(trash.as_fd(), &mut |name, e| {
+        warn!(
+            "cannot remove .keepwrap/trash/{}: {e}",
+            super::layout::Rel(b"", name)
+        );
+    });
+    debug!("emptied .keepwrap/trash: {n} entries");
+    n
+}
+
+/// Empty the trash of the cache at `root` now. A missing root or trash is
+/// not an error.
+pub fn empty_trash(root: &Path) -> io::Result<usize> {
+    match fsx::open_root(root) {
+        Ok(fd) => Ok(empty_at(fd.as_fd())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("open cache root {}: {e}", root.display()),
+        )),
+    }
+}
+
+/// Empty the trash in a background thread that blocks every signal (so a
+/// signal meant for the supervisor is never delivered to it).
+pub fn spawn_empty(root: OwnedFd) {
+    let mut old = SigSet::empty();
+    let blocked = pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut old),
+    )
+    .is_ok();
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-trash".into())
+        .spawn(move || {
+            empty_at(root.as_fd());
+        });
+    if blocked {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    if let Err(e) = spawned {
+        warn!("cannot start the thread that empties .keepwrap/trash: {e}");
+    }
+}
