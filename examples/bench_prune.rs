@@ -1,21 +1,34 @@
-//! Time `cache::prune` over a tree of rank files none of which is for this
-//! launch: `cargo run --release --example bench_prune -- [RANK_FILES] [--stderr]`.
+//! Time prune over a tree of rank files none of which is for this launch:
+//! `cargo run --release --example bench_prune -- [RANK_FILES] [MODE] [--stderr]`.
 //!
 //! Default 10,000 files (1,250 model directories x 8 ranks, 20 KB each, each
-//! with a sidecar signed as a set of 8 for another launch). Log lines are
-//! formatted as keepwrap formats them but written to a sink, unless
-//! `--stderr` (then redirect stderr: `2>/dev/null`).
+//! with a sidecar signed as a set of 8 for another launch). Prune runs as a
+//! launch runs it: with the store (`.keepwrap/store`), after its recovery.
+//! Modes:
+//!
+//! - (none): the sidecars carry a fake sha256, so every set is "changed
+//!   after signing": nothing is stored, every directory goes to the trash;
+//! - `--signed`: the sidecars are genuine, each directory signed by its own
+//!   launch (the store holds one set per launch: one launch signs one set),
+//!   so every set is whole and moves into the store;
+//! - `--no-store`: `cache::prune` without a store (fake sha256: every file
+//!   is simply "signed for another launch");
+//! - `--unlink-only`, `--rename-only`: floors, no prune.
+//!
+//! Log lines are formatted as keepwrap formats them but written to a sink,
+//! unless `--stderr` (then redirect stderr: `2>/dev/null`).
 
 use std::fs;
 use std::path::Path;
 use std::time::Instant;
 
 use keepwrap::cache::{self, Member, SetRecord, Sidecar};
+use keepwrap::store::Store;
 
 const THIS: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
-fn build(root: &Path, files: usize) {
+fn build(root: &Path, files: usize, signed: bool) {
     let mut body = String::from(
         "{\n  \"_metadata\": {\"flashinfer_version\": \"0.6.18\", \"gpu\": \"NVIDIA GB10\"},\n",
     );
@@ -27,7 +40,11 @@ fn build(root: &Path, files: usize) {
         i += 1;
     }
     body.push_str("  \"_generation\": \"00\"\n}");
-    let sha = "ab".repeat(32);
+    let sha = if signed {
+        cache::sha256_hex(body.as_bytes())
+    } else {
+        "ab".repeat(32)
+    };
     for m in 0..files.div_ceil(8) {
         let dir = format!("0.6.18/sm121/{m:016x}");
         fs::create_dir_all(root.join(&dir)).unwrap();
@@ -39,8 +56,11 @@ fn build(root: &Path, files: usize) {
                 size: body.len() as u64,
             })
             .collect();
+        // --signed: launch m+1 signed directory m.
+        let own = format!("{:064x}", m + 1);
+        let fp = if signed { own.as_str() } else { OTHER };
         let set = SetRecord {
-            id: cache::set_id(OTHER, &members),
+            id: cache::set_id(fp, &members),
             members,
         };
         for r in 0..ranks {
@@ -49,7 +69,7 @@ fn build(root: &Path, files: usize) {
             let sc = Sidecar {
                 format: 1,
                 keepwrap: "0.1.0".into(),
-                fingerprint: OTHER.into(),
+                fingerprint: fp.into(),
                 path: path.clone(),
                 sha256: sha.clone(),
                 size: body.len() as u64,
@@ -68,10 +88,10 @@ fn main() {
     let files: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(10_000);
     let mode = args
         .iter()
-        .find(|a| a.starts_with("--"))
+        .find(|a| a.starts_with("--") && *a != "--stderr")
         .map(String::as_str)
         .unwrap_or("");
-    if mode == "--stderr" {
+    if args.iter().any(|a| a == "--stderr") {
         keepwrap::logging::init(keepwrap::logging::LogFormat::Text);
     } else {
         let sub = tracing_subscriber::fmt()
@@ -88,9 +108,14 @@ fn main() {
         .unwrap_or(5);
     for _ in 0..runs {
         let tmp = tempfile::TempDir::new().unwrap();
-        build(tmp.path(), files);
+        build(tmp.path(), files, mode == "--signed");
         // A boot finds files written long ago, flushed: not dirty pages.
         nix::unistd::sync();
+        if std::env::var_os("BENCH_PAUSE").is_some() {
+            // For `perf record -p`: time to attach.
+            eprintln!("bench_prune: built, pid {}", std::process::id());
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
         let models = tmp.path().join("0.6.18/sm121");
         let t = Instant::now();
         match mode {
@@ -114,9 +139,24 @@ fn main() {
                     }
                 }
             }
-            _ => {
+            "--no-store" => {
                 let r = cache::prune(tmp.path(), THIS).unwrap();
                 assert_eq!((r.kept.len(), r.removed), (0, files));
+            }
+            // As a launch prunes: open the store, recover, prune stashing.
+            _ => {
+                let store = Store::open(tmp.path()).unwrap();
+                store.recover();
+                let r =
+                    cache::prune_stashing(tmp.path(), THIS, &mut |fd, set| store.stash(fd, set))
+                        .unwrap();
+                store.sync();
+                let want = if mode == "--signed" {
+                    (0, 0, files)
+                } else {
+                    (0, files, 0)
+                };
+                assert_eq!((r.kept.len(), r.removed, r.stored), want);
             }
         }
         times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -126,8 +166,14 @@ fn main() {
         empty.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let what = match mode {
+        "" => "with the store, sets changed after signing (removed)",
+        "--signed" => "with the store, sets signed (stored)",
+        "--no-store" => "without the store (removed)",
+        _ => "floor",
+    };
     println!(
-        "bench_prune: {files} rank files (none for this launch), prune min {:.1} ms, median {:.1} ms, max {:.1} ms over {} runs {mode}",
+        "bench_prune: {files} rank files (none for this launch), prune {what}: min {:.1} ms, median {:.1} ms, max {:.1} ms over {} runs",
         times[0],
         times[times.len() / 2],
         times[times.len() - 1],

@@ -26,7 +26,7 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
     long_version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
     args_conflicts_with_subcommands = true,
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -57,6 +57,52 @@ pub enum Sub {
     ShareStatus(ShareStatusCmd),
     /// Print the launch fingerprint of COMMAND, without launching it
     Fingerprint(FingerprintCmd),
+    /// Show every cache file and store entry, totals and statistics; with
+    /// `-- COMMAND`, what that launch would keep, restore, store and remove
+    Status(StatusCmd),
+    /// Compare the launch of COMMAND with every signed launch in the store,
+    /// nearest first, without launching it
+    Explain(ExplainCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusCmd {
+    #[command(flatten)]
+    pub fingerprint: FingerprintArgs,
+
+    /// Autotune cache root (resolved as for a run)
+    #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// Reset the statistics (then show the status)
+    #[arg(long)]
+    pub zero: bool,
+
+    /// Also hash every signed cache file (slower): report changed bytes as corrupt
+    #[arg(long)]
+    pub verify: bool,
+
+    /// A launch, after `--`: say what it would keep, restore, store and remove
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainCmd {
+    #[command(flatten)]
+    pub fingerprint: FingerprintArgs,
+
+    /// Autotune cache root (resolved as for a run)
+    #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// The launch to compare, after `--`
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +218,20 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 
+    /// Most bytes the store of other launches' cache files may hold (least
+    /// recently used evicted first)
+    #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
+    pub store_max_size: u64,
+
+    /// Evict a stored set whose launch was not used for this long
+    #[arg(long, env = "KEEPWRAP_STORE_MAX_AGE", default_value = "30days", value_parser = parse_duration, value_name = "DURATION")]
+    pub store_max_age: Duration,
+
+    /// How long to wait for another launch's lock on the cache root before
+    /// launching without keeping the cache
+    #[arg(long, env = "KEEPWRAP_LOCK_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lock_timeout: Duration,
+
     #[command(flatten)]
     pub share: ShareArgs,
 }
@@ -236,6 +296,28 @@ pub fn main() -> ExitCode {
                 );
             }
             fingerprint::print(&cmd.fingerprint.options(), &cmd.command, cmd.explain)
+        }
+        Some(Sub::Status(cmd)) => {
+            let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
+            crate::status::run(
+                root,
+                &cmd.fingerprint.options(),
+                &cmd.command,
+                cmd.json,
+                cmd.zero,
+                cmd.verify,
+            )
+        }
+        Some(Sub::Explain(cmd)) => {
+            if cmd.command.is_empty() {
+                return usage_error(
+                    "no COMMAND after `--`: keepwrap explain [OPTIONS] -- COMMAND [ARGS...]",
+                );
+            }
+            let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
+            crate::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {
             if cli.command.is_empty() {

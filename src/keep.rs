@@ -14,8 +14,11 @@ use crate::cache;
 use crate::child::Ended;
 use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
+use crate::lock::{self, CacheLock, LockError};
 use crate::ready::{Done, Probe, ProbeResult};
 use crate::share::Share;
+use crate::stats::Stats;
+use crate::store::{self, Store, STATE_DIR};
 use crate::unify;
 use crate::watch::Watcher;
 
@@ -42,6 +45,12 @@ pub struct Keeper {
     phase: Phase,
     /// Rewrite each directory's rank files as their union before signing.
     unify: bool,
+    /// `<root>/.keepwrap`: other launches' sets, records, stats, the lock.
+    store: Option<Store>,
+    lock_timeout: Duration,
+    /// For the launch record: the profile and the redacted inputs.
+    profile: &'static str,
+    inputs: serde_json::Value,
     /// Multi-node launches: the directory every node mounts.
     share: Option<Share>,
 }
@@ -49,8 +58,13 @@ pub struct Keeper {
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
 pub fn cache_root(args: &RunArgs, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    if let Some(dir) = &args.cache_dir {
-        return Some(dir.clone());
+    root_from(args.cache_dir.as_deref(), env)
+}
+
+/// [`cache_root`] from a `--cache-dir` value (for the subcommands).
+pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    if let Some(dir) = cache_dir {
+        return Some(dir.to_path_buf());
     }
     let var = |name: &str| {
         env.iter()
@@ -101,8 +115,33 @@ impl Keeper {
             return None;
         }
         let share = Share::new(&args.share, &launch, argv, args.unifies());
-        let kept = match cache::prune(&root, &fingerprint) {
-            Ok(report) => report.kept,
+        let store = match Store::open(&root) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot open the store {STATE_DIR}/ in {}: {e}; cache files of other launches are removed, not stored",
+                    root.display()
+                );
+                None
+            }
+        };
+        // Held until the engine is spawned (end of this function).
+        let _lock = match &store {
+            Some(s) => Some(take_lock(s, args.lock_timeout, &fingerprint, "launches")?),
+            None => None,
+        };
+        let inputs = launch.redacted_inputs();
+        let pruned = match &store {
+            Some(s) => {
+                s.recover();
+                let r = cache::prune_stashing(&root, &fingerprint, &mut |fd, set| s.stash(fd, set));
+                s.sync();
+                r
+            }
+            None => cache::prune(&root, &fingerprint),
+        };
+        let (mut kept, removed, stored) = match pruned {
+            Ok(report) => (report.kept, report.removed, report.stored),
             Err(e) => {
                 tracing::warn!(
                     "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
@@ -111,6 +150,39 @@ impl Keeper {
                 return None;
             }
         };
+        if let Some(s) = &store {
+            let now = store::now_secs();
+            let mut restored = 0;
+            if kept.is_empty() {
+                if let Some(r) = s.restore(&fingerprint) {
+                    restored = r.paths.len();
+                    tracing::info!(
+                        "restored {restored} cache files of this launch from the store (signed {})",
+                        store::ago(r.signed_at, now)
+                    );
+                    kept = r.paths;
+                }
+            }
+            if kept.is_empty() {
+                if let Some(line) = crate::explain::no_cache_line(s, &fingerprint, &inputs) {
+                    tracing::info!("{line}");
+                }
+            } else {
+                s.touch(&fingerprint);
+            }
+            let limits = store::Limits {
+                max_size: args.store_max_size,
+                max_age: args.store_max_age,
+            };
+            let evicted = s.evict(limits, now);
+            Stats::update(s.state_fd(), |st| {
+                st.launches += 1;
+                st.removed += removed as u64;
+                st.stored += stored as u64;
+                st.restored += restored as u64;
+                st.evicted += evicted as u64;
+            });
+        }
         let watcher = match Watcher::new(&root) {
             Ok(w) => w,
             Err(e) => {
@@ -131,6 +203,10 @@ impl Keeper {
             last_landing: None,
             phase: Phase::Tuning,
             unify: args.unifies(),
+            store,
+            lock_timeout: args.lock_timeout,
+            profile: args.fingerprint.profile.as_str(),
+            inputs,
             share,
         };
         keeper.take_share_union();
@@ -284,6 +360,9 @@ impl Keeper {
         }
         self.last_landing = Some(now);
         if self.phase == Phase::Signed {
+            let Ok(_lock) = self.commit_lock() else {
+                return;
+            };
             match cache::sign(&self.root, &self.fingerprint) {
                 Ok(r) => {
                     tracing::info!(
@@ -309,6 +388,9 @@ impl Keeper {
                 self.watcher.read();
             }
         }
+        let Ok(_lock) = self.commit_lock() else {
+            return;
+        };
         let report = match cache::sign(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
@@ -321,12 +403,40 @@ impl Keeper {
         };
         self.publish(&report);
         let n = report.signed.len();
+        let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
         if n == 0 {
             tracing::info!("nothing to keep: the engine wrote no autotune cache");
-        } else if report.unchanged && same_files(&report.signed, &self.kept) {
+        } else if reused {
             tracing::info!("reused {n} cache files signed for this launch");
         } else {
             tracing::info!("tuned and signed {n} cache files");
+        }
+        if let Some(s) = &self.store {
+            if n > 0 && report.failed == 0 {
+                if report.unchanged && s.record(&self.fingerprint).is_some() {
+                    s.touch(&self.fingerprint);
+                } else {
+                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                }
+            }
+            Stats::update(s.state_fd(), |st| {
+                if reused {
+                    st.reuses += 1;
+                } else if n > 0 {
+                    st.tunes += 1;
+                }
+            });
+        }
+    }
+
+    /// The lock for a commit: Ok(None) without a store; Err when it timed
+    /// out (logged: nothing is signed).
+    fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
+        match &self.store {
+            None => Ok(None),
+            Some(s) => take_lock(s, self.lock_timeout, &self.fingerprint, "signs")
+                .map(Some)
+                .ok_or(()),
         }
     }
 
@@ -355,6 +465,34 @@ impl Keeper {
             tracing::info!(
                 "not signing: the engine exited with status {ended} before tuning was done"
             );
+        }
+    }
+}
+
+/// Take the cache root's lock for this launch; None when it timed out or
+/// failed (logged: `then` says what the launch does without it).
+fn take_lock(s: &Store, timeout: Duration, fingerprint: &str, then: &str) -> Option<CacheLock> {
+    let (after, what) = if then == "signs" {
+        ("nothing is signed, the next launch tunes again", "commit")
+    } else {
+        ("the launch goes on without keeping the cache", "launch")
+    };
+    match lock::acquire(
+        s.state_fd(),
+        timeout,
+        &format!("launch {}", short(fingerprint)),
+    ) {
+        Ok(l) => Some(l),
+        Err(LockError::TimedOut(who)) => {
+            tracing::warn!(
+                "gave up waiting {} for the cache lock {STATE_DIR}/lock ({what}), held by {who}: {after}",
+                humantime::format_duration(timeout)
+            );
+            None
+        }
+        Err(LockError::Io(e)) => {
+            tracing::warn!("cannot take the cache lock {STATE_DIR}/lock ({what}): {e}: {after}");
+            None
         }
     }
 }

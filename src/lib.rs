@@ -13,7 +13,12 @@
 //! - [`share`]: multi-node launches: publish and unify rank files through a shared directory;
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
-//! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON.
+//! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
+//! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
+//! - [`lock`]: the lock of a cache root shared by several launches;
+//! - [`stats`]: statistics kept across launches;
+//! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
+//! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones.
 
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
@@ -26,11 +31,16 @@ pub mod cache;
 pub mod canonical;
 pub mod child;
 pub mod cli;
+pub mod explain;
 pub mod fingerprint;
 pub mod keep;
+pub mod lock;
 pub mod logging;
 pub mod ready;
 pub mod share;
+pub mod stats;
+pub mod status;
+pub mod store;
 pub mod supervise;
 pub mod unify;
 pub mod watch;

@@ -225,27 +225,6 @@ pub fn rename_at<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
     renameat(dir, from, dir, to).map_err(err)
 }
 
-/// Rename `from` in `dir` to `to` in `to_dir` (no symlink followed: rename
-/// acts on the entry itself).
-pub fn move_at<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
-    dir: BorrowedFd<'_>,
-    from: &P1,
-    to_dir: BorrowedFd<'_>,
-    to: &P2,
-) -> io::Result<()> {
-    renameat(dir, from, to_dir, to).map_err(err)
-}
-
-/// Create directory `name` in `dir` (mode `mode`) unless it exists, and
-/// open it (never through a symlink).
-pub fn mkdir_open_at(dir: BorrowedFd<'_>, name: &str, mode: u32) -> io::Result<OwnedFd> {
-    match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
-        Ok(()) | Err(Errno::EEXIST) => {}
-        Err(e) => return Err(err(e)),
-    }
-    open_dir_at(dir, name)
-}
-
 /// Remove everything inside the directory `dir` (not `dir` itself), never
 /// following a symlink. Returns how many entries were removed; errors are
 /// logged by `on_err(name, error)` and skipped.
@@ -336,6 +315,18 @@ pub fn write_atomic_at(
     bytes: &[u8],
     mode: u32,
 ) -> io::Result<()> {
+    write_atomic_at_with(dir, name, bytes, mode, true)
+}
+
+/// [`write_atomic_at`]; the file is fsynced before the rename only with
+/// `sync`.
+pub fn write_atomic_at_with(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> io::Result<()> {
     let mut tries = 0;
     let (tmp, fd) = loop {
         let tmp = tmp_name();
@@ -353,10 +344,133 @@ pub fn write_atomic_at(
     let mut file = File::from(fd);
     let res = file
         .write_all(bytes)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
         .and_then(|()| rename_at(dir, tmp.as_slice(), name));
     if res.is_err() {
         let _ = unlink_at(dir, tmp.as_slice());
     }
     res
+}
+
+/// Create directory `name` in `dir` (`mkdirat`); an existing directory (not
+/// a symlink to one) is fine. Returns it opened, no symlink followed.
+pub fn mkdir_open_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
+        Ok(()) | Err(Errno::EEXIST) => open_dir_at(dir, name),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// Open the directory `rel` below `root`, creating missing components, one
+/// component at a time, never following a symlink.
+pub fn ensure_dir_path(root: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<OwnedFd> {
+    let mut cur: Option<OwnedFd> = None;
+    for c in rel.components() {
+        let name = match c {
+            Component::Normal(n) => n,
+            Component::CurDir => continue,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path is not a plain relative path",
+                ))
+            }
+        };
+        let next = {
+            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
+            mkdir_open_at(base, name.as_bytes(), mode)?
+        };
+        cur = Some(next);
+    }
+    match cur {
+        Some(fd) => Ok(fd),
+        None => root.try_clone_to_owned(),
+    }
+}
+
+/// Rename `from` in `from_dir` to `to` in `to_dir` (same file system); the
+/// entries themselves, never a symlink's target.
+pub fn rename_between<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
+    from_dir: BorrowedFd<'_>,
+    from: &P1,
+    to_dir: BorrowedFd<'_>,
+    to: &P2,
+) -> io::Result<()> {
+    renameat(from_dir, from, to_dir, to).map_err(err)
+}
+
+/// Rename like [`rename_between`], but fail with `AlreadyExists` instead of
+/// replacing an existing `to` (`RENAME_NOREPLACE`).
+pub fn rename_noreplace<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
+    from_dir: BorrowedFd<'_>,
+    from: &P1,
+    to_dir: BorrowedFd<'_>,
+    to: &P2,
+) -> io::Result<()> {
+    nix::fcntl::renameat2(
+        from_dir,
+        from,
+        to_dir,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+    .map_err(err)
+}
+
+/// Does `name` exist in `dir` (any kind, no symlink followed)?
+pub fn exists_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> bool {
+    lstat_at(dir, name).is_ok()
+}
+
+/// Remove `name` in `dir` and everything below it, never following a
+/// symlink. A missing entry is not an error.
+pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let st = match lstat_at(dir, name) {
+        Ok(st) => st,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if Kind::from_mode(st.st_mode) != Kind::Dir {
+        return unlink_at(dir, name);
+    }
+    let sub = open_dir_at(dir, name)?;
+    for (child, _) in list_dir(sub.as_fd())? {
+        remove_tree_at(sub.as_fd(), &child)?;
+    }
+    match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// The entries of directory `dir` (not `.`/`..`), with their kinds.
+pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Kind)>> {
+    // A fresh open file description: a dup would share the read offset.
+    let fd = open_dir_at(dir, ".")?;
+    let mut d = nix::dir::Dir::from_fd(fd).map_err(err)?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(err)?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = name.to_vec();
+        let kind = match e.file_type() {
+            Some(nix::dir::Type::File) => Kind::File,
+            Some(nix::dir::Type::Directory) => Kind::Dir,
+            Some(nix::dir::Type::Symlink) => Kind::Symlink,
+            _ => match fstatat(dir, name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Kind::from_mode(st.st_mode),
+                Err(_) => continue,
+            },
+        };
+        out.push((name, kind));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }

@@ -43,6 +43,8 @@ pub enum Reason {
         member: String,
         why: MemberWhy,
     },
+    /// Signed for another launch (first 8 hex digits), and not storable.
+    OtherLaunchBad(String, Box<Reason>),
 }
 
 /// Why a member fails its set.
@@ -97,6 +99,9 @@ impl fmt::Display for Reason {
             Reason::Unreadable(e) => write!(f, "unreadable ({e})"),
             Reason::NotRegular(k) => write!(f, "not a regular file ({})", k.name()),
             Reason::Untrusted(why) => f.write_str(why),
+            Reason::OtherLaunchBad(fp, why) => {
+                write!(f, "signed for another launch (fingerprint {fp}...), {why}")
+            }
             Reason::SetIncomplete { member, why } => {
                 let why = match why {
                     MemberWhy::NotTrusted => "not trusted",
@@ -118,6 +123,16 @@ pub fn judge_sidecar(
     fingerprint: &str,
     is_rel: impl Fn(&str) -> bool,
 ) -> Result<Sidecar, Reason> {
+    judge_sidecar_for(bytes, Some(fingerprint), is_rel)
+}
+
+/// [`judge_sidecar`] for the launch `fingerprint`, or (None) for whichever
+/// launch the sidecar names.
+pub fn judge_sidecar_for(
+    bytes: &[u8],
+    fingerprint: Option<&str>,
+    is_rel: impl Fn(&str) -> bool,
+) -> Result<Sidecar, Reason> {
     let head: Head<'_> =
         serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
     if head.format > u64::from(SIDECAR_FORMAT) {
@@ -128,7 +143,7 @@ pub fn judge_sidecar(
     }
     match head.fingerprint.as_deref() {
         None => return Err(Reason::SidecarGarbage("no fingerprint".into())),
-        Some(fp) if fp != fingerprint => {
+        Some(fp) if fingerprint.is_some_and(|want| fp != want) => {
             let mut p = String::with_capacity(8);
             p.extend(fp.chars().take(8));
             return Err(Reason::OtherLaunch(p));

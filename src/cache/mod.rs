@@ -30,18 +30,20 @@ pub mod fsx;
 mod judge;
 mod layout;
 mod prune;
-pub use prune::MAX_CACHE_FILE;
+pub use prune::{Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
+mod survey;
+pub use survey::{survey, FileInfo, FileState};
 mod trash;
 
-pub use trash::empty_trash;
+pub use trash::{empty_trash, TRASH_DIR};
 
 #[cfg(test)]
 mod tests;
 
-pub use judge::META_KEYS;
-pub use sidecar::{set_id, Member, SetRecord, Sidecar};
+pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
+pub use sidecar::{is_sha256_hex, set_id, Member, SetRecord, Sidecar};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -50,6 +52,9 @@ pub struct PruneReport {
     pub kept: Vec<PathBuf>,
     /// Cache files removed.
     pub removed: usize,
+    /// Cache files of whole sets signed for other launches, moved to the
+    /// store.
+    pub stored: usize,
     /// Orphan sidecars and `.autotuner_*.tmp` / `.keepwrap-*.tmp` leftovers removed.
     pub leftovers: usize,
     /// Cache files that should go but could not be removed (a directory
@@ -99,13 +104,59 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune_with(root, fingerprint, true)
+    prune::prune(root, fingerprint, true, None)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
 /// false (tests; a one-shot `keepwrap prune` command).
 pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
-    prune::prune_with(root, fingerprint, background)
+    prune::prune(root, fingerprint, background, None)
+}
+
+/// A whole set signed for another launch, still in place, to be stored.
+#[derive(Debug, Clone)]
+pub struct ForeignSet {
+    pub fingerprint: String,
+    pub set: SetRecord,
+    pub signed_at: u64,
+    /// The directory (relative to the root) that holds exactly this set:
+    /// its members and their sidecars, nothing else. It may move whole.
+    pub dir: Option<String>,
+    /// Each member whose bytes prune checked against its sidecar (size,
+    /// sha256, a JSON object) just before: its path, and the identity of
+    /// the cache file and of the sidecar as they were read.
+    pub checked: Vec<(String, [FileId; 2])>,
+}
+
+/// Which file, as read: a file replaced or rewritten since has another
+/// identity (inode, size or modification time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+}
+
+impl FileId {
+    pub fn of(st: &nix::sys::stat::FileStat) -> FileId {
+        FileId {
+            ino: st.st_ino,
+            size: st.st_size.max(0) as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+        }
+    }
+}
+
+/// [`prune`], except that every whole set signed for another launch is
+/// handed to `stash` (which moves it out of the tree, or fails with every
+/// member back in place, and then they are removed), each member logged as
+/// `stored <path>: signed for another launch (fingerprint ...)`.
+pub fn prune_stashing(
+    root: &Path,
+    fingerprint: &str,
+    stash: prune::Stash<'_>,
+) -> io::Result<PruneReport> {
+    prune::prune(root, fingerprint, true, Some(stash))
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

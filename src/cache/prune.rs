@@ -1,6 +1,7 @@
 //! Prune: before the engine starts, remove every cache file this launch must
 //! not load.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -12,15 +13,27 @@ use super::judge::{self, Candidate, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::Sidecar;
 use super::trash::{self, Trash};
-use super::PruneReport;
+use super::{FileId, ForeignSet, PruneReport};
+
+/// Moves a whole set signed for another launch out of the tree (into the
+/// store). On error every member must be back in place: prune removes them.
+pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
 
 /// Larger sidecars are not read (a set of 10,000 members is ~1.3 MB).
 pub const MAX_SIDECAR: u64 = 64 << 20;
 /// Larger cache files are not read (real ones are KB to a few MB).
 pub const MAX_CACHE_FILE: u64 = 256 << 20;
 
-struct State<'f> {
+struct State<'f, 's> {
     fingerprint: &'f str,
+    /// Where whole sets of other launches go; None: they are removed.
+    stash: Option<Stash<'s>>,
+    /// Files of other launches whose sidecar is trusted (and size right),
+    /// waiting for their set; their bytes are checked once the set is whole.
+    foreign: Vec<Foreign>,
+    /// Directories (relative path, no trailing `/`) holding nothing but
+    /// such files and their sidecars: how many files.
+    pure: HashMap<String, usize>,
     report: PruneReport,
     /// Reused buffers: sidecar name, sidecar bytes, cache file bytes.
     sname: Vec<u8>,
@@ -40,6 +53,13 @@ struct State<'f> {
     root: Option<OwnedFd>,
 }
 
+struct Foreign {
+    path: String,
+    sc: Sidecar,
+    /// The sidecar as read.
+    sidecar_id: FileId,
+}
+
 enum Act {
     Cache(Reason),
     Leftover(&'static str),
@@ -52,8 +72,14 @@ enum TrashState {
 }
 
 /// `background`: empty the trash in a background thread (else now, before
-/// returning).
-pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
+/// returning). `stash`: where whole sets of other launches go (None: they
+/// are removed like the rest).
+pub fn prune(
+    root: &Path,
+    fingerprint: &str,
+    background: bool,
+    stash: Option<Stash<'_>>,
+) -> io::Result<PruneReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
@@ -69,6 +95,9 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
         .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
     let mut st = State {
         fingerprint,
+        stash,
+        foreign: Vec::new(),
+        pure: HashMap::new(),
         report: PruneReport::default(),
         sname: Vec::with_capacity(64),
         sbuf: Vec::with_capacity(4096),
@@ -90,7 +119,20 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
         }
     }
     let r = &st.report;
-    if r.left > 0 {
+    if r.stored > 0 {
+        info!(
+            "prune: kept {}, stored {}, removed {} cache files and {} leftovers{}",
+            r.kept.len(),
+            r.stored,
+            r.removed,
+            r.leftovers,
+            if r.left > 0 {
+                format!(", left {} that could not be removed", r.left)
+            } else {
+                String::new()
+            }
+        );
+    } else if r.left > 0 {
         info!(
             "prune: kept {}, removed {} cache files and {} leftovers, left {} that could not be removed",
             r.kept.len(),
@@ -115,7 +157,7 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
     buf.as_slice()
 }
 
-impl State<'_> {
+impl State<'_, '_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
         self.plan.clear();
         // Can the whole directory go to the trash with one rename? Only if
@@ -124,6 +166,10 @@ impl State<'_> {
         let mut whole = dir
             .parent
             .is_some_and(|(_, name)| layout::role(name) != Role::Cache);
+        // Does it hold nothing but files of other launches waiting for
+        // their set (and their sidecars)? Then a whole set may move with it.
+        let mut pure = whole;
+        let mut nforeign = 0;
         for (i, e) in listing.ents.iter().enumerate() {
             let name = listing.name(e);
             match layout::role(name) {
@@ -135,11 +181,22 @@ impl State<'_> {
                         );
                         self.report.left += 1;
                         whole = false;
+                        pure = false;
                     }
-                    Kind::File => match self.judge_file(dir, listing, name) {
-                        Some(reason) => self.plan.push((i, Act::Cache(reason))),
-                        None => whole = false,
-                    },
+                    Kind::File => {
+                        let before = self.foreign.len();
+                        match self.judge_file(dir, listing, name) {
+                            Some(reason) => self.plan.push((i, Act::Cache(reason))),
+                            None => {
+                                whole = false;
+                                if self.foreign.len() > before {
+                                    nforeign += 1;
+                                } else {
+                                    pure = false;
+                                }
+                            }
+                        }
+                    }
                     k => self.plan.push((i, Act::Cache(Reason::NotRegular(k)))),
                 },
                 Role::Sidecar if e.kind != Kind::Dir => {
@@ -165,10 +222,19 @@ impl State<'_> {
                     self.plan
                         .push((i, Act::Leftover("keepwrap temp file left by a crash")));
                 }
-                _ => whole = false,
+                _ => {
+                    whole = false;
+                    pure = false;
+                }
             }
         }
         if self.plan.is_empty() {
+            if pure && nforeign > 0 {
+                if let Ok(rel) = std::str::from_utf8(dir.rel) {
+                    let rel = rel.strip_suffix('/').unwrap_or(rel);
+                    self.pure.insert(rel.to_string(), nforeign);
+                }
+            }
             return;
         }
         let plan = std::mem::take(&mut self.plan);
@@ -200,9 +266,25 @@ impl State<'_> {
         let Some((parent, name)) = dir.parent else {
             return false;
         };
+        let Some(root) = self.root.take() else {
+            return false;
+        };
+        let moved = self.take_to_trash(root.as_fd(), parent, name, dir.rel);
+        self.root = Some(root);
+        moved
+    }
+
+    /// Move the directory `name` of `parent` (`rel`, for the log) into the
+    /// trash, opening the trash first if needed.
+    fn take_to_trash(
+        &mut self,
+        root: BorrowedFd<'_>,
+        parent: BorrowedFd<'_>,
+        name: &[u8],
+        rel: &[u8],
+    ) -> bool {
         if let TrashState::Unopened = self.trash {
-            let Some(root) = &self.root else { return false };
-            self.trash = match Trash::open(root.as_fd()) {
+            self.trash = match Trash::open(root) {
                 Ok(t) => TrashState::Open(t),
                 Err(e) => {
                     warn!("cannot use .keepwrap/trash ({e}): removing files one by one");
@@ -218,7 +300,7 @@ impl State<'_> {
             Err(e) => {
                 debug!(
                     "cannot move {} to .keepwrap/trash ({e}): removing files one by one",
-                    Rel(dir.rel, b"")
+                    Rel(rel, b"")
                 );
                 false
             }
@@ -301,25 +383,65 @@ impl State<'_> {
             Some(Kind::File) => {}
             Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
         }
-        if let Err(e) = fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
-            let reason = if e.kind() == io::ErrorKind::NotFound {
-                Reason::NoSidecar
-            } else {
-                Reason::SidecarUnreadable(e.to_string())
-            };
-            return Some(reason);
-        }
+        let sidecar_st = match fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
+            Ok(st) => st,
+            Err(e) => {
+                let reason = if e.kind() == io::ErrorKind::NotFound {
+                    Reason::NoSidecar
+                } else {
+                    Reason::SidecarUnreadable(e.to_string())
+                };
+                return Some(reason);
+            }
+        };
         let rel = Rel(dir.rel, name);
         let is_rel = |p: &str| {
             let p = p.as_bytes();
             p.len() == dir.rel.len() + name.len() && p.starts_with(dir.rel) && p.ends_with(name)
         };
+        let mut foreign = false;
         let sc = match judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel) {
             Ok(sc) => sc,
+            Err(Reason::OtherLaunch(fp8)) if self.stash.is_some() => {
+                // Judge it for its own launch: a whole set may be stored.
+                match judge::judge_sidecar_for(&self.sbuf, None, is_rel) {
+                    Ok(sc) => {
+                        foreign = true;
+                        sc
+                    }
+                    Err(reason) => return Some(Reason::OtherLaunchBad(fp8, Box::new(reason))),
+                }
+            }
             Err(reason) => return Some(reason),
         };
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
+        if foreign {
+            // Its bytes are read only once its set is whole by the sidecars
+            // (a set is stored or removed whole: one changed member is
+            // enough to know). The size is checked now, from the inode.
+            let fp8: String = sc.fingerprint.chars().take(8).collect();
+            let size = match fsx::lstat_at(dir.fd, cstr_buf(&mut self.cname, name)) {
+                Ok(st) => st.st_size.max(0) as u64,
+                Err(e) => {
+                    let why = Box::new(Reason::Unreadable(e.to_string()));
+                    return Some(Reason::OtherLaunchBad(fp8, why));
+                }
+            };
+            if size != sc.size {
+                let why = Box::new(Reason::SizeChanged {
+                    now: size,
+                    signed: sc.size,
+                });
+                return Some(Reason::OtherLaunchBad(fp8, why));
+            }
+            self.foreign.push(Foreign {
+                path,
+                sc,
+                sidecar_id: FileId::of(&sidecar_st),
+            });
+            return None;
+        }
         let verdict = match fsx::read_at(
             dir.fd,
             cstr_buf(&mut self.cname, name),
@@ -369,21 +491,184 @@ impl State<'_> {
                             *why = MemberWhy::Missing;
                         }
                     }
-                    let (parent, name) = split(path);
-                    match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
-                        Ok(d) => {
-                            let prefix = &path.as_bytes()[..path.len() - name.len()];
-                            self.remove(d.as_fd(), prefix, name.as_bytes(), &reason);
-                        }
-                        Err(e) => {
-                            self.report.left += 1;
-                            warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
-                        }
-                    }
+                    self.remove_path(&root, path, &reason);
                 }
             }
         }
+        self.resolve_foreign(&root);
         self.root = Some(root);
+    }
+
+    /// Remove the cache file at `path` (relative to the root).
+    fn remove_path(&mut self, root: &OwnedFd, path: &str, reason: &Reason) {
+        let (parent, name) = split(path);
+        match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
+            Ok(d) => {
+                let prefix = &path.as_bytes()[..path.len() - name.len()];
+                self.remove(d.as_fd(), prefix, name.as_bytes(), reason);
+            }
+            Err(e) => {
+                self.report.left += 1;
+                warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
+            }
+        }
+    }
+
+    /// Sets of other launches: store the whole ones, remove the others.
+    fn resolve_foreign(&mut self, root: &OwnedFd) {
+        let foreign = std::mem::take(&mut self.foreign);
+        if foreign.is_empty() {
+            return;
+        }
+        let views: Vec<Candidate<'_>> = foreign
+            .iter()
+            .map(|f| Candidate {
+                path: f.path.as_str(),
+                sidecar: &f.sc,
+            })
+            .collect();
+        let verdicts = judge::resolve_sets(&views);
+        // The sets whole by their sidecars, in the order first seen.
+        let mut sets: Vec<Vec<&Foreign>> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (f, verdict) in foreign.iter().zip(verdicts) {
+            match verdict {
+                None => {
+                    let k = *index.entry(f.sc.set.id.as_str()).or_insert_with(|| {
+                        sets.push(Vec::new());
+                        sets.len() - 1
+                    });
+                    sets[k].push(f);
+                }
+                Some(reason) => {
+                    let fp8: String = f.sc.fingerprint.chars().take(8).collect();
+                    let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
+                    self.remove_path(root, &f.path, &reason);
+                }
+            }
+        }
+        for files in sets {
+            self.store_set(root, &files);
+        }
+    }
+
+    /// A set of another launch, whole by its sidecars: check its bytes, then
+    /// store it (or remove it).
+    fn store_set(&mut self, root: &OwnedFd, files: &[&Foreign]) {
+        let sc = &files[0].sc;
+        let fp8: String = sc.fingerprint.chars().take(8).collect();
+        // Its directory, when it holds exactly this set: it moves (to the
+        // store or to the trash) with one rename.
+        let parent = split(&files[0].path).0;
+        let dir = (!parent.is_empty()
+            && files.iter().all(|f| split(&f.path).0 == parent)
+            && self.pure.get(parent) == Some(&files.len()))
+        .then(|| parent.to_string());
+        // The bytes, member by member; the first that fails fails the set.
+        let mut checked = Vec::with_capacity(files.len());
+        let mut failed: Option<(usize, Reason)> = None;
+        let mut open: Option<(&str, OwnedFd)> = None;
+        for (i, f) in files.iter().enumerate() {
+            let (p, name) = split(&f.path);
+            if open.as_ref().is_none_or(|(q, _)| *q != p) {
+                match fsx::open_dir_path(root.as_fd(), Path::new(p)) {
+                    Ok(d) => open = Some((p, d)),
+                    Err(e) => {
+                        failed = Some((i, Reason::Unreadable(e.to_string())));
+                        break;
+                    }
+                }
+            }
+            let Some((_, d)) = &open else { break };
+            let verdict = match fsx::read_at(d.as_fd(), name, &mut self.cbuf, MAX_CACHE_FILE) {
+                Err(e) => Err(Reason::Unreadable(e.to_string())),
+                Ok(st) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
+            };
+            match verdict {
+                Ok(id) => checked.push([id, f.sidecar_id]),
+                Err(reason) => {
+                    failed = Some((i, reason));
+                    break;
+                }
+            }
+        }
+        drop(open);
+        if let Some((bad, why)) = failed {
+            let member = files[bad].path.clone();
+            let reasons: Vec<Reason> = (0..files.len())
+                .map(|i| {
+                    let why = if i == bad {
+                        why.clone()
+                    } else {
+                        Reason::SetIncomplete {
+                            member: member.clone(),
+                            why: MemberWhy::NotTrusted,
+                        }
+                    };
+                    Reason::OtherLaunchBad(fp8.clone(), Box::new(why))
+                })
+                .collect();
+            if let Some(dir) = &dir {
+                if self.trash_path(root, dir) {
+                    for (f, reason) in files.iter().zip(&reasons) {
+                        let (p, name) = split(&f.path);
+                        let prefix = &f.path.as_bytes()[..p.len() + 1];
+                        self.log_removed(prefix, name.as_bytes(), reason);
+                    }
+                    return;
+                }
+            }
+            for (f, reason) in files.iter().zip(&reasons) {
+                self.remove_path(root, &f.path, reason);
+            }
+            return;
+        }
+        let set = ForeignSet {
+            fingerprint: sc.fingerprint.clone(),
+            set: sc.set.clone(),
+            signed_at: sc.signed_at,
+            dir,
+            checked: files
+                .iter()
+                .zip(checked)
+                .map(|(f, ids)| (f.path.clone(), ids))
+                .collect(),
+        };
+        let stash = self
+            .stash
+            .as_mut()
+            .expect("foreign files only with a stash");
+        match stash(root.as_fd(), &set) {
+            Ok(()) => {
+                for m in &set.set.members {
+                    info!(
+                        "stored {}: signed for another launch (fingerprint {fp8}...)",
+                        m.path
+                    );
+                }
+                self.report.stored += set.set.members.len();
+            }
+            Err(e) => {
+                warn!(
+                    "cannot store the {} cache files signed for launch {fp8}...: {e}; removing them",
+                    set.set.members.len()
+                );
+                for m in &set.set.members {
+                    self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.clone()));
+                }
+            }
+        }
+    }
+
+    /// Move the directory at `rel` (relative to the root) into the trash.
+    fn trash_path(&mut self, root: &OwnedFd, rel: &str) -> bool {
+        let (p, name) = split(rel);
+        let Ok(parent) = fsx::open_dir_path(root.as_fd(), Path::new(p)) else {
+            return false;
+        };
+        let mut shown = rel.as_bytes().to_vec();
+        shown.push(b'/');
+        self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
     }
 }
 

@@ -172,6 +172,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 )
             })?;
             written += 1;
+            crate::store::test_pause();
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
             warn!("cannot fsync directory {parent}: {e}");

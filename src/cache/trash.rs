@@ -64,7 +64,7 @@ impl Trash {
         let mut to = String::with_capacity(self.prefix.len() + 8);
         to.push_str(&self.prefix);
         to.push_str(&COUNTER.fetch_add(1, Ordering::Relaxed).to_string());
-        fsx::move_at(dir, name, self.fd.as_fd(), to.as_str())
+        fsx::rename_between(dir, name, self.fd.as_fd(), to.as_str())
     }
 }
 

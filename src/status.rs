@@ -1,0 +1,299 @@
+//! `keepwrap status`: every cache file and store entry under a cache root,
+//! with its state, size, when it was signed and last used, totals and the
+//! statistics; with `-- COMMAND`, what that launch would keep, restore,
+//! store and remove. Reads sidecars and manifests only (`--verify` also
+//! hashes the cache files), so it stays fast on large trees.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+use crate::cache::{self, FileState};
+use crate::fingerprint::{Launch, Options};
+use crate::stats::Stats;
+use crate::store::{ago, now_secs, size_text, Store, STATE_DIR};
+
+fn short(fp: &str) -> String {
+    format!("{}...", fp.get(..8).unwrap_or(fp))
+}
+
+/// Run `keepwrap status`.
+pub fn run(
+    root: Option<std::path::PathBuf>,
+    opts: &Options,
+    command: &[OsString],
+    json_out: bool,
+    zero: bool,
+    verify: bool,
+) -> ExitCode {
+    let Some(root) = root else {
+        eprintln!(
+            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
+        );
+        return ExitCode::FAILURE;
+    };
+    if zero {
+        match zero_stats(&root) {
+            Ok(()) => eprintln!("keepwrap: statistics reset"),
+            Err(e) => {
+                eprintln!(
+                    "keepwrap: error: cannot reset the statistics under {}: {e}",
+                    root.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let fp = (!command.is_empty()).then(|| {
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        Launch::new(opts, command, &env).fingerprint().to_string()
+    });
+    let report = report(&root, fp.as_deref(), verify);
+    let text = if json_out {
+        let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
+        v.push(b'\n');
+        v
+    } else {
+        render(&report).into_bytes()
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&text).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+fn zero_stats(root: &Path) -> std::io::Result<()> {
+    let store = Store::open(root)?;
+    let _lock = crate::lock::acquire(
+        store.state_fd(),
+        std::time::Duration::from_secs(60),
+        "keepwrap status --zero",
+    )
+    .map_err(|e| match e {
+        crate::lock::LockError::Io(e) => e,
+        crate::lock::LockError::TimedOut(who) => std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!("the lock is held by {who}"),
+        ),
+    })?;
+    Stats::zero(store.state_fd())
+}
+
+/// The whole report as JSON (what `--json` prints; the text form renders it).
+pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
+    let now = now_secs();
+    let files = cache::survey(root, verify);
+    let store = Store::open_existing(root);
+    let mut used: HashMap<String, u64> = HashMap::new();
+    if let Some(s) = &store {
+        for r in s.records() {
+            used.insert(r.fingerprint.clone(), r.last_used);
+        }
+    }
+    let entries = store.as_ref().map(Store::entries).unwrap_or_default();
+
+    let mut rows = Vec::with_capacity(files.len());
+    let (mut keep, mut to_store, mut remove) = (0usize, 0usize, 0usize);
+    let mut totals: HashMap<&'static str, (u64, u64)> = HashMap::new();
+    for f in &files {
+        let (state, sfp, signed_at, why) = match &f.state {
+            FileState::Signed {
+                fingerprint,
+                signed_at,
+            } => {
+                let st = match fp {
+                    Some(me) if me == fingerprint => "signed for this launch",
+                    Some(_) => "signed for another launch",
+                    None => "signed",
+                };
+                (st, Some(fingerprint.as_str()), Some(*signed_at), None)
+            }
+            FileState::Unsigned => ("unsigned", None, None, None),
+            FileState::Corrupt(why) => ("corrupt", None, None, Some(why.as_str())),
+        };
+        let t = totals.entry(state).or_default();
+        t.0 += 1;
+        t.1 += f.size;
+        let action = fp.map(|_| match state {
+            "signed for this launch" => {
+                keep += 1;
+                "keep"
+            }
+            "signed for another launch" => {
+                to_store += 1;
+                "store"
+            }
+            _ => {
+                remove += 1;
+                "remove"
+            }
+        });
+        rows.push(json!({
+            "path": f.path,
+            "state": state,
+            "fingerprint": sfp,
+            "why": why,
+            "size": f.size,
+            "signed_at": signed_at,
+            "last_used": sfp.and_then(|s| used.get(s).copied()),
+            "action": action,
+        }));
+    }
+    let mut stored_files = 0usize;
+    let mut stored_bytes = 0u64;
+    let mut store_rows = Vec::with_capacity(entries.len());
+    let mut restore = 0usize;
+    for e in &entries {
+        let m = &e.manifest;
+        stored_files += m.members.len();
+        stored_bytes += e.bytes;
+        let last_used = used.get(&m.fingerprint).copied().unwrap_or(m.stored_at);
+        let action = fp.map(|me| {
+            if me == m.fingerprint && keep == 0 {
+                restore += m.members.len();
+                "restore"
+            } else {
+                "stay"
+            }
+        });
+        store_rows.push(json!({
+            "path": format!("{STATE_DIR}/store/{}/", m.fingerprint),
+            "state": "stored",
+            "fingerprint": m.fingerprint,
+            "files": m.members.len(),
+            "size": e.bytes,
+            "signed_at": m.signed_at,
+            "stored_at": m.stored_at,
+            "last_used": last_used,
+            "action": action,
+        }));
+    }
+    let stats = store
+        .as_ref()
+        .map(|s| Stats::load(s.state_fd()))
+        .unwrap_or_default();
+    let mut totals_v = serde_json::Map::new();
+    for (k, (n, b)) in &totals {
+        totals_v.insert((*k).to_string(), json!({"files": n, "size": b}));
+    }
+    totals_v.insert(
+        "stored".into(),
+        json!({"entries": entries.len(), "files": stored_files, "size": stored_bytes}),
+    );
+    json!({
+        "root": root.display().to_string(),
+        "now": now,
+        "fingerprint": fp,
+        "files": rows,
+        "store": store_rows,
+        "totals": totals_v,
+        "stats": stats,
+        "plan": fp.map(|_| json!({"keep": keep, "restore": restore, "store": to_store, "remove": remove})),
+    })
+}
+
+fn when(v: &Value, now: u64) -> String {
+    v.as_u64().map_or_else(|| "-".to_string(), |t| ago(t, now))
+}
+
+/// The text form of [`report`].
+pub fn render(r: &Value) -> String {
+    use std::fmt::Write as _;
+    let now = r["now"].as_u64().unwrap_or_else(now_secs);
+    let mut out = String::with_capacity(128 * (r["files"].as_array().map_or(0, Vec::len) + 8));
+    let _ = writeln!(out, "cache root {}", r["root"].as_str().unwrap_or(""));
+    if let Some(fp) = r["fingerprint"].as_str() {
+        let _ = writeln!(out, "launch {}", short(fp));
+    }
+    let action_col = r["fingerprint"].is_string();
+    let _ = writeln!(
+        out,
+        "{:<38} {:>10}  {:<16} {:<16} {}PATH",
+        "STATE",
+        "SIZE",
+        "SIGNED",
+        "LAST USED",
+        if action_col { "ACTION   " } else { "" }
+    );
+    let rows = r["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(r["store"].as_array().into_iter().flatten());
+    for row in rows {
+        let mut state = row["state"].as_str().unwrap_or("").to_string();
+        if let Some(fp) = row["fingerprint"].as_str() {
+            if state == "signed" || state == "signed for another launch" || state == "stored" {
+                state = format!("{state} {}", short(fp));
+            }
+        }
+        let size = size_text(row["size"].as_u64().unwrap_or(0));
+        let _ = write!(
+            out,
+            "{state:<38} {size:>10}  {:<16} {:<16} ",
+            when(&row["signed_at"], now),
+            when(&row["last_used"], now)
+        );
+        if action_col {
+            let _ = write!(out, "{:<8} ", row["action"].as_str().unwrap_or(""));
+        }
+        out.push_str(row["path"].as_str().unwrap_or(""));
+        if let Some(n) = row["files"].as_u64() {
+            let _ = write!(out, " ({n} files)");
+        }
+        if let Some(why) = row["why"].as_str() {
+            let _ = write!(out, " ({why})");
+        }
+        out.push('\n');
+    }
+    let _ = write!(out, "totals:");
+    let t = &r["totals"];
+    for k in [
+        "signed",
+        "signed for this launch",
+        "signed for another launch",
+        "unsigned",
+        "corrupt",
+    ] {
+        if let Some(v) = t.get(k) {
+            let _ = write!(
+                out,
+                " {} {k} ({}),",
+                v["files"],
+                size_text(v["size"].as_u64().unwrap_or(0))
+            );
+        }
+    }
+    let s = &t["stored"];
+    let _ = writeln!(
+        out,
+        " {} stored in {} entries ({})",
+        s["files"],
+        s["entries"],
+        size_text(s["size"].as_u64().unwrap_or(0))
+    );
+    let st = &r["stats"];
+    let _ = writeln!(
+        out,
+        "statistics{}: launches {}, reuses {}, tunes {}, removed {}, stored {}, restored {}, evicted {}",
+        st["since"]
+            .as_u64()
+            .filter(|&s| s > 0)
+            .map(|s| format!(" (since {})", ago(s, now)))
+            .unwrap_or_default(),
+        st["launches"], st["reuses"], st["tunes"], st["removed"], st["stored"], st["restored"], st["evicted"]
+    );
+    if let Some(p) = r["plan"].as_object() {
+        let _ = writeln!(
+            out,
+            "this launch would keep {}, restore {}, store {} and remove {} cache files",
+            p["keep"], p["restore"], p["store"], p["remove"]
+        );
+    }
+    out
+}
