@@ -207,6 +207,26 @@ fn prune_template(launches: usize, dirs: usize) -> tempfile::TempDir {
     base
 }
 
+/// Rank files kept in the store (`.keepwrap/store/<fingerprint>/...`).
+fn stored_rank_files(root: &std::path::Path) -> usize {
+    fn walk(dir: &std::path::Path) -> usize {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        rd.flatten()
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path())
+                } else {
+                    usize::from(name.starts_with("rank_") && name.ends_with(".json"))
+                }
+            })
+            .sum()
+    }
+    walk(&root.join(".keepwrap/store"))
+}
+
 #[test]
 fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_set() {
     let trials = env_usize("KEEPWRAP_PRUNE_TRIALS", 12);
@@ -214,7 +234,11 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     let seed = seed();
     let mut rng = Rng::new(seed);
     eprintln!("keepwrap SIGKILL in prune: {trials} trials, seed {seed}");
-    let template = prune_template(6, 25);
+    // Other launches' files, all stored by the prune (4 rank files a directory).
+    const LAUNCHES: usize = 4;
+    const DIRS: usize = 20;
+    const OTHERS: usize = LAUNCHES * DIRS * 4;
+    let template = prune_template(LAUNCHES, DIRS);
     let good: Vec<PathBuf> = cache_files(&template.path().join("root"))
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("/L-"))
@@ -228,7 +252,9 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     let c = boot(&mut writer_launch(calib.path(), "L", 1, None));
     let full = t0.elapsed();
     assert!(
-        c.logged("prune: kept 4, removed 600 cache files"),
+        c.logged(&format!(
+            "prune: kept 4, stored {OTHERS}, removed 0 cache files"
+        )),
         "{}",
         c.stderr
     );
@@ -272,7 +298,12 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
         assert_eq!(
             cache_files(&root),
             good,
-            "{ctx}: nothing of the other launch is left"
+            "{ctx}: nothing of the other launches is left in place"
+        );
+        assert_eq!(
+            stored_rank_files(&root),
+            OTHERS,
+            "{ctx}: every file of the other launches is in the store"
         );
     }
     eprintln!(
