@@ -18,7 +18,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export KEEPWRAP_CACHE_DIR="$work/cache"
 
-hyperfine --shell=none --warmup 20 --min-runs 300 -N \
+hyperfine --warmup 20 --min-runs 300 -N \
   --export-json "$work/startup.json" \
   -n "true" "true" \
   -n "keepwrap -- true" "$KW -- true" \

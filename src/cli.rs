@@ -25,7 +25,6 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
     version,
     long_version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    args_conflicts_with_subcommands = true,
     override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
@@ -85,6 +84,15 @@ pub struct StatusCmd {
     /// Also hash every signed cache file (slower): report changed bytes as corrupt
     #[arg(long)]
     pub verify: bool,
+
+    /// Also list what each node of a multi-node launch published to this share
+    #[arg(
+        long,
+        env = "KEEPWRAP_SHARE",
+        value_name = "DIR",
+        conflicts_with = "json"
+    )]
+    pub share: Option<PathBuf>,
 
     /// A launch, after `--`: say what it would keep, restore, store and remove
     #[arg(last = true, value_name = "COMMAND")]
@@ -300,14 +308,21 @@ pub fn main() -> ExitCode {
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
             let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
-            crate::status::run(
+            let code = crate::status::run(
                 root,
                 &cmd.fingerprint.options(),
                 &cmd.command,
                 cmd.json,
                 cmd.zero,
                 cmd.verify,
-            )
+            );
+            match &cmd.share {
+                Some(dir) if code == ExitCode::SUCCESS => {
+                    println!("\nshare {}:", dir.display());
+                    crate::share::print_status(dir)
+                }
+                _ => code,
+            }
         }
         Some(Sub::Explain(cmd)) => {
             if cmd.command.is_empty() {

@@ -187,21 +187,26 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
     assert_eq!(runs[0], runs[1], "the tactics stay the same on boot 3");
     assert_eq!(runs[0], tactics(&b1), "and they are boot 1's");
 
-    // keepwrap share-status lists what each node published.
-    let out = Command::new(BIN)
-        .args(["share-status", "--share"])
-        .arg(&share)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
-    for r in 0..NODES {
-        assert!(
-            text.lines().any(
-                |l| l.contains(&format!(" node {r}/4 published ")) && l.contains(": 1 files, ")
-            ),
-            "{text}"
-        );
+    // keepwrap status --share (and share-status) list what each node published.
+    let mut status = Command::new(BIN);
+    status
+        .arg("status")
+        .arg("--cache-dir")
+        .arg(root_of(t.path(), 0));
+    let mut share_status = Command::new(BIN);
+    share_status.arg("share-status");
+    for mut cmd in [status, share_status] {
+        let out = cmd.arg("--share").arg(&share).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        for r in 0..NODES {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(&format!(" node {r}/4 published "))
+                        && l.contains(": 1 files, ")),
+                "{text}"
+            );
+        }
     }
 }
 
