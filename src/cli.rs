@@ -363,10 +363,6 @@ pub struct ShareArgs {
     )]
     pub node_local_env: Vec<String>,
 
-    /// Publications in the share older than this are removed when a node publishes
-    #[arg(long, env = "KEEPWRAP_SHARE_MAX_AGE", default_value = "30days", value_parser = parse_duration, value_name = "DURATION")]
-    pub share_max_age: Duration,
-
     /// How long reading the share before the start, or publishing to it, may
     /// take before the launch goes on without it
     #[arg(long, env = "KEEPWRAP_SHARE_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]

@@ -114,7 +114,13 @@ impl Keeper {
         if !ensure_root(&root) {
             return None;
         }
-        let share = Share::new(&args.share, &launch, argv, args.unifies());
+        let share = Share::new(
+            &args.share,
+            &launch,
+            argv,
+            args.unifies(),
+            args.store_max_age,
+        );
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {

@@ -18,7 +18,7 @@
 //! Files first, each written to a temp name, fsynced and renamed (a file
 //! whose bytes are already there is not rewritten), then the manifest the
 //! same way. A reader never sees a torn file under its final name. Old
-//! publications (older than `--share-max-age`) are removed at the same time.
+//! publications (older than `--store-max-age`, the store's age limit) are removed at the same time.
 //!
 //! # Reading (before the engine starts)
 //!
@@ -66,7 +66,7 @@ pub const MANIFEST_FORMAT: u32 = 1;
 pub const MANIFEST: &str = "manifest.json";
 /// keepwrap's directory in the share.
 pub const TOP: &str = "keepwrap";
-/// The default of `--share-max-age`.
+/// The default age limit of publications (`--store-max-age`'s default).
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 const MAX_MANIFEST: u64 = 16 << 20;
 
@@ -579,7 +579,13 @@ pub struct Share {
 impl Share {
     /// The share of this launch, or `None` (with one line saying why) when
     /// there is none to use.
-    pub fn new(args: &ShareArgs, launch: &Launch, argv: &[OsString], unify: bool) -> Option<Share> {
+    pub fn new(
+        args: &ShareArgs,
+        launch: &Launch,
+        argv: &[OsString],
+        unify: bool,
+        max_age: Duration,
+    ) -> Option<Share> {
         let dir = args.dir.clone()?;
         if !unify {
             tracing::info!(
@@ -614,7 +620,7 @@ impl Share {
             dir,
             cluster,
             node,
-            max_age: args.share_max_age,
+            max_age,
             timeout: args.share_timeout,
             running: None,
             pending: None,
