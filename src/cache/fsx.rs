@@ -87,6 +87,16 @@ pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> i
 /// Open the directory `rel` (relative, no `..`) below `root` one component
 /// at a time, never following a symlink.
 pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    walk_dir_path(root, rel, |base, name| open_dir_at(base, name))
+}
+
+/// Walk `rel` below `root` one plain component at a time, each opened from
+/// its parent by `step`; `root` itself (a new descriptor) for an empty path.
+fn walk_dir_path(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    step: impl Fn(BorrowedFd<'_>, &[u8]) -> io::Result<OwnedFd>,
+) -> io::Result<OwnedFd> {
     let mut cur: Option<OwnedFd> = None;
     for c in rel.components() {
         let name = match c {
@@ -101,7 +111,7 @@ pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
         };
         let next = {
             let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
-            open_dir_at(base, name.as_bytes())?
+            step(base, name.as_bytes())?
         };
         cur = Some(next);
     }
@@ -368,28 +378,7 @@ pub fn mkdir_open_at<P: ?Sized + nix::NixPath>(
 /// Open the directory `rel` below `root`, creating missing components, one
 /// component at a time, never following a symlink.
 pub fn ensure_dir_path(root: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<OwnedFd> {
-    let mut cur: Option<OwnedFd> = None;
-    for c in rel.components() {
-        let name = match c {
-            Component::Normal(n) => n,
-            Component::CurDir => continue,
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "path is not a plain relative path",
-                ))
-            }
-        };
-        let next = {
-            let base = cur.as_ref().map(|f| f.as_fd()).unwrap_or(root);
-            mkdir_open_at(base, name.as_bytes(), mode)?
-        };
-        cur = Some(next);
-    }
-    match cur {
-        Some(fd) => Ok(fd),
-        None => root.try_clone_to_owned(),
-    }
+    walk_dir_path(root, rel, |base, name| mkdir_open_at(base, name, mode))
 }
 
 /// Rename `from` in `from_dir` to `to` in `to_dir` (same file system); the
