@@ -87,7 +87,7 @@ pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> i
 /// Open the directory `rel` (relative, no `..`) below `root` one component
 /// at a time, never following a symlink.
 pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
-    walk_dir_path(root, rel, |base, name| open_dir_at(base, name))
+    walk_dir_path(root, rel, open_dir_at::<[u8]>)
 }
 
 /// Walk `rel` below `root` one plain component at a time, each opened from
