@@ -2,7 +2,7 @@
 //! what a launch prunes before the engine starts, and how a set of files is
 //! signed for a launch once tuning is done.
 //!
-//! Layout under the root (engine.md):
+//! Layout under the root (as SGLang and FlashInfer write it):
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
 //! keepwrap's sidecar `rank_....launch` beside each rank file. Every `*.json`
 //! at any depth is judged, except under `runs/` and hidden directories.
