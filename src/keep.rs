@@ -445,13 +445,20 @@ impl Keeper {
     }
 
     /// The lock for a commit: Ok(None) without a store; Err when it timed
-    /// out (logged: nothing is signed).
+    /// out (logged: nothing is signed). The engine is running and the
+    /// supervisor loop is waiting here, so the wait is short: other holders
+    /// keep the lock for milliseconds, and signals must keep flowing.
     fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
         match &self.store {
             None => Ok(None),
-            Some(s) => take_lock(s, self.lock_timeout, &self.fingerprint, "signs")
-                .map(Some)
-                .ok_or(()),
+            Some(s) => take_lock(
+                s,
+                self.lock_timeout.min(COMMIT_LOCK_WAIT),
+                &self.fingerprint,
+                "signs",
+            )
+            .map(Some)
+            .ok_or(()),
         }
     }
 
@@ -483,6 +490,9 @@ impl Keeper {
         }
     }
 }
+
+/// Longest wait for the lock at commit, whatever `--lock-timeout` says.
+const COMMIT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// Take the cache root's lock for this launch; None when it timed out or
 /// failed (logged: `then` says what the launch does without it).
