@@ -232,6 +232,14 @@ pub mod fuzzing {
 /// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not
 /// follow a final symlink.
 pub fn entry_count(path: &Path) -> Result<usize, String> {
+    // Counting runs in the supervisor loop as files land: a huge file is
+    // judged by prune and sign, not parsed here.
+    const COUNTED_MAX: u64 = 32 << 20;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.len() > COUNTED_MAX {
+            return Err(format!("{} MiB, entries not counted", meta.len() >> 20));
+        }
+    }
     let mut buf = Vec::new();
     fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE)
         .map_err(|e| judge::Reason::Unreadable(e.to_string()).to_string())?;
