@@ -1,6 +1,9 @@
 //! Survey: what each cache file under the root is, read from sidecars
 //! without hashing the cache files (unless asked to), for `keepwrap status`.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::fsx::{self, Kind};
@@ -31,91 +34,52 @@ pub struct FileInfo {
 
 /// Every cache file under `root` (sorted by path). `verify` also hashes
 /// each signed file's bytes.
+///
+/// The tree is listed first; the files are then read in up to four threads
+/// (a status over thousands of files is system calls and small parses).
 pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
-    let Ok(fd) = fsx::open_root(root) else {
+    let (Ok(walk_fd), Ok(root_fd)) = (fsx::open_root(root), fsx::open_root(root)) else {
         return Vec::new();
     };
-    let mut out: Vec<FileInfo> = Vec::new();
-    let mut sidecars: Vec<Option<Sidecar>> = Vec::new();
-    let mut sbuf = Vec::with_capacity(4096);
-    let mut cbuf = Vec::new();
-    let mut name_buf = Vec::with_capacity(64);
-    layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
-        for e in &listing.ents {
-            let name = listing.name(e);
-            if layout::role(name) != Role::Cache || e.kind == Kind::Dir {
-                continue;
-            }
-            let path = Rel(dir.rel, name).to_string();
-            name_buf.clear();
-            name_buf.extend_from_slice(name);
-            let size = fsx::lstat_at(dir.fd, name_buf.as_slice())
-                .map(|st| st.st_size.max(0) as u64)
-                .unwrap_or(0);
-            let mut sc_out = None;
-            let state = if e.kind != Kind::File {
-                FileState::Corrupt(format!("not a regular file ({})", e.kind.name()))
-            } else if let Some(u) = dir.untrusted {
-                FileState::Corrupt(u.0.clone())
-            } else {
-                layout::sidecar_name(name, &mut name_buf);
-                let sname = &name_buf[..name_buf.len() - 1];
-                match fsx::read_at(dir.fd, sname, &mut sbuf, MAX_SIDECAR) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileState::Unsigned,
-                    Err(e) => FileState::Corrupt(format!("sidecar unreadable ({e})")),
-                    Ok(_) => {
-                        // Without --verify: one parse, no set-id hash (a
-                        // report, not a trust decision; prune judges fully).
-                        let judged = if verify {
-                            let fp = serde_json::from_slice::<Head<'_>>(&sbuf)
-                                .ok()
-                                .and_then(|h| h.fingerprint.map(|f| f.into_owned()))
-                                .unwrap_or_default();
-                            judge::judge_sidecar(&sbuf, &fp, |p| p == path)
-                        } else {
-                            light(&sbuf, &path)
-                        };
-                        match judged {
-                            Err(r) => FileState::Corrupt(r.to_string()),
-                            Ok(sc) if sc.size != size => FileState::Corrupt(format!(
-                                "changed after signing (size {size} != signed {})",
-                                sc.size
-                            )),
-                            Ok(sc) => {
-                                let bad = if verify {
-                                    name_buf.clear();
-                                    name_buf.extend_from_slice(name);
-                                    match fsx::read_at(
-                                        dir.fd,
-                                        name_buf.as_slice(),
-                                        &mut cbuf,
-                                        MAX_CACHE_FILE,
-                                    ) {
-                                        Ok(_) => judge::judge_bytes(&sc, &cbuf).err(),
-                                        Err(e) => Some(judge::Reason::Unreadable(e.to_string())),
-                                    }
-                                } else {
-                                    None
-                                };
-                                if let Some(r) = bad {
-                                    FileState::Corrupt(r.to_string())
-                                } else {
-                                    let st = FileState::Signed {
-                                        fingerprint: sc.fingerprint.clone(),
-                                        signed_at: sc.signed_at,
-                                    };
-                                    sc_out = Some(sc);
-                                    st
-                                }
-                            }
-                        }
-                    }
-                }
-            };
-            out.push(FileInfo { path, size, state });
-            sidecars.push(sc_out);
+    let mut jobs: Vec<Job> = Vec::new();
+    layout::walk(walk_fd, &mut |dir: &DirView<'_>, listing: &Listing| {
+        let ents: Vec<(Vec<u8>, Kind)> = listing
+            .ents
+            .iter()
+            .filter(|e| layout::role(listing.name(e)) == Role::Cache && e.kind != Kind::Dir)
+            .map(|e| (listing.name(e).to_vec(), e.kind))
+            .collect();
+        if !ents.is_empty() {
+            jobs.push(Job {
+                rel: dir.rel.to_vec(),
+                untrusted: dir.untrusted.map(|u| u.0.clone()),
+                ents,
+            });
         }
     });
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let chunk = jobs.len().div_ceil(threads).max(1);
+    let root_fd = root_fd.as_fd();
+    let parts: Vec<Vec<(FileInfo, Option<Sidecar>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .flat_map(|job| survey_dir(root_fd, job, verify))
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let (mut out, sidecars): (Vec<FileInfo>, Vec<Option<Sidecar>>) =
+        parts.into_iter().flatten().unzip();
     // Sets: a signed file whose set is not whole is not trusted.
     let idx: Vec<usize> = (0..out.len()).filter(|&i| sidecars[i].is_some()).collect();
     let cands: Vec<Candidate<'_>> = idx
@@ -137,6 +101,120 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// The cache files of one directory, as listed by the walk.
+struct Job {
+    /// Relative to the root: empty for the root, else ending in `/`.
+    rel: Vec<u8>,
+    untrusted: Option<String>,
+    ents: Vec<(Vec<u8>, Kind)>,
+}
+
+/// Survey the files of one directory, reopened (no symlink followed) from
+/// the root.
+fn survey_dir(root: BorrowedFd<'_>, job: &Job, verify: bool) -> Vec<(FileInfo, Option<Sidecar>)> {
+    let rel = job.rel.strip_suffix(b"/").unwrap_or(&job.rel);
+    let dir = fsx::open_dir_path(root, Path::new(OsStr::from_bytes(rel)));
+    let mut sbuf = Vec::with_capacity(4096);
+    let mut cbuf = Vec::new();
+    let mut name_buf = Vec::with_capacity(64);
+    job.ents
+        .iter()
+        .map(|(name, kind)| match &dir {
+            Ok(fd) => survey_file(
+                fd.as_fd(),
+                &job.rel,
+                job.untrusted.as_deref(),
+                name,
+                *kind,
+                verify,
+                (&mut sbuf, &mut cbuf, &mut name_buf),
+            ),
+            Err(e) => (
+                FileInfo {
+                    path: Rel(&job.rel, name).to_string(),
+                    size: 0,
+                    state: FileState::Corrupt(format!("cannot open its directory ({e})")),
+                },
+                None,
+            ),
+        })
+        .collect()
+}
+
+/// What one cache file is, from its sidecar (and with `verify` its bytes).
+fn survey_file(
+    dfd: BorrowedFd<'_>,
+    rel: &[u8],
+    untrusted: Option<&str>,
+    name: &[u8],
+    kind: Kind,
+    verify: bool,
+    (sbuf, cbuf, name_buf): (&mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>),
+) -> (FileInfo, Option<Sidecar>) {
+    let path = Rel(rel, name).to_string();
+    name_buf.clear();
+    name_buf.extend_from_slice(name);
+    let size = fsx::lstat_at(dfd, name_buf.as_slice())
+        .map(|st| st.st_size.max(0) as u64)
+        .unwrap_or(0);
+    let mut sc_out = None;
+    let state = if kind != Kind::File {
+        FileState::Corrupt(format!("not a regular file ({})", kind.name()))
+    } else if let Some(u) = untrusted {
+        FileState::Corrupt(u.to_string())
+    } else {
+        layout::sidecar_name(name, name_buf);
+        let sname = &name_buf[..name_buf.len() - 1];
+        match fsx::read_at(dfd, sname, sbuf, MAX_SIDECAR) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileState::Unsigned,
+            Err(e) => FileState::Corrupt(format!("sidecar unreadable ({e})")),
+            Ok(_) => {
+                // Without --verify: one parse, no set-id hash (a
+                // report, not a trust decision; prune judges fully).
+                let judged = if verify {
+                    let fp = serde_json::from_slice::<Head<'_>>(sbuf)
+                        .ok()
+                        .and_then(|h| h.fingerprint.map(|f| f.into_owned()))
+                        .unwrap_or_default();
+                    judge::judge_sidecar(sbuf, &fp, |p| p == path)
+                } else {
+                    light(sbuf, &path)
+                };
+                match judged {
+                    Err(r) => FileState::Corrupt(r.to_string()),
+                    Ok(sc) if sc.size != size => FileState::Corrupt(format!(
+                        "changed after signing (size {size} != signed {})",
+                        sc.size
+                    )),
+                    Ok(sc) => {
+                        let bad = if verify {
+                            name_buf.clear();
+                            name_buf.extend_from_slice(name);
+                            match fsx::read_at(dfd, name_buf.as_slice(), cbuf, MAX_CACHE_FILE) {
+                                Ok(_) => judge::judge_bytes(&sc, cbuf).err(),
+                                Err(e) => Some(judge::Reason::Unreadable(e.to_string())),
+                            }
+                        } else {
+                            None
+                        };
+                        if let Some(r) = bad {
+                            FileState::Corrupt(r.to_string())
+                        } else {
+                            let st = FileState::Signed {
+                                fingerprint: sc.fingerprint.clone(),
+                                signed_at: sc.signed_at,
+                            };
+                            sc_out = Some(sc);
+                            st
+                        }
+                    }
+                }
+            }
+        }
+    };
+    (FileInfo { path, size, state }, sc_out)
 }
 
 /// Parse a sidecar for the report: well formed, a known format, for this
