@@ -16,6 +16,7 @@ use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
 use crate::lock::{self, CacheLock, LockError};
 use crate::ready::{Done, Probe, ProbeResult};
+use crate::running::Marker;
 use crate::share::Share;
 use crate::stats::Stats;
 use crate::store::{self, Store, STATE_DIR};
@@ -46,6 +47,8 @@ pub struct Keeper {
     /// Rewrite each directory's rank files as their union before signing.
     unify: bool,
     /// `<root>/.keepwrap`: other launches' sets, records, stats, the lock.
+    /// This launch's marker among the launches using the root.
+    marker: Marker,
     store: Option<Store>,
     lock_timeout: Duration,
     /// For the launch record: the profile and the redacted inputs.
@@ -114,6 +117,16 @@ impl Keeper {
         if !ensure_root(&root) {
             return None;
         }
+        let marker = match Marker::register(&root, &fingerprint) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot leave this launch's marker in {}/{STATE_DIR}/running: {e}; the launch goes on without keeping the cache",
+                    root.display()
+                );
+                return None;
+            }
+        };
         let share = Share::new(
             &args.share,
             &launch,
@@ -136,6 +149,15 @@ impl Keeper {
             Some(s) => Some(take_lock(s, args.lock_timeout, &fingerprint, "launches")?),
             None => None,
         };
+        if let Some(other) = marker.others().into_iter().find(|o| o.alive) {
+            tracing::warn!(
+                "{other} is using this cache root: this launch goes on without keeping the cache, so that neither loads nor signs the other's files"
+            );
+            // Stay visible to that launch until exit: it must not sign what
+            // this engine writes.
+            std::mem::forget(marker);
+            return None;
+        }
         let inputs = launch.redacted_inputs();
         let pruned = match &store {
             Some(s) => {
@@ -197,6 +219,7 @@ impl Keeper {
             }
         };
         let mut keeper = Keeper {
+            marker,
             root,
             fingerprint,
             done,
@@ -365,7 +388,7 @@ impl Keeper {
             );
         }
         self.last_landing = Some(now);
-        if self.phase == Phase::Signed {
+        if self.phase == Phase::Signed && self.alone() {
             let Ok(_lock) = self.commit_lock() else {
                 return;
             };
@@ -387,6 +410,9 @@ impl Keeper {
     fn sign_done(&mut self) {
         self.phase = Phase::Signed;
         self.probe = None;
+        if !self.alone() {
+            return;
+        }
         if self.unify {
             let files: Vec<PathBuf> = self.watcher.known_files().map(Path::to_path_buf).collect();
             if unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path)).rewritten > 0 {
@@ -441,6 +467,21 @@ impl Keeper {
                     st.tunes += 1;
                 }
             });
+        }
+    }
+
+    /// No launch of another fingerprint used the root while this one ran
+    /// (else its engine may have written some of the rank files: say so and
+    /// sign nothing).
+    fn alone(&self) -> bool {
+        match self.marker.others().first() {
+            None => true,
+            Some(other) => {
+                tracing::info!(
+                    "not signing: {other} used this cache root while this launch ran; their rank files may be mixed"
+                );
+                false
+            }
         }
     }
 

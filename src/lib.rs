@@ -16,6 +16,7 @@
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
+//! - [`running`]: which launches use a cache root right now;
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
 //! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones.
@@ -37,6 +38,7 @@ pub mod keep;
 pub mod lock;
 pub mod logging;
 pub mod ready;
+pub mod running;
 pub mod share;
 pub mod stats;
 pub mod status;
