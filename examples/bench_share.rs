@@ -11,68 +11,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use keepwrap::share::{gather, publish_to, Gathered, Node, Publication};
-use keepwrap::unify::{render, Outcome};
-use serde_json::{json, Value};
+use keepwrap::unify::Outcome;
 
 const NODES: u32 = 4;
-const ENTRIES: usize = 2_000;
-const SHARED: usize = 500;
 
-struct Lcg(u64);
+mod common;
 
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-
-    fn time_ms(&mut self) -> Value {
-        let v = 0.005 + self.next(1_995_000) as f64 / 1e6;
-        serde_json::from_str(&format!("{:.4}", v)).unwrap()
-    }
-}
-
-fn key(op: &str, runner: &str, m: usize, extras: &str) -> String {
-    format!("('{op}', '{runner}', (({m}, 7168), ({m}, 256), (256, 7168)), ({extras}))")
-}
-
-/// Node `rank`'s rank file.
-fn rank_file(rank: usize) -> Vec<u8> {
-    let mut rng = Lcg(0x5eed);
-    let metadata = json!({
-        "flashinfer_version": "0.7.2", "cuda_version": "13.0", "cublas_version": "13.1.0",
-        "cudnn_version": "92000", "cudnn_frontend_version": "1.19.0", "gpu": "NVIDIA GB10",
-        "cutlass_dsl_version": "4.3.0"
-    });
-    let dense = "CutlassFp8BlockScaleGemmRunner";
-    let mut entries: Vec<(String, Value)> = (0..SHARED)
-        .map(|i| {
-            let v = json!([dense, rng.next(48), "median", {"time_ms": rng.time_ms()}]);
-            (key("flashinfer::fp8_blockscale_gemm", dense, i + 1, ""), v)
-        })
-        .collect();
-    let moe = "TrtllmFp8BlockScaleMoERunner";
-    let mut rng = Lcg(0x5eed + rank as u64);
-    for i in 0..ENTRIES - SHARED {
-        let tile = [8, 16, 32, 64, 128][rng.next(5) as usize];
-        entries.push((
-            key(
-                "flashinfer::trtllm_fp8_block_scale_moe",
-                moe,
-                i + 1,
-                &format!("{}, {}", rank * 64, (rank + 1) * 64),
-            ),
-            json!([moe, [tile, rng.next(24)], "median", {"time_ms": rng.time_ms()}]),
-        ));
-    }
-    render(
-        Some(&metadata),
-        entries.iter().map(|(k, v)| (k.as_str(), v)),
-    )
-}
+use common::{rank_file, ENTRIES};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,7 +28,7 @@ fn main() {
     let cluster = "b".repeat(64);
     let mut input = 0;
     for rank in 0..NODES {
-        let bytes = rank_file(rank as usize);
+        let bytes = rank_file(rank as usize, 64);
         input += bytes.len();
         let p = Publication {
             cluster: cluster.clone(),

@@ -8,77 +8,19 @@
 use std::time::{Duration, Instant};
 
 use keepwrap::unify::{render, unify, Outcome, RankFile};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const RANKS: usize = 8;
-const ENTRIES: usize = 2_000;
-const SHARED: usize = 500;
 
-/// A small deterministic generator (no dependency needed for a benchmark).
-struct Lcg(u64);
+mod common;
 
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-
-    fn time_ms(&mut self) -> Value {
-        // Four decimals, as FlashInfer rounds them; as JSON text so that the
-        // number is written the way Python writes it.
-        let v = 0.005 + self.next(1_995_000) as f64 / 1e6;
-        serde_json::from_str(&format!("{:.4}", v)).unwrap()
-    }
-}
-
-fn key(op: &str, runner: &str, m: usize, extras: &str) -> String {
-    format!("('{op}', '{runner}', (({m}, 7168), ({m}, 256), (256, 7168)), ({extras}))")
-}
+use common::{rank_file, ENTRIES};
 
 fn files() -> Vec<RankFile> {
-    let mut rng = Lcg(0x5eed);
-    let metadata = json!({
-        "flashinfer_version": "0.7.2", "cuda_version": "13.0", "cublas_version": "13.1.0",
-        "cudnn_version": "92000", "cudnn_frontend_version": "1.19.0", "gpu": "NVIDIA GB10",
-        "cutlass_dsl_version": "4.3.0"
-    });
-    let dense_runner = "CutlassFp8BlockScaleGemmRunner";
-    let shared: Vec<(String, Value)> = (0..SHARED)
-        .map(|i| {
-            let v = json!([dense_runner, rng.next(48), "median", {"time_ms": rng.time_ms()}]);
-            (
-                key("flashinfer::fp8_blockscale_gemm", dense_runner, i + 1, ""),
-                v,
-            )
-        })
-        .collect();
-    let moe_runner = "TrtllmFp8BlockScaleMoERunner";
     (0..RANKS)
-        .map(|rank| {
-            let mut entries = shared.clone();
-            for i in 0..ENTRIES - SHARED {
-                let tile = [8, 16, 32, 64, 128][rng.next(5) as usize];
-                let tactic = json!([tile, rng.next(24)]);
-                entries.push((
-                    key(
-                        "flashinfer::trtllm_fp8_block_scale_moe",
-                        moe_runner,
-                        i + 1,
-                        &format!("{}, {}", rank * 32, (rank + 1) * 32),
-                    ),
-                    json!([moe_runner, tactic, "median", {"time_ms": rng.time_ms()}]),
-                ));
-            }
-            RankFile {
-                name: format!("rank_tp{rank}_pp0_dp0.json"),
-                bytes: render(
-                    Some(&metadata),
-                    entries.iter().map(|(k, v)| (k.as_str(), v)),
-                ),
-            }
+        .map(|rank| RankFile {
+            name: format!("rank_tp{rank}_pp0_dp0.json"),
+            bytes: rank_file(rank, 32),
         })
         .collect()
 }
