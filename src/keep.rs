@@ -300,8 +300,8 @@ impl Keeper {
         }
     }
 
-    pub fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.watcher.fd())
+    pub fn watch_fd(&self) -> BorrowedFd<'_> {
+        self.watcher.fd()
     }
 
     pub fn probe_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
@@ -436,17 +436,19 @@ impl Keeper {
         self.publish(&report);
         let n = report.signed.len();
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
-        let present = self
-            .watcher
-            .known_files()
-            .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
-            .count();
-        if n == 0 && present > 0 {
-            tracing::info!(
-                "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again"
-            );
-        } else if n == 0 {
-            tracing::info!("nothing to keep: the engine wrote no autotune cache");
+        if n == 0 {
+            let present = self
+                .watcher
+                .known_files()
+                .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
+                .count();
+            if present > 0 {
+                tracing::info!(
+                    "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again"
+                );
+            } else {
+                tracing::info!("nothing to keep: the engine wrote no autotune cache");
+            }
         } else if reused {
             tracing::info!("reused {n} cache files signed for this launch");
         } else {

@@ -92,7 +92,7 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keepe
             .min();
 
         let (watch_fd, probe) = match keeper.as_ref() {
-            Some(k) => (k.watch_fd(), k.probe_fd()),
+            Some(k) => (Some(k.watch_fd()), k.probe_fd()),
             None => (None, None),
         };
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
