@@ -1,18 +1,112 @@
 #!/usr/bin/env python3
 """A fake vLLM launch that reproduces what vLLM does with FlashInfer's autotune cache, without a GPU.
 
-Stdlib only (Python 3.11). See examples/README.md ("Fake vLLM engine") for the command line, the
-environment knobs, the output lines and the exit codes. The facts it follows were read from vLLM
-0.27.1-0.33.0 (`vllm/model_executor/warmup/{kernel_warmup,flashinfer_autotune_cache}.py`) and
-FlashInfer 0.6.18 / 0.7.2.post1.
+Stdlib only (Python 3.11). It follows the facts read from vLLM 0.27.1-0.33.0
+(`vllm/model_executor/warmup/{kernel_warmup,flashinfer_autotune_cache}.py`, `vllm/envs.py`,
+`vllm/engine/arg_utils.py`) and FlashInfer 0.6.18 / 0.7.2.post1. The FlashInfer file format
+(load_configs, save_configs, `_metadata`, `_generation`), the rendezvous store with its all-gather
+and the output helpers are the SGLang fake's (`fake_engine.py`), imported as they are.
 
-    python3 examples/fake_vllm.py serve MODEL --tensor-parallel-size 4 -ep     # like `vllm serve`
-    python3 examples/fake_vllm.py --model MODEL -tp 2                          # like the api_server module
+Launch shapes (all run the same engine):
+
+    python3 examples/fake_vllm.py serve MODEL -tp 4 -ep            # `vllm serve MODEL ...`
+    python3 examples/fake_vllm.py --model MODEL -tp 2              # the api_server module's argv
     PATH=examples/bin:$PATH vllm serve MODEL -tp 2
     PYTHONPATH=examples python3 -m vllm.entrypoints.openai.api_server --model MODEL
+    PYTHONPATH=examples python3 -m vllm.entrypoints.cli.main serve MODEL
 
-The FlashInfer file format (load_configs, save_configs, `_metadata`, `_generation`) and the
-rendezvous store with its all-gather are the SGLang fake's (`fake_engine.py`), imported as they are.
+The command line is preprocessed as vLLM's parser does: `--long_names` with underscores, `-O3`,
+`--model M` moved in front with `serve`, `--config FILE.yaml` (flat `key: value` YAML only) inserted
+right after `serve [MODEL]`. Unknown flags are accepted and ignored.
+
+Engine flags read: `--tensor-parallel-size/-tp`, `--pipeline-parallel-size/-pp`,
+`--data-parallel-size/-dp`, `--enable-expert-parallel/-ep` (and `--disable-`/`--no-enable-`),
+`--dtype`, `--quantization/-q` (fp8/fp4 change the dense runner), `--max-model-len`,
+`--kv-cache-dtype`, `--max-num-batched-tokens` (2048: token buckets 16, 32, ... up to it),
+`--max-num-seqs`, `--enforce-eager`, `--optimization-level/-O` (0: no autotune),
+`--disable-flashinfer-autotune` (also `--no-enable-flashinfer-autotune`), `--host` (all interfaces),
+`--port` (8000), `--headless`, `--api-server-count`, `--nnodes/-n`, `--node-rank/-r`,
+`--master-addr` / `--master-port` (127.0.0.1:29501), `--data-parallel-rank/-dpn`,
+`--data-parallel-start-rank/-dpr`, `--data-parallel-size-local/-dpl`,
+`--data-parallel-address/-dpa` / `--data-parallel-rpc-port/-dpp` (127.0.0.1:29550),
+`--data-parallel-hybrid-lb/-dph`, `--data-parallel-external-lb/-dpe`. `--uds` is refused.
+
+Fake-only flags: `--tune-ms MS` (30: profiling time per missed shape), `--offline` (no HTTP: tune and
+exit 0, like `vllm.LLM` or `vllm run-batch`), `--load-ms MS` (each rank sleeps before tuning),
+`--ready-delay-ms MS`, `--exit-after-ms MS` with `--exit-code N` (server mode: exit this long after
+ready), `--crash RANK[:tune|:save]` (also `FAKE_VLLM_CRASH`, which keeps the argv of the launch
+unchanged): world rank RANK SIGKILLs itself halfway through the shapes it tunes (`tune`; nothing is
+saved by anyone), or when it saves (`save`, the default: it leaves a partial `.autotuner_*.tmp`; in
+layout A a rank other than 0 dies at that point without writing).
+
+Processes: the launcher (one per node) binds the API port at start, starts one process per local
+world rank (this file with a hidden first argument), and listens only once ready. World ranks fold
+DP in as vLLM does: rank = dp_rank * TP * PP + pp_rank * TP + tp_rank; EP size = TP x DP. Nodes:
+`--nnodes N --node-rank R` hosts ranks R*W/N .. (R+1)*W/N-1 and meets at --master-addr:--master-port;
+`-dpl L [-dpr S | -dpn S]` hosts DP ranks S .. S+L-1 and meets at -dpa:-dpp. The node hosting world
+rank 0 runs the store; collectives are real all-gathers over it. Nodes with `--node-rank > 0` need
+`--headless` (or a load-balancer flag). Ranks die with their launcher.
+
+Cache (per rank, every boot):
+  root = $VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR (if set and not empty, "~" expanded), else
+         ${VLLM_CACHE_ROOT:-${XDG_CACHE_HOME:-~/.cache}/vllm}/flashinfer_autotune_cache/<fi version>/<arch>
+  <arch> = FLASHINFER_CUDA_ARCH_LIST ("10.0a 9.0a" -> 90a_100a), else FAKE_CUDA_ARCHS (90a)
+  folder = <root>/<sha256 of the config hash>: model (and its config.json), dtype, quantization,
+           lengths, TP/PP/DP, EP, batched tokens, max seqs, -O; before 0.30.0 also every VLLM_*
+           variable not on vLLM's ignore list and the vLLM version.
+- Layout C (0.32.0 on): `autotune_configs_dp<D>_rank<R>.json`. The gate: each rank's
+  (metadata JSON, number of other top-level keys), or None; all-gathered over the tuning group (the
+  world, or the stage's TP group with PP > 1); kept when all equal and not None; a JSON array fails
+  the boot (TypeError). Kept files are loaded; if any rank did not load, every rank clears. 0.33.0
+  skips the dummy runs when kept: shapes missing from the files run untuned (`fallback`). 0.32.0
+  profiles the misses. A rank saves (FlashInfer save_configs) only if it tuned something.
+- Layout A (0.27.1 - 0.31.x): `autotune_configs.json`. Rank 0 broadcasts its bytes; every rank
+  rewrites them (`.autotune_configs.json.<random>.tmp` + os.replace), barrier, loads; all ranks tune
+  their misses over the world group; barrier; rank 0 alone saves, on every boot.
+- One rank on 0.33.0 (world 1, PP 1, one node): FlashInfer's managed store,
+  <store>/v2/<env hash>/manifest.json and entries/<sha256(key)[:24]>.json, store =
+  $VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else $FLASHINFER_AUTOTUNE_CACHE_DIR, else
+  ${FLASHINFER_WORKSPACE_BASE:-~}/.cache/flashinfer/autotune. Hits are not profiled; each tuned
+  shape is published at once.
+Shapes per rank and bucket: two dense GEMMs (shared by all ranks) and, for a MoE model, one MoE
+shape: per rank under EP (local expert offset), and per rank under plain TP with FlashInfer < 0.7
+(tp_rank in the key). Ranks whose numbers of shapes to profile differ: the hang (exit 89).
+
+Environment:
+  FAKE_VLLM_VERSION (0.33.0; 0.27.1 and later), FAKE_VLLM_LAYOUT (A = 0.31.0, C = 0.33.0)
+  FAKE_FLASHINFER_VERSION (the pin: 0.6.16.post3 / 0.6.18 / 0.6.18.post1 / 0.7.0.post1 / 0.7.2.post1)
+  FAKE_CUDA_VERSION, FAKE_GPU, ... and FAKE_METADATA_RANK<r>_<X>: running `_metadata`, as in fake_engine.py
+  FAKE_NUM_EXPERTS: experts (default: MODEL/config.json's n_routed_experts, num_experts,
+      num_local_experts or moe_num_experts, top level or text_config; 0 when it names none;
+      256 without a config.json)
+  VLLM_FLASHINFER_MOE_BACKEND (throughput): another value selects another MoE runner (new keys)
+  VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS: comma list of ops (`flashinfer::bf16_gemm` or `bf16_gemm`) not tuned
+  FAKE_DIST_TIMEOUT_S (300): collective and store-connect timeout
+
+Output (stdout, one JSON object per line):
+  {"event": "start", "node", "nnodes", "world", "pid", "version", "flashinfer_version",
+   "layout": "A"|"C"|"managed", "headless", "offline", "experts", "cache_root", "cache_dir",
+   "store", "ranks": [{"rank", "dp_rank", "pp_rank", "tp_rank", "ep_rank", "file"}]}
+  {"event": "pass", "pass": "autotune", "node", "rank", "dp_rank", "tp_rank", "layout",
+   "gate": "kept"|"differs"|"cleared"|"broadcast"|"none"|"n/a"|"off",
+   "load": "ok"|"unchecked"|"rejected"|"missing"|"skipped"|"managed"|"off",
+   "loaded", "hit", "tuned", "fallback", "saved": "created"|"merged"|"replaced"|"skipped"|"published"|"none",
+   "file"}                                                    one per rank: "tuned" 0 on a reuse
+  {"event": "tactics", "node", "rank", "sha256", "shapes", "shared_sha256", "shared_shapes"}
+  {"event": "hang", "node", "rank", "counts": [shapes to profile, per rank of the tuning group]}
+  {"event": "ready", "node", "mode": "server"|"headless"|"offline", "host"?, "port"?}
+  {"event": "exit", "node", "code", "reason"}
+  plain text: `Starting vLLM server on http://HOST:PORT` (stdout), uvicorn's
+  `INFO:     Application startup complete.` (stderr)
+HTTP (API nodes): connections refused until ready, then GET /health 200 (503 once a rank died).
+The head waits for every rank of the launch (remote ones included) unless a load-balancer mode
+(-dpn, -dpr, -dph, -dpe) makes it wait for its local ranks only. Headless nodes serve nothing.
+
+Exit codes: 0 done offline, or SIGTERM/SIGINT once serving, or a headless node's SIGTERM at any
+time; 130 (death by SIGINT) on SIGTERM during startup; 1 a rank raised (corrupt file...), bind
+failure; 2 bad command line; 87 a peer / the store went away; 88 a collective timed out;
+89 the hang (the real engine waits --cpu-distributed-timeout-seconds, 1800 s, then fails);
+128+N a rank died of signal N (137 with a crash).
 """
 import argparse
 import base64

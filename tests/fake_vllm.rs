@@ -338,9 +338,17 @@ fn a_changed_vllm_variable_silently_reuses_the_cache_from_0_30_on() {
     );
     assert!(all_are(&b4, "fallback", 0.into()));
 
+    // 0.31.0 (layout A): one folder for both too; the shared file is loaded.
+    let tp = ["-tp", "2"];
+    let a1 = boot(home.path(), &tp, &with("throughput", "0.31.0"), 0);
+    let a2 = boot(home.path(), &tp, &with("latency", "0.31.0"), 0);
+    assert_eq!(start(&a1)["cache_dir"], start(&a2)["cache_dir"]);
+    assert!(all_are(&a2, "gate", "broadcast".into()));
+    assert!(a2.hit() > 0);
+
     // 0.29.0: the environment is in the key: another directory, a full tune.
-    let b5 = boot(home.path(), &["-tp", "2"], &with("throughput", "0.29.0"), 0);
-    let b6 = boot(home.path(), &["-tp", "2"], &with("latency", "0.29.0"), 0);
+    let b5 = boot(home.path(), &tp, &with("throughput", "0.29.0"), 0);
+    let b6 = boot(home.path(), &tp, &with("latency", "0.29.0"), 0);
     assert_ne!(start(&b5)["cache_dir"], start(&b6)["cache_dir"]);
     assert!(b6.tuned_by_rank().values().all(|&t| t > 0));
     assert!(all_are(&b6, "hit", 0.into()));
