@@ -316,7 +316,9 @@ def parse_command_line(argv, serve):
         args = move_model_first(args)
     p = build_parser("vllm serve" if serve else "api_server")
     a, _unknown = p.parse_known_args(args)
-    a.model = a.model_tag or a.model
+    # `serve` takes the positional model; the api_server module reads --model (an unknown flag's
+    # value may land in the positional)
+    a.model = (a.model_tag or a.model) if serve else a.model
     if not a.model:
         raise UsageError("No model specified! Give it as `vllm serve MODEL`, with --model, or in --config")
     return a
