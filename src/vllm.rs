@@ -577,7 +577,8 @@ fn find_arg(token: &[u8]) -> Option<(ArgRole, &'static Arg, bool)> {
     }
     // `-r1`: argparse's attached value of a two-letter short flag
     if token.len() > 2 && token.starts_with(b"-r") && token[2].is_ascii_digit() {
-        return Some((ArgRole::PerNode, &PER_NODE_ARGS[0], true));
+        let node_rank = PER_NODE_ARGS.iter().find(|a| a.short == Some("-r"))?;
+        return Some((ArgRole::PerNode, node_rank, true));
     }
     None
 }
