@@ -1487,4 +1487,65 @@ mod tests {
         .treat_as_moe());
         assert!(launch_moe(&os(&["/m"]), None).treat_as_moe());
     }
+
+    /// Arguments and values from vLLM's vocabulary and arbitrary bytes:
+    /// no function panics, and each answers within its own promises.
+    #[test]
+    fn no_panic_on_any_input() {
+        use proptest::prelude::*;
+        use proptest::test_runner::TestRunner;
+
+        let word = prop_oneof![
+            Just(b"vllm".to_vec()),
+            Just(b"serve".to_vec()),
+            Just(b"python3".to_vec()),
+            Just(b"-m".to_vec()),
+            Just(b"vllm.entrypoints.openai.api_server".to_vec()),
+            Just(b"--port".to_vec()),
+            Just(b"--api-key".to_vec()),
+            Just(b"-r1".to_vec()),
+            Just(b"--node_rank=".to_vec()),
+            Just(b"-tp".to_vec()),
+            Just(b"-dpl".to_vec()),
+            Just(b"--nnodes".to_vec()),
+            Just(b"~".to_vec()),
+            Just(b"HOME".to_vec()),
+            Just(b"VLLM_CACHE_ROOT".to_vec()),
+            Just(b"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR".to_vec()),
+            Just(b"FLASHINFER_CUDA_ARCH_LIST".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ];
+        let argv = proptest::collection::vec(word, 0..10);
+        let mut runner = TestRunner::default();
+        runner
+            .run(
+                &(argv, proptest::collection::vec(any::<u8>(), 0..64)),
+                |(argv, bytes)| {
+                    let argv: Vec<OsString> = argv.into_iter().map(OsString::from_vec).collect();
+                    if let Some(l) = recognise(&argv) {
+                        prop_assert!(l.args_start <= argv.len());
+                        let _ = (l.model(&argv), l.config_file(&argv));
+                    }
+                    prop_assert_eq!(arg_roles(&argv).len(), argv.len());
+                    let sizes = ParallelSizes::from_args(&argv);
+                    if let (Some(r), Some(w)) = (sizes.local_ranks(), sizes.world()) {
+                        prop_assert!(r.start < r.end && r.end <= w);
+                    }
+                    let env: Vec<(OsString, OsString)> = argv
+                        .chunks(2)
+                        .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+                        .collect();
+                    let _ = (
+                        autotune_root(&env),
+                        managed_store_root(&env),
+                        arch_component(&env),
+                    );
+                    let text = String::from_utf8_lossy(&bytes);
+                    let _ = (file_kind(&text), layout_for_version(&text));
+                    let _ = launch_moe(&argv, Some(&bytes));
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
 }
