@@ -411,9 +411,13 @@ def model_config(model):
 def num_experts(conf):
     env = os.environ.get("FAKE_NUM_EXPERTS")
     if env is not None:
+        if not env.strip().isdigit():
+            raise UsageError(f"FAKE_NUM_EXPERTS={env!r}: expected a number")
         return int(env)
     if conf is None:
         return 256
+    if not isinstance(conf, dict):
+        raise UsageError("the model's config.json is not a JSON object")
     for section in (conf, conf.get("text_config") if isinstance(conf.get("text_config"), dict) else {}):
         for k in EXPERT_KEYS:
             v = section.get(k)
