@@ -180,8 +180,18 @@ fn layout_c_keeps_per_rank_files_and_a_warm_boot_writes_nothing() {
         );
         assert_eq!(parts[3], format!("autotune_configs_{want}.json"));
     }
-    // under EP each rank's MoE entries are its own: the files differ
+    // FlashInfer's save_configs format; under EP each rank's MoE entries
+    // are its own, so the files differ
     let bytes = |f: &String| std::fs::read(root.join(f)).unwrap();
+    for f in &listed {
+        let text = String::from_utf8(bytes(f)).unwrap();
+        assert!(
+            text.starts_with("{\n  \"_metadata\": {\n    \"flashinfer_version\": \"0.7.2.post1\""),
+            "{text:.80}"
+        );
+        let obj: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
+        assert_eq!(obj.keys().last().unwrap(), "_generation");
+    }
     assert_ne!(bytes(&listed[0]), bytes(&listed[1]));
     let before: Vec<(Vec<u8>, std::time::SystemTime)> = listed
         .iter()
@@ -215,7 +225,7 @@ fn layout_c_keeps_per_rank_files_and_a_warm_boot_writes_nothing() {
 }
 
 #[test]
-fn layout_c_gate_one_corrupt_file_retunes_a_json_array_fails_the_boot() {
+fn layout_c_gate_a_corrupt_file_or_a_refused_load_retunes_all_a_json_array_fails() {
     let home = tempfile::tempdir().unwrap();
     let tp = ["-tp", "2"];
     boot(home.path(), &tp, &[], 0);
@@ -225,6 +235,23 @@ fn layout_c_gate_one_corrupt_file_retunes_a_json_array_fails_the_boot() {
     let b = boot(home.path(), &tp, &[], 0);
     assert!(all_are(&b, "gate", "differs".into()));
     assert!(b.tuned_by_rank().values().all(|&t| t > 0));
+
+    // Rank 1 runs in another environment: its load is refused, so every
+    // rank clears what it loaded and re-tunes; rank 1 does not overwrite a
+    // file of another environment.
+    let kept = std::fs::read(root.join(&listed[0])).unwrap();
+    let other = [("FAKE_METADATA_RANK1_CUDA_VERSION", "12.9")];
+    let b = boot(home.path(), &tp, &other, 0);
+    assert!(all_are(&b, "gate", "cleared".into()));
+    let load = by_rank(&b, "load");
+    assert_eq!((&load[&0], &load[&1]), (&"ok".into(), &"rejected".into()));
+    assert!(b.tuned_by_rank().values().all(|&t| t > 0));
+    let saved = by_rank(&b, "saved");
+    assert_eq!(
+        (&saved[&0], &saved[&1]),
+        (&"merged".into(), &"skipped".into())
+    );
+    assert_ne!(std::fs::read(root.join(&listed[0])).unwrap(), kept);
 
     std::fs::write(root.join(&listed[1]), "[1, 2]").unwrap();
     let b = boot(home.path(), &tp, &[], 1);
