@@ -190,7 +190,7 @@ fn layout_c_keeps_per_rank_files_and_a_warm_boot_writes_nothing() {
             "{text:.80}"
         );
         let obj: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
-        assert_eq!(obj.keys().last().unwrap(), "_generation");
+        assert_eq!(obj.keys().next_back().unwrap(), "_generation");
     }
     assert_ne!(bytes(&listed[0]), bytes(&listed[1]));
     let before: Vec<(Vec<u8>, std::time::SystemTime)> = listed
