@@ -79,7 +79,11 @@ fn a_replica_started_while_the_first_tunes_waits_then_reuses_its_set() {
     let h = home();
     let root = cache_root(h.path());
     let arm = |load_ms: &str| {
-        keepwrap_engine(h.path(), &[], &[EP4_OFFLINE, &["--load-ms", load_ms]].concat())
+        keepwrap_engine(
+            h.path(),
+            &[],
+            &[EP4_OFFLINE, &["--load-ms", load_ms]].concat(),
+        )
     };
     let mut a = Running::spawn(&mut arm("1500"));
     a.wait_stderr("prune: kept 0", Duration::from_secs(30));
@@ -99,7 +103,11 @@ fn a_replica_started_while_the_first_tunes_waits_then_reuses_its_set() {
         b.stderr
     );
     assert_eq!(b.tuned(), 0, "the replica tunes nothing: {}", b.stderr);
-    assert_eq!(b.tactics(), a.tactics(), "the replica uses the first one's tactics");
+    assert_eq!(
+        b.tactics(),
+        a.tactics(),
+        "the replica uses the first one's tactics"
+    );
     assert!(
         b.logged("reused 4 cache files signed for this launch"),
         "{}",
@@ -137,7 +145,10 @@ fn a_replica_starts_once_the_first_is_done_and_signs_nothing_while_it_runs() {
     let mut b = Running::spawn(&mut server(free_port(), "1000"));
     b.wait_stderr("waiting up to 30m for launch ", Duration::from_secs(30));
     a.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(60));
-    b.wait_stderr("is done tuning; this launch goes on", Duration::from_secs(30));
+    b.wait_stderr(
+        "is done tuning; this launch goes on",
+        Duration::from_secs(30),
+    );
     b.wait_stderr("tuning is done: GET", Duration::from_secs(60));
     b.guard.signal(Signal::SIGTERM);
     a.guard.signal(Signal::SIGTERM);
@@ -179,7 +190,11 @@ fn the_wait_is_bounded_then_the_launch_goes_on_hands_off() {
         "{}",
         b.stderr
     );
-    assert!(!b.logged("prune:"), "hands-off prunes nothing: {}", b.stderr);
+    assert!(
+        !b.logged("prune:"),
+        "hands-off prunes nothing: {}",
+        b.stderr
+    );
     assert!(
         a.logged("used this cache root while this launch ran"),
         "{}",
@@ -222,7 +237,9 @@ fn term_while_waiting_for_another_launch_exits_143_without_starting_the_engine()
     let b = b.finish(Duration::from_secs(5));
     assert_eq!(b.code, 143, "{}", b.stderr);
     assert!(
-        b.logged("received SIGTERM before the engine started: exiting with 143 without starting it"),
+        b.logged(
+            "received SIGTERM before the engine started: exiting with 143 without starting it"
+        ),
         "{}",
         b.stderr
     );
@@ -231,7 +248,11 @@ fn term_while_waiting_for_another_launch_exits_143_without_starting_the_engine()
 
 #[test]
 fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
-    for (sig, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130), (Signal::SIGHUP, 129)] {
+    for (sig, code) in [
+        (Signal::SIGTERM, 143),
+        (Signal::SIGINT, 130),
+        (Signal::SIGHUP, 129),
+    ] {
         let h = home();
         let root = h.path().join("root");
         std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
@@ -244,7 +265,10 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
         lock.lock().unwrap();
         let mark = h.path().join("started");
         let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
-        b.wait_stderr("waiting up to 1m for the cache lock", Duration::from_secs(30));
+        b.wait_stderr(
+            "waiting up to 1m for the cache lock",
+            Duration::from_secs(30),
+        );
         b.guard.signal(sig);
         let b = b.finish(Duration::from_secs(5));
         assert_eq!(b.code, code, "{sig}: {}", b.stderr);
@@ -308,7 +332,18 @@ fn orphan(h: &Path, load_ms: &str) -> (GroupGuard, Running) {
     let mut a = Running::spawn(&mut keepwrap_engine(
         h,
         &[],
-        &["--tp", "2", "--ep", "2", "--gate", "fixed", "--port", &port, "--load-ms", load_ms],
+        &[
+            "--tp",
+            "2",
+            "--ep",
+            "2",
+            "--gate",
+            "fixed",
+            "--port",
+            &port,
+            "--load-ms",
+            load_ms,
+        ],
     ));
     let start = a.wait_stdout("the engine's start line", Duration::from_secs(30), |l| {
         l.contains("\"event\": \"start\"")
@@ -333,7 +368,17 @@ fn an_orphaned_engine_still_owns_the_root_nothing_is_pruned_or_signed_under_it()
     let b = boot(&mut keepwrap_engine(
         h.path(),
         &[],
-        &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline", "--load-ms", "2500"],
+        &[
+            "--tp",
+            "2",
+            "--ep",
+            "2",
+            "--gate",
+            "fixed",
+            "--offline",
+            "--load-ms",
+            "2500",
+        ],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
@@ -341,8 +386,16 @@ fn an_orphaned_engine_still_owns_the_root_nothing_is_pruned_or_signed_under_it()
         "{}",
         b.stderr
     );
-    assert!(!b.logged("prune:"), "nothing pruned under the orphan: {}", b.stderr);
-    assert!(sidecars(&root).is_empty(), "nothing signed: {:?}", sidecars(&root));
+    assert!(
+        !b.logged("prune:"),
+        "nothing pruned under the orphan: {}",
+        b.stderr
+    );
+    assert!(
+        sidecars(&root).is_empty(),
+        "nothing signed: {:?}",
+        sidecars(&root)
+    );
     assert!(pid_alive(engine.0), "the orphan did not crash");
     // Once the orphan is gone, the root is an ordinary one again.
     end_orphan(engine);
@@ -385,7 +438,8 @@ fn markers_of_ended_launches_are_removed() {
     assert_eq!(markers(&root).len(), 2, "{:?}", markers(&root));
     let a = a.finish(Duration::from_secs(30));
     assert!(
-        a.logged("not signing: launch ") && a.logged("ended) used this cache root while this launch ran"),
+        a.logged("not signing: launch ")
+            && a.logged("ended) used this cache root while this launch ran"),
         "{}",
         a.stderr
     );
@@ -398,8 +452,11 @@ fn a_fifo_or_a_link_to_dev_zero_among_the_markers_does_not_stop_the_start() {
     let root = h.path().join("root");
     let dir = root.join(".keepwrap/running");
     std::fs::create_dir_all(&dir).unwrap();
-    nix::unistd::mkfifo(&dir.join("1-1"), nix::sys::stat::Mode::from_bits_truncate(0o644))
-        .unwrap();
+    nix::unistd::mkfifo(
+        &dir.join("1-1"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
     symlink("/dev/zero", dir.join("2-2")).unwrap();
     let f = boot(keepwrap(&root).args(["--", "true"]));
     assert_eq!(f.code, 0, "{}", f.stderr);
@@ -484,7 +541,11 @@ fn replicas_at_random_offsets(trials: usize, seed: u64) {
         for off in &offsets {
             let at = t0 + Duration::from_millis(*off);
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
-            running.push(Running::spawn(&mut keepwrap_engine(h.path(), &[], EP4_OFFLINE)));
+            running.push(Running::spawn(&mut keepwrap_engine(
+                h.path(),
+                &[],
+                EP4_OFFLINE,
+            )));
         }
         let done: Vec<Finished> = running
             .into_iter()
@@ -495,8 +556,17 @@ fn replicas_at_random_offsets(trials: usize, seed: u64) {
             assert_eq!(f.code, 0, "no engine crashes: {}", ctx(f));
         }
         let tuners: Vec<&Finished> = done.iter().filter(|f| f.tuned() > 0).collect();
-        assert_eq!(tuners.len(), 1, "one replica tunes: {}", done.iter().map(ctx).collect::<Vec<_>>().join("\n---\n"));
-        assert!(tuners[0].logged("tuned and signed 4 cache files"), "{}", ctx(tuners[0]));
+        assert_eq!(
+            tuners.len(),
+            1,
+            "one replica tunes: {}",
+            done.iter().map(ctx).collect::<Vec<_>>().join("\n---\n")
+        );
+        assert!(
+            tuners[0].logged("tuned and signed 4 cache files"),
+            "{}",
+            ctx(tuners[0])
+        );
         for f in &done {
             assert!(
                 !f.logged("used this cache root while this launch ran"),
@@ -537,8 +607,15 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged("left its engine running on this cache root"), "{}", b.stderr);
-    assert!(sidecars(&root).is_empty(), "the orphan's files are never signed");
+    assert!(
+        b.logged("left its engine running on this cache root"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        sidecars(&root).is_empty(),
+        "the orphan's files are never signed"
+    );
     end_orphan(engine);
     // The orphan is gone: the next launch removes its unsigned files and tunes.
     let c = boot(&mut keepwrap_engine(
@@ -546,6 +623,10 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
         &[],
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],
     ));
-    assert!(c.code == 0 && c.logged("removed ") && c.tuned() > 0, "{}", c.stderr);
+    assert!(
+        c.code == 0 && c.logged("removed ") && c.tuned() > 0,
+        "{}",
+        c.stderr
+    );
     assert_eq!(sidecars(&root).len(), 2);
 }
