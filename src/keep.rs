@@ -641,8 +641,7 @@ fn wait_turn(
             },
             None => None,
         };
-        let seen = runs.scan();
-        runs.tidy(&seen);
+        let seen = runs.scan_and_tidy();
         let other = match running::verdict(me, &seen) {
             Verdict::Go => {
                 if let Some(other) = waited_for {

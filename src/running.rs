@@ -413,12 +413,15 @@ impl Runs {
 
     /// Every readable marker, with whether its launch is alive.
     pub fn scan(&self) -> Vec<Seen> {
-        scan_dir(self.dir.as_fd())
+        scan_dir(self.dir.as_fd()).0
     }
 
-    /// Remove ended markers no live launch needs (see [`tidy`]).
-    pub fn tidy(&self, seen: &[Seen]) {
-        tidy(self.dir.as_fd(), seen, None);
+    /// [`Runs::scan`], then remove the ended markers no live launch needs
+    /// (see [`tidy`]). Under the cache lock.
+    pub fn scan_and_tidy(&self) -> Vec<Seen> {
+        let (seen, strays) = scan_dir(self.dir.as_fd());
+        tidy(self.dir.as_fd(), &seen, &strays, None);
+        seen
     }
 
     /// Leave this launch's marker, in `state`, locked for its lifetime.
@@ -477,14 +480,23 @@ fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
     line
 }
 
-fn scan_dir(dir: BorrowedFd<'_>) -> Vec<Seen> {
+/// The markers in `dir`, and the names of unfinished registrations
+/// (`.<name>.tmp`).
+fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>) {
     let Ok(entries) = fsx::list_dir(dir) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let mut out = Vec::new();
+    let mut strays = Vec::new();
     let mut buf = Vec::new();
     for (name, kind) in entries {
-        if kind != Kind::File || name.starts_with(b".") {
+        if name.starts_with(b".") {
+            if kind == Kind::File {
+                strays.push(name);
+            }
+            continue;
+        }
+        if kind != Kind::File {
             continue;
         }
         let Ok(name) = String::from_utf8(name) else {
@@ -494,7 +506,7 @@ fn scan_dir(dir: BorrowedFd<'_>) -> Vec<Seen> {
             out.push(seen);
         }
     }
-    out
+    (out, strays)
 }
 
 fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<Seen> {
@@ -534,7 +546,7 @@ fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<See
 /// a live launch started before it did (that launch must not sign: this
 /// one ran alongside). `me` is left to the caller. Registrations that never
 /// finished are removed after a minute.
-fn tidy(dir: BorrowedFd<'_>, seen: &[Seen], me: Option<&str>) {
+fn tidy(dir: BorrowedFd<'_>, seen: &[Seen], strays: &[Vec<u8>], me: Option<&str>) {
     let live_starts: Vec<u128> = seen
         .iter()
         .filter(|s| s.live() && Some(s.name.as_str()) != me)
@@ -548,11 +560,8 @@ fn tidy(dir: BorrowedFd<'_>, seen: &[Seen], me: Option<&str>) {
             let _ = fsx::unlink_at(dir, s.name.as_str());
         }
     }
-    let Ok(entries) = fsx::list_dir(dir) else {
-        return;
-    };
     let now = SystemTime::now();
-    for (name, _) in entries.iter().filter(|(n, _)| n.starts_with(b".")) {
+    for name in strays {
         let old = fsx::lstat_at(dir, name.as_slice()).is_ok_and(|st| {
             let mtime = UNIX_EPOCH + Duration::from_secs(st.st_mtime.max(0) as u64);
             now.duration_since(mtime).is_ok_and(|age| age > TMP_STALE)
@@ -605,6 +614,7 @@ impl Marker {
     /// written some of the rank files).
     pub fn others(&self) -> Vec<Seen> {
         scan_dir(self.dir.as_fd())
+            .0
             .into_iter()
             .filter(|s| s.name != self.name && (s.live() || s.started >= self.started))
             .collect()
@@ -633,7 +643,7 @@ impl Drop for Marker {
     /// its lock on a file nobody reads).
     fn drop(&mut self) {
         let dir = self.dir.as_fd();
-        let seen = scan_dir(dir);
+        let (seen, strays) = scan_dir(dir);
         let needed = seen
             .iter()
             .any(|s| s.name != self.name && s.live() && s.started <= self.started);
@@ -647,7 +657,7 @@ impl Drop for Marker {
         } else {
             let _ = fsx::unlink_at(dir, self.name.as_str());
         }
-        tidy(dir, &seen, Some(&self.name));
+        tidy(dir, &seen, &strays, Some(&self.name));
     }
 }
 
@@ -736,6 +746,34 @@ mod tests {
                 ("--node-rank", "1".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
+        let root = tempfile::tempdir().unwrap();
+        let me = id("f00d", "beef", "-");
+        let m = Runs::open(root.path())
+            .unwrap()
+            .register(&me, State::Tuning)
+            .unwrap();
+        let runs = Runs::open(root.path()).unwrap();
+        let seen = runs.scan();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].life, seen[0].state, &seen[0].id),
+            (Life::Alive, State::Tuning, &me)
+        );
+        assert_eq!(
+            verdict(&id("f00d", "beef", "-"), &seen),
+            Verdict::Wait(&seen[0])
+        );
+        m.mark_done();
+        assert_eq!(runs.scan()[0].state, State::Done);
+        assert!(m.others().is_empty(), "a launch does not see itself");
+        drop(m);
+        assert!(runs.scan().is_empty());
+        let dir = root.path().join(".keepwrap/running");
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
     }
 
     #[test]
