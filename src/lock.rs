@@ -33,7 +33,8 @@ pub enum LockError {
     Io(std::io::Error),
 }
 
-fn hostname() -> String {
+/// The host name (in a pod: the pod's name), `?` when unknown.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()

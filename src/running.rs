@@ -5,7 +5,7 @@
 //! leaves a marker, `.keepwrap/running/<pid>-<start>`, one line:
 //!
 //! ```text
-//! tuning   <fingerprint> <start, ns since the epoch> <peer key> <rank>
+//! tuning   <fingerprint> <start, ns since the epoch> <peer key> <rank> <host>
 //! ```
 //!
 //! The first word is the launch's state, rewritten in place: `tuning` (its
@@ -221,6 +221,8 @@ pub struct Seen {
     pub started: u128,
     pub state: State,
     pub life: Life,
+    /// The host (pod) it runs on, as it said (`?` when unknown).
+    pub host: String,
 }
 
 impl Seen {
@@ -228,9 +230,14 @@ impl Seen {
         self.life != Life::Ended
     }
 
-    /// `launch 8c01d2e4... (pid 42)`
+    /// `launch 8c01d2e4... (pid 42 on host pod-a)`
     pub fn who(&self) -> String {
-        format!("launch {} (pid {})", short(&self.id.fingerprint), self.pid)
+        format!(
+            "launch {} (pid {} on host {})",
+            short(&self.id.fingerprint),
+            self.pid,
+            self.host
+        )
     }
 
     /// `2026-12-01T07:00:00Z`
@@ -259,9 +266,10 @@ impl std::fmt::Display for Seen {
         };
         write!(
             f,
-            "launch {} (pid {}, {what})",
+            "launch {} (pid {} on host {}, {what})",
             short(&self.id.fingerprint),
-            self.pid
+            self.pid,
+            self.host
         )
     }
 }
@@ -364,7 +372,8 @@ fn flock_held(file: &File) -> bool {
     }
 }
 
-fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, bool)> {
+/// `(identity, start, state, host, legacy)` of a marker's text.
+fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, String, bool)> {
     let pid_ok = name
         .split_once('-')
         .is_some_and(|(p, s)| p.parse::<u32>().is_ok() && s.parse::<u128>().is_ok());
@@ -373,7 +382,7 @@ fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, bool)> {
     }
     let f: Vec<&str> = text.split_whitespace().collect();
     match f.as_slice() {
-        [state, fp, started, peer, rank] => Some((
+        [state, fp, started, peer, rank, host] => Some((
             Identity {
                 fingerprint: fp.to_string(),
                 peer_key: peer.to_string(),
@@ -381,6 +390,7 @@ fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, bool)> {
             },
             started.parse().ok()?,
             State::parse(state),
+            host.to_string(),
             false,
         )),
         [fp, started] => Some((
@@ -391,6 +401,7 @@ fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, bool)> {
             },
             started.parse().ok()?,
             State::HandsOff,
+            "?".to_string(),
             true,
         )),
         _ => None,
@@ -470,9 +481,10 @@ impl Runs {
 
 fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
     let mut line = state.word().to_vec();
+    let host = token(&crate::lock::hostname());
     line.extend_from_slice(
         format!(
-            " {} {started} {} {}\n",
+            " {} {started} {} {} {host}\n",
             id.fingerprint, id.peer_key, id.rank
         )
         .as_bytes(),
@@ -518,7 +530,7 @@ fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<See
     buf.resize(st.st_size as usize, 0);
     let n = file.read_at(buf, 0).ok()?;
     let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let (id, started, state, legacy) = parse(name, text)?;
+    let (id, started, state, host, legacy) = parse(name, text)?;
     let life = if legacy {
         if flock_held(&file) {
             Life::Alive
@@ -539,6 +551,7 @@ fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<See
         started,
         state,
         life,
+        host,
     })
 }
 
@@ -681,6 +694,7 @@ mod tests {
             started: 1,
             state,
             life,
+            host: "h".into(),
         }
     }
 
@@ -780,7 +794,8 @@ mod tests {
     fn a_marker_line_round_trips() {
         let i = id("f00d", "beef", "node-rank=1");
         let l = line(State::Done, &i, 42);
-        let (j, started, state, legacy) = parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
+        let (j, started, state, _host, legacy) =
+            parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
         assert_eq!((j, started, state, legacy), (i, 42, State::Done, false));
         assert!(parse("junk", "tuning a 1 b c").is_none());
         assert_eq!(parse("7-42", "f00d 42").unwrap().2, State::HandsOff);
