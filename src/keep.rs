@@ -701,19 +701,19 @@ fn wait_turn(
 /// The one line a launch that goes on hands-off logs, naming the launch in
 /// its way and the topology that works.
 fn hands_off_line(why: Why, other: &Seen) {
-    let then = "this launch goes on without keeping the cache (prunes nothing, signs nothing)";
+    let then = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
     match why {
         Why::Peer => tracing::warn!(
             "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {then}, and so does that one; {ROOT_PER_POD}"
         ),
         Why::Orphan => tracing::warn!(
-            "{other} left its engine running on this cache root when keepwrap was killed: {then}, so that neither loads nor signs what that engine writes"
+            "{other} left its engine running on this cache root when keepwrap was killed: {then}, so that nothing is removed under that engine and nothing it writes is signed"
         ),
         Why::HandsOff => tracing::warn!(
             "{other} is using this cache root: {then}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
         ),
         Why::OtherLaunch => tracing::warn!(
-            "{other} is using this cache root: this launch goes on without keeping the cache, so that neither loads nor signs the other's files; {ROOT_PER_POD}"
+            "{other} is using this cache root: this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is), so that neither removes nor signs the other's files; {ROOT_PER_POD}"
         ),
     }
 }
