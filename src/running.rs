@@ -791,6 +791,38 @@ mod tests {
     }
 
     #[test]
+    fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
+        let of = |args: &[&str]| {
+            let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
+                .iter()
+                .chain(args)
+                .map(OsString::from)
+                .collect();
+            let opts = fingerprint::Options {
+                profile: fingerprint::ProfileName::Sglang,
+                env_prefixes: vec![],
+                volatile_env: vec![],
+                ignored_args: vec![],
+            };
+            let launch = Launch::new(&opts, &argv, &[]);
+            Identity::of(&launch, &opts, &argv, &[], &[])
+        };
+        let n0 = of(&["--nnodes", "2", "--node-rank", "0"]);
+        let n1 = of(&["--nnodes", "2", "--node-rank=1"]);
+        assert_ne!(n0.fingerprint, n1.fingerprint);
+        assert!(n0.is_peer_of(&n1) && n1.is_peer_of(&n0));
+        assert!(
+            !n0.is_peer_of(&of(&["--nnodes", "2", "--node-rank", "0"])),
+            "a replica"
+        );
+        let d0 = of(&["--data-parallel-rank", "0"]);
+        let d1 = of(&["--data-parallel-rank", "1"]);
+        assert!(d0.is_peer_of(&d1));
+        assert!(!d0.is_peer_of(&of(&["--data-parallel-rank", "1", "--tp", "4"])));
+        assert!(!of(&[]).is_peer_of(&of(&[])));
+    }
+
+    #[test]
     fn a_marker_line_round_trips() {
         let i = id("f00d", "beef", "node-rank=1");
         let l = line(State::Done, &i, 42);

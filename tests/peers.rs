@@ -329,6 +329,35 @@ fn nodes_of_one_multi_node_launch_on_one_root_never_wait_and_keep_nothing() {
     assert!(sidecars(&root).is_empty(), "nothing signed");
 }
 
+#[test]
+fn data_parallel_ranks_of_one_deployment_never_wait_for_each_other() {
+    let h = home();
+    let root = h.path().join("root");
+    // One command; rank 0 "tunes" until rank 1 has started (a wait would
+    // deadlock), rank 1 says it started.
+    let flag = h.path().join("rank1");
+    let script = format!(
+        "if [ \"$2\" = 1 ]; then touch {f}; exit 0; fi; \
+         for i in $(seq 300); do [ -e {f} ] && exit 0; sleep 0.1; done; exit 9",
+        f = flag.display()
+    );
+    let rank = |r: &str| {
+        let mut cmd = keepwrap(&root);
+        cmd.args(["--", "sh", "-c", &script, "sh", "--data-parallel-rank", r]);
+        cmd
+    };
+    let mut r0 = Running::spawn(&mut rank("0"));
+    r0.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    let r1 = boot(&mut rank("1"));
+    let r0 = r0.finish(Duration::from_secs(60));
+    assert_eq!((r0.code, r1.code), (0, 0), "{}\n{}", r0.stderr, r1.stderr);
+    assert!(
+        r1.logged("is another node or data-parallel rank of this multi-node launch"),
+        "{}",
+        r1.stderr
+    );
+}
+
 /// Start a server-mode launch, wait until its engine started, and SIGKILL
 /// keepwrap: the engine lives on. Returns the engine's pid (its group is
 /// killed when the guard drops) and the killed launch.
