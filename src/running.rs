@@ -381,19 +381,27 @@ fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, String, bool)
         return None;
     }
     let f: Vec<&str> = text.split_whitespace().collect();
+    // Only what keepwrap writes: hex digests and plain tokens (a planted
+    // marker never puts control characters into a log line).
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let plain = |s: &str| token(s) == s;
     match f.as_slice() {
-        [state, fp, started, peer, rank, host] => Some((
-            Identity {
-                fingerprint: fp.to_string(),
-                peer_key: peer.to_string(),
-                rank: rank.to_string(),
-            },
-            started.parse().ok()?,
-            State::parse(state),
-            host.to_string(),
-            false,
-        )),
-        [fp, started] => Some((
+        [state, fp, started, peer, rank, host]
+            if hex(fp) && hex(peer) && plain(rank) && plain(host) =>
+        {
+            Some((
+                Identity {
+                    fingerprint: fp.to_string(),
+                    peer_key: peer.to_string(),
+                    rank: rank.to_string(),
+                },
+                started.parse().ok()?,
+                State::parse(state),
+                host.to_string(),
+                false,
+            ))
+        }
+        [fp, started] if hex(fp) => Some((
             Identity {
                 fingerprint: fp.to_string(),
                 peer_key: String::new(),
@@ -765,7 +773,7 @@ mod tests {
     #[test]
     fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
         let root = tempfile::tempdir().unwrap();
-        let me = id("f00d", "beef", "-");
+        let me = id(&"f".repeat(64), &"b".repeat(64), "-");
         let m = Runs::open(root.path())
             .unwrap()
             .register(&me, State::Tuning)
@@ -824,12 +832,16 @@ mod tests {
 
     #[test]
     fn a_marker_line_round_trips() {
-        let i = id("f00d", "beef", "node-rank=1");
+        let i = id(&"f".repeat(64), &"b".repeat(64), "node-rank=1");
         let l = line(State::Done, &i, 42);
         let (j, started, state, _host, legacy) =
             parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
         assert_eq!((j, started, state, legacy), (i, 42, State::Done, false));
         assert!(parse("junk", "tuning a 1 b c").is_none());
-        assert_eq!(parse("7-42", "f00d 42").unwrap().2, State::HandsOff);
+        let planted = format!("tuning {} 1 {} \u{1b}[2J h", "a".repeat(64), "b".repeat(64));
+        assert!(parse("7-42", &planted).is_none(), "control characters");
+        assert!(parse("7-42", "tuning \u{e9}\u{e9}\u{e9}\u{e9}\u{e9} 1 b - h").is_none());
+        let legacy = format!("{} 42", "c".repeat(64));
+        assert_eq!(parse("7-42", &legacy).unwrap().2, State::HandsOff);
     }
 }
