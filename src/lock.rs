@@ -50,7 +50,17 @@ fn holder(file: &mut File) -> String {
     if s.is_empty() {
         "another process (it has not said who yet)".to_string()
     } else {
-        s.to_string()
+        // What another process wrote: never a control character in a log line.
+        s.chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect()
     }
 }
 

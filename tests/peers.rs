@@ -282,6 +282,36 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
 }
 
 #[test]
+fn what_the_lock_holder_wrote_never_forges_a_log_line() {
+    use std::io::Write;
+    let h = home();
+    let root = h.path().join("root");
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    let mut lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.write_all(b"pid 1 \x1b[2J\nkeepwrap: forged line\n")
+        .unwrap();
+    lock.lock().unwrap();
+    let f = boot(keepwrap(&root).args(["--lock-timeout", "300ms", "--", "true"]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(!f.stderr.contains('\x1b'), "{:?}", f.stderr);
+    assert!(
+        f.stderr.lines().all(|l| !l.starts_with("keepwrap: forged")),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.logged("held by pid 1 \\u{1b}[2J\\nkeepwrap: forged line"),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
 fn nodes_of_one_multi_node_launch_on_one_root_never_wait_and_keep_nothing() {
     let h = home();
     let root = cache_root(h.path());
