@@ -179,7 +179,7 @@ fn the_wait_is_bounded_then_the_launch_goes_on_hands_off() {
     let mut a = Running::spawn(&mut keepwrap_engine(
         h.path(),
         &[],
-        &[EP4_OFFLINE, &["--load-ms", "2500"]].concat(),
+        &[EP4_OFFLINE, &["--load-ms", "5000"]].concat(),
     ));
     a.wait_stderr("prune: kept 0", Duration::from_secs(30));
     let b = boot(&mut keepwrap_engine(
@@ -499,11 +499,14 @@ fn markers_of_ended_launches_are_removed() {
     assert_eq!(markers(&root), Vec::<String>::new());
     // A launch that ran alongside a longer one stays visible to it until
     // that one ends (it must not sign), then nothing is left.
-    let mut a = Running::spawn(keepwrap(&root).args(["--", "sh", "-c", "sleep 1.5"]));
+    let go = h.path().join("go");
+    let wait = format!("while [ ! -e {} ]; do sleep 0.05; done", go.display());
+    let mut a = Running::spawn(keepwrap(&root).args(["--", "sh", "-c", &wait]));
     a.wait_stderr("prune: kept 0", Duration::from_secs(30));
     let b = boot(keepwrap(&root).args(["--wait-for-tuning", "0s", "--", "true"]));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_eq!(markers(&root).len(), 2, "{:?}", markers(&root));
+    std::fs::write(&go, "").unwrap();
     let a = a.finish(Duration::from_secs(30));
     assert!(
         a.logged("not signing: launch ")
