@@ -101,6 +101,7 @@ impl Keeper {
             );
             return None;
         };
+        crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         let done = match args.done.resolve(argv) {
             Ok(done) => done,
             Err(e) => {

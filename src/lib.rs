@@ -3,6 +3,7 @@
 //!
 //! One module per concern:
 //! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`config`]: `keepwrap config`, the effective settings and where each came from;
 //! - [`canonical`]: JSON byte-identical to Python's `json.dumps`;
 //! - [`fingerprint`]: which parts of argv and environment identify a launch;
 //! - [`child`]: spawning the engine, signals, reaping, exit status;
@@ -32,6 +33,7 @@ pub mod cache;
 pub mod canonical;
 pub mod child;
 pub mod cli;
+pub mod config;
 pub mod explain;
 pub mod fingerprint;
 pub mod keep;
