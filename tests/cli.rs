@@ -7,41 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{repo, Finished, BIN};
-
-/// Run to the end (60 s deadline, then KILL) and collect all of its output.
-fn boot(cmd: &mut Command) -> Finished {
-    use std::process::Stdio;
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            panic!("keepwrap did not exit within 60 s");
-        }
-    };
-    Finished {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use common::{output as boot, repo, Finished, BIN};
 
 /// keepwrap with a scratch HOME and engine cache directory, and no
 /// `KEEPWRAP_*` variable from the test's own environment.
