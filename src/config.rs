@@ -183,15 +183,15 @@ fn runs_sglang(argv: &[OsString]) -> bool {
         .any(|a| a.to_string_lossy().to_ascii_lowercase().contains("sglang"))
 }
 
-/// The warning for a `--cache-dir` that is not the engine's cache directory
-/// (or below it) as the child's environment defines it, when the command runs
-/// SGLang: the engine writes elsewhere, and keepwrap would guard a directory
-/// the engine never reads.
-pub fn cache_dir_warning(
+/// The engine's cache directory, and the variable it derives from, when
+/// `--cache-dir` is neither it nor below it as the child's environment
+/// defines it and the command runs SGLang: the engine then writes elsewhere,
+/// and keepwrap would guard a directory the engine never reads.
+pub fn outside_engine_cache(
     cache_dir: Option<&Path>,
     argv: &[OsString],
     env: &[(OsString, OsString)],
-) -> Option<String> {
+) -> Option<(PathBuf, &'static str)> {
     let dir = cache_dir?;
     if !runs_sglang(argv) {
         return None;
@@ -205,17 +205,20 @@ pub fn cache_dir_warning(
     } else {
         "$HOME/.cache/sglang/flashinfer/autotune"
     };
-    Some(format!(
-        "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
-        dir.display(),
-        engine.display()
-    ))
+    Some((engine, from))
 }
 
-/// Log [`cache_dir_warning`], if any.
+/// Warn when `--cache-dir` is not where the engine writes
+/// ([`outside_engine_cache`]).
 pub fn warn_cache_dir(cache_dir: Option<&Path>, argv: &[OsString], env: &[(OsString, OsString)]) {
-    if let Some(w) = cache_dir_warning(cache_dir, argv, env) {
-        tracing::warn!("{w}");
+    if let (Some(dir), Some((engine, from))) =
+        (cache_dir, outside_engine_cache(cache_dir, argv, env))
+    {
+        tracing::warn!(
+            "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
+            dir.display(),
+            engine.display()
+        );
     }
 }
 
@@ -233,9 +236,12 @@ mod tests {
     fn only_an_sglang_command_is_checked() {
         let e = env(&[("HOME", "/nonexistent/home")]);
         let other = ["python3", "serve.py"].map(OsString::from).to_vec();
-        assert_eq!(cache_dir_warning(Some(Path::new("/c")), &other, &e), None);
+        assert_eq!(
+            outside_engine_cache(Some(Path::new("/c")), &other, &e),
+            None
+        );
         let serve = ["sglang", "serve"].map(OsString::from).to_vec();
-        assert!(cache_dir_warning(Some(Path::new("/c")), &serve, &e).is_some());
+        assert!(outside_engine_cache(Some(Path::new("/c")), &serve, &e).is_some());
     }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
@@ -252,14 +258,14 @@ mod tests {
             "/nonexistent/x/../c/flashinfer/autotune",
         ] {
             assert_eq!(
-                cache_dir_warning(Some(Path::new(ok)), &sglang(), &e),
+                outside_engine_cache(Some(Path::new(ok)), &sglang(), &e),
                 None,
                 "{ok}"
             );
         }
-        assert_eq!(cache_dir_warning(None, &sglang(), &e), None);
+        assert_eq!(outside_engine_cache(None, &sglang(), &e), None);
         assert_eq!(
-            cache_dir_warning(Some(Path::new("/x")), &sglang(), &[]),
+            outside_engine_cache(Some(Path::new("/x")), &sglang(), &[]),
             None,
             "no engine dir known"
         );
@@ -268,17 +274,19 @@ mod tests {
     #[test]
     fn cache_dir_elsewhere_warns_naming_both() {
         let e = env(&[("HOME", "/nonexistent/home")]);
-        let w = cache_dir_warning(Some(Path::new("/cache/pod-1")), &sglang(), &e).unwrap();
-        assert!(w.contains("/cache/pod-1"), "{w}");
-        assert!(
-            w.contains("/nonexistent/home/.cache/sglang/flashinfer/autotune"),
-            "{w}"
+        let (engine, from) =
+            outside_engine_cache(Some(Path::new("/cache/pod-1")), &sglang(), &e).unwrap();
+        assert_eq!(
+            engine,
+            Path::new("/nonexistent/home/.cache/sglang/flashinfer/autotune")
         );
+        assert_eq!(from, "$HOME/.cache/sglang/flashinfer/autotune");
         let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c"), ("HOME", "/h")]);
-        let w = cache_dir_warning(Some(Path::new("/nonexistent/c")), &sglang(), &e).unwrap();
-        assert!(w.contains("$SGLANG_CACHE_DIR/flashinfer/autotune"), "{w}");
+        let (_, from) =
+            outside_engine_cache(Some(Path::new("/nonexistent/c")), &sglang(), &e).unwrap();
+        assert_eq!(from, "$SGLANG_CACHE_DIR/flashinfer/autotune");
         // A prefix of the name is not a parent directory.
-        let w = cache_dir_warning(
+        let w = outside_engine_cache(
             Some(Path::new("/nonexistent/c/flashinfer/autotune2")),
             &sglang(),
             &e,

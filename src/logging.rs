@@ -95,8 +95,9 @@ pub struct LogLevel {
     pub filter: String,
     /// `default`, `variable` or `flag`.
     pub source: &'static str,
-    /// The warning to log once the subscriber is installed.
-    pub warning: Option<String>,
+    /// A `KEEPWRAP_LOG` value that is neither a level nor a filter: warned
+    /// about once the subscriber is installed.
+    pub unknown: Option<String>,
 }
 
 /// The filter from `-v`/`-q` counts and `KEEPWRAP_LOG` (empty counts as
@@ -105,13 +106,11 @@ pub struct LogLevel {
 pub fn level(verbose: u8, quiet: u8, var: Option<&str>) -> LogLevel {
     let var = var.map(str::trim).filter(|v| !v.is_empty());
     let parsed = var.map(|v| (v, parse_filter(v)));
-    let mut warning = None;
+    let mut unknown = None;
     let base = match &parsed {
         Some((_, Some(filter))) => filter.clone(),
         Some((raw, None)) => {
-            warning = Some(format!(
-                "KEEPWRAP_LOG={raw:?} is not a log level (off, error, warn, info, debug, trace) nor a filter such as keepwrap=debug: logging at info"
-            ));
+            unknown = Some(raw.to_string());
             "info".to_string()
         }
         None => "info".to_string(),
@@ -124,7 +123,7 @@ pub fn level(verbose: u8, quiet: u8, var: Option<&str>) -> LogLevel {
         return LogLevel {
             filter: base,
             source,
-            warning,
+            unknown,
         };
     }
     let at = LEVELS.iter().position(|l| *l == base).unwrap_or(3) as i32;
@@ -132,7 +131,7 @@ pub fn level(verbose: u8, quiet: u8, var: Option<&str>) -> LogLevel {
     LogLevel {
         filter: LEVELS[at as usize].to_string(),
         source: "flag",
-        warning,
+        unknown,
     }
 }
 
@@ -144,8 +143,8 @@ pub fn init(format: LogFormat) {
     );
 }
 
-/// Install the subscriber with `level`'s filter, then log its warning if it
-/// has one. Safe to call once per process.
+/// Install the subscriber with `level`'s filter, then warn about an unknown
+/// `KEEPWRAP_LOG` value. Safe to call once per process.
 pub fn init_with(format: LogFormat, level: &LogLevel) {
     let filter = EnvFilter::try_new(&level.filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -159,8 +158,10 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
             .with_target(false)
             .try_init(),
     };
-    if let Some(w) = &level.warning {
-        tracing::warn!("{w}");
+    if let Some(raw) = &level.unknown {
+        tracing::warn!(
+            "KEEPWRAP_LOG={raw:?} is not a log level (off, error, warn, info, debug, trace) nor a filter such as keepwrap=debug: logging at info"
+        );
     }
 }
 
@@ -201,6 +202,6 @@ mod tests {
         assert_eq!(level(0, 1, Some("debug")).source, "flag");
         let bogus = level(0, 0, Some("bogus"));
         assert_eq!((bogus.filter.as_str(), bogus.source), ("info", "default"));
-        assert!(bogus.warning.unwrap().contains("bogus"));
+        assert_eq!(bogus.unknown.as_deref(), Some("bogus"));
     }
 }
