@@ -108,9 +108,14 @@ pub struct StatusCmd {
     #[arg(long)]
     pub zero: bool,
 
-    /// Also hash every signed cache file (slower): report changed bytes as corrupt
+    /// Also hash every signed cache file (slower): report changed bytes as
+    /// corrupt, and exit 1 if any file is corrupt
     #[arg(long)]
     pub verify: bool,
+
+    /// The store's limit, to show its use against (as for a run)
+    #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
+    pub store_max_size: u64,
 
     /// Also list what each node of a multi-node launch published to this share
     #[arg(
@@ -498,6 +503,7 @@ pub fn main() -> ExitCode {
         Some(Sub::Config(c)) => {
             crate::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
         }
+        Some(Sub::ShareStatus(cmd)) if cmd.json => crate::status::share_status_json(&cmd.share),
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
@@ -517,6 +523,7 @@ pub fn main() -> ExitCode {
                 cmd.json,
                 cmd.zero,
                 cmd.verify,
+                cmd.store_max_size,
             );
             match &cmd.share {
                 Some(dir) if code == ExitCode::SUCCESS => {
@@ -592,4 +599,8 @@ pub struct ShareStatusCmd {
     /// The share directory
     #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
     pub share: PathBuf,
+
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
 }

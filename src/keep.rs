@@ -470,6 +470,7 @@ impl Keeper {
                     st.tunes += 1;
                 }
             });
+            crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
         }
     }
 

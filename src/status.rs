@@ -29,6 +29,7 @@ pub fn run(
     json_out: bool,
     zero: bool,
     verify: bool,
+    store_max_size: u64,
 ) -> ExitCode {
     let Some(root) = root else {
         eprintln!(
@@ -52,7 +53,8 @@ pub fn run(
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         Launch::new(opts, command, &env).fingerprint().to_string()
     });
-    let report = report(&root, fp.as_deref(), verify);
+    let mut report = report(&root, fp.as_deref(), verify);
+    report["store_max_size"] = json!(store_max_size);
     let text = if json_out {
         let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
         v.push(b'\n');
@@ -60,11 +62,36 @@ pub fn run(
     } else {
         render(&report).into_bytes()
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(&text).and_then(|()| stdout.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::FAILURE,
+    if !print(&text) {
+        return ExitCode::FAILURE;
     }
+    let corrupt = report["totals"]["corrupt"]["files"].as_u64().unwrap_or(0);
+    if verify && corrupt > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `42.0 s`, `12 min 5 s`, `3 h 20 min`: how long something took.
+pub fn duration_text(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        return format!("{s:.1} s");
+    }
+    let whole = d.as_secs();
+    let (h, m, sec) = (whole / 3600, whole % 3600 / 60, whole % 60);
+    if h == 0 {
+        format!("{m} min {sec} s")
+    } else {
+        format!("{h} h {m} min")
+    }
+}
+
+fn ms_text(v: &Value) -> String {
+    duration_text(std::time::Duration::from_millis(v.as_u64().unwrap_or(0)))
 }
 
 fn zero_stats(root: &Path) -> std::io::Result<()> {
@@ -192,9 +219,16 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
         "files": rows,
         "store": store_rows,
         "totals": totals_v,
-        "stats": stats,
+        "stats": stats_json(&stats),
         "plan": fp.map(|_| json!({"keep": keep, "restore": restore, "store": to_store, "remove": remove})),
     })
+}
+
+/// The statistics, with the hit rate (percent; null before any reuse or tune).
+fn stats_json(stats: &Stats) -> Value {
+    let mut v = json!(stats);
+    v["hit_rate"] = json!(stats.hit_rate());
+    v
 }
 
 fn when(v: &Value, now: u64) -> String {
@@ -277,6 +311,16 @@ pub fn render(r: &Value) -> String {
         s["entries"],
         size_text(s["size"].as_u64().unwrap_or(0))
     );
+    if let Some(limit) = r["store_max_size"].as_u64().filter(|&l| l > 0) {
+        let used = s["size"].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "store: {} of {} (--store-max-size), {:.0}% used",
+            size_text(used),
+            size_text(limit),
+            100.0 * used as f64 / limit as f64
+        );
+    }
     let st = &r["stats"];
     let _ = writeln!(
         out,
@@ -288,6 +332,20 @@ pub fn render(r: &Value) -> String {
             .unwrap_or_default(),
         st["launches"], st["reuses"], st["tunes"], st["removed"], st["stored"], st["restored"], st["evicted"]
     );
+    let (reuses, tunes) = (
+        st["reuses"].as_u64().unwrap_or(0),
+        st["tunes"].as_u64().unwrap_or(0),
+    );
+    let hit_rate = st["hit_rate"]
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |h| format!("{h:.0}%"));
+    let _ = writeln!(
+        out,
+        "what the cache saved: hit rate {hit_rate} ({reuses} reuses of {} launches that reused or tuned); tuning time saved {} (tuning boots took {})",
+        reuses + tunes,
+        ms_text(&st["saved_ms"]),
+        ms_text(&st["tuning_ms"])
+    );
     if let Some(p) = r["plan"].as_object() {
         let _ = writeln!(
             out,
@@ -296,4 +354,79 @@ pub fn render(r: &Value) -> String {
         );
     }
     out
+}
+
+/// `keepwrap share-status --json`: every node publication of the share, by
+/// cluster, with the nodes that have not published.
+pub fn share_status_json(share: &Path) -> ExitCode {
+    let pubs = match crate::share::status(share) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "keepwrap: error: cannot read the share {}: {e}",
+                share.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = now_secs();
+    let mut clusters: Vec<(String, Vec<&crate::share::NodePublication>)> = Vec::new();
+    for p in &pubs {
+        match clusters
+            .iter_mut()
+            .find(|(c, _)| *c == p.cluster_fingerprint)
+        {
+            Some((_, nodes)) => nodes.push(p),
+            None => clusters.push((p.cluster_fingerprint.clone(), vec![p])),
+        }
+    }
+    clusters.sort_by(|a, b| a.0.cmp(&b.0));
+    let clusters: Vec<Value> = clusters
+        .into_iter()
+        .map(|(cluster, nodes)| {
+            let n = nodes.iter().map(|p| p.nnodes).max().unwrap_or(0);
+            let mut rows: Vec<Value> = nodes
+                .iter()
+                .map(|p| {
+                    let state = if p.published_at.is_some() && p.problem.is_none() {
+                        "published"
+                    } else {
+                        "unusable"
+                    };
+                    json!({
+                        "node_rank": p.node_rank,
+                        "nnodes": p.nnodes,
+                        "state": state,
+                        "published_at": p.published_at,
+                        "published_at_utc": p.published_at_utc,
+                        "age_secs": p.published_at.map(|t| now.saturating_sub(t)),
+                        "files": p.files,
+                        "size": p.bytes,
+                        "problem": p.problem,
+                    })
+                })
+                .collect();
+            for r in 0..n {
+                if !nodes.iter().any(|p| p.node_rank == r) {
+                    rows.push(json!({"node_rank": r, "nnodes": n, "state": "not published"}));
+                }
+            }
+            rows.sort_by_key(|v| v["node_rank"].as_u64());
+            json!({"cluster_fingerprint": cluster, "nnodes": n, "nodes": rows})
+        })
+        .collect();
+    let out = json!({"share": share.display().to_string(), "now": now, "clusters": clusters});
+    let mut text = serde_json::to_vec_pretty(&out).expect("a Value serializes");
+    text.push(b'\n');
+    if print(&text) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Write `text` to stdout; false when it cannot (a closed pipe).
+fn print(text: &[u8]) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text).and_then(|()| stdout.flush()).is_ok()
 }
