@@ -25,7 +25,7 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
     version,
     long_version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap evict [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -65,6 +65,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Sub {
+    /// Evict stored sets of other launches from the store, under the lock:
+    /// every one (--all), those unused for longer than --older-than, or one
+    /// launch's (FINGERPRINT, or a unique prefix of 8 or more digits)
+    Evict(EvictCmd),
+    /// Evict every stored set (as `evict --all`); the cache files of the
+    /// root itself are left alone
+    Clean(CleanCmd),
     /// Print the effective settings (options before `config`, KEEPWRAP_*
     /// variables, defaults), each with where it came from
     Config(ConfigCmd),
@@ -78,6 +85,44 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "older_than", "fingerprint"])))]
+pub struct EvictCmd {
+    /// Every stored set
+    #[arg(long)]
+    pub all: bool,
+
+    /// The stored sets whose launch was not used for longer than DURATION
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub older_than: Option<Duration>,
+
+    /// The stored set of this launch (a unique prefix of 8 or more digits)
+    #[arg(value_name = "FINGERPRINT")]
+    pub fingerprint: Option<String>,
+
+    #[command(flatten)]
+    pub root: RootArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanCmd {
+    #[command(flatten)]
+    pub root: RootArgs,
+}
+
+/// Which cache root a maintenance command works on, and how long it waits
+/// for the lock.
+#[derive(Debug, Args)]
+pub struct RootArgs {
+    /// Autotune cache root (resolved as for a run)
+    #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// How long to wait for a launch's lock on the cache root
+    #[arg(long, env = "KEEPWRAP_LOCK_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lock_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -500,6 +545,15 @@ pub fn main() -> ExitCode {
         return crate::config::print(&cmd, &matches, &cli.run, &level, &cli.command, false);
     }
     match cli.subcommand {
+        Some(Sub::Evict(cmd)) => {
+            let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
+                (_, Some(d), _) => crate::status::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::status::Evict::Launch(fp),
+                _ => crate::status::Evict::All,
+            };
+            crate::status::evict(&cmd.root, which)
+        }
+        Some(Sub::Clean(cmd)) => crate::status::evict(&cmd.root, crate::status::Evict::All),
         Some(Sub::Config(c)) => {
             crate::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
         }

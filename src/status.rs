@@ -75,18 +75,25 @@ pub fn run(
     ExitCode::SUCCESS
 }
 
-/// `42.0 s`, `12 min 5 s`, `3 h 20 min`: how long something took.
+/// `42.0 s`, `12 min 5 s`, `3 h 20 min`, `2 days 4 h`: how long something
+/// took or lasts.
 pub fn duration_text(d: std::time::Duration) -> String {
     let s = d.as_secs_f64();
     if s < 60.0 {
         return format!("{s:.1} s");
     }
     let whole = d.as_secs();
-    let (h, m, sec) = (whole / 3600, whole % 3600 / 60, whole % 60);
-    if h == 0 {
-        format!("{m} min {sec} s")
-    } else {
-        format!("{h} h {m} min")
+    let (days, h, m, sec) = (
+        whole / 86400,
+        whole % 86400 / 3600,
+        whole % 3600 / 60,
+        whole % 60,
+    );
+    match (days, h) {
+        (0, 0) => format!("{m} min {sec} s"),
+        (0, h) => format!("{h} h {m} min"),
+        (1, h) => format!("1 day {h} h"),
+        (d, h) => format!("{d} days {h} h"),
     }
 }
 
@@ -96,19 +103,123 @@ fn ms_text(v: &Value) -> String {
 
 fn zero_stats(root: &Path) -> std::io::Result<()> {
     let store = Store::open(root)?;
-    let _lock = crate::lock::acquire(
-        store.state_fd(),
+    let _lock = lock(
+        &store,
         std::time::Duration::from_secs(60),
         "keepwrap status --zero",
-    )
-    .map_err(|e| match e {
+    )?;
+    Stats::zero(store.state_fd())
+}
+
+/// The lock of the store's root, or why not.
+fn lock(
+    store: &Store,
+    timeout: std::time::Duration,
+    what: &str,
+) -> std::io::Result<crate::lock::CacheLock> {
+    crate::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
         crate::lock::LockError::Io(e) => e,
         crate::lock::LockError::TimedOut(who) => std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!("the lock is held by {who}"),
         ),
-    })?;
-    Stats::zero(store.state_fd())
+    })
+}
+
+/// Which stored sets `keepwrap evict` removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evict {
+    All,
+    OlderThan(std::time::Duration),
+    /// A fingerprint, or a unique prefix of it (8 digits or more).
+    Launch(String),
+}
+
+/// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
+/// one line each (stderr), then a summary line (stdout).
+pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let Some(root) = crate::keep::root_from(args.cache_dir.as_deref(), &env) else {
+        eprintln!(
+            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
+        );
+        return ExitCode::FAILURE;
+    };
+    let Some(store) = Store::open_existing(&root) else {
+        println!(
+            "evicted 0 stored sets (0 files, 0 B): {} has no store",
+            root.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let launch = match &which {
+        Evict::Launch(prefix) => {
+            let p = prefix.to_ascii_lowercase();
+            if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
+                return ExitCode::from(crate::cli::EXIT_USAGE);
+            }
+            Some(p)
+        }
+        _ => None,
+    };
+    let _lock = match lock(&store, args.lock_timeout, "keepwrap evict") {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "keepwrap: error: cannot take the cache lock of {}: {e}",
+                root.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = now_secs();
+    if let Some(p) = &launch {
+        let matching: Vec<String> = store
+            .entries()
+            .into_iter()
+            .map(|e| e.manifest.fingerprint)
+            .filter(|fp| fp.starts_with(p.as_str()))
+            .collect();
+        if matching.len() != 1 {
+            eprintln!(
+                "keepwrap: error: {} stored sets match {p}{}",
+                matching.len(),
+                if matching.is_empty() {
+                    ""
+                } else {
+                    ": give more digits"
+                }
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let why = match &which {
+        Evict::All => "keepwrap evict --all".to_string(),
+        Evict::OlderThan(d) => format!("keepwrap evict --older-than {}", duration_text(*d)),
+        Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
+    };
+    let evicted = store.evict_where(now, &why, |e, used| match &which {
+        Evict::All => true,
+        Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
+        Evict::Launch(_) => launch
+            .as_deref()
+            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
+    });
+    let files: usize = evicted.iter().map(|e| e.manifest.members.len()).sum();
+    let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
+    let n = evicted.len() as u64;
+    if n > 0 {
+        crate::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
+    }
+    let left = store.entries();
+    println!(
+        "evicted {n} stored sets ({files} files, {}); {} left in the store ({})",
+        size_text(bytes),
+        left.len(),
+        size_text(left.iter().map(|e| e.bytes).sum())
+    );
+    ExitCode::SUCCESS
 }
 
 /// The whole report as JSON (what `--json` prints; the text form renders it).
@@ -429,4 +540,26 @@ pub fn share_status_json(share: &Path) -> ExitCode {
 fn print(text: &[u8]) -> bool {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text).and_then(|()| stdout.flush()).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_text;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        for (secs, text) in [
+            (0.04, "0.0 s"),
+            (42.05, "42.0 s"),
+            (59.9, "59.9 s"),
+            (60.0, "1 min 0 s"),
+            (725.0, "12 min 5 s"),
+            (12_000.0, "3 h 20 min"),
+            (86_400.0 + 3600.0, "1 day 1 h"),
+            (30.0 * 86_400.0, "30 days 0 h"),
+        ] {
+            assert_eq!(duration_text(Duration::from_secs_f64(secs)), text, "{secs}");
+        }
+    }
 }

@@ -9,24 +9,17 @@ use std::process::Command;
 
 use common::*;
 
-/// The fake engine's launch, offline (done at a clean exit), 40 ms per
-/// tuned shape so a tuning boot is measurably longer than a reuse.
+/// The fake engine's launch (TP2 with EP2, offline: done at a clean exit),
+/// with `extra` engine arguments.
+fn engine(home: &Path, extra: &[&str]) -> Command {
+    let mut args = vec!["--tp", "2", "--ep", "2", "--gate", "stock", "--offline"];
+    args.extend_from_slice(extra);
+    keepwrap_engine(home, &[], &args)
+}
+
+/// 40 ms per tuned shape, so a tuning boot is measurably longer than a reuse.
 fn launch(home: &Path) -> Command {
-    keepwrap_engine(
-        home,
-        &[],
-        &[
-            "--tp",
-            "2",
-            "--ep",
-            "2",
-            "--gate",
-            "stock",
-            "--offline",
-            "--tune-ms",
-            "40",
-        ],
-    )
+    engine(home, &["--tune-ms", "40"])
 }
 
 fn status(home: &Path, args: &[&str]) -> Finished {
@@ -130,4 +123,150 @@ fn status_verify_fails_on_a_changed_file() {
         "{:?}",
         f.stdout
     );
+}
+
+/// Two other launches' sets in the store: A (prefill 1024) and B (2048),
+/// then C (4096) in place. Returns the stored fingerprints, A's first.
+fn two_stored_sets(home: &Path) -> Vec<String> {
+    let mut fps = Vec::new();
+    for chunked in ["1024", "2048", "4096"] {
+        let b = boot(&mut engine(home, &["--chunked-prefill-size", chunked]));
+        assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+        let fp = b
+            .log()
+            .iter()
+            .find_map(|l| l.strip_prefix("keepwrap: launch fingerprint "))
+            .map(|l| l[..8].to_string())
+            .unwrap();
+        fps.push(fp);
+    }
+    let stored = stored(home);
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert!(stored[0].starts_with(&fps[0]) || stored[1].starts_with(&fps[0]));
+    fps.truncate(2);
+    fps
+}
+
+/// The fingerprints of the store's sets.
+fn stored(home: &Path) -> Vec<String> {
+    let f = status(home, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    v["store"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["fingerprint"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn maintenance(home: &Path, args: &[&str]) -> Finished {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("KEEPWRAP_CACHE_DIR")
+        .env("SGLANG_CACHE_DIR", home.join("sglang"))
+        .args(args);
+    output(&mut cmd)
+}
+
+#[test]
+fn evict_and_clean_remove_stored_sets_with_a_summary() {
+    let h = tempfile::tempdir().unwrap();
+    let fps = two_stored_sets(h.path());
+    let files_before = cache_files(&cache_root(h.path()));
+
+    // Usage: one of --all, --older-than, FINGERPRINT; a prefix of 8 digits.
+    assert_eq!(maintenance(h.path(), &["evict"]).code, 2);
+    assert_eq!(maintenance(h.path(), &["evict", "ab12"]).code, 2);
+    let f = maintenance(h.path(), &["evict", "00000000"]);
+    assert_eq!(f.code, 1, "{}", f.stderr);
+    assert!(
+        f.stderr.contains("0 stored sets match 00000000"),
+        "{}",
+        f.stderr
+    );
+
+    // Nothing is older than an hour.
+    let f = maintenance(h.path(), &["evict", "--older-than", "1h"]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 0 stored sets (0 files, 0 B); 2 left in the store ("),
+        "{:?}",
+        f.stdout
+    );
+
+    // One launch's set, by its prefix.
+    let f = maintenance(h.path(), &["evict", &fps[0]]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 1 stored sets (2 files, "),
+        "{:?}",
+        f.stdout
+    );
+    assert!(
+        f.stdout[0].contains("); 1 left in the store ("),
+        "{:?}",
+        f.stdout
+    );
+    assert!(
+        f.stderr.contains(&format!(
+            "keepwrap: evicted the stored set of launch {}...",
+            fps[0]
+        )) && f.stderr.contains(": keepwrap evict FINGERPRINT"),
+        "{}",
+        f.stderr
+    );
+    let left = stored(h.path());
+    assert_eq!(left.len(), 1);
+    assert!(left[0].starts_with(&fps[1]));
+
+    // clean: the rest; the root's own cache files stay.
+    let f = maintenance(h.path(), &["clean"]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 1 stored sets (2 files, ")
+            && f.stdout[0].contains("); 0 left in the store (0 B)"),
+        "{:?}",
+        f.stdout
+    );
+    assert!(stored(h.path()).is_empty());
+    assert_eq!(cache_files(&cache_root(h.path())), files_before);
+    let f = status(h.path(), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    assert_eq!(v["stats"]["evicted"], 2, "{}", v["stats"]);
+}
+
+#[test]
+fn evict_works_under_the_lock() {
+    let h = tempfile::tempdir().unwrap();
+    two_stored_sets(h.path());
+    let lock = h.path().join("sglang/flashinfer/autotune/.keepwrap/lock");
+    // Another process holds the lock.
+    let mut holder = Guard::spawn(
+        Command::new("python3")
+            .args(["-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"])
+            .arg(&lock)
+            .stdout(std::process::Stdio::piped()),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let f = maintenance(h.path(), &["evict", "--all", "--lock-timeout", "300ms"]);
+    assert_eq!(f.code, 1, "{}", f.stderr);
+    assert!(
+        f.stderr.contains("cannot take the cache lock"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(
+        stored(h.path()).len(),
+        2,
+        "nothing evicted without the lock"
+    );
+    drop(holder);
+    let f = maintenance(h.path(), &["evict", "--all"]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(stored(h.path()).is_empty());
 }
