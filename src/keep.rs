@@ -379,15 +379,7 @@ impl Keeper {
         if landed.is_empty() {
             return;
         }
-        for rel in &landed {
-            let entries = cache::entry_count(&self.root.join(rel))
-                .map_or_else(|why| why, |n| format!("{n} entries"));
-            tracing::info!(
-                "landed {} ({entries}, {} after the launch)",
-                rel.display(),
-                secs(now - self.launched)
-            );
-        }
+        crate::progress::landed(&self.root, &landed, now - self.launched);
         self.last_landing = Some(now);
         if self.phase == Phase::Signed && self.alone() {
             let Ok(_lock) = self.commit_lock() else {

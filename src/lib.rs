@@ -15,6 +15,7 @@
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
+//! - [`progress`]: tuning progress as rank files land, summed up for large launches;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
 //! - [`running`]: which launches use a cache root right now;
@@ -39,6 +40,7 @@ pub mod fingerprint;
 pub mod keep;
 pub mod lock;
 pub mod logging;
+pub mod progress;
 pub mod ready;
 pub mod running;
 pub mod share;
