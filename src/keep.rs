@@ -152,7 +152,7 @@ impl Keeper {
         };
         if let Some(other) = marker.others().into_iter().find(|o| o.alive) {
             tracing::warn!(
-                "{other} is using this cache root: this launch goes on without keeping the cache, so that neither loads nor signs the other's files"
+                "{other} is using this cache root: this launch goes on without keeping the cache, so that neither loads nor signs the other's files; give each launch its own root with SGLANG_CACHE_DIR (a root per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))"
             );
             // Stay visible to that launch until exit: it must not sign what
             // this engine writes.

@@ -13,11 +13,7 @@ use common::{output as boot, repo, Finished, BIN};
 /// `KEEPWRAP_*` variable from the test's own environment.
 fn kw(home: &Path) -> Command {
     let mut cmd = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("KEEPWRAP_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::without_keepwrap_env(&mut cmd);
     cmd.env("HOME", home)
         .env("SGLANG_CACHE_DIR", home.join("sglang"));
     cmd

@@ -14,11 +14,7 @@ fn demo() -> Command {
         .env_remove("KEEPWRAP_BIN")
         .env_remove("DEMO_DIR")
         .env_remove("SGLANG_CACHE_DIR");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("KEEPWRAP_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::without_keepwrap_env(&mut cmd);
     cmd
 }
 

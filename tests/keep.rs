@@ -478,6 +478,12 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
         "{}",
         b.stderr
     );
+    // The advice names the fix that works: where the engine writes.
+    assert!(
+        b.logged("give each launch its own root with SGLANG_CACHE_DIR"),
+        "{}",
+        b.stderr
+    );
     assert!(
         a.logged("used this cache root while this launch ran; their rank files may be mixed"),
         "{}",

@@ -156,11 +156,7 @@ fn keepwrap_config(container: &Value, what: &str) -> Value {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
     cmd.env("HOME", home.path()).env_remove("SGLANG_CACHE_DIR");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("KEEPWRAP_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::without_keepwrap_env(&mut cmd);
     for e in container["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().unwrap();
         if let (true, Some(v)) = (name.starts_with("KEEPWRAP_"), e["value"].as_str()) {

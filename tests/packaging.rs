@@ -54,11 +54,7 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
     let home = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(common::BIN);
     cmd.env("HOME", home.path());
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("KEEPWRAP_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::without_keepwrap_env(&mut cmd);
     for (k, v) in &settings {
         cmd.env(k, v);
     }

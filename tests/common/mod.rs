@@ -390,3 +390,13 @@ pub fn output(cmd: &mut Command) -> Finished {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// `cmd` without any `KEEPWRAP_*` variable of the test's own environment.
+pub fn without_keepwrap_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("KEEPWRAP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
