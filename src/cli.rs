@@ -35,7 +35,7 @@ pub struct Cli {
     #[command(flatten)]
     pub run: RunArgs,
 
-    /// Log format on stderr (the filter comes from KEEPWRAP_LOG, `info` by default)
+    /// Log format on stderr (the level: -v/-q, else KEEPWRAP_LOG, else info)
     #[arg(
         long,
         value_enum,

@@ -314,3 +314,18 @@ fn the_leader_worker_set_keeps_a_cache_root_per_pod_and_shares() {
         }
     }
 }
+
+#[test]
+fn the_deployment_keeps_a_root_that_outlives_its_pods() {
+    // A Deployment's pod names change at every rollout: a root named after
+    // the pod would start cold every time.
+    let docs = documents("deployment-sglang.yaml");
+    let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    let cache = env_value(c, "SGLANG_CACHE_DIR").unwrap()["value"]
+        .as_str()
+        .unwrap();
+    assert!(!cache.contains("$("), "{cache}");
+    // A ReadWriteOnce claim: the old pod must go before the new one mounts it.
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+}
