@@ -66,10 +66,18 @@ pub fn run(
         return ExitCode::FAILURE;
     }
     let corrupt = report["totals"]["corrupt"]["files"].as_u64().unwrap_or(0);
+    let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
     if verify && corrupt > 0 {
         eprintln!(
             "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
         );
+    }
+    if verify && stored > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {stored} stored sets are not intact (see the corrupt rows); they are removed when their launch returns"
+        );
+    }
+    if verify && corrupt + stored > 0 {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
@@ -286,8 +294,15 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
     let mut stored_bytes = 0u64;
     let mut store_rows = Vec::with_capacity(entries.len());
     let mut restore = 0usize;
+    let mut stored_corrupt = 0usize;
     for e in &entries {
         let m = &e.manifest;
+        // With --verify, every stored set is hashed whole, as a restore would.
+        let bad = match (&store, verify) {
+            (Some(s), true) => s.verify_entry(&m.fingerprint).err(),
+            _ => None,
+        };
+        stored_corrupt += usize::from(bad.is_some());
         stored_files += m.members.len();
         stored_bytes += e.bytes;
         let last_used = used.get(&m.fingerprint).copied().unwrap_or(m.stored_at);
@@ -301,7 +316,8 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
         });
         store_rows.push(json!({
             "path": format!("{STATE_DIR}/store/{}/", m.fingerprint),
-            "state": "stored",
+            "state": if bad.is_some() { "stored, corrupt" } else { "stored" },
+            "why": bad,
             "fingerprint": m.fingerprint,
             "files": m.members.len(),
             "size": e.bytes,
@@ -321,7 +337,7 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
     }
     totals_v.insert(
         "stored".into(),
-        json!({"entries": entries.len(), "files": stored_files, "size": stored_bytes}),
+        json!({"entries": entries.len(), "files": stored_files, "size": stored_bytes, "corrupt": stored_corrupt}),
     );
     json!({
         "root": root.display().to_string(),
@@ -373,7 +389,10 @@ pub fn render(r: &Value) -> String {
     for row in rows {
         let mut state = row["state"].as_str().unwrap_or("").to_string();
         if let Some(fp) = row["fingerprint"].as_str() {
-            if state == "signed" || state == "signed for another launch" || state == "stored" {
+            if state == "signed"
+                || state == "signed for another launch"
+                || state.starts_with("stored")
+            {
                 state = format!("{state} {}", short(fp));
             }
         }

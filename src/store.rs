@@ -670,6 +670,17 @@ impl Store {
         Ok(())
     }
 
+    /// Check the stored set of `fp` whole, every member's bytes included (for
+    /// `keepwrap status --verify`): why it is not intact, if it is not.
+    pub fn verify_entry(&self, fp: &str) -> Result<(), String> {
+        let man = self.manifest(fp).ok_or("no readable manifest")?;
+        if man.fingerprint != fp {
+            return Err("its manifest names another launch".into());
+        }
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp).map_err(|e| e.to_string())?;
+        self.verify(dir.as_fd(), &man, true)
+    }
+
     /// Bring the stored set of `fp` back to its paths. None when there is
     /// none, or it cannot be (logged; a corrupt entry is deleted).
     pub fn restore(&self, fp: &str) -> Option<Restored> {

@@ -270,3 +270,51 @@ fn evict_works_under_the_lock() {
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(stored(h.path()).is_empty());
 }
+
+#[test]
+fn status_verify_hashes_the_stored_sets_too() {
+    let h = tempfile::tempdir().unwrap();
+    let fps = two_stored_sets(h.path());
+    assert_eq!(status(h.path(), &["--verify"]).code, 0);
+    // One byte of a stored file, same size.
+    let store = cache_root(h.path()).join(".keepwrap/store");
+    let entry = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&fps[0])
+        })
+        .unwrap();
+    let file = cache_files(&entry)
+        .into_iter()
+        .map(|p| entry.join(p))
+        .find(|p| p.to_string_lossy().ends_with("_dp0.json"))
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.iter().position(|b| b.is_ascii_digit()).unwrap();
+    bytes[at] = if bytes[at] == b'1' { b'2' } else { b'1' };
+    std::fs::write(&file, &bytes).unwrap();
+
+    assert_eq!(
+        status(h.path(), &[]).code,
+        0,
+        "without --verify the bytes are not read"
+    );
+    let f = status(h.path(), &["--verify"]);
+    assert_eq!(f.code, 1, "{}", f.stderr);
+    assert!(
+        f.stderr
+            .contains("status --verify: 1 stored sets are not intact"),
+        "{}",
+        f.stderr
+    );
+    let row = f
+        .stdout
+        .iter()
+        .find(|l| l.starts_with(&format!("stored, corrupt {}", fps[0])))
+        .unwrap_or_else(|| panic!("{:?}", f.stdout));
+    assert!(row.contains("changed after signing"), "{row}");
+}
