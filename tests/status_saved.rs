@@ -87,6 +87,24 @@ fn status_says_what_the_cache_saved() {
     );
 }
 
+/// Change one digit of `file` (same size: only hashing finds it); `status`
+/// still exits 0, `status --verify` exits 1: its output.
+fn change_a_digit_then_verify(home: &Path, file: &Path) -> Finished {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.iter().position(|b| b.is_ascii_digit()).unwrap();
+    bytes[at] = if bytes[at] == b'1' { b'2' } else { b'1' };
+    std::fs::write(file, &bytes).unwrap();
+    let f = status(home, &[]);
+    assert_eq!(
+        f.code, 0,
+        "without --verify the bytes are not read: {}",
+        f.stderr
+    );
+    let f = status(home, &["--verify"]);
+    assert_eq!(f.code, 1, "{}", f.stderr);
+    f
+}
+
 #[test]
 fn status_verify_fails_on_a_changed_file() {
     let h = tempfile::tempdir().unwrap();
@@ -98,19 +116,7 @@ fn status_verify_fails_on_a_changed_file() {
     // Same size, different bytes: only hashing finds it.
     let root = cache_root(h.path());
     let file = root.join(&cache_files(&root)[0]);
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.iter().position(|b| b.is_ascii_digit()).unwrap();
-    bytes[at] = if bytes[at] == b'1' { b'2' } else { b'1' };
-    std::fs::write(&file, &bytes).unwrap();
-
-    let f = status(h.path(), &[]);
-    assert_eq!(
-        f.code, 0,
-        "without --verify the bytes are not read: {}",
-        f.stderr
-    );
-    let f = status(h.path(), &["--verify"]);
-    assert_eq!(f.code, 1, "{}", f.stderr);
+    let f = change_a_digit_then_verify(h.path(), &file);
     // The changed file, and the other member of its set, which is no longer whole.
     assert!(
         f.stderr
@@ -293,18 +299,7 @@ fn status_verify_hashes_the_stored_sets_too() {
         .map(|p| entry.join(p))
         .find(|p| p.to_string_lossy().ends_with("_dp0.json"))
         .unwrap();
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.iter().position(|b| b.is_ascii_digit()).unwrap();
-    bytes[at] = if bytes[at] == b'1' { b'2' } else { b'1' };
-    std::fs::write(&file, &bytes).unwrap();
-
-    assert_eq!(
-        status(h.path(), &[]).code,
-        0,
-        "without --verify the bytes are not read"
-    );
-    let f = status(h.path(), &["--verify"]);
-    assert_eq!(f.code, 1, "{}", f.stderr);
+    let f = change_a_digit_then_verify(h.path(), &file);
     assert!(
         f.stderr
             .contains("status --verify: 1 stored sets are not intact"),
