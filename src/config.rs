@@ -25,6 +25,8 @@ struct Setting {
     source: &'static str,
     /// The variable or flag it came from, when not the default.
     origin: Option<String>,
+    /// The variable that sets it, if one does.
+    variable: Option<String>,
 }
 
 fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
@@ -56,6 +58,7 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
             value,
             source,
             origin,
+            variable: arg.get_env().map(|v| v.to_string_lossy().into_owned()),
         });
     }
     out
@@ -76,6 +79,7 @@ fn root_setting(run: &RunArgs, cache_dir: &Setting, env: &[(OsString, OsString)]
         value: root.map(|r| r.display().to_string()),
         source,
         origin,
+        variable: None,
     }
 }
 
@@ -106,6 +110,7 @@ pub fn print(
             "flag" => Some("-v/-q".into()),
             _ => None,
         },
+        variable: Some("KEEPWRAP_LOG".into()),
     });
     if !command.is_empty() {
         let done = all.iter().find(|s| s.name == "done");
@@ -119,6 +124,7 @@ pub fn print(
             value: Some(resolved),
             source,
             origin: done.and_then(|d| d.origin.clone()),
+            variable: None,
         });
     }
     warn_cache_dir(run.cache_dir.as_deref(), command, &env);
@@ -133,6 +139,9 @@ pub fn print(
             entry.insert("source".into(), json!(s.source));
             if let Some(o) = &s.origin {
                 entry.insert("from".into(), json!(o));
+            }
+            if let Some(v) = &s.variable {
+                entry.insert("variable".into(), json!(v));
             }
             obj.insert(s.name.clone(), Value::Object(entry));
         }

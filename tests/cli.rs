@@ -294,6 +294,9 @@ fn config_says_where_each_setting_came_from() {
         entry("ignore-arg"),
         (json!("--foo"), json!("flag"), json!("--ignore-arg"))
     );
+    // Each setting names the variable that sets it, whatever set it now.
+    assert_eq!(cfg["probe-interval"]["variable"], "KEEPWRAP_PROBE_INTERVAL");
+    assert_eq!(cfg["log"]["variable"], "KEEPWRAP_LOG");
     assert_eq!(
         entry("probe-interval"),
         (json!("500ms"), json!("default"), json!(null))
