@@ -474,21 +474,25 @@ fn missing_separator(argv: &[OsString], e: &clap::Error) -> Option<String> {
         return None;
     }
     let at = argv.iter().skip(1).position(|a| *a == *found.as_str())? + 1;
-    let before: Vec<String> = argv[1..at]
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let after: Vec<String> = argv[at..]
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut hint = String::from("keepwrap ");
-    for a in &before {
-        hint.push_str(a);
-        hint.push(' ');
-    }
-    hint.push_str("-- ");
-    hint.push_str(&after.join(" "));
+    // Each word as a shell would need it: plain, or quoted with escapes (so
+    // no control character reaches the terminal).
+    let word = |a: &OsString| {
+        let s = a.to_string_lossy();
+        let plain = !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+        if plain {
+            s.into_owned()
+        } else {
+            format!("{s:?}")
+        }
+    };
+    let mut words: Vec<String> = vec!["keepwrap".into()];
+    words.extend(argv[1..at].iter().map(word));
+    words.push("--".into());
+    words.extend(argv[at..].iter().map(word));
+    let hint = words.join(" ");
+    let found = word(&argv[at]);
     Some(format!(
         "unexpected argument '{found}': the command to run goes after `--`, as in: {hint}"
     ))

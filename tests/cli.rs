@@ -377,6 +377,16 @@ fn a_command_without_the_separator_gets_a_hint() {
     let f = boot(kw(home.path()).arg("true"));
     assert_eq!(f.code, 2);
     assert!(f.stderr.contains("keepwrap -- true"), "{}", f.stderr);
+    // Words that need quoting are quoted, and no control character reaches
+    // the terminal.
+    let f = boot(kw(home.path()).args(["echo", "a b", "\x1b[31m"]));
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr.contains(r#"keepwrap -- echo "a b" "\u{1b}[31m""#),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains('\x1b'), "{}", f.stderr);
 }
 
 #[test]
