@@ -133,9 +133,12 @@ impl Stats {
     }
 
     /// Start counting again from now.
+    /// The launches' measured tuning boots are kept: they are not counters,
+    /// and a reuse after the reset is still credited with its launch's.
     pub fn zero(state: BorrowedFd<'_>) -> std::io::Result<()> {
         Stats {
             since: crate::store::now_secs(),
+            tuning_boot_ms: Stats::load(state).tuning_boot_ms,
             ..Stats::default()
         }
         .save(state)

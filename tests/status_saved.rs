@@ -77,6 +77,35 @@ fn status_says_what_the_cache_saved() {
         text.contains("\nwhat the cache saved: hit rate 50% (1 reuses of 2 launches that reused or tuned); tuning time saved "),
         "{text}"
     );
+    // --zero resets the counters, not what a tuning boot of a launch took:
+    // the next reuse is credited all the same.
+    let f = status(h.path(), &["--zero", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    assert_eq!(
+        (
+            v["stats"]["reuses"].as_u64(),
+            v["stats"]["saved_ms"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    let b3 = boot(&mut launch(h.path()));
+    assert!(
+        b3.logged("reused 2 cache files signed for this launch"),
+        "{}",
+        b3.stderr
+    );
+    let f = status(h.path(), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    assert_eq!(
+        (v["stats"]["reuses"].as_u64(), v["stats"]["tunes"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert!(
+        v["stats"]["saved_ms"].as_u64().unwrap() > 0,
+        "{}",
+        v["stats"]
+    );
+
     let f = status(h.path(), &["--store-max-size", "10MiB"]);
     assert!(
         f.stdout
