@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
@@ -22,6 +23,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::canonical::{self, py_str, Style};
+use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
@@ -116,6 +118,8 @@ const SEED_VOLATILE_TP4: &[&str] = &[
 const SGLANG_PREFIXES: &[&str] = &["SGLANG_", "SGL_", "FLASHINFER_", "NCCL_"];
 
 const SGLANG_VOLATILE: &[&str] = &[
+    // where the cache is mounted, not what is tuned
+    "SGLANG_CACHE_DIR",
     // a fresh stamp on every boot (launchers)
     "SGLANG_RUN_ID",
     // per node / per pod addresses and ports
@@ -261,28 +265,73 @@ struct EnvVar {
     volatile: bool,
 }
 
+/// Which server argument groups the profile and the user leave out.
+#[derive(Debug, Clone, Default)]
+struct Ignored {
+    /// attributes of known options
+    dests: HashSet<String>,
+    /// heads of options the table does not know
+    heads: HashSet<String>,
+}
+
+impl Ignored {
+    fn new(flags: &[(String, ArgKind)]) -> Ignored {
+        let mut out = Ignored::default();
+        for (flag, _) in flags {
+            match args::known(flag) {
+                Some(o) => out.dests.insert(o.dest.to_string()),
+                None => out.heads.insert(flag.clone()),
+            };
+        }
+        out
+    }
+
+    fn contains(&self, g: &Group) -> bool {
+        if g.known {
+            self.dests.contains(&g.key)
+        } else {
+            self.heads.contains(&g.head)
+        }
+    }
+}
+
 /// The fingerprint inputs of one launch.
 #[derive(Debug, Clone)]
 pub struct Launch {
     profile: ProfileName,
+    /// The command line the `argv` form fingerprints: the command as given,
+    /// or the command inside a readable shell wrapper (`sglang` profile).
     args: Vec<Arg>,
     /// prefix-selected variables, first occurrence of a name only, in Python
     /// key order
     env: Vec<EnvVar>,
+    command: launch::Command,
+    /// An SGLang server launch in canonical form.
+    canonical: Option<Canonical>,
+    /// The `sglang` profile fingerprints the canonical launch.
+    canonical_payload: bool,
+    ignored: Ignored,
     fingerprint: String,
 }
 
 impl Launch {
     /// Select the inputs from the command keepwrap will exec and the
-    /// environment the child will get.
+    /// environment the child will get. Relative paths (a config file, a
+    /// model directory) are read from the current directory, which the
+    /// engine inherits.
     pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
         let prof = profile(opts.profile);
+        let seed = opts.profile == ProfileName::Seed;
+        let command = launch::analyze(argv, env);
 
         // Environment: the first occurrence of a name wins, as with getenv()
-        // and Python's os.environ.
+        // and Python's os.environ; assignments inside a shell wrapper come
+        // first.
+        let assigns = if seed { &[][..] } else { &command.assigns[..] };
         let mut seen = HashSet::new();
-        let env: Vec<&(OsString, OsString)> = env
+        let env: Vec<&(OsString, OsString)> = assigns
             .iter()
+            .chain(env)
             .filter(|(k, _)| seen.insert(k.as_bytes()))
             .collect();
 
@@ -310,6 +359,15 @@ impl Launch {
                 .filter(|n| !n.is_empty())
                 .map(|n| n.as_bytes()),
         );
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k.as_bytes() == name.as_bytes())
+                .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        let canonical = command
+            .server
+            .as_ref()
+            .map(|s| Canonical::new(s, Path::new("."), &lookup));
 
         let mut env: Vec<EnvVar> = env
             .into_iter()
@@ -341,7 +399,12 @@ impl Launch {
                 ignored.push((flag, ArgKind::Value));
             }
         }
-        let mut args: Vec<Arg> = argv
+        let words = if seed || command.wrapper != Wrapper::Shell {
+            argv
+        } else {
+            &command.argv[..]
+        };
+        let mut args: Vec<Arg> = words
             .iter()
             .map(|a| Arg {
                 raw: a.clone(),
@@ -352,66 +415,23 @@ impl Launch {
         mark_ignored(&mut args, &ignored);
         mark_secrets(&mut args);
 
-        let argv_json: Vec<Value> = args
-            .iter()
-            .filter(|a| !a.ignored)
-            .map(|a| Value::String(py_str(a.raw.as_bytes())))
-            .collect();
-        let mut env_json = Map::new();
-        for e in env.iter().filter(|e| !e.volatile) {
-            env_json.insert(
-                py_str(e.name.as_bytes()),
-                Value::String(py_str(e.value.as_bytes())),
-            );
-        }
-        let payload = json!({ "argv": argv_json, "env": env_json });
-        let fingerprint = sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL));
-
-        Launch {
+        let mut launch = Launch {
             profile: opts.profile,
             args,
             env,
-            fingerprint,
-        }
+            canonical_payload: !seed && canonical.is_some(),
+            canonical,
+            command,
+            ignored: Ignored::new(&ignored),
+            fingerprint: String::new(),
+        };
+        launch.fingerprint = launch.payload_hash(&[], false);
+        launch
     }
 
-    /// Lowercase sha256 hex.
-    pub fn fingerprint(&self) -> &str {
-        &self.fingerprint
-    }
-
-    /// The cluster fingerprint: the launch fingerprint's canonical JSON
-    /// without what differs between the nodes of one multi-node launch, so
-    /// that every node of one engine computes the same value. Leaves out the
-    /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
-    /// bare `--`) and the variables named in `node_local`. The launch
-    /// fingerprint is unchanged.
-    pub fn cluster_fingerprint(&self, node_local: &[String]) -> String {
-        let mut drop = vec![false; self.args.len()];
-        let mut i = 1;
-        while i < self.args.len() {
-            let tok = self.args[i].raw.as_bytes();
-            if tok == b"--" {
-                break;
-            }
-            if tok == b"--node-rank" {
-                drop[i] = true;
-                if i + 1 < self.args.len() && !self.args[i + 1].raw.as_bytes().starts_with(b"--") {
-                    i += 1;
-                    drop[i] = true;
-                }
-            } else if tok.starts_with(b"--node-rank=") {
-                drop[i] = true;
-            }
-            i += 1;
-        }
-        let argv_json: Vec<Value> = self
-            .args
-            .iter()
-            .zip(&drop)
-            .filter(|(a, dropped)| !a.ignored && !**dropped)
-            .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
-            .collect();
+    /// sha256 of the payload, leaving out the variables named in
+    /// `node_local` and, with `cluster`, the node rank.
+    fn payload_hash(&self, node_local: &[String], cluster: bool) -> String {
         let mut env_json = Map::new();
         for e in self.env.iter().filter(|e| {
             !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
@@ -421,18 +441,138 @@ impl Launch {
                 Value::String(py_str(e.value.as_bytes())),
             );
         }
-        let payload = json!({ "argv": argv_json, "env": env_json });
+        let payload = match (&self.canonical, self.canonical_payload) {
+            (Some(c), true) => {
+                let drop = |g: &Group| {
+                    self.ignored.contains(g) || (cluster && g.known && g.key == "node_rank")
+                };
+                json!({ "launch": c.to_json(&drop), "env": env_json })
+            }
+            _ => {
+                let drop = if cluster {
+                    node_rank_tokens(&self.args)
+                } else {
+                    vec![false; self.args.len()]
+                };
+                let argv_json: Vec<Value> = self
+                    .args
+                    .iter()
+                    .zip(&drop)
+                    .filter(|(a, dropped)| !a.ignored && !**dropped)
+                    .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
+                    .collect();
+                json!({ "argv": argv_json, "env": env_json })
+            }
+        };
         sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL))
+    }
+
+    /// Lowercase sha256 hex.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The command, understood.
+    pub fn command(&self) -> &launch::Command {
+        &self.command
+    }
+
+    /// The SGLang server launch in canonical form, if the command is one.
+    pub fn canonical(&self) -> Option<&Canonical> {
+        self.canonical.as_ref()
+    }
+
+    /// Lines to log once at the launch: a config file that cannot be used, a
+    /// shell string that cannot be read.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .canonical
+            .iter()
+            .filter_map(Canonical::config_warning)
+            .collect();
+        if let Wrapper::Unreadable(why) = self.command.wrapper {
+            out.push(format!(
+                "the shell command cannot be read safely ({why}): it is fingerprinted as written, and tuning will be judged done only at exit unless --done health=URL is given"
+            ));
+        }
+        out
+    }
+
+    /// The value of server option `--FLAG`: the server's merged arguments
+    /// (config file included), else `--FLAG VALUE`/`--FLAG=VALUE` in the
+    /// command (the last one wins, as with argparse).
+    pub fn option(&self, flag: &str) -> Option<String> {
+        if let Some(c) = &self.canonical {
+            let dest = args::known(flag)?.dest;
+            return c.parsed.value(dest).map(str::to_string);
+        }
+        let mut found = None;
+        let mut it = self.command.argv.iter().skip(1).peekable();
+        while let Some(arg) = it.next() {
+            let Some(a) = arg.to_str() else { continue };
+            if a == flag {
+                found = it.peek().and_then(|v| v.to_str()).map(str::to_string);
+            } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                found = Some(v.to_string());
+            }
+        }
+        found
+    }
+
+    /// The cluster fingerprint: the launch fingerprint's canonical JSON
+    /// without what differs between the nodes of one multi-node launch, so
+    /// that every node of one engine computes the same value. Leaves out the
+    /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
+    /// bare `--`) and the variables named in `node_local`. The launch
+    /// fingerprint is unchanged.
+    pub fn cluster_fingerprint(&self, node_local: &[String]) -> String {
+        self.payload_hash(node_local, true)
     }
 
     /// The inputs with every environment value hashed and secret-named
     /// flags' values redacted:
-    /// `{"profile", "argv", "env", "ignored_args", "volatile_env"}`. `argv` is
-    /// the fingerprinted argv, `ignored_args` what the profile left out,
-    /// `env` maps name to `<sha256:...>` (or `<redacted sha256:...>` for a
-    /// secret-named variable). Strings are in [`canonical::py_str`] form:
-    /// write them with [`canonical`], not plain serde_json.
+    /// `{"profile", "argv" or "launch", "env", "ignored_args",
+    /// "volatile_env"}`. `argv` is the fingerprinted argv (`launch`: the
+    /// canonical server launch, groups `[OPTION, VALUE...]`),
+    /// `ignored_args` what the profile left out, `env` maps name to
+    /// `<sha256:...>` (or `<redacted sha256:...>` for a secret-named
+    /// variable). Strings are in [`canonical::py_str`] form: write them with
+    /// [`canonical`], not plain serde_json.
     pub fn redacted_inputs(&self) -> Value {
+        let mut env = Map::new();
+        let mut volatile = Vec::new();
+        for e in &self.env {
+            let name = py_str(e.name.as_bytes());
+            if e.volatile {
+                volatile.push(Value::String(name));
+            } else {
+                env.insert(name, Value::String(env_value_hash(e)));
+            }
+        }
+        if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
+            let mut launch = c.to_json(&|g| self.ignored.contains(g));
+            launch["args"] = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| !self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            let ignored: Vec<Value> = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            return json!({
+                "profile": self.profile.as_str(),
+                "launch": launch,
+                "env": env,
+                "ignored_args": ignored,
+                "volatile_env": volatile,
+            });
+        }
         let argv: Vec<Value> = self
             .args
             .iter()
@@ -445,16 +585,6 @@ impl Launch {
             .filter(|a| a.ignored)
             .map(|a| Value::String(redacted_arg(a)))
             .collect();
-        let mut env = Map::new();
-        let mut volatile = Vec::new();
-        for e in &self.env {
-            let name = py_str(e.name.as_bytes());
-            if e.volatile {
-                volatile.push(Value::String(name));
-            } else {
-                env.insert(name, Value::String(env_value_hash(e)));
-            }
-        }
         json!({
             "profile": self.profile.as_str(),
             "argv": argv,
@@ -477,13 +607,24 @@ impl Launch {
     /// 0123...cdef
     /// ```
     ///
-    /// Strings are JSON (Python `ensure_ascii` form), numbers are argv
-    /// indices, environment values appear only as hashes.
+    /// An SGLang server launch (`sglang` profile) shows its canonical form
+    /// instead of argv lines: `launch`, `arg` groups, `config`, `model`, and
+    /// `ignored-arg` groups. Strings are JSON (Python `ensure_ascii` form),
+    /// numbers are argv indices, environment values appear only as hashes.
     pub fn explain(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "profile {}", self.profile.as_str());
-        for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
-            let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+        let canonical = self.canonical.as_ref().filter(|_| self.canonical_payload);
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, false),
+            None => {
+                if let Wrapper::Unreadable(why) = self.command.wrapper {
+                    let _ = writeln!(out, "shell unreadable: {why}");
+                }
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
+                    let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+                }
+            }
         }
         for e in self.env.iter().filter(|e| !e.volatile) {
             let _ = writeln!(
@@ -493,14 +634,132 @@ impl Launch {
                 env_value_hash(e)
             );
         }
-        for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
-            let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, true),
+            None => {
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
+                    let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
+                }
+            }
         }
         for e in self.env.iter().filter(|e| e.volatile) {
             let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
         }
         let _ = writeln!(out, "{}", self.fingerprint);
         out
+    }
+}
+
+/// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`).
+fn node_rank_tokens(args: &[Arg]) -> Vec<bool> {
+    let mut drop = vec![false; args.len()];
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok == b"--" {
+            break;
+        }
+        if tok == b"--node-rank" {
+            drop[i] = true;
+            if i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
+                i += 1;
+                drop[i] = true;
+            }
+        } else if tok.starts_with(b"--node-rank=") {
+            drop[i] = true;
+        }
+        i += 1;
+    }
+    drop
+}
+
+/// A group's tokens with the values of a secret-named option redacted.
+fn redacted_group(g: &Group) -> Vec<String> {
+    let secret = is_secret_name(&g.head);
+    std::iter::once(g.head.clone())
+        .chain(g.values.iter().map(|v| {
+            if secret {
+                redacted_hash(v.as_bytes())
+            } else {
+                v.clone()
+            }
+        }))
+        .collect()
+}
+
+/// A sentinel-form string as a JSON string in Python's ensure_ascii form.
+fn quote_str(s: &str) -> String {
+    let v = Value::String(s.to_string());
+    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
+        .expect("ensure_ascii output is ASCII")
+}
+
+/// The canonical launch's `--explain` lines: the launch, its groups, config
+/// and models (`ignored` false), or its ignored groups (`ignored` true).
+fn explain_canonical(
+    out: &mut String,
+    c: &Canonical,
+    wrapper: &Wrapper,
+    ign: &Ignored,
+    ignored: bool,
+) {
+    let group = |g: &Group| {
+        let secret = is_secret_name(&g.head);
+        std::iter::once(quote_str(&g.head))
+            .chain(g.values.iter().map(|v| {
+                if secret {
+                    redacted_hash(v.as_bytes())
+                } else {
+                    quote_str(v)
+                }
+            }))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if ignored {
+        for g in c.parsed.groups.iter().filter(|g| ign.contains(g)) {
+            let _ = writeln!(out, "ignored-arg {}", group(g));
+        }
+        return;
+    }
+    let entry = match c.server.entry {
+        launch::Entry::LaunchServer => "sglang.launch_server",
+        launch::Entry::Serve => "sglang serve",
+    };
+    let via = if *wrapper == Wrapper::Shell {
+        " (inside a shell command)"
+    } else {
+        ""
+    };
+    let order = if c.parsed.ordered {
+        "arguments in the order given (not all understood)"
+    } else {
+        "arguments by name"
+    };
+    let _ = writeln!(out, "launch {entry}{via}, {order}");
+    for o in &c.server.python_opts {
+        let _ = writeln!(out, "python-opt {}", quote_str(o));
+    }
+    if let Some(t) = &c.server.model_type {
+        let _ = writeln!(out, "model-type {}", quote_str(t));
+    }
+    for g in c.parsed.groups.iter().filter(|g| !ign.contains(g)) {
+        let _ = writeln!(out, "arg {}", group(g));
+    }
+    if let Some(f) = &c.config {
+        let state = match &f.outcome {
+            launch::config::Outcome::Args(_) => "merged into the arguments",
+            launch::config::Outcome::Unreadable(_) => "unreadable",
+            launch::config::Outcome::Unparsable(_) => "unparsable",
+        };
+        let hash = f
+            .sha256
+            .as_deref()
+            .map_or("-".to_string(), |h| format!("<sha256:{}>", &h[..12]));
+        let _ = writeln!(out, "config {} {hash} {state}", quote_str(&f.path));
+    }
+    for (opt, desc) in &c.models {
+        let _ = writeln!(out, "model {opt} {}", launch::model::explain(desc));
     }
 }
 

@@ -101,7 +101,10 @@ impl Keeper {
             );
             return None;
         };
-        let done = match args.done.resolve(argv) {
+        for line in launch.warnings() {
+            tracing::warn!("{line}");
+        }
+        let done = match args.done.resolve(&launch) {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!("{e}; the launch goes on without keeping the cache");

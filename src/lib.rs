@@ -35,6 +35,7 @@ pub mod cli;
 pub mod explain;
 pub mod fingerprint;
 pub mod keep;
+pub mod launch;
 pub mod lock;
 pub mod logging;
 pub mod ready;
