@@ -40,11 +40,12 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
     child::become_subreaper();
 
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let mut keeper = if args.disable {
-        tracing::info!("cache keeping disabled (--disable): supervising only");
-        None
-    } else {
-        Keeper::prepare(args, &command, &env)
+    let mut keeper = match args.keeps(&command, &env) {
+        Ok(()) => Keeper::prepare(args, &command, &env),
+        Err(line) => {
+            tracing::info!("{line}");
+            None
+        }
     };
 
     let pid = match child::spawn(&command) {
