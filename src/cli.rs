@@ -266,11 +266,7 @@ pub enum KeepMode {
 impl RunArgs {
     /// Whether to keep the cache of `command` run with `env`; `Err` holds the
     /// one line that says why not.
-    pub fn keeps(
-        &self,
-        command: &[OsString],
-        env: &[(OsString, OsString)],
-    ) -> Result<(), String> {
+    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), String> {
         if self.disable {
             return Err("cache keeping disabled (--disable): supervising only".into());
         }

@@ -33,15 +33,16 @@ pub struct ParsedArgs {
 pub fn parse_argv(argv: &[String]) -> ParsedArgs {
     let mut out = ParsedArgs::default();
     let mut index: HashMap<String, usize> = HashMap::new();
-    let mut set = |flags: &mut Vec<(String, Option<String>)>, name: &str, v: Option<String>| {
-        match index.get(name) {
+    let mut set =
+        |flags: &mut Vec<(String, Option<String>)>, name: &str, v: Option<String>| match index
+            .get(name)
+        {
             Some(&i) => flags[i].1 = v,
             None => {
                 index.insert(name.to_string(), flags.len());
                 flags.push((name.to_string(), v));
             }
-        }
-    };
+        };
     let mut i = 0;
     while i < argv.len() {
         let tok = &argv[i];
@@ -402,17 +403,44 @@ mod tests {
     #[test]
     fn canonical_launches_differ_by_meaning_not_spelling() {
         let a = inputs(&[
-            "python3", "-m", "sglang.launch_server", "--model-path", "/nonexistent/m",
-            "--tp", "4", "--chunked-prefill-size=4096", "--api-key", "k1", "--port", "1",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/nonexistent/m",
+            "--tp",
+            "4",
+            "--chunked-prefill-size=4096",
+            "--api-key",
+            "k1",
+            "--port",
+            "1",
         ]);
         let b = inputs(&[
-            "sglang", "serve", "--chunked-prefill-size", "4096", "--tensor-parallel-size=4",
-            "--model", "/nonexistent/m", "--api-key=k1", "--port", "2",
+            "sglang",
+            "serve",
+            "--chunked-prefill-size",
+            "4096",
+            "--tensor-parallel-size=4",
+            "--model",
+            "/nonexistent/m",
+            "--api-key=k1",
+            "--port",
+            "2",
         ]);
         assert!(diff(&a, &b).is_empty(), "{:?}", diff(&a, &b));
         let c = inputs(&[
-            "python3", "-m", "sglang.launch_server", "--model-path", "/nonexistent/m",
-            "--tp", "8", "--api-key", "k2", "--max-total-tokens", "9",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/nonexistent/m",
+            "--tp",
+            "8",
+            "--api-key",
+            "k2",
+            "--max-total-tokens",
+            "9",
         ]);
         assert_eq!(
             diff(&a, &c),

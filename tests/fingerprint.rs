@@ -436,7 +436,11 @@ fn python_sha(payload: &serde_json::Value) -> String {
         .arg(payload.to_string())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -890,7 +894,16 @@ fn explain_format_is_stable() {
         ("PATH", "/bin"),
     ];
     // any other command: argv lines
-    let argv = ["python", "bench.py", "--port", "30000", "--tp", "4", "--api-key=s", "\u{e9}\n"];
+    let argv = [
+        "python",
+        "bench.py",
+        "--port",
+        "30000",
+        "--tp",
+        "4",
+        "--api-key=s",
+        "\u{e9}\n",
+    ];
     let out = run(&["--explain"], &argv, &env);
     let envs = format!(
         "env \"SGLANG_A\" <sha256:{a}>\n\

@@ -325,7 +325,11 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
     let two = |a: &str, b: &str| (ls(&format!("{M} {a}")), ls(&format!("{M} {b}")));
     let mut v = vec![];
     for (name, a, b) in [
-        ("chunked-prefill-size", "--chunked-prefill-size 4096", "--chunked-prefill-size 8192"),
+        (
+            "chunked-prefill-size",
+            "--chunked-prefill-size 4096",
+            "--chunked-prefill-size 8192",
+        ),
         ("tp-size", "--tp 4", "--tp 8"),
         ("the order of repeats", "--tp 4 --tp 8", "--tp 8 --tp 4"),
         (
@@ -333,21 +337,53 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
             "--enable-tf32-matmul --no-enable-tf32-matmul",
             "--no-enable-tf32-matmul --enable-tf32-matmul",
         ),
-        ("the order inside a group", "--cuda-graph-bs-decode 1 2 4", "--cuda-graph-bs-decode 4 2 1"),
+        (
+            "the order inside a group",
+            "--cuda-graph-bs-decode 1 2 4",
+            "--cuda-graph-bs-decode 4 2 1",
+        ),
         ("a switch", "--trust-remote-code", ""),
         ("quantization", "--quantization fp8", ""),
-        ("kv-cache-dtype", "--kv-cache-dtype fp8_e5m2", "--kv-cache-dtype auto"),
+        (
+            "kv-cache-dtype",
+            "--kv-cache-dtype fp8_e5m2",
+            "--kv-cache-dtype auto",
+        ),
         ("dtype", "--dtype bfloat16", "--dtype float16"),
         ("ep-size", "--tp 8 --ep 4", "--tp 8 --ep 8"),
         ("dp-size", "--dp-size 2", "--dp-size 1"),
         ("nnodes", "--nnodes 2", ""),
-        ("node-rank", "--nnodes 2 --node-rank 0", "--nnodes 2 --node-rank 1"),
-        ("attention-backend", "--attention-backend fa3", "--attention-backend flashinfer"),
-        ("moe-runner-backend", "--moe-runner-backend flashinfer_trtllm", "--moe-runner-backend cutlass"),
+        (
+            "node-rank",
+            "--nnodes 2 --node-rank 0",
+            "--nnodes 2 --node-rank 1",
+        ),
+        (
+            "attention-backend",
+            "--attention-backend fa3",
+            "--attention-backend flashinfer",
+        ),
+        (
+            "moe-runner-backend",
+            "--moe-runner-backend flashinfer_trtllm",
+            "--moe-runner-backend cutlass",
+        ),
         ("speculative-algorithm", "--speculative-algorithm EAGLE", ""),
-        ("cuda-graph-max-bs", "--cuda-graph-max-bs 64", "--cuda-graph-max-bs 128"),
-        ("max-running-requests", "--max-running-requests 32", "--max-running-requests 64"),
-        ("enable-dp-attention", "--enable-dp-attention --dp-size 2", "--dp-size 2"),
+        (
+            "cuda-graph-max-bs",
+            "--cuda-graph-max-bs 64",
+            "--cuda-graph-max-bs 128",
+        ),
+        (
+            "max-running-requests",
+            "--max-running-requests 32",
+            "--max-running-requests 64",
+        ),
+        (
+            "enable-dp-attention",
+            "--enable-dp-attention --dp-size 2",
+            "--dp-size 2",
+        ),
         ("max-prefill-tokens", "--max-prefill-tokens 16384", ""),
         ("disable-cuda-graph", "--disable-cuda-graph", ""),
         (
@@ -355,13 +391,21 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
             "--json-model-override-args {\"a\":1}",
             "--json-model-override-args {\"a\":2}",
         ),
-        ("an unknown option moved", "--brand-new-flag 1 --tp 4", "--tp 4 --brand-new-flag 1"),
+        (
+            "an unknown option moved",
+            "--brand-new-flag 1 --tp 4",
+            "--tp 4 --brand-new-flag 1",
+        ),
         (
             "an unknown option before a switch",
             "--brand-new-flag --trust-remote-code",
             "--trust-remote-code --brand-new-flag",
         ),
-        ("a value given to a switch", "--trust-remote-code=1", "--trust-remote-code"),
+        (
+            "a value given to a switch",
+            "--trust-remote-code=1",
+            "--trust-remote-code",
+        ),
         ("a stray token", "--tp-size 4 stray", "--tp-size 4"),
         ("the revision", "--revision r1", "--revision r2"),
         ("the model path", "", "--model-path other"),
@@ -375,11 +419,7 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
             y("chunked-prefill-size: 4096\n"),
             y("chunked-prefill-size: 8192\n"),
         ),
-        (
-            "a config file's setting and none",
-            y("tp-size: 2\n"),
-            ls(M),
-        ),
+        ("a config file's setting and none", y("tp-size: 2\n"), ls(M)),
         (
             "a missing config file and an empty one",
             ls(&format!("{M} --config cfg.yaml")),
@@ -437,10 +477,14 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
         ),
         (
             "the draft model's config.json",
-            ls(&format!("{M} --speculative-algorithm EAGLE --speculative-draft-model-path draft"))
-                .file("draft/config.json", CFG),
-            ls(&format!("{M} --speculative-algorithm EAGLE --speculative-draft-model-path draft"))
-                .file("draft/config.json", CFG2),
+            ls(&format!(
+                "{M} --speculative-algorithm EAGLE --speculative-draft-model-path draft"
+            ))
+            .file("draft/config.json", CFG),
+            ls(&format!(
+                "{M} --speculative-algorithm EAGLE --speculative-draft-model-path draft"
+            ))
+            .file("draft/config.json", CFG2),
         ),
         (
             "the hub cache's revision of a hub id",
@@ -459,9 +503,15 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
         ),
         (
             "a variable expanded in a shell wrapper",
-            sh("sh", "exec python3 -m sglang.launch_server --model-path model --tp $TP"),
-            sh("sh", "exec python3 -m sglang.launch_server --model-path model --tp $TP")
-                .env("TP", "8"),
+            sh(
+                "sh",
+                "exec python3 -m sglang.launch_server --model-path model --tp $TP",
+            ),
+            sh(
+                "sh",
+                "exec python3 -m sglang.launch_server --model-path model --tp $TP",
+            )
+            .env("TP", "8"),
         ),
         (
             "a shell string that cannot be read and the launch inside",
