@@ -130,10 +130,10 @@ pub fn classify(tok: &str) -> Token<'_> {
             Err(0) => {}
             Err(_) => return Token::Unknown(name, explicit),
         }
-    } else if tok.starts_with("-h") {
+    } else if let Some(rest) = tok.strip_prefix("-h") {
         // `-hX`: the short option with an attached argument
         if let Some(o) = exact("-h") {
-            return Token::Known(o, Some(&tok[2..]));
+            return Token::Known(o, Some(rest));
         }
     }
     if is_negative_number(tok) || tok.contains(' ') {
