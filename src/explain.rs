@@ -96,11 +96,13 @@ fn redacted(s: &str) -> bool {
     s.contains("<redacted sha256:")
 }
 
+type Items = Vec<(String, Option<String>)>;
+
 /// The named items of a canonical launch, in its order: argument groups by
 /// option (repeats of an option, in an ordered launch, joined by ` ; `),
-/// then interpreter options, model type, config state and models.
-fn launch_items(launch: &Value) -> Vec<(String, Option<String>)> {
-    let mut out: Vec<(String, Option<String>)> = Vec::new();
+/// and the rest: interpreter options, model type, config state, models.
+fn launch_items(launch: &Value) -> (Items, Items) {
+    let mut out: Items = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for g in launch["args"].as_array().into_iter().flatten() {
         let tokens = strings(g);
@@ -119,27 +121,30 @@ fn launch_items(launch: &Value) -> Vec<(String, Option<String>)> {
             }
         }
     }
+    let mut rest: Items = Vec::new();
     if let Some(p) = launch.get("python") {
-        out.push(("(python options)".into(), Some(strings(p).join(" "))));
+        rest.push(("python options".into(), Some(strings(p).join(" "))));
     }
     if let Some(t) = launch.get("model_type").and_then(Value::as_str) {
-        out.push(("(--model-type)".into(), Some(t.to_string())));
+        rest.push(("sglang serve --model-type".into(), Some(t.to_string())));
     }
     if let Some(c) = launch.get("config").and_then(Value::as_str) {
-        out.push(("(config file)".into(), Some(c.to_string())));
+        rest.push(("config file".into(), Some(c.to_string())));
     }
     for (opt, desc) in launch["models"].as_object().into_iter().flatten() {
-        out.push((
-            format!("(model of {opt})"),
+        rest.push((
+            format!("model of {opt}"),
             Some(crate::launch::model::explain(desc)),
         ));
     }
-    out
+    (out, rest)
 }
 
-/// Named items compared by name: changed, added (in `this` order), removed.
+/// Named items compared by name: changed, added (in `this` order), removed;
+/// each line starts with `kind`.
 fn diff_items(
     out: &mut Vec<String>,
+    kind: &str,
     base: &[(String, Option<String>)],
     this: &[(String, Option<String>)],
 ) {
@@ -153,16 +158,16 @@ fn diff_items(
         match found {
             Some(bv) if *bv == tv => {}
             Some(bv) if secret || bv.as_deref().is_some_and(redacted) => {
-                out.push(format!("arg {name} changed"))
+                out.push(format!("{kind}{name} changed"))
             }
-            Some(bv) => out.push(format!("arg {name} {} -> {}", val(bv), val(tv))),
-            None if secret || tv.is_none() => out.push(format!("arg {name} added")),
-            None => out.push(format!("arg {name} {} added", val(tv))),
+            Some(bv) => out.push(format!("{kind}{name} {} -> {}", val(bv), val(tv))),
+            None if secret || tv.is_none() => out.push(format!("{kind}{name} added")),
+            None => out.push(format!("{kind}{name} {} added", val(tv))),
         }
     }
     for (name, _) in base {
         if !tmap.contains_key(name.as_str()) {
-            out.push(format!("arg {} removed", show(name)));
+            out.push(format!("{kind}{} removed", show(name)));
         }
     }
 }
@@ -179,7 +184,11 @@ pub fn diff(base: &Value, this: &Value) -> Vec<String> {
         out.push(format!("profile {bp} -> {tp}"));
     }
     match (base.get("launch"), this.get("launch")) {
-        (Some(b), Some(t)) => diff_items(&mut out, &launch_items(b), &launch_items(t)),
+        (Some(b), Some(t)) => {
+            let ((ba, br), (ta, tr)) = (launch_items(b), launch_items(t));
+            diff_items(&mut out, "arg ", &ba, &ta);
+            diff_items(&mut out, "", &br, &tr);
+        }
         (None, None) => diff_argv(&mut out, base, this),
         (Some(_), None) => out.push(
             "the command: an SGLang server launch -> a command compared as written".into(),
@@ -230,7 +239,7 @@ fn diff_argv(out: &mut Vec<String>, base: &Value, this: &Value) {
             (None, None) => {}
         }
     }
-    diff_items(out, &b.flags, &t.flags);
+    diff_items(out, "arg ", &b.flags, &t.flags);
 }
 
 /// Every recorded launch other than `fp`, nearest first (fewest

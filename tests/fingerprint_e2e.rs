@@ -164,6 +164,41 @@ fn reordering_and_respelling_flags_reuses() {
     assert_eq!(c.tuned(), 0, "a reordering reuses: {}", c.stderr);
     assert!(c.hit() > 0);
     assert!(c.logged("reused"), "{}", c.stderr);
+
+    // `explain` compares canonical forms: a reordering is no difference,
+    // a changed value is named.
+    let explain = |args: &[&str]| {
+        let out = kw(&home, t.path())
+            .args(["explain", "--"])
+            .args(server(&[]))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let same = explain(&[
+        "--tp",
+        "2",
+        "--model",
+        "/models/fake-moe",
+        "--chunked-prefill-size",
+        "256",
+    ]);
+    assert!(same.contains("): signed "), "{same}");
+    let other = explain(&[
+        "--tp=4",
+        "--model",
+        "/models/fake-moe",
+        "--chunked-prefill-size",
+        "256",
+    ]);
+    assert!(other.contains("never signed"), "{other}");
+    assert!(
+        other.contains("differs in: arg --tp-size 2 -> 4\n"),
+        "{other}"
+    );
+    assert!(!other.contains("nothing visible"), "{other}");
 }
 
 #[test]
