@@ -284,6 +284,17 @@ fn agree() -> Vec<(&'static str, Side, Side)> {
             ls(M).env("SGLANG_ENABLE_JIT_DEEPGEMM", "0"),
         ),
         (
+            "sh -c 'exec \"$@\"' with the launch as its arguments",
+            side(
+                ["sh", "-c", "exec \"$@\"", "sh"]
+                    .into_iter()
+                    .map(String::from)
+                    .chain(w(&format!("python3 -m sglang.launch_server {M} --tp 2")))
+                    .collect(),
+            ),
+            ls(&format!("{M} --tp 2")),
+        ),
+        (
             "nargs='+' values move with their option",
             ls(&format!("{M} --cuda-graph-bs-decode 1 2 4 8 --tp 2")),
             ls(&format!("--tp 2 {M} --cuda-graph-bs-decode 1 2 4 8")),

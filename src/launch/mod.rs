@@ -171,7 +171,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     else {
         return direct(Wrapper::Unreadable("bytes that are not UTF-8"));
     };
-    let script = match shell::c_string(&words) {
+    let (script, positional) = match shell::c_string(&words) {
         Ok(Some(s)) => s,
         Ok(None) => return direct(Wrapper::Direct),
         Err(why) => return direct(Wrapper::Unreadable(why)),
@@ -181,7 +181,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
             .find(|(k, _)| k.as_bytes() == name.as_bytes())
             .and_then(|(_, v)| v.to_str().map(str::to_string))
     };
-    match shell::split(script, &lookup) {
+    match shell::split(script, &lookup, positional) {
         Ok(simple) => {
             let server = server_of(&simple.argv);
             Command {

@@ -3,7 +3,8 @@
 //! (`exec python3 -m sglang.launch_server --port $PORT`).
 //!
 //! Understood: blanks, single and double quotes, backslashes, `$NAME` and
-//! `${NAME}` from the child's environment, leading `NAME=value`
+//! `${NAME}` from the child's environment, a whole-word `"$@"` (the
+//! arguments after the string and its `$0`), leading `NAME=value`
 //! assignments, an `exec` prefix. Anything whose meaning depends on more
 //! than that is refused with the reason: operators (`|`, `&&`, `;`,
 //! redirections, a second line), command substitution, special parameters,
@@ -31,10 +32,11 @@ pub fn is_shell(argv0: &str) -> bool {
     )
 }
 
-/// The STRING of `SHELL [OPTIONS] -c STRING [ARGS...]`: `Ok(None)` when the
-/// shell runs no `-c` string (an interactive shell, a script), `Err` when the
-/// options are not understood.
-pub fn c_string(argv: &[String]) -> Result<Option<&str>, &'static str> {
+/// The STRING of `SHELL [OPTIONS] -c STRING [NAME [ARGS...]]` and its
+/// positional parameters ARGS (`"$@"`): `Ok(None)` when the shell runs no
+/// `-c` string (an interactive shell, a script), `Err` when the options are
+/// not understood.
+pub fn c_string(argv: &[String]) -> Result<Option<(&str, &[String])>, &'static str> {
     let mut c = false;
     let mut i = 1;
     if argv.first().is_some_and(|a| a.ends_with("busybox")) {
@@ -74,9 +76,8 @@ pub fn c_string(argv: &[String]) -> Result<Option<&str>, &'static str> {
     if !c {
         return Ok(None);
     }
-    argv.get(i)
-        .map(|s| Some(s.as_str()))
-        .ok_or("no command string after -c")
+    let script = argv.get(i).ok_or("no command string after -c")?;
+    Ok(Some((script, argv.get(i + 2..).unwrap_or_default())))
 }
 
 fn is_name_start(c: char) -> bool {
@@ -87,8 +88,13 @@ fn is_name(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// Split `script` into one simple command, expanding variables from `env`.
-pub fn split(script: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Simple, &'static str> {
+/// Split `script` into one simple command, expanding variables from `env`
+/// and a whole-word `"$@"` to `positional`.
+pub fn split(
+    script: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    positional: &[String],
+) -> Result<Simple, &'static str> {
     let chars: Vec<char> = script.chars().collect();
     let mut words: Vec<(String, Option<usize>)> = Vec::new();
     let mut cur = String::new();
@@ -164,6 +170,14 @@ pub fn split(script: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Simpl
                 started = true;
                 plain_so_far = false;
                 i += end + 2;
+            }
+            '"' if !started
+                && chars[i..].starts_with(&['"', '$', '@', '"'])
+                && chars.get(i + 4).is_none_or(|c| c.is_whitespace()) =>
+            {
+                // "$@": the positional parameters, one word each
+                words.extend(positional.iter().map(|p| (p.clone(), None)));
+                i += 4;
             }
             '"' => {
                 i += 1;
@@ -290,7 +304,7 @@ mod tests {
     }
 
     fn ok(s: &str) -> Simple {
-        split(s, &env).unwrap_or_else(|e| panic!("{s}: {e}"))
+        split(s, &env, &[]).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
     #[test]
@@ -320,6 +334,11 @@ mod tests {
         assert_eq!(s.argv, ["python3", "x.py", ""]);
         // a quoted `=` is no assignment
         assert_eq!(ok("'A=1' cmd").argv, ["A=1", "cmd"]);
+        // "$@" as a whole word: the positional parameters
+        let pos = ["--tp".to_string(), "a b".to_string()];
+        let s = split("X=1 exec python3 \"$@\" --port $PORT", &env, &pos).unwrap();
+        assert_eq!(s.argv, ["python3", "--tp", "a b", "--port", "8000"]);
+        assert!(split("echo x\"$@\"", &env, &pos).is_err());
     }
 
     #[test]
@@ -345,16 +364,23 @@ mod tests {
             "exec -a x cmd",
             "A=1",
         ] {
-            assert!(split(s, &env).is_err(), "{s}");
+            assert!(split(s, &env, &[]).is_err(), "{s}");
         }
     }
 
     #[test]
     fn finds_the_c_string() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(c_string(&v(&["sh", "-c", "x"])), Ok(Some("x")));
-        assert_eq!(c_string(&v(&["bash", "-lc", "x", "y"])), Ok(Some("x")));
-        assert_eq!(c_string(&v(&["/bin/sh", "-e", "-c", "x"])), Ok(Some("x")));
+        let none: &[String] = &[];
+        assert_eq!(c_string(&v(&["sh", "-c", "x"])), Ok(Some(("x", none))));
+        assert_eq!(
+            c_string(&v(&["bash", "-lc", "x", "y"])),
+            Ok(Some(("x", none)))
+        );
+        assert_eq!(
+            c_string(&v(&["/bin/sh", "-e", "-c", "x", "sh", "a"])),
+            Ok(Some(("x", &v(&["a"])[..])))
+        );
         assert_eq!(c_string(&v(&["bash"])), Ok(None));
         assert_eq!(c_string(&v(&["bash", "run.sh"])), Ok(None));
         assert!(c_string(&v(&["bash", "-c"])).is_err());
