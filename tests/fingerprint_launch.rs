@@ -462,6 +462,11 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
             y("reasoning-parser: 'on'\n"),
         ),
         (
+            "two config files keepwrap does not interpret (YAML tags)",
+            y("chunked-prefill-size: !!str 4096\n"),
+            y("chunked-prefill-size: !!str 8192\n"),
+        ),
+        (
             "mem-fraction-static in the config file",
             y("mem-fraction-static: 0.8\n"),
             y("mem-fraction-static: 0.85\n"),

@@ -33,26 +33,35 @@ pub enum Outcome {
     Args(Vec<String>),
     /// The file could not be read (the reason).
     Unreadable(String),
-    /// The file is no YAML mapping SGLang could use (the reason).
+    /// The file is no YAML mapping this module reads (the reason): anchors,
+    /// tags, several documents, not a mapping, not YAML, too large. The
+    /// fingerprint then covers the file's bytes.
     Unparsable(String),
 }
 
 /// Read `path` and convert it. Returns the outcome and the sha256 of the
-/// bytes read (None when nothing could be read).
+/// file's bytes (None when they could not be read).
 pub fn read(path: &Path) -> (Outcome, Option<String>) {
+    use sha2::{Digest, Sha256};
     use std::io::Read;
     let mut bytes = Vec::new();
-    let read = std::fs::File::open(path).and_then(|f| {
-        f.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
+    let mut hasher = Sha256::new();
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        (&mut f).take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
+        hasher.update(&bytes);
+        if bytes.len() as u64 > MAX_BYTES {
+            // too large to parse, yet the fingerprint covers all of it
+            std::io::copy(&mut f, &mut hasher)?;
+        }
         Ok(())
     });
     if let Err(e) = read {
         return (Outcome::Unreadable(e.to_string()), None);
     }
-    let hash = crate::fingerprint::sha256_hex(&bytes);
+    let hash = hex::encode(hasher.finalize());
     if bytes.len() as u64 > MAX_BYTES {
         return (
-            Outcome::Unreadable(format!("larger than {MAX_BYTES} bytes")),
+            Outcome::Unparsable(format!("larger than {MAX_BYTES} bytes")),
             Some(hash),
         );
     }

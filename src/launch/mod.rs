@@ -364,7 +364,10 @@ impl Canonical {
                     m.insert("config".into(), "unreadable".into());
                 }
                 config::Outcome::Unparsable(_) => {
-                    m.insert("config".into(), "unparsable".into());
+                    // the bytes: a file this module does not read may still be
+                    // one SGLang reads (tags, anchors)
+                    let sha = c.sha256.clone().unwrap_or_default();
+                    m.insert("config".into(), format!("unparsable {sha}").into());
                 }
             }
         }
