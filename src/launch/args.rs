@@ -360,4 +360,19 @@ mod tests {
         assert!(p("--trust-remote-code=1").ordered);
         assert!(!p("--numa-node -1 0").ordered);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #[test]
+        fn no_input_panics_and_the_form_is_stable(
+            tokens in proptest::collection::vec("(--?[a-z-]{0,12}(=[a-z0-9]{0,3})?|[a-z0-9 .-]{0,4})", 0..12)
+        ) {
+            let a = parse(&tokens);
+            // canonical: parsing the canonical tokens again gives the same groups
+            if !a.ordered {
+                let again: Vec<String> = a.groups.iter().flat_map(|g| g.tokens()).collect();
+                proptest::prop_assert_eq!(parse(&again), a);
+            }
+        }
+    }
 }

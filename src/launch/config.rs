@@ -135,7 +135,9 @@ fn parse(text: &str) -> Result<Node, String> {
             None => root = Some(node),
             Some(Node::Seq(items)) => items.push(node),
             Some(Node::Map(pairs)) => {
-                let slot = keys.last_mut().expect("a key slot per open mapping");
+                let Some(slot) = keys.last_mut() else {
+                    return Err("unbalanced YAML".into());
+                };
                 match slot.take() {
                     None => *slot = Some(node),
                     Some(k) => pairs.push((k, node)),
@@ -410,5 +412,13 @@ mod tests {
         assert!(args("1: x").is_err());
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(args(&format!("a: {deep}")).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #[test]
+        fn no_input_panics(text in "[-a-z0-9:{}\\[\\],'\"!&*|>#%@ \n\t.~?=]{0,80}") {
+            let _ = parse(&text).map(|n| to_args(&n));
+        }
     }
 }

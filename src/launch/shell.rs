@@ -386,4 +386,15 @@ mod tests {
         assert!(c_string(&v(&["bash", "-c"])).is_err());
         assert!(c_string(&v(&["bash", "-O", "x", "-c", "y"])).is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #[test]
+        fn no_input_panics(text in "[-a-zA-Z0-9 '\"\\\\$@{}()=|;&<>*?~#\n\u{e9}]{0,60}") {
+            let pos = ["x".to_string()];
+            let _ = split(&text, &env, &pos);
+            let words: Vec<String> = text.split(' ').map(str::to_string).collect();
+            let _ = c_string(&words);
+        }
+    }
 }
