@@ -336,6 +336,7 @@ impl Launch {
         let mut out: Vec<String> = self
             .canonical
             .iter()
+            .filter(|_| self.canonical_payload)
             .filter_map(Canonical::config_warning)
             .collect();
         if let Wrapper::Unreadable(why) = self.command.wrapper {
