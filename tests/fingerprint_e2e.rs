@@ -146,8 +146,9 @@ fn reordering_and_respelling_flags_reuses() {
         ],
         &[],
     );
-    // `/usr/bin/env python3 ...` is no launch keepwrap reads: a new launch
-    assert!(b.tuned() > 0, "{}", b.stderr);
+    // through `env`, reordered and respelled: the same launch
+    assert_eq!(b.tuned(), 0, "{}", b.stderr);
+    assert!(b.logged("reused"), "{}", b.stderr);
     let c = serve(
         &home,
         t.path(),

@@ -295,6 +295,13 @@ fn agree() -> Vec<(&'static str, Side, Side)> {
             ls(&format!("{M} --tp 2")),
         ),
         (
+            "env NAME=value before the launch is the environment",
+            side(w(&format!(
+                "/usr/bin/env SGLANG_ENABLE_JIT_DEEPGEMM=0 python3 -m sglang.launch_server {M}"
+            ))),
+            ls(M).env("SGLANG_ENABLE_JIT_DEEPGEMM", "0"),
+        ),
+        (
             "nargs='+' values move with their option",
             ls(&format!("{M} --cuda-graph-bs-decode 1 2 4 8 --tp 2")),
             ls(&format!("--tp 2 {M} --cuda-graph-bs-decode 1 2 4 8")),
@@ -535,6 +542,11 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
                 "sh",
                 "python3 -m sglang.launch_server --model-path model 2>&1 | tee log",
             ),
+            ls(M),
+        ),
+        (
+            "env -i (a cleared environment) and the launch alone",
+            side(w(&format!("env -i python3 -m sglang.launch_server {M}"))),
             ls(M),
         ),
         (

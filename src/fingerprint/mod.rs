@@ -247,7 +247,7 @@ impl Launch {
                 ignored.push((flag, ArgKind::Value));
             }
         }
-        let words = if seed || command.wrapper != Wrapper::Shell {
+        let words = if seed || matches!(command.wrapper, Wrapper::Direct | Wrapper::Unreadable(_)) {
             argv
         } else {
             &command.argv[..]

@@ -87,10 +87,10 @@ pub(super) fn explain_canonical(
         launch::Entry::LaunchServer => "sglang.launch_server",
         launch::Entry::Serve => "sglang serve",
     };
-    let via = if *wrapper == Wrapper::Shell {
-        " (inside a shell command)"
-    } else {
-        ""
+    let via = match wrapper {
+        Wrapper::Shell => " (inside a shell command)",
+        Wrapper::Env => " (through env)",
+        _ => "",
     };
     let order = if c.parsed.ordered {
         "arguments in the order given (not all understood)"

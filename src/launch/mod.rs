@@ -1,5 +1,5 @@
-//! What a launch means: which program runs (through a shell wrapper if
-//! there is one), whether it is an SGLang server, and its server arguments
+//! What a launch means: which program runs (through a shell wrapper or
+//! `env NAME=value` if there is one), whether it is an SGLang server, and its server arguments
 //! in canonical form, merged with its `--config` file, with what the
 //! fingerprint covers of its models.
 
@@ -24,6 +24,8 @@ pub enum Wrapper {
     Direct,
     /// `sh -c STRING` whose one simple command was read.
     Shell,
+    /// `env NAME=value... COMMAND`.
+    Env,
     /// `sh -c STRING` that cannot be read safely: the reason.
     Unreadable(&'static str),
 }
@@ -152,6 +154,42 @@ pub fn server_of(argv: &[String]) -> Option<Server> {
 
 /// Understand `argv`, run with environment `env`.
 pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
+    env_prefix(argv, env).unwrap_or_else(|| analyze_command(argv, env))
+}
+
+/// `env NAME=value... COMMAND` (no options: `env -i`, `-u` change more than
+/// they add, and stay a command of their own).
+fn env_prefix(argv: &[OsString], env: &[(OsString, OsString)]) -> Option<Command> {
+    if base(argv.first()?.to_str()?) != "env" {
+        return None;
+    }
+    let mut assigns = Vec::new();
+    let mut i = 1;
+    while let Some(w) = argv.get(i).and_then(|w| w.to_str()) {
+        match w.split_once('=') {
+            Some((k, v)) if shell::is_name(k) => {
+                assigns.push((OsString::from(k), OsString::from(v)));
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    let rest = &argv[i..];
+    if rest.first().is_none_or(|a| a.as_bytes().starts_with(b"-")) {
+        return None;
+    }
+    let inner_env: Vec<(OsString, OsString)> = assigns.iter().chain(env).cloned().collect();
+    let mut c = analyze_command(rest, &inner_env);
+    // assignments inside a shell string override env's
+    c.assigns.extend(assigns);
+    if c.wrapper == Wrapper::Direct {
+        c.wrapper = Wrapper::Env;
+    }
+    Some(c)
+}
+
+/// [`analyze`] without an `env` prefix.
+fn analyze_command(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     let direct = |wrapper| Command {
         argv: argv.to_vec(),
         assigns: Vec::new(),

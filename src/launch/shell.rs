@@ -84,8 +84,13 @@ fn is_name_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_'
 }
 
-fn is_name(c: char) -> bool {
+fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// A shell variable name: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_name(s: &str) -> bool {
+    s.chars().next().is_some_and(is_name_start) && s.chars().all(is_name_char)
 }
 
 /// Split `script` into one simple command, expanding variables from `env`
@@ -116,7 +121,7 @@ pub fn split(
             Some('{') => {
                 let start = *i + 1;
                 let mut j = start;
-                while j < chars.len() && is_name(chars[j]) {
+                while j < chars.len() && is_name_char(chars[j]) {
                     j += 1;
                 }
                 if j == start || !is_name_start(chars[start]) || chars.get(j) != Some(&'}') {
@@ -128,7 +133,7 @@ pub fn split(
             Some(&c) if is_name_start(c) => {
                 let start = *i;
                 let mut j = start;
-                while j < chars.len() && is_name(chars[j]) {
+                while j < chars.len() && is_name_char(chars[j]) {
                     j += 1;
                 }
                 *i = j;
@@ -257,7 +262,7 @@ pub fn split(
             _ => {
                 if c == '=' && eq.is_none() && plain_so_far && started {
                     eq = Some(cur.len());
-                } else if !is_name(c) || (!started && !is_name_start(c)) {
+                } else if !is_name_char(c) || (!started && !is_name_start(c)) {
                     plain_so_far = false;
                 }
                 cur.push(c);
