@@ -61,6 +61,11 @@ pub const STRAY: &str = "\0stray";
 /// Head of tokens before the first option.
 pub const POSITIONAL: &str = "\0positional";
 
+/// Options SGLang also finds by their exact token in argv
+/// (`prepare_server_args`: `radix_eviction_policy_explicitly_set`), so that
+/// an abbreviation means something else.
+const EXACT_SPELLING: &[&str] = &["--radix-eviction-policy"];
+
 /// How argparse reads one token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token<'a> {
@@ -229,6 +234,13 @@ pub fn parse(tokens: &[String]) -> Parsed {
             Token::Known(o, explicit) => {
                 let mut values = Vec::new();
                 let mut head = o.canonical.to_string();
+                let name = tok.split_once('=').map_or(tok.as_str(), |(n, _)| n);
+                if EXACT_SPELLING.contains(&o.option) && name != o.option {
+                    // SGLang also looks for this exact token: another
+                    // spelling is another launch, kept in order
+                    head = name.to_string();
+                    ordered = true;
+                }
                 match explicit {
                     Some(v) => {
                         if o.nargs == Nargs::Switch {
@@ -359,6 +371,13 @@ mod tests {
         assert!(p("--tp-size 4 stray").ordered);
         assert!(p("--trust-remote-code=1").ordered);
         assert!(!p("--numa-node -1 0").ordered);
+        // an option SGLang also matches by its exact spelling
+        assert!(!p("--radix-eviction-policy lru").ordered);
+        assert!(p("--radix-eviction-pol lru").ordered);
+        assert_ne!(
+            p("--radix-eviction-policy a --radix-eviction-pol b"),
+            p("--radix-eviction-pol b")
+        );
     }
 
     proptest::proptest! {
