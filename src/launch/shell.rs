@@ -8,7 +8,7 @@
 //! assignments, an `exec` prefix. Anything whose meaning depends on more
 //! than that is refused with the reason: operators (`|`, `&&`, `;`,
 //! redirections, a second line), command substitution, special parameters,
-//! `${NAME:-...}` forms, unset variables, globs, a leading `~` or `#`, brace
+//! `${NAME:-...}` forms, unset variables, globs, an unquoted `~`, a comment, brace
 //! expansion, or an unquoted expansion whose value would be split or
 //! globbed. Crates such as `shell-words` and `shlex` split words but neither
 //! expand variables nor tell an operator from a word, which is what deciding
@@ -140,6 +140,7 @@ pub fn split(
                 chars[start..j].iter().collect()
             }
             Some('(') => return Err("command substitution"),
+            Some('\'' | '"') => return Err("$'...' or $\"...\" quoting"),
             Some(c) if c.is_ascii_digit() || "@*#?$!-".contains(*c) => {
                 return Err("a special parameter ($1, $@, $$, ...)")
             }
@@ -258,7 +259,9 @@ pub fn split(
             '`' => return Err("command substitution"),
             '*' | '?' | '[' => return Err("a glob pattern"),
             '{' | '}' => return Err("brace expansion"),
-            '~' | '#' if !started => return Err("a leading ~ or #"),
+            // bash also expands `NAME=~...` in arguments: any unquoted ~
+            '~' => return Err("a tilde"),
+            '#' if !started => return Err("a comment"),
             _ => {
                 if c == '=' && eq.is_none() && plain_so_far && started {
                     eq = Some(cur.len());
@@ -363,6 +366,8 @@ mod tests {
             "echo $GLOB",
             "a\nb",
             "~/run",
+            "cmd a=~/x",
+            "echo $'a'",
             "# comment",
             "echo {a,b}",
             "'open",
