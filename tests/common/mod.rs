@@ -138,6 +138,9 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Disconnects when stderr reached its end (every holder of the pipe
+    /// exited).
+    stderr_eof: std::sync::mpsc::Receiver<()>,
 }
 
 /// How a process ended, with everything it printed.
@@ -167,7 +170,9 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
+        let (eof_tx, stderr_eof) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
+            let _eof = eof_tx;
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -183,6 +188,7 @@ impl Running {
             lines,
             stdout: Vec::new(),
             stderr,
+            stderr_eof,
         }
     }
 
@@ -230,6 +236,10 @@ impl Running {
                 Err(_) => {}
             }
         }
+        // and stderr was read to its end (its reader may lag behind stdout's)
+        let _ = self
+            .stderr_eof
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
         let stderr = self.stderr();
         Finished {
             code,
