@@ -138,9 +138,8 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
-    /// Disconnects when stderr reached its end (every holder of the pipe
-    /// exited).
-    stderr_eof: std::sync::mpsc::Receiver<()>,
+    /// Set once stderr reached its end.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a process ended, with everything it printed.
@@ -170,9 +169,9 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
-        let (eof_tx, stderr_eof) = std::sync::mpsc::channel::<()>();
+        let stderr_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stderr_done.clone();
         std::thread::spawn(move || {
-            let _eof = eof_tx;
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -182,13 +181,14 @@ impl Running {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         Running {
             guard,
             lines,
             stdout: Vec::new(),
             stderr,
-            stderr_eof,
+            stderr_done,
         }
     }
 
@@ -236,10 +236,12 @@ impl Running {
                 Err(_) => {}
             }
         }
-        // and stderr was read to its end (its reader may lag behind stdout's)
-        let _ = self
-            .stderr_eof
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        // ... and stderr too: its reader may still be behind.
+        while !self.stderr_done.load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let stderr = self.stderr();
         Finished {
             code,
