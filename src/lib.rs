@@ -38,6 +38,7 @@ pub mod config;
 pub mod explain;
 pub mod fingerprint;
 pub mod keep;
+pub mod launch;
 pub mod lock;
 pub mod logging;
 pub mod progress;
