@@ -50,7 +50,6 @@ pub mod status;
 pub mod store;
 pub mod supervise;
 pub mod unify;
-pub mod vllm;
 pub mod watch;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger

@@ -110,7 +110,7 @@ pub fn recognise(argv: &[OsString]) -> Option<Launch> {
             args_start: 2,
         });
     }
-    if !is_python(prog) {
+    if !super::is_python(&String::from_utf8_lossy(prog)) {
         return None;
     }
     let mut i = 1;
@@ -145,11 +145,6 @@ pub fn recognise(argv: &[OsString]) -> Option<Launch> {
         }
         _ => None,
     }
-}
-
-fn is_python(prog: &[u8]) -> bool {
-    prog.strip_prefix(b"python")
-        .is_some_and(|v| v.iter().all(|c| c.is_ascii_digit() || *c == b'.'))
 }
 
 /// A flag name the way vLLM's parser sees it: in `--long_name` (up to a `.`),
