@@ -1,12 +1,31 @@
 //! Statistics kept across launches in `<root>/.keepwrap/stats.json`, as a
-//! compiler cache keeps them; updated under the lock, shown by `keepwrap
-//! status`, reset by `keepwrap status --zero`.
+//! compiler cache keeps them; shown by `keepwrap status`, reset by
+//! `keepwrap status --zero`.
+//!
+//! A launch counts what it does in memory ([`Stats::record`]) and writes
+//! the file once, at the end, under the lock ([`Stats::flush`]), and only
+//! when something was counted. Statistics need no durability: the file is
+//! replaced atomically (a reader sees the old or the new counts) but never
+//! fsynced.
 
 use std::os::fd::BorrowedFd;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 const FILE: &str = "stats.json";
+
+/// What this launch counted and has not written yet.
+static PENDING: Mutex<Stats> = Mutex::new(Stats {
+    since: 0,
+    launches: 0,
+    reuses: 0,
+    tunes: 0,
+    removed: 0,
+    stored: 0,
+    restored: 0,
+    evicted: 0,
+});
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -38,11 +57,11 @@ impl Stats {
             .unwrap_or_default()
     }
 
+    /// Replace the file (atomically, not fsynced: see the module docs).
     pub fn save(&self, state: BorrowedFd<'_>) -> std::io::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("stats serialize");
         bytes.push(b'\n');
-        crate::cache::fsx::write_atomic_at(state, c"stats.json", &bytes, 0o644)?;
-        crate::cache::fsx::fsync_dir(state)
+        crate::cache::fsx::write_atomic_at_with(state, c"stats.json", &bytes, 0o644, false)
     }
 
     /// Load, change, save (call under the lock).
@@ -55,6 +74,38 @@ impl Stats {
         if let Err(e) = s.save(state) {
             tracing::warn!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
         }
+    }
+
+    /// Count, in memory, what this launch did (`f` adds to the counters);
+    /// written by the next [`Stats::flush`].
+    pub fn record(f: impl FnOnce(&mut Stats)) {
+        let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut p);
+    }
+
+    /// Was anything counted since the last flush?
+    pub fn pending() -> bool {
+        *PENDING.lock().unwrap_or_else(|e| e.into_inner()) != Stats::default()
+    }
+
+    /// Add what was counted to the file (call under the lock); nothing is
+    /// read or written when nothing was counted.
+    pub fn flush(state: BorrowedFd<'_>) {
+        let delta = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+        if delta == Stats::default() {
+            return;
+        }
+        Stats::update(state, |s| s.add(&delta));
+    }
+
+    fn add(&mut self, d: &Stats) {
+        self.launches += d.launches;
+        self.reuses += d.reuses;
+        self.tunes += d.tunes;
+        self.removed += d.removed;
+        self.stored += d.stored;
+        self.restored += d.restored;
+        self.evicted += d.evicted;
     }
 
     /// Start counting again from now.

@@ -175,6 +175,13 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
     max: u64,
 ) -> io::Result<FileStat> {
     let (mut file, st) = open_regular_at(dir, name)?;
+    read_open(&mut file, &st, buf, max)?;
+    Ok(st)
+}
+
+/// Read the file opened by [`open_regular_at`] (with its `fstat`) into
+/// `buf` (cleared first), at most `max` bytes (`InvalidData` beyond).
+pub fn read_open(file: &mut File, st: &FileStat, buf: &mut Vec<u8>, max: u64) -> io::Result<()> {
     buf.clear();
     let size = st.st_size.max(0) as u64;
     if size > max {
@@ -213,7 +220,7 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
         }
     }
     buf.truncate(n);
-    Ok(st)
+    Ok(())
 }
 
 /// Remove the entry `name` of `dir` (a symlink is removed itself, never its
