@@ -235,6 +235,7 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
             serde_json::to_vec(&forged_sidecar(&fp, &rel, &bytes)).unwrap(),
         )
         .unwrap();
+        put_manifest(&root, &forged_manifest(&fp, &rel, &bytes));
         let b2 = sh_launch(t.path(), &script);
         assert!(
             b2.logged(&format!(

@@ -10,8 +10,8 @@ use tempfile::TempDir;
 
 use super::judge::{self, Candidate, JsonErr, MemberWhy, Reason};
 use super::sidecar::{self, Member, Sidecar};
-use std::os::fd::AsFd;
 use super::*;
+use std::os::fd::AsFd;
 
 const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -348,7 +348,9 @@ fn sidecar_size_does_not_depend_on_the_set() {
         .map(|&n| {
             let t = tree(n);
             sign(t.path(), FP).unwrap();
-            fs::metadata(t.path().join(sidecar_of(&rank(0)))).unwrap().len()
+            fs::metadata(t.path().join(sidecar_of(&rank(0))))
+                .unwrap()
+                .len()
         })
         .collect();
     assert_eq!(sizes[0], sizes[1]);
