@@ -72,7 +72,9 @@ impl Stats {
         }
         f(&mut s);
         if let Err(e) = s.save(state) {
-            tracing::warn!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
+            // Best effort: a full or read-only disk has been warned about
+            // by the cache work itself.
+            tracing::debug!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
         }
     }
 
