@@ -455,13 +455,7 @@ impl State<'_, '_> {
         // Anything else is read and hashed.
         let verdict = match fsx::open_regular_at(dir.fd, cstr_buf(&mut self.cname, name)) {
             Err(e) => Err(Reason::Unreadable(e.to_string())),
-            Ok((_, st))
-                if sc.stat.is_some()
-                    && sc.stat == Some(Stamp::of(&st))
-                    && st.st_size.max(0) as u64 == sc.size =>
-            {
-                Ok(())
-            }
+            Ok((_, st)) if stamped(&sc, &st) => Ok(()),
             Ok((mut file, st)) => {
                 match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
                     Err(e) => Err(Reason::Unreadable(e.to_string())),
@@ -622,9 +616,15 @@ impl State<'_, '_> {
                 }
             }
             let Some((_, d)) = &open else { break };
-            let verdict = match fsx::read_at(d.as_fd(), name, &mut self.cbuf, MAX_CACHE_FILE) {
+            let verdict = match fsx::open_regular_at(d.as_fd(), name) {
                 Err(e) => Err(Reason::Unreadable(e.to_string())),
-                Ok(st) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
+                Ok((_, st)) if stamped(&f.sc, &st) => Ok(FileId::of(&st)),
+                Ok((mut file, st)) => {
+                    match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
+                        Err(e) => Err(Reason::Unreadable(e.to_string())),
+                        Ok(()) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
+                    }
+                }
             };
             match verdict {
                 Ok(id) => checked.push([id, f.sidecar_id]),
@@ -725,6 +725,14 @@ impl State<'_, '_> {
         shown.push(b'/');
         self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
     }
+}
+
+/// Is the open cache file the very file whose bytes `sc` signs: the one
+/// hashed at signing, its identity recorded then (its change time settled,
+/// so that no change since could keep it)? Its bytes are then the ones
+/// signed, and were a JSON object.
+fn stamped(sc: &Sidecar, st: &nix::sys::stat::FileStat) -> bool {
+    sc.stat.is_some_and(|s| s == Stamp::of(st)) && st.st_size.max(0) as u64 == sc.size
 }
 
 /// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
