@@ -154,6 +154,11 @@ fn run(mode: Mode, files: usize, runs: usize) {
                 build(t.path(), files, mode);
                 // Written back, so that the run does not wait on the flush.
                 nix::unistd::sync();
+                if std::env::var_os("BENCH_PAUSE").is_some() {
+                    // For `perf record -p`: time to attach.
+                    eprintln!("bench_prune: built, pid {}", std::process::id());
+                    std::thread::sleep(Duration::from_secs(2));
+                }
                 t
             }
         };
