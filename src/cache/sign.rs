@@ -81,7 +81,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             cname.clear();
             cname.extend_from_slice(name);
             let now = sidecar::now_ns();
-            let (sha256, size, stamp) = match hashed.hash(dir.fd, cname.as_slice(), &mut buf) {
+            let (sha256, size, stamp) = match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true) {
                 Ok(h) => h,
                 Err(Unsignable::Io(e)) => {
                     warn!("not signed {rel}: cannot read it ({e})");
@@ -241,12 +241,14 @@ enum Unsignable {
 struct Hashed(HashMap<(Stamp, u64), String>);
 
 impl Hashed {
-    /// The sha256, size and stamp of the regular file `name` in `dir`.
+    /// The sha256, size and stamp of the regular file `name` in `dir`;
+    /// with `json`, only if it is a JSON object.
     fn hash(
         &mut self,
         dir: BorrowedFd<'_>,
         name: &[u8],
         buf: &mut Vec<u8>,
+        json: bool,
     ) -> Result<(String, u64, Stamp), Unsignable> {
         let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
         let stamp = Stamp::of(&st);
@@ -255,7 +257,9 @@ impl Hashed {
             return Ok((sha.clone(), size, stamp));
         }
         fsx::read_open(&mut file, &st, buf, MAX_CACHE_FILE).map_err(Unsignable::Io)?;
-        judge::json_object_entries(buf).map_err(Unsignable::Json)?;
+        if json {
+            judge::json_object_entries(buf).map_err(Unsignable::Json)?;
+        }
         let sha = judge::sha256_hex(buf);
         if buf.len() as u64 == size {
             self.0.insert((stamp, size), sha.clone());
@@ -318,7 +322,8 @@ fn stamp_racy(
         }
         let Some((_, d)) = &open else { continue };
         let now = sidecar::now_ns();
-        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf) {
+        // Bytes equal to those judged a JSON object above are one.
+        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf, false) {
             if sha == m.sha256 && size == m.size && stamp.settled(now) {
                 stamps[i] = Some(stamp);
             }
