@@ -81,7 +81,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             cname.clear();
             cname.extend_from_slice(name);
             let now = sidecar::now_ns();
-            let (sha256, size, stamp) = match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true) {
+            let (sha256, size, stamp) = match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true)
+            {
                 Ok(h) => h,
                 Err(Unsignable::Io(e)) => {
                     warn!("not signed {rel}: cannot read it ({e})");
