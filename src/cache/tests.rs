@@ -1081,3 +1081,29 @@ fn planted_state_dir_symlink_is_not_used_as_trash() {
         .file_type()
         .is_symlink());
 }
+
+#[test]
+fn kept_lines_past_sixteen_are_debug_with_one_summary() {
+    let t = TempDir::new().unwrap();
+    for i in 0..20u32 {
+        put(
+            t.path(),
+            &format!("{DIR}/rank_tp{i}_pp0_dp0.json"),
+            &body(&format!("r{i}")),
+        );
+    }
+    sign(t.path(), FP).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.kept.len(), 20);
+    let kept = |level: &str| {
+        logs.lines()
+            .filter(|l| l.contains(level) && l.contains(": signed for this launch"))
+            .count()
+    };
+    assert_eq!((kept("INFO"), kept("DEBUG")), (16, 4), "{logs}");
+    assert!(
+        logs.contains("kept 4 more cache files (KEEPWRAP_LOG=debug lists each)"),
+        "{logs}"
+    );
+    assert!(logs.contains("prune: kept 20, removed 0"), "{logs}");
+}
