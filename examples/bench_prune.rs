@@ -144,6 +144,7 @@ fn build(root: &Path, files: usize, mode: Mode) {
 
 fn run(mode: Mode, files: usize, runs: usize) {
     let mut times = Vec::new();
+    let mut cpus = Vec::new();
     // The kept tree is not changed by a run: built once.
     let mut kept: Option<tempfile::TempDir> = None;
     for _ in 0..runs {
@@ -162,6 +163,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
                 t
             }
         };
+        let c = cpu();
         let t = Instant::now();
         let store = Store::open(tmp.path()).unwrap();
         store.recover();
@@ -169,6 +171,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
             cache::prune_stashing(tmp.path(), THIS, &mut |fd, set| store.stash(fd, set)).unwrap();
         store.sync();
         times.push(t.elapsed());
+        cpus.push(cpu() - c);
         let (want, got) = match mode {
             Mode::Reuse => ((files, 0, 0), (r.kept.len(), r.stored, r.removed)),
             Mode::Stash => ((0, files, 0), (r.kept.len(), r.stored, r.removed)),
@@ -184,16 +187,20 @@ fn run(mode: Mode, files: usize, runs: usize) {
         }
     }
     times.sort();
+    cpus.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let median = times[times.len() / 2];
+    let cpu = cpus[cpus.len() / 2];
     println!(
-        "bench_prune: {:<6} {files:>6} files: median {:8.1} ms (min {:.1}, max {:.1}) over {} runs: {:6.1} us per file",
+        "bench_prune: {:<6} {files:>6} files: median {:8.1} ms (min {:.1}, max {:.1}) over {} runs: {:6.1} us per file; cpu {:.1} ms, {:.1} us per file",
         mode.name(),
         ms(median),
         ms(times[0]),
         ms(times[times.len() - 1]),
         times.len(),
         ms(median) * 1e3 / files as f64,
+        ms(cpu),
+        ms(cpu) * 1e3 / files as f64,
     );
 }
 
@@ -233,4 +240,17 @@ fn main() {
             run(mode, files, runs);
         }
     }
+}
+
+/// CPU time of the process (all threads, the trash's included): what the
+/// machine's other load does not inflate much.
+fn cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
