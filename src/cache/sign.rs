@@ -47,6 +47,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     let mut racy: Vec<usize> = Vec::new();
     let mut hashed = Hashed::default();
     let mut buf = Vec::new();
+    let mut sbuf = Vec::new();
     let mut cname = Vec::new();
     layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
         let first = members.len();
@@ -80,21 +81,31 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             };
             cname.clear();
             cname.extend_from_slice(name);
+            // Signed for this launch before, and still the very file hashed
+            // then (its stamp): its bytes are the ones recorded.
+            let known = listing
+                .find(sidecar_cname(&path[path.len() - name.len()..]).as_bytes())
+                .filter(|e| e.kind == Kind::File)
+                .and_then(|_| {
+                    let sname = sidecar_cname(&path[path.len() - name.len()..]);
+                    fsx::read_at(dir.fd, sname.as_c_str(), &mut sbuf, MAX_SIDECAR).ok()?;
+                    judge::judge_sidecar(&sbuf, fingerprint, |p| p == path).ok()
+                });
             let now = sidecar::now_ns();
-            let (sha256, size, stamp) = match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true)
-            {
-                Ok(h) => h,
-                Err(Unsignable::Io(e)) => {
-                    warn!("not signed {rel}: cannot read it ({e})");
-                    unsignable.get_or_insert_with(|| rel.to_string());
-                    continue;
-                }
-                Err(Unsignable::Json(e)) => {
-                    info!("not signed {rel}: {}", e.into_reason());
-                    unsignable.get_or_insert_with(|| rel.to_string());
-                    continue;
-                }
-            };
+            let (sha256, size, stamp) =
+                match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true, known.as_ref()) {
+                    Ok(h) => h,
+                    Err(Unsignable::Io(e)) => {
+                        warn!("not signed {rel}: cannot read it ({e})");
+                        unsignable.get_or_insert_with(|| rel.to_string());
+                        continue;
+                    }
+                    Err(Unsignable::Json(e)) => {
+                        info!("not signed {rel}: {}", e.into_reason());
+                        unsignable.get_or_insert_with(|| rel.to_string());
+                        continue;
+                    }
+                };
             if !stamp.settled(now) {
                 racy.push(members.len());
             }
@@ -243,17 +254,22 @@ struct Hashed(HashMap<(Stamp, u64), String>);
 
 impl Hashed {
     /// The sha256, size and stamp of the regular file `name` in `dir`;
-    /// with `json`, only if it is a JSON object.
+    /// with `json`, only if it is a JSON object. Not read when `known`, its
+    /// sidecar, records its stamp: the bytes are the ones it signs.
     fn hash(
         &mut self,
         dir: BorrowedFd<'_>,
         name: &[u8],
         buf: &mut Vec<u8>,
         json: bool,
+        known: Option<&Sidecar>,
     ) -> Result<(String, u64, Stamp), Unsignable> {
         let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
         let stamp = Stamp::of(&st);
         let size = st.st_size.max(0) as u64;
+        if let Some(sc) = known.filter(|sc| sc.stat == Some(stamp) && sc.size == size) {
+            return Ok((sc.sha256.clone(), size, stamp));
+        }
         if let Some(sha) = self.0.get(&(stamp, size)) {
             return Ok((sha.clone(), size, stamp));
         }
@@ -324,7 +340,7 @@ fn stamp_racy(
         let Some((_, d)) = &open else { continue };
         let now = sidecar::now_ns();
         // Bytes equal to those judged a JSON object above are one.
-        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf, false) {
+        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf, false, None) {
             if sha == m.sha256 && size == m.size && stamp.settled(now) {
                 stamps[i] = Some(stamp);
             }
