@@ -19,14 +19,14 @@ use super::{FileId, ForeignSet, PruneReport};
 /// store). On error every member must be back in place: prune removes them.
 pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
 
-/// Larger sidecars are not read (a sidecar is about 500 bytes).
+/// Larger sidecars are not read (a sidecar is about 550 bytes).
 pub const MAX_SIDECAR: u64 = 64 << 20;
+/// Larger cache files are not read (real ones are KB to a few MB).
+pub const MAX_CACHE_FILE: u64 = 256 << 20;
 
 /// Lines of one kind (`kept ...`, `stored ...`) logged at info level; the
 /// rest at debug level, counted in one line.
 pub const PER_FILE_LINES: usize = 16;
-/// Larger cache files are not read (real ones are KB to a few MB).
-pub const MAX_CACHE_FILE: u64 = 256 << 20;
 
 struct State<'f, 's> {
     fingerprint: &'f str,
@@ -666,6 +666,12 @@ impl State<'_, '_> {
             return;
         }
         let Some(Ok(manifest)) = self.manifests.get(&sc.fingerprint) else {
+            // (Not whole without its manifest: resolve_sets said so already.)
+            let why = Reason::SetManifest("missing".into());
+            for f in files {
+                let reason = Reason::OtherLaunchBad(fp8.clone(), Box::new(why.clone()));
+                self.remove_path(root, &f.path, &reason);
+            }
             return;
         };
         let set = ForeignSet {
