@@ -1107,3 +1107,39 @@ fn kept_lines_past_sixteen_are_debug_with_one_summary() {
     );
     assert!(logs.contains("prune: kept 20, removed 0"), "{logs}");
 }
+
+#[test]
+fn an_edit_that_keeps_size_and_modification_time_is_caught_by_the_change_time() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let p = t.path().join(rank(0));
+    let meta = fs::metadata(&p).unwrap();
+    let sc: Sidecar =
+        serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(0)))).unwrap()).unwrap();
+    assert!(sc.stat.is_some(), "stamped at signing");
+    // Same length, same inode, the modification time put back.
+    let edited = fs::read_to_string(&p).unwrap().replace("r0", "x0");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .write_all(edited.as_bytes())
+        .unwrap();
+    let f = fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(meta.modified().unwrap()).unwrap();
+    drop(f);
+    let now = fs::metadata(&p).unwrap();
+    assert_eq!(
+        (now.ino(), now.len(), now.mtime(), now.mtime_nsec()),
+        (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec())
+    );
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: changed after signing (sha256 ",
+            rank(0)
+        )),
+        "{logs}"
+    );
+}
