@@ -44,6 +44,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     let mut members: Vec<Member> = Vec::new();
     // Per member: its identity when hashed, if settled (see `Stamp`).
     let mut stamps: Vec<Option<Stamp>> = Vec::new();
+    // Per member: its sidecar, when it is one signed for this launch.
+    let mut knowns: Vec<Option<Sidecar>> = Vec::new();
     let mut racy: Vec<usize> = Vec::new();
     let mut hashed = Hashed::default();
     let mut buf = Vec::new();
@@ -110,6 +112,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 racy.push(members.len());
             }
             stamps.push(stamp.settled(now).then_some(stamp));
+            knowns.push(known);
             members.push(Member { path, sha256, size });
         }
         if let Some(bad) = unsignable {
@@ -117,6 +120,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             if dropped > 0 {
                 members.truncate(first);
                 stamps.truncate(first);
+                knowns.truncate(first);
                 racy.retain(|&i| i < first);
                 warn!(
                     "not signed the {dropped} other cache files of {}: {bad} cannot be signed, and trusting part of a directory's rank files would give a partial hit",
@@ -140,6 +144,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
     let members: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
     let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| stamps[i]).collect();
+    let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| knowns[i].take()).collect();
     let id = sidecar::set_id(fingerprint, &members);
     let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
     if members.is_empty() {
@@ -155,7 +160,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
     let manifest_ok = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint)
         .is_ok_and(|m| m.id == id);
-    let recorded = recorded(&root_fd, fingerprint, &members, &stamps, &id);
+    let recorded = recorded(&members, &stamps, &knowns, &id);
 
     let now = SystemTime::now();
     let signed_at = now
@@ -400,40 +405,23 @@ fn incomplete(e: io::Error, what: String, written: usize, total: usize) -> io::E
     )
 }
 
-/// Does every member's sidecar already record this set, for these bytes?
-/// Some(the sidecars to write again with a new stamp) when so; None when
-/// the set must be signed.
+/// Does every member's sidecar (as read by the walk) already record this
+/// set, for these bytes? Some(the sidecars to write again with a new stamp)
+/// when so; None when the set must be signed.
 fn recorded(
-    root: &OwnedFd,
-    fingerprint: &str,
     members: &[Member],
     stamps: &[Option<Stamp>],
+    knowns: &[Option<Sidecar>],
     id: &str,
 ) -> Option<Vec<Sidecar>> {
-    let mut buf = Vec::new();
     let mut restamp = Vec::new();
-    let mut open: Option<(&str, OwnedFd)> = None;
-    for (m, stamp) in members.iter().zip(stamps) {
-        let (parent, name) = split(&m.path);
-        if open.as_ref().is_none_or(|(p, _)| *p != parent) {
-            open = Some((
-                parent,
-                fsx::open_dir_path(root.as_fd(), Path::new(parent)).ok()?,
-            ));
-        }
-        let (_, dir) = open.as_ref()?;
-        fsx::read_at(
-            dir.as_fd(),
-            sidecar_cname(name).as_c_str(),
-            &mut buf,
-            MAX_SIDECAR,
-        )
-        .ok()?;
-        let mut sc = judge::judge_sidecar(&buf, fingerprint, |p| p == m.path).ok()?;
+    for ((m, stamp), known) in members.iter().zip(stamps).zip(knowns) {
+        let sc = known.as_ref()?;
         if sc.set != id || sc.sha256 != m.sha256 || sc.size != m.size {
             return None;
         }
         if stamp.is_some() && sc.stat != *stamp {
+            let mut sc = sc.clone();
             sc.stat = *stamp;
             restamp.push(sc);
         }
