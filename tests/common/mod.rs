@@ -20,9 +20,12 @@ pub fn helper(name: &str) -> PathBuf {
 }
 
 /// `keepwrap` with its cache root in `cache` (so tests never touch $HOME).
+/// The stand-in engines of the tests are shell scripts: `KEEPWRAP_KEEP=always`
+/// keeps their caches as an engine's (`--keep auto` would only supervise them).
 pub fn keepwrap(cache: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", cache);
+    cmd.env("KEEPWRAP_KEEP", "always");
     cmd.env_remove("KEEPWRAP_LOG");
     cmd
 }
@@ -135,6 +138,8 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Set once stderr reached its end.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a process ended, with everything it printed.
@@ -164,6 +169,8 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
+        let stderr_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stderr_done.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
@@ -174,12 +181,14 @@ impl Running {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         Running {
             guard,
             lines,
             stdout: Vec::new(),
             stderr,
+            stderr_done,
         }
     }
 
@@ -226,6 +235,12 @@ impl Running {
                 Err(_) if Instant::now() > deadline => break,
                 Err(_) => {}
             }
+        }
+        // ... and stderr too: its reader may still be behind.
+        while !self.stderr_done.load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
         let stderr = self.stderr();
         Finished {
@@ -354,4 +369,49 @@ pub fn cache_files(root: &Path) -> Vec<PathBuf> {
 /// Run to the end with a deadline.
 pub fn boot(cmd: &mut Command) -> Finished {
     Running::spawn(cmd).finish(Duration::from_secs(60))
+}
+
+/// Run a short command to the end (60 s deadline, then KILL) and collect all
+/// of its output: both pipes are read to their end before it returns.
+pub fn output(cmd: &mut Command) -> Finished {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("keepwrap did not exit within 60 s");
+        }
+    };
+    Finished {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `cmd` without any `KEEPWRAP_*` variable of the test's own environment.
+pub fn without_keepwrap_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("KEEPWRAP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
 }
