@@ -507,11 +507,14 @@ fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
 
 /// The markers in `dir`, and the names of unfinished registrations
 /// (`.<name>.tmp`).
+/// A marker another user owns: its name and owner.
+type Foreign = (String, u32);
+
 /// The markers of the directory (a marker another user owns is not one:
 /// any user can add a file to a shared root's sticky directory, and a
 /// planted live marker would stop the prune), the names of unfinished
 /// registrations, and the markers of other users with their owner.
-fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<(String, u32)>) {
+fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
     let Ok(entries) = fsx::list_dir(dir) else {
         return (Vec::new(), Vec::new(), Vec::new());
     };
