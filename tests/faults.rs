@@ -548,3 +548,62 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
     assert_eq!(cache_files(&copy).len(), 8, "the engine's files are there");
     assert!(whole_sets(&copy).is_empty(), "nothing trusted");
 }
+
+// ---- a crash while a later set of the launch is signed ----
+
+#[test]
+fn sigkill_of_keepwrap_between_sidecars_of_a_grown_set_keeps_the_set_signed_before() {
+    // One rank file per directory: nothing to unify.
+    const DIRS: [&str; 3] = [
+        "0.7.2/sm121/1111111111111111",
+        "0.7.2/sm121/2222222222222222",
+        "0.7.2/sm121/3333333333333333",
+    ];
+    let t = scratch();
+    let root = t.path().join("root");
+    let write = |d: &str, v: u32| {
+        format!(
+            "mkdir -p root/{d} && [ -e root/{d}/rank_tp0_pp0_dp0.json ] || printf '{{\"k{v}\": [\"T\", {v}]}}' > root/{d}/rank_tp0_pp0_dp0.json"
+        )
+    };
+    let launch = |script: &str| {
+        let mut c = keepwrap(&root);
+        c.current_dir(t.path())
+            .args(["--done", "exit", "--", "sh", "-c", script]);
+        c
+    };
+    // One launch (one argv): it tunes a third directory once `grow` exists.
+    let script = format!(
+        "{} && {} && {{ [ ! -e grow ] || {{ {}; }}; }}",
+        write(DIRS[0], 0),
+        write(DIRS[1], 1),
+        write(DIRS[2], 2)
+    );
+    // Boot 1 tunes two directories: one set of two signed.
+    let b1 = boot(&mut launch(&script));
+    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    // Boot 2 reuses them and tunes a third directory; keepwrap is killed
+    // after the first sidecar of the new set is written, before the rest
+    // and the manifest.
+    std::fs::write(t.path().join("grow"), "").unwrap();
+    let sidecar = root.join(DIRS[0]).join("rank_tp0_pp0_dp0.launch");
+    let before = std::fs::read(&sidecar).unwrap();
+    let kw = Running::spawn(launch(&script).env("KEEPWRAP_TEST_MOVE_DELAY_MS", "5000"));
+    wait_for("the first sidecar of the new set", Duration::from_secs(30), || {
+        std::fs::read(&sidecar).ok().filter(|b| *b != before)
+    });
+    let _ = kill(kw.guard.pid(), Signal::SIGKILL);
+    let killed = kw.finish(Duration::from_secs(30));
+    assert!(killed.logged("prune: kept 2, "), "{}", killed.stderr);
+    // Boot 3: the set signed by boot 1 is on disk as it was signed (same
+    // bytes, its manifest the last one committed): it is kept whole.
+    let b3 = boot(&mut launch(&script));
+    assert_eq!(b3.code, 0, "{}", b3.stderr);
+    assert!(
+        b3.logged("prune: kept 2, "),
+        "a whole signed set was lost to a crash in a later sign:\n{}\n{}",
+        killed.stderr,
+        b3.stderr
+    );
+    assert!(b3.logged("tuned and signed 3 cache files"), "{}", b3.stderr);
+}
