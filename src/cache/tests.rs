@@ -626,14 +626,22 @@ fn sidecars(root: &Path, n: u32) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Where the set manifest of launch FP is.
+fn manifest_path(root: &Path) -> std::path::PathBuf {
+    root.join(".keepwrap/sets").join(format!("{FP}.json"))
+}
+
 #[test]
 fn crash_mid_resign_trusts_nothing() {
     // Signed {r0, r1, r2}; the engine rewrites r0; the re-sign crashes after
-    // writing some of the new sidecars. Whichever ones: nothing is trusted.
+    // writing some of the new sidecars, before the manifest. Whichever
+    // ones: r0 no longer has the bytes the committed set records, so
+    // nothing is trusted.
     for written in [vec![0], vec![1], vec![0, 1], vec![1, 2]] {
         let t = tree(3);
         sign(t.path(), FP).unwrap();
         let old = sidecars(t.path(), 3);
+        let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(0), &body("retuned"));
         assert!(!sign(t.path(), FP).unwrap().unchanged);
         for i in 0..3u32 {
@@ -641,6 +649,7 @@ fn crash_mid_resign_trusts_nothing() {
                 fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
             }
         }
+        fs::write(manifest_path(t.path()), &old_manifest).unwrap();
         let (r, logs) = prune_logged(t.path(), FP);
         assert_eq!(
             (r.kept.len(), r.removed),
@@ -651,8 +660,45 @@ fn crash_mid_resign_trusts_nothing() {
 }
 
 #[test]
-fn crash_mid_sign_of_a_grown_set_trusts_nothing() {
-    // Signed {r0, r1}; the engine adds r2; the re-sign writes only r2's.
+fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
+    // Signed {r0, r1}; the engine adds r2; the re-sign crashes after
+    // writing some of the new sidecars, before the manifest. r0 and r1
+    // still hold the bytes the committed set records: it is kept whole,
+    // whichever set their sidecars name; r2 is in no committed set.
+    for written in [vec![2], vec![0], vec![0, 1], vec![0, 2]] {
+        let t = tree(2);
+        sign(t.path(), FP).unwrap();
+        let old = sidecars(t.path(), 2);
+        let old_manifest = fs::read(manifest_path(t.path())).unwrap();
+        put(t.path(), &rank(2), &body("r2"));
+        sign(t.path(), FP).unwrap();
+        for i in 0..2u32 {
+            if !written.contains(&i) {
+                fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
+            }
+        }
+        if !written.contains(&2) {
+            fs::remove_file(t.path().join(sidecar_of(&rank(2)))).unwrap();
+        }
+        fs::write(manifest_path(t.path()), &old_manifest).unwrap();
+        let (r, logs) = prune_logged(t.path(), FP);
+        assert_eq!(
+            (r.kept.len(), r.removed),
+            (2, 1),
+            "written {written:?}: {logs}"
+        );
+        assert!(
+            !r.kept.contains(&std::path::PathBuf::from(rank(2))),
+            "{logs}"
+        );
+    }
+}
+
+#[test]
+fn a_committed_manifest_whose_members_hold_its_bytes_is_whole_whatever_set_their_sidecars_name() {
+    // Signed {r0, r1}; a later sign of {r0, r1, r2} committed; r0 and r1
+    // still carry the first set's sidecars (same bytes): the committed set
+    // is whole.
     let t = tree(2);
     sign(t.path(), FP).unwrap();
     let old = sidecars(t.path(), 2);
@@ -662,7 +708,7 @@ fn crash_mid_sign_of_a_grown_set_trusts_nothing() {
         fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
     }
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
+    assert_eq!((r.kept.len(), r.removed), (3, 0), "{logs}");
 }
 
 #[test]
