@@ -11,7 +11,8 @@
 //! - the next boot exits 0 (never 86: ranks desynchronised by a partial hit)
 //!   and either reuses on every rank or hits on none;
 //! - a set that was whole and signed for this launch is never lost to a
-//!   crash of keepwrap in prune, and prune keeps all of a set or none.
+//!   crash of keepwrap in prune or in a later sign, and prune keeps all of
+//!   a set or none.
 
 mod common;
 mod harden;

@@ -450,9 +450,9 @@ pub type Manifests = HashMap<String, Result<SetManifest, String>>;
 /// manifest lists is a candidate of that launch with the bytes the manifest
 /// records, and no member of its set is removed because another set that
 /// lists it is incomplete. The manifest is the commit point: a member whose
-/// sidecar already names a later set of the launch (a sign killed before it
-/// wrote that set's manifest) still holds the bytes the manifest records,
-/// so the set committed last is kept whole. Otherwise Some(reason). Members of an incomplete
+/// sidecar names a later set of the launch, and the manifest's as the set
+/// committed when it was written (a sign killed before it wrote the later
+/// set's manifest), is still a member of the set committed last. Otherwise Some(reason). Members of an incomplete
 /// set are removed whatever set their own sidecar names, and that in turn
 /// breaks their set: repeated until nothing changes, so no set is ever kept
 /// in part. Each set is checked against its members once per round.
@@ -460,8 +460,8 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
     let index: HashMap<&str, usize> = cands.iter().enumerate().map(|(i, c)| (c.path, i)).collect();
     let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
     // The manifests of the candidates' launches, once each: (fingerprint,
-    // members).
-    let mut sets: Vec<(&str, &[sidecar::Member])> = Vec::new();
+    // id, members).
+    let mut sets: Vec<(&str, &str, &[sidecar::Member])> = Vec::new();
     {
         let mut seen: HashMap<&str, ()> = HashMap::new();
         for (i, c) in cands.iter().enumerate() {
@@ -479,17 +479,17 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
                 Ok(m) => m,
             };
             if seen.insert(fp, ()).is_none() {
-                sets.push((fp, &m.members));
+                sets.push((fp, m.id.as_str(), &m.members));
             }
-            // Listed, with the bytes its sidecar signs?
+            // A member, listed with the bytes its sidecar signs?
             let why = match m.members.binary_search_by(|x| x.path.as_str().cmp(c.path)) {
+                _ if !c.sidecar.in_set(&m.id) => "names another set",
                 Ok(k)
                     if m.members[k].sha256 == c.sidecar.sha256
                         && m.members[k].size == c.sidecar.size =>
                 {
                     continue;
                 }
-                _ if m.id != c.sidecar.set => "names another set",
                 Ok(_) => "records other bytes for this file",
                 Err(_) => "does not list this file",
             };
@@ -499,7 +499,7 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
     let mut broken = vec![false; sets.len()];
     loop {
         let mut changed = false;
-        for (s, &(fp, members)) in sets.iter().enumerate() {
+        for (s, &(fp, id, members)) in sets.iter().enumerate() {
             if broken[s] {
                 continue;
             }
@@ -507,7 +507,9 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
                 .iter()
                 .find_map(|m| match index.get(m.path.as_str()) {
                     None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
-                    Some(&j) if cands[j].sidecar.fingerprint != fp => {
+                    Some(&j)
+                        if cands[j].sidecar.fingerprint != fp || !cands[j].sidecar.in_set(id) =>
+                    {
                         Some((m.path.as_str(), MemberWhy::OtherSet))
                     }
                     Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),

@@ -102,6 +102,7 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
         set: id.clone(),
+        committed: None,
         stat: None,
     };
     fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
@@ -695,20 +696,41 @@ fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
 }
 
 #[test]
-fn a_committed_manifest_whose_members_hold_its_bytes_is_whole_whatever_set_their_sidecars_name() {
-    // Signed {r0, r1}; a later sign of {r0, r1, r2} committed; r0 and r1
-    // still carry the first set's sidecars (same bytes): the committed set
-    // is whole.
+fn a_manifest_vouches_only_for_sidecars_that_name_it() {
+    // Signed {r0, r1}; a manifest of another root (or an old backup) for
+    // the same launch lists r0 alone, with its very bytes: r0's sidecar
+    // names the set {r0, r1}, so the manifest proves nothing for it, and
+    // nothing is trusted (never the part r0 of r0 + r1).
     let t = tree(2);
     sign(t.path(), FP).unwrap();
-    let old = sidecars(t.path(), 2);
-    put(t.path(), &rank(2), &body("r2"));
-    sign(t.path(), FP).unwrap();
-    for i in 0..2u32 {
-        fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
-    }
+    let bytes = fs::read(t.path().join(rank(0))).unwrap();
+    let members = vec![Member {
+        path: rank(0),
+        sha256: judge::sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    }];
+    let planted = sidecar::SetManifest {
+        format: crate::SIDECAR_FORMAT,
+        keepwrap: "0.1.0".into(),
+        fingerprint: FP.into(),
+        id: sidecar::set_id(FP, &members),
+        signed_at: 1,
+        members,
+    };
+    fs::write(
+        manifest_path(t.path()),
+        serde_json::to_vec(&planted).unwrap(),
+    )
+    .unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.kept.len(), r.removed), (3, 0), "{logs}");
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: set incomplete (set manifest names another set)",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -747,6 +769,7 @@ fn resolve_sets_cascades_through_other_sets() {
         signed_at: 0,
         signed_at_utc: String::new(),
         set: m.id.clone(),
+        committed: None,
         stat: None,
     };
     let x = mk("d/x.json", &a);
