@@ -50,6 +50,9 @@ pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("KEEPWRAP_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr a closed pipe) is lost;
+        // reporting that on stderr too would panic in `eprintln!`.
+        .log_internal_errors(false)
         .with_env_filter(filter);
     let _ = match format {
         LogFormat::Text => builder.event_format(KeepwrapLine).try_init(),

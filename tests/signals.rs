@@ -171,6 +171,60 @@ fn every_asynchronous_signal_1_to_64_reaches_the_child_and_keepwrap_lives() {
     );
 }
 
+/// Write system calls `pid` has made, from /proc (failed ones included).
+fn write_calls(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("syscw: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// keepwrap's own log line to a closed pipe raises SIGPIPE in keepwrap (it
+/// is blocked, so it queues for the signalfd): that one is not the child's.
+#[test]
+fn keepwrap_s_own_sigpipe_is_not_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let script = helper("sigpending.py");
+    let mut cmd = wrapped(
+        Wrapper::Keepwrap,
+        dir.path(),
+        &["python3", script.to_str().unwrap()],
+    );
+    cmd.stdin(Stdio::piped()).stderr(Stdio::from(write_end));
+    let mut g = Guard::spawn(&mut cmd);
+    let report = dir.path().join("report");
+    wait_for("the child to block its signals", T, || {
+        lines(&report).iter().any(|l| l == "ready").then_some(())
+    });
+    // A cache file lands: keepwrap logs it, to the closed pipe.
+    let kw = g.pid().as_raw();
+    let before = write_calls(kw);
+    let file = dir
+        .path()
+        .join("cache/0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "{}").unwrap();
+    wait_for("keepwrap to log the landing", T, || {
+        (write_calls(kw) > before).then_some(())
+    });
+    // A realtime signal is read after any standard one queued before it:
+    // once it reached the child, a forwarded PIPE would have too.
+    let rt = libc::SIGRTMIN() + 1;
+    // SAFETY: kill(2) with a valid pid and signal number.
+    assert_eq!(unsafe { libc::kill(kw, rt) }, 0);
+    wait_for("the realtime signal to reach the child", T, || {
+        (pending(&report) & (1 << (rt - 1)) != 0).then_some(())
+    });
+    assert_eq!(signals_in(pending(&report)), vec![rt]);
+    drop(g.child.stdin.take());
+    assert_eq!(g.wait(T), 0);
+}
+
 /// The same scenarios against tini: the same statuses for every signal, and
 /// tini forwards the same signals (except 32 and 33, which the C library
 /// keeps it from blocking).
