@@ -166,3 +166,15 @@ fn the_shortest_probe_interval_does_not_spin() {
     let used = cpu_ticks(pid) - before;
     assert!(used < 60, "{used} CPU ticks in 2 s");
 }
+
+proptest::proptest! {
+    /// No text panics the parser, and what it accepts is within bounds.
+    #[test]
+    fn parse_duration_never_panics(s in "\\PC{0,24}", x in proptest::num::f64::ANY) {
+        for text in [s, x.to_string(), format!("{x:e}"), format!("{x}s")] {
+            if let Ok(d) = keepwrap::cli::parse_duration(&text) {
+                proptest::prop_assert!(d <= keepwrap::cli::MAX_DURATION);
+            }
+        }
+    }
+}
