@@ -103,12 +103,12 @@ results = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
 idle, size, markers = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rss, hwm, anon, file, tini_rss = (int(v) for v in sys.argv[5:10])
 tini = results["tini -s -- true"]["median"]
-goals = {"first boot": 1.5, "repeat boot": 1.5, "--disable": 1.2}
+goals = {"keepwrap -- true": 1.5, "keepwrap --disable": 1.2}
 print("| command | median | mean ± σ | median vs `tini -s` | goal |")
 print("|---|---|---|---|---|")
 for name, r in results.items():
     ratio = r["median"] / tini
-    goal = next((g for k, g in goals.items() if k in name), None)
+    goal = next((g for k, g in goals.items() if name.startswith(k)), None)
     verdict = f"<= {goal}x: {'met' if ratio <= goal else 'NOT met'}" if goal else ""
     print(f"| `{name}` | {r['median'] * 1e3:.2f} ms | {r['mean'] * 1e3:.2f} ± {r['stddev'] * 1e3:.2f} ms "
           f"| {ratio:.2f}x | {verdict} |")
