@@ -79,12 +79,17 @@ pub fn handled_signals() -> SigSet {
 /// (the kernel never discards a blocked signal), and if some library call
 /// unblocks them they are dropped instead of killing the supervisor.
 /// keepwrap uses neither of the C library's reasons for them
-/// (`pthread_cancel`, `setuid` across threads). Calling this again
-/// re-blocks them.
+/// (`pthread_cancel`, `setuid` across threads). [`spawn`] blocks them
+/// again.
 pub fn block_signals() -> nix::Result<SigSet> {
     for signo in 32..libc::SIGRTMIN() {
         set_disposition(signo, libc::SIG_IGN);
     }
+    block_handled()
+}
+
+/// Block the handled signals (again) with the raw system call.
+fn block_handled() -> nix::Result<SigSet> {
     let set = handled_signals();
     // SAFETY: rt_sigprocmask with a valid set and the kernel's sigset size
     // (8 bytes); the old mask is not asked for.
@@ -165,7 +170,7 @@ impl SpawnError {
 pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
     // What ran before (threads started through the C library) may have
     // unblocked 32 and 33: block them again for the rest of the launch.
-    let _ = block_signals();
+    let _ = block_handled();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
     // SAFETY: the closure runs between fork and exec and calls only
