@@ -13,7 +13,7 @@ use common::*;
 const T: Duration = Duration::from_secs(20);
 
 /// Every duration option of a launch, with its variable.
-const OPTIONS: [(&str, &str); 7] = [
+const OPTIONS: [(&str, &str); 8] = [
     ("--grace", "KEEPWRAP_GRACE"),
     ("--kill-after", "KEEPWRAP_KILL_AFTER"),
     ("--probe-interval", "KEEPWRAP_PROBE_INTERVAL"),
@@ -21,6 +21,7 @@ const OPTIONS: [(&str, &str); 7] = [
     ("--store-max-age", "KEEPWRAP_STORE_MAX_AGE"),
     ("--lock-timeout", "KEEPWRAP_LOCK_TIMEOUT"),
     ("--share-timeout", "KEEPWRAP_SHARE_TIMEOUT"),
+    ("--wait-for-tuning", "KEEPWRAP_WAIT_FOR_TUNING"),
 ];
 
 /// Run `keepwrap ARGS -- true` with `env`; its exit code and stderr.

@@ -135,6 +135,8 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Set once stderr reached its end.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a process ended, with everything it printed.
@@ -164,6 +166,8 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
+        let stderr_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stderr_done.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
@@ -174,12 +178,14 @@ impl Running {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         Running {
             guard,
             lines,
             stdout: Vec::new(),
             stderr,
+            stderr_done,
         }
     }
 
@@ -226,6 +232,12 @@ impl Running {
                 Err(_) if Instant::now() > deadline => break,
                 Err(_) => {}
             }
+        }
+        // ... and stderr too: its reader may still be behind.
+        while !self.stderr_done.load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
         let stderr = self.stderr();
         Finished {
