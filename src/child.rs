@@ -351,3 +351,37 @@ pub fn children() -> Vec<Pid> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asynchronous_signal_is_forwarded_and_only_those() {
+        let not: Vec<i32> = (0..=66).filter(|&n| !is_forwarded(n)).collect();
+        assert_eq!(
+            not,
+            [0, 4, 5, 6, 7, 8, 9, 11, 17, 19, 20, 21, 22, 31, 65, 66],
+            "ILL TRAP ABRT BUS FPE KILL SEGV CHLD STOP TSTP TTIN TTOU SYS, and no signal"
+        );
+        // Every handled signal is blocked; the synchronous ones are not.
+        let mask = handled_mask();
+        for n in 1..=64 {
+            let fault = SYNCHRONOUS.contains(&n) || n == libc::SIGKILL || n == libc::SIGSTOP;
+            assert_eq!(mask & 1 << (n - 1) == 0, fault, "signal {n}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_and_names_of_any_signal() {
+        assert_eq!(Ended::Signaled(9).exit_code(), 137);
+        assert_eq!(Ended::Signaled(64).exit_code(), 192);
+        assert_eq!(Ended::Signaled(15).to_string(), "143 (killed by SIGTERM)");
+        assert_eq!(
+            Ended::Signaled(libc::SIGRTMIN() + 3).exit_code() as i32,
+            128 + libc::SIGRTMIN() + 3
+        );
+        assert_eq!(signal_name(libc::SIGRTMIN() + 3), "SIGRTMIN+3");
+        assert_eq!(signal_name(32), "signal 32");
+    }
+}

@@ -219,7 +219,8 @@ impl Watcher {
         let mut landed = Vec::new();
         let mut rescan = false;
         if let Some(timer) = &self.timer {
-            let due = matches!(timer.get(), Ok(None));
+            // Expired (or unreadable: never leave a readable timer behind).
+            let due = !matches!(timer.get(), Ok(Some(_)));
             let walked = if due {
                 self.arm(&mut landed)
             } else {
