@@ -113,7 +113,7 @@ for name, r in results.items():
     print(f"| `{name}` | {r['median'] * 1e3:.2f} ms | {r['mean'] * 1e3:.2f} ± {r['stddev'] * 1e3:.2f} ms "
           f"| {ratio:.2f}x | {verdict} |")
 print()
-print(f"({markers} files under the roots with earlier launches; {len(next(iter(results.values()))['times'])} runs each)")
+print(f"(after the earlier launches the root holds {markers} files; {len(next(iter(results.values()))['times'])} runs each)")
 print()
 print("| keepwrap supervising an idle child | value | goal |")
 print("|---|---|---|")
