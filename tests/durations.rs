@@ -65,7 +65,10 @@ fn absurd_durations_are_refused_naming_the_option() {
         for (value, why) in bad {
             let arg = format!("{option}={value}");
             assert_refused(&[&arg], &[], &[option, value, why]);
-            assert_refused(&[], &[(var, value)], &[option, why]);
+            // A variable set but empty is the same as an unset one.
+            if !value.is_empty() {
+                assert_refused(&[], &[(var, value)], &[option, why]);
+            }
         }
     }
     for (value, why) in bad {
