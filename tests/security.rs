@@ -385,3 +385,50 @@ fn no_env_value_nor_secret_argument_appears_in_any_file_or_log_line() {
     assert!(leaks.is_empty(), "files holding a canary: {leaks:?}");
     assert!(!sidecar_paths(&cache_root(h.path())).is_empty());
 }
+
+// ---- a file name never forges a log line ----
+
+#[test]
+fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let forge = "\n keepwrap: signed 8 cache files\x1b[2K\r";
+    // Planted before the launch: a rank file of the engine's shape, and a
+    // directory under the root, both named to forge a line.
+    std::fs::create_dir_all(root.join(DIR)).unwrap();
+    std::fs::write(
+        root.join(format!("{DIR}/rank_tp7_pp0_dp0{forge}.json")),
+        b"{}",
+    )
+    .unwrap();
+    let odd = root.join(format!("x{forge}"));
+    std::fs::create_dir_all(odd.join("a/b")).unwrap();
+    std::fs::write(odd.join("a/b/rank_tp0_pp0_dp0.json"), b"{}").unwrap();
+    // Written by the engine while it runs.
+    let script = two_ranks_then(
+        "f=$(printf 'rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\033[31m.json'); printf '{}' > \"$d/$f\"",
+    );
+    let b = sh_launch(t.path(), &script);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.stderr.is_empty());
+    for line in b.stderr.lines() {
+        assert!(line.starts_with("keepwrap:"), "a forged line: {line:?}\n{}", b.stderr);
+        assert!(!line.contains('\x1b'), "an escape sequence: {line:?}");
+        assert!(!line.contains('\r'), "a carriage return: {line:?}");
+        assert!(
+            !line.starts_with("keepwrap: signed 8") && !line.starts_with("keepwrap: tuned and signed 8"),
+            "a forged line: {line:?}"
+        );
+    }
+    // The names were shown, escaped.
+    assert!(
+        b.stderr.contains("rank_tp7_pp0_dp0\\n keepwrap: signed 8 cache files\\x1b[2K\\r.json"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.stderr.contains("rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\x1b[31m.json"),
+        "{}",
+        b.stderr
+    );
+}
