@@ -383,7 +383,7 @@ impl Keeper {
                 .map_or_else(|why| why, |n| format!("{n} entries"));
             tracing::info!(
                 "landed {} ({entries}, {} after the launch)",
-                rel.display(),
+                crate::logging::Shown(rel),
                 secs(now - self.launched)
             );
         }

@@ -412,22 +412,29 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(!b.stderr.is_empty());
     for line in b.stderr.lines() {
-        assert!(line.starts_with("keepwrap:"), "a forged line: {line:?}\n{}", b.stderr);
+        assert!(
+            line.starts_with("keepwrap:"),
+            "a forged line: {line:?}\n{}",
+            b.stderr
+        );
         assert!(!line.contains('\x1b'), "an escape sequence: {line:?}");
         assert!(!line.contains('\r'), "a carriage return: {line:?}");
         assert!(
-            !line.starts_with("keepwrap: signed 8") && !line.starts_with("keepwrap: tuned and signed 8"),
+            !line.starts_with("keepwrap: signed 8")
+                && !line.starts_with("keepwrap: tuned and signed 8"),
             "a forged line: {line:?}"
         );
     }
     // The names were shown, escaped.
     assert!(
-        b.stderr.contains("rank_tp7_pp0_dp0\\n keepwrap: signed 8 cache files\\x1b[2K\\r.json"),
+        b.stderr
+            .contains("rank_tp7_pp0_dp0\\n keepwrap: signed 8 cache files\\x1b[2K\\r.json"),
         "{}",
         b.stderr
     );
     assert!(
-        b.stderr.contains("rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\x1b[31m.json"),
+        b.stderr
+            .contains("rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\x1b[31m.json"),
         "{}",
         b.stderr
     );

@@ -86,13 +86,16 @@ pub fn prune(
         Err(e) => {
             return Err(io::Error::new(
                 e.kind(),
-                format!("open cache root {}: {e}", root.display()),
+                format!("open cache root {}: {e}", crate::logging::Shown(root)),
             ))
         }
     };
-    let root_fd = fd
-        .try_clone()
-        .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
+    let root_fd = fd.try_clone().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("dup cache root {}: {e}", crate::logging::Shown(root)),
+        )
+    })?;
     let mut st = State {
         fingerprint,
         stash,

@@ -98,7 +98,7 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(io::Error::new(
             e.kind(),
-            format!("open cache root {}: {e}", root.display()),
+            format!("open cache root {}: {e}", crate::logging::Shown(root)),
         )),
     }
 }
