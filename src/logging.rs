@@ -103,6 +103,22 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// Install the subscriber. Safe to call once per process.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("KEEPWRAP_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Text => builder.event_format(KeepwrapLine).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .with_target(false)
+            .try_init(),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,20 +150,4 @@ mod tests {
         let p = std::path::Path::new(std::ffi::OsStr::from_bytes(b"a/\xffb\xc3.json"));
         assert_eq!(Shown(p).to_string(), "a/\\xffb\\xc3.json");
     }
-}
-
-/// Install the subscriber. Safe to call once per process.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("KEEPWRAP_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    let _ = match format {
-        LogFormat::Text => builder.event_format(KeepwrapLine).try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(false)
-            .with_target(false)
-            .try_init(),
-    };
 }
