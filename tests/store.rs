@@ -280,7 +280,7 @@ fn unsigned_changed_or_corrupt_files_are_deleted_not_stored() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
     assert_eq!(tiny(&root, "a", 10, &[]).code, 0);
-    let f = root.join(&format!("{TINY_DIR}/rank_tp0_pp0_dp0.json"));
+    let f = root.join(format!("{TINY_DIR}/rank_tp0_pp0_dp0.json"));
     std::fs::write(&f, "{\"pad\": \"changed\"}").unwrap();
     let b = tiny(&root, "b", 10, &[]);
     assert!(
