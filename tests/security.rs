@@ -439,3 +439,144 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
         b.stderr
     );
 }
+
+// ---- state files under .keepwrap/: never followed, never blocked on ----
+
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+}
+
+/// The warning lines of a run that mention `needle`.
+fn warnings_about<'a>(b: &'a Finished, needle: &str) -> Vec<&'a str> {
+    b.log()
+        .into_iter()
+        .filter(|l| l.starts_with("keepwrap: warning: ") && l.contains(needle))
+        .collect()
+}
+
+#[test]
+fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
+    let t = scratch();
+    let state = t.path().join("root/.keepwrap");
+    std::fs::create_dir_all(&state).unwrap();
+    mkfifo(&state.join("stats.json"));
+    let b = sh_launch(t.path(), &two_ranks_then("true"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    let w = warnings_about(&b, ".keepwrap/stats.json");
+    assert_eq!(w.len(), 1, "{}", b.stderr);
+    assert!(w[0].contains("a FIFO, not a regular file"), "{}", w[0]);
+    assert_eq!(
+        b.log().iter().filter(|l| l.contains("warning:")).count(),
+        1,
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn a_lock_planted_as_a_fifo_or_a_link_to_dev_zero_is_never_opened_through() {
+    for what in ["a FIFO", "a symlink"] {
+        let t = scratch();
+        let state = t.path().join("root/.keepwrap");
+        std::fs::create_dir_all(&state).unwrap();
+        let lock = state.join("lock");
+        if what == "a FIFO" {
+            mkfifo(&lock);
+        } else {
+            symlink("/dev/zero", &lock).unwrap();
+        }
+        let b = sh_launch(t.path(), &two_ranks_then("exit 7"));
+        assert_eq!(b.code, 7, "{what}: the exit status passes: {}", b.stderr);
+        let w = warnings_about(&b, ".keepwrap/lock");
+        assert_eq!(w.len(), 1, "{what}: {}", b.stderr);
+        assert!(
+            w[0].contains(&format!("{what}, not a regular file"))
+                && w[0].ends_with("the launch goes on without keeping the cache"),
+            "{what}: {}",
+            w[0]
+        );
+        assert_eq!(
+            b.log().iter().filter(|l| l.contains("warning:")).count(),
+            1,
+            "{}",
+            b.stderr
+        );
+        let meta = std::fs::symlink_metadata(&lock).unwrap();
+        assert_eq!(
+            meta.file_type().is_symlink(),
+            what == "a symlink",
+            "{what}: left as it was"
+        );
+    }
+}
+
+#[test]
+fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let script = two_ranks_then("true");
+    let b1 = sh_launch(t.path(), &script);
+    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    let fp = fingerprint_of(&["sh", "-c", &script]);
+    // This launch's record, and the manifest of a stored set of another.
+    let record = root.join(format!(".keepwrap/launches/{fp}.json"));
+    assert!(record.is_file());
+    std::fs::remove_file(&record).unwrap();
+    symlink("/dev/zero", &record).unwrap();
+    let other = root.join(format!(".keepwrap/store/{}", "ab".repeat(32)));
+    std::fs::create_dir_all(&other).unwrap();
+    symlink("/dev/zero", other.join(".set.json")).unwrap();
+    let b2 = sh_launch(t.path(), &script);
+    assert_eq!(b2.code, 0, "{}", b2.stderr);
+    assert!(
+        b2.logged("reused 2 cache files signed for this launch"),
+        "{}",
+        b2.stderr
+    );
+    for shown in [
+        format!(".keepwrap/launches/{fp}.json"),
+        format!(".keepwrap/store/{}/.set.json", "ab".repeat(32)),
+    ] {
+        let w = warnings_about(&b2, &shown);
+        assert_eq!(w.len(), 1, "{shown}: {}", b2.stderr);
+        assert!(w[0].contains("a symlink, not a regular file"), "{}", w[0]);
+    }
+    assert_eq!(
+        b2.log().iter().filter(|l| l.contains("warning:")).count(),
+        2,
+        "{}",
+        b2.stderr
+    );
+}
+
+#[test]
+fn a_state_directory_that_is_a_symlink_is_never_written_through() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    symlink(&elsewhere, root.join(".keepwrap")).unwrap();
+    let b = sh_launch(t.path(), &two_ranks_then("exit 5"));
+    assert_eq!(b.code, 5, "the exit status passes: {}", b.stderr);
+    let w = warnings_about(&b, ".keepwrap");
+    assert_eq!(w.len(), 1, "{}", b.stderr);
+    assert!(
+        w[0].contains(".keepwrap is a symlink, which keepwrap does not follow"),
+        "{}",
+        w[0]
+    );
+    assert_eq!(
+        b.log().iter().filter(|l| l.contains("warning:")).count(),
+        1,
+        "{}",
+        b.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    assert!(is_symlink(&root.join(".keepwrap")));
+}
