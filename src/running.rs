@@ -56,7 +56,7 @@ impl Marker {
     /// Leave this launch's marker under `root`, locked for its lifetime.
     pub fn register(root: &Path, fingerprint: &str) -> io::Result<Marker> {
         let dir = root.join(STATE_DIR).join("running");
-        fs::create_dir_all(&dir)?;
+        crate::cache::fsx::state_dir(root, "running")?;
         let started = now_nanos();
         let name = format!("{}-{started}", std::process::id());
         let mut file = OpenOptions::new()

@@ -504,14 +504,16 @@ pub fn open_state_dir_at(
         Mode::empty(),
     )
     .map_err(|e| match e {
-        Errno::ELOOP => io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name} is a symlink, which keepwrap does not follow"),
-        ),
-        Errno::ENOTDIR => io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name} is not a directory"),
-        ),
+        // O_DIRECTORY|O_NOFOLLOW on a symlink: ELOOP or ENOTDIR.
+        Errno::ELOOP | Errno::ENOTDIR => {
+            let what = match lstat_at(dir, name) {
+                Ok(st) if Kind::from_mode(st.st_mode) == Kind::Symlink => {
+                    "a symlink, which keepwrap does not follow"
+                }
+                _ => "not a directory",
+            };
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is {what}"))
+        }
         e => err(e),
     })?;
     let st = stat_fd(fd.as_fd())?;
