@@ -580,3 +580,152 @@ fn a_state_directory_that_is_a_symlink_is_never_written_through() {
     );
     assert!(is_symlink(&root.join(".keepwrap")));
 }
+
+// ---- only the engine's files are judged ----
+
+/// Every entry below `dir` (keepwrap's own `.keepwrap/` left out): its
+/// path, kind, and bytes or link target.
+fn snapshot(dir: &Path) -> Vec<(String, String)> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            if rel == ".keepwrap" {
+                continue;
+            }
+            let ft = std::fs::symlink_metadata(&p).unwrap().file_type();
+            if ft.is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
+                ));
+            } else if ft.is_dir() {
+                out.push((rel.clone(), "dir".into()));
+                walk(base, &p, out);
+            } else {
+                out.push((rel, sha256_hex(&std::fs::read(&p).unwrap())));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
+    let t = scratch();
+    let model = t.path().join("models/m");
+    std::fs::create_dir_all(model.join("1_Pooling")).unwrap();
+    std::fs::create_dir_all(model.join("blobs")).unwrap();
+    std::fs::write(model.join("config.json"), b"{\"architectures\": [\"X\"]}").unwrap();
+    std::fs::write(model.join("tokenizer.json"), b"{\"version\": \"1.0\"}").unwrap();
+    std::fs::write(model.join("model.safetensors"), vec![7u8; 4096]).unwrap();
+    std::fs::write(model.join("1_Pooling/config.json"), b"{\"pooling\": 1}").unwrap();
+    std::fs::write(model.join("blobs/abc"), b"{\"chat_template\": \"\"}").unwrap();
+    // As in a Hugging Face snapshot: files and directories that are links.
+    symlink("blobs/abc", model.join("tokenizer_config.json")).unwrap();
+    symlink("1_Pooling", model.join("pooling")).unwrap();
+    let before = snapshot(&model);
+    let b = boot(keepwrap(&model).args(["--done", "exit", "--", "sh", "-c", "exit 0"]));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert_eq!(
+        snapshot(&model),
+        before,
+        "byte for byte the same: {}",
+        b.stderr
+    );
+    let warnings: Vec<&str> = b
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings, vec![
+        "keepwrap: warning: left 7 entries under the cache root untouched: not the engine's autotune cache (first: 1_Pooling); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?"
+    ], "{}", b.stderr);
+    assert!(
+        b.logged("prune: kept 0, removed 0 cache files and 0 leftovers"),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let put = |rel: &str, bytes: &[u8]| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    };
+    // The engine's: unsigned, so removed.
+    put(&format!("{DIR}/rank_tp0_pp0_dp0.json"), b"{}");
+    put(&format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"), b"{}");
+    put(&format!("{DIR}/.autotuner_ab12cd.tmp"), b"{");
+    put(&format!("{DIR}/rank_tp9_pp0_dp0.launch"), b"{}");
+    // The engine's, never read back: left alone, not reported.
+    put(
+        &format!("{DIR}/runs/rank_tp0_pp0_dp0.20260101_000000.ab.json"),
+        b"{}",
+    );
+    // Not the engine's: left alone, reported once.
+    let foreign = [
+        "rank_tp0_pp0_dp0.json".to_string(),
+        "0.7.2/notes.json".to_string(),
+        "0.7.2/sm121/x.json".to_string(),
+        "0.7.2/sm121/0123/rank_tp0_pp0_dp0.json".to_string(),
+        format!("{DIR}/other.json"),
+        format!("{DIR}/sub/rank_tp0_pp0_dp0.json"),
+    ];
+    for f in &foreign {
+        put(f, b"{\"not\": \"the engine's\"}");
+    }
+    let b = sh_launch(t.path(), "exit 0");
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    for rel in [
+        format!("{DIR}/rank_tp0_pp0_dp0.json"),
+        format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"),
+    ] {
+        assert!(
+            b.logged(&format!("removed {rel}: no sidecar (unsigned)")),
+            "{}",
+            b.stderr
+        );
+        assert!(!root.join(&rel).exists());
+    }
+    assert!(!root.join(format!("{DIR}/.autotuner_ab12cd.tmp")).exists());
+    assert!(!root.join(format!("{DIR}/rank_tp9_pp0_dp0.launch")).exists());
+    assert!(root
+        .join(format!(
+            "{DIR}/runs/rank_tp0_pp0_dp0.20260101_000000.ab.json"
+        ))
+        .is_file());
+    for f in &foreign {
+        assert_eq!(
+            std::fs::read(root.join(f)).unwrap(),
+            b"{\"not\": \"the engine's\"}",
+            "{f} untouched: {}",
+            b.stderr
+        );
+        assert!(
+            !b.log().iter().any(|l| l.contains(&format!("removed {f}"))),
+            "{}",
+            b.stderr
+        );
+    }
+    let warnings: Vec<&str> = b
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", b.stderr);
+    // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
+    assert!(
+        warnings[0].starts_with("keepwrap: warning: left 6 entries under the cache root untouched: not the engine's autotune cache (first: rank_tp0_pp0_dp0.json); "),
+        "{}",
+        warnings[0]
+    );
+}
