@@ -178,8 +178,13 @@ pub fn test_pause() {
     }
 }
 
-/// Where a member's two files are, relative to a base directory.
+/// Where a member's two files are, relative to a base directory: only
+/// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
+/// rank_*.json`), so that the store never moves anything else.
 fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
+    if !cache::is_cache_file(Path::new(path)) {
+        return None;
+    }
     fsx::open_dir_path(base, Path::new(split(path).0)).ok()
 }
 
@@ -669,6 +674,11 @@ impl Store {
     /// this set? Stash checks before a set enters the store, restore before
     /// it leaves (a same-size edit included).
     fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
+        // The manifest lists the very set its id names (the sidecars are
+        // checked against the id below): never a part of it.
+        if cache::set_id(&man.fingerprint, &man.members) != man.set_id {
+            return Err("the manifest does not list the members of its set".into());
+        }
         let mut buf = Vec::new();
         for m in &man.members {
             let d = member_dir(dir, &m.path).ok_or_else(|| format!("{}: missing", m.path))?;

@@ -84,7 +84,7 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
         std::fs::write(outside.join(format!("rank_tp{r}_pp0_dp0.json")), PRECIOUS).unwrap();
     }
     std::fs::create_dir_all(root.join(DIR)).unwrap();
-    std::fs::create_dir_all(root.join("0.7.2/sm121/aaaa")).unwrap();
+    std::fs::create_dir_all(root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa")).unwrap();
     // A <key16> directory that is a link to the outside directory.
     symlink(&outside, root.join("0.7.2/sm121/bbbbbbbbbbbbbbbb")).unwrap();
     // A rank file that is a link; a sidecar that is a link beside a real
@@ -92,10 +92,14 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
     symlink(&target, root.join(format!("{DIR}/rank_tp0_pp0_dp0.json"))).unwrap();
     std::fs::write(root.join(format!("{DIR}/rank_tp1_pp0_dp0.json")), b"{}").unwrap();
     symlink(&target, root.join(format!("{DIR}/rank_tp1_pp0_dp0.launch"))).unwrap();
-    symlink(&target, root.join("0.7.2/sm121/aaaa/.autotuner_x1y2.tmp")).unwrap();
     symlink(
         &target,
-        root.join("0.7.2/sm121/aaaa/rank_tp9_pp0_dp0.launch"),
+        root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa/.autotuner_x1y2.tmp"),
+    )
+    .unwrap();
+    symlink(
+        &target,
+        root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa/rank_tp9_pp0_dp0.launch"),
     )
     .unwrap();
 
@@ -117,8 +121,8 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
         "0.7.2/sm121/bbbbbbbbbbbbbbbb".to_string(),
         format!("{DIR}/rank_tp0_pp0_dp0.json"),
         format!("{DIR}/rank_tp1_pp0_dp0.launch"),
-        "0.7.2/sm121/aaaa/.autotuner_x1y2.tmp".to_string(),
-        "0.7.2/sm121/aaaa/rank_tp9_pp0_dp0.launch".to_string(),
+        "0.7.2/sm121/aaaaaaaaaaaaaaaa/.autotuner_x1y2.tmp".to_string(),
+        "0.7.2/sm121/aaaaaaaaaaaaaaaa/rank_tp9_pp0_dp0.launch".to_string(),
     ] {
         assert!(
             std::fs::symlink_metadata(root.join(&rel)).is_err(),

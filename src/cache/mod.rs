@@ -77,11 +77,11 @@ pub struct SignReport {
     pub failed: usize,
 }
 
-/// Is `rel` (relative to the root) a cache file keepwrap guards: `*.json`,
-/// not under a `runs/` directory nor a hidden directory, not a FlashInfer
-/// temp file.
+/// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
+/// the engine's, `<version>/sm<arch>/<key16>/rank_*.json`.
 pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let mut depth = 0;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
         let Component::Normal(name) = c else {
@@ -89,11 +89,12 @@ pub fn is_cache_file(rel: &Path) -> bool {
         };
         let name = name.as_bytes();
         if comps.peek().is_some() {
-            if !layout::walks_into(name) {
+            if !layout::is_layout_dir(depth, name) {
                 return false;
             }
+            depth += 1;
         } else {
-            return layout::role(name) == layout::Role::Cache;
+            return depth == layout::KEY_DEPTH && layout::role(name) == layout::Role::Cache;
         }
     }
     false

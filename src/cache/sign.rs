@@ -48,7 +48,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         let mut unsignable: Option<String> = None;
         for e in &listing.ents {
             let name = listing.name(e);
-            if layout::role(name) != Role::Cache {
+            if dir.role(name) != Role::Cache {
                 continue;
             }
             let rel = Rel(dir.rel, name);

@@ -15,6 +15,8 @@ use super::*;
 const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const DIR: &str = "0.6.18/sm121/3f9c0a1b2c3d4e5f";
+/// A rank file in another `<key16>/` directory.
+const OTHER_RANK: &str = "0.6.18/sm121/fedcba9876543210/rank_tp0_pp0_dp0.json";
 
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
@@ -348,10 +350,32 @@ fn runs_and_hidden_dirs_are_untouched() {
 #[test]
 fn is_cache_file_rules() {
     assert!(is_cache_file(Path::new(&rank(0))));
-    assert!(is_cache_file(Path::new("x.json")));
-    assert!(is_cache_file(Path::new(
-        "a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json"
-    )));
+    for ok in [
+        "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0_gpuGPU-1234.json",
+        "0.6.1.post2/sm90/0123456789abcdef/rank_tp3_pp0_dp1.json",
+        "0.7.0rc1+cu130/sm100/ffffffffffffffff/rank_x.json",
+        "unknown/sm89/0123456789abcdef/rank_tp0_pp0_dp0.json",
+    ] {
+        assert!(is_cache_file(Path::new(ok)), "{ok}");
+    }
+    // Not the engine's shape: any other depth, directory or file name.
+    for not in [
+        "x.json",
+        "rank_tp0_pp0_dp0.json",
+        "config.json",
+        "a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json",
+        "0.7.2/sm121/0123456789abcdef/config.json",
+        "0.7.2/sm121/0123456789abcdef/x/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789ABCDEF/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789abcde/rank_tp0_pp0_dp0.json",
+        "0.7.2/smx/0123456789abcdef/rank_tp0_pp0_dp0.json",
+        "1_Pooling/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789abcdef/rank_.json",
+        "0.7.2/sm121/0123456789abcdef/runs/rank_tp0_pp0_dp0.json",
+    ] {
+        assert!(!is_cache_file(Path::new(not)), "{not}");
+    }
     assert!(!is_cache_file(Path::new("a/runs/x.json")));
     assert!(!is_cache_file(Path::new(".keepwrap/x.json")));
     assert!(!is_cache_file(Path::new("a/.autotuner_x.tmp")));
@@ -458,24 +482,21 @@ fn fifo_sidecar_does_not_hang() {
 #[test]
 fn directory_named_json_is_left_with_a_warning() {
     let t = tree(0);
-    fs::create_dir_all(t.path().join(format!("{DIR}/weird.json"))).unwrap();
-    put(t.path(), &format!("{DIR}/weird.json/inner.json"), "{}");
+    let weird = format!("{DIR}/rank_tp9_pp0_dp0.json");
+    fs::create_dir_all(t.path().join(&weird)).unwrap();
+    put(t.path(), &format!("{weird}/rank_tp0_pp0_dp0.json"), "{}");
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.left, r.removed), (1, 1), "{logs}");
+    assert_eq!((r.left, r.removed), (1, 0), "{logs}");
     assert!(
-        logs.contains(&format!(
-            "WARN left {DIR}/weird.json: a directory named *.json"
-        )),
-        "{logs}"
-    );
-    assert!(
-        logs.contains(&format!(
-            "removed {DIR}/weird.json/inner.json: no sidecar (unsigned)"
-        )),
+        logs.contains(&format!("WARN left {weird}: a directory named *.json")),
         "{logs}"
     );
     assert!(logs.contains("left 1 that could not be removed"));
-    assert!(t.path().join(format!("{DIR}/weird.json")).is_dir());
+    // Not the engine's layout below it: never walked into.
+    assert!(t
+        .path()
+        .join(format!("{weird}/rank_tp0_pp0_dp0.json"))
+        .is_file());
 }
 
 // ---- sets ----------------------------------------------------------------
@@ -695,28 +716,24 @@ fn sign_for_another_launch_rewrites() {
 #[test]
 fn sign_skips_what_is_not_a_json_object() {
     let t = tree(1);
-    put(t.path(), &format!("{DIR}/bad.json"), "nope");
-    put(t.path(), &format!("{DIR}/list.json"), "[]");
-    put(t.path(), "other/rank_tp0_pp0_dp0.json", &body("o"));
+    put(t.path(), &format!("{DIR}/rank_bad.json"), "nope");
+    put(t.path(), &format!("{DIR}/rank_list.json"), "[]");
+    put(t.path(), OTHER_RANK, &body("o"));
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     // Nothing of a directory holding a file that cannot be signed (a
     // partial hit next boot otherwise); other directories are signed.
-    assert_eq!(
-        s.signed,
-        vec![PathBuf::from("other/rank_tp0_pp0_dp0.json")],
-        "{logs}"
-    );
+    assert_eq!(s.signed, vec![PathBuf::from(OTHER_RANK)], "{logs}");
     assert!(
         logs.contains(&format!("not signed the 1 other cache files of {DIR}/: ")),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")),
+        logs.contains(&format!("not signed {DIR}/rank_bad.json: not valid JSON (")),
         "{logs}"
     );
     assert!(
         logs.contains(&format!(
-            "not signed {DIR}/list.json: not a JSON object (an array)"
+            "not signed {DIR}/rank_list.json: not a JSON object (an array)"
         )),
         "{logs}"
     );
