@@ -4,8 +4,9 @@
 //!
 //! Layout under the root (as SGLang and FlashInfer write it):
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
-//! keepwrap's sidecar `rank_....launch` beside each rank file. Every `*.json`
-//! at any depth is judged, except under `runs/` and hidden directories.
+//! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
+//! that shape are judged (`runs/` is left alone); anything else under the
+//! root is never touched, and reported once.
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
