@@ -501,3 +501,22 @@ fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
     );
     assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
 }
+
+#[test]
+fn a_store_another_user_can_write_is_not_used() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    let store = state(&root).join("store");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged("warning: cannot open the store .keepwrap/ in ")
+            && b.logged(": store is a directory another user can write (world-writable without the sticky bit); "),
+        "{}",
+        b.stderr
+    );
+    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+}
