@@ -128,9 +128,10 @@ pub fn prune(
         }
     }
     if let Some(first) = &st.untouched_first {
+        let n = st.untouched;
         warn!(
-            "left {} entries under the cache root untouched: not the engine's autotune cache (first: {first}); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
-            st.untouched
+            "left {n} {} under the cache root untouched: not the engine's autotune cache (first: {first}); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
+            if n == 1 { "entry" } else { "entries" }
         );
     }
     let r = &st.report;
