@@ -997,3 +997,82 @@ fn planted_state_dir_symlink_is_not_used_as_trash() {
         .file_type()
         .is_symlink());
 }
+
+// ---- state files under .keepwrap/ -------------------------------------------
+
+#[test]
+fn state_files_are_read_only_when_regular_and_small() {
+    use std::os::fd::AsFd;
+    let t = TempDir::new().unwrap();
+    let dir = fsx::open_root(t.path()).unwrap();
+    let read = |name: &str, max: u64| fsx::read_state_file(dir.as_fd(), name, max);
+    assert!(read("missing.json", 10).unwrap().is_none());
+    fs::write(t.path().join("ok.json"), b"{}").unwrap();
+    assert_eq!(read("ok.json", 10).unwrap().unwrap(), b"{}");
+    fs::write(t.path().join("big.json"), vec![b' '; 11]).unwrap();
+    assert!(read("big.json", 10)
+        .unwrap_err()
+        .to_string()
+        .contains("more than 10"));
+    std::os::unix::fs::symlink("/dev/zero", t.path().join("zero.json")).unwrap();
+    assert_eq!(
+        read("zero.json", 10).unwrap_err().to_string(),
+        "a symlink, not a regular file"
+    );
+    nix::unistd::mkfifo(
+        &t.path().join("fifo.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    assert_eq!(
+        read("fifo.json", 10).unwrap_err().to_string(),
+        "a FIFO, not a regular file"
+    );
+    assert_eq!(
+        fsx::open_state_file_rw(dir.as_fd(), "fifo.json", false)
+            .unwrap_err()
+            .to_string(),
+        "a FIFO, not a regular file"
+    );
+    assert_eq!(
+        fsx::open_state_file_rw(dir.as_fd(), "zero.json", false)
+            .unwrap_err()
+            .to_string(),
+        "a symlink, not a regular file"
+    );
+    assert!(fsx::open_state_file_rw(dir.as_fd(), "lock", false).is_ok());
+    assert!(fsx::open_state_file_rw(dir.as_fd(), "lock", true).is_err());
+}
+
+#[test]
+fn state_directories_are_never_a_symlink_nor_writable_by_another_user() {
+    use std::os::fd::AsFd;
+    let t = TempDir::new().unwrap();
+    let root = fsx::open_root(t.path()).unwrap();
+    fs::create_dir(t.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", t.path().join("linked")).unwrap();
+    assert_eq!(
+        fsx::open_state_dir_at(root.as_fd(), "linked", Some(0o755))
+            .unwrap_err()
+            .to_string(),
+        "linked is a symlink, which keepwrap does not follow"
+    );
+    fs::create_dir(t.path().join("open")).unwrap();
+    fs::set_permissions(t.path().join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        fsx::open_state_dir_at(root.as_fd(), "open", None)
+            .unwrap_err()
+            .to_string(),
+        "open is a directory another user can write (world-writable without the sticky bit)"
+    );
+    assert!(fsx::open_state_dir_at(root.as_fd(), "new", None).is_err());
+    assert!(fsx::open_state_dir_at(root.as_fd(), "new", Some(0o700)).is_ok());
+    assert_eq!(
+        fs::metadata(t.path().join("new")).unwrap().mode() & 0o777,
+        0o700
+    );
+    // Through a symlinked .keepwrap nothing is created.
+    std::os::unix::fs::symlink("elsewhere", t.path().join(fsx::STATE_DIR)).unwrap();
+    assert!(fsx::state_dir(t.path(), "running").is_err());
+    assert_eq!(fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
+}
