@@ -30,7 +30,8 @@ pub enum LockError {
     Io(std::io::Error),
 }
 
-fn hostname() -> String {
+/// The host name (in a pod: the pod's name), `?` when unknown.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
@@ -46,7 +47,17 @@ fn holder(file: &mut File) -> String {
     if s.is_empty() {
         "another process (it has not said who yet)".to_string()
     } else {
-        s.to_string()
+        // What another process wrote: never a control character in a log line.
+        s.chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect()
     }
 }
 
