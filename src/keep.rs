@@ -146,7 +146,11 @@ impl Keeper {
             );
             return Prepared::default();
         };
-        let done = match args.done.resolve(argv) {
+        crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+        for line in launch.warnings() {
+            tracing::warn!("{line}");
+        }
+        let done = match args.done.resolve(&launch) {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!("{e}; the launch goes on without keeping the cache");
@@ -439,15 +443,7 @@ impl Keeper {
         if landed.is_empty() {
             return;
         }
-        for rel in &landed {
-            let entries = cache::entry_count(&self.root.join(rel))
-                .map_or_else(|why| why, |n| format!("{n} entries"));
-            tracing::info!(
-                "landed {} ({entries}, {} after the launch)",
-                crate::logging::Shown(rel),
-                secs(now - self.launched)
-            );
-        }
+        crate::progress::landed(&self.root, &landed, now - self.launched);
         self.last_landing = Some(now);
         if self.phase == Phase::Signed && self.alone() {
             let Ok(_lock) = self.commit_lock() else {
@@ -536,6 +532,7 @@ impl Keeper {
                     st.tunes += 1;
                 }
             });
+            crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
         }
     }
 
