@@ -4,8 +4,9 @@
 //!
 //! Layout under the root (as SGLang and FlashInfer write it):
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
-//! keepwrap's sidecar `rank_....launch` beside each rank file. Every `*.json`
-//! at any depth is judged, except under `runs/` and hidden directories.
+//! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
+//! that shape are judged (`runs/` is left alone); anything else under the
+//! root is never touched, and reported once.
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
@@ -17,11 +18,14 @@
 //!   blocks the file system must free), emptied in a background thread.
 //!
 //! The set rule: at sign time every cache file present is signed as one set
-//! (id = sha256 over fingerprint + sorted members), recorded in every
-//! member's sidecar. Prune keeps a file only if its set is whole: every
-//! member listed present, its bytes matching, its sidecar carrying the same
-//! set id. Otherwise every member is removed, so no launch ever loads part
-//! of a set (a crash between two sidecar writes included).
+//! (id = sha256 over fingerprint + sorted members). Each member's sidecar
+//! records its own bytes and the set id; the member list is written once,
+//! last, in the launch's set manifest `.keepwrap/sets/<fingerprint>.json`.
+//! Prune keeps a file only if its set is whole: the manifest names the set
+//! its sidecar names, and every member it lists is present, its bytes
+//! matching, its sidecar carrying the same set id. Otherwise every member is
+//! removed, so no launch ever loads part of a set (a crash between two
+//! sidecar writes, or before the manifest, included).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -43,7 +47,10 @@ pub use trash::{empty_trash, TRASH_DIR};
 mod tests;
 
 pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
-pub use sidecar::{is_sha256_hex, set_id, Member, SetRecord, Sidecar};
+pub use sidecar::{
+    is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
+    SetManifest, SetRecord, Sidecar, Stamp,
+};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]
@@ -77,11 +84,11 @@ pub struct SignReport {
     pub failed: usize,
 }
 
-/// Is `rel` (relative to the root) a cache file keepwrap guards: `*.json`,
-/// not under a `runs/` directory nor a hidden directory, not a FlashInfer
-/// temp file.
+/// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
+/// the engine's, `<version>/sm<arch>/<key16>/rank_*.json`.
 pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let mut depth = 0;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
         let Component::Normal(name) = c else {
@@ -89,11 +96,12 @@ pub fn is_cache_file(rel: &Path) -> bool {
         };
         let name = name.as_bytes();
         if comps.peek().is_some() {
-            if !layout::walks_into(name) {
+            if !layout::is_layout_dir(depth, name) {
                 return false;
             }
+            depth += 1;
         } else {
-            return layout::role(name) == layout::Role::Cache;
+            return depth == layout::KEY_DEPTH && layout::role(name) == layout::Role::Cache;
         }
     }
     false
