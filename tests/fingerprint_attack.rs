@@ -1,0 +1,117 @@
+//! Inputs an adversary (or an unlucky manifest) hands the `sglang`
+//! profile: config and model paths that are no regular file, YAML files
+//! whose meaning PyYAML decides differently from their text. Each drives
+//! `keepwrap fingerprint` with a deadline: PID 1 must neither hang nor
+//! panic, and launches SGLang reads differently must differ.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `keepwrap fingerprint -- python3 -m sglang.launch_server ARGS` in
+/// `cwd`, killed after a deadline: returns stdout, or None on a hang.
+fn fingerprint(cwd: &Path, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(common::BIN)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", cwd)
+        .env("HF_HUB_CACHE", cwd.join("hub"))
+        .args(["fingerprint", "--", "python3", "-m", "sglang.launch_server"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return Some(String::from_utf8(out.stdout).unwrap().trim().to_string());
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+#[test]
+fn a_config_path_that_is_no_regular_file_neither_blocks_nor_reads_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    mkfifo(&dir.path().join("fifo.yaml"));
+    std::fs::create_dir(dir.path().join("dir.yaml")).unwrap();
+    let mut seen = Vec::new();
+    for path in ["fifo.yaml", "/dev/zero", "dir.yaml", "missing.yaml"] {
+        let fp = fingerprint(dir.path(), &["--config", path, "--tp", "2"]);
+        let fp = fp.unwrap_or_else(|| panic!("--config {path}: no answer within 20 s"));
+        seen.push(fp);
+    }
+    // none equals the launch without a config file
+    let plain = fingerprint(dir.path(), &["--tp", "2"]).unwrap();
+    assert!(!seen.contains(&plain));
+}
+
+#[test]
+fn a_model_config_that_is_no_regular_file_neither_blocks_nor_reads_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("m")).unwrap();
+    mkfifo(&dir.path().join("m/config.json"));
+    std::fs::create_dir(dir.path().join("z")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("z/config.json")).unwrap();
+    std::fs::create_dir(dir.path().join("loop")).unwrap();
+    std::os::unix::fs::symlink("config.json", dir.path().join("loop/config.json")).unwrap();
+    for m in ["m", "z", "loop"] {
+        assert!(
+            fingerprint(dir.path(), &["--model-path", m]).is_some(),
+            "--model-path {m}: no answer within 20 s"
+        );
+    }
+}
+
+#[test]
+fn a_hub_ref_that_is_a_fifo_does_not_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let refs = dir.path().join("hub/models--org--name/refs");
+    std::fs::create_dir_all(&refs).unwrap();
+    mkfifo(&refs.join("main"));
+    assert!(fingerprint(dir.path(), &["--model-path", "org/name"]).is_some());
+}
+
+/// Two config files SGLang reads differently never share a fingerprint.
+fn differ(a: &str, b: &str) {
+    let fa = tempfile::tempdir().unwrap();
+    let fb = tempfile::tempdir().unwrap();
+    std::fs::write(fa.path().join("c.yaml"), a).unwrap();
+    std::fs::write(fb.path().join("c.yaml"), b).unwrap();
+    let x = fingerprint(fa.path(), &["--config", "c.yaml"]).unwrap();
+    let y = fingerprint(fb.path(), &["--config", "c.yaml"]).unwrap();
+    assert_ne!(x, y, "{a:?} and {b:?} share a fingerprint");
+}
+
+#[test]
+fn a_repeated_yaml_key_means_its_last_value() {
+    // PyYAML's safe_load keeps the last value of a repeated key
+    differ(
+        "trust-remote-code: true\ntrust-remote-code: false\n",
+        "trust-remote-code: true\n",
+    );
+    differ(
+        "cuda-graph-bs-decode: [1, 2]\ncuda-graph-bs-decode: []\n",
+        "cuda-graph-bs-decode: [1, 2]\n",
+    );
+    differ("tp-size: 2\n'tp-size': ~\n", "tp-size: 2\n");
+}
