@@ -63,6 +63,21 @@ pub struct Command {
     pub server: Option<Server>,
 }
 
+/// Open `path` for reading only when it is a regular file: a FIFO would
+/// block the open (or the read) until a writer comes, a device such as
+/// `/dev/zero` never ends, and a directory holds no bytes.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 fn base(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
 }
