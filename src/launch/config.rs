@@ -291,11 +291,23 @@ fn to_args(root: &Node) -> Result<Vec<String>, String> {
     let Py::Dict(pairs) = to_py(root) else {
         return Err("the file is not a mapping of option names to values".into());
     };
-    let mut out = Vec::new();
+    // a Python dict: a repeated key keeps its first place and its last value
+    let mut dict: Vec<(&str, &Py)> = Vec::with_capacity(pairs.len());
+    let mut place = std::collections::HashMap::with_capacity(pairs.len());
     for (k, v) in &pairs {
         let Py::Str(key) = k else {
             return Err("a key is not a string".into());
         };
+        match place.get(key.as_str()) {
+            Some(&i) => dict[i] = (key.as_str(), v),
+            None => {
+                place.insert(key.as_str(), dict.len());
+                dict.push((key, v));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (key, v) in dict {
         let flag = format!("--{key}");
         match v {
             Py::Bool(b) => {
@@ -410,6 +422,11 @@ mod tests {
         assert!(args("a: 1\n---\nb: 2").is_err());
         assert!(args("a: [1").is_err());
         assert!(args("1: x").is_err());
+        // a repeated key: its first place, its last value
+        assert_eq!(
+            args("a: 1\nb: 2\na: [3, 4]\n'a': 5").unwrap(),
+            ["--a", "5", "--b", "2"]
+        );
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(args(&format!("a: {deep}")).is_err());
     }
