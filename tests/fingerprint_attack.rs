@@ -115,3 +115,10 @@ fn a_repeated_yaml_key_means_its_last_value() {
     );
     differ("tp-size: 2\n'tp-size': ~\n", "tp-size: 2\n");
 }
+
+#[test]
+fn a_line_break_only_pyyaml_knows_is_no_character() {
+    // PyYAML folds NEL (U+0085) inside a quoted scalar to a space; `\N`
+    // is the character itself
+    differ("chat-template: \"x\u{85}y\"\n", "chat-template: \"x\\Ny\"\n");
+}
