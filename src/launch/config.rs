@@ -68,6 +68,15 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return (Outcome::Unparsable("not UTF-8".into()), Some(hash));
     };
+    // PyYAML (YAML 1.1) breaks lines at NEL, LS and PS, which YAML 1.2
+    // parsers read as characters: "x<NEL>y" is "x y" to SGLang, yet
+    // "x\u{85}y" to this module, the very string `"x\Ny"` means
+    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return (
+            Outcome::Unparsable("a YAML 1.1 line break (NEL, LS or PS)".into()),
+            Some(hash),
+        );
+    }
     let outcome = match parse(text) {
         Ok(node) => to_args(&node).map_or_else(Outcome::Unparsable, Outcome::Args),
         Err(e) => Outcome::Unparsable(e),
