@@ -327,6 +327,33 @@ YAML_TRAPS = [
 ]
 
 
+HOSTILE = ["--", "-1", "-.5", "-5.", "-1e5", "-\u0661", "-1\n", "-x", "- 1", "-", "",
+           "--no", "=", "-h", "--tp", "--t", "--cuda-graph-bs", "1", "0", "-0"]
+
+
+def hostile(tokens):
+    """tokens after one or two token-level edits argparse may or may not mind."""
+    t = list(tokens)
+    for _ in range(R.randint(1, 2)):
+        i = R.randrange(len(t) + 1)
+        op = R.random()
+        if op < 0.3:
+            t.insert(i, R.choice(HOSTILE))
+        elif op < 0.45 and i < len(t):
+            t[i] = R.choice(HOSTILE)
+        elif op < 0.6 and i < len(t) - 1 and not t[i + 1].startswith("-"):
+            t[i:i + 2] = [t[i] + "=" + t[i + 1]]
+        elif op < 0.7 and i < len(t) and "=" in t[i]:
+            t[i:i + 1] = t[i].split("=", 1)
+        elif op < 0.8 and i < len(t) and t[i].startswith("--") and len(t[i]) > 4:
+            t[i] = t[i][:R.randint(3, len(t[i]) - 1)]
+        elif op < 0.9 and i < len(t):
+            t.insert(i, t[i])
+        elif i < len(t):
+            del t[i]
+    return t
+
+
 def pair():
     """Two sides and a label of how the second was made from the first."""
     base = launch(R.randint(1, 6))
@@ -378,6 +405,9 @@ def pair():
         pos = R.randrange(len(kept) + 1)
         args = flat(kept[:pos]) + ["--config", "@CONFIG@"] + flat(kept[pos:])
         return "config", a, {"args": args, "config": y}
+    elif r < 0.92:
+        kind = "tokens"
+        return kind, a, {"args": hostile(flat(base)), "config": None}
     else:
         kind = "yaml-typing"
         opt = R.choice(["--chunked-prefill-size", "--tp-size", "--served-model-name",
