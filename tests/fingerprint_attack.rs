@@ -122,3 +122,51 @@ fn a_line_break_only_pyyaml_knows_is_no_character() {
     // is the character itself
     differ("chat-template: \"x\u{85}y\"\n", "chat-template: \"x\\Ny\"\n");
 }
+
+/// `--keep auto`: which commands are engines whose cache is kept.
+#[test]
+fn keep_auto_tells_engines_from_other_commands() {
+    use std::ffi::OsString;
+    let engine = |argv: &[&str]| {
+        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        let env = [(OsString::from("PORT"), OsString::from("8000"))];
+        keepwrap::launch::analyze(&argv, &env).is_engine()
+    };
+    let sh = |s: &str| engine(&["bash", "-lc", s]);
+    for argv in [
+        &["python3", "-u", "-m", "sglang.launch_server", "--tp", "2"][..],
+        &["uv", "run", "python", "-m", "sglang.launch_server"],
+        &["uv", "run", "-m", "sglang.launch_server"],
+        &["/opt/venv/bin/python", "-m", "sglang.launch_server"],
+        &["torchrun", "--nproc-per-node", "8", "-m", "sglang.launch_server"],
+        &["sglang", "serve", "--model-path", "m"],
+        &["python3", "-m", "sglang.bench_one_batch", "--tp", "2"],
+        &["python3", "my_bench.py"],
+        &["env", "A=1", "python3", "-m", "sglang.launch_server"],
+        &["numactl", "--cpunodebind=0", "python3", "-m", "sglang.launch_server"],
+    ] {
+        assert!(engine(argv), "{argv:?} is an engine");
+    }
+    for s in [
+        "exec python3 -m sglang.launch_server --port $PORT",
+        "exec env A=1 python3 -m sglang.launch_server --port $PORT",
+        "python3 -m sglang.launch_server | tee /log",
+        "cd /w && exec python3 -m sglang.launch_server",
+    ] {
+        assert!(sh(s), "bash -lc {s:?} is an engine");
+    }
+    for argv in [
+        &["bash"][..],
+        &["sh"],
+        &["bash", "-i"],
+        &["sleep", "1"],
+        &["nvidia-smi"],
+        &["env", "A=1", "bash"],
+        &["sglang", "version"],
+    ] {
+        assert!(!engine(argv), "{argv:?} is no engine");
+    }
+    for s in ["sleep infinity", "exec bash", "echo $PORT && sleep 1"] {
+        assert!(!sh(s), "bash -lc {s:?} is no engine");
+    }
+}
