@@ -170,3 +170,19 @@ fn keep_auto_tells_engines_from_other_commands() {
         assert!(!sh(s), "bash -lc {s:?} is no engine");
     }
 }
+
+#[test]
+fn env_inside_a_shell_string_is_read_as_env_outside_one() {
+    use std::ffi::OsString;
+    let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+    let env = [(OsString::from("PORT"), OsString::from("8000"))];
+    let c = keepwrap::launch::analyze(
+        &os(&["sh", "-c", "A=0 exec env A=1 python3 -m sglang.launch_server --port $PORT"]),
+        &env,
+    );
+    let server = c.server.expect("the server inside");
+    assert_eq!(server.args, ["--port", "8000"]);
+    // env's assignment wins over the shell's
+    let a: Vec<_> = c.assigns.iter().filter(|(k, _)| k == "A").collect();
+    assert_eq!(a.first().map(|(_, v)| v.clone()), Some(OsString::from("1")));
+}
