@@ -120,7 +120,10 @@ fn a_repeated_yaml_key_means_its_last_value() {
 fn a_line_break_only_pyyaml_knows_is_no_character() {
     // PyYAML folds NEL (U+0085) inside a quoted scalar to a space; `\N`
     // is the character itself
-    differ("chat-template: \"x\u{85}y\"\n", "chat-template: \"x\\Ny\"\n");
+    differ(
+        "chat-template: \"x\u{85}y\"\n",
+        "chat-template: \"x\\Ny\"\n",
+    );
 }
 
 /// `--keep auto`: which commands are engines whose cache is kept.
@@ -138,12 +141,24 @@ fn keep_auto_tells_engines_from_other_commands() {
         &["uv", "run", "python", "-m", "sglang.launch_server"],
         &["uv", "run", "-m", "sglang.launch_server"],
         &["/opt/venv/bin/python", "-m", "sglang.launch_server"],
-        &["torchrun", "--nproc-per-node", "8", "-m", "sglang.launch_server"],
+        &[
+            "torchrun",
+            "--nproc-per-node",
+            "8",
+            "-m",
+            "sglang.launch_server",
+        ],
         &["sglang", "serve", "--model-path", "m"],
         &["python3", "-m", "sglang.bench_one_batch", "--tp", "2"],
         &["python3", "my_bench.py"],
         &["env", "A=1", "python3", "-m", "sglang.launch_server"],
-        &["numactl", "--cpunodebind=0", "python3", "-m", "sglang.launch_server"],
+        &[
+            "numactl",
+            "--cpunodebind=0",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+        ],
     ] {
         assert!(engine(argv), "{argv:?} is an engine");
     }
@@ -177,7 +192,11 @@ fn env_inside_a_shell_string_is_read_as_env_outside_one() {
     let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
     let env = [(OsString::from("PORT"), OsString::from("8000"))];
     let c = keepwrap::launch::analyze(
-        &os(&["sh", "-c", "A=0 exec env A=1 python3 -m sglang.launch_server --port $PORT"]),
+        &os(&[
+            "sh",
+            "-c",
+            "A=0 exec env A=1 python3 -m sglang.launch_server --port $PORT",
+        ]),
         &env,
     );
     let server = c.server.expect("the server inside");

@@ -58,7 +58,8 @@ fn keepwrap_never_merges_launches_sglang_tells_apart() {
         let case: Value = serde_json::from_str(line).unwrap();
         let kind = case["kind"].as_str().unwrap().to_string();
         let same = case["same"].as_bool().unwrap();
-        let ours = fingerprint(&case["a"], dir.path(), "a") == fingerprint(&case["b"], dir.path(), "b");
+        let ours =
+            fingerprint(&case["a"], dir.path(), "a") == fingerprint(&case["b"], dir.path(), "b");
         *counts.entry((kind.clone(), same, ours)).or_default() += 1;
         if ours && !same {
             collisions.push(line.to_string());
@@ -135,6 +136,9 @@ fn config_files_read_as_sglang_reads_them() {
     }
     eprintln!("exact {exact}, marked {marked}, refused {refused}");
     assert!(exact + marked + refused >= 1000);
-    assert!(exact * 3 > exact + marked + refused, "a third of the files are read exactly");
+    assert!(
+        exact * 3 > exact + marked + refused,
+        "a third of the files are read exactly"
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -236,16 +236,26 @@ fn analyze_command(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     };
     match shell::split(script, &lookup, positional) {
         Ok(simple) => {
-            let server = server_of(&simple.argv);
+            let argv: Vec<OsString> = simple.argv.iter().map(OsString::from).collect();
+            let assigns: Vec<(OsString, OsString)> = simple
+                .assigns
+                .into_iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect();
+            let inner_env: Vec<(OsString, OsString)> = assigns.iter().chain(env).cloned().collect();
+            if let Some(mut c) = env_prefix(&argv, &inner_env) {
+                // `exec env NAME=value... COMMAND`: env's assignments first
+                c.assigns.extend(assigns);
+                if matches!(c.wrapper, Wrapper::Direct | Wrapper::Env) {
+                    c.wrapper = Wrapper::Shell;
+                }
+                return c;
+            }
             Command {
-                argv: simple.argv.into_iter().map(OsString::from).collect(),
-                assigns: simple
-                    .assigns
-                    .into_iter()
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                    .collect(),
+                server: server_of(&simple.argv),
+                argv,
+                assigns,
                 wrapper: Wrapper::Shell,
-                server,
             }
         }
         Err(why) => direct(Wrapper::Unreadable(why)),
