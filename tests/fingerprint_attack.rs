@@ -205,3 +205,70 @@ fn env_inside_a_shell_string_is_read_as_env_outside_one() {
     let a: Vec<_> = c.assigns.iter().filter(|(k, _)| k == "A").collect();
     assert_eq!(a.first().map(|(_, v)| v.clone()), Some(OsString::from("1")));
 }
+
+const PIECES: &[&[u8]] = &[
+    b"-c",
+    b"-m",
+    b"sglang.launch_server",
+    b"serve",
+    b"sh",
+    b"--tp",
+    b"=",
+    b"A=1",
+    b"exec ",
+    b"$V",
+    b"\"$@\"",
+    b"'",
+    b"\"",
+    b"\\",
+    b"\n",
+    b"\xff",
+    b"\xed\xa0\x80",
+    b"--config",
+    b"--model-path",
+    b"--model-type",
+    b"-X",
+    b"-u",
+    b"--",
+    b"-",
+    b" ",
+    b"${",
+    b"}",
+    b"~",
+    b"\xc3\xa9",
+    b"-1",
+    b"--tp-size=",
+    b"--no-",
+    b"0",
+];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1500))]
+    /// No argv, however odd its bytes, panics the fingerprint (keepwrap is
+    /// PID 1): shells, env prefixes, server arguments, invalid UTF-8.
+    #[test]
+    fn no_argv_panics_the_fingerprint(
+        head in proptest::sample::select(&[
+            "sh", "bash", "env", "python3", "sglang", "/usr/bin/env", "busybox", "python3.11",
+        ][..]),
+        words in proptest::collection::vec(proptest::collection::vec(proptest::sample::select(PIECES), 0..5), 0..8),
+    ) {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let argv: Vec<OsString> = std::iter::once(OsString::from(head))
+            .chain(words.into_iter().map(|w| OsString::from_vec(w.concat())))
+            .collect();
+        let env = [(OsString::from("V"), OsString::from_vec(b"x\xffy".to_vec()))];
+        for profile in [keepwrap::fingerprint::ProfileName::Sglang, keepwrap::fingerprint::ProfileName::Seed] {
+            let opts = keepwrap::fingerprint::Options {
+                profile,
+                env_prefixes: vec!["V".into()],
+                volatile_env: vec![],
+                ignored_args: vec!["--tp".into(), "".into(), "-".into()],
+            };
+            let l = keepwrap::fingerprint::Launch::new(&opts, &argv, &env);
+            let _ = (l.fingerprint(), l.redacted_inputs(), l.warnings(), l.command().is_engine());
+            let _ = (l.option("--port"), l.cluster_fingerprint(&["--node-rank".into()]));
+        }
+    }
+}
