@@ -272,3 +272,54 @@ proptest::proptest! {
         }
     }
 }
+
+/// A launch record planted under the cache root (its file named like a
+/// fingerprint, its content anything) neither panics `explain` nor the
+/// launch-time "no cache" line, nor forges a keepwrap line.
+#[test]
+fn a_planted_launch_record_is_only_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join(".keepwrap");
+    std::fs::create_dir_all(state.join("store")).unwrap();
+    std::fs::create_dir_all(state.join("launches")).unwrap();
+    let record = serde_json::json!({
+        "format": 1,
+        "fingerprint": "a\u{e9}\u{e9}\u{e9}\u{e9}\nkeepwrap: forged",
+        "profile": "sglang",
+        "inputs": {"profile": "sglang", "env": {}, "ignored_args": [],
+                   "launch": {"args": [["--tp-size", "2\nkeepwrap: forged"]], "models": {}}},
+        "first_signed": 1, "last_signed": 1, "last_used": 1, "files": 1,
+    });
+    std::fs::write(
+        state.join("launches").join(format!("{}.json", "a".repeat(64))),
+        record.to_string(),
+    )
+    .unwrap();
+    let launch = ["python3", "-m", "sglang.launch_server", "--tp", "4"];
+    let explain = Command::new(common::BIN)
+        .arg("explain")
+        .arg("--cache-dir")
+        .arg(dir.path())
+        .arg("--")
+        .args(launch)
+        .output()
+        .unwrap();
+    let run = Command::new(common::BIN)
+        .args(["--keep", "always", "--cache-dir"])
+        .arg(dir.path())
+        .arg("--")
+        .args(launch)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    for (what, out) in [("explain", &explain), ("a launch", &run)] {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("panicked"), "{what}: {text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("keepwrap: forged")),
+            "{what}: {text}"
+        );
+    }
+    assert!(explain.status.success());
+}
