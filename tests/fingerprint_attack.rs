@@ -291,7 +291,17 @@ fn a_planted_launch_record_is_only_data() {
         "first_signed": 1, "last_signed": 1, "last_used": 1, "files": 1,
     });
     std::fs::write(
-        state.join("launches").join(format!("{}.json", "a".repeat(64))),
+        state
+            .join("launches")
+            .join(format!("{}.json", "a".repeat(64))),
+        record.to_string(),
+    )
+    .unwrap();
+    // a well-formed fingerprint with forged values
+    let mut record = record;
+    record["fingerprint"] = "b".repeat(64).into();
+    std::fs::write(
+        state.join("launches").join(format!("{}.json", "b".repeat(64))),
         record.to_string(),
     )
     .unwrap();
@@ -322,4 +332,5 @@ fn a_planted_launch_record_is_only_data() {
         );
     }
     assert!(explain.status.success());
+    assert!(String::from_utf8_lossy(&explain.stdout).contains("bbbbbbbb..."));
 }
