@@ -334,3 +334,27 @@ fn a_planted_launch_record_is_only_data() {
     assert!(explain.status.success());
     assert!(String::from_utf8_lossy(&explain.stdout).contains("bbbbbbbb..."));
 }
+
+/// A config file within the size limit but of a million values is refused
+/// before it is turned into a million tokens (PID 1 must not spend hundreds
+/// of MiB on it); a config file of ordinary size is read.
+#[test]
+fn a_config_of_a_million_values_is_not_expanded() {
+    use keepwrap::launch::config::{read, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.yaml");
+    let items = vec!["1"; 1_000_000].join(",");
+    std::fs::write(&wide, format!("cuda-graph-bs-decode: [{items}]\n")).unwrap();
+    match read(&wide) {
+        (Outcome::Unparsable(why), Some(_)) => assert!(why.contains("values"), "{why}"),
+        (other, _) => panic!("{:?}", std::mem::discriminant(&other)),
+    }
+    let keys = dir.path().join("keys.yaml");
+    let text: String = (0..500_000).map(|i| format!("k{i}: 1\n")).collect();
+    std::fs::write(&keys, text).unwrap();
+    assert!(matches!(read(&keys).0, Outcome::Unparsable(_)));
+    let ok = dir.path().join("ok.yaml");
+    let items = vec!["8"; 5_000].join(", ");
+    std::fs::write(&ok, format!("cuda-graph-bs-decode: [{items}]\ntp-size: 4\n")).unwrap();
+    assert!(matches!(read(&ok).0, Outcome::Args(a) if a.len() == 5_003));
+}
