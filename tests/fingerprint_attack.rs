@@ -301,7 +301,9 @@ fn a_planted_launch_record_is_only_data() {
     let mut record = record;
     record["fingerprint"] = "b".repeat(64).into();
     std::fs::write(
-        state.join("launches").join(format!("{}.json", "b".repeat(64))),
+        state
+            .join("launches")
+            .join(format!("{}.json", "b".repeat(64))),
         record.to_string(),
     )
     .unwrap();
@@ -355,6 +357,10 @@ fn a_config_of_a_million_values_is_not_expanded() {
     assert!(matches!(read(&keys).0, Outcome::Unparsable(_)));
     let ok = dir.path().join("ok.yaml");
     let items = vec!["8"; 5_000].join(", ");
-    std::fs::write(&ok, format!("cuda-graph-bs-decode: [{items}]\ntp-size: 4\n")).unwrap();
+    std::fs::write(
+        &ok,
+        format!("cuda-graph-bs-decode: [{items}]\ntp-size: 4\n"),
+    )
+    .unwrap();
     assert!(matches!(read(&ok).0, Outcome::Args(a) if a.len() == 5_003));
 }

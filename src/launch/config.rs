@@ -25,6 +25,10 @@ use crate::canonical::{self, Layout, Style};
 pub const MAX_BYTES: u64 = 4 << 20;
 /// Deeper nesting is refused (no recursion without a bound).
 const MAX_DEPTH: usize = 64;
+/// More values (scalars, lists, mappings) are refused: a few KiB of YAML
+/// per value turned into tokens, copied a few times, would cost PID 1
+/// hundreds of MiB for a file within [`MAX_BYTES`].
+const MAX_NODES: usize = 100_000;
 
 /// What reading the config file gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,8 +103,18 @@ fn parse(text: &str) -> Result<Node, String> {
     let mut keys: Vec<Option<Node>> = Vec::new();
     let mut root: Option<Node> = None;
     let mut docs = 0;
+    let mut nodes = 0;
     for ev in Parser::new_from_str(text) {
         let (ev, _) = ev.map_err(|e| format!("not YAML: {e}"))?;
+        if matches!(
+            ev,
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
+        ) {
+            nodes += 1;
+            if nodes > MAX_NODES {
+                return Err(format!("more than {MAX_NODES} YAML values"));
+            }
+        }
         let node = match ev {
             Event::DocumentStart(_) => {
                 docs += 1;
