@@ -259,7 +259,7 @@ impl Keeper {
                 max_age: args.store_max_age,
             };
             let evicted = s.evict(limits, now);
-            Stats::update(s.state_fd(), |st| {
+            Stats::record(|st| {
                 st.launches += 1;
                 st.removed += removed as u64;
                 st.stored += stored as u64;
@@ -525,7 +525,7 @@ impl Keeper {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
                 }
             }
-            Stats::update(s.state_fd(), |st| {
+            Stats::record(|st| {
                 if reused {
                     st.reuses += 1;
                 } else if n > 0 {
@@ -533,6 +533,7 @@ impl Keeper {
                 }
             });
             crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
+            Stats::flush(s.state_fd());
         }
     }
 
@@ -574,6 +575,11 @@ impl Keeper {
     pub fn child_ended(&mut self, ended: Ended) {
         self.note_landings(Instant::now());
         self.end_tuning(ended);
+        if let (Some(s), true) = (&self.store, Stats::pending()) {
+            if let Ok(_lock) = self.commit_lock() {
+                Stats::flush(s.state_fd());
+            }
+        }
         if let Some(share) = self.share.as_mut() {
             share.finish();
         }
