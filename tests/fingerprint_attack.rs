@@ -364,3 +364,19 @@ fn a_config_of_a_million_values_is_not_expanded() {
     .unwrap();
     assert!(matches!(read(&ok).0, Outcome::Args(a) if a.len() == 5_003));
 }
+
+#[test]
+fn combined_interpreter_flags_are_read_as_python_reads_them() {
+    use std::ffi::OsString;
+    let server = |s: &str| {
+        let argv: Vec<OsString> = s.split(' ').map(OsString::from).collect();
+        keepwrap::launch::analyze(&argv, &[]).server
+    };
+    let a = server("python3 -um sglang.launch_server --tp 2").expect("a server");
+    let b = server("python3 -u -m sglang.launch_server --tp 2").unwrap();
+    assert_eq!((a.python_opts, a.args), (b.python_opts, b.args));
+    let c = server("python3 -uBmsglang.launch_server --tp 2").expect("a server");
+    assert_eq!(c.python_opts, ["-u", "-B"]);
+    assert!(server("python3 -uc import").is_none());
+    assert!(server("python3 -um sglang.bench_one_batch").is_none());
+}
