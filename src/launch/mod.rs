@@ -140,13 +140,41 @@ pub fn server_of(argv: &[String]) -> Option<Server> {
             (Some(m), i + 1)
         } else if a == "-" || a.starts_with("-c") || a.starts_with("--") {
             return None;
-        } else if a.starts_with('-') {
-            opts.push(a.to_string());
-            if matches!(a, "-X" | "-W") {
-                opts.push(argv.get(i + 1)?.clone());
+        } else if let Some(flags) = a.strip_prefix('-') {
+            // combined short options, as Python reads them: `-uB`, `-Xdev`,
+            // `-um MODULE`; `-m`, `-c`, `-X` and `-W` take the rest of the
+            // token or the next one
+            let taking = flags.char_indices().find_map(|(k, ch)| {
+                let rest = &flags[k + ch.len_utf8()..];
+                if matches!(ch, 'm' | 'c' | 'X' | 'W') {
+                    return Some((ch, rest));
+                }
+                opts.push(format!("-{ch}"));
+                None
+            });
+            let Some((ch, rest)) = taking else {
                 i += 1;
+                continue;
+            };
+            if ch == 'c' {
+                return None;
             }
-            i += 1;
+            let (value, next) = if rest.is_empty() {
+                (argv.get(i + 1)?.as_str(), i + 2)
+            } else {
+                (rest, i + 1)
+            };
+            if ch == 'm' {
+                return (value == "sglang.launch_server").then(|| Server {
+                    entry: Entry::LaunchServer,
+                    python_opts: opts,
+                    model_type: None,
+                    args: argv.get(next..).unwrap_or_default().to_vec(),
+                });
+            }
+            opts.push(format!("-{ch}"));
+            opts.push(value.to_string());
+            i = next;
             continue;
         } else {
             // a script
