@@ -16,6 +16,7 @@
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
+//! - [`policy`]: when a set may be signed: the trust rules as a pure state machine;
 //! - [`running`]: which launches use a cache root right now;
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
@@ -38,6 +39,7 @@ pub mod keep;
 pub mod lock;
 pub mod logging;
 pub mod ready;
+pub mod policy;
 pub mod running;
 pub mod share;
 pub mod stats;
