@@ -16,6 +16,7 @@
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
+//! - [`owner`]: which process serves a loopback port;
 //! - [`policy`]: when a set may be signed: the trust rules as a pure state machine;
 //! - [`running`]: which launches use a cache root right now;
 //! - [`stats`]: statistics kept across launches;
@@ -39,6 +40,7 @@ pub mod keep;
 pub mod lock;
 pub mod logging;
 pub mod ready;
+pub mod owner;
 pub mod policy;
 pub mod running;
 pub mod share;
