@@ -67,15 +67,29 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
     let root = tmp.path().join("cache");
     // Exits 0 on TERM after writing half of a set of 4: what an offline
     // tuning script or `bench_one_batch` does under `docker stop`.
-    let steps = ["report", "onterm:0", "write:0", "write:1", "mark:half", "wait"];
+    let steps = [
+        "report",
+        "onterm:0",
+        "write:0",
+        "write:1",
+        "mark:half",
+        "wait",
+    ];
     let mut kw = Running::spawn(&mut staged(&root, &["--done", "exit"], &steps));
     kw.wait_stdout("the half set", Duration::from_secs(20), |l| {
         l == "mark half"
     });
-    kw.wait_stderr(&format!("landed {DIR}/{}", rank(1)), Duration::from_secs(10));
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(1)),
+        Duration::from_secs(10),
+    );
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
-    assert_eq!(b.code, 0, "the exit status stays the engine's: {}", b.stderr);
+    assert_eq!(
+        b.code, 0,
+        "the exit status stays the engine's: {}",
+        b.stderr
+    );
     assert!(
         sidecar_paths(&root).is_empty(),
         "nothing signed: {}",
@@ -88,7 +102,7 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
         "{}",
         b.stderr
     );
-    assert!(!b.logged("tuning is done"), "{}", b.stderr);
+    assert!(!b.logged("tuning is done:"), "{}", b.stderr);
     assert!(
         next_boot_keeps(&root, &["--done", "exit"], &steps).is_empty(),
         "the next launch keeps nothing of the stopped run"
@@ -103,7 +117,10 @@ fn rule1_a_quiet_window_after_a_stop_is_not_done() {
     // window), writing nothing more.
     let steps = ["onterm:0", "write:0", "wait"];
     let mut kw = Running::spawn(&mut staged(&root, &["--done", "quiet=2s"], &steps));
-    kw.wait_stderr(&format!("landed {DIR}/{}", rank(0)), Duration::from_secs(20));
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(0)),
+        Duration::from_secs(20),
+    );
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
@@ -178,16 +195,24 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
         "mark:serving",
         "wait",
     ];
-    let kw_args = ["--done", &format!("health={url}"), "--probe-interval", "50ms"];
+    let kw_args = [
+        "--done",
+        &format!("health={url}"),
+        "--probe-interval",
+        "50ms",
+    ];
     let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
     kw.wait_stderr("not done yet: GET", Duration::from_secs(20));
-    kw.wait_stderr(&format!("landed {DIR}/{}", rank(1)), Duration::from_secs(20));
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(1)),
+        Duration::from_secs(20),
+    );
     let early = kw.stderr();
     drop(foreign);
     kw.wait_stderr("tuned and signed", Duration::from_secs(20));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
-    assert!(!early.contains("tuning is done"), "{early}");
+    assert!(!early.contains("tuning is done:"), "{early}");
     let me = std::process::id();
     assert!(
         b.logged(&format!(
@@ -247,7 +272,11 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
     assert_eq!(b.code, 137);
     // The set signed at done no longer matches rank 0: nothing of it, and
     // nothing of the late rank, is kept.
-    assert!(kept.is_empty(), "a mixed set was kept: {kept:?}\n{}", b.stderr);
+    assert!(
+        kept.is_empty(),
+        "a mixed set was kept: {kept:?}\n{}",
+        b.stderr
+    );
     assert!(
         b.logged("a cache file landed after tuning was done: what lands now is provisional"),
         "{}",
@@ -266,7 +295,12 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
 fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
     let (b, kept) = late_landing("write:2", "exit:3");
     assert_eq!(b.code, 3);
-    assert_eq!(kept, vec![rank(0), rank(1)], "the set signed at done: {}", b.stderr);
+    assert_eq!(
+        kept,
+        vec![rank(0), rank(1)],
+        "the set signed at done: {}",
+        b.stderr
+    );
     assert!(
         b.logged("the engine ended abnormally with status 3;"),
         "{}",
@@ -280,7 +314,9 @@ fn rule2_what_lands_after_done_is_signed_when_the_engine_exits_0_on_its_own() {
     assert_eq!(b.code, 0);
     assert_eq!(kept, vec![rank(0), rank(1), rank(2)], "{}", b.stderr);
     assert!(
-        b.logged("signed again at exit: 3 cache files, with the 1 that landed after tuning was done"),
+        b.logged(
+            "signed again at exit: 3 cache files, with the 1 that landed after tuning was done"
+        ),
         "{}",
         b.stderr
     );

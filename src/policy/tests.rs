@@ -347,8 +347,8 @@ fn every_row_of_the_policy_table() {
     let mut failed = Vec::new();
     for row in ROWS {
         let got = run(row);
-        let ok = got.len() == row.expect.len()
-            && got.iter().zip(row.expect).all(|(g, w)| matches(g, w));
+        let ok =
+            got.len() == row.expect.len() && got.iter().zip(row.expect).all(|(g, w)| matches(g, w));
         if !ok {
             failed.push(format!(
                 "{}:\n  expected {:?}\n  got      {:?}",
