@@ -6,7 +6,8 @@
 # Runs every benchmark on this machine (release builds) and prints Markdown:
 # wrapper overhead against tini, dumb-init, catatonit and a direct exec,
 # resident memory and idle CPU; pre-launch prune of 100, 1,000 and 10,000
-# cache files; unify, store, share; done-to-signed latency; cold against warm
+# cache files; unify, store, share; done-to-signed latency; signal latency
+# while signing; cold against warm
 # boots of the fake engine. Needs hyperfine, tini, dumb-init and catatonit
 # (apt-get install hyperfine tini dumb-init catatonit). Takes a few minutes;
 # run it on an otherwise idle machine.
@@ -40,6 +41,9 @@ fi
 
 section "Done to signed (bench/done_to_signed.py)"
 block python3 bench/done_to_signed.py target/release/keepwrap 5
+
+section "Signal latency while a set is signed (bench/signal_latency.py)"
+block python3 bench/signal_latency.py target/release/keepwrap 5
 
 section "Cold against warm boot of the fake engine (examples/demo.sh)"
 bash examples/demo.sh 2>/dev/null
