@@ -386,7 +386,10 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // the sign lasts long enough for several signals on any machine.
     cmd.env("KEEPWRAP_TEST_MOVE_DELAY_MS", "30");
     let mut kw = Running::spawn(&mut cmd);
-    kw.wait_stderr("tuning is done: no cache file landed", Duration::from_secs(30));
+    kw.wait_stderr(
+        "tuning is done: no cache file landed",
+        Duration::from_secs(30),
+    );
     let received = || lines(&got);
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
