@@ -2,6 +2,12 @@
 //! tune, decide when tuning is done, sign the set for this launch. Every
 //! failure here is logged and leaves the launch alone (fail open for the
 //! launch); any doubt leaves the cache unsigned (fail closed for trust).
+//!
+//! While the engine runs, [`crate::policy`] decides and this module runs
+//! its actions: the watch, the probe and the timers feed it events in the
+//! supervisor loop; unify, hashing, signing, the lock, the store and the
+//! share run on a worker thread that reports through a socket in the loop's
+//! poll set, so the loop never waits for them.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -469,7 +475,11 @@ impl Keeper {
         let mut actions: VecDeque<Action> = s.policy.on(event).into();
         while let Some(action) = actions.pop_front() {
             match action {
-                Action::Info(line) => tracing::info!("{line}"),
+                // Through the worker, so that the lines keep the order of
+                // the events (landing lines are written there).
+                Action::Info(line) => {
+                    s.worker.run(Job::Log(line));
+                }
                 Action::ProbeAgain => {
                     if let Some(p) = self.probe.as_mut() {
                         p.defer(Instant::now());
@@ -478,8 +488,8 @@ impl Keeper {
                 Action::SignDone | Action::SignLate { .. } => {
                     // Another launch seen on the root: the running markers
                     // say so, and the policy decides.
-                    if let Some(other) = self.marker.others().first() {
-                        actions.extend(s.policy.on(Event::OtherLaunch(other.to_string())));
+                    if let Some(other) = other_launch(&self.marker) {
+                        actions.extend(s.policy.on(Event::OtherLaunch(other)));
                         continue;
                     }
                     let kind = match action {
@@ -518,6 +528,12 @@ impl Keeper {
     }
 }
 
+/// A launch that used the root while this one ran, if any (its engine may
+/// have written some of the rank files): the policy's "another launch seen".
+fn other_launch(marker: &Marker) -> Option<String> {
+    marker.others().first().map(ToString::to_string)
+}
+
 /// While the engine runs: the policy, and the worker that runs its signs.
 struct Session {
     policy: Policy,
@@ -531,6 +547,8 @@ struct Session {
 
 /// What the worker is asked to do.
 enum Job {
+    /// One `keepwrap:` line at info level.
+    Log(String),
     /// Log one line per cache file that landed (each is parsed to count its
     /// entries).
     Landed {
@@ -588,6 +606,10 @@ struct Committer {
 impl Committer {
     fn run(&mut self, job: Job) -> Option<Report> {
         match job {
+            Job::Log(line) => {
+                tracing::info!("{line}");
+                None
+            }
             Job::Landed { files, after } => {
                 for rel in &files {
                     let entries = cache::entry_count(&self.root.join(rel))

@@ -4,7 +4,9 @@
 //! holding it. A health probe's 200 counts only when every socket listening
 //! for the probed address belongs to the engine's process tree (keepwrap's
 //! children and their descendants). Every scan is bounded by a deadline:
-//! past it, the answer is "not the engine" (probe again later).
+//! past it, the answer is "not the engine" (probe again later). Reading the
+//! socket tables takes milliseconds on a busy host (30 ms for 500 sockets):
+//! the caller runs this off the supervisor loop.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -12,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::policy::Owner;
 
-/// Longest a look through processes' descriptors may take (the supervisor
-/// loop runs it): once for the engine's tree, once to name another owner.
-pub const SCAN_BUDGET: Duration = Duration::from_millis(10);
+/// Longest a look through processes' descriptors may take: once for the
+/// engine's tree, once to name another owner. It runs on keepwrap's worker
+/// thread, never in the supervisor loop, and only before done.
+pub const SCAN_BUDGET: Duration = Duration::from_millis(200);
 /// Most processes looked at when naming another process.
 const MAX_PROCS: usize = 4096;
 

@@ -135,6 +135,8 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Disconnected once stderr is read to its end.
+    stderr_done: std::sync::mpsc::Receiver<()>,
 }
 
 /// How a process ended, with everything it printed.
@@ -164,7 +166,10 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
+        let (done_tx, stderr_done) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
+            // Dropped at the end of stderr.
+            let _done = done_tx;
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -180,6 +185,7 @@ impl Running {
             lines,
             stdout: Vec::new(),
             stderr,
+            stderr_done,
         }
     }
 
@@ -227,6 +233,10 @@ impl Running {
                 Err(_) => {}
             }
         }
+        // The last lines of stderr may still be on their way.
+        let _ = self
+            .stderr_done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
         let stderr = self.stderr();
         Finished {
             code,
