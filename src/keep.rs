@@ -795,6 +795,13 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
+                // Behind the supervisor loop and the engine for the CPU: the
+                // commit can wait a little, a signal or the engine cannot.
+                // SAFETY: plain system calls on this thread's own id.
+                unsafe {
+                    let tid = libc::gettid();
+                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+                }
                 let Ok(mut c) = handed.recv() else {
                     return;
                 };
