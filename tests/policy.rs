@@ -292,6 +292,24 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
 }
 
 #[test]
+fn rule2_a_term_keepwrap_did_not_forward_is_an_abnormal_end() {
+    // Something else (the OOM killer's cousin, a watchdog) TERMs the
+    // engine itself: not a stop keepwrap passed on.
+    let (b, kept) = late_landing("write:0", "kill:15");
+    assert_eq!(b.code, 143);
+    assert!(
+        kept.is_empty(),
+        "a mixed set was kept: {kept:?}\n{}",
+        b.stderr
+    );
+    assert!(
+        b.logged("the engine ended abnormally with status 143 (killed by SIGTERM);"),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
 fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
     let (b, kept) = late_landing("write:2", "exit:3");
     assert_eq!(b.code, 3);

@@ -273,6 +273,17 @@ const ROWS: &[Row] = &[
         ],
     },
     Row {
+        name: "rule 2: landed after done, then a TERM keepwrap did not forward: not signed",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Land(700, &["a/y.json"]), E::Killed(900, Signal::SIGTERM)],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Log("ended abnormally with status 143 (killed by SIGTERM);"),
+        ],
+    },
+    Row {
         name: "rule 2: landed after done, then a non-zero exit: not signed",
         rule: Rule::Health,
         events: &[E::Ok(100), E::Land(700, &["a/y.json"]), E::Exit(900, 1)],

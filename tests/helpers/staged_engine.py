@@ -17,7 +17,7 @@ by temp file + rename as FlashInfer saves them. Steps:
   mark:NAME        print "mark NAME" on stdout
   wait             sleep until a signal ends the process
   exit:C           exit with status C
-  kill:SIG         kill itself with signal number SIG
+  kill:SIG         kill itself with signal number SIG (its default action)
 """
 
 import json
@@ -119,6 +119,8 @@ def main():
         elif name == "exit":
             sys.exit(int(arg))
         elif name == "kill":
+            if int(arg) not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(int(arg), signal.SIG_DFL)
             os.kill(os.getpid(), int(arg))
             time.sleep(10)
         else:
