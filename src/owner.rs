@@ -277,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn a_port_nobody_serves_has_no_engine_owner() {
+    fn a_port_served_outside_the_tree_or_by_nobody_is_not_the_engines() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         // This test process holds the socket: it is outside keepwrap's
