@@ -166,8 +166,17 @@ fn comm(pid: u32) -> String {
 pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     let started = Instant::now();
     let outside = || Owner::Foreign("a process outside the engine's tree".to_string());
-    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let tcp = std::fs::read_to_string("/proc/net/tcp");
     let tcp6 = std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+    let tcp = match tcp {
+        Ok(t) => t,
+        // Without the kernel's word, the 200 cannot be the engine's.
+        Err(e) => {
+            return Owner::Foreign(format!(
+                "a process keepwrap cannot see (/proc/net/tcp: {e})"
+            ))
+        }
+    };
     let inodes = listeners(&[&tcp, &tcp6], to);
     if inodes.is_empty() {
         return outside();
