@@ -236,6 +236,11 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
         b.stderr
     );
     assert!(b.stdout.iter().any(|l| l == "mark serving"));
+    assert!(
+        !b.logged("landed after tuning was done"),
+        "keepwrap's own rewrites (unify) are not landings: {}",
+        b.stderr
+    );
 }
 
 /// Boot 1 reaches done with ranks 0 and 1 (quiet window), then `late`

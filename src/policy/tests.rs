@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 
 use super::*;
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum E {
     /// Cache files landed at ms.
     Land(u64, &'static [&'static str]),
@@ -387,4 +387,88 @@ fn the_probe_stops_once_done_or_stopped_and_the_quiet_timer_with_it() {
     assert_eq!(p.deadline(), Some(t0 + Duration::from_millis(500)));
     p.on(Event::Forwarded(libc::SIGINT));
     assert_eq!(p.deadline(), None);
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn event() -> impl Strategy<Value = E> {
+        prop_oneof![
+            (0u64..5_000).prop_map(|ms| E::Land(ms, &["a/x.json"])),
+            (0u64..5_000).prop_map(|ms| E::Land(ms, &["a/y.json"])),
+            (0u64..5_000).prop_map(E::Ok),
+            (0u64..5_000).prop_map(E::OkForeign),
+            Just(E::Fail),
+            (0u64..10_000).prop_map(E::Tick),
+            prop::sample::select(vec![
+                libc::SIGTERM,
+                libc::SIGINT,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGWINCH
+            ])
+            .prop_map(E::Fwd),
+            Just(E::Other),
+            (0u64..10_000, 0i32..3).prop_map(|(ms, c)| E::Exit(ms, c)),
+            (0u64..10_000).prop_map(|ms| E::Killed(ms, Signal::SIGKILL)),
+        ]
+    }
+
+    fn rule() -> impl Strategy<Value = Rule> {
+        prop_oneof![Just(Rule::Health), Just(Rule::Exit), Just(QUIET)]
+    }
+
+    proptest! {
+        /// Whatever happens: at most one sign at done, none after a stop or
+        /// another launch, a late sign only at an exit 0 on its own, and
+        /// nothing after the end.
+        #[test]
+        fn no_sequence_breaks_the_rules(rule in rule(), events in prop::collection::vec(event(), 0..24)) {
+            let t0 = Instant::now();
+            let at = |ms: u64| t0 + Duration::from_millis(ms);
+            let mut p = Policy::new(rule, t0);
+            let (mut stopped, mut other, mut ended, mut signs) = (false, false, false, 0);
+            for e in events {
+                let ev = match e {
+                    E::Land(ms, f) => Event::Landed { at: at(ms), files: f.iter().map(PathBuf::from).collect() },
+                    E::Ok(ms) => Event::ProbeOk { at: at(ms), url: URL.into(), owner: Owner::Engine },
+                    E::OkForeign(ms) | E::OkRemote(ms) => Event::ProbeOk { at: at(ms), url: URL.into(), owner: Owner::Foreign("x".into()) },
+                    E::Fail => Event::ProbeFailed,
+                    E::Tick(ms) => Event::Tick(at(ms)),
+                    E::Fwd(sig) => Event::Forwarded(sig),
+                    E::Other => Event::OtherLaunch("launch".into()),
+                    E::Exit(ms, c) => Event::ChildEnded { at: at(ms), ended: Ended::Exited(c) },
+                    E::Killed(ms, s) => Event::ChildEnded { at: at(ms), ended: Ended::Signaled(s) },
+                };
+                let clean_exit = matches!(e, E::Exit(_, 0));
+                let was_ended = ended;
+                let actions = p.on(ev);
+                for a in &actions {
+                    match a {
+                        Action::SignDone => {
+                            signs += 1;
+                            prop_assert!(!stopped && !other && !was_ended, "{actions:?}");
+                        }
+                        Action::SignLate { .. } => {
+                            prop_assert!(clean_exit && !stopped && !other && !was_ended && signs == 1);
+                        }
+                        Action::ProbeAgain => prop_assert!(!was_ended),
+                        // The shell asks about other launches when it is
+                        // to sign, the end's sign included.
+                        Action::Info(_) => prop_assert!(!was_ended || matches!(e, E::Other)),
+                    }
+                }
+                prop_assert!(signs <= 1);
+                match e {
+                    E::Fwd(sig) if STOPS.contains(&sig) && !ended => stopped = true,
+                    E::Other => other = true,
+                    E::Exit(..) | E::Killed(..) => ended = true,
+                    _ => {}
+                }
+            }
+        }
+    }
 }
