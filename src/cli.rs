@@ -240,6 +240,12 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_LOCK_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub lock_timeout: Duration,
 
+    /// How long to wait, before starting the engine, for another launch on
+    /// the same cache root to finish tuning; then the launch goes on
+    /// without keeping the cache. TERM or INT ends the wait
+    #[arg(long, env = "KEEPWRAP_WAIT_FOR_TUNING", default_value = "30m", value_parser = parse_duration, value_name = "DURATION")]
+    pub wait_for_tuning: Duration,
+
     #[command(flatten)]
     pub share: ShareArgs,
 }

@@ -29,7 +29,7 @@ use crate::lock::{self, CacheLock, LockError};
 use crate::owner;
 use crate::policy::{Action, Event, Owner, Policy, Rule};
 use crate::ready::{Done, Probe, ProbeResult};
-use crate::running::Marker;
+use crate::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::share::Share;
 use crate::stats::Stats;
 use crate::store::{self, Store, STATE_DIR};
@@ -88,29 +88,74 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
+/// What [`Keeper::prepare`] hands to the supervisor.
+#[derive(Default)]
+pub struct Prepared {
+    /// The keeper, when this launch keeps the cache.
+    pub keeper: Option<Keeper>,
+    /// This launch's marker when it goes on without keeping the cache: its
+    /// engine writes into the root all the same, and other launches must
+    /// see it (they neither prune under it nor sign what it writes).
+    pub marker: Option<Marker>,
+    /// Work that must not delay the engine's start: run after the spawn.
+    pub after_start: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Prepared {
+    /// This launch's marker, whether it keeps the cache or not.
+    pub fn marker(&self) -> Option<&Marker> {
+        self.keeper
+            .as_ref()
+            .map(|k| &k.marker)
+            .or(self.marker.as_ref())
+    }
+
+    fn hands_off(marker: Marker) -> Prepared {
+        marker.set_state(State::HandsOff);
+        Prepared {
+            marker: Some(marker),
+            ..Prepared::default()
+        }
+    }
+}
+
+/// Whether this launch may keep the cache, once the other launches on the
+/// root have been looked at.
+enum Turn {
+    Go,
+    HandsOff,
+}
+
+/// How often a waiting launch looks at the other launches again.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+/// How often a waiting launch says it still waits.
+const WAIT_PROGRESS: Duration = Duration::from_secs(60);
+
+/// The advice for two launches that meet on one root.
+const ROOT_PER_POD: &str =
+    "give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR for what the nodes of a multi-node launch have in common";
+
 impl Keeper {
-    /// Fingerprint the launch, make sure the root exists, prune what this
-    /// launch must not load, and start watching. `None` when the cache cannot
-    /// be kept this time (the reason is logged); the launch goes on.
-    pub fn prepare(
-        args: &RunArgs,
-        argv: &[OsString],
-        env: &[(OsString, OsString)],
-    ) -> Option<Keeper> {
+    /// Fingerprint the launch, make sure the root exists, wait for any other
+    /// launch on the root that is still tuning, prune what this launch must
+    /// not load, and start watching. No keeper when the cache cannot be kept
+    /// this time (the reason is logged); the launch goes on.
+    pub fn prepare(args: &RunArgs, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
         let launched = Instant::now();
-        let launch = Launch::new(&args.fingerprint.options(), argv, env);
+        let opts = args.fingerprint.options();
+        let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
         let Some(root) = cache_root(args, env) else {
             tracing::warn!(
                 "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
             );
-            return None;
+            return Prepared::default();
         };
         let done = match args.done.resolve(argv) {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!("{e}; the launch goes on without keeping the cache");
-                return None;
+                return Prepared::default();
             }
         };
         tracing::info!(
@@ -120,18 +165,20 @@ impl Keeper {
             root.display()
         );
         if !ensure_root(&root) {
-            return None;
+            return Prepared::default();
         }
-        let marker = match Marker::register(&root, &fingerprint) {
-            Ok(m) => m,
+        let runs = match Runs::open(&root) {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
-                    "cannot leave this launch's marker in {}/{STATE_DIR}/running: {e}; the launch goes on without keeping the cache",
-                    root.display()
+                    "cannot open {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
+                    root.display(),
+                    running::RUNNING_DIR
                 );
-                return None;
+                return Prepared::default();
             }
         };
+        let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
         let share = Share::new(
             &args.share,
             &launch,
@@ -150,18 +197,24 @@ impl Keeper {
             }
         };
         // Held until the engine is spawned (end of this function).
-        let _lock = match &store {
-            Some(s) => Some(take_lock(s, args.lock_timeout, &fingerprint, "launches")?),
-            None => None,
+        let (_lock, turn) = wait_turn(args, &runs, store.as_ref(), &id);
+        let state = match turn {
+            Turn::Go => State::Tuning,
+            Turn::HandsOff => State::HandsOff,
         };
-        if let Some(other) = marker.others().into_iter().find(|o| o.alive) {
-            tracing::warn!(
-                "{other} is using this cache root: this launch goes on without keeping the cache, so that neither loads nor signs the other's files"
-            );
-            // Stay visible to that launch until exit: it must not sign what
-            // this engine writes.
-            std::mem::forget(marker);
-            return None;
+        let marker = match runs.register(&id, state) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot leave this launch's marker in {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
+                    root.display(),
+                    running::RUNNING_DIR
+                );
+                return Prepared::default();
+            }
+        };
+        if let Turn::HandsOff = turn {
+            return Prepared::hands_off(marker);
         }
         let inputs = launch.redacted_inputs();
         let pruned = match &store {
@@ -180,9 +233,10 @@ impl Keeper {
                     "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
                     root.display()
                 );
-                return None;
+                return Prepared::hands_off(marker);
             }
         };
+        let mut after_start: Option<Box<dyn FnOnce() + Send>> = None;
         if let Some(s) = &store {
             let now = store::now_secs();
             let mut restored = 0;
@@ -197,9 +251,7 @@ impl Keeper {
                 }
             }
             if kept.is_empty() {
-                if let Some(line) = crate::explain::no_cache_line(s, &fingerprint, &inputs) {
-                    tracing::info!("{line}");
-                }
+                after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
                 s.touch(&fingerprint);
             }
@@ -220,7 +272,7 @@ impl Keeper {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!("{e}; the launch goes on, and nothing it writes will be signed");
-                return None;
+                return Prepared::hands_off(marker);
             }
         };
         let mut keeper = Keeper {
@@ -244,7 +296,16 @@ impl Keeper {
         };
         keeper.take_share_union();
         keeper.unify_kept();
-        Some(keeper)
+        Prepared {
+            keeper: Some(keeper),
+            marker: None,
+            after_start,
+        }
+    }
+
+    /// This launch's marker among the launches using the root.
+    pub fn marker(&self) -> &Marker {
+        &self.marker
     }
 
     /// Files kept for this launch but signed without being unified (e.g.
@@ -435,7 +496,14 @@ impl Keeper {
             return;
         };
         match report {
-            Report::Signed { stamps } => s.own.extend(stamps),
+            Report::Signed { stamps, done } => {
+                s.own.extend(stamps);
+                if done {
+                    // Launches waiting for this one may start now: the set
+                    // is signed.
+                    self.marker.mark_done();
+                }
+            }
             Report::Owner { at, url, owner } => {
                 s.named |= matches!(owner, Owner::Foreign(_));
                 self.feed(Event::ProbeOk { at, url, owner });
@@ -485,11 +553,20 @@ impl Keeper {
                         p.defer(Instant::now());
                     }
                 }
+                Action::LookForOthers => {
+                    if let Some(other) = other_launch(&self.marker) {
+                        actions.extend(s.policy.on(Event::OtherLaunch(other)));
+                    }
+                }
                 Action::SignDone | Action::SignLate { .. } => {
                     // Another launch seen on the root: the running markers
                     // say so, and the policy decides.
                     if let Some(other) = other_launch(&self.marker) {
                         actions.extend(s.policy.on(Event::OtherLaunch(other)));
+                        if action == Action::SignDone {
+                            // Done, with nothing to sign.
+                            self.marker.mark_done();
+                        }
                         continue;
                     }
                     let kind = match action {
@@ -497,9 +574,13 @@ impl Keeper {
                         _ => SignKind::Done,
                     };
                     let files = self.watcher.known_files().map(Path::to_path_buf).collect();
-                    if let Some(Report::Signed { stamps }) = s.worker.run(Job::Sign { kind, files })
+                    if let Some(Report::Signed { stamps, done }) =
+                        s.worker.run(Job::Sign { kind, files })
                     {
                         s.own.extend(stamps);
+                        if done {
+                            self.marker.mark_done();
+                        }
                     }
                 }
             }
@@ -578,8 +659,12 @@ enum SignKind {
 
 /// What the worker reports.
 enum Report {
-    /// A sign finished: the cache files as it left them.
-    Signed { stamps: Vec<(PathBuf, Stamp)> },
+    /// A sign finished: the cache files as it left them; `done`: it was
+    /// the sign at done.
+    Signed {
+        stamps: Vec<(PathBuf, Stamp)>,
+        done: bool,
+    },
     /// Who served a probe's 200.
     Owner {
         at: Instant,
@@ -632,7 +717,10 @@ impl Committer {
                         Some((rel.clone(), watch::stamp(&meta)))
                     })
                     .collect();
-                Some(Report::Signed { stamps })
+                Some(Report::Signed {
+                    stamps,
+                    done: matches!(kind, SignKind::Done),
+                })
             }
             Job::Owner {
                 addr,
@@ -898,6 +986,123 @@ impl Worker {
         if let Some(c) = self.inline.as_mut() {
             c.finish();
         }
+    }
+}
+
+/// The line a launch with no cache logs, computed off the start path: with
+/// many arguments the comparison takes time the engine must not wait for.
+fn explain_later(
+    root: &Path,
+    fingerprint: &str,
+    inputs: &serde_json::Value,
+) -> Box<dyn FnOnce() + Send> {
+    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
+    Box::new(move || {
+        if let Some(s) = Store::open_existing(&root) {
+            if let Some(line) = crate::explain::no_cache_line(&s, &fingerprint, &inputs) {
+                tracing::info!("{line}");
+            }
+        }
+    })
+}
+
+/// Look at the other launches on the root under the cache lock: go on, go
+/// on hands-off, or wait (bounded by `--wait-for-tuning`) for one that is
+/// still tuning, then look again. Returns the lock (held, when there is a
+/// store and it was taken) and the turn. Runs before the engine starts, off
+/// the supervisor's thread: a TERM ends the wait at once.
+fn wait_turn(
+    args: &RunArgs,
+    runs: &Runs,
+    store: Option<&Store>,
+    me: &Identity,
+) -> (Option<CacheLock>, Turn) {
+    let started = Instant::now();
+    let deadline = started.checked_add(args.wait_for_tuning);
+    let limit = humantime::format_duration(args.wait_for_tuning);
+    let mut waited_for: Option<String> = None;
+    loop {
+        let lock = match store {
+            Some(s) => match take_lock(s, args.lock_timeout, &me.fingerprint, "launches") {
+                Some(l) => Some(l),
+                None => return (None, Turn::HandsOff),
+            },
+            None => None,
+        };
+        let seen = runs.scan_and_tidy();
+        let other = match running::verdict(me, &seen) {
+            Verdict::Go => {
+                if let Some(other) = waited_for {
+                    tracing::info!(
+                        "{other} is done tuning; this launch goes on after waiting {}",
+                        secs(started.elapsed())
+                    );
+                }
+                return (lock, Turn::Go);
+            }
+            Verdict::HandsOff(why, other) => {
+                hands_off_line(why, other);
+                return (lock, Turn::HandsOff);
+            }
+            Verdict::Wait(other) => other.clone(),
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            tracing::warn!(
+                "gave up waiting {limit} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files"
+            );
+            return (lock, Turn::HandsOff);
+        }
+        drop(lock);
+        if waited_for.is_none() {
+            tracing::info!(
+                "waiting up to {limit} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files"
+            );
+        }
+        waited_for = Some(other.who());
+        let mut next_progress = Instant::now() + WAIT_PROGRESS;
+        // Look again, without the lock, until that launch is done or gone.
+        loop {
+            std::thread::sleep(WAIT_POLL);
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let seen = runs.scan();
+            match running::verdict(me, &seen) {
+                Verdict::Wait(o) => {
+                    if now >= next_progress {
+                        tracing::info!(
+                            "still waiting for {o} to finish tuning ({} of {limit})",
+                            humantime::format_duration(Duration::from_secs(
+                                started.elapsed().as_secs()
+                            ))
+                        );
+                        next_progress = now + WAIT_PROGRESS;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// The one line a launch that goes on hands-off logs, naming the launch in
+/// its way and the topology that works.
+fn hands_off_line(why: Why, other: &Seen) {
+    let then = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
+    match why {
+        Why::Peer => tracing::warn!(
+            "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {then}, and so does that one; {ROOT_PER_POD}"
+        ),
+        Why::Orphan => tracing::warn!(
+            "{other} left its engine running on this cache root when keepwrap was killed: {then}, so that nothing is removed under that engine and nothing it writes is signed"
+        ),
+        Why::HandsOff => tracing::warn!(
+            "{other} is using this cache root: {then}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
+        ),
+        Why::OtherLaunch => tracing::warn!(
+            "{other} is using this cache root: this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is), so that neither removes nor signs the other's files; {ROOT_PER_POD}"
+        ),
     }
 }
 

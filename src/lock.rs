@@ -33,7 +33,8 @@ pub enum LockError {
     Io(std::io::Error),
 }
 
-fn hostname() -> String {
+/// The host name (in a pod: the pod's name), `?` when unknown.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
@@ -49,7 +50,17 @@ fn holder(file: &mut File) -> String {
     if s.is_empty() {
         "another process (it has not said who yet)".to_string()
     } else {
-        s.to_string()
+        // What another process wrote: never a control character in a log line.
+        s.chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect()
     }
 }
 
@@ -61,14 +72,31 @@ pub fn acquire(
     timeout: Duration,
     what: &str,
 ) -> Result<CacheLock, LockError> {
+    // No symlink followed, no blocking on a FIFO planted there, and only a
+    // regular file is used.
     let fd = openat(
         state,
         "lock",
-        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o644),
     )
     .map_err(|e| LockError::Io(e.into()))?;
     let mut file = File::from(fd);
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(LockError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{STATE_DIR}/lock is not a regular file"),
+            )))
+        }
+        Err(e) => return Err(LockError::Io(e)),
+    }
     let start = Instant::now();
     let mut logged = false;
     loop {

@@ -80,6 +80,10 @@ pub enum Action {
     SignLate { late: usize },
     /// Ask the health endpoint again later (the last 200 did not count).
     ProbeAgain,
+    /// A file landed after done: look whether another launch uses the root
+    /// (its engine may be the one writing), and say so as
+    /// [`Event::OtherLaunch`].
+    LookForOthers,
     /// One `keepwrap:` line at info level.
     Info(String),
 }
@@ -203,10 +207,13 @@ impl Policy {
             Phase::Done => {
                 let first = self.late.is_empty();
                 self.late.extend(files);
-                if first && !self.other {
-                    out.push(Action::Info(
-                        "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own".to_string(),
-                    ));
+                if !self.other {
+                    if first {
+                        out.push(Action::Info(
+                            "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own".to_string(),
+                        ));
+                    }
+                    out.push(Action::LookForOthers);
                 }
             }
             Phase::Ended => {}

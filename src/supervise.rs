@@ -4,19 +4,22 @@
 //! and nothing happens, keepwrap sleeps in `poll`.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
 use crate::child::{self, Ended};
 use crate::cli::RunArgs;
-use crate::keep::Keeper;
+use crate::keep::{Keeper, Prepared};
 
 /// While waiting for the rest of a process group to go, how often to look.
 const GROUP_RECHECK: Duration = Duration::from_millis(20);
@@ -40,14 +43,26 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
     child::become_subreaper();
 
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let mut keeper = if args.disable {
+    let prepared = if args.disable {
         tracing::info!("cache keeping disabled (--disable): supervising only");
-        None
+        Prepared::default()
     } else {
-        Keeper::prepare(args, &command, &env)
+        match prepare_interruptibly(args, &command, env) {
+            Ok(p) => p,
+            Err(code) => return code,
+        }
     };
 
-    let pid = match child::spawn(&command) {
+    // The engine inherits the marker's lock: it outlives a `kill -9` of
+    // keepwrap for as long as the engine runs.
+    if let Some(m) = prepared.marker() {
+        m.pass_to_child(true);
+    }
+    let spawned = child::spawn(&command);
+    if let Some(m) = prepared.marker() {
+        m.pass_to_child(false);
+    }
+    let pid = match spawned {
         Ok(pid) => pid,
         Err(e) => {
             tracing::error!(
@@ -58,6 +73,14 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
+    let Prepared {
+        mut keeper,
+        marker: _hands_off_marker,
+        after_start,
+    } = prepared;
+    if let Some(job) = after_start {
+        run_detached(job);
+    }
     if let Some(k) = keeper.as_mut() {
         k.child_started();
     }
@@ -68,6 +91,92 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
         k.child_ended(ended);
     }
     ExitCode::from(ended.exit_code())
+}
+
+/// The signals that end keepwrap before the engine has started.
+const STOPS: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
+
+/// Run [`Keeper::prepare`] on a thread while this one waits for it or for a
+/// TERM, INT, HUP or QUIT: a stop signal ends every wait before the start
+/// (the cache lock, the share, another launch still tuning) at once, with
+/// 128+N and without starting the engine. Other signals stay pending and
+/// reach the engine once it runs.
+fn prepare_interruptibly(
+    args: &RunArgs,
+    command: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> Result<Prepared, ExitCode> {
+    let mut stops = SigSet::empty();
+    for s in STOPS {
+        stops.add(s);
+    }
+    let inline = |env: Vec<(OsString, OsString)>| Ok(Keeper::prepare(args, command, &env));
+    let Ok(sfd) = SignalFd::with_flags(&stops, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+    else {
+        return inline(env);
+    };
+    let Ok((mut done_tx, done_rx)) = UnixStream::pair() else {
+        return inline(env);
+    };
+    let (tx, rx) = mpsc::sync_channel(1);
+    let (a, c) = (args.clone(), command.to_vec());
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-prepare".into())
+        .spawn(move || {
+            let _ = tx.send(Keeper::prepare(&a, &c, &env));
+            let _ = done_tx.write_all(&[1]);
+        });
+    if spawned.is_err() {
+        return Ok(Keeper::prepare(
+            args,
+            command,
+            &std::env::vars_os().collect::<Vec<_>>(),
+        ));
+    }
+    loop {
+        let mut fds = [
+            PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(done_rx.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if let Ok(Some(info)) = sfd.read_signal() {
+            if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+                let code = 128 + sig as i32;
+                tracing::info!(
+                    "received {sig} before the engine started: exiting with {code} without starting it"
+                );
+                return Err(ExitCode::from(code as u8));
+            }
+        }
+        match rx.try_recv() {
+            Ok(p) => return Ok(p),
+            Err(mpsc::TryRecvError::Empty) => {}
+            // The thread ended without an answer: go on without keeping.
+            Err(mpsc::TryRecvError::Disconnected) => return Ok(Prepared::default()),
+        }
+    }
+}
+
+/// Run `job` on a thread of its own, never joined: what it logs comes when
+/// it is ready, and keepwrap's exit does not wait for it.
+fn run_detached(job: Box<dyn FnOnce() + Send>) {
+    if let Err(e) = std::thread::Builder::new()
+        .name("keepwrap-explain".into())
+        .spawn(job)
+    {
+        tracing::debug!("cannot start a thread for the explanation: {e}");
+    }
 }
 
 /// Forward signals, reap, and drive the keeper until the main child ends.

@@ -34,6 +34,7 @@ enum A {
     Sign,
     Late(usize),
     Again,
+    Look,
     Log(&'static str),
 }
 
@@ -87,7 +88,9 @@ fn run(row: &Row) -> Vec<Action> {
 
 fn matches(got: &Action, want: &A) -> bool {
     match (got, want) {
-        (Action::SignDone, A::Sign) | (Action::ProbeAgain, A::Again) => true,
+        (Action::SignDone, A::Sign)
+        | (Action::ProbeAgain, A::Again)
+        | (Action::LookForOthers, A::Look) => true,
         (Action::SignLate { late }, A::Late(n)) => late == n,
         (Action::Info(line), A::Log(text)) => line.contains(text),
         _ => false,
@@ -253,6 +256,8 @@ const ROWS: &[Row] = &[
             A::Log("tuning is done: no cache file landed"),
             A::Sign,
             A::Log("a cache file landed after tuning was done: what lands now is provisional"),
+            A::Look,
+            A::Look,
             A::Late(2),
         ],
     },
@@ -269,6 +274,7 @@ const ROWS: &[Row] = &[
             A::Log("tuning is done"),
             A::Sign,
             A::Log("provisional"),
+            A::Look,
             A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
         ],
     },
@@ -280,6 +286,7 @@ const ROWS: &[Row] = &[
             A::Log("tuning is done"),
             A::Sign,
             A::Log("provisional"),
+            A::Look,
             A::Log("ended abnormally with status 143 (killed by SIGTERM);"),
         ],
     },
@@ -291,6 +298,7 @@ const ROWS: &[Row] = &[
             A::Log("tuning is done"),
             A::Sign,
             A::Log("provisional"),
+            A::Look,
             A::Log("ended abnormally with status 1;"),
         ],
     },
@@ -302,6 +310,7 @@ const ROWS: &[Row] = &[
             A::Log("tuning is done"),
             A::Sign,
             A::Log("provisional"),
+            A::Look,
             A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"),
         ],
     },
@@ -320,7 +329,12 @@ const ROWS: &[Row] = &[
             E::Land(700, &["a/y.json"]),
             E::Tick(5_000),
         ],
-        expect: &[A::Log("tuning is done"), A::Sign, A::Log("provisional")],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+        ],
     },
     // Another launch seen.
     Row {
@@ -455,7 +469,7 @@ mod properties {
                         Action::SignLate { .. } => {
                             prop_assert!(clean_exit && !stopped && !other && !was_ended && signs == 1);
                         }
-                        Action::ProbeAgain => prop_assert!(!was_ended),
+                        Action::ProbeAgain | Action::LookForOthers => prop_assert!(!was_ended),
                         // The shell asks about other launches when it is
                         // to sign, the end's sign included.
                         Action::Info(_) => prop_assert!(!was_ended || matches!(e, E::Other)),

@@ -135,8 +135,8 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     pub stdout: Vec<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
-    /// Disconnected once stderr is read to its end.
-    stderr_done: std::sync::mpsc::Receiver<()>,
+    /// Set once stderr reached its end.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a process ended, with everything it printed.
@@ -166,10 +166,9 @@ impl Running {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let mut err = guard.child.stderr.take().unwrap();
-        let (done_tx, stderr_done) = std::sync::mpsc::channel::<()>();
+        let stderr_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stderr_done.clone();
         std::thread::spawn(move || {
-            // Dropped at the end of stderr.
-            let _done = done_tx;
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -179,6 +178,7 @@ impl Running {
                     .unwrap()
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         Running {
             guard,
@@ -233,10 +233,12 @@ impl Running {
                 Err(_) => {}
             }
         }
-        // The last lines of stderr may still be on their way.
-        let _ = self
-            .stderr_done
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        // ... and stderr too: its reader may still be behind.
+        while !self.stderr_done.load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let stderr = self.stderr();
         Finished {
             code,
