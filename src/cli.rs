@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::fingerprint::{self, ProfileName};
 use crate::logging::{self, LogFormat};
@@ -25,7 +25,7 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
     version,
     long_version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap evict [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -35,7 +35,7 @@ pub struct Cli {
     #[command(flatten)]
     pub run: RunArgs,
 
-    /// Log format on stderr (the filter comes from KEEPWRAP_LOG, `info` by default)
+    /// Log format on stderr (the level: -v/-q, else KEEPWRAP_LOG, else info)
     #[arg(
         long,
         value_enum,
@@ -45,6 +45,19 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
 
+    /// Log more: debug, then trace (repeatable; wins over KEEPWRAP_LOG)
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Log less: warnings and errors, then errors, then nothing (repeatable)
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub quiet: u8,
+
+    /// Print the effective settings and where each came from, then exit
+    /// (as `keepwrap config`)
+    #[arg(long)]
+    pub show_config: bool,
+
     /// The command to supervise, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -52,6 +65,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Sub {
+    /// Evict stored sets of other launches from the store, under the lock:
+    /// every one (--all), those unused for longer than --older-than, or one
+    /// launch's (FINGERPRINT, or a unique prefix of 8 or more digits)
+    Evict(EvictCmd),
+    /// Evict every stored set (as `evict --all`); the cache files of the
+    /// root itself are left alone
+    Clean(CleanCmd),
+    /// Print the effective settings (options before `config`, KEEPWRAP_*
+    /// variables, defaults), each with where it came from
+    Config(ConfigCmd),
     /// List what each node published in the share (--share DIR)
     ShareStatus(ShareStatusCmd),
     /// Print the launch fingerprint of COMMAND, without launching it
@@ -62,6 +85,55 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "older_than", "fingerprint"])))]
+pub struct EvictCmd {
+    /// Every stored set
+    #[arg(long)]
+    pub all: bool,
+
+    /// The stored sets whose launch was not used for longer than DURATION
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub older_than: Option<Duration>,
+
+    /// The stored set of this launch (a unique prefix of 8 or more digits)
+    #[arg(value_name = "FINGERPRINT")]
+    pub fingerprint: Option<String>,
+
+    #[command(flatten)]
+    pub root: RootArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanCmd {
+    #[command(flatten)]
+    pub root: RootArgs,
+}
+
+/// Which cache root a maintenance command works on, and how long it waits
+/// for the lock.
+#[derive(Debug, Args)]
+pub struct RootArgs {
+    /// Autotune cache root (resolved as for a run)
+    #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// How long to wait for a launch's lock on the cache root
+    #[arg(long, env = "KEEPWRAP_LOCK_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lock_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigCmd {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// A launch, after `--`: resolve the cache root and the done rule for it
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -81,9 +153,14 @@ pub struct StatusCmd {
     #[arg(long)]
     pub zero: bool,
 
-    /// Also hash every signed cache file (slower): report changed bytes as corrupt
+    /// Also hash every signed cache file (slower): report changed bytes as
+    /// corrupt, and exit 1 if any file is corrupt
     #[arg(long)]
     pub verify: bool,
+
+    /// The store's limit, to show its use against (as for a run)
+    #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
+    pub store_max_size: u64,
 
     /// Also list what each node of a multi-node launch published to this share
     #[arg(
@@ -291,17 +368,206 @@ fn usage_error(what: &str) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Parse the command line, run what it asks, and return the exit status.
-pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+/// The command line definition, with every `KEEPWRAP_*` variable that is set
+/// but empty treated as unset: a template that renders `value: ""` gets the
+/// default, not a usage error.
+pub fn command() -> clap::Command {
+    fn unset_empty(arg: clap::Arg) -> clap::Arg {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty());
+        if empty {
+            arg.env(None)
+        } else {
+            arg
+        }
+    }
+    fn walk(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(unset_empty).mut_subcommands(walk)
+    }
+    walk(Cli::command())
+}
+
+/// Say what a parse error means for keepwrap's users, and return status 2
+/// (0 for `--help` and `--version`).
+fn parse_error(cmd: &clap::Command, argv: &[OsString], e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if let Some(msg) = env_value_error(cmd, argv, &e) {
+        return usage_error(&msg);
+    }
+    if let Some(msg) = missing_separator(argv, &e) {
+        return usage_error(&msg);
+    }
+    let _ = e.print();
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// An invalid value that came from a `KEEPWRAP_*` variable, not from the
+/// command line: name the variable and its value.
+fn env_value_error(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = shown.split([' ', '=']).next()?.strip_prefix("--")?;
+    let arg = find_arg(cmd, long)?;
+    let var = arg.get_env()?;
+    let value = std::env::var_os(var)?;
+    let flag = format!("--{long}");
+    let on_command_line = argv
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == flag.as_str() || a.to_string_lossy().starts_with(&format!("{flag}=")));
+    if on_command_line {
+        return None;
+    }
+    let why = match (std::error::Error::source(e), e.get(ContextKind::ValidValue)) {
+        (Some(src), _)
+            if e.kind() == ErrorKind::InvalidValue || !src.to_string().contains("boolean") =>
+        {
+            src.to_string()
+        }
+        (Some(src), _) => format!("{src} (1/0, true/false, yes/no, on/off)"),
+        (None, Some(ContextValue::Strings(valid))) => {
+            format!("expected one of {}", valid.join(", "))
+        }
+        _ => "not a valid value".to_string(),
+    };
+    Some(format!(
+        "invalid value {:?} in {} (for {flag}): {why}",
+        value.to_string_lossy(),
+        var.to_string_lossy()
+    ))
+}
+
+fn find_arg<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {
+    cmd.get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_arg(s, long)))
+}
+
+/// `keepwrap python -m ...` (no `--`): say where the command goes.
+fn missing_separator(argv: &[OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand
+    ) {
+        return None;
+    }
+    if argv.iter().skip(1).any(|a| a == "--") {
+        return None;
+    }
+    let found = match e
+        .get(ContextKind::InvalidArg)
+        .or_else(|| e.get(ContextKind::InvalidSubcommand))
+    {
+        Some(ContextValue::String(s)) => s.clone(),
+        _ => return None,
+    };
+    if found.starts_with('-') {
+        return None;
+    }
+    let at = argv.iter().skip(1).position(|a| *a == *found.as_str())? + 1;
+    // Each word as a shell would need it: plain, or quoted with escapes (so
+    // no control character reaches the terminal).
+    let word = |a: &OsString| {
+        let s = a.to_string_lossy();
+        let plain = !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+        if plain {
+            s.into_owned()
+        } else {
+            format!("{s:?}")
         }
     };
-    logging::init(cli.log_format);
+    let mut words: Vec<String> = vec!["keepwrap".into()];
+    words.extend(argv[1..at].iter().map(word));
+    words.push("--".into());
+    words.extend(argv[at..].iter().map(word));
+    let hint = words.join(" ");
+    let found = word(&argv[at]);
+    Some(format!(
+        "unexpected argument '{found}': the command to run goes after `--`, as in: {hint}"
+    ))
+}
+
+/// Options whose value is itself a flag name (`--ignore-arg --foo`).
+const DASHED_VALUE_OPTIONS: [&str; 1] = ["--ignore-arg"];
+
+/// `--ignore-arg --foo` as `--ignore-arg=--foo`, before the first bare `--`,
+/// so the value is not taken for an unknown option of keepwrap's.
+fn attach_dashed_values(argv: Vec<OsString>) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            out.push(a);
+            out.extend(it);
+            break;
+        }
+        if let Some(opt) = DASHED_VALUE_OPTIONS.iter().find(|o| a == **o) {
+            let next = it.as_slice().first();
+            if let Some(v) = next.filter(|v| v.as_encoded_bytes().starts_with(b"-") && *v != "--") {
+                let mut joined = OsString::from(format!("{opt}="));
+                joined.push(v);
+                out.push(joined);
+                it.next();
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// Parse the command line, run what it asks, and return the exit status.
+pub fn main() -> ExitCode {
+    let argv = attach_dashed_values(std::env::args_os().collect());
+    let cmd = command();
+    let matches = match cmd.clone().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => return parse_error(&cmd, &argv, e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return parse_error(&cmd, &argv, e),
+    };
+    let level = logging::level(
+        cli.verbose,
+        cli.quiet,
+        std::env::var("KEEPWRAP_LOG").ok().as_deref(),
+    );
+    logging::init_with(cli.log_format, &level);
+    if cli.show_config {
+        return crate::config::print(&cmd, &matches, &cli.run, &level, &cli.command, false);
+    }
     match cli.subcommand {
+        Some(Sub::Evict(cmd)) => {
+            let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
+                (_, Some(d), _) => crate::status::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::status::Evict::Launch(fp),
+                _ => crate::status::Evict::All,
+            };
+            crate::status::evict(&cmd.root, which)
+        }
+        Some(Sub::Clean(cmd)) => crate::status::evict(&cmd.root, crate::status::Evict::All),
+        Some(Sub::Config(c)) => {
+            crate::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
+        }
+        Some(Sub::ShareStatus(cmd)) if cmd.json => crate::status::share_status_json(&cmd.share),
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
@@ -321,6 +587,7 @@ pub fn main() -> ExitCode {
                 cmd.json,
                 cmd.zero,
                 cmd.verify,
+                cmd.store_max_size,
             );
             match &cmd.share {
                 Some(dir) if code == ExitCode::SUCCESS => {
@@ -396,4 +663,8 @@ pub struct ShareStatusCmd {
     /// The share directory
     #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
     pub share: PathBuf,
+
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
 }

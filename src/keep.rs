@@ -151,6 +151,7 @@ impl Keeper {
             );
             return Prepared::default();
         };
+        crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         let done = match args.done.resolve(argv) {
             Ok(done) => done,
             Err(e) => {
@@ -365,6 +366,7 @@ impl Keeper {
         let committer = Committer {
             root: self.root.clone(),
             fingerprint: self.fingerprint.clone(),
+            launched: self.launched,
             kept: std::mem::take(&mut self.kept),
             unify: self.unify,
             store: self.store.take(),
@@ -630,8 +632,8 @@ struct Session {
 enum Job {
     /// One `keepwrap:` line at info level.
     Log(String),
-    /// Log one line per cache file that landed (each is parsed to count its
-    /// entries).
+    /// Log the tuning progress of the cache files that landed (each is
+    /// parsed to count its entries).
     Landed {
         files: Vec<PathBuf>,
         after: Duration,
@@ -678,6 +680,8 @@ enum Report {
 struct Committer {
     root: PathBuf,
     fingerprint: String,
+    /// When the launch started (the statistics credit a boot's tuning time).
+    launched: Instant,
     /// Cache files prune kept (signed for this launch), relative to root.
     kept: Vec<PathBuf>,
     unify: bool,
@@ -696,15 +700,7 @@ impl Committer {
                 None
             }
             Job::Landed { files, after } => {
-                for rel in &files {
-                    let entries = cache::entry_count(&self.root.join(rel))
-                        .map_or_else(|why| why, |n| format!("{n} entries"));
-                    tracing::info!(
-                        "landed {} ({entries}, {} after the launch)",
-                        rel.display(),
-                        secs(after)
-                    );
-                }
+                crate::progress::landed(&self.root, &files, after);
                 None
             }
             Job::Sign { kind, files } => {
@@ -800,6 +796,7 @@ impl Committer {
                     st.tunes += 1;
                 }
             });
+            crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
         }
         report.signed
     }

@@ -3,6 +3,7 @@
 //!
 //! One module per concern:
 //! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`config`]: `keepwrap config`, the effective settings and where each came from;
 //! - [`canonical`]: JSON byte-identical to Python's `json.dumps`;
 //! - [`fingerprint`]: which parts of argv and environment identify a launch;
 //! - [`child`]: spawning the engine, signals, reaping, exit status;
@@ -14,6 +15,7 @@
 //! - [`watch`]: inotify over the cache tree;
 //! - [`ready`]: when tuning is done (health probe, quiet window, exit);
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
+//! - [`progress`]: tuning progress as rank files land, summed up for large launches;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
 //! - [`owner`]: which process serves a loopback port;
@@ -34,6 +36,7 @@ pub mod cache;
 pub mod canonical;
 pub mod child;
 pub mod cli;
+pub mod config;
 pub mod explain;
 pub mod fingerprint;
 pub mod keep;
@@ -41,6 +44,7 @@ pub mod lock;
 pub mod logging;
 pub mod owner;
 pub mod policy;
+pub mod progress;
 pub mod ready;
 pub mod running;
 pub mod share;

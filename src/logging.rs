@@ -1,7 +1,7 @@
 //! Log lines on stderr. In text form every line starts with `keepwrap:` so a
 //! user can grep for it among the engine's own output; warnings and errors
-//! say so after the prefix. `KEEPWRAP_LOG` takes a tracing filter (`info` by
-//! default).
+//! say so after the prefix. The level comes from `-v`/`-q`, else
+//! `KEEPWRAP_LOG` (a level or a tracing filter), else `info`.
 
 use std::fmt;
 
@@ -45,9 +45,108 @@ where
     }
 }
 
-/// Install the subscriber. Safe to call once per process.
+/// The levels, quietest first, as `-q`/`-v` step through them.
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// The usual spelling of a level (`warning` -> `warn`, `err` -> `error`), or
+/// `None` when `word` is not one.
+fn level_word(word: &str) -> Option<&'static str> {
+    match word.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" => Some("off"),
+        "error" | "err" => Some("error"),
+        "warn" | "warning" => Some("warn"),
+        "info" => Some("info"),
+        "debug" => Some("debug"),
+        "trace" => Some("trace"),
+        _ => None,
+    }
+}
+
+/// The filter a `KEEPWRAP_LOG` value means: a level in any usual spelling,
+/// or a list of filter directives (`keepwrap=debug`, `info,keepwrap::share=trace`)
+/// whose levels may use those spellings too. `None` when it is neither: a
+/// bare word such as `bogus` would otherwise be read as a target name and
+/// mute every line.
+pub fn parse_filter(value: &str) -> Option<String> {
+    let mut out = Vec::new();
+    for directive in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if let Some(level) = level_word(directive) {
+            out.push(level.to_string());
+            continue;
+        }
+        let (target, level) = directive.rsplit_once('=')?;
+        let level = level_word(level)?;
+        if target.trim().is_empty() {
+            return None;
+        }
+        out.push(format!("{}={level}", target.trim()));
+    }
+    if out.is_empty() {
+        return None;
+    }
+    let filter = out.join(",");
+    EnvFilter::try_new(&filter).ok().map(|_| filter)
+}
+
+/// What sets the log filter, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLevel {
+    /// The filter installed.
+    pub filter: String,
+    /// `default`, `variable` or `flag`.
+    pub source: &'static str,
+    /// A `KEEPWRAP_LOG` value that is neither a level nor a filter: warned
+    /// about once the subscriber is installed.
+    pub unknown: Option<String>,
+}
+
+/// The filter from `-v`/`-q` counts and `KEEPWRAP_LOG` (empty counts as
+/// unset). The flags win: each `-v` is one level louder and each `-q` one
+/// quieter than `KEEPWRAP_LOG`'s level (or `info`).
+pub fn level(verbose: u8, quiet: u8, var: Option<&str>) -> LogLevel {
+    let var = var.map(str::trim).filter(|v| !v.is_empty());
+    let parsed = var.map(|v| (v, parse_filter(v)));
+    let mut unknown = None;
+    let base = match &parsed {
+        Some((_, Some(filter))) => filter.clone(),
+        Some((raw, None)) => {
+            unknown = Some(raw.to_string());
+            "info".to_string()
+        }
+        None => "info".to_string(),
+    };
+    if verbose == 0 && quiet == 0 {
+        let source = match parsed {
+            Some((_, Some(_))) => "variable",
+            _ => "default",
+        };
+        return LogLevel {
+            filter: base,
+            source,
+            unknown,
+        };
+    }
+    let at = LEVELS.iter().position(|l| *l == base).unwrap_or(3) as i32;
+    let at = (at + i32::from(verbose) - i32::from(quiet)).clamp(0, LEVELS.len() as i32 - 1);
+    LogLevel {
+        filter: LEVELS[at as usize].to_string(),
+        source: "flag",
+        unknown,
+    }
+}
+
+/// Install the subscriber with `KEEPWRAP_LOG`'s filter (see [`level`]).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("KEEPWRAP_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with(
+        format,
+        &level(0, 0, std::env::var("KEEPWRAP_LOG").ok().as_deref()),
+    );
+}
+
+/// Install the subscriber with `level`'s filter, then warn about an unknown
+/// `KEEPWRAP_LOG` value. Safe to call once per process.
+pub fn init_with(format: LogFormat, level: &LogLevel) {
+    let filter = EnvFilter::try_new(&level.filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
@@ -59,4 +158,50 @@ pub fn init(format: LogFormat) {
             .with_target(false)
             .try_init(),
     };
+    if let Some(raw) = &level.unknown {
+        tracing::warn!(
+            "KEEPWRAP_LOG={raw:?} is not a log level (off, error, warn, info, debug, trace) nor a filter such as keepwrap=debug: logging at info"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usual_spellings_are_levels() {
+        for (v, f) in [
+            ("warning", "warn"),
+            ("WARN", "warn"),
+            ("err", "error"),
+            ("Error", "error"),
+            ("info", "info"),
+            (" debug ", "debug"),
+            ("trace", "trace"),
+            ("off", "off"),
+            ("keepwrap=warning", "keepwrap=warn"),
+            ("info,keepwrap::share=debug", "info,keepwrap::share=debug"),
+        ] {
+            assert_eq!(parse_filter(v).as_deref(), Some(f), "{v}");
+        }
+        for v in ["bogus", "keepwrap", "=debug", "keepwrap=loud", "", ","] {
+            assert_eq!(parse_filter(v), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn flags_step_from_the_variable_and_win() {
+        assert_eq!(level(0, 0, None).filter, "info");
+        assert_eq!(level(0, 0, Some("")).source, "default");
+        assert_eq!(level(1, 0, None).filter, "debug");
+        assert_eq!(level(5, 0, None).filter, "trace");
+        assert_eq!(level(0, 1, None).filter, "warn");
+        assert_eq!(level(0, 9, None).filter, "off");
+        assert_eq!(level(0, 1, Some("debug")).filter, "info");
+        assert_eq!(level(0, 1, Some("debug")).source, "flag");
+        let bogus = level(0, 0, Some("bogus"));
+        assert_eq!((bogus.filter.as_str(), bogus.source), ("info", "default"));
+        assert_eq!(bogus.unknown.as_deref(), Some("bogus"));
+    }
 }

@@ -953,12 +953,12 @@ pub fn print_status(share: &Path) -> ExitCode {
         for p in &nodes {
             match (&p.published_at, &p.published_at_utc, &p.problem) {
                 (Some(at), Some(utc), None) => text.push_str(&format!(
-                    "{cluster} node {}/{} published {utc} ({} ago): {} files, {} bytes\n",
+                    "{cluster} node {}/{} published {utc} ({}): {} files, {}\n",
                     p.node_rank,
                     p.nnodes,
-                    humantime::format_duration(Duration::from_secs(now.saturating_sub(*at))),
+                    crate::store::ago(*at, now),
                     p.files,
-                    p.bytes
+                    crate::store::size_text(p.bytes)
                 )),
                 (_, _, problem) => text.push_str(&format!(
                     "{cluster} node {}/{n} unusable: {}\n",

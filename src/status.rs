@@ -29,6 +29,7 @@ pub fn run(
     json_out: bool,
     zero: bool,
     verify: bool,
+    store_max_size: u64,
 ) -> ExitCode {
     let Some(root) = root else {
         eprintln!(
@@ -52,7 +53,8 @@ pub fn run(
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         Launch::new(opts, command, &env).fingerprint().to_string()
     });
-    let report = report(&root, fp.as_deref(), verify);
+    let mut report = report(&root, fp.as_deref(), verify);
+    report["store_max_size"] = json!(store_max_size);
     let text = if json_out {
         let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
         v.push(b'\n');
@@ -60,28 +62,172 @@ pub fn run(
     } else {
         render(&report).into_bytes()
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(&text).and_then(|()| stdout.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::FAILURE,
+    if !print(&text) {
+        return ExitCode::FAILURE;
     }
+    let corrupt = report["totals"]["corrupt"]["files"].as_u64().unwrap_or(0);
+    let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
+    if verify && corrupt > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
+        );
+    }
+    if verify && stored > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {stored} stored sets are not intact (see the corrupt rows); they are removed when their launch returns"
+        );
+    }
+    if verify && corrupt + stored > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `42.0 s`, `12 min 5 s`, `3 h 20 min`, `2 days 4 h`: how long something
+/// took or lasts.
+pub fn duration_text(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        return format!("{s:.1} s");
+    }
+    let whole = d.as_secs();
+    let (days, h, m, sec) = (
+        whole / 86400,
+        whole % 86400 / 3600,
+        whole % 3600 / 60,
+        whole % 60,
+    );
+    match (days, h) {
+        (0, 0) => format!("{m} min {sec} s"),
+        (0, h) => format!("{h} h {m} min"),
+        (1, h) => format!("1 day {h} h"),
+        (d, h) => format!("{d} days {h} h"),
+    }
+}
+
+fn ms_text(v: &Value) -> String {
+    duration_text(std::time::Duration::from_millis(v.as_u64().unwrap_or(0)))
 }
 
 fn zero_stats(root: &Path) -> std::io::Result<()> {
     let store = Store::open(root)?;
-    let _lock = crate::lock::acquire(
-        store.state_fd(),
+    let _lock = lock(
+        &store,
         std::time::Duration::from_secs(60),
         "keepwrap status --zero",
-    )
-    .map_err(|e| match e {
+    )?;
+    Stats::zero(store.state_fd())
+}
+
+/// The lock of the store's root, or why not.
+fn lock(
+    store: &Store,
+    timeout: std::time::Duration,
+    what: &str,
+) -> std::io::Result<crate::lock::CacheLock> {
+    crate::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
         crate::lock::LockError::Io(e) => e,
         crate::lock::LockError::TimedOut(who) => std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!("the lock is held by {who}"),
         ),
-    })?;
-    Stats::zero(store.state_fd())
+    })
+}
+
+/// Which stored sets `keepwrap evict` removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evict {
+    All,
+    OlderThan(std::time::Duration),
+    /// A fingerprint, or a unique prefix of it (8 digits or more).
+    Launch(String),
+}
+
+/// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
+/// one line each (stderr), then a summary line (stdout).
+pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let Some(root) = crate::keep::root_from(args.cache_dir.as_deref(), &env) else {
+        eprintln!(
+            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
+        );
+        return ExitCode::FAILURE;
+    };
+    let Some(store) = Store::open_existing(&root) else {
+        println!(
+            "evicted 0 stored sets (0 files, 0 B): {} has no store",
+            root.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let launch = match &which {
+        Evict::Launch(prefix) => {
+            let p = prefix.to_ascii_lowercase();
+            if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
+                return ExitCode::from(crate::cli::EXIT_USAGE);
+            }
+            Some(p)
+        }
+        _ => None,
+    };
+    let _lock = match lock(&store, args.lock_timeout, "keepwrap evict") {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "keepwrap: error: cannot take the cache lock of {}: {e}",
+                root.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = now_secs();
+    if let Some(p) = &launch {
+        let matching: Vec<String> = store
+            .entries()
+            .into_iter()
+            .map(|e| e.manifest.fingerprint)
+            .filter(|fp| fp.starts_with(p.as_str()))
+            .collect();
+        if matching.len() != 1 {
+            eprintln!(
+                "keepwrap: error: {} stored sets match {p}{}",
+                matching.len(),
+                if matching.is_empty() {
+                    ""
+                } else {
+                    ": give more digits"
+                }
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let why = match &which {
+        Evict::All => "keepwrap evict --all".to_string(),
+        Evict::OlderThan(d) => format!("keepwrap evict --older-than {}", duration_text(*d)),
+        Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
+    };
+    let evicted = store.evict_where(now, &why, |e, used| match &which {
+        Evict::All => true,
+        Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
+        Evict::Launch(_) => launch
+            .as_deref()
+            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
+    });
+    let files: usize = evicted.iter().map(|e| e.manifest.members.len()).sum();
+    let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
+    let n = evicted.len() as u64;
+    if n > 0 {
+        crate::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
+    }
+    let left = store.entries();
+    println!(
+        "evicted {n} stored sets ({files} files, {}); {} left in the store ({})",
+        size_text(bytes),
+        left.len(),
+        size_text(left.iter().map(|e| e.bytes).sum())
+    );
+    ExitCode::SUCCESS
 }
 
 /// The whole report as JSON (what `--json` prints; the text form renders it).
@@ -148,8 +294,15 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
     let mut stored_bytes = 0u64;
     let mut store_rows = Vec::with_capacity(entries.len());
     let mut restore = 0usize;
+    let mut stored_corrupt = 0usize;
     for e in &entries {
         let m = &e.manifest;
+        // With --verify, every stored set is hashed whole, as a restore would.
+        let bad = match (&store, verify) {
+            (Some(s), true) => s.verify_entry(&m.fingerprint).err(),
+            _ => None,
+        };
+        stored_corrupt += usize::from(bad.is_some());
         stored_files += m.members.len();
         stored_bytes += e.bytes;
         let last_used = used.get(&m.fingerprint).copied().unwrap_or(m.stored_at);
@@ -163,7 +316,8 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
         });
         store_rows.push(json!({
             "path": format!("{STATE_DIR}/store/{}/", m.fingerprint),
-            "state": "stored",
+            "state": if bad.is_some() { "stored, corrupt" } else { "stored" },
+            "why": bad,
             "fingerprint": m.fingerprint,
             "files": m.members.len(),
             "size": e.bytes,
@@ -183,7 +337,7 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
     }
     totals_v.insert(
         "stored".into(),
-        json!({"entries": entries.len(), "files": stored_files, "size": stored_bytes}),
+        json!({"entries": entries.len(), "files": stored_files, "size": stored_bytes, "corrupt": stored_corrupt}),
     );
     json!({
         "root": root.display().to_string(),
@@ -192,9 +346,16 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
         "files": rows,
         "store": store_rows,
         "totals": totals_v,
-        "stats": stats,
+        "stats": stats_json(&stats),
         "plan": fp.map(|_| json!({"keep": keep, "restore": restore, "store": to_store, "remove": remove})),
     })
+}
+
+/// The statistics, with the hit rate (percent; null before any reuse or tune).
+fn stats_json(stats: &Stats) -> Value {
+    let mut v = json!(stats);
+    v["hit_rate"] = json!(stats.hit_rate());
+    v
 }
 
 fn when(v: &Value, now: u64) -> String {
@@ -228,7 +389,10 @@ pub fn render(r: &Value) -> String {
     for row in rows {
         let mut state = row["state"].as_str().unwrap_or("").to_string();
         if let Some(fp) = row["fingerprint"].as_str() {
-            if state == "signed" || state == "signed for another launch" || state == "stored" {
+            if state == "signed"
+                || state == "signed for another launch"
+                || state.starts_with("stored")
+            {
                 state = format!("{state} {}", short(fp));
             }
         }
@@ -277,6 +441,16 @@ pub fn render(r: &Value) -> String {
         s["entries"],
         size_text(s["size"].as_u64().unwrap_or(0))
     );
+    if let Some(limit) = r["store_max_size"].as_u64().filter(|&l| l > 0) {
+        let used = s["size"].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "store: {} of {} (--store-max-size), {:.0}% used",
+            size_text(used),
+            size_text(limit),
+            100.0 * used as f64 / limit as f64
+        );
+    }
     let st = &r["stats"];
     let _ = writeln!(
         out,
@@ -288,6 +462,20 @@ pub fn render(r: &Value) -> String {
             .unwrap_or_default(),
         st["launches"], st["reuses"], st["tunes"], st["removed"], st["stored"], st["restored"], st["evicted"]
     );
+    let (reuses, tunes) = (
+        st["reuses"].as_u64().unwrap_or(0),
+        st["tunes"].as_u64().unwrap_or(0),
+    );
+    let hit_rate = st["hit_rate"]
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |h| format!("{h:.0}%"));
+    let _ = writeln!(
+        out,
+        "what the cache saved: hit rate {hit_rate} ({reuses} reuses of {} launches that reused or tuned); tuning time saved {} (tuning boots took {})",
+        reuses + tunes,
+        ms_text(&st["saved_ms"]),
+        ms_text(&st["tuning_ms"])
+    );
     if let Some(p) = r["plan"].as_object() {
         let _ = writeln!(
             out,
@@ -296,4 +484,101 @@ pub fn render(r: &Value) -> String {
         );
     }
     out
+}
+
+/// `keepwrap share-status --json`: every node publication of the share, by
+/// cluster, with the nodes that have not published.
+pub fn share_status_json(share: &Path) -> ExitCode {
+    let pubs = match crate::share::status(share) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "keepwrap: error: cannot read the share {}: {e}",
+                share.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = now_secs();
+    let mut clusters: Vec<(String, Vec<&crate::share::NodePublication>)> = Vec::new();
+    for p in &pubs {
+        match clusters
+            .iter_mut()
+            .find(|(c, _)| *c == p.cluster_fingerprint)
+        {
+            Some((_, nodes)) => nodes.push(p),
+            None => clusters.push((p.cluster_fingerprint.clone(), vec![p])),
+        }
+    }
+    clusters.sort_by(|a, b| a.0.cmp(&b.0));
+    let clusters: Vec<Value> = clusters
+        .into_iter()
+        .map(|(cluster, nodes)| {
+            let n = nodes.iter().map(|p| p.nnodes).max().unwrap_or(0);
+            let mut rows: Vec<Value> = nodes
+                .iter()
+                .map(|p| {
+                    let state = if p.published_at.is_some() && p.problem.is_none() {
+                        "published"
+                    } else {
+                        "unusable"
+                    };
+                    json!({
+                        "node_rank": p.node_rank,
+                        "nnodes": p.nnodes,
+                        "state": state,
+                        "published_at": p.published_at,
+                        "published_at_utc": p.published_at_utc,
+                        "age_secs": p.published_at.map(|t| now.saturating_sub(t)),
+                        "files": p.files,
+                        "size": p.bytes,
+                        "problem": p.problem,
+                    })
+                })
+                .collect();
+            for r in 0..n {
+                if !nodes.iter().any(|p| p.node_rank == r) {
+                    rows.push(json!({"node_rank": r, "nnodes": n, "state": "not published"}));
+                }
+            }
+            rows.sort_by_key(|v| v["node_rank"].as_u64());
+            json!({"cluster_fingerprint": cluster, "nnodes": n, "nodes": rows})
+        })
+        .collect();
+    let out = json!({"share": share.display().to_string(), "now": now, "clusters": clusters});
+    let mut text = serde_json::to_vec_pretty(&out).expect("a Value serializes");
+    text.push(b'\n');
+    if print(&text) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Write `text` to stdout; false when it cannot (a closed pipe).
+fn print(text: &[u8]) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text).and_then(|()| stdout.flush()).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_text;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        for (secs, text) in [
+            (0.04, "0.0 s"),
+            (42.05, "42.0 s"),
+            (59.9, "59.9 s"),
+            (60.0, "1 min 0 s"),
+            (725.0, "12 min 5 s"),
+            (12_000.0, "3 h 20 min"),
+            (86_400.0 + 3600.0, "1 day 1 h"),
+            (30.0 * 86_400.0, "30 days 0 h"),
+        ] {
+            assert_eq!(duration_text(Duration::from_secs_f64(secs)), text, "{secs}");
+        }
+    }
 }

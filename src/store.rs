@@ -670,6 +670,17 @@ impl Store {
         Ok(())
     }
 
+    /// Check the stored set of `fp` whole, every member's bytes included (for
+    /// `keepwrap status --verify`): why it is not intact, if it is not.
+    pub fn verify_entry(&self, fp: &str) -> Result<(), String> {
+        let man = self.manifest(fp).ok_or("no readable manifest")?;
+        if man.fingerprint != fp {
+            return Err("its manifest names another launch".into());
+        }
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp).map_err(|e| e.to_string())?;
+        self.verify(dir.as_fd(), &man, true)
+    }
+
     /// Bring the stored set of `fp` back to its paths. None when there is
     /// none, or it cannot be (logged; a corrupt entry is deleted).
     pub fn restore(&self, fp: &str) -> Option<Restored> {
@@ -805,20 +816,46 @@ impl Store {
                     size_text(limits.max_size)
                 )
             };
-            let fp = &e.manifest.fingerprint;
-            self.delete_entry(fp);
-            let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
+            self.evict_entry(e, *used, now, &why);
             total -= e.bytes;
             n += 1;
-            info!(
-                "evicted the stored set of launch {} ({} files, {}, last used {}): {why}",
-                short(fp),
-                e.manifest.members.len(),
-                size_text(e.bytes),
-                ago(*used, now)
-            );
         }
         n
+    }
+
+    /// Remove one stored set and its launch record, and say why.
+    fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) {
+        let fp = &e.manifest.fingerprint;
+        self.delete_entry(fp);
+        let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
+        info!(
+            "evicted the stored set of launch {} ({} files, {}, last used {}): {why}",
+            short(fp),
+            e.manifest.members.len(),
+            size_text(e.bytes),
+            ago(used, now)
+        );
+    }
+
+    /// Evict every stored set `pick(entry, last used)` selects, least
+    /// recently used first (call under the lock); the evicted entries.
+    pub fn evict_where(
+        &self,
+        now: u64,
+        why: &str,
+        pick: impl Fn(&Entry, u64) -> bool,
+    ) -> Vec<Entry> {
+        let mut entries: Vec<(u64, Entry)> = self
+            .entries()
+            .into_iter()
+            .map(|e| (self.last_used(&e), e))
+            .filter(|(used, e)| pick(e, *used))
+            .collect();
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        for (used, e) in &entries {
+            self.evict_entry(e, *used, now, why);
+        }
+        entries.into_iter().map(|(_, e)| e).collect()
     }
 
     // ---- launch records --------------------------------------------------

@@ -972,10 +972,19 @@ fn unknown_profile_names_the_known_ones() {
 }
 
 #[test]
-fn a_flag_value_after_ignore_arg_needs_equals() {
-    // `--ignore-arg --port` reads `--port` as keepwrap's own (unknown) option
-    keepwrap()
-        .args(["fingerprint", "--ignore-arg", "--port", "--", "python"])
-        .assert()
-        .code(2);
+fn a_flag_value_after_ignore_arg_may_start_with_dashes() {
+    // `--ignore-arg --foo` means `--ignore-arg=--foo`, not an unknown
+    // option of keepwrap's.
+    let fp = |args: &[&str]| {
+        let out = keepwrap()
+            .arg("fingerprint")
+            .args(args)
+            .args(["--", "python", "--foo", "1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        out.stdout
+    };
+    assert_eq!(fp(&["--ignore-arg", "--foo"]), fp(&["--ignore-arg=--foo"]));
+    assert_ne!(fp(&["--ignore-arg", "--foo"]), fp(&[]));
 }

@@ -208,6 +208,23 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
             );
         }
     }
+    let out = Command::new(BIN)
+        .args(["share-status", "--json", "--share"])
+        .arg(&share)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let clusters = v["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 1, "{v}");
+    assert_eq!(clusters[0]["nnodes"], 4);
+    let nodes = clusters[0]["nodes"].as_array().unwrap();
+    for (r, node) in nodes.iter().enumerate() {
+        assert_eq!(node["node_rank"], r as u64, "{v}");
+        assert_eq!(node["state"], "published", "{v}");
+        assert_eq!(node["files"], 1, "{v}");
+    }
+    assert_eq!(nodes.len(), 4, "{v}");
 }
 
 #[test]

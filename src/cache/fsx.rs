@@ -400,14 +400,30 @@ pub fn rename_noreplace<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
     to_dir: BorrowedFd<'_>,
     to: &P2,
 ) -> io::Result<()> {
-    nix::fcntl::renameat2(
-        from_dir,
-        from,
-        to_dir,
-        to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    )
-    .map_err(err)
+    use std::os::fd::AsRawFd;
+    // The raw system call: nix wraps renameat2 for glibc only, and the static
+    // (musl) build needs it too.
+    let res = from.with_nix_path(|from| {
+        to.with_nix_path(|to| {
+            // SAFETY: both paths are NUL-terminated C strings that outlive the
+            // call; the descriptors are borrowed for its duration.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    from_dir.as_raw_fd(),
+                    from.as_ptr(),
+                    to_dir.as_raw_fd(),
+                    to.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            }
+        })
+    });
+    match res.and_then(|r| r) {
+        Ok(-1) => Err(io::Error::last_os_error()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(err(e)),
+    }
 }
 
 /// Does `name` exist in `dir` (any kind, no symlink followed)?

@@ -367,3 +367,48 @@ pub fn cache_files(root: &Path) -> Vec<PathBuf> {
 pub fn boot(cmd: &mut Command) -> Finished {
     Running::spawn(cmd).finish(Duration::from_secs(60))
 }
+
+/// Run a short command to the end (60 s deadline, then KILL) and collect all
+/// of its output: both pipes are read to their end before it returns.
+pub fn output(cmd: &mut Command) -> Finished {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("keepwrap did not exit within 60 s");
+        }
+    };
+    Finished {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `cmd` without any `KEEPWRAP_*` variable of the test's own environment.
+pub fn without_keepwrap_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("KEEPWRAP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
