@@ -1043,9 +1043,31 @@ def wait_byes(store, world):
         st.cond.wait_for(lambda: len(st.bye) >= world or st.aborted is not None, 30)
 
 
+def merge_config(argv):
+    """SGLang's `--config FILE`: each `key: value` line of the (flat) YAML file becomes `--key value`
+    (`true`: the bare flag, `false`: nothing), placed before the command line, which wins."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    extra = []
+    with open(argv[i + 1]) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip().strip("'\"")
+            if value.lower() == "true":
+                extra.append(f"--{key}")
+            elif value.lower() != "false":
+                extra += [f"--{key}", value]
+    return extra + argv[:i] + argv[i + 2:]
+
+
 def main(argv=None):
     if argv is None:
         argv = sys.argv[1:]
+    argv = merge_config(argv)
     a, _unknown = build_parser().parse_known_args(argv)
     if a._worker is not None:
         worker_main(a)

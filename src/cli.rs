@@ -303,6 +303,18 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 
+    /// Whether to keep the cache of this command: auto (an engine launch:
+    /// Python, an sglang entry point, or a shell wrapper around one; anything
+    /// else is only supervised), always, or never
+    #[arg(
+        long,
+        value_enum,
+        env = "KEEPWRAP_KEEP",
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub keep: KeepMode,
+
     /// Most bytes the store of other launches' cache files may hold (least
     /// recently used evicted first)
     #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
@@ -325,6 +337,35 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub share: ShareArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeepMode {
+    Auto,
+    Always,
+    Never,
+}
+
+impl RunArgs {
+    /// Whether to keep the cache of `command` run with `env`; `Err` holds the
+    /// one line that says why not.
+    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), String> {
+        if self.disable {
+            return Err("cache keeping disabled (--disable): supervising only".into());
+        }
+        match self.keep {
+            KeepMode::Always => Ok(()),
+            KeepMode::Never => Err("cache keeping off (--keep never): supervising only".into()),
+            KeepMode::Auto => {
+                let c = crate::launch::analyze(command, env);
+                if c.is_engine() {
+                    Ok(())
+                } else {
+                    Err(c.not_engine_line())
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -114,7 +114,8 @@ pub fn print(
     });
     if !command.is_empty() {
         let done = all.iter().find(|s| s.name == "done");
-        let resolved = match run.done.resolve(command) {
+        let launch = crate::fingerprint::Launch::new(&run.fingerprint.options(), command, &env);
+        let resolved = match run.done.resolve(&launch) {
             Ok(d) => format!("tuning is done {d}"),
             Err(e) => e,
         };

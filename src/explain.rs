@@ -1,13 +1,18 @@
 //! How a launch differs from the signed launches recorded in the store:
 //! the one line a launch with no cache logs, and `keepwrap explain`.
 //!
-//! Both sides are redacted inputs (`Launch::redacted_inputs()`): argv is
+//! Both sides are redacted inputs (`Launch::redacted_inputs()`). An SGLang
+//! server launch is compared in its canonical form (`launch`): argument
+//! groups by option, so a reordering or a respelling is no difference, the
+//! config file through the arguments it adds, models by what the
+//! fingerprint records of them. Any other command is compared as argv,
 //! parsed into positionals and flags (`--flag value...`, `--flag=value`,
-//! switches), flags are compared by name, environment variables by name
-//! (`changed`/`added`/`removed`, never a value), and a secret-named flag
-//! only as `changed`. The nearest launch has the fewest differences.
+//! switches). Environment variables are compared by name
+//! (`changed`/`added`/`removed`, never a value), a secret-named flag only as
+//! `changed`. The nearest launch has the fewest differences. Every step is
+//! linear in the size of the inputs (hash maps, no pairwise search).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
@@ -27,14 +32,18 @@ pub struct ParsedArgs {
 
 pub fn parse_argv(argv: &[String]) -> ParsedArgs {
     let mut out = ParsedArgs::default();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut set =
+        |flags: &mut Vec<(String, Option<String>)>, name: &str, v: Option<String>| match index
+            .get(name)
+        {
+            Some(&i) => flags[i].1 = v,
+            None => {
+                index.insert(name.to_string(), flags.len());
+                flags.push((name.to_string(), v));
+            }
+        };
     let mut i = 0;
-    let set = |flags: &mut Vec<(String, Option<String>)>, name: &str, v: Option<String>| match flags
-        .iter_mut()
-        .find(|(n, _)| n == name)
-    {
-        Some(slot) => slot.1 = v,
-        None => flags.push((name.to_string(), v)),
-    };
     while i < argv.len() {
         let tok = &argv[i];
         if tok == "--" {
@@ -56,12 +65,9 @@ pub fn parse_argv(argv: &[String]) -> ParsedArgs {
             i = j;
             continue;
         }
-        if out.flags.is_empty() {
-            out.positionals.push(tok.clone());
-        } else {
-            // A stray token after `--flag=value`: keep it in order.
-            out.positionals.push(tok.clone());
-        }
+        // Before the first flag, or a stray token after `--flag=value`:
+        // kept in order.
+        out.positionals.push(tok.clone());
         i += 1;
     }
     out
@@ -90,6 +96,82 @@ fn redacted(s: &str) -> bool {
     s.contains("<redacted sha256:")
 }
 
+type Items = Vec<(String, Option<String>)>;
+
+/// The named items of a canonical launch, in its order: argument groups by
+/// option (repeats of an option, in an ordered launch, joined by ` ; `),
+/// and the rest: interpreter options, model type, config state, models.
+fn launch_items(launch: &Value) -> (Items, Items) {
+    let mut out: Items = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for g in launch["args"].as_array().into_iter().flatten() {
+        let tokens = strings(g);
+        let Some((head, values)) = tokens.split_first() else {
+            continue;
+        };
+        let value = (!values.is_empty()).then(|| values.join(" "));
+        match index.get(head) {
+            Some(&i) => {
+                let prev = out[i].1.take().unwrap_or_default();
+                out[i].1 = Some(format!("{prev} ; {}", value.unwrap_or_default()));
+            }
+            None => {
+                index.insert(head.clone(), out.len());
+                out.push((head.clone(), value));
+            }
+        }
+    }
+    let mut rest: Items = Vec::new();
+    if let Some(p) = launch.get("python") {
+        rest.push(("python options".into(), Some(strings(p).join(" "))));
+    }
+    if let Some(t) = launch.get("model_type").and_then(Value::as_str) {
+        rest.push(("sglang serve --model-type".into(), Some(t.to_string())));
+    }
+    if let Some(c) = launch.get("config").and_then(Value::as_str) {
+        rest.push(("config file".into(), Some(c.to_string())));
+    }
+    for (opt, desc) in launch["models"].as_object().into_iter().flatten() {
+        rest.push((
+            format!("model of {opt}"),
+            Some(crate::launch::model::explain(desc)),
+        ));
+    }
+    (out, rest)
+}
+
+/// Named items compared by name: changed, added (in `this` order), removed;
+/// each line starts with `kind`.
+fn diff_items(
+    out: &mut Vec<String>,
+    kind: &str,
+    base: &[(String, Option<String>)],
+    this: &[(String, Option<String>)],
+) {
+    let bmap: HashMap<&str, &Option<String>> = base.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let tmap: HashMap<&str, &Option<String>> = this.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let val = |v: &Option<String>| v.as_deref().map_or("(switch)".to_string(), show);
+    for (name, tv) in this {
+        let secret = is_secret_name(name) || tv.as_deref().is_some_and(redacted);
+        let found = bmap.get(name.as_str());
+        let name = show(name);
+        match found {
+            Some(bv) if *bv == tv => {}
+            Some(bv) if secret || bv.as_deref().is_some_and(redacted) => {
+                out.push(format!("{kind}{name} changed"))
+            }
+            Some(bv) => out.push(format!("{kind}{name} {} -> {}", val(bv), val(tv))),
+            None if secret || tv.is_none() => out.push(format!("{kind}{name} added")),
+            None => out.push(format!("{kind}{name} {} added", val(tv))),
+        }
+    }
+    for (name, _) in base {
+        if !tmap.contains_key(name.as_str()) {
+            out.push(format!("{kind}{} removed", show(name)));
+        }
+    }
+}
+
 /// What differs from `base` (a signed launch) to `this` (the launch at
 /// hand), both redacted inputs. Empty when nothing visible differs.
 pub fn diff(base: &Value, this: &Value) -> Vec<String> {
@@ -101,41 +183,19 @@ pub fn diff(base: &Value, this: &Value) -> Vec<String> {
     if bp != tp {
         out.push(format!("profile {bp} -> {tp}"));
     }
-    let b = parse_argv(&strings(&base["argv"]));
-    let t = parse_argv(&strings(&this["argv"]));
-    for i in 0..b.positionals.len().max(t.positionals.len()) {
-        match (b.positionals.get(i), t.positionals.get(i)) {
-            (Some(x), Some(y)) if x == y => {}
-            (Some(x), Some(y)) if redacted(x) || redacted(y) => {
-                out.push(format!("argv {i} changed"))
-            }
-            (Some(x), Some(y)) => out.push(format!("argv {i} {} -> {}", show(x), show(y))),
-            (None, Some(y)) => out.push(format!("argv {i} {} added", show(y))),
-            (Some(x), None) => out.push(format!("argv {i} {} removed", show(x))),
-            (None, None) => {}
+    match (base.get("launch"), this.get("launch")) {
+        (Some(b), Some(t)) => {
+            let ((ba, br), (ta, tr)) = (launch_items(b), launch_items(t));
+            diff_items(&mut out, "arg ", &ba, &ta);
+            diff_items(&mut out, "", &br, &tr);
         }
-    }
-    let bmap: BTreeMap<&str, &Option<String>> =
-        b.flags.iter().map(|(n, v)| (n.as_str(), v)).collect();
-    let tmap: BTreeMap<&str, &Option<String>> =
-        t.flags.iter().map(|(n, v)| (n.as_str(), v)).collect();
-    let val = |v: &Option<String>| v.as_deref().map_or("(switch)".to_string(), show);
-    for (name, tv) in &t.flags {
-        let secret = is_secret_name(name) || tv.as_deref().is_some_and(redacted);
-        match bmap.get(name.as_str()) {
-            Some(bv) if *bv == tv => {}
-            Some(bv) if secret || bv.as_deref().is_some_and(redacted) => {
-                out.push(format!("arg {name} changed"))
-            }
-            Some(bv) => out.push(format!("arg {name} {} -> {}", val(bv), val(tv))),
-            None if secret || tv.is_none() => out.push(format!("arg {name} added")),
-            None => out.push(format!("arg {name} {} added", val(tv))),
-        }
-    }
-    for (name, _) in &b.flags {
-        if !tmap.contains_key(name.as_str()) {
-            out.push(format!("arg {name} removed"));
-        }
+        (None, None) => diff_argv(&mut out, base, this),
+        (Some(_), None) => out.push(
+            "the command: an SGLang server launch -> a command compared as written".into(),
+        ),
+        (None, Some(_)) => out.push(
+            "the command: compared as written (an other command, or signed before keepwrap read SGLang launches by meaning) -> an SGLang server launch".into(),
+        ),
     }
     let env = |v: &Value| -> BTreeMap<String, String> {
         v["env"]
@@ -161,6 +221,25 @@ pub fn diff(base: &Value, this: &Value) -> Vec<String> {
         }
     }
     out
+}
+
+/// argv compared as positionals by index and flags by name.
+fn diff_argv(out: &mut Vec<String>, base: &Value, this: &Value) {
+    let b = parse_argv(&strings(&base["argv"]));
+    let t = parse_argv(&strings(&this["argv"]));
+    for i in 0..b.positionals.len().max(t.positionals.len()) {
+        match (b.positionals.get(i), t.positionals.get(i)) {
+            (Some(x), Some(y)) if x == y => {}
+            (Some(x), Some(y)) if redacted(x) || redacted(y) => {
+                out.push(format!("argv {i} changed"))
+            }
+            (Some(x), Some(y)) => out.push(format!("argv {i} {} -> {}", show(x), show(y))),
+            (None, Some(y)) => out.push(format!("argv {i} {} added", show(y))),
+            (Some(x), None) => out.push(format!("argv {i} {} removed", show(x))),
+            (None, None) => {}
+        }
+    }
+    diff_items(out, "arg ", &b.flags, &t.flags);
 }
 
 /// Every recorded launch other than `fp`, nearest first (fewest
@@ -317,5 +396,82 @@ mod tests {
             ]
         );
         assert!(diff(&this, &this).is_empty());
+    }
+
+    fn inputs(argv: &[&str]) -> Value {
+        let opts = Options {
+            profile: crate::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        Launch::new(&opts, &argv, &[]).redacted_inputs()
+    }
+
+    #[test]
+    fn canonical_launches_differ_by_meaning_not_spelling() {
+        let a = inputs(&[
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/nonexistent/m",
+            "--tp",
+            "4",
+            "--chunked-prefill-size=4096",
+            "--api-key",
+            "k1",
+            "--port",
+            "1",
+        ]);
+        let b = inputs(&[
+            "sglang",
+            "serve",
+            "--chunked-prefill-size",
+            "4096",
+            "--tensor-parallel-size=4",
+            "--model",
+            "/nonexistent/m",
+            "--api-key=k1",
+            "--port",
+            "2",
+        ]);
+        assert!(diff(&a, &b).is_empty(), "{:?}", diff(&a, &b));
+        let c = inputs(&[
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/nonexistent/m",
+            "--tp",
+            "8",
+            "--api-key",
+            "k2",
+            "--max-total-tokens",
+            "9",
+        ]);
+        assert_eq!(
+            diff(&a, &c),
+            [
+                "arg --max-total-tokens added",
+                "arg --tp-size 4 -> 8",
+                "arg --chunked-prefill-size removed"
+            ]
+        );
+        let old = json!({"profile": "sglang", "argv": ["python3"], "env": {}});
+        assert_eq!(diff(&old, &a).len(), 1);
+    }
+
+    #[test]
+    fn sixty_thousand_arguments_diff_in_one_pass() {
+        let many: Vec<String> = (0..30_000)
+            .flat_map(|i| [format!("--flag-{i}"), i.to_string()])
+            .collect();
+        let mut other = many.clone();
+        other[1] = "x".into();
+        let a = json!({"profile": "sglang", "argv": many, "env": {}});
+        let b = json!({"profile": "sglang", "argv": other, "env": {}});
+        assert_eq!(diff(&a, &b), ["arg --flag-0 0 -> x"]);
     }
 }

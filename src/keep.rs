@@ -152,7 +152,10 @@ impl Keeper {
             return Prepared::default();
         };
         crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
-        let done = match args.done.resolve(argv) {
+        for line in launch.warnings() {
+            tracing::warn!("{line}");
+        }
+        let done = match args.done.resolve(&launch) {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!("{e}; the launch goes on without keeping the cache");

@@ -40,6 +40,7 @@ pub mod config;
 pub mod explain;
 pub mod fingerprint;
 pub mod keep;
+pub mod launch;
 pub mod lock;
 pub mod logging;
 pub mod owner;

@@ -10,6 +10,8 @@ use nix::errno::Errno;
 use nix::poll::PollFlags;
 use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
 
+use crate::fingerprint::Launch;
+
 /// `--done`: when keepwrap considers the engine's tuning finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DoneRule {
@@ -58,12 +60,15 @@ pub enum Done {
 }
 
 impl DoneRule {
-    /// Resolve `auto` and a bare `health` against the launch's argv.
-    pub fn resolve(&self, argv: &[OsString]) -> Result<Done, String> {
+    /// Resolve `auto` and a bare `health` against the launch (the command
+    /// inside a shell wrapper, its config file included).
+    pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
         match self {
-            DoneRule::Auto if is_sglang_server(argv) => Ok(Done::Health(Endpoint::of_launch(argv))),
+            DoneRule::Auto if runs_sglang_server(launch) => {
+                Ok(Done::Health(Endpoint::of_launch(launch)))
+            }
             DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
-            DoneRule::Health(None) => Ok(Done::Health(Endpoint::of_launch(argv))),
+            DoneRule::Health(None) => Ok(Done::Health(Endpoint::of_launch(launch))),
             DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),
             DoneRule::Quiet(d) => Ok(Done::Quiet(*d)),
         }
@@ -96,20 +101,11 @@ pub fn is_sglang_server(argv: &[OsString]) -> bool {
     })
 }
 
-/// The value of `--flag VALUE` or `--flag=VALUE` in argv (the last one wins,
-/// as with argparse).
-fn flag_value<'a>(argv: &'a [OsString], flag: &str) -> Option<&'a str> {
-    let mut found = None;
-    let mut it = argv.iter().skip(1).peekable();
-    while let Some(arg) = it.next() {
-        let Some(a) = arg.to_str() else { continue };
-        if a == flag {
-            found = it.peek().and_then(|v| v.to_str());
-        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            found = Some(v);
-        }
-    }
-    found
+/// Does the launch run an SGLang server: one keepwrap reads (directly or
+/// inside a shell wrapper), or a command naming one (`numactl ... python -m
+/// sglang.launch_server ...`)?
+pub fn runs_sglang_server(launch: &Launch) -> bool {
+    launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
 }
 
 /// An HTTP endpoint to probe.
@@ -130,14 +126,16 @@ impl std::fmt::Display for Endpoint {
 impl Endpoint {
     /// `/health` on the launch's `--host`/`--port` (SGLang's defaults
     /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback).
-    pub fn of_launch(argv: &[OsString]) -> Endpoint {
-        let host = match flag_value(argv, "--host").unwrap_or("127.0.0.1") {
+    pub fn of_launch(launch: &Launch) -> Endpoint {
+        let host = launch.option("--host");
+        let host = match host.as_deref().unwrap_or("127.0.0.1") {
             "0.0.0.0" | "" => "127.0.0.1".to_string(),
             "::" | "[::]" => "[::1]".to_string(),
             h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
             h => h.to_string(),
         };
-        let port = flag_value(argv, "--port")
+        let port = launch
+            .option("--port")
             .and_then(|p| p.parse().ok())
             .unwrap_or(30000);
         Endpoint {
@@ -452,9 +450,20 @@ mod tests {
         assert!(!is_sglang_server(&argv("sglang version")));
     }
 
+    fn launch(s: &str) -> Launch {
+        let opts = crate::fingerprint::Options {
+            profile: crate::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        Launch::new(&opts, &argv(s), &env)
+    }
+
     #[test]
     fn the_launch_endpoint_follows_host_and_port() {
-        let ep = |s| Endpoint::of_launch(&argv(s)).to_string();
+        let ep = |s| Endpoint::of_launch(&launch(s)).to_string();
         assert_eq!(
             ep("python -m sglang.launch_server"),
             "http://127.0.0.1:30000/health"
@@ -466,6 +475,33 @@ mod tests {
         assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
         assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
         assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
+        // server arguments as SGLang reads them, inside a shell wrapper too
+        assert_eq!(
+            ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
+            "http://127.0.0.1:8000/health"
+        );
+        let opts = crate::fingerprint::Options {
+            profile: crate::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let wrapped = [
+            "sh",
+            "-c",
+            "exec python3 -m sglang.launch_server --host 10.0.0.2 --port $PORT",
+        ]
+        .map(OsString::from);
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        let l = Launch::new(&opts, &wrapped, &env);
+        assert_eq!(
+            Endpoint::of_launch(&l).to_string(),
+            "http://10.0.0.2:8123/health"
+        );
+        assert_eq!(
+            DoneRule::Auto.resolve(&l),
+            Ok(Done::Health(Endpoint::of_launch(&l)))
+        );
     }
 
     #[test]

@@ -1018,7 +1018,7 @@ mod tests {
             .collect();
         let launch = |argv: &[&str], cache: &str| {
             let env = vec![
-                (OsString::from("SGLANG_CACHE_DIR"), OsString::from(cache)),
+                (OsString::from("NCCL_SOCKET_IFNAME"), OsString::from(cache)),
                 (OsString::from("SGLANG_X"), OsString::from("1")),
             ];
             Launch::new(&opts, &os(argv), &env)

@@ -43,14 +43,15 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
     child::become_subreaper();
 
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let prepared = if args.disable {
-        tracing::info!("cache keeping disabled (--disable): supervising only");
-        Prepared::default()
-    } else {
-        match prepare_interruptibly(args, &command, env) {
+    let prepared = match args.keeps(&command, &env) {
+        Err(line) => {
+            tracing::info!("{line}");
+            Prepared::default()
+        }
+        Ok(()) => match prepare_interruptibly(args, &command, env) {
             Ok(p) => p,
             Err(code) => return code,
-        }
+        },
     };
 
     // The engine inherits the marker's lock: it outlives a `kill -9` of

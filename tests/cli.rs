@@ -212,7 +212,14 @@ fn quiet_and_verbose_flags_step_through_the_levels() {
                 .args(flags)
                 .args(["--cache-dir"])
                 .arg(home.path().join("elsewhere"))
-                .args(["--done", "exit", "--", "/nonexistent/sglang"]),
+                .args([
+                    "--keep",
+                    "always",
+                    "--done",
+                    "exit",
+                    "--",
+                    "/nonexistent/sglang",
+                ]),
         )
     };
     let f = run(&[]);
@@ -422,6 +429,8 @@ fn a_cache_dir_outside_the_engine_directory_warns() {
     let elsewhere = home.path().join("elsewhere");
     let run = |dir: &Path| {
         boot(kw(home.path()).arg("--cache-dir").arg(dir).args([
+            "--keep",
+            "always",
             "--done",
             "exit",
             "--",

@@ -662,7 +662,7 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
             "sh",
         ])
         .arg(BIN)
-        .args(["--done", "exit", "--", "sh", "fill.sh"]);
+        .args(["--keep", "always", "--done", "exit", "--", "sh", "fill.sh"]);
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "the launch goes on: {}", b.stderr);
     assert_no_panic(&b.stderr, "full disk");

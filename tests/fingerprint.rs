@@ -425,6 +425,25 @@ fn launch(extra: &[&'static str]) -> Vec<&'static str> {
     v
 }
 
+/// sha256 of Python's json.dumps(payload, sort_keys=True).
+fn python_sha(payload: &serde_json::Value) -> String {
+    let out = python()
+        .args([
+            "-c",
+            "import hashlib, json, sys; p = json.loads(sys.argv[1]); \
+             print(hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())",
+        ])
+        .arg(payload.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 #[test]
 fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
     let env = [
@@ -434,10 +453,22 @@ fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
         ("NCCL_P2P_LEVEL", "NVL"),
         ("NCCL_DEBUG", "INFO"),
         ("SGLANG_RUN_ID", "abc"),
+        ("SGLANG_CACHE_DIR", "/cache"),
         ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
         ("PATH", "/usr/bin"),
         ("DSV41_FOO", "1"),
     ];
+    let kept_env = [
+        ("SGLANG_ENABLE_JIT_DEEPGEMM", "0"),
+        ("SGL_CHUNKED_PREFIX_CACHE_THRESHOLD", "4096"),
+        ("FLASHINFER_CUDA_ARCH_LIST", "12.1a"),
+        ("NCCL_P2P_LEVEL", "NVL"),
+    ];
+    let env_json: serde_json::Map<String, serde_json::Value> = kept_env
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    // An SGLang server launch: its canonical form, groups by attribute.
     let argv = launch(&[
         "--host",
         "0.0.0.0",
@@ -446,17 +477,25 @@ fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
         "--chunked-prefill-size",
         "8192",
     ]);
-    let want = python_fingerprint(
-        &launch(&["--chunked-prefill-size", "8192"]),
-        &[
-            ("SGLANG_ENABLE_JIT_DEEPGEMM", "0"),
-            ("SGL_CHUNKED_PREFIX_CACHE_THRESHOLD", "4096"),
-            ("FLASHINFER_CUDA_ARCH_LIST", "12.1a"),
-            ("NCCL_P2P_LEVEL", "NVL"),
-        ],
-    );
+    let want = python_sha(&serde_json::json!({
+        "launch": {
+            "args": [
+                ["--chunked-prefill-size", "8192"],
+                ["--model-path", "/models/m"],
+                ["--tp-size", "4"],
+            ],
+            "models": {"--model-path": {"path": "no such directory"}},
+        },
+        "env": env_json,
+    }));
     assert_eq!(fp(&[], &argv, &env), want);
     assert_eq!(fp(&["--profile", "sglang"], &argv, &env), want);
+    // Any other command: argv as given, minus the ignored arguments.
+    let bench = ["python3", "bench.py", "--port", "1", "--tp", "4"];
+    assert_eq!(
+        fp(&[], &bench, &env),
+        python_fingerprint(&["python3", "bench.py", "--tp", "4"], &kept_env)
+    );
 }
 
 #[test]
@@ -575,7 +614,6 @@ fn shape_changing_args_change_the_fingerprint() {
             "--node-rank",
             "1",
         ]),
-        launch(&["--chunked-prefill-size=8192"]),
         vec![
             "python",
             "-m",
@@ -584,17 +622,6 @@ fn shape_changing_args_change_the_fingerprint() {
             "/models/m",
             "--tp",
             "8",
-            "--chunked-prefill-size",
-            "8192",
-        ],
-        vec![
-            "/usr/bin/python3",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "/models/m",
-            "--tp",
-            "4",
             "--chunked-prefill-size",
             "8192",
         ],
@@ -866,6 +893,45 @@ fn explain_format_is_stable() {
         ("SGLANG_RUN_ID", "now"),
         ("PATH", "/bin"),
     ];
+    // any other command: argv lines
+    let argv = [
+        "python",
+        "bench.py",
+        "--port",
+        "30000",
+        "--tp",
+        "4",
+        "--api-key=s",
+        "\u{e9}\n",
+    ];
+    let out = run(&["--explain"], &argv, &env);
+    let envs = format!(
+        "env \"SGLANG_A\" <sha256:{a}>\n\
+         env \"SGLANG_API_KEY\" <redacted sha256:{k}>\n\
+         env \"SGLANG_B\" <sha256:{b}>\n",
+        a = sha12(b"1"),
+        b = sha12(b"2"),
+        k = sha12(b"k"),
+    );
+    let want = format!(
+        "profile sglang\n\
+         argv 0 \"python\"\n\
+         argv 1 \"bench.py\"\n\
+         argv 4 \"--tp\"\n\
+         argv 5 \"4\"\n\
+         argv 7 \"\\u00e9\\n\"\n\
+         {envs}\
+         ignored-arg 2 \"--port\"\n\
+         ignored-arg 3 \"30000\"\n\
+         ignored-arg 6 \"--api-key=\" <redacted sha256:{s}>\n\
+         volatile-env \"SGLANG_RUN_ID\"\n\
+         {fp}\n",
+        s = sha12(b"s"),
+        fp = fp(&[], &argv, &env),
+    );
+    out.assert().success().stdout(want).stderr("");
+
+    // an SGLang server launch: its canonical form
     let argv = [
         "python",
         "-m",
@@ -875,28 +941,20 @@ fn explain_format_is_stable() {
         "--tp",
         "4",
         "--api-key=s",
-        "é\n",
+        "--model=/no/such/model",
     ];
     let out = run(&["--explain"], &argv, &env);
     let want = format!(
         "profile sglang\n\
-         argv 0 \"python\"\n\
-         argv 1 \"-m\"\n\
-         argv 2 \"sglang.launch_server\"\n\
-         argv 5 \"--tp\"\n\
-         argv 6 \"4\"\n\
-         argv 8 \"\\u00e9\\n\"\n\
-         env \"SGLANG_A\" <sha256:{a}>\n\
-         env \"SGLANG_API_KEY\" <redacted sha256:{k}>\n\
-         env \"SGLANG_B\" <sha256:{b}>\n\
-         ignored-arg 3 \"--port\"\n\
-         ignored-arg 4 \"30000\"\n\
-         ignored-arg 7 \"--api-key=\" <redacted sha256:{s}>\n\
+         launch sglang.launch_server, arguments by name\n\
+         arg \"--model-path\" \"/no/such/model\"\n\
+         arg \"--tp-size\" \"4\"\n\
+         model --model-path path no such directory\n\
+         {envs}\
+         ignored-arg \"--api-key\" <redacted sha256:{s}>\n\
+         ignored-arg \"--port\" \"30000\"\n\
          volatile-env \"SGLANG_RUN_ID\"\n\
          {fp}\n",
-        a = sha12(b"1"),
-        b = sha12(b"2"),
-        k = sha12(b"k"),
         s = sha12(b"s"),
         fp = fp(&[], &argv, &env),
     );

@@ -47,7 +47,13 @@ fn launch(w: &Path, cache: &Path, prefill: &str, noop: Option<&str>, tp: &str) -
         .env_remove("KEEPWRAP_CACHE_DIR")
         .env("SGLANG_CACHE_DIR", cache)
         .env("FAKE_DIST_TIMEOUT_S", "20")
-        .args(["--volatile-env", "SGLANG_CACHE_DIR", "--"])
+        .args([
+            "--keep",
+            "always",
+            "--volatile-env",
+            "SGLANG_CACHE_DIR",
+            "--",
+        ])
         .arg(w)
         .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
         .args(["--tp", tp, "--ep", tp, "--gate", "fixed", "--offline"])

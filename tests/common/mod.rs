@@ -20,9 +20,12 @@ pub fn helper(name: &str) -> PathBuf {
 }
 
 /// `keepwrap` with its cache root in `cache` (so tests never touch $HOME).
+/// The stand-in engines of the tests are shell scripts: `KEEPWRAP_KEEP=always`
+/// keeps their caches as an engine's (`--keep auto` would only supervise them).
 pub fn keepwrap(cache: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", cache);
+    cmd.env("KEEPWRAP_KEEP", "always");
     cmd.env_remove("KEEPWRAP_LOG");
     cmd
 }

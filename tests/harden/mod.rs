@@ -233,7 +233,17 @@ pub fn writer_launch(base: &Path, tag: &str, n: usize, marker: Option<&str>) -> 
     cmd.current_dir(base)
         .env_remove("KEEPWRAP_LOG")
         .env("KEEPWRAP_CACHE_DIR", base.join("root"))
-        .args(["--done", "exit", "--", "sh", "writer.sh", "root", tag])
+        .args([
+            "--keep",
+            "always",
+            "--done",
+            "exit",
+            "--",
+            "sh",
+            "writer.sh",
+            "root",
+            tag,
+        ])
         .arg(n.to_string());
     if let Some(m) = marker {
         cmd.arg(m);
