@@ -38,6 +38,12 @@ enum A {
     Log(&'static str),
 }
 
+/// The engine killed by `sig` (the one place that knows how `Ended`
+/// carries a signal).
+fn killed_by(sig: Signal) -> Ended {
+    Ended::Signaled(sig)
+}
+
 const QUIET: Rule = Rule::Quiet(Duration::from_millis(500));
 const URL: &str = "http://127.0.0.1:30000/health";
 
@@ -78,7 +84,7 @@ fn run(row: &Row) -> Vec<Action> {
             },
             E::Killed(ms, sig) => Event::ChildEnded {
                 at: at(ms),
-                ended: Ended::Signaled(sig),
+                ended: killed_by(sig),
             },
         };
         out.extend(p.on(ev));
@@ -455,7 +461,7 @@ mod properties {
                     E::Fwd(sig) => Event::Forwarded(sig),
                     E::Other => Event::OtherLaunch("launch".into()),
                     E::Exit(ms, c) => Event::ChildEnded { at: at(ms), ended: Ended::Exited(c) },
-                    E::Killed(ms, s) => Event::ChildEnded { at: at(ms), ended: Ended::Signaled(s) },
+                    E::Killed(ms, s) => Event::ChildEnded { at: at(ms), ended: killed_by(s) },
                 };
                 let clean_exit = matches!(e, E::Exit(_, 0));
                 let was_ended = ended;
