@@ -5,8 +5,9 @@
 #
 # Runs every benchmark on this machine (release builds) and prints Markdown:
 # wrapper overhead against tini, dumb-init, catatonit and a direct exec,
-# resident memory and idle CPU; pre-launch prune of 100, 1,000 and 10,000
-# cache files; unify, store, share; done-to-signed latency; signal latency
+# resident memory and idle CPU; pre-launch prune (reuse, stash, remove) of
+# 100 to 100,000 cache files with the cost per file; done to signed at 64
+# rank files; unify, store, share; done-to-signed latency; signal latency
 # while signing; cold against warm
 # boots of the fake engine. Needs hyperfine, tini, dumb-init and catatonit
 # (apt-get install hyperfine tini dumb-init catatonit). Takes a few minutes;
@@ -25,8 +26,11 @@ echo "## Performance report ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r))"
 section "Entrypoint: startup, memory, idle CPU (bench/entrypoint.sh)"
 bash bench/entrypoint.sh
 
-section "Pre-launch prune, no file for this launch (examples/bench_prune.rs)"
-block sh -c "for n in 100 1000 10000; do $ex/bench_prune \$n; done"
+section "Pre-launch prune: reuse, stash, remove at 100 to 100,000 rank files (examples/bench_prune.rs)"
+block "$ex/bench_prune"
+
+section "Done to signed at 64 rank files x 2,000 entries, bytes written (examples/bench_done.rs)"
+block "$ex/bench_done" 64 5
 
 section "Unify 8 rank files of 2,000 entries (examples/bench_unify.rs)"
 block "$ex/bench_unify" 200

@@ -1,7 +1,10 @@
 #!/bin/sh
-# Benchmarks of the store (restore 8 rank files) and of `keepwrap status`
-# over 10,000 cache files; see examples/bench_store.rs.
+# Benchmarks of the store and of the pre-launch prune: reuse, stash and
+# remove at 100, 1,000, 10,000 and 100,000 rank files, with the cost per
+# file (examples/bench_prune.rs); restore 8 rank files and `keepwrap status`
+# over 10,000 cache files (examples/bench_store.rs).
 set -e
 cd "$(dirname "$0")/.."
-cargo build --release --locked --bin keepwrap --example bench_store
+cargo build --release --locked --bin keepwrap --example bench_store --example bench_prune
+./target/release/examples/bench_prune
 exec ./target/release/examples/bench_store "${1:-20}"

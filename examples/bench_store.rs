@@ -101,6 +101,11 @@ fn main() {
         cache::sign(&stage, &f).unwrap();
         std::fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
         std::fs::rename(stage.join(&dir), root.join(&dir)).unwrap();
+        // and the set's manifest
+        let sets = root.join(".keepwrap/sets");
+        std::fs::create_dir_all(&sets).unwrap();
+        let m = format!("{f}.json");
+        std::fs::rename(stage.join(".keepwrap/sets").join(&m), sets.join(&m)).unwrap();
     }
     if let Some(k) = &keep {
         // Leave the 10,000-file tree for profiling.

@@ -17,7 +17,7 @@ use crate::ready::DoneRule;
 /// Exit status for keepwrap's own usage errors (as clap uses).
 pub const EXIT_USAGE: u8 = 2;
 
-const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format ", "1", ")");
+const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format ", "2", ")");
 
 #[derive(Debug, Parser)]
 #[command(

@@ -264,7 +264,7 @@ impl Keeper {
                 max_age: args.store_max_age,
             };
             let evicted = s.evict(limits, now);
-            Stats::update(s.state_fd(), |st| {
+            Stats::record(|st| {
                 st.launches += 1;
                 st.removed += removed as u64;
                 st.stored += stored as u64;
@@ -792,7 +792,7 @@ impl Committer {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
                 }
             }
-            Stats::update(s.state_fd(), |st| {
+            Stats::record(|st| {
                 if reused {
                     st.reuses += 1;
                 } else if n > 0 {
@@ -800,6 +800,7 @@ impl Committer {
                 }
             });
             crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
+            Stats::flush(s.state_fd());
         }
         report.signed
     }
@@ -830,8 +831,14 @@ impl Committer {
         }
     }
 
-    /// Before keepwrap exits: let the share's publication finish.
+    /// Before keepwrap exits: write the statistics this launch gathered
+    /// (once, under the lock), and let the share's publication finish.
     fn finish(&mut self) {
+        if let (Some(s), true) = (&self.store, Stats::pending()) {
+            if let Ok(_lock) = self.commit_lock() {
+                Stats::flush(s.state_fd());
+            }
+        }
         if let Some(share) = self.share.as_mut() {
             share.finish();
         }

@@ -28,7 +28,7 @@
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
     () => {
-        1
+        2
     };
 }
 

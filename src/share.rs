@@ -802,22 +802,29 @@ fn apply(root: &Path, d: &DirUnion) -> usize {
     let res = (|| -> io::Result<usize> {
         let root_fd = fsx::open_root(root)?;
         let dfd = mkdirs(root_fd.as_fd(), &d.dir)?;
-        let mut wrote = 0;
         let mut buf = Vec::new();
-        for name in &names {
-            if fsx::read_at(dfd.as_fd(), name.as_str(), &mut buf, cache::MAX_CACHE_FILE).is_ok()
-                && buf == u.bytes
-            {
-                continue;
-            }
-            fsx::write_atomic_at(dfd.as_fd(), &cstring(name)?, &u.bytes, 0o644)
-                .map_err(|e| io::Error::new(e.kind(), format!("writing {name}: {e}")))?;
-            wrote += 1;
+        let stale: Vec<&String> = names
+            .iter()
+            .filter(|name| {
+                !(fsx::read_at(dfd.as_fd(), name.as_str(), &mut buf, cache::MAX_CACHE_FILE).is_ok()
+                    && buf == u.bytes)
+            })
+            .collect();
+        if stale.is_empty() {
+            return Ok(0);
         }
-        if wrote > 0 {
-            fsx::fsync_dir(dfd.as_fd())?;
-        }
-        Ok(wrote)
+        // The union written once, every stale rank path a hard link to it
+        // (as unify does).
+        let union = fsx::write_temp_at(dfd.as_fd(), &u.bytes, 0o644, true)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", stale[0])))?;
+        let linked = stale.iter().try_for_each(|name| {
+            fsx::link_onto_at(dfd.as_fd(), &union, &cstring(name)?)
+                .map_err(|e| io::Error::new(e.kind(), format!("writing {name}: {e}")))
+        });
+        let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
+        linked?;
+        fsx::fsync_dir(dfd.as_fd())?;
+        Ok(stale.len())
     })();
     match res {
         Ok(0) => {

@@ -1,12 +1,36 @@
 //! Statistics kept across launches in `<root>/.keepwrap/stats.json`, as a
-//! compiler cache keeps them; updated under the lock, shown by `keepwrap
-//! status`, reset by `keepwrap status --zero`.
+//! compiler cache keeps them; shown by `keepwrap status`, reset by
+//! `keepwrap status --zero`.
+//!
+//! A launch counts what it does in memory ([`Stats::record`]) and writes
+//! the file once, at the end, under the lock ([`Stats::flush`]), and only
+//! when something was counted. Statistics need no durability: the file is
+//! replaced atomically (a reader sees the old or the new counts) but never
+//! fsynced.
 
 use std::os::fd::BorrowedFd;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 const FILE: &str = "stats.json";
+
+/// What this launch counted and has not written yet: counters to add, and
+/// the boot to credit ([`credit_boot`]).
+struct Pending {
+    delta: Stats,
+    credit: Option<(String, Outcome, std::time::Duration)>,
+}
+
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+fn pending_mut<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    f(p.get_or_insert_with(|| Pending {
+        delta: Stats::default(),
+        credit: None,
+    }))
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -84,10 +108,11 @@ impl Stats {
     }
 }
 
-/// At commit, under the lock: count the time a boot launched at `launched`
-/// tuned or saved (a reuse when `reused`, a tune when `signed > 0`).
+/// At commit: count the time a boot launched at `launched` tuned or saved
+/// (a reuse when `reused`, a tune when `signed > 0`); written by the next
+/// [`Stats::flush`].
 pub fn credit_boot(
-    state: BorrowedFd<'_>,
+    _state: BorrowedFd<'_>,
     fp: &str,
     reused: bool,
     signed: usize,
@@ -100,7 +125,7 @@ pub fn credit_boot(
         _ => Outcome::Nothing,
     };
     if outcome != Outcome::Nothing {
-        Stats::update(state, |st| st.credit(fp, outcome, boot));
+        pending_mut(|p| p.credit = Some((fp.to_string(), outcome, boot)));
     }
 }
 
@@ -113,11 +138,11 @@ impl Stats {
             .unwrap_or_default()
     }
 
+    /// Replace the file (atomically, not fsynced: see the module docs).
     pub fn save(&self, state: BorrowedFd<'_>) -> std::io::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("stats serialize");
         bytes.push(b'\n');
-        crate::cache::fsx::write_atomic_at(state, c"stats.json", &bytes, 0o644)?;
-        crate::cache::fsx::fsync_dir(state)
+        crate::cache::fsx::write_atomic_at_with(state, c"stats.json", &bytes, 0o644, false)
     }
 
     /// Load, change, save (call under the lock).
@@ -128,8 +153,52 @@ impl Stats {
         }
         f(&mut s);
         if let Err(e) = s.save(state) {
-            tracing::warn!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
+            // Best effort: a full or read-only disk has been warned about
+            // by the cache work itself.
+            tracing::debug!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
         }
+    }
+
+    /// Count, in memory, what this launch did (`f` adds to the counters);
+    /// written by the next [`Stats::flush`].
+    pub fn record(f: impl FnOnce(&mut Stats)) {
+        pending_mut(|p| f(&mut p.delta));
+    }
+
+    /// Was anything counted since the last flush?
+    pub fn pending() -> bool {
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|p| p.delta != Stats::default() || p.credit.is_some())
+    }
+
+    /// Add what was counted to the file (call under the lock); nothing is
+    /// read or written when nothing was counted.
+    pub fn flush(state: BorrowedFd<'_>) {
+        let Some(p) = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        if p.delta == Stats::default() && p.credit.is_none() {
+            return;
+        }
+        Stats::update(state, |s| {
+            s.add(&p.delta);
+            if let Some((fp, outcome, boot)) = &p.credit {
+                s.credit(fp, *outcome, *boot);
+            }
+        });
+    }
+
+    fn add(&mut self, d: &Stats) {
+        self.launches += d.launches;
+        self.reuses += d.reuses;
+        self.tunes += d.tunes;
+        self.removed += d.removed;
+        self.stored += d.stored;
+        self.restored += d.restored;
+        self.evicted += d.evicted;
     }
 
     /// Start counting again from now.

@@ -663,7 +663,7 @@ impl Store {
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
-            if sc.set.id != man.set_id {
+            if sc.set != man.set_id {
                 return Err(format!("{}: signed in another set", m.path));
             }
         }
@@ -828,6 +828,7 @@ impl Store {
         let fp = &e.manifest.fingerprint;
         self.delete_entry(fp);
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
+        cache::remove_manifest(self.root_fd.as_fd(), fp);
         info!(
             "evicted the stored set of launch {} ({} files, {}, last used {}): {why}",
             short(fp),

@@ -633,15 +633,26 @@ fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<boo
         );
         return Ok(false);
     }
+    // The union is one content: written once (a temp file, fsynced), then
+    // every rank path becomes a hard link to it, each atomically (a link
+    // under a temp name renamed onto the rank file). The engine replaces a
+    // rank file by rename (`os.replace` of its own temp file), which gives
+    // that path a new inode and leaves the others' alone. One fsync of the
+    // directory for all the renames.
+    let mode = modes.iter().fold(0o7777, |a, m| a & m);
+    let union = fsx::write_temp_at(dfd.as_fd(), &unified.bytes, mode, true)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", files[0].name)))?;
     let mut name_buf = Vec::new();
-    for (file, mode) in files.iter().zip(modes) {
+    let linked = files.iter().try_for_each(|file| {
         name_buf.clear();
         name_buf.extend_from_slice(file.name.as_bytes());
         name_buf.push(0);
         let cname = CStr::from_bytes_with_nul(&name_buf).map_err(io::Error::other)?;
-        fsx::write_atomic_at(dfd.as_fd(), cname, &unified.bytes, mode)
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))?;
-    }
+        fsx::link_onto_at(dfd.as_fd(), &union, cname)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))
+    });
+    let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
+    linked?;
     fsx::fsync_dir(dfd.as_fd())?;
     tracing::info!(
         "unified {} rank files in {}: {} entries each, {} conflicting",

@@ -234,3 +234,68 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
         "rank tp0's values everywhere"
     );
 }
+
+#[test]
+fn unified_rank_files_share_one_inode_and_a_save_of_one_rank_leaves_the_others_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let h = home();
+    let root = cache_root(h.path());
+    let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_STOCK));
+    assert_eq!(b1.code, 0, "{}", b1.stderr);
+    assert!(b1.logged("tuned and signed 4 cache files"), "{}", b1.stderr);
+    let files = cache_files(&root);
+    assert_eq!(files.len(), 4);
+    let meta: Vec<_> = files
+        .iter()
+        .map(|f| std::fs::metadata(root.join(f)).unwrap())
+        .collect();
+    // The union written once: one inode, four links.
+    assert!(meta.iter().all(|m| m.ino() == meta[0].ino()), "one inode");
+    assert_eq!(meta[0].nlink(), 4);
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(root.join(f)).unwrap())
+        .collect();
+    // The fake engine's own save (FlashInfer's: a temp file, os.replace)
+    // of rank 0, with one more entry.
+    let script = format!(
+        "import sys, json; sys.path.insert(0, {:?}); import fake_engine as fe\n\
+         p = {:?}\n\
+         d = json.load(open(p)); env = d['_metadata']\n\
+         e = {{k: v for k, v in d.items() if not k.startswith('_')}}\n\
+         e['(\"new\", \"shape\")'] = ['R', 1]\n\
+         print(fe.save_configs(p, e, env))\n",
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        root.join(&files[0]),
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "merged");
+    let after0 = std::fs::read(root.join(&files[0])).unwrap();
+    assert_ne!(after0, before[0], "rank 0 saved");
+    assert_ne!(
+        std::fs::metadata(root.join(&files[0])).unwrap().ino(),
+        meta[0].ino(),
+        "rank 0 is a new inode"
+    );
+    for (f, b) in files.iter().zip(&before).skip(1) {
+        assert_eq!(
+            &std::fs::read(root.join(f)).unwrap(),
+            b,
+            "{}: untouched by rank 0's save",
+            f.display()
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(root.join(&files[1])).unwrap().nlink(),
+        3,
+        "the other three still share the union"
+    );
+}

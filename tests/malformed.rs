@@ -45,6 +45,7 @@ fn forged(root: &Path, fp: &str, bytes: &[u8]) {
         &sidecar_rel(RANK0),
         &serde_json::to_vec_pretty(&sc).unwrap(),
     );
+    put_manifest(root, &forged_manifest(fp, RANK0, bytes));
 }
 
 /// RANK0 holding good bytes, beside a sidecar `mutate` made from a valid
@@ -58,6 +59,17 @@ fn sidecar_json(root: &Path, fp: &str, mutate: impl Fn(&mut Value)) {
         &sidecar_rel(RANK0),
         &serde_json::to_vec_pretty(&sc).unwrap(),
     );
+    put_manifest(root, &forged_manifest(fp, RANK0, GOOD));
+}
+
+/// RANK0 holding good bytes and a valid sidecar, its set's manifest
+/// `mutate` made from a valid one.
+fn manifest_json(root: &Path, fp: &str, mutate: impl Fn(&mut Value)) {
+    sidecar_json(root, fp, |_| {});
+    let mut m = forged_manifest(fp, RANK0, GOOD);
+    mutate(&mut m);
+    m["fingerprint"] = json!(fp);
+    put_manifest(root, &m);
 }
 
 /// RANK0 holding good bytes, beside a sidecar of these bytes.
@@ -112,6 +124,10 @@ fn sidecar_case(name: &'static str, says: &'static str, mutate: fn(&mut Value)) 
     case(name, says, move |root, fp| sidecar_json(root, fp, mutate))
 }
 
+fn manifest_case(name: &'static str, says: &'static str, mutate: fn(&mut Value)) -> Case {
+    case(name, says, move |root, fp| manifest_json(root, fp, mutate))
+}
+
 fn cases() -> Vec<Case> {
     let deep_array = [
         b"{\"k\": ".as_slice(),
@@ -136,7 +152,7 @@ fn cases() -> Vec<Case> {
         b[..b.len() / 2].to_vec()
     };
     let deep_sidecar = [
-        b"{\"format\": 1, \"x\": ".as_slice(),
+        b"{\"format\": 2, \"x\": ".as_slice(),
         &[b'['; 100_000],
         &[b']'; 100_000],
         b"}",
@@ -264,7 +280,7 @@ fn cases() -> Vec<Case> {
         ),
         sidecar_case(
             "a sidecar of a future format",
-            "sidecar format 99 is newer than this keepwrap's (1)",
+            "sidecar format 99 is newer than this keepwrap's (2)",
             |sc| sc["format"] = json!(99),
         ),
         sidecar_case("format 0", "sidecar is not valid (format 0)", |sc| {
@@ -297,33 +313,51 @@ fn cases() -> Vec<Case> {
             "sidecar is not valid (invalid type",
             |sc| sc["size"] = json!("47"),
         ),
-        sidecar_case(
+        manifest_case(
             "members an object",
-            "sidecar is not valid (invalid type",
-            |sc| sc["set"]["members"] = json!({}),
+            "set incomplete (set manifest not valid (invalid type",
+            |m| m["members"] = json!({}),
         ),
         sidecar_case("set an array", "sidecar is not valid (", |sc| {
             sc["set"] = json!([])
         }),
-        sidecar_case(
+        manifest_case(
             "a member sha256 not hex",
-            "sidecar is not valid (set member",
-            |sc| sc["set"]["members"][0]["sha256"] = json!("ZZ"),
+            "set incomplete (set manifest not valid (member",
+            |m| m["members"][0]["sha256"] = json!("ZZ"),
         ),
-        sidecar_case(
+        manifest_case(
             "a member path escaping the root",
             "is not a cache file path",
-            |sc| {
-                sc["set"]["members"].as_array_mut().unwrap().insert(
+            |m| {
+                m["members"].as_array_mut().unwrap().insert(
                     0,
                     json!({"path": "../../etc/x.json", "sha256": "0".repeat(64), "size": 1}),
                 );
             },
         ),
-        sidecar_case(
+        manifest_case(
             "a wrong set id",
-            "sidecar is not valid (set id does not match its members)",
-            |sc| sc["set"]["id"] = json!("0".repeat(64)),
+            "set incomplete (set manifest not valid (id does not match its members))",
+            |m| m["id"] = json!("0".repeat(64)),
+        ),
+        sidecar_case(
+            "a sidecar naming another set",
+            "set incomplete (set manifest names another set)",
+            |sc| sc["set"] = json!("0".repeat(64)),
+        ),
+        case(
+            "no set manifest",
+            "set incomplete (set manifest missing)",
+            |root, fp| {
+                sidecar_json(root, fp, |_| {});
+                std::fs::remove_file(root.join(format!(".keepwrap/sets/{fp}.json"))).unwrap();
+            },
+        ),
+        manifest_case(
+            "a manifest of a future format",
+            "set incomplete (set manifest not valid (format 3))",
+            |m| m["format"] = json!(3),
         ),
         sidecar_case(
             "signed for another file",

@@ -47,10 +47,12 @@ fn sh_launch(base: &Path, script: &str) -> Finished {
     )
 }
 
-/// Two rank files in DIR, then `then`.
+/// Two rank files in DIR saved as FlashInfer saves them (a temp file renamed onto
+/// the rank file: unified rank files share one inode, and a save replaces
+/// only its own path), then `then`.
 fn two_ranks_then(then: &str) -> String {
     format!(
-        "d=root/{DIR}; mkdir -p $d; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > $d/rank_tp${{r}}_pp0_dp0.json; done; {then}"
+        "d=root/{DIR}; mkdir -p $d; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > $d/.autotuner_$r.tmp && mv $d/.autotuner_$r.tmp $d/rank_tp${{r}}_pp0_dp0.json; done; {then}"
     )
 }
 
@@ -235,6 +237,7 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
             serde_json::to_vec(&forged_sidecar(&fp, &rel, &bytes)).unwrap(),
         )
         .unwrap();
+        put_manifest(&root, &forged_manifest(&fp, &rel, &bytes));
         let b2 = sh_launch(t.path(), &script);
         assert!(
             b2.logged(&format!(

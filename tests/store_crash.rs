@@ -65,10 +65,20 @@ fn launch(w: &Path, cache: &Path, prefill: &str, noop: Option<&str>, tp: &str) -
     cmd
 }
 
+/// The sha256 of a file; of a sidecar, without its `stat` (the identity
+/// of the cache file, which a move changes: the next commit records the
+/// new one, and the sidecar signs the same bytes in the same set).
 fn sha(p: &Path) -> Option<String> {
-    std::fs::read(p)
-        .ok()
-        .map(|b| hex::encode(Sha256::digest(&b)))
+    let b = std::fs::read(p).ok()?;
+    if p.extension().is_some_and(|x| x == "launch") {
+        if let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&b) {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("stat");
+            }
+            return Some(hex::encode(Sha256::digest(v.to_string())));
+        }
+    }
+    Some(hex::encode(Sha256::digest(&b)))
 }
 
 /// Every regular file below `dir`, relative, with its sha256.

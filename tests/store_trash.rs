@@ -29,6 +29,11 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
     cache::sign(stage.path(), f).unwrap();
     fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
     fs::rename(stage.path().join(&dir), root.join(&dir)).unwrap();
+    // and the set's manifest
+    let sets = root.join(".keepwrap/sets");
+    fs::create_dir_all(&sets).unwrap();
+    let m = format!("{f}.json");
+    fs::rename(stage.path().join(".keepwrap/sets").join(&m), sets.join(&m)).unwrap();
 }
 
 fn prune(root: &Path, store: &Store) -> cache::PruneReport {

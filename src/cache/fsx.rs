@@ -175,6 +175,13 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
     max: u64,
 ) -> io::Result<FileStat> {
     let (mut file, st) = open_regular_at(dir, name)?;
+    read_open(&mut file, &st, buf, max)?;
+    Ok(st)
+}
+
+/// Read the file opened by [`open_regular_at`] (with its `fstat`) into
+/// `buf` (cleared first), at most `max` bytes (`InvalidData` beyond).
+pub fn read_open(file: &mut File, st: &FileStat, buf: &mut Vec<u8>, max: u64) -> io::Result<()> {
     buf.clear();
     let size = st.st_size.max(0) as u64;
     if size > max {
@@ -213,7 +220,7 @@ pub fn read_at<P: ?Sized + nix::NixPath>(
         }
     }
     buf.truncate(n);
-    Ok(st)
+    Ok(())
 }
 
 /// Remove the entry `name` of `dir` (a symlink is removed itself, never its
@@ -337,6 +344,23 @@ pub fn write_atomic_at_with(
     mode: u32,
     sync: bool,
 ) -> io::Result<()> {
+    let tmp = write_temp_at(dir, bytes, mode, sync)?;
+    let res = rename_at(dir, tmp.as_slice(), name);
+    if res.is_err() {
+        let _ = unlink_at(dir, tmp.as_slice());
+    }
+    res
+}
+
+/// Write `bytes` to a fresh temp file (`.keepwrap-*.tmp`, `O_EXCL`, no
+/// symlink followed) in `dir`, fsynced when `sync`; returns its name. On
+/// error it is removed.
+pub fn write_temp_at(
+    dir: BorrowedFd<'_>,
+    bytes: &[u8],
+    mode: u32,
+    sync: bool,
+) -> io::Result<Vec<u8>> {
     let mut tries = 0;
     let (tmp, fd) = loop {
         let tmp = tmp_name();
@@ -354,8 +378,30 @@ pub fn write_atomic_at_with(
     let mut file = File::from(fd);
     let res = file
         .write_all(bytes)
-        .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
-        .and_then(|()| rename_at(dir, tmp.as_slice(), name));
+        .and_then(|()| if sync { file.sync_all() } else { Ok(()) });
+    match res {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = unlink_at(dir, tmp.as_slice());
+            Err(e)
+        }
+    }
+}
+
+/// Make `name` in `dir` one more hard link to the file `from` (in `dir`),
+/// atomically: a new link under a fresh temp name, renamed onto `name` (a
+/// symlink there is replaced, never followed). The caller fsyncs `dir`.
+pub fn link_onto_at(dir: BorrowedFd<'_>, from: &[u8], name: &CStr) -> io::Result<()> {
+    let mut tries = 0;
+    let tmp = loop {
+        let tmp = tmp_name();
+        match nix::unistd::linkat(dir, from, dir, tmp.as_slice(), AtFlags::empty()) {
+            Ok(()) => break tmp,
+            Err(Errno::EEXIST) if tries < 16 => tries += 1,
+            Err(e) => return Err(err(e)),
+        }
+    };
+    let res = rename_at(dir, tmp.as_slice(), name);
     if res.is_err() {
         let _ = unlink_at(dir, tmp.as_slice());
     }

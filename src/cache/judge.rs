@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 use super::fsx::Kind;
-use super::sidecar::{self, Head, Sidecar};
+use super::sidecar::{self, Head, SetManifest, Sidecar};
 use crate::SIDECAR_FORMAT;
 
 /// Why a cache file is removed (the text after `removed <path>: `).
@@ -18,6 +18,8 @@ pub enum Reason {
     SidecarUnreadable(String),
     SidecarGarbage(String),
     SidecarFuture(u64),
+    /// Signed by an older keepwrap, whose sidecars carried the whole set.
+    SidecarOld(u64),
     /// First 8 hex digits of the other fingerprint.
     OtherLaunch(String),
     SizeChanged {
@@ -43,6 +45,9 @@ pub enum Reason {
         member: String,
         why: MemberWhy,
     },
+    /// The set's manifest (`.keepwrap/sets/<fp>.json`) is missing, not
+    /// valid, or of another set: why.
+    SetManifest(String),
     /// Signed for another launch (first 8 hex digits), and not storable.
     OtherLaunchBad(String, Box<Reason>),
 }
@@ -59,6 +64,8 @@ pub enum MemberWhy {
     OtherSet,
     /// Its own set is incomplete.
     Dropped,
+    /// Trusted on its own, but with other bytes than the set records.
+    OtherBytes,
 }
 
 fn short(hex: &str) -> &str {
@@ -77,6 +84,11 @@ impl fmt::Display for Reason {
                     "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})"
                 )
             }
+            Reason::SidecarOld(n) => write!(
+                f,
+                "sidecar format {n} is older than this keepwrap's ({SIDECAR_FORMAT})"
+            ),
+            Reason::SetManifest(why) => write!(f, "set incomplete (set manifest {why})"),
             Reason::OtherLaunch(fp) => write!(f, "signed for another launch (fingerprint {fp}...)"),
             Reason::SizeChanged { now, signed } => {
                 write!(f, "changed after signing (size {now} != signed {signed})")
@@ -108,6 +120,7 @@ impl fmt::Display for Reason {
                     MemberWhy::Missing => "missing",
                     MemberWhy::OtherSet => "signed in another set",
                     MemberWhy::Dropped => "in an incomplete set",
+                    MemberWhy::OtherBytes => "signed with other bytes",
                 };
                 write!(f, "set incomplete ({member}: {why})")
             }
@@ -140,6 +153,9 @@ pub fn judge_sidecar_for(
     }
     if head.format == 0 {
         return Err(Reason::SidecarGarbage("format 0".into()));
+    }
+    if head.format < u64::from(SIDECAR_FORMAT) {
+        return Err(Reason::SidecarOld(head.format));
     }
     match head.fingerprint.as_deref() {
         None => return Err(Reason::SidecarGarbage("no fingerprint".into())),
@@ -425,42 +441,81 @@ pub struct Candidate<'a> {
     pub sidecar: &'a Sidecar,
 }
 
-/// Judge the sets: a candidate is kept (None) only if every member its set
-/// lists is a candidate carrying the same set id, and no member of its set
-/// is removed because another set that lists it is incomplete. Otherwise
-/// Some(reason). Members of an incomplete set are removed whatever set
-/// their own sidecar names, and that in turn breaks their set: repeated
-/// until nothing changes, so no set is ever kept in part.
-pub fn resolve_sets(cands: &[Candidate<'_>]) -> Vec<Option<Reason>> {
+/// The manifests of the candidates' launches, by fingerprint: the set each
+/// launch signed last, or why there is none to trust.
+pub type Manifests = HashMap<String, Result<SetManifest, String>>;
+
+/// Judge the sets: a candidate is kept (None) only if its launch's
+/// manifest is the set its sidecar names, and every member the manifest
+/// lists is a candidate carrying that set id with the bytes the manifest
+/// records, and no member of its set is removed because another set that
+/// lists it is incomplete. Otherwise Some(reason). Members of an incomplete
+/// set are removed whatever set their own sidecar names, and that in turn
+/// breaks their set: repeated until nothing changes, so no set is ever kept
+/// in part. Each set is checked against its members once per round.
+pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Option<Reason>> {
     let index: HashMap<&str, usize> = cands.iter().enumerate().map(|(i, c)| (c.path, i)).collect();
-    // One representative per set id (all carriers of an id list the same
-    // members: the id is the hash of them, checked by `validate`).
-    let mut sets: Vec<(&str, usize)> = Vec::new();
+    let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
+    // The sets named by the candidates, once each: (fingerprint, id).
+    let mut sets: Vec<(&str, &str, &[sidecar::Member])> = Vec::new();
     {
-        let mut seen: HashMap<&str, ()> = HashMap::new();
+        let mut seen: HashMap<(&str, &str), ()> = HashMap::new();
         for (i, c) in cands.iter().enumerate() {
-            if seen.insert(c.sidecar.set.id.as_str(), ()).is_none() {
-                sets.push((c.sidecar.set.id.as_str(), i));
+            let (fp, id) = (c.sidecar.fingerprint.as_str(), c.sidecar.set.as_str());
+            let first = seen.insert((fp, id), ()).is_none();
+            let manifest = match manifests.get(fp) {
+                None => Err("missing"),
+                Some(Err(why)) => Err(why.as_str()),
+                Some(Ok(m)) if m.id != id => Err("names another set"),
+                Some(Ok(m)) => Ok(m),
+            };
+            match manifest {
+                Err(why) => out[i] = Some(Reason::SetManifest(why.to_string())),
+                Ok(m) => {
+                    // Listed, with the bytes its sidecar signs?
+                    match m.members.binary_search_by(|x| x.path.as_str().cmp(c.path)) {
+                        Ok(k)
+                            if m.members[k].sha256 == c.sidecar.sha256
+                                && m.members[k].size == c.sidecar.size => {}
+                        Ok(_) => {
+                            out[i] = Some(Reason::SetManifest(
+                                "records other bytes for this file".into(),
+                            ))
+                        }
+                        Err(_) => {
+                            out[i] = Some(Reason::SetManifest("does not list this file".into()))
+                        }
+                    }
+                    if first {
+                        sets.push((fp, id, &m.members));
+                    }
+                }
             }
         }
     }
-    let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
     let mut broken = vec![false; sets.len()];
     loop {
         let mut changed = false;
-        for (s, &(id, rep)) in sets.iter().enumerate() {
+        for (s, &(fp, id, members)) in sets.iter().enumerate() {
             if broken[s] {
                 continue;
             }
-            let members = &cands[rep].sidecar.set.members;
             let failure = members
                 .iter()
                 .find_map(|m| match index.get(m.path.as_str()) {
                     None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
-                    Some(&j) if cands[j].sidecar.set.id != id => {
+                    Some(&j)
+                        if cands[j].sidecar.set != id || cands[j].sidecar.fingerprint != fp =>
+                    {
                         Some((m.path.as_str(), MemberWhy::OtherSet))
                     }
                     Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),
+                    Some(&j)
+                        if cands[j].sidecar.sha256 != m.sha256
+                            || cands[j].sidecar.size != m.size =>
+                    {
+                        Some((m.path.as_str(), MemberWhy::OtherBytes))
+                    }
                     Some(_) => None,
                 });
             let Some((member, why)) = failure else {
@@ -472,12 +527,8 @@ pub fn resolve_sets(cands: &[Candidate<'_>]) -> Vec<Option<Reason>> {
                 member: member.to_string(),
                 why,
             };
-            // Every carrier of this set, and every member it lists.
-            for (j, c) in cands.iter().enumerate() {
-                if c.sidecar.set.id == id && out[j].is_none() {
-                    out[j] = Some(reason.clone());
-                }
-            }
+            // Every member it lists (the carriers of this set that it does
+            // not list were removed above).
             for m in members {
                 if let Some(&j) = index.get(m.path.as_str()) {
                     if out[j].is_none() {

@@ -17,11 +17,14 @@
 //!   blocks the file system must free), emptied in a background thread.
 //!
 //! The set rule: at sign time every cache file present is signed as one set
-//! (id = sha256 over fingerprint + sorted members), recorded in every
-//! member's sidecar. Prune keeps a file only if its set is whole: every
-//! member listed present, its bytes matching, its sidecar carrying the same
-//! set id. Otherwise every member is removed, so no launch ever loads part
-//! of a set (a crash between two sidecar writes included).
+//! (id = sha256 over fingerprint + sorted members). Each member's sidecar
+//! records its own bytes and the set id; the member list is written once,
+//! last, in the launch's set manifest `.keepwrap/sets/<fingerprint>.json`.
+//! Prune keeps a file only if its set is whole: the manifest names the set
+//! its sidecar names, and every member it lists is present, its bytes
+//! matching, its sidecar carrying the same set id. Otherwise every member is
+//! removed, so no launch ever loads part of a set (a crash between two
+//! sidecar writes, or before the manifest, included).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -43,7 +46,10 @@ pub use trash::{empty_trash, TRASH_DIR};
 mod tests;
 
 pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
-pub use sidecar::{is_sha256_hex, set_id, Member, SetRecord, Sidecar};
+pub use sidecar::{
+    is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
+    SetManifest, SetRecord, Sidecar, Stamp,
+};
 
 /// What prune did, for the summary line and the outcome line.
 #[derive(Debug, Default, Clone)]

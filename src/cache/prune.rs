@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use tracing::{debug, info, warn};
 
 use super::fsx::{self, Kind};
-use super::judge::{self, Candidate, MemberWhy, Reason};
+use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::Sidecar;
+use super::sidecar::{self, SetRecord, Sidecar, Stamp};
 use super::trash::{self, Trash};
 use super::{FileId, ForeignSet, PruneReport};
 
@@ -19,10 +19,14 @@ use super::{FileId, ForeignSet, PruneReport};
 /// store). On error every member must be back in place: prune removes them.
 pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
 
-/// Larger sidecars are not read (a set of 10,000 members is ~1.3 MB).
+/// Larger sidecars are not read (a sidecar is about 550 bytes).
 pub const MAX_SIDECAR: u64 = 64 << 20;
 /// Larger cache files are not read (real ones are KB to a few MB).
 pub const MAX_CACHE_FILE: u64 = 256 << 20;
+
+/// Lines of one kind (`kept ...`, `stored ...`) logged at info level; the
+/// rest at debug level, counted in one line.
+pub const PER_FILE_LINES: usize = 16;
 
 struct State<'f, 's> {
     fingerprint: &'f str,
@@ -51,6 +55,8 @@ struct State<'f, 's> {
     trash: TrashState,
     /// Always Some, but during `resolve`.
     root: Option<OwnedFd>,
+    /// The set manifests read, by fingerprint (each read and checked once).
+    manifests: Manifests,
 }
 
 struct Foreign {
@@ -108,6 +114,7 @@ pub fn prune(
         plan: Vec::new(),
         trash: TrashState::Unopened,
         root: Some(root_fd),
+        manifests: Manifests::new(),
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -442,14 +449,19 @@ impl State<'_, '_> {
             });
             return None;
         }
-        let verdict = match fsx::read_at(
-            dir.fd,
-            cstr_buf(&mut self.cname, name),
-            &mut self.cbuf,
-            MAX_CACHE_FILE,
-        ) {
+        // The very file that was hashed at signing (same inode, times and
+        // size; its change time was settled then, so no change since could
+        // keep it): its bytes are the ones signed, and were a JSON object.
+        // Anything else is read and hashed.
+        let verdict = match fsx::open_regular_at(dir.fd, cstr_buf(&mut self.cname, name)) {
             Err(e) => Err(Reason::Unreadable(e.to_string())),
-            Ok(_) => judge::judge_bytes(&sc, &self.cbuf),
+            Ok((_, st)) if stamped(&sc, &st) => Ok(()),
+            Ok((mut file, st)) => {
+                match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
+                    Err(e) => Err(Reason::Unreadable(e.to_string())),
+                    Ok(()) => judge::judge_bytes(&sc, &self.cbuf),
+                }
+            }
         };
         match verdict {
             Ok(()) => {
@@ -475,11 +487,18 @@ impl State<'_, '_> {
                 sidecar: sc,
             })
             .collect();
-        let verdicts = judge::resolve_sets(&views);
+        if !cands.is_empty() {
+            self.load_manifest(&root, self.fingerprint);
+        }
+        let verdicts = judge::resolve_sets(&views, &self.manifests);
         for ((path, _), verdict) in cands.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    info!("kept {path}: signed for this launch");
+                    if self.report.kept.len() < PER_FILE_LINES {
+                        info!("kept {path}: signed for this launch");
+                    } else {
+                        debug!("kept {path}: signed for this launch");
+                    }
                     self.report.kept.push(PathBuf::from(path));
                 }
                 Some(mut reason) => {
@@ -495,8 +514,19 @@ impl State<'_, '_> {
                 }
             }
         }
+        more_lines(self.report.kept.len(), "kept");
         self.resolve_foreign(&root);
         self.root = Some(root);
+    }
+
+    /// Read and check the set manifest of launch `fp`, once.
+    fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
+        if self.manifests.contains_key(fp) {
+            return;
+        }
+        let sets = sidecar::open_sets(root.as_fd(), false).ok();
+        let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
+        self.manifests.insert(fp.to_string(), m);
     }
 
     /// Remove the cache file at `path` (relative to the root).
@@ -527,14 +557,18 @@ impl State<'_, '_> {
                 sidecar: &f.sc,
             })
             .collect();
-        let verdicts = judge::resolve_sets(&views);
+        let fps: Vec<String> = foreign.iter().map(|f| f.sc.fingerprint.clone()).collect();
+        for fp in fps {
+            self.load_manifest(root, &fp);
+        }
+        let verdicts = judge::resolve_sets(&views, &self.manifests);
         // The sets whole by their sidecars, in the order first seen.
         let mut sets: Vec<Vec<&Foreign>> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (f, verdict) in foreign.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    let k = *index.entry(f.sc.set.id.as_str()).or_insert_with(|| {
+                    let k = *index.entry(f.sc.set.as_str()).or_insert_with(|| {
                         sets.push(Vec::new());
                         sets.len() - 1
                     });
@@ -547,9 +581,11 @@ impl State<'_, '_> {
                 }
             }
         }
+        let stored_before = self.report.stored;
         for files in sets {
             self.store_set(root, &files);
         }
+        more_lines(self.report.stored - stored_before, "stored");
     }
 
     /// A set of another launch, whole by its sidecars: check its bytes, then
@@ -580,9 +616,15 @@ impl State<'_, '_> {
                 }
             }
             let Some((_, d)) = &open else { break };
-            let verdict = match fsx::read_at(d.as_fd(), name, &mut self.cbuf, MAX_CACHE_FILE) {
+            let verdict = match fsx::open_regular_at(d.as_fd(), name) {
                 Err(e) => Err(Reason::Unreadable(e.to_string())),
-                Ok(st) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
+                Ok((_, st)) if stamped(&f.sc, &st) => Ok(FileId::of(&st)),
+                Ok((mut file, st)) => {
+                    match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
+                        Err(e) => Err(Reason::Unreadable(e.to_string())),
+                        Ok(()) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
+                    }
+                }
             };
             match verdict {
                 Ok(id) => checked.push([id, f.sidecar_id]),
@@ -623,9 +665,21 @@ impl State<'_, '_> {
             }
             return;
         }
+        let Some(Ok(manifest)) = self.manifests.get(&sc.fingerprint) else {
+            // (Not whole without its manifest: resolve_sets said so already.)
+            let why = Reason::SetManifest("missing".into());
+            for f in files {
+                let reason = Reason::OtherLaunchBad(fp8.clone(), Box::new(why.clone()));
+                self.remove_path(root, &f.path, &reason);
+            }
+            return;
+        };
         let set = ForeignSet {
             fingerprint: sc.fingerprint.clone(),
-            set: sc.set.clone(),
+            set: SetRecord {
+                id: manifest.id.clone(),
+                members: manifest.members.clone(),
+            },
             signed_at: sc.signed_at,
             dir,
             checked: files
@@ -641,12 +695,19 @@ impl State<'_, '_> {
         match stash(root.as_fd(), &set) {
             Ok(()) => {
                 for m in &set.set.members {
-                    info!(
-                        "stored {}: signed for another launch (fingerprint {fp8}...)",
-                        m.path
-                    );
+                    if self.report.stored < PER_FILE_LINES {
+                        info!(
+                            "stored {}: signed for another launch (fingerprint {fp8}...)",
+                            m.path
+                        );
+                    } else {
+                        debug!(
+                            "stored {}: signed for another launch (fingerprint {fp8}...)",
+                            m.path
+                        );
+                    }
+                    self.report.stored += 1;
                 }
-                self.report.stored += set.set.members.len();
             }
             Err(e) => {
                 warn!(
@@ -669,6 +730,24 @@ impl State<'_, '_> {
         let mut shown = rel.as_bytes().to_vec();
         shown.push(b'/');
         self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
+    }
+}
+
+/// Is the open cache file the very file whose bytes `sc` signs: the one
+/// hashed at signing, its identity recorded then (its change time settled,
+/// so that no change since could keep it)? Its bytes are then the ones
+/// signed, and were a JSON object.
+fn stamped(sc: &Sidecar, st: &nix::sys::stat::FileStat) -> bool {
+    sc.stat.is_some_and(|s| s == Stamp::of(st)) && st.st_size.max(0) as u64 == sc.size
+}
+
+/// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
+fn more_lines(n: usize, what: &str) {
+    if n > PER_FILE_LINES {
+        info!(
+            "{what} {} more cache files (KEEPWRAP_LOG=debug lists each)",
+            n - PER_FILE_LINES
+        );
     }
 }
 

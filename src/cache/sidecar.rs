@@ -1,9 +1,13 @@
 //! The sidecar `<stem>.launch` beside a cache file: what keepwrap signed,
-//! for which launch, and the set the file was signed in.
+//! for which launch, and the id of the set the file was signed in; and the
+//! set's manifest, `<root>/.keepwrap/sets/<fingerprint>.json`, the one
+//! place its member list is written.
+//!
+//! A sidecar (format 2; its size does not depend on the set's):
 //!
 //! ```json
 //! {
-//!   "format": 1,
+//!   "format": 2,
 //!   "keepwrap": "0.1.0",
 //!   "fingerprint": "<64 hex: the launch>",
 //!   "path": "0.6.18/sm121/3f9c0a1b2c3d4e5f/rank_tp0_pp0_dp0.json",
@@ -11,21 +15,34 @@
 //!   "size": 20480,
 //!   "signed_at": 1796049314,
 //!   "signed_at_utc": "2026-11-30T14:35:14Z",
-//!   "set": {
-//!     "id": "<64 hex: set_id(fingerprint, members)>",
-//!     "members": [
-//!       {"path": "0.6.18/sm121/3f9c0a1b2c3d4e5f/rank_tp0_pp0_dp0.json", "sha256": "...", "size": 20480},
-//!       {"path": "0.6.18/sm121/3f9c0a1b2c3d4e5f/rank_tp1_pp0_dp0.json", "sha256": "...", "size": 20391}
-//!     ]
-//!   }
+//!   "set": "<64 hex: set_id(fingerprint, members)>",
+//!   "stat": {"ino": 1234567, "mtime_ns": 1796049313123456789, "ctime_ns": 1796049313123456789}
 //! }
 //! ```
+//!
+//! `stat` (optional) is the identity of the very file whose bytes were
+//! hashed, recorded only once its change time was settled (see [`Stamp`]);
+//! a file that still has it is the file that was hashed.
+//!
+//! The set manifest (one per launch: a newer set of the launch replaces it):
+//!
+//! ```json
+//! {"format": 2, "keepwrap": "0.1.0", "fingerprint": "<64 hex>", "id": "<64 hex>",
+//!  "signed_at": 1796049314,
+//!  "members": [{"path": "...", "sha256": "...", "size": 20480}, ...]}
+//! ```
+//!
+//! The id is the hash of the fingerprint and the members, so a manifest
+//! proves itself: no other member list has the id the sidecars name.
 
 use std::borrow::Cow;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::fsx;
 use super::layout;
 
 /// One file of a signed set: path relative to the root, sha256 hex, size.
@@ -43,6 +60,68 @@ pub struct SetRecord {
     pub members: Vec<Member>,
 }
 
+/// The identity of a cache file as it was hashed: a file with the same
+/// inode, modification time and change time (and size) still holds those
+/// bytes. The change time cannot be set by a user: any write, rename,
+/// `chmod` or `utimensat` sets it to the current time, so an edited,
+/// replaced or planted file has another one, provided the change time was
+/// already in the past when the file was looked at (else a change in the
+/// same clock tick could keep it: see [`Stamp::settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stamp {
+    pub ino: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// How far in the past a change time must be, when the file is looked at,
+/// for any later change to give another one: the kernel stamps files with
+/// a clock that lags by at most one tick (10 ms at the slowest `HZ`), at
+/// the file system's granularity. Sub-second file systems: 100 ms;
+/// a change time with no nanoseconds may come from a file system with
+/// 1 or 2 s granularity: 3 s.
+const SETTLE_FINE_NS: i64 = 100_000_000;
+const SETTLE_COARSE_NS: i64 = 3_000_000_000;
+
+impl Stamp {
+    pub fn of(st: &nix::sys::stat::FileStat) -> Stamp {
+        Stamp {
+            ino: st.st_ino,
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+
+    /// When (wall clock, ns) any change to the file is sure to give it
+    /// another change time.
+    pub fn settled_at(&self) -> i64 {
+        let margin = if self.ctime_ns % 1_000_000_000 == 0 {
+            SETTLE_COARSE_NS
+        } else {
+            SETTLE_FINE_NS
+        };
+        self.ctime_ns.saturating_add(margin)
+    }
+
+    /// Was the change time settled at wall-clock time `now_ns` (read
+    /// before the file was looked at)?
+    pub fn settled(&self, now_ns: i64) -> bool {
+        self.settled_at() <= now_ns
+    }
+}
+
+fn ns(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+/// The wall clock in ns since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// The whole sidecar.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sidecar {
@@ -54,16 +133,30 @@ pub struct Sidecar {
     pub size: u64,
     pub signed_at: u64,
     pub signed_at_utc: String,
-    pub set: SetRecord,
+    /// The id of the set.
+    pub set: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat: Option<Stamp>,
 }
 
 /// The first look at a sidecar: enough to reject one for another launch
-/// without building the member list.
+/// or of another format.
 #[derive(Deserialize)]
 pub struct Head<'a> {
     pub format: u64,
     #[serde(borrow)]
     pub fingerprint: Option<Cow<'a, str>>,
+}
+
+/// A set's manifest (`.keepwrap/sets/<fingerprint>.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetManifest {
+    pub format: u32,
+    pub keepwrap: String,
+    pub fingerprint: String,
+    pub id: String,
+    pub signed_at: u64,
+    pub members: Vec<Member>,
 }
 
 /// sha256 hex over the fingerprint and the sorted member list: the same
@@ -99,38 +192,41 @@ pub fn is_member_path(p: &str) -> bool {
         && layout::role(p.rsplit('/').next().unwrap_or(p).as_bytes()) == layout::Role::Cache
 }
 
-/// Check the sidecar's set record is well formed and self-consistent: the
-/// members strictly sorted, each path a cache file path, each sha256 hex,
-/// this file among them with the sha256 and size recorded for it, and the
-/// id the hash of fingerprint + members. Err: what is wrong.
+/// Check a sidecar is well formed: its sha256 and set id are hex. Err: what
+/// is wrong.
 pub fn validate(s: &Sidecar) -> Result<(), String> {
     if !is_sha256_hex(&s.sha256) {
         return Err("sha256 is not 64 lowercase hex".into());
     }
-    let mut me = None;
-    for (i, m) in s.set.members.iter().enumerate() {
-        if !is_member_path(&m.path) {
-            return Err(format!("set member {:?} is not a cache file path", m.path));
+    if !is_sha256_hex(&s.set) {
+        return Err("set is not 64 lowercase hex".into());
+    }
+    Ok(())
+}
+
+/// Check a set manifest is well formed and self-consistent: signed for
+/// `fingerprint`, the members strictly sorted, each path a cache file
+/// path, each sha256 hex, and the id the hash of fingerprint + members.
+pub fn validate_manifest(m: &SetManifest, fingerprint: &str) -> Result<(), String> {
+    if m.format != crate::SIDECAR_FORMAT {
+        return Err(format!("format {}", m.format));
+    }
+    if m.fingerprint != fingerprint {
+        return Err("signed for another launch".into());
+    }
+    for (i, mem) in m.members.iter().enumerate() {
+        if !is_member_path(&mem.path) {
+            return Err(format!("member {:?} is not a cache file path", mem.path));
         }
-        if !is_sha256_hex(&m.sha256) {
-            return Err(format!("set member {} has no valid sha256", m.path));
+        if !is_sha256_hex(&mem.sha256) {
+            return Err(format!("member {} has no valid sha256", mem.path));
         }
-        if i > 0 && s.set.members[i - 1].path >= m.path {
-            return Err("set members are not sorted".into());
-        }
-        if m.path == s.path {
-            me = Some(m);
+        if i > 0 && m.members[i - 1].path >= mem.path {
+            return Err("members are not sorted".into());
         }
     }
-    match me {
-        None => return Err("this file is not in its own set".into()),
-        Some(m) if m.sha256 != s.sha256 || m.size != s.size => {
-            return Err("set records other bytes for this file".into());
-        }
-        Some(_) => {}
-    }
-    if set_id(&s.fingerprint, &s.set.members) != s.set.id {
-        return Err("set id does not match its members".into());
+    if set_id(&m.fingerprint, &m.members) != m.id {
+        return Err("id does not match its members".into());
     }
     Ok(())
 }
@@ -140,4 +236,76 @@ pub fn to_bytes(s: &Sidecar) -> Vec<u8> {
     let mut v = serde_json::to_vec_pretty(s).expect("a sidecar serializes");
     v.push(b'\n');
     v
+}
+
+/// Where set manifests live, below the root.
+pub const SETS_DIR: &str = "sets";
+/// Larger manifests are not read (100,000 members is about 15 MB).
+pub const MAX_MANIFEST: u64 = 256 << 20;
+
+/// The manifest's file name for a launch.
+pub fn manifest_name(fingerprint: &str) -> String {
+    format!("{fingerprint}.json")
+}
+
+/// `<root>/.keepwrap/sets`, opened (never through a symlink); created when
+/// `create`.
+pub fn open_sets(root: BorrowedFd<'_>, create: bool) -> io::Result<OwnedFd> {
+    if create {
+        let state = fsx::mkdir_open_at(root, super::trash::STATE_DIR, 0o755)?;
+        fsx::mkdir_open_at(state.as_fd(), SETS_DIR, 0o755)
+    } else {
+        let state = fsx::open_dir_at(root, super::trash::STATE_DIR)?;
+        fsx::open_dir_at(state.as_fd(), SETS_DIR)
+    }
+}
+
+/// Read and check the manifest of launch `fingerprint` (the set its
+/// sidecars name must be this one). Err: why there is none to trust, as
+/// the log says it.
+pub fn read_manifest(
+    sets: Option<BorrowedFd<'_>>,
+    fingerprint: &str,
+) -> Result<SetManifest, String> {
+    if !is_sha256_hex(fingerprint) {
+        return Err("missing".into());
+    }
+    let Some(sets) = sets else {
+        return Err("missing".into());
+    };
+    let mut buf = Vec::new();
+    match fsx::read_at(
+        sets,
+        manifest_name(fingerprint).as_str(),
+        &mut buf,
+        MAX_MANIFEST,
+    ) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err("missing".into()),
+        Err(e) => return Err(format!("unreadable ({e})")),
+    }
+    let m: SetManifest = serde_json::from_slice(&buf).map_err(|e| format!("not valid ({e})"))?;
+    validate_manifest(&m, fingerprint).map_err(|e| format!("not valid ({e})"))?;
+    Ok(m)
+}
+
+/// Write the manifest atomically (temp file, fsync, rename, fsync of the
+/// directory).
+pub fn write_manifest(sets: BorrowedFd<'_>, m: &SetManifest) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec(m).expect("a manifest serializes");
+    bytes.push(b'\n');
+    let name = std::ffi::CString::new(manifest_name(&m.fingerprint))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    fsx::write_atomic_at(sets, &name, &bytes, 0o644)?;
+    fsx::fsync_dir(sets)
+}
+
+/// Remove the manifest of launch `fingerprint` (its set was evicted).
+pub fn remove_manifest(root: BorrowedFd<'_>, fingerprint: &str) {
+    if !is_sha256_hex(fingerprint) {
+        return;
+    }
+    if let Ok(sets) = open_sets(root, false) {
+        let _ = fsx::unlink_at(sets.as_fd(), manifest_name(fingerprint).as_str());
+    }
 }

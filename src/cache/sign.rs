@@ -1,9 +1,10 @@
 //! Sign: once tuning is done, record every cache file present as one set
 //! signed for this launch.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,7 +14,7 @@ use super::fsx::{self, Kind};
 use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
-use super::sidecar::{self, Member, SetRecord, Sidecar};
+use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
 use super::SignReport;
 use crate::SIDECAR_FORMAT;
 
@@ -41,7 +42,14 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     // cannot be signed contributes no member: its rank files are the ranks
     // of one engine, and trusting some of them is a partial hit next boot.
     let mut members: Vec<Member> = Vec::new();
+    // Per member: its identity when hashed, if settled (see `Stamp`).
+    let mut stamps: Vec<Option<Stamp>> = Vec::new();
+    // Per member: its sidecar, when it is one signed for this launch.
+    let mut knowns: Vec<Option<Sidecar>> = Vec::new();
+    let mut racy: Vec<usize> = Vec::new();
+    let mut hashed = Hashed::default();
     let mut buf = Vec::new();
+    let mut sbuf = Vec::new();
     let mut cname = Vec::new();
     layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
         let first = members.len();
@@ -75,26 +83,45 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             };
             cname.clear();
             cname.extend_from_slice(name);
-            if let Err(e) = fsx::read_at(dir.fd, cname.as_slice(), &mut buf, MAX_CACHE_FILE) {
-                warn!("not signed {rel}: cannot read it ({e})");
-                unsignable.get_or_insert_with(|| rel.to_string());
-                continue;
+            // Signed for this launch before, and still the very file hashed
+            // then (its stamp): its bytes are the ones recorded.
+            let known = listing
+                .find(sidecar_cname(&path[path.len() - name.len()..]).as_bytes())
+                .filter(|e| e.kind == Kind::File)
+                .and_then(|_| {
+                    let sname = sidecar_cname(&path[path.len() - name.len()..]);
+                    fsx::read_at(dir.fd, sname.as_c_str(), &mut sbuf, MAX_SIDECAR).ok()?;
+                    judge::judge_sidecar(&sbuf, fingerprint, |p| p == path).ok()
+                });
+            let now = sidecar::now_ns();
+            let (sha256, size, stamp) =
+                match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true, known.as_ref()) {
+                    Ok(h) => h,
+                    Err(Unsignable::Io(e)) => {
+                        warn!("not signed {rel}: cannot read it ({e})");
+                        unsignable.get_or_insert_with(|| rel.to_string());
+                        continue;
+                    }
+                    Err(Unsignable::Json(e)) => {
+                        info!("not signed {rel}: {}", e.into_reason());
+                        unsignable.get_or_insert_with(|| rel.to_string());
+                        continue;
+                    }
+                };
+            if !stamp.settled(now) {
+                racy.push(members.len());
             }
-            if let Err(e) = judge::json_object_entries(&buf) {
-                info!("not signed {rel}: {}", e.into_reason());
-                unsignable.get_or_insert_with(|| rel.to_string());
-                continue;
-            }
-            members.push(Member {
-                path,
-                sha256: judge::sha256_hex(&buf),
-                size: buf.len() as u64,
-            });
+            stamps.push(stamp.settled(now).then_some(stamp));
+            knowns.push(known);
+            members.push(Member { path, sha256, size });
         }
         if let Some(bad) = unsignable {
             let dropped = members.len() - first;
             if dropped > 0 {
                 members.truncate(first);
+                stamps.truncate(first);
+                knowns.truncate(first);
+                racy.retain(|&i| i < first);
                 warn!(
                     "not signed the {dropped} other cache files of {}: {bad} cannot be signed, and trusting part of a directory's rank files would give a partial hit",
                     Rel(dir.rel, b"")
@@ -102,12 +129,25 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             }
         }
     });
-    members.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    // Files changed (or unified) just now: their change time is not settled
+    // yet, so a change in the same clock tick could keep it. Wait (at most
+    // SETTLE_WAIT) until it is, then hash them again to record their stamp.
+    stamp_racy(
+        &root_fd,
+        &members,
+        &mut stamps,
+        &racy,
+        &mut hashed,
+        &mut buf,
+    );
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
+    let members: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
+    let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| stamps[i]).collect();
+    let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| knowns[i].take()).collect();
     let id = sidecar::set_id(fingerprint, &members);
     let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
-
-    // 2. The same set already recorded on every member: nothing to write.
-    if recorded(&root_fd, fingerprint, &members, &id) {
+    if members.is_empty() {
         return Ok(SignReport {
             signed,
             unchanged: true,
@@ -116,47 +156,220 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         });
     }
 
-    // 3. Write every sidecar, one directory at a time.
+    // 2. What is recorded already: the manifest, and each member's sidecar.
+    let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
+    let manifest_ok = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint)
+        .is_ok_and(|m| m.id == id);
+    let recorded = recorded(&members, &stamps, &knowns, &id);
+
     let now = SystemTime::now();
     let signed_at = now
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let signed_at_utc = humantime::format_rfc3339_seconds(now).to_string();
-    let set = SetRecord {
+    let manifest = SetManifest {
+        format: SIDECAR_FORMAT,
+        keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+        fingerprint: fingerprint.to_string(),
         id: id.clone(),
+        signed_at,
         members,
     };
+    let members = &manifest.members;
+    let unchanged = match recorded {
+        // 3a. The same set on every member: (re)write only the stamps that
+        // changed (a restored file was renamed; a racy one has settled) and
+        // the manifest if it is not there. The set stays whole throughout.
+        Some(restamp) => {
+            if restamp.is_empty() && manifest_ok {
+                return Ok(SignReport {
+                    signed,
+                    unchanged: true,
+                    set_id: id,
+                    failed: 0,
+                });
+            }
+            write_sidecars(&root_fd, &restamp, members.len())?;
+            true
+        }
+        // 3b. Every sidecar, one directory at a time, then the manifest:
+        // until the manifest names this set, no member is trusted.
+        None => {
+            let all: Vec<Sidecar> = members
+                .iter()
+                .zip(&stamps)
+                .map(|(m, stamp)| Sidecar {
+                    format: SIDECAR_FORMAT,
+                    keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+                    fingerprint: fingerprint.to_string(),
+                    path: m.path.clone(),
+                    sha256: m.sha256.clone(),
+                    size: m.size,
+                    signed_at,
+                    signed_at_utc: signed_at_utc.clone(),
+                    set: id.clone(),
+                    stat: *stamp,
+                })
+                .collect();
+            write_sidecars(&root_fd, &all, members.len())?;
+            false
+        }
+    };
+    if !manifest_ok || !unchanged {
+        let sets = sidecar::open_sets(root_fd.as_fd(), true)
+            .and_then(|sets| sidecar::write_manifest(sets.as_fd(), &manifest).map(|()| sets))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot write the set manifest {STATE}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                        sidecar::SETS_DIR,
+                        sidecar::manifest_name(fingerprint)
+                    ),
+                )
+            })?;
+        drop(sets);
+        crate::store::test_pause();
+    }
+    Ok(SignReport {
+        signed,
+        unchanged,
+        set_id: id,
+        failed: 0,
+    })
+}
+
+const STATE: &str = super::trash::STATE_DIR;
+
+/// Longest wait at sign for the change times of files written just now to
+/// settle (on a file system with sub-second times: 100 ms).
+const SETTLE_WAIT_NS: i64 = 150_000_000;
+
+/// Why a file cannot be signed.
+enum Unsignable {
+    Io(io::Error),
+    Json(judge::JsonErr),
+}
+
+/// Files hashed in this sign, by identity: rank files unified into one
+/// inode (hard links) are read and hashed once.
+#[derive(Default)]
+struct Hashed(HashMap<(Stamp, u64), String>);
+
+impl Hashed {
+    /// The sha256, size and stamp of the regular file `name` in `dir`;
+    /// with `json`, only if it is a JSON object. Not read when `known`, its
+    /// sidecar, records its stamp: the bytes are the ones it signs.
+    fn hash(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        buf: &mut Vec<u8>,
+        json: bool,
+        known: Option<&Sidecar>,
+    ) -> Result<(String, u64, Stamp), Unsignable> {
+        let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
+        let stamp = Stamp::of(&st);
+        let size = st.st_size.max(0) as u64;
+        if let Some(sc) = known.filter(|sc| sc.stat == Some(stamp) && sc.size == size) {
+            return Ok((sc.sha256.clone(), size, stamp));
+        }
+        if let Some(sha) = self.0.get(&(stamp, size)) {
+            return Ok((sha.clone(), size, stamp));
+        }
+        fsx::read_open(&mut file, &st, buf, MAX_CACHE_FILE).map_err(Unsignable::Io)?;
+        if json {
+            judge::json_object_entries(buf).map_err(Unsignable::Json)?;
+        }
+        let sha = judge::sha256_hex(buf);
+        if buf.len() as u64 == size {
+            self.0.insert((stamp, size), sha.clone());
+        }
+        Ok((sha, buf.len() as u64, stamp))
+    }
+}
+
+/// Stamp the files whose change time was not settled when they were read:
+/// wait until it is (at most [`SETTLE_WAIT_NS`]), read them again, and
+/// record the stamp of those whose bytes are still the ones signed.
+fn stamp_racy(
+    root: &OwnedFd,
+    members: &[Member],
+    stamps: &mut [Option<Stamp>],
+    racy: &[usize],
+    hashed: &mut Hashed,
+    buf: &mut Vec<u8>,
+) {
+    if racy.is_empty() {
+        return;
+    }
+    let mut latest = i64::MIN;
+    let mut open: Option<(&str, OwnedFd)> = None;
+    for &i in racy {
+        let (parent, name) = split(&members[i].path);
+        if open.as_ref().is_none_or(|(p, _)| *p != parent) {
+            match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
+                Ok(d) => open = Some((parent, d)),
+                Err(_) => continue,
+            }
+        }
+        let Some((_, d)) = &open else { continue };
+        if let Ok(st) = fsx::lstat_at(d.as_fd(), name) {
+            latest = latest.max(Stamp::of(&st).settled_at());
+        }
+    }
+    let wait = latest.saturating_sub(sidecar::now_ns());
+    if wait > SETTLE_WAIT_NS {
+        debug!(
+            "not stamping {} cache files: their change times settle in {wait} ns",
+            racy.len()
+        );
+        return;
+    }
+    if wait > 0 {
+        std::thread::sleep(std::time::Duration::from_nanos(wait as u64));
+    }
+    // A fresh cache: identities read now.
+    *hashed = Hashed::default();
+    let mut open: Option<(&str, OwnedFd)> = None;
+    for &i in racy {
+        let m = &members[i];
+        let (parent, name) = split(&m.path);
+        if open.as_ref().is_none_or(|(p, _)| *p != parent) {
+            match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
+                Ok(d) => open = Some((parent, d)),
+                Err(_) => continue,
+            }
+        }
+        let Some((_, d)) = &open else { continue };
+        let now = sidecar::now_ns();
+        // Bytes equal to those judged a JSON object above are one.
+        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf, false, None) {
+            if sha == m.sha256 && size == m.size && stamp.settled(now) {
+                stamps[i] = Some(stamp);
+            }
+        }
+    }
+}
+
+/// Write `sidecars` atomically, one directory at a time (each fsynced
+/// once); stop at the first error (`total`: members of the set, for the
+/// error).
+fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Result<()> {
     let mut written = 0;
     let mut i = 0;
-    while i < set.members.len() {
-        let (parent, _) = split(&set.members[i].path);
-        let end = i + set.members[i..]
+    while i < sidecars.len() {
+        let (parent, _) = split(&sidecars[i].path);
+        let end = i + sidecars[i..]
             .iter()
-            .take_while(|m| split(&m.path).0 == parent)
+            .take_while(|s| split(&s.path).0 == parent)
             .count();
-        let dir = fsx::open_dir_path(root_fd.as_fd(), Path::new(parent)).map_err(|e| {
-            incomplete(
-                e,
-                format!("cannot open directory {parent}"),
-                i,
-                set.members.len(),
-            )
-        })?;
-        for m in &set.members[i..end] {
-            let sc = Sidecar {
-                format: SIDECAR_FORMAT,
-                keepwrap: env!("CARGO_PKG_VERSION").to_string(),
-                fingerprint: fingerprint.to_string(),
-                path: m.path.clone(),
-                sha256: m.sha256.clone(),
-                size: m.size,
-                signed_at,
-                signed_at_utc: signed_at_utc.clone(),
-                set: set.clone(),
-            };
-            let bytes = sidecar::to_bytes(&sc);
-            let name = sidecar_cname(split(&m.path).1);
+        let dir = fsx::open_dir_path(root.as_fd(), Path::new(parent))
+            .map_err(|e| incomplete(e, format!("cannot open directory {parent}"), i, total))?;
+        for sc in &sidecars[i..end] {
+            let bytes = sidecar::to_bytes(sc);
+            let name = sidecar_cname(split(&sc.path).1);
             // One failed write leaves the set incomplete, so that the next
             // prune trusts none of it: writing the rest is pointless, and one
             // error says it all (a full disk would fail every one).
@@ -165,10 +378,10 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                     e,
                     format!(
                         "cannot write sidecar {}",
-                        Rel(parent_prefix(&m.path), name.as_bytes())
+                        Rel(parent_prefix(&sc.path), name.as_bytes())
                     ),
                     written,
-                    set.members.len(),
+                    total,
                 )
             })?;
             written += 1;
@@ -179,12 +392,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         }
         i = end;
     }
-    Ok(SignReport {
-        signed,
-        unchanged: false,
-        set_id: id,
-        failed: 0,
-    })
+    Ok(())
 }
 
 /// The error of a sign that stopped after `written` of `total` sidecars.
@@ -197,29 +405,28 @@ fn incomplete(e: io::Error, what: String, written: usize, total: usize) -> io::E
     )
 }
 
-/// Does every member's sidecar already record this set, for these bytes?
-fn recorded(root: &std::os::fd::OwnedFd, fingerprint: &str, members: &[Member], id: &str) -> bool {
-    let mut buf = Vec::new();
-    members.iter().all(|m| {
-        let (parent, name) = split(&m.path);
-        let Ok(dir) = fsx::open_dir_path(root.as_fd(), Path::new(parent)) else {
-            return false;
-        };
-        if fsx::read_at(
-            dir.as_fd(),
-            sidecar_cname(name).as_c_str(),
-            &mut buf,
-            MAX_SIDECAR,
-        )
-        .is_err()
-        {
-            return false;
+/// Does every member's sidecar (as read by the walk) already record this
+/// set, for these bytes? Some(the sidecars to write again with a new stamp)
+/// when so; None when the set must be signed.
+fn recorded(
+    members: &[Member],
+    stamps: &[Option<Stamp>],
+    knowns: &[Option<Sidecar>],
+    id: &str,
+) -> Option<Vec<Sidecar>> {
+    let mut restamp = Vec::new();
+    for ((m, stamp), known) in members.iter().zip(stamps).zip(knowns) {
+        let sc = known.as_ref()?;
+        if sc.set != id || sc.sha256 != m.sha256 || sc.size != m.size {
+            return None;
         }
-        match judge::judge_sidecar(&buf, fingerprint, |p| p == m.path) {
-            Ok(sc) => sc.set.id == id && sc.sha256 == m.sha256 && sc.size == m.size,
-            Err(_) => false,
+        if stamp.is_some() && sc.stat != *stamp {
+            let mut sc = sc.clone();
+            sc.stat = *stamp;
+            restamp.push(sc);
         }
-    })
+    }
+    Some(restamp)
 }
 
 fn sidecar_cname(cache_name: &str) -> CString {

@@ -10,7 +10,7 @@ use super::fsx::{self, Kind};
 use super::judge::{self, Candidate};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
-use super::sidecar::{Head, Sidecar};
+use super::sidecar::Sidecar;
 
 /// What one cache file is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +82,15 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
         parts.into_iter().flatten().unzip();
     // Sets: a signed file whose set is not whole is not trusted.
     let idx: Vec<usize> = (0..out.len()).filter(|&i| sidecars[i].is_some()).collect();
+    let sets = super::sidecar::open_sets(root_fd, false).ok();
+    let mut manifests = judge::Manifests::new();
+    for &i in &idx {
+        let fp = &sidecars[i].as_ref().expect("signed").fingerprint;
+        if !manifests.contains_key(fp) {
+            let m = super::sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
+            manifests.insert(fp.clone(), m);
+        }
+    }
     let cands: Vec<Candidate<'_>> = idx
         .iter()
         .map(|&i| Candidate {
@@ -89,7 +98,7 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
             sidecar: sidecars[i].as_ref().expect("signed"),
         })
         .collect();
-    let verdicts = judge::resolve_sets(&cands);
+    let verdicts = judge::resolve_sets(&cands, &manifests);
     let broken: Vec<(usize, String)> = idx
         .iter()
         .zip(verdicts)
@@ -171,17 +180,7 @@ fn survey_file(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileState::Unsigned,
             Err(e) => FileState::Corrupt(format!("sidecar unreadable ({e})")),
             Ok(_) => {
-                // Without --verify: one parse, no set-id hash (a
-                // report, not a trust decision; prune judges fully).
-                let judged = if verify {
-                    let fp = serde_json::from_slice::<Head<'_>>(sbuf)
-                        .ok()
-                        .and_then(|h| h.fingerprint.map(|f| f.into_owned()))
-                        .unwrap_or_default();
-                    judge::judge_sidecar(sbuf, &fp, |p| p == path)
-                } else {
-                    light(sbuf, &path)
-                };
+                let judged = judge::judge_sidecar_for(sbuf, None, |p| p == path);
                 match judged {
                     Err(r) => FileState::Corrupt(r.to_string()),
                     Ok(sc) if sc.size != size => FileState::Corrupt(format!(
@@ -215,73 +214,4 @@ fn survey_file(
         }
     };
     (FileInfo { path, size, state }, sc_out)
-}
-
-/// Parse a sidecar for the report: well formed, a known format, for this
-/// path; no set-id check, hashes not kept (they are not looked at).
-fn light(bytes: &[u8], path: &str) -> Result<Sidecar, judge::Reason> {
-    use serde::de::IgnoredAny;
-    use serde::Deserialize;
-    use std::borrow::Cow;
-    #[derive(Deserialize)]
-    struct M<'a> {
-        #[serde(borrow)]
-        path: Cow<'a, str>,
-        #[allow(dead_code)]
-        sha256: IgnoredAny,
-        size: u64,
-    }
-    #[derive(Deserialize)]
-    struct S<'a> {
-        #[serde(borrow)]
-        id: Cow<'a, str>,
-        #[serde(borrow)]
-        members: Vec<M<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct L<'a> {
-        format: u32,
-        #[serde(borrow)]
-        fingerprint: Cow<'a, str>,
-        #[serde(borrow)]
-        path: Cow<'a, str>,
-        size: u64,
-        signed_at: u64,
-        #[serde(borrow)]
-        set: S<'a>,
-    }
-    let l: L<'_> =
-        serde_json::from_slice(bytes).map_err(|e| judge::Reason::SidecarGarbage(e.to_string()))?;
-    if l.format > crate::SIDECAR_FORMAT {
-        return Err(judge::Reason::SidecarFuture(u64::from(l.format)));
-    }
-    if l.path != path {
-        return Err(judge::Reason::SidecarGarbage(format!(
-            "signed for another file, {}",
-            l.path
-        )));
-    }
-    Ok(Sidecar {
-        format: l.format,
-        keepwrap: String::new(),
-        fingerprint: l.fingerprint.into_owned(),
-        path: String::new(),
-        sha256: String::new(),
-        size: l.size,
-        signed_at: l.signed_at,
-        signed_at_utc: String::new(),
-        set: super::SetRecord {
-            id: l.set.id.into_owned(),
-            members: l
-                .set
-                .members
-                .into_iter()
-                .map(|m| super::Member {
-                    path: m.path.into_owned(),
-                    sha256: String::new(),
-                    size: m.size,
-                })
-                .collect(),
-        },
-    })
 }

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use tempfile::TempDir;
 
 use super::judge::{self, Candidate, JsonErr, MemberWhy, Reason};
-use super::sidecar::{self, Member, SetRecord, Sidecar};
+use super::sidecar::{self, Member, Sidecar};
 use super::*;
+use std::os::fd::AsFd;
 
 const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -80,8 +81,8 @@ fn sidecar_of(rel: &str) -> String {
     rel.strip_suffix(".json").unwrap().to_string() + ".launch"
 }
 
-/// A one-member sidecar for whatever bytes are there (sign would refuse
-/// some of them).
+/// A one-member set for whatever bytes are there (sign would refuse some
+/// of them): its sidecar and manifest.
 fn forge(root: &Path, rel: &str, fp: &str) {
     let bytes = fs::read(root.join(rel)).unwrap();
     let m = Member {
@@ -90,8 +91,9 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         size: bytes.len() as u64,
     };
     let members = vec![m.clone()];
+    let id = sidecar::set_id(fp, &members);
     let sc = Sidecar {
-        format: 1,
+        format: crate::SIDECAR_FORMAT,
         keepwrap: "test".into(),
         fingerprint: fp.into(),
         path: rel.into(),
@@ -99,12 +101,24 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         size: m.size,
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
-        set: SetRecord {
-            id: sidecar::set_id(fp, &members),
-            members,
-        },
+        set: id.clone(),
+        stat: None,
     };
     fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
+    let root_fd = fsx::open_root(root).unwrap();
+    let sets = sidecar::open_sets(root_fd.as_fd(), true).unwrap();
+    sidecar::write_manifest(
+        sets.as_fd(),
+        &sidecar::SetManifest {
+            format: crate::SIDECAR_FORMAT,
+            keepwrap: "test".into(),
+            fingerprint: fp.into(),
+            id,
+            signed_at: 0,
+            members,
+        },
+    )
+    .unwrap();
 }
 
 /// Prune with the trash emptied before returning.
@@ -251,31 +265,95 @@ fn future_sidecar_format_is_removed() {
     let p = t.path().join(sidecar_of(&rank(0)));
     let s = fs::read_to_string(&p)
         .unwrap()
-        .replacen("\"format\": 1", "\"format\": 2", 1);
+        .replacen("\"format\": 2", "\"format\": 3", 1);
     fs::write(&p, s).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains("sidecar format 2 is newer than this keepwrap's (1)"),
+        logs.contains("sidecar format 3 is newer than this keepwrap's (2)"),
         "{logs}"
     );
 }
 
 #[test]
-fn tampered_sidecar_set_is_not_trusted() {
-    // fingerprint right, but the set id does not hash its members
+fn old_sidecar_format_is_removed() {
     let t = tree(1);
     sign(t.path(), FP).unwrap();
     let p = t.path().join(sidecar_of(&rank(0)));
-    let mut sc: Sidecar = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
-    sc.set.id = "0".repeat(64);
-    fs::write(&p, sidecar::to_bytes(&sc)).unwrap();
+    let s = fs::read_to_string(&p)
+        .unwrap()
+        .replacen("\"format\": 2", "\"format\": 1", 1);
+    fs::write(&p, s).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains("sidecar is not valid (set id does not match its members)"),
+        logs.contains("sidecar format 1 is older than this keepwrap's (2)"),
         "{logs}"
     );
+}
+
+#[test]
+fn tampered_set_manifest_is_not_trusted() {
+    // fingerprint right, but the manifest's id does not hash its members
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let p = t.path().join(format!(".keepwrap/sets/{FP}.json"));
+    let mut m: sidecar::SetManifest = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    m.members.pop();
+    fs::write(&p, serde_json::to_vec(&m).unwrap()).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 2);
+    assert!(
+        logs.contains("set incomplete (set manifest not valid (id does not match its members))"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn a_set_without_its_manifest_is_not_trusted() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    fs::remove_file(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains("set incomplete (set manifest missing)"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn a_manifest_of_a_newer_set_breaks_the_older_one() {
+    // The manifest is written last: a sign killed before it leaves the
+    // sidecars of the new set beside the manifest of the old one.
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let m = t.path().join(format!(".keepwrap/sets/{FP}.json"));
+    let old = fs::read(&m).unwrap();
+    put(t.path(), &rank(1), &body("new"));
+    sign(t.path(), FP).unwrap();
+    fs::write(&m, old).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains("set incomplete (set manifest names another set)"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn sidecar_size_does_not_depend_on_the_set() {
+    let sizes: Vec<u64> = [1u32, 40]
+        .iter()
+        .map(|&n| {
+            let t = tree(n);
+            sign(t.path(), FP).unwrap();
+            fs::metadata(t.path().join(sidecar_of(&rank(0))))
+                .unwrap()
+                .len()
+        })
+        .collect();
+    assert_eq!(sizes[0], sizes[1]);
 }
 
 #[test]
@@ -589,9 +667,11 @@ fn crash_mid_sign_of_a_grown_set_trusts_nothing() {
 
 #[test]
 fn resolve_sets_cascades_through_other_sets() {
-    // Set A {x, y} whole; set B {y, z} lists y but y carries A, and z is
-    // missing: B is incomplete, so y goes, so A is incomplete too.
-    let mk = |path: &str, members: &[&str]| {
+    // Launch A's set {x, y} whole; launch B's set {y, w, z} lists y but y
+    // carries A's, and z is missing: B is incomplete, so y goes, so A is
+    // incomplete too.
+    const B: &str = OTHER;
+    let manifest = |fp: &str, members: &[&str]| {
         let members: Vec<Member> = members
             .iter()
             .map(|p| Member {
@@ -600,25 +680,32 @@ fn resolve_sets_cascades_through_other_sets() {
                 size: 1,
             })
             .collect();
-        Sidecar {
-            format: 1,
+        sidecar::SetManifest {
+            format: crate::SIDECAR_FORMAT,
             keepwrap: "t".into(),
-            fingerprint: FP.into(),
-            path: path.into(),
-            sha256: "a".repeat(64),
-            size: 1,
+            fingerprint: fp.into(),
+            id: sidecar::set_id(fp, &members),
             signed_at: 0,
-            signed_at_utc: String::new(),
-            set: SetRecord {
-                id: sidecar::set_id(FP, &members),
-                members,
-            },
+            members,
         }
     };
-    let x = mk("d/x.json", &["d/x.json", "d/y.json"]);
-    let y = mk("d/y.json", &["d/x.json", "d/y.json"]);
-    let w = mk("d/w.json", &["d/w.json", "d/y.json", "d/z.json"]);
-    let v = mk("e/v.json", &["e/v.json"]);
+    let a = manifest(FP, &["d/x.json", "d/y.json"]);
+    let b = manifest(B, &["d/w.json", "d/y.json", "d/z.json"]);
+    let mk = |path: &str, m: &sidecar::SetManifest| Sidecar {
+        format: crate::SIDECAR_FORMAT,
+        keepwrap: "t".into(),
+        fingerprint: m.fingerprint.clone(),
+        path: path.into(),
+        sha256: "a".repeat(64),
+        size: 1,
+        signed_at: 0,
+        signed_at_utc: String::new(),
+        set: m.id.clone(),
+        stat: None,
+    };
+    let x = mk("d/x.json", &a);
+    let y = mk("d/y.json", &a);
+    let w = mk("d/w.json", &b);
     let cands = [
         Candidate {
             path: "d/x.json",
@@ -632,22 +719,20 @@ fn resolve_sets_cascades_through_other_sets() {
             path: "d/w.json",
             sidecar: &w,
         },
-        Candidate {
-            path: "e/v.json",
-            sidecar: &v,
-        },
     ];
-    let out = judge::resolve_sets(&cands);
+    let mut manifests = judge::Manifests::new();
+    manifests.insert(FP.into(), Ok(a.clone()));
+    manifests.insert(B.into(), Ok(b));
+    let out = judge::resolve_sets(&cands, &manifests);
     assert!(
         out[0].is_some() && out[1].is_some() && out[2].is_some(),
         "{out:?}"
     );
-    assert_eq!(out[3], None);
     // only x, y: kept
-    let out = judge::resolve_sets(&cands[..2]);
+    let out = judge::resolve_sets(&cands[..2], &manifests);
     assert_eq!(out, vec![None, None]);
     // y alone: x missing
-    let out = judge::resolve_sets(&cands[1..2]);
+    let out = judge::resolve_sets(&cands[1..2], &manifests);
     assert_eq!(
         out[0],
         Some(Reason::SetIncomplete {
@@ -655,6 +740,10 @@ fn resolve_sets_cascades_through_other_sets() {
             why: MemberWhy::NotTrusted
         })
     );
+    // no manifest for A: nothing of A kept
+    manifests.remove(FP);
+    let out = judge::resolve_sets(&cands[..2], &manifests);
+    assert_eq!(out[0], Some(Reason::SetManifest("missing".into())));
 }
 
 // ---- sign ----------------------------------------------------------------
@@ -729,7 +818,7 @@ fn sidecar_content() {
     let v: serde_json::Value =
         serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
     let bytes = fs::read(t.path().join(rank(1))).unwrap();
-    assert_eq!(v["format"], 1);
+    assert_eq!(v["format"], 2);
     assert_eq!(v["fingerprint"], FP);
     assert_eq!(v["path"], rank(1));
     assert_eq!(v["sha256"], judge::sha256_hex(&bytes));
@@ -737,8 +826,20 @@ fn sidecar_content() {
     assert_eq!(v["keepwrap"], env!("CARGO_PKG_VERSION"));
     assert!(v["signed_at"].as_u64().unwrap() > 1_700_000_000);
     assert!(v["signed_at_utc"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(v["set"]["members"].as_array().unwrap().len(), 2);
-    assert_eq!(v["set"]["members"][0]["path"], rank(0));
+    let m: serde_json::Value = serde_json::from_slice(
+        &fs::read(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["set"], m["id"]);
+    assert_eq!(m["members"].as_array().unwrap().len(), 2);
+    assert_eq!(m["members"][0]["path"], rank(0));
+    // the file's identity when hashed, its change time settled
+    let meta = fs::metadata(t.path().join(rank(1))).unwrap();
+    assert_eq!(v["stat"]["ino"].as_u64(), Some(meta.ino()));
+    assert_eq!(
+        v["stat"]["ctime_ns"].as_i64(),
+        Some(meta.ctime() * 1_000_000_000 + meta.ctime_nsec())
+    );
     // no temp files left
     let names: Vec<_> = fs::read_dir(t.path().join(DIR))
         .unwrap()
@@ -899,7 +1000,7 @@ fn entry_count_reads_a_file() {
 
 #[test]
 fn judge_sidecar_order_of_checks() {
-    let other = format!("{{\"format\": 1, \"fingerprint\": \"{OTHER}\"}}");
+    let other = format!("{{\"format\": 2, \"fingerprint\": \"{OTHER}\"}}");
     assert_eq!(
         judge::judge_sidecar(other.as_bytes(), FP, |_| true)
             .unwrap_err()
@@ -912,7 +1013,7 @@ fn judge_sidecar_order_of_checks() {
         Reason::SidecarFuture(7)
     );
     assert!(matches!(
-        judge::judge_sidecar(b"{\"format\": 1}", FP, |_| true).unwrap_err(),
+        judge::judge_sidecar(b"{\"format\": 2}", FP, |_| true).unwrap_err(),
         Reason::SidecarGarbage(_)
     ));
 }
@@ -979,4 +1080,66 @@ fn planted_state_dir_symlink_is_not_used_as_trash() {
         .unwrap()
         .file_type()
         .is_symlink());
+}
+
+#[test]
+fn kept_lines_past_sixteen_are_debug_with_one_summary() {
+    let t = TempDir::new().unwrap();
+    for i in 0..20u32 {
+        put(
+            t.path(),
+            &format!("{DIR}/rank_tp{i}_pp0_dp0.json"),
+            &body(&format!("r{i}")),
+        );
+    }
+    sign(t.path(), FP).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.kept.len(), 20);
+    let kept = |level: &str| {
+        logs.lines()
+            .filter(|l| l.contains(level) && l.contains(": signed for this launch"))
+            .count()
+    };
+    assert_eq!((kept("INFO"), kept("DEBUG")), (16, 4), "{logs}");
+    assert!(
+        logs.contains("kept 4 more cache files (KEEPWRAP_LOG=debug lists each)"),
+        "{logs}"
+    );
+    assert!(logs.contains("prune: kept 20, removed 0"), "{logs}");
+}
+
+#[test]
+fn an_edit_that_keeps_size_and_modification_time_is_caught_by_the_change_time() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let p = t.path().join(rank(0));
+    let meta = fs::metadata(&p).unwrap();
+    let sc: Sidecar =
+        serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(0)))).unwrap()).unwrap();
+    assert!(sc.stat.is_some(), "stamped at signing");
+    // Same length, same inode, the modification time put back.
+    let edited = fs::read_to_string(&p).unwrap().replace("r0", "x0");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .write_all(edited.as_bytes())
+        .unwrap();
+    let f = fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(meta.modified().unwrap()).unwrap();
+    drop(f);
+    let now = fs::metadata(&p).unwrap();
+    assert_eq!(
+        (now.ino(), now.len(), now.mtime(), now.mtime_nsec()),
+        (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec())
+    );
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: changed after signing (sha256 ",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }

@@ -89,7 +89,14 @@ pub struct SetOnDisk {
     pub why_not: String,
 }
 
-/// The sets recorded by the sidecars under `root`, by id.
+/// The set manifest of launch `fp` under `root`, if readable.
+pub fn manifest(root: &Path, fp: &str) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(root.join(format!(".keepwrap/sets/{fp}.json"))).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The sets named by the sidecars under `root`, by id, with the members
+/// their launch's manifest lists (none when it names another set).
 pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
     let mut by_id: BTreeMap<String, SetOnDisk> = BTreeMap::new();
     for p in sidecar_paths(root) {
@@ -99,24 +106,35 @@ pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
             continue;
         };
-        let Some(id) = v["set"]["id"].as_str() else {
+        let Some(id) = v["set"].as_str() else {
             continue;
         };
-        by_id.entry(id.to_string()).or_insert_with(|| SetOnDisk {
-            id: id.to_string(),
-            fingerprint: v["fingerprint"].as_str().unwrap_or("").to_string(),
-            members: v["set"]["members"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| m["path"].as_str().unwrap_or("").to_string())
-                .collect(),
-            whole: false,
-            why_not: String::new(),
+        let fingerprint = v["fingerprint"].as_str().unwrap_or("").to_string();
+        by_id.entry(id.to_string()).or_insert_with(|| {
+            let m = manifest(root, &fingerprint).filter(|m| m["id"] == id);
+            SetOnDisk {
+                id: id.to_string(),
+                members: m
+                    .as_ref()
+                    .and_then(|m| m["members"].as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|m| m["path"].as_str().unwrap_or("").to_string())
+                    .collect(),
+                fingerprint,
+                whole: false,
+                why_not: if m.is_some() {
+                    String::new()
+                } else {
+                    "no manifest of this set".into()
+                },
+            }
         });
     }
     for set in by_id.values_mut() {
-        set.why_not = why_not_whole(root, set);
+        if set.why_not.is_empty() {
+            set.why_not = why_not_whole(root, set);
+        }
         set.whole = set.why_not.is_empty();
     }
     by_id
@@ -135,7 +153,7 @@ fn why_not_whole(root: &Path, set: &SetOnDisk) -> String {
         else {
             return format!("{m}: no readable sidecar");
         };
-        if sv["set"]["id"] != set.id.as_str() || sv["fingerprint"] != set.fingerprint.as_str() {
+        if sv["set"] != set.id.as_str() || sv["fingerprint"] != set.fingerprint.as_str() {
             return format!("{m}: sidecar of another set");
         }
         if sv["sha256"] != sha256_hex(&bytes).as_str() || sv["size"] != bytes.len() as u64 {
@@ -168,13 +186,14 @@ pub fn set_id(fingerprint: &str, members: &[(String, String, u64)]) -> String {
     hex::encode(h.finalize())
 }
 
-/// A well-formed sidecar signing `bytes` at `rel` alone, for `fingerprint`.
+/// A well-formed sidecar signing `bytes` at `rel` alone, for `fingerprint`
+/// (its set's manifest: [`forged_manifest`]).
 pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
     let sha = sha256_hex(bytes);
     let size = bytes.len() as u64;
     let id = set_id(fingerprint, &[(rel.to_string(), sha.clone(), size)]);
     serde_json::json!({
-        "format": 1,
+        "format": 2,
         "keepwrap": "0.1.0",
         "fingerprint": fingerprint,
         "path": rel,
@@ -182,8 +201,35 @@ pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json:
         "size": size,
         "signed_at": 1,
         "signed_at_utc": "1970-01-01T00:00:01Z",
-        "set": {"id": id, "members": [{"path": rel, "sha256": sha, "size": size}]}
+        "set": id
     })
+}
+
+/// The manifest of the one-member set of [`forged_sidecar`].
+pub fn forged_manifest(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
+    let sha = sha256_hex(bytes);
+    let size = bytes.len() as u64;
+    let id = set_id(fingerprint, &[(rel.to_string(), sha.clone(), size)]);
+    serde_json::json!({
+        "format": 2,
+        "keepwrap": "0.1.0",
+        "fingerprint": fingerprint,
+        "id": id,
+        "signed_at": 1,
+        "members": [{"path": rel, "sha256": sha, "size": size}]
+    })
+}
+
+/// Write `manifest` as the set manifest of its launch under `root`.
+pub fn put_manifest(root: &Path, manifest: &serde_json::Value) {
+    let fp = manifest["fingerprint"].as_str().unwrap_or("x");
+    let dir = root.join(".keepwrap/sets");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{fp}.json")),
+        serde_json::to_vec(manifest).unwrap(),
+    )
+    .unwrap();
 }
 
 /// `keepwrap fingerprint -- ARGV` as keepwrap computes it in this

@@ -1,0 +1,178 @@
+//! What keepwrap writes when tuning is done (unify, then sign) grows
+//! linearly with the number of rank files and of ranks: counted, not timed.
+//! Bytes are what the calling thread passed to write(2)
+//! (`/proc/thread-self/io`, `wchar`); files are the sidecars, manifests and
+//! distinct rank-file inodes on disk afterwards.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+const FP: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+/// Entries each rank tunes of its own (its experts' MoE shapes).
+const OWN: usize = 20;
+
+fn written() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io")
+        .expect("per-thread I/O accounting (/proc/thread-self/io)");
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("wchar in /proc/thread-self/io")
+}
+
+/// `dirs` cache directories of `ranks` rank files each, as an expert
+/// parallel engine leaves them: every rank with entries of its own.
+fn tree(root: &Path, dirs: usize, ranks: usize) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for d in 0..dirs {
+        let dir = format!("0.7.2/sm121/{d:016x}");
+        std::fs::create_dir_all(root.join(&dir)).unwrap();
+        for r in 0..ranks {
+            let entries: Vec<(String, Value)> = (0..OWN)
+                .map(|i| {
+                    (
+                        format!("('moe', 'R', (({i}, 7168),), ({r}, {}))", r + 1),
+                        json!(["R", [8, i], "median", {"time_ms": 0.0123}]),
+                    )
+                })
+                .collect();
+            let bytes = keepwrap::unify::render(
+                Some(&json!({"flashinfer_version": "0.7.2"})),
+                entries.iter().map(|(k, v)| (k.as_str(), v)),
+            );
+            let rel = PathBuf::from(format!("{dir}/rank_tp{r}_pp0_dp0.json"));
+            std::fs::write(root.join(&rel), bytes).unwrap();
+            files.push(rel);
+        }
+    }
+    files
+}
+
+/// What one commit wrote.
+#[derive(Debug)]
+struct Commit {
+    rank_files: usize,
+    bytes: u64,
+    /// Bytes of one union file (each directory's is the same size).
+    union: u64,
+    sidecar_sizes: BTreeSet<u64>,
+    sidecar_bytes: u64,
+    manifest_bytes: u64,
+    /// Sidecars + manifests + distinct rank-file inodes.
+    files: usize,
+}
+
+fn commit(dirs: usize, ranks: usize) -> Commit {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let files = tree(root, dirs, ranks);
+    let before = written();
+    keepwrap::unify::unify_tree(root, files.iter().map(PathBuf::as_path));
+    let r = keepwrap::cache::sign(root, FP).unwrap();
+    let bytes = written() - before;
+    assert_eq!(r.signed.len(), dirs * ranks);
+    let mut sidecar_sizes = BTreeSet::new();
+    let mut sidecar_bytes = 0;
+    let mut inodes = BTreeSet::new();
+    let mut union = 0;
+    for f in &files {
+        let m = std::fs::metadata(root.join(f)).unwrap();
+        inodes.insert(m.ino());
+        union = m.len();
+        let s = std::fs::metadata(root.join(f.with_extension("launch")))
+            .unwrap()
+            .len();
+        sidecar_sizes.insert(s);
+        sidecar_bytes += s;
+    }
+    let manifests: Vec<_> = std::fs::read_dir(root.join(".keepwrap/sets"))
+        .unwrap()
+        .flatten()
+        .collect();
+    let manifest_bytes = manifests.iter().map(|e| e.metadata().unwrap().len()).sum();
+    Commit {
+        rank_files: dirs * ranks,
+        bytes,
+        union,
+        sidecar_sizes,
+        sidecar_bytes,
+        manifest_bytes,
+        files: files.len() + manifests.len() + inodes.len(),
+    }
+}
+
+/// Largest minus smallest sidecar.
+fn spread(c: &Commit) -> u64 {
+    c.sidecar_sizes.last().unwrap() - c.sidecar_sizes.first().unwrap()
+}
+
+/// Bytes written per rank file, beyond the unions (one per directory).
+fn per_file(c: &Commit, dirs: usize) -> f64 {
+    (c.bytes - c.union * dirs as u64) as f64 / c.rank_files as f64
+}
+
+#[test]
+fn bytes_and_files_written_at_done_grow_linearly_with_ranks() {
+    let runs: Vec<(usize, Commit)> = [4, 16, 64].iter().map(|&r| (r, commit(1, r))).collect();
+    for (ranks, c) in &runs {
+        eprintln!("1 directory x {ranks} ranks: {c:?}");
+        // One union written per directory, not one per rank.
+        assert!(
+            c.bytes < 2 * c.union + 2_000 * *ranks as u64,
+            "{ranks} ranks: {} bytes written for a union of {}",
+            c.bytes,
+            c.union
+        );
+        // The sidecar's size does not depend on the set's (only on the
+        // digits of its path, inode and times).
+        assert!(spread(c) <= 16, "{ranks} ranks: {c:?}");
+        // One inode for the union, a sidecar per rank, one manifest.
+        assert_eq!(c.files, ranks + 1 + 1, "{ranks} ranks");
+    }
+    let (small, large) = (&runs[0].1, &runs[2].1);
+    assert!(
+        large.sidecar_sizes.last().unwrap() <= &(small.sidecar_sizes.first().unwrap() + 16),
+        "{small:?} {large:?}"
+    );
+    // Linear: the bytes per rank file beyond the union are the same at 4
+    // and at 64 ranks (a manifest entry and a sidecar each).
+    let (a, b) = (per_file(small, 1), per_file(large, 1));
+    assert!(
+        b < 1.25 * a,
+        "per rank file: {a:.0} B at 4 ranks, {b:.0} B at 64"
+    );
+    let per_manifest_entry = large.manifest_bytes as f64 / 64.0;
+    assert!(
+        (small.manifest_bytes as f64 / 4.0 - per_manifest_entry).abs() < 60.0,
+        "manifest bytes per member: {small:?} {large:?}"
+    );
+    // The union grows with the ranks (each brings its own entries).
+    assert!(large.union > 10 * small.union);
+}
+
+#[test]
+fn bytes_and_files_written_at_done_grow_linearly_with_files() {
+    let runs: Vec<(usize, Commit)> = [2, 8, 32].iter().map(|&d| (d, commit(d, 8))).collect();
+    for (dirs, c) in &runs {
+        eprintln!("{dirs} directories x 8 ranks: {c:?}");
+        assert!(spread(c) <= 16, "{dirs} directories: {c:?}");
+        // A union inode per directory, a sidecar per file, one manifest.
+        assert_eq!(c.files, dirs * 8 + dirs + 1, "{dirs} directories");
+        assert!(c.sidecar_bytes <= c.rank_files as u64 * c.sidecar_sizes.last().unwrap());
+    }
+    let (a, b) = (per_file(&runs[0].1, 2), per_file(&runs[2].1, 32));
+    assert!(
+        b < 1.25 * a,
+        "per rank file: {a:.0} B at 16 files, {b:.0} B at 256"
+    );
+    let total = |c: &Commit| c.bytes as f64;
+    // 16x the files, about 16x the bytes (not 256x).
+    let ratio = total(&runs[2].1) / total(&runs[0].1);
+    assert!(
+        (12.0..20.0).contains(&ratio),
+        "bytes: x{ratio:.1} for 16x the files"
+    );
+}
