@@ -8,6 +8,7 @@ pub mod config;
 pub mod model;
 pub mod shell;
 mod table;
+pub mod vllm;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;

@@ -1,0 +1,10 @@
+"""`python3 -m vllm.entrypoints.cli.main serve M ...` (what the `vllm` script runs) -> examples/fake_vllm.py."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+from fake_vllm import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:], serve=True))
