@@ -88,6 +88,30 @@ fn main() {
         ms(*times.iter().min().unwrap()),
         ms(*times.iter().max().unwrap())
     );
+    // Anchors, same run: what verifying every byte costs on its own (read
+    // and sha256 of the 8 files; and their JSON check).
+    let dir = root.join("0.7.2/sm121/0123456789abcdef");
+    let (mut hash, mut parse) = (Vec::new(), Vec::new());
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        let files: Vec<Vec<u8>> = (0..8)
+            .map(|r| std::fs::read(dir.join(format!("rank_tp{r}_pp0_dp0.json"))).unwrap())
+            .collect();
+        for f in &files {
+            std::hint::black_box(cache::sha256_hex(f));
+        }
+        hash.push(t0.elapsed());
+        let t0 = Instant::now();
+        for f in &files {
+            std::hint::black_box(cache::json_object_entries(f).is_ok());
+        }
+        parse.push(t0.elapsed());
+    }
+    println!(
+        "  anchors: read + sha256 of the 8 files median {}; their JSON check median {}",
+        ms(median(hash)),
+        ms(median(parse))
+    );
 
     // --- status over 10,000 files ---------------------------------------
     let root = t.path().join("status");

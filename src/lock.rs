@@ -8,9 +8,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
-
 use crate::store::STATE_DIR;
 
 /// Held until dropped.
@@ -72,31 +69,9 @@ pub fn acquire(
     timeout: Duration,
     what: &str,
 ) -> Result<CacheLock, LockError> {
-    // No symlink followed, no blocking on a FIFO planted there, and only a
-    // regular file is used.
-    let fd = openat(
-        state,
-        "lock",
-        OFlag::O_RDWR
-            | OFlag::O_CREAT
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )
-    .map_err(|e| LockError::Io(e.into()))?;
-    let mut file = File::from(fd);
-    match file.metadata() {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => {
-            return Err(LockError::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{STATE_DIR}/lock is not a regular file"),
-            )))
-        }
-        Err(e) => return Err(LockError::Io(e)),
-    }
+    // Never through a symlink, never blocking on a FIFO planted there.
+    let mut file =
+        crate::cache::fsx::open_state_file_rw(state, "lock", false).map_err(LockError::Io)?;
     let start = Instant::now();
     let mut logged = false;
     loop {

@@ -83,7 +83,7 @@ pub fn landed(root: &Path, landed: &[PathBuf], at: Duration) {
                     .map_or_else(|why| why, |n| format!("{n} entries"));
                 tracing::info!(
                     "landed {} ({entries}, {t:.1} s after the launch)",
-                    rel.display()
+                    crate::logging::Shown(&rel)
                 );
             }
             Line::Switch { distinct } => tracing::info!(

@@ -424,9 +424,7 @@ pub struct Runs {
 impl Runs {
     /// Open (creating) `<root>/.keepwrap/running`, never through a symlink.
     pub fn open(root: &Path) -> io::Result<Runs> {
-        let root = fsx::open_root(root)?;
-        let state = fsx::mkdir_open_at(root.as_fd(), STATE_DIR, 0o755)?;
-        let dir = fsx::mkdir_open_at(state.as_fd(), RUNNING_DIR, 0o755)?;
+        let dir = fsx::state_dir(root, RUNNING_DIR)?;
         Ok(Runs { dir })
     }
 

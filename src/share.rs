@@ -725,7 +725,7 @@ impl Share {
     /// Before keepwrap exits: let the publication finish, at most
     /// `--share-timeout` (then the launch goes on without it).
     pub fn finish(&mut self) {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::clock::after(Instant::now(), self.timeout);
         loop {
             let busy = self.running.as_ref().is_some_and(|h| !h.is_finished());
             if !busy {
@@ -1056,7 +1056,7 @@ mod tests {
                 cluster: cluster.into(),
                 node: Node { nnodes: 2, rank },
                 files: vec![(
-                    format!("v/sm1/k/rank_tp{rank}_pp0_dp0.json"),
+                    format!("0.7.2/sm121/0123456789abcdef/rank_tp{rank}_pp0_dp0.json"),
                     b"{}".to_vec(),
                 )],
             };
@@ -1094,7 +1094,7 @@ mod tests {
 
     #[test]
     fn checked_path_refuses_escapes() {
-        assert!(checked_path("0.7.2/sm121/k/rank_tp0_pp0_dp0.json").is_some());
+        assert!(checked_path("0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json").is_some());
         assert!(checked_path("../x/rank_tp0_pp0_dp0.json").is_none());
         assert!(checked_path("/abs/rank_tp0_pp0_dp0.json").is_none());
         assert!(checked_path("a/.hidden/rank_tp0_pp0_dp0.json").is_none());
@@ -1108,7 +1108,7 @@ mod tests {
         let node = |rank| Node { nnodes: 2, rank };
         let file = |r: u32| {
             (
-                format!("v/sm1/k/rank_tp{r}_pp0_dp0.json"),
+                format!("0.7.2/sm121/0123456789abcdef/rank_tp{r}_pp0_dp0.json"),
                 format!("{{\"a{r}\": [1, 2], \"_generation\": \"x\"}}").into_bytes(),
             )
         };
@@ -1128,7 +1128,7 @@ mod tests {
         std::fs::write(
             share
                 .path()
-                .join("keepwrap/c/node1/v/sm1/k/rank_tp1_pp0_dp0.json"),
+                .join("keepwrap/c/node1/0.7.2/sm121/0123456789abcdef/rank_tp1_pp0_dp0.json"),
             b"{}",
         )
         .unwrap();

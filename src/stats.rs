@@ -130,12 +130,27 @@ pub fn credit_boot(
 }
 
 impl Stats {
+    /// The statistics of the state directory `state`: none yet when the
+    /// file is missing; a file that is not a regular file (never followed,
+    /// never blocked on), larger than 1 MiB or not valid is ignored with one
+    /// warning, and counting starts again.
     pub fn load(state: BorrowedFd<'_>) -> Stats {
-        let mut buf = Vec::new();
-        crate::cache::fsx::read_at(state, FILE, &mut buf, 1 << 20)
-            .ok()
-            .and_then(|_| serde_json::from_slice(&buf).ok())
-            .unwrap_or_default()
+        use crate::cache::fsx;
+        let shown = format!("{}/{FILE}", fsx::STATE_DIR);
+        let then = "statistics start again";
+        match fsx::read_state_file(state, FILE, 1 << 20) {
+            Ok(None) => Stats::default(),
+            Ok(Some(buf)) => serde_json::from_slice(&buf).unwrap_or_else(|e| {
+                let e =
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not valid: {e}"));
+                fsx::warn_state_file(&shown, &e, then);
+                Stats::default()
+            }),
+            Err(e) => {
+                fsx::warn_state_file(&shown, &e, then);
+                Stats::default()
+            }
+        }
     }
 
     /// Replace the file (atomically, not fsynced: see the module docs).

@@ -40,13 +40,11 @@ use crate::cache::{self, fsx, ForeignSet, Member};
 use crate::canonical::{self, Style};
 
 /// keepwrap's state directory, inside the cache root.
-pub const STATE_DIR: &str = ".keepwrap";
+pub const STATE_DIR: &str = fsx::STATE_DIR;
 /// The manifest inside a stored set's directory.
 const MANIFEST: &str = ".set.json";
 const FORMAT: u32 = 1;
 const DIR_MODE: u32 = 0o755;
-/// Larger manifests and launch records are not read.
-const MAX_RECORD: u64 = 64 << 20;
 
 /// How much the store may hold.
 #[derive(Debug, Clone, Copy)]
@@ -180,8 +178,13 @@ pub fn test_pause() {
     }
 }
 
-/// Where a member's two files are, relative to a base directory.
+/// Where a member's two files are, relative to a base directory: only
+/// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
+/// rank_*.json`), so that the store never moves anything else.
 fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
+    if !cache::is_cache_file(Path::new(path)) {
+        return None;
+    }
     fsx::open_dir_path(base, Path::new(split(path).0)).ok()
 }
 
@@ -221,6 +224,14 @@ fn move_members(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) ->
     Ok(moved)
 }
 
+/// The directories (relative) that hold the members of a set, once each.
+fn member_parents(man: &Manifest) -> Vec<&str> {
+    let mut parents: Vec<&str> = man.members.iter().map(|m| split(&m.path).0).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    parents
+}
+
 /// Files of `members` under `from` whose path under `to` is taken.
 fn conflicts(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) -> Vec<String> {
     let mut out = Vec::new();
@@ -242,10 +253,33 @@ fn conflicts(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) -> Ve
     out
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(dir: BorrowedFd<'_>, name: &str) -> Option<T> {
-    let mut buf = Vec::new();
-    fsx::read_at(dir, name, &mut buf, MAX_RECORD).ok()?;
-    serde_json::from_slice(&buf).ok()
+/// Read the record `name` of `dir` (`shown`: the directory for the log,
+/// `.keepwrap/launches` say). None when there is none; a record that is not
+/// a regular file, too large or not valid JSON is ignored with one warning.
+fn read_json<T: for<'de> Deserialize<'de>>(
+    dir: BorrowedFd<'_>,
+    shown: &str,
+    name: &str,
+) -> Option<T> {
+    let warn =
+        |e: &io::Error| fsx::warn_state_file(&format!("{shown}/{name}"), e, "it is not used");
+    let buf = match fsx::read_state_file(dir, name, fsx::STATE_FILE_MAX) {
+        Ok(buf) => buf?,
+        Err(e) => {
+            warn(&e);
+            return None;
+        }
+    };
+    match serde_json::from_slice(&buf) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn(&io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not valid: {e}"),
+            ));
+            None
+        }
+    }
 }
 
 fn write_json<T: Serialize>(dir: BorrowedFd<'_>, name: &str, value: &T) -> io::Result<()> {
@@ -276,9 +310,9 @@ impl Store {
     /// must exist.
     pub fn open(root: &Path) -> io::Result<Store> {
         let root_fd = fsx::open_root(root)?;
-        let state = fsx::mkdir_open_at(root_fd.as_fd(), STATE_DIR, DIR_MODE)?;
-        let store = fsx::mkdir_open_at(state.as_fd(), "store", DIR_MODE)?;
-        let launches = fsx::mkdir_open_at(state.as_fd(), "launches", DIR_MODE)?;
+        let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, Some(DIR_MODE))?;
+        let store = fsx::open_state_dir_at(state.as_fd(), "store", Some(DIR_MODE))?;
+        let launches = fsx::open_state_dir_at(state.as_fd(), "launches", Some(DIR_MODE))?;
         Ok(Store {
             root: root.to_path_buf(),
             root_fd,
@@ -292,9 +326,9 @@ impl Store {
     /// Open an existing store read-only; None when there is none.
     pub fn open_existing(root: &Path) -> Option<Store> {
         let root_fd = fsx::open_root(root).ok()?;
-        let state = fsx::open_dir_at(root_fd.as_fd(), STATE_DIR).ok()?;
-        let store = fsx::open_dir_at(state.as_fd(), "store").ok()?;
-        let launches = fsx::open_dir_at(state.as_fd(), "launches").ok()?;
+        let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, None).ok()?;
+        let store = fsx::open_state_dir_at(state.as_fd(), "store", None).ok()?;
+        let launches = fsx::open_state_dir_at(state.as_fd(), "launches", None).ok()?;
         Some(Store {
             root: root.to_path_buf(),
             root_fd,
@@ -353,7 +387,8 @@ impl Store {
         let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), name) else {
             return;
         };
-        let Some(man) = read_json::<Manifest>(dir.as_fd(), MANIFEST) else {
+        let shown = format!("{STATE_DIR}/store/{name}");
+        let Some(man) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
             // The manifest is written before any member moves.
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             return;
@@ -387,7 +422,8 @@ impl Store {
         let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
             return;
         };
-        let Some(man) = read_json::<Manifest>(dir.as_fd(), MANIFEST) else {
+        let shown = format!("{STATE_DIR}/{name}");
+        let Some(man) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
             // Every member moved out: only the empty directories are left.
             let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
             return;
@@ -498,7 +534,7 @@ impl Store {
             .and_then(|()| {
                 // What enters the store is what was signed: a file the
                 // engine replaced meanwhile does not.
-                self.verify(dir.as_fd(), &man, true)
+                self.verify(dir.as_fd(), &man)
                     .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
             })
             .and_then(|()| self.install(&staging, &set.fingerprint));
@@ -630,35 +666,30 @@ impl Store {
             return None;
         }
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
-        read_json(dir.as_fd(), MANIFEST)
+        read_json(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"), MANIFEST)
     }
 
     /// Is the set under `dir` whole and intact: every member's bytes as
-    /// signed (with `bytes`; else only their size) and a JSON object, every
-    /// sidecar signed for its launch in this set? Stash checks the bytes
-    /// before a set enters the store; restore checks sizes and sidecars.
-    fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest, bytes: bool) -> Result<(), String> {
+    /// signed and a JSON object, every sidecar signed for its launch in
+    /// this set? Stash checks before a set enters the store, restore before
+    /// it leaves (a same-size edit included).
+    fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
+        // The manifest lists the very set its id names (the sidecars are
+        // checked against the id below): never a part of it.
+        if cache::set_id(&man.fingerprint, &man.members) != man.set_id {
+            return Err("the manifest does not list the members of its set".into());
+        }
         let mut buf = Vec::new();
         for m in &man.members {
             let d = member_dir(dir, &m.path).ok_or_else(|| format!("{}: missing", m.path))?;
             let [json, launch] = names(split(&m.path).1);
-            if bytes {
-                fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
-                    .map_err(|e| format!("{}: {e}", m.path))?;
-                if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
-                    return Err(format!("{}: changed after signing", m.path));
-                }
-                cache::json_object_entries(&buf)
-                    .map_err(|_| format!("{}: not a JSON object", m.path))?;
-            } else {
-                let st = fsx::lstat_at(d.as_fd(), json.as_c_str())
-                    .map_err(|e| format!("{}: {e}", m.path))?;
-                if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File
-                    || st.st_size.max(0) as u64 != m.size
-                {
-                    return Err(format!("{}: changed after signing", m.path));
-                }
+            fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
+                .map_err(|e| format!("{}: {e}", m.path))?;
+            if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
+                return Err(format!("{}: changed after signing", m.path));
             }
+            cache::json_object_entries(&buf)
+                .map_err(|_| format!("{}: not a JSON object", m.path))?;
             fsx::read_at(d.as_fd(), launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
@@ -677,8 +708,11 @@ impl Store {
         if man.fingerprint != fp {
             return Err("its manifest names another launch".into());
         }
+        if let Some(why) = self.untrusted_in_entry(fp, &man) {
+            return Err(why);
+        }
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).map_err(|e| e.to_string())?;
-        self.verify(dir.as_fd(), &man, true)
+        self.verify(dir.as_fd(), &man)
     }
 
     /// Bring the stored set of `fp` back to its paths. None when there is
@@ -694,11 +728,29 @@ impl Store {
             self.delete_entry(fp);
             return None;
         }
-        if let Err(why) = self.verify(dir.as_fd(), &man, false) {
+        // From: a set another user could have planted or edited is not
+        // trusted, whatever its sidecars say.
+        if let Some(why) = self.untrusted_in_entry(fp, &man) {
+            warn!(
+                "store: not restoring the stored set of this launch: {why}; removed it, the launch tunes"
+            );
+            self.delete_entry(fp);
+            return None;
+        }
+        // Every byte as signed: a rank file edited in the store (its size
+        // unchanged) is never loaded by the engine.
+        if let Err(why) = self.verify(dir.as_fd(), &man) {
             warn!(
                 "store: the stored set of this launch is not intact ({why}); removed it, the launch tunes"
             );
             self.delete_entry(fp);
+            return None;
+        }
+        // Into: never a directory another user can write.
+        if let Some((parent, why)) = self.untrusted_destination(&man) {
+            warn!(
+                "store: not restoring the stored set of this launch into {parent}: {why}; it stays in the store"
+            );
             return None;
         }
         let taken = conflicts(dir.as_fd(), self.root_fd.as_fd(), &man.members);
@@ -737,6 +789,41 @@ impl Store {
         })
     }
 
+    /// Why the entry of `fp` is not to be trusted: a directory of it (or
+    /// above it, up to `.keepwrap`) another user can write, by the rule the
+    /// cache tree is judged by ([`cache::untrusted_dir`]).
+    fn untrusted_in_entry(&self, fp: &str, man: &Manifest) -> Option<String> {
+        member_parents(man).into_iter().find_map(|parent| {
+            let rel = Path::new("store").join(fp).join(parent);
+            match cache::untrusted_dir(self.state.as_fd(), &rel) {
+                Ok(why) => why,
+                Err(e) => Some(format!("cannot check {STATE_DIR}/{}: {e}", rel.display())),
+            }
+        })
+    }
+
+    /// The first directory a member would be restored into (its nearest
+    /// existing ancestor: what is missing is created by keepwrap) that
+    /// another user can write, with why.
+    fn untrusted_destination(&self, man: &Manifest) -> Option<(String, String)> {
+        member_parents(man).into_iter().find_map(|parent| {
+            let mut at = Path::new(parent);
+            loop {
+                match cache::untrusted_dir(self.root_fd.as_fd(), at) {
+                    Ok(None) => return None,
+                    Ok(Some(why)) => return Some((parent.to_string(), why)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => at = at.parent()?,
+                    Err(e) => {
+                        return Some((
+                            parent.to_string(),
+                            format!("cannot check {}: {e}", at.display()),
+                        ))
+                    }
+                }
+            }
+        })
+    }
+
     /// Delete the entry of `fp` (atomically gone: renamed to trash first).
     fn delete_entry(&self, fp: &str) {
         let trash = format!("trash-{}", unique_id());
@@ -762,7 +849,8 @@ impl Store {
             let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), name.as_str()) else {
                 continue;
             };
-            let Some(manifest) = read_json::<Manifest>(dir.as_fd(), MANIFEST) else {
+            let shown = format!("{STATE_DIR}/store/{name}");
+            let Some(manifest) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
                 continue;
             };
             let mut bytes = 0;
@@ -865,7 +953,11 @@ impl Store {
         if !is_fp(fp) {
             return None;
         }
-        read_json(self.launches.as_fd(), &format!("{fp}.json"))
+        read_json(
+            self.launches.as_fd(),
+            &format!("{STATE_DIR}/launches"),
+            &format!("{fp}.json"),
+        )
     }
 
     /// Every launch record.

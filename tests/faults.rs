@@ -380,7 +380,10 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     let template = prune_template(LAUNCHES, DIRS);
     let good: Vec<PathBuf> = cache_files(&template.path().join("root"))
         .into_iter()
-        .filter(|p| p.to_string_lossy().contains("/L-"))
+        .filter(|p| {
+            p.to_string_lossy()
+                .contains(&format!("/{}/", writer_key("L", 1)))
+        })
         .collect();
     assert_eq!(good.len(), 4);
 

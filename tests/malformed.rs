@@ -533,8 +533,10 @@ fn permission_denied_is_logged_and_not_trusted() {
         &sidecar_rel(&r1),
         &serde_json::to_vec(&forged_sidecar(&fp, &r1, GOOD)).unwrap(),
     );
-    std::fs::create_dir_all(root.join("locked/x")).unwrap();
-    put(&root, "locked/x/rank_tp0_pp0_dp0.json", GOOD);
+    // A <key16> directory it cannot list.
+    let locked = "0.7.2/sm90/fedcba9876543210";
+    std::fs::create_dir_all(root.join(locked)).unwrap();
+    put(&root, &format!("{locked}/rank_tp0_pp0_dp0.json"), GOOD);
     Command::new("chown")
         .args(["-R", &format!("{uid}:{uid}")])
         .arg(&root)
@@ -545,7 +547,7 @@ fn permission_denied_is_logged_and_not_trusted() {
     };
     mode(RANK0, 0o000);
     mode(&sidecar_rel(&r1), 0o000);
-    mode("locked/x", 0o000);
+    mode(locked, 0o000);
     let mut cmd = keepwrap(&root);
     {
         use std::os::unix::process::CommandExt;
@@ -567,7 +569,9 @@ fn permission_denied_is_logged_and_not_trusted() {
         b.stderr
     );
     assert!(
-        b.logged("warning: cannot open directory locked/x: Permission denied"),
+        b.logged(&format!(
+            "warning: cannot open directory {locked}: Permission denied"
+        )),
         "{}",
         b.stderr
     );

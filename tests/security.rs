@@ -86,7 +86,7 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
         std::fs::write(outside.join(format!("rank_tp{r}_pp0_dp0.json")), PRECIOUS).unwrap();
     }
     std::fs::create_dir_all(root.join(DIR)).unwrap();
-    std::fs::create_dir_all(root.join("0.7.2/sm121/aaaa")).unwrap();
+    std::fs::create_dir_all(root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa")).unwrap();
     // A <key16> directory that is a link to the outside directory.
     symlink(&outside, root.join("0.7.2/sm121/bbbbbbbbbbbbbbbb")).unwrap();
     // A rank file that is a link; a sidecar that is a link beside a real
@@ -94,10 +94,14 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
     symlink(&target, root.join(format!("{DIR}/rank_tp0_pp0_dp0.json"))).unwrap();
     std::fs::write(root.join(format!("{DIR}/rank_tp1_pp0_dp0.json")), b"{}").unwrap();
     symlink(&target, root.join(format!("{DIR}/rank_tp1_pp0_dp0.launch"))).unwrap();
-    symlink(&target, root.join("0.7.2/sm121/aaaa/.autotuner_x1y2.tmp")).unwrap();
     symlink(
         &target,
-        root.join("0.7.2/sm121/aaaa/rank_tp9_pp0_dp0.launch"),
+        root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa/.autotuner_x1y2.tmp"),
+    )
+    .unwrap();
+    symlink(
+        &target,
+        root.join("0.7.2/sm121/aaaaaaaaaaaaaaaa/rank_tp9_pp0_dp0.launch"),
     )
     .unwrap();
 
@@ -119,8 +123,8 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
         "0.7.2/sm121/bbbbbbbbbbbbbbbb".to_string(),
         format!("{DIR}/rank_tp0_pp0_dp0.json"),
         format!("{DIR}/rank_tp1_pp0_dp0.launch"),
-        "0.7.2/sm121/aaaa/.autotuner_x1y2.tmp".to_string(),
-        "0.7.2/sm121/aaaa/rank_tp9_pp0_dp0.launch".to_string(),
+        "0.7.2/sm121/aaaaaaaaaaaaaaaa/.autotuner_x1y2.tmp".to_string(),
+        "0.7.2/sm121/aaaaaaaaaaaaaaaa/rank_tp9_pp0_dp0.launch".to_string(),
     ] {
         assert!(
             std::fs::symlink_metadata(root.join(&rel)).is_err(),
@@ -387,4 +391,339 @@ fn no_env_value_nor_secret_argument_appears_in_any_file_or_log_line() {
     let leaks = files_containing(&cache_root(h.path()), &canary);
     assert!(leaks.is_empty(), "files holding a canary: {leaks:?}");
     assert!(!sidecar_paths(&cache_root(h.path())).is_empty());
+}
+
+// ---- a file name never forges a log line ----
+
+#[test]
+fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let forge = "\n keepwrap: signed 8 cache files\x1b[2K\r";
+    // Planted before the launch: a rank file of the engine's shape, and a
+    // directory under the root, both named to forge a line.
+    std::fs::create_dir_all(root.join(DIR)).unwrap();
+    std::fs::write(
+        root.join(format!("{DIR}/rank_tp7_pp0_dp0{forge}.json")),
+        b"{}",
+    )
+    .unwrap();
+    let odd = root.join(format!("x{forge}"));
+    std::fs::create_dir_all(odd.join("a/b")).unwrap();
+    std::fs::write(odd.join("a/b/rank_tp0_pp0_dp0.json"), b"{}").unwrap();
+    // Written by the engine while it runs.
+    let script = two_ranks_then(
+        "f=$(printf 'rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\033[31m.json'); printf '{}' > \"$d/$f\"",
+    );
+    let b = sh_launch(t.path(), &script);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.stderr.is_empty());
+    for line in b.stderr.lines() {
+        assert!(
+            line.starts_with("keepwrap:"),
+            "a forged line: {line:?}\n{}",
+            b.stderr
+        );
+        assert!(!line.contains('\x1b'), "an escape sequence: {line:?}");
+        assert!(!line.contains('\r'), "a carriage return: {line:?}");
+        assert!(
+            !line.starts_with("keepwrap: signed 8")
+                && !line.starts_with("keepwrap: tuned and signed 8"),
+            "a forged line: {line:?}"
+        );
+    }
+    // The names were shown, escaped.
+    assert!(
+        b.stderr
+            .contains("rank_tp7_pp0_dp0\\n keepwrap: signed 8 cache files\\x1b[2K\\r.json"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.stderr
+            .contains("rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\x1b[31m.json"),
+        "{}",
+        b.stderr
+    );
+}
+
+// ---- state files under .keepwrap/: never followed, never blocked on ----
+
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+}
+
+/// How many warning lines a run logged, leaving out the one that says the
+/// stand-in `sh -c` engine's script is fingerprinted as written.
+fn warning_count(b: &Finished) -> usize {
+    b.log()
+        .iter()
+        .filter(|l| {
+            l.contains("warning:") && !l.contains("the shell command cannot be read safely")
+        })
+        .count()
+}
+
+/// The warning lines of a run that mention `needle`.
+fn warnings_about<'a>(b: &'a Finished, needle: &str) -> Vec<&'a str> {
+    b.log()
+        .into_iter()
+        .filter(|l| l.starts_with("keepwrap: warning: ") && l.contains(needle))
+        .collect()
+}
+
+#[test]
+fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
+    let t = scratch();
+    let state = t.path().join("root/.keepwrap");
+    std::fs::create_dir_all(&state).unwrap();
+    mkfifo(&state.join("stats.json"));
+    let b = sh_launch(t.path(), &two_ranks_then("true"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    let w = warnings_about(&b, ".keepwrap/stats.json");
+    assert_eq!(w.len(), 1, "{}", b.stderr);
+    assert!(w[0].contains("a FIFO, not a regular file"), "{}", w[0]);
+    assert_eq!(warning_count(&b), 1, "{}", b.stderr);
+}
+
+#[test]
+fn a_lock_planted_as_a_fifo_or_a_link_to_dev_zero_is_never_opened_through() {
+    for what in ["a FIFO", "a symlink"] {
+        let t = scratch();
+        let state = t.path().join("root/.keepwrap");
+        std::fs::create_dir_all(&state).unwrap();
+        let lock = state.join("lock");
+        if what == "a FIFO" {
+            mkfifo(&lock);
+        } else {
+            symlink("/dev/zero", &lock).unwrap();
+        }
+        let b = sh_launch(t.path(), &two_ranks_then("exit 7"));
+        assert_eq!(b.code, 7, "{what}: the exit status passes: {}", b.stderr);
+        let w = warnings_about(&b, ".keepwrap/lock");
+        assert_eq!(w.len(), 1, "{what}: {}", b.stderr);
+        assert!(
+            w[0].contains(&format!("{what}, not a regular file"))
+                && w[0].ends_with("the launch goes on without keeping the cache"),
+            "{what}: {}",
+            w[0]
+        );
+        assert_eq!(warning_count(&b), 1, "{}", b.stderr);
+        let meta = std::fs::symlink_metadata(&lock).unwrap();
+        assert_eq!(
+            meta.file_type().is_symlink(),
+            what == "a symlink",
+            "{what}: left as it was"
+        );
+    }
+}
+
+#[test]
+fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let script = two_ranks_then("true");
+    let b1 = sh_launch(t.path(), &script);
+    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    let fp = fingerprint_of(&["sh", "-c", &script]);
+    // This launch's record, and the manifest of a stored set of another.
+    let record = root.join(format!(".keepwrap/launches/{fp}.json"));
+    assert!(record.is_file());
+    std::fs::remove_file(&record).unwrap();
+    symlink("/dev/zero", &record).unwrap();
+    let other = root.join(format!(".keepwrap/store/{}", "ab".repeat(32)));
+    std::fs::create_dir_all(&other).unwrap();
+    symlink("/dev/zero", other.join(".set.json")).unwrap();
+    let b2 = sh_launch(t.path(), &script);
+    assert_eq!(b2.code, 0, "{}", b2.stderr);
+    assert!(
+        b2.logged("reused 2 cache files signed for this launch"),
+        "{}",
+        b2.stderr
+    );
+    for shown in [
+        format!(".keepwrap/launches/{fp}.json"),
+        format!(".keepwrap/store/{}/.set.json", "ab".repeat(32)),
+    ] {
+        let w = warnings_about(&b2, &shown);
+        assert_eq!(w.len(), 1, "{shown}: {}", b2.stderr);
+        assert!(w[0].contains("a symlink, not a regular file"), "{}", w[0]);
+    }
+    assert_eq!(warning_count(&b2), 2, "{}", b2.stderr);
+}
+
+#[test]
+fn a_state_directory_that_is_a_symlink_is_never_written_through() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    symlink(&elsewhere, root.join(".keepwrap")).unwrap();
+    let b = sh_launch(t.path(), &two_ranks_then("exit 5"));
+    assert_eq!(b.code, 5, "the exit status passes: {}", b.stderr);
+    let w = warnings_about(&b, ".keepwrap");
+    assert_eq!(w.len(), 1, "{}", b.stderr);
+    assert!(
+        w[0].contains(".keepwrap is a symlink, which keepwrap does not follow"),
+        "{}",
+        w[0]
+    );
+    assert_eq!(warning_count(&b), 1, "{}", b.stderr);
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    assert!(is_symlink(&root.join(".keepwrap")));
+}
+
+// ---- only the engine's files are judged ----
+
+/// Every entry below `dir` (keepwrap's own `.keepwrap/` left out): its
+/// path, kind, and bytes or link target.
+fn snapshot(dir: &Path) -> Vec<(String, String)> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            if rel == ".keepwrap" {
+                continue;
+            }
+            let ft = std::fs::symlink_metadata(&p).unwrap().file_type();
+            if ft.is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
+                ));
+            } else if ft.is_dir() {
+                out.push((rel.clone(), "dir".into()));
+                walk(base, &p, out);
+            } else {
+                out.push((rel, sha256_hex(&std::fs::read(&p).unwrap())));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
+    let t = scratch();
+    let model = t.path().join("models/m");
+    std::fs::create_dir_all(model.join("1_Pooling")).unwrap();
+    std::fs::create_dir_all(model.join("blobs")).unwrap();
+    std::fs::write(model.join("config.json"), b"{\"architectures\": [\"X\"]}").unwrap();
+    std::fs::write(model.join("tokenizer.json"), b"{\"version\": \"1.0\"}").unwrap();
+    std::fs::write(model.join("model.safetensors"), vec![7u8; 4096]).unwrap();
+    std::fs::write(model.join("1_Pooling/config.json"), b"{\"pooling\": 1}").unwrap();
+    std::fs::write(model.join("blobs/abc"), b"{\"chat_template\": \"\"}").unwrap();
+    // As in a Hugging Face snapshot: files and directories that are links.
+    symlink("blobs/abc", model.join("tokenizer_config.json")).unwrap();
+    symlink("1_Pooling", model.join("pooling")).unwrap();
+    let before = snapshot(&model);
+    let b = boot(keepwrap(&model).args(["--done", "exit", "--", "sh", "-c", "exit 0"]));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert_eq!(
+        snapshot(&model),
+        before,
+        "byte for byte the same: {}",
+        b.stderr
+    );
+    let warnings: Vec<&str> = b
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings, vec![
+        "keepwrap: warning: left 7 entries under the cache root untouched: not the engine's autotune cache (first: 1_Pooling); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?"
+    ], "{}", b.stderr);
+    assert!(
+        b.logged("prune: kept 0, removed 0 cache files and 0 leftovers"),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let put = |rel: &str, bytes: &[u8]| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    };
+    // The engine's: unsigned, so removed.
+    put(&format!("{DIR}/rank_tp0_pp0_dp0.json"), b"{}");
+    put(&format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"), b"{}");
+    put(&format!("{DIR}/.autotuner_ab12cd.tmp"), b"{");
+    put(&format!("{DIR}/rank_tp9_pp0_dp0.launch"), b"{}");
+    // The engine's, never read back: left alone, not reported.
+    put(
+        &format!("{DIR}/runs/rank_tp0_pp0_dp0.20260101_000000.ab.json"),
+        b"{}",
+    );
+    // Not the engine's: left alone, reported once.
+    let foreign = [
+        "rank_tp0_pp0_dp0.json".to_string(),
+        "0.7.2/notes.json".to_string(),
+        "0.7.2/sm121/x.json".to_string(),
+        "0.7.2/sm121/0123/rank_tp0_pp0_dp0.json".to_string(),
+        format!("{DIR}/other.json"),
+        format!("{DIR}/sub/rank_tp0_pp0_dp0.json"),
+    ];
+    for f in &foreign {
+        put(f, b"{\"not\": \"the engine's\"}");
+    }
+    let b = sh_launch(t.path(), "exit 0");
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    for rel in [
+        format!("{DIR}/rank_tp0_pp0_dp0.json"),
+        format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"),
+    ] {
+        assert!(
+            b.logged(&format!("removed {rel}: no sidecar (unsigned)")),
+            "{}",
+            b.stderr
+        );
+        assert!(!root.join(&rel).exists());
+    }
+    assert!(!root.join(format!("{DIR}/.autotuner_ab12cd.tmp")).exists());
+    assert!(!root.join(format!("{DIR}/rank_tp9_pp0_dp0.launch")).exists());
+    assert!(root
+        .join(format!(
+            "{DIR}/runs/rank_tp0_pp0_dp0.20260101_000000.ab.json"
+        ))
+        .is_file());
+    for f in &foreign {
+        assert_eq!(
+            std::fs::read(root.join(f)).unwrap(),
+            b"{\"not\": \"the engine's\"}",
+            "{f} untouched: {}",
+            b.stderr
+        );
+        assert!(
+            !b.log().iter().any(|l| l.contains(&format!("removed {f}"))),
+            "{}",
+            b.stderr
+        );
+    }
+    let warnings: Vec<&str> = b
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", b.stderr);
+    // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
+    assert!(
+        warnings[0].starts_with("keepwrap: warning: left 6 entries under the cache root untouched: not the engine's autotune cache (first: rank_tp0_pp0_dp0.json); "),
+        "{}",
+        warnings[0]
+    );
 }

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -161,9 +162,13 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     assert_eq!(v["stats"]["launches"], 0);
 }
 
+/// Where the tiny engine writes its rank file.
+const TINY_DIR: &str = "0.7.2/sm121/0123456789abcdef";
 /// A tiny engine: writes one cache file of `size` bytes for arm `name`.
+const SCRIPT: &str = "import json,os,sys\nd=os.path.join(os.environ['KEEPWRAP_CACHE_DIR'],'0.7.2/sm121/0123456789abcdef')\nos.makedirs(d,exist_ok=True)\nopen(d+'/rank_tp0_pp0_dp0.json','w').write(json.dumps({'pad':'x'*int(sys.argv[2])}))";
+
+/// Run the tiny engine for arm `name`, `size` bytes.
 fn tiny(root: &Path, name: &str, size: usize, extra: &[&str]) -> Finished {
-    const SCRIPT: &str = "import json,os,sys\nd=os.path.join(os.environ['KEEPWRAP_CACHE_DIR'],'0.7.2/sm121/k')\nos.makedirs(d,exist_ok=True)\nopen(d+'/rank_tp0_pp0_dp0.json','w').write(json.dumps({'pad':'x'*int(sys.argv[2])}))";
     let mut cmd = keepwrap(root);
     cmd.args(extra)
         .args(["--", "python3", "-c", SCRIPT, name, &size.to_string()]);
@@ -171,8 +176,11 @@ fn tiny(root: &Path, name: &str, size: usize, extra: &[&str]) -> Finished {
 }
 
 fn fp8_of_tiny(name: &str, size: usize) -> String {
-    const SCRIPT: &str = "import json,os,sys\nd=os.path.join(os.environ['KEEPWRAP_CACHE_DIR'],'0.7.2/sm121/k')\nos.makedirs(d,exist_ok=True)\nopen(d+'/rank_tp0_pp0_dp0.json','w').write(json.dumps({'pad':'x'*int(sys.argv[2])}))";
-    fingerprint(&[], &["python3", "-c", SCRIPT, name, &size.to_string()])[..8].to_string()
+    fp_of_tiny(name, size)[..8].to_string()
+}
+
+fn fp_of_tiny(name: &str, size: usize) -> String {
+    fingerprint(&[], &["python3", "-c", SCRIPT, name, &size.to_string()])
 }
 
 /// Move every launch record `secs` into the past (time passes).
@@ -272,13 +280,13 @@ fn unsigned_changed_or_corrupt_files_are_deleted_not_stored() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
     assert_eq!(tiny(&root, "a", 10, &[]).code, 0);
-    let f = root.join("0.7.2/sm121/k/rank_tp0_pp0_dp0.json");
+    let f = root.join(format!("{TINY_DIR}/rank_tp0_pp0_dp0.json"));
     std::fs::write(&f, "{\"pad\": \"changed\"}").unwrap();
     let b = tiny(&root, "b", 10, &[]);
     assert!(
-        b.logged(
-            "removed 0.7.2/sm121/k/rank_tp0_pp0_dp0.json: signed for another launch (fingerprint "
-        ),
+        b.logged(&format!(
+            "removed {TINY_DIR}/rank_tp0_pp0_dp0.json: signed for another launch (fingerprint "
+        )),
         "{}",
         b.stderr
     );
@@ -387,4 +395,128 @@ fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
     drop(lock);
     let b = tiny(&root, "b", 10, &[]);
     assert!(b.logged("prune: kept 0, stored 1,"), "{}", b.stderr);
+}
+
+// ---- the store obeys the same trust as the live tree ----
+
+/// Arm `a` tunes and signs, arm `b` stores it: `a`'s entry in the store.
+fn a_stored(root: &Path) -> PathBuf {
+    for name in ["a", "b"] {
+        let b = tiny(root, name, 100, &[]);
+        assert_eq!(b.code, 0, "{}", b.stderr);
+    }
+    let entry = state(root).join("store").join(fp_of_tiny("a", 100));
+    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+    entry
+}
+
+#[test]
+fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    let f = entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json");
+    let before = std::fs::read(&f).unwrap();
+    let after = String::from_utf8(before.clone())
+        .unwrap()
+        .replacen('x', "y", 1);
+    assert_eq!(after.len(), before.len());
+    std::fs::write(&f, &after).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged(&format!(
+            "warning: store: the stored set of this launch is not intact ({TINY_DIR}/rank_tp0_pp0_dp0.json: changed after signing); removed it, the launch tunes"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(!entry.exists(), "the edited entry is gone");
+}
+
+#[test]
+fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
+    // (what, directory below the entry, mode, owner)
+    let cases: [(&str, &str, u32, Option<u32>); 3] = [
+        ("the entry world-writable", "", 0o777, None),
+        (
+            "a directory of the entry owned by another user",
+            "0.7.2/sm121",
+            0o755,
+            Some(65534),
+        ),
+        (
+            "the entry's rank directory world-writable",
+            TINY_DIR,
+            0o777,
+            None,
+        ),
+    ];
+    for (what, below, mode, owner) in cases {
+        if owner.is_some() && !is_root() {
+            eprintln!("{what}: skipped, needs root to chown");
+            continue;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let entry = a_stored(&root);
+        let dir = entry.join(below);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+        }
+        let b = tiny(&root, "a", 100, &[]);
+        assert_eq!(b.code, 0, "{what}: {}", b.stderr);
+        assert!(!b.logged("restored "), "{what}: {}", b.stderr);
+        let warned: Vec<&str> = b
+            .log()
+            .into_iter()
+            .filter(|l| {
+                l.starts_with("keepwrap: warning: store: not restoring the stored set of this launch: in a directory another user can write (")
+            })
+            .collect();
+        assert_eq!(warned.len(), 1, "{what}: {}", b.stderr);
+        assert!(!entry.exists(), "{what}: the entry is removed");
+    }
+}
+
+#[test]
+fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    // b's set is in place now; the directory above it is world-writable.
+    let dir = root.join("0.7.2/sm121");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged(&format!(
+            "warning: store: not restoring the stored set of this launch into {TINY_DIR}: in a directory another user can write (0.7.2/sm121: world-writable without the sticky bit); it stays in the store"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+}
+
+#[test]
+fn a_store_another_user_can_write_is_not_used() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    let store = state(&root).join("store");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged("warning: cannot open the store .keepwrap/ in ")
+            && b.logged(": store is a directory another user can write (world-writable without the sticky bit); "),
+        "{}",
+        b.stderr
+    );
+    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
 }

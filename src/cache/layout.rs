@@ -1,4 +1,11 @@
 //! Which names under the root are what, and the no-follow walk over the tree.
+//!
+//! Only paths shaped like the engine's cache are the engine's:
+//! `<version>/sm<arch>/<key16>/` directories, and in them `rank_*.json` with
+//! keepwrap's `rank_*.launch` sidecars, FlashInfer's `.autotuner_*.tmp` and
+//! keepwrap's `.keepwrap-*.tmp` temp files, and `runs/`. Everything else
+//! under the root (a `--cache-dir` pointed at a model directory, a volume
+//! with other things on it) is never judged, moved nor removed.
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -11,9 +18,9 @@ use super::fsx::{self, Kind};
 /// What a directory entry's name makes it, before its type is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// `*.json`: a cache file to judge.
+    /// `rank_*.json`: a cache file to judge.
     Cache,
-    /// `*.launch`: keepwrap's sidecar.
+    /// `rank_*.launch`: keepwrap's sidecar.
     Sidecar,
     /// `.autotuner_*.tmp`: FlashInfer's temp file, left by a crash.
     AutotunerTmp,
@@ -26,10 +33,18 @@ pub enum Role {
 pub const CACHE_EXT: &[u8] = b".json";
 pub const SIDECAR_EXT: &[u8] = b".launch";
 
+/// What the name of an entry of a `<key16>/` directory makes it.
 pub fn role(name: &[u8]) -> Role {
-    if name.ends_with(CACHE_EXT) && name.len() > CACHE_EXT.len() {
+    const RANK: &[u8] = b"rank_";
+    if name.starts_with(RANK)
+        && name.ends_with(CACHE_EXT)
+        && name.len() > RANK.len() + CACHE_EXT.len()
+    {
         Role::Cache
-    } else if name.ends_with(SIDECAR_EXT) && name.len() > SIDECAR_EXT.len() {
+    } else if name.starts_with(RANK)
+        && name.ends_with(SIDECAR_EXT)
+        && name.len() > RANK.len() + SIDECAR_EXT.len()
+    {
         Role::Sidecar
     } else if name.starts_with(b".autotuner_") && name.ends_with(b".tmp") && name.len() >= 15 {
         Role::AutotunerTmp
@@ -40,10 +55,51 @@ pub fn role(name: &[u8]) -> Role {
     }
 }
 
-/// Is a directory with this name walked into? Not `runs/` (never read back
-/// by the engine) and not a hidden directory (keepwrap's own `.keepwrap/`).
-pub fn walks_into(name: &[u8]) -> bool {
-    !name.starts_with(b".") && name != b"runs"
+/// The depth of the `<key16>/` directories below the root.
+pub const KEY_DEPTH: usize = 3;
+
+/// Is `name` the name of a directory of the engine's layout at `depth`
+/// (the root is 0): `<version>` (`0.7.2`, `0.6.1.post2`, `unknown`),
+/// `sm<arch>` (`sm90`, `sm121`), `<key16>` (16 lowercase hex digits)?
+pub fn is_layout_dir(depth: usize, name: &[u8]) -> bool {
+    match depth {
+        0 => {
+            name == b"unknown"
+                || (name.first().is_some_and(u8::is_ascii_digit)
+                    && name.contains(&b'.')
+                    && name
+                        .iter()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(b)))
+        }
+        1 => {
+            name.len() > 2
+                && name.len() <= 8
+                && name.starts_with(b"sm")
+                && name[2..].iter().all(u8::is_ascii_digit)
+        }
+        2 => {
+            name.len() == 16
+                && name
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+        }
+        _ => false,
+    }
+}
+
+/// Is an entry of a directory at `depth` keepwrap's or the engine's, by
+/// its name and kind (a directory of the layout, a file of a `<key16>/`
+/// directory, `runs/`, keepwrap's `.keepwrap/` at the root)? What is not is
+/// left alone, and reported.
+pub fn is_engines(depth: usize, name: &[u8], kind: Kind) -> bool {
+    if depth < KEY_DEPTH {
+        return (depth == 0 && name == super::fsx::STATE_DIR.as_bytes())
+            || (matches!(kind, Kind::Dir | Kind::Symlink) && is_layout_dir(depth, name));
+    }
+    match role(name) {
+        Role::Other => name == b"runs",
+        _ => kind != Kind::Dir || role(name) == Role::Cache,
+    }
 }
 
 /// `rank_tp0_pp0_dp0.json` -> `rank_tp0_pp0_dp0.launch`, into `out`
@@ -145,6 +201,20 @@ pub struct DirView<'a> {
     pub untrusted: Option<&'a Untrusted>,
     /// The parent directory and this directory's name in it (None for the root).
     pub parent: Option<(BorrowedFd<'a>, &'a [u8])>,
+    /// 0 for the root, [`KEY_DEPTH`] for a `<key16>/` directory.
+    pub depth: usize,
+}
+
+impl DirView<'_> {
+    /// What an entry called `name` is here: its [`role`] in a `<key16>/`
+    /// directory, [`Role::Other`] anywhere else.
+    pub fn role(&self, name: &[u8]) -> Role {
+        if self.depth == KEY_DEPTH {
+            role(name)
+        } else {
+            Role::Other
+        }
+    }
 }
 
 fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
@@ -215,14 +285,15 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
     true
 }
 
-/// Walk the tree below `root` (already open), calling `visit` once per
-/// directory with its listing, before walking into its subdirectories. Does
-/// not walk into `runs/`, hidden directories or symlinks. I/O errors are
-/// logged and the subtree skipped.
+/// Walk the engine's layout below `root` (already open): `visit` is called
+/// once per directory (the root, `<version>/`, `sm<arch>/`, `<key16>/`)
+/// with its listing, before walking into its subdirectories. Walks into
+/// nothing else: not `runs/`, nor a directory of another shape, nor a
+/// symlink. I/O errors are logged and the subtree skipped.
 pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
-    walk_dir(root, None, &mut rel, None, euid, visit);
+    walk_dir(root, None, &mut rel, None, euid, 0, visit);
 }
 
 fn walk_dir(
@@ -231,6 +302,7 @@ fn walk_dir(
     rel: &mut Vec<u8>,
     inherited: Option<&Untrusted>,
     euid: u32,
+    depth: usize,
     visit: &mut dyn FnMut(&DirView<'_>, &Listing),
 ) {
     let own = match fsx::stat_fd(fd.as_fd()) {
@@ -271,13 +343,14 @@ fn walk_dir(
             rel,
             untrusted,
             parent,
+            depth,
         },
         &listing,
     );
     let mut cname = Vec::new();
     for e in &listing.ents {
         let name = listing.name(e);
-        if e.kind != Kind::Dir || !walks_into(name) {
+        if e.kind != Kind::Dir || !is_layout_dir(depth, name) {
             continue;
         }
         cname.clear();
@@ -300,6 +373,7 @@ fn walk_dir(
             rel,
             untrusted,
             euid,
+            depth + 1,
             visit,
         );
         rel.truncate(len);

@@ -4,8 +4,9 @@
 //!
 //! Layout under the root (as SGLang and FlashInfer write it):
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
-//! keepwrap's sidecar `rank_....launch` beside each rank file. Every `*.json`
-//! at any depth is judged, except under `runs/` and hidden directories.
+//! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
+//! that shape are judged (`runs/` is left alone); anything else under the
+//! root is never touched, and reported once.
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
@@ -83,11 +84,11 @@ pub struct SignReport {
     pub failed: usize,
 }
 
-/// Is `rel` (relative to the root) a cache file keepwrap guards: `*.json`,
-/// not under a `runs/` directory nor a hidden directory, not a FlashInfer
-/// temp file.
+/// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
+/// the engine's, `<version>/sm<arch>/<key16>/rank_*.json`.
 pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let mut depth = 0;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
         let Component::Normal(name) = c else {
@@ -95,11 +96,12 @@ pub fn is_cache_file(rel: &Path) -> bool {
         };
         let name = name.as_bytes();
         if comps.peek().is_some() {
-            if !layout::walks_into(name) {
+            if !layout::is_layout_dir(depth, name) {
                 return false;
             }
+            depth += 1;
         } else {
-            return layout::role(name) == layout::Role::Cache;
+            return depth == layout::KEY_DEPTH && layout::role(name) == layout::Role::Cache;
         }
     }
     false

@@ -55,6 +55,10 @@ struct State<'f, 's> {
     trash: TrashState,
     /// Always Some, but during `resolve`.
     root: Option<OwnedFd>,
+    /// Entries under the root that are not the engine's (left alone), and
+    /// the first of them.
+    untouched: usize,
+    untouched_first: Option<String>,
     /// The set manifests read, by fingerprint (each read and checked once).
     manifests: Manifests,
 }
@@ -92,13 +96,16 @@ pub fn prune(
         Err(e) => {
             return Err(io::Error::new(
                 e.kind(),
-                format!("open cache root {}: {e}", root.display()),
+                format!("open cache root {}: {e}", crate::logging::Shown(root)),
             ))
         }
     };
-    let root_fd = fd
-        .try_clone()
-        .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
+    let root_fd = fd.try_clone().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("dup cache root {}: {e}", crate::logging::Shown(root)),
+        )
+    })?;
     let mut st = State {
         fingerprint,
         stash,
@@ -114,6 +121,8 @@ pub fn prune(
         plan: Vec::new(),
         trash: TrashState::Unopened,
         root: Some(root_fd),
+        untouched: 0,
+        untouched_first: None,
         manifests: Manifests::new(),
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
@@ -124,6 +133,13 @@ pub fn prune(
         } else {
             trash::empty_at(root.as_fd());
         }
+    }
+    if let Some(first) = &st.untouched_first {
+        let n = st.untouched;
+        warn!(
+            "left {n} {} under the cache root untouched: not the engine's autotune cache (first: {first}); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
+            if n == 1 { "entry" } else { "entries" }
+        );
     }
     let r = &st.report;
     if r.stored > 0 {
@@ -167,19 +183,38 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
 impl State<'_, '_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
         self.plan.clear();
+        // What is not the engine's is left alone, and counted for one
+        // warning at the end.
+        for e in &listing.ents {
+            let name = listing.name(e);
+            if !layout::is_engines(dir.depth, name, e.kind) {
+                self.untouched += 1;
+                if self.untouched_first.is_none() {
+                    self.untouched_first = Some(Rel(dir.rel, name).to_string());
+                }
+            }
+        }
+        if dir.depth < layout::KEY_DEPTH {
+            // Above the rank files: only links where the engine would find
+            // a directory of its layout.
+            for e in &listing.ents {
+                let name = listing.name(e);
+                if e.kind == Kind::Symlink && layout::is_layout_dir(dir.depth, name) {
+                    self.symlinked_dir(dir, name);
+                }
+            }
+            return;
+        }
         // Can the whole directory go to the trash with one rename? Only if
         // everything in it goes.
-        // (Not a directory named *.json: that one is left, as warned.)
-        let mut whole = dir
-            .parent
-            .is_some_and(|(_, name)| layout::role(name) != Role::Cache);
+        let mut whole = dir.parent.is_some();
         // Does it hold nothing but files of other launches waiting for
         // their set (and their sidecars)? Then a whole set may move with it.
         let mut pure = whole;
         let mut nforeign = 0;
         for (i, e) in listing.ents.iter().enumerate() {
             let name = listing.name(e);
-            match layout::role(name) {
+            match dir.role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
                         warn!(
@@ -217,9 +252,6 @@ impl State<'_, '_> {
                             .push((i, Act::Leftover("orphan sidecar (no cache file beside)")));
                     }
                     // else it goes (or stays) with its cache file
-                }
-                Role::Other if e.kind == Kind::Symlink && layout::walks_into(name) => {
-                    self.symlinked_dir(dir, name);
                 }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
                     self.plan

@@ -251,13 +251,10 @@ pub fn manifest_name(fingerprint: &str) -> String {
 /// `<root>/.keepwrap/sets`, opened (never through a symlink); created when
 /// `create`.
 pub fn open_sets(root: BorrowedFd<'_>, create: bool) -> io::Result<OwnedFd> {
-    if create {
-        let state = fsx::mkdir_open_at(root, super::trash::STATE_DIR, 0o755)?;
-        fsx::mkdir_open_at(state.as_fd(), SETS_DIR, 0o755)
-    } else {
-        let state = fsx::open_dir_at(root, super::trash::STATE_DIR)?;
-        fsx::open_dir_at(state.as_fd(), SETS_DIR)
-    }
+    // Never through a symlink, never one another user can write.
+    let mode = create.then_some(0o755);
+    let state = fsx::open_state_dir_at(root, fsx::STATE_DIR, mode)?;
+    fsx::open_state_dir_at(state.as_fd(), SETS_DIR, mode)
 }
 
 /// Read and check the manifest of launch `fingerprint` (the set its

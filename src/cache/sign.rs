@@ -56,7 +56,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         let mut unsignable: Option<String> = None;
         for e in &listing.ents {
             let name = listing.name(e);
-            if layout::role(name) != Role::Cache {
+            if dir.role(name) != Role::Cache {
                 continue;
             }
             let rel = Rel(dir.rel, name);
@@ -240,7 +240,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     })
 }
 
-const STATE: &str = super::trash::STATE_DIR;
+const STATE: &str = super::fsx::STATE_DIR;
 
 /// Longest wait at sign for the change times of files written just now to
 /// settle (on a file system with sub-second times: 100 ms).

@@ -46,7 +46,7 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
         let ents: Vec<(Vec<u8>, Kind)> = listing
             .ents
             .iter()
-            .filter(|e| layout::role(listing.name(e)) == Role::Cache && e.kind != Kind::Dir)
+            .filter(|e| dir.role(listing.name(e)) == Role::Cache && e.kind != Kind::Dir)
             .map(|e| (listing.name(e).to_vec(), e.kind))
             .collect();
         if !ents.is_empty() {

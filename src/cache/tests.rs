@@ -16,6 +16,8 @@ use std::os::fd::AsFd;
 const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const DIR: &str = "0.6.18/sm121/3f9c0a1b2c3d4e5f";
+/// A rank file in another `<key16>/` directory.
+const OTHER_RANK: &str = "0.6.18/sm121/fedcba9876543210/rank_tp0_pp0_dp0.json";
 
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
@@ -426,10 +428,32 @@ fn runs_and_hidden_dirs_are_untouched() {
 #[test]
 fn is_cache_file_rules() {
     assert!(is_cache_file(Path::new(&rank(0))));
-    assert!(is_cache_file(Path::new("x.json")));
-    assert!(is_cache_file(Path::new(
-        "a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json"
-    )));
+    for ok in [
+        "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0_gpuGPU-1234.json",
+        "0.6.1.post2/sm90/0123456789abcdef/rank_tp3_pp0_dp1.json",
+        "0.7.0rc1+cu130/sm100/ffffffffffffffff/rank_x.json",
+        "unknown/sm89/0123456789abcdef/rank_tp0_pp0_dp0.json",
+    ] {
+        assert!(is_cache_file(Path::new(ok)), "{ok}");
+    }
+    // Not the engine's shape: any other depth, directory or file name.
+    for not in [
+        "x.json",
+        "rank_tp0_pp0_dp0.json",
+        "config.json",
+        "a/b/c/d/rank_tp0_pp0_dp0_gpuGPU-1234.json",
+        "0.7.2/sm121/0123456789abcdef/config.json",
+        "0.7.2/sm121/0123456789abcdef/x/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789ABCDEF/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789abcde/rank_tp0_pp0_dp0.json",
+        "0.7.2/smx/0123456789abcdef/rank_tp0_pp0_dp0.json",
+        "1_Pooling/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/rank_tp0_pp0_dp0.json",
+        "0.7.2/sm121/0123456789abcdef/rank_.json",
+        "0.7.2/sm121/0123456789abcdef/runs/rank_tp0_pp0_dp0.json",
+    ] {
+        assert!(!is_cache_file(Path::new(not)), "{not}");
+    }
     assert!(!is_cache_file(Path::new("a/runs/x.json")));
     assert!(!is_cache_file(Path::new(".keepwrap/x.json")));
     assert!(!is_cache_file(Path::new("a/.autotuner_x.tmp")));
@@ -536,24 +560,21 @@ fn fifo_sidecar_does_not_hang() {
 #[test]
 fn directory_named_json_is_left_with_a_warning() {
     let t = tree(0);
-    fs::create_dir_all(t.path().join(format!("{DIR}/weird.json"))).unwrap();
-    put(t.path(), &format!("{DIR}/weird.json/inner.json"), "{}");
+    let weird = format!("{DIR}/rank_tp9_pp0_dp0.json");
+    fs::create_dir_all(t.path().join(&weird)).unwrap();
+    put(t.path(), &format!("{weird}/rank_tp0_pp0_dp0.json"), "{}");
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.left, r.removed), (1, 1), "{logs}");
+    assert_eq!((r.left, r.removed), (1, 0), "{logs}");
     assert!(
-        logs.contains(&format!(
-            "WARN left {DIR}/weird.json: a directory named *.json"
-        )),
-        "{logs}"
-    );
-    assert!(
-        logs.contains(&format!(
-            "removed {DIR}/weird.json/inner.json: no sidecar (unsigned)"
-        )),
+        logs.contains(&format!("WARN left {weird}: a directory named *.json")),
         "{logs}"
     );
     assert!(logs.contains("left 1 that could not be removed"));
-    assert!(t.path().join(format!("{DIR}/weird.json")).is_dir());
+    // Not the engine's layout below it: never walked into.
+    assert!(t
+        .path()
+        .join(format!("{weird}/rank_tp0_pp0_dp0.json"))
+        .is_file());
 }
 
 // ---- sets ----------------------------------------------------------------
@@ -784,28 +805,24 @@ fn sign_for_another_launch_rewrites() {
 #[test]
 fn sign_skips_what_is_not_a_json_object() {
     let t = tree(1);
-    put(t.path(), &format!("{DIR}/bad.json"), "nope");
-    put(t.path(), &format!("{DIR}/list.json"), "[]");
-    put(t.path(), "other/rank_tp0_pp0_dp0.json", &body("o"));
+    put(t.path(), &format!("{DIR}/rank_bad.json"), "nope");
+    put(t.path(), &format!("{DIR}/rank_list.json"), "[]");
+    put(t.path(), OTHER_RANK, &body("o"));
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     // Nothing of a directory holding a file that cannot be signed (a
     // partial hit next boot otherwise); other directories are signed.
-    assert_eq!(
-        s.signed,
-        vec![PathBuf::from("other/rank_tp0_pp0_dp0.json")],
-        "{logs}"
-    );
+    assert_eq!(s.signed, vec![PathBuf::from(OTHER_RANK)], "{logs}");
     assert!(
         logs.contains(&format!("not signed the 1 other cache files of {DIR}/: ")),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!("not signed {DIR}/bad.json: not valid JSON (")),
+        logs.contains(&format!("not signed {DIR}/rank_bad.json: not valid JSON (")),
         "{logs}"
     );
     assert!(
         logs.contains(&format!(
-            "not signed {DIR}/list.json: not a JSON object (an array)"
+            "not signed {DIR}/rank_list.json: not a JSON object (an array)"
         )),
         "{logs}"
     );
@@ -1080,6 +1097,85 @@ fn planted_state_dir_symlink_is_not_used_as_trash() {
         .unwrap()
         .file_type()
         .is_symlink());
+}
+
+// ---- state files under .keepwrap/ -------------------------------------------
+
+#[test]
+fn state_files_are_read_only_when_regular_and_small() {
+    use std::os::fd::AsFd;
+    let t = TempDir::new().unwrap();
+    let dir = fsx::open_root(t.path()).unwrap();
+    let read = |name: &str, max: u64| fsx::read_state_file(dir.as_fd(), name, max);
+    assert!(read("missing.json", 10).unwrap().is_none());
+    fs::write(t.path().join("ok.json"), b"{}").unwrap();
+    assert_eq!(read("ok.json", 10).unwrap().unwrap(), b"{}");
+    fs::write(t.path().join("big.json"), vec![b' '; 11]).unwrap();
+    assert!(read("big.json", 10)
+        .unwrap_err()
+        .to_string()
+        .contains("more than 10"));
+    std::os::unix::fs::symlink("/dev/zero", t.path().join("zero.json")).unwrap();
+    assert_eq!(
+        read("zero.json", 10).unwrap_err().to_string(),
+        "a symlink, not a regular file"
+    );
+    nix::unistd::mkfifo(
+        &t.path().join("fifo.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    assert_eq!(
+        read("fifo.json", 10).unwrap_err().to_string(),
+        "a FIFO, not a regular file"
+    );
+    assert_eq!(
+        fsx::open_state_file_rw(dir.as_fd(), "fifo.json", false)
+            .unwrap_err()
+            .to_string(),
+        "a FIFO, not a regular file"
+    );
+    assert_eq!(
+        fsx::open_state_file_rw(dir.as_fd(), "zero.json", false)
+            .unwrap_err()
+            .to_string(),
+        "a symlink, not a regular file"
+    );
+    assert!(fsx::open_state_file_rw(dir.as_fd(), "lock", false).is_ok());
+    assert!(fsx::open_state_file_rw(dir.as_fd(), "lock", true).is_err());
+}
+
+#[test]
+fn state_directories_are_never_a_symlink_nor_writable_by_another_user() {
+    use std::os::fd::AsFd;
+    let t = TempDir::new().unwrap();
+    let root = fsx::open_root(t.path()).unwrap();
+    fs::create_dir(t.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", t.path().join("linked")).unwrap();
+    assert_eq!(
+        fsx::open_state_dir_at(root.as_fd(), "linked", Some(0o755))
+            .unwrap_err()
+            .to_string(),
+        "linked is a symlink, which keepwrap does not follow"
+    );
+    fs::create_dir(t.path().join("open")).unwrap();
+    fs::set_permissions(t.path().join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        fsx::open_state_dir_at(root.as_fd(), "open", None)
+            .unwrap_err()
+            .to_string(),
+        "open is a directory another user can write (world-writable without the sticky bit)"
+    );
+    assert!(fsx::open_state_dir_at(root.as_fd(), "new", None).is_err());
+    assert!(fsx::open_state_dir_at(root.as_fd(), "new", Some(0o700)).is_ok());
+    assert_eq!(
+        fs::metadata(t.path().join("new")).unwrap().mode() & 0o777,
+        0o700
+    );
+    // Through a symlinked .keepwrap nothing is created.
+    std::os::unix::fs::symlink("elsewhere", t.path().join(fsx::STATE_DIR)).unwrap();
+    assert!(fsx::state_dir(t.path(), "running").is_err());
+    assert_eq!(fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
 }
 
 #[test]

@@ -13,9 +13,7 @@ use tracing::{debug, warn};
 
 use super::fsx;
 
-/// keepwrap's own directory under the root (hidden: never walked, never read
-/// by the engine).
-pub const STATE_DIR: &str = ".keepwrap";
+use super::fsx::STATE_DIR;
 pub const TRASH_DIR: &str = "trash";
 
 pub struct Trash {
@@ -25,30 +23,12 @@ pub struct Trash {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn private_dir(fd: BorrowedFd<'_>, what: &str) -> io::Result<()> {
-    let st = fsx::stat_fd(fd)?;
-    let euid = nix::unistd::geteuid().as_raw();
-    if st.st_uid != euid || st.st_mode & 0o022 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{what} is writable by another user (mode {:o}, uid {})",
-                st.st_mode & 0o7777,
-                st.st_uid
-            ),
-        ));
-    }
-    Ok(())
-}
-
 impl Trash {
-    /// Create (if needed) and open `<root>/.keepwrap/trash`, only if both
-    /// are ours alone.
+    /// Create (if needed) and open `<root>/.keepwrap/trash`, only if no
+    /// other user can write either.
     pub fn open(root: BorrowedFd<'_>) -> io::Result<Trash> {
-        let state = fsx::mkdir_open_at(root, STATE_DIR, 0o700)?;
-        private_dir(state.as_fd(), STATE_DIR)?;
-        let fd = fsx::mkdir_open_at(state.as_fd(), TRASH_DIR, 0o700)?;
-        private_dir(fd.as_fd(), ".keepwrap/trash")?;
+        let state = fsx::open_state_dir_at(root, STATE_DIR, Some(0o700))?;
+        let fd = fsx::open_state_dir_at(state.as_fd(), TRASH_DIR, Some(0o700))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -71,15 +51,12 @@ impl Trash {
 /// Remove everything in the trash below the open root. Returns how many
 /// entries went.
 pub fn empty_at(root: BorrowedFd<'_>) -> usize {
-    let Ok(state) = fsx::open_dir_at(root, STATE_DIR) else {
+    let Ok(state) = fsx::open_state_dir_at(root, STATE_DIR, None) else {
         return 0;
     };
-    let Ok(trash) = fsx::open_dir_at(state.as_fd(), TRASH_DIR) else {
+    let Ok(trash) = fsx::open_state_dir_at(state.as_fd(), TRASH_DIR, None) else {
         return 0;
     };
-    if private_dir(trash.as_fd(), ".keepwrap/trash").is_err() {
-        return 0;
-    }
     let n = fsx::remove_contents(trash.as_fd(), &mut |name, e| {
         warn!(
             "cannot remove .keepwrap/trash/{}: {e}",
@@ -98,7 +75,7 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(io::Error::new(
             e.kind(),
-            format!("open cache root {}: {e}", root.display()),
+            format!("open cache root {}: {e}", crate::logging::Shown(root)),
         )),
     }
 }

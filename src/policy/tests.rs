@@ -41,7 +41,7 @@ enum A {
 /// The engine killed by `sig` (the one place that knows how `Ended`
 /// carries a signal).
 fn killed_by(sig: Signal) -> Ended {
-    Ended::Signaled(sig)
+    Ended::Signaled(sig as i32)
 }
 
 const QUIET: Rule = Rule::Quiet(Duration::from_millis(500));

@@ -247,13 +247,14 @@ pub fn fingerprint_of(argv: &[&str]) -> String {
 
 /// A tiny engine in sh: `sh writer.sh ROOT TAG NDIRS [MARKER]` writes four
 /// rank files (each with its own entry, so unify has work) into
-/// `ROOT/0.7.2/sm121/TAG-<d>/` for d in 1..=NDIRS, each only if absent
-/// (as an engine that hits everything writes nothing new), then touches
-/// MARKER.
+/// `ROOT/0.7.2/sm121/<key16>/` for d in 1..=NDIRS (the key:
+/// [`writer_key`]), each only if absent (as an engine that hits everything
+/// writes nothing new), then touches MARKER.
 pub const WRITER: &str = r#"root=$1; tag=$2; n=$3; marker=$4
+h=$(printf %s "$tag" | od -An -tx1 | tr -d ' \n'); h=$(printf '%s00000000' "$h" | cut -c1-8)
 d=1
 while [ $d -le $n ]; do
-  dir="$root/0.7.2/sm121/$tag-$d"
+  dir="$root/0.7.2/sm121/$h$(printf '%08x' "$d")"
   mkdir -p "$dir"
   for r in 0 1 2 3; do
     f="$dir/rank_tp${r}_pp0_dp0.json"
@@ -263,6 +264,15 @@ while [ $d -le $n ]; do
 done
 [ -z "$marker" ] || : > "$marker"
 "#;
+
+/// The `<key16>` directory the writer writes for TAG and d: the hex of
+/// TAG's first 4 bytes (zero-padded), then d in 8 hex digits.
+pub fn writer_key(tag: &str, d: usize) -> String {
+    let mut h = hex::encode(tag.as_bytes());
+    h.push_str("00000000");
+    h.truncate(8);
+    format!("{h}{d:08x}")
+}
 
 /// Write the writer script into `dir`; returns its path.
 pub fn install_writer(dir: &Path) -> PathBuf {
