@@ -97,6 +97,7 @@ fn build(root: &Path, files: usize, mode: Mode) {
             signed_at: 1_796_049_314,
             signed_at_utc: "2026-11-30T14:35:14Z".into(),
             set: id.into(),
+            committed: None,
             stat,
         };
         let launch = root.join(path.replace(".json", ".launch"));

@@ -436,7 +436,12 @@ impl Runs {
     /// [`Runs::scan`], then remove the ended markers no live launch needs
     /// (see [`tidy`]). Under the cache lock.
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
-        let (seen, strays) = scan_dir(self.dir.as_fd());
+        let (seen, strays, foreign) = scan_dir(self.dir.as_fd());
+        for (name, uid) in foreign {
+            tracing::warn!(
+                "ignored the marker {STATE_DIR}/{RUNNING_DIR}/{name}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone"
+            );
+        }
         tidy(self.dir.as_fd(), &seen, &strays, None);
         seen
     }
@@ -500,12 +505,21 @@ fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
 
 /// The markers in `dir`, and the names of unfinished registrations
 /// (`.<name>.tmp`).
-fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>) {
+/// A marker another user owns: its name and owner.
+type Foreign = (String, u32);
+
+/// The markers of the directory (a marker another user owns is not one:
+/// any user can add a file to a shared root's sticky directory, and a
+/// planted live marker would stop the prune), the names of unfinished
+/// registrations, and the markers of other users with their owner.
+fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
     let Ok(entries) = fsx::list_dir(dir) else {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Vec::new(), Vec::new());
     };
     let mut out = Vec::new();
     let mut strays = Vec::new();
+    let mut foreign = Vec::new();
+    let euid = nix::unistd::geteuid().as_raw();
     let mut buf = Vec::new();
     for (name, kind) in entries {
         if name.starts_with(b".") {
@@ -520,15 +534,36 @@ fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>) {
         let Ok(name) = String::from_utf8(name) else {
             continue;
         };
-        if let Some(seen) = read_marker(dir, &name, &mut buf) {
-            out.push(seen);
+        match read_marker(dir, &name, &mut buf, euid) {
+            Ok(seen) => out.push(seen),
+            Err(Some(uid)) => foreign.push((name, uid)),
+            Err(None) => {}
         }
     }
-    (out, strays)
+    (out, strays, foreign)
 }
 
-fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<Seen> {
-    let (file, st) = fsx::open_regular_at(dir, name).ok()?;
+/// The marker `name`; Err(Some(uid)) when another user owns it, Err(None)
+/// when it is not one.
+fn read_marker(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    buf: &mut Vec<u8>,
+    euid: u32,
+) -> Result<Seen, Option<u32>> {
+    let (file, st) = fsx::open_regular_at(dir, name).map_err(|_| None)?;
+    if st.st_uid != euid && st.st_uid != 0 {
+        return Err(Some(st.st_uid));
+    }
+    read_open_marker(&file, &st, name, buf).ok_or(None)
+}
+
+fn read_open_marker(
+    file: &File,
+    st: &nix::sys::stat::FileStat,
+    name: &str,
+    buf: &mut Vec<u8>,
+) -> Option<Seen> {
     if st.st_size < 0 || st.st_size as u64 > MAX_MARKER {
         return None;
     }
@@ -538,7 +573,7 @@ fn read_marker(dir: BorrowedFd<'_>, name: &str, buf: &mut Vec<u8>) -> Option<See
     let text = std::str::from_utf8(&buf[..n]).ok()?;
     let (id, started, state, host, legacy) = parse(name, text)?;
     let life = if legacy {
-        if flock_held(&file) {
+        if flock_held(file) {
             Life::Alive
         } else {
             Life::Ended
@@ -662,7 +697,7 @@ impl Drop for Marker {
     /// its lock on a file nobody reads).
     fn drop(&mut self) {
         let dir = self.dir.as_fd();
-        let (seen, strays) = scan_dir(dir);
+        let (seen, strays, _) = scan_dir(dir);
         let needed = seen
             .iter()
             .any(|s| s.name != self.name && s.live() && s.started <= self.started);

@@ -694,7 +694,7 @@ impl Store {
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
-            if sc.set != man.set_id {
+            if !sc.in_set(&man.set_id) {
                 return Err(format!("{}: signed in another set", m.path));
             }
         }

@@ -12,7 +12,8 @@
 //! - the next boot exits 0 (never 86: ranks desynchronised by a partial hit)
 //!   and either reuses on every rank or hits on none;
 //! - a set that was whole and signed for this launch is never lost to a
-//!   crash of keepwrap in prune, and prune keeps all of a set or none.
+//!   crash of keepwrap in prune or in a later sign, and prune keeps all of
+//!   a set or none.
 
 mod common;
 mod harden;
@@ -689,4 +690,93 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
     assert!(!b.logged("tuned and signed"), "{}", b.stderr);
     assert_eq!(cache_files(&copy).len(), 8, "the engine's files are there");
     assert!(whole_sets(&copy).is_empty(), "nothing trusted");
+}
+
+// ---- a crash while a later set of the launch is signed ----
+
+/// One rank file per directory: nothing to unify.
+const GROWN_DIRS: [&str; 3] = [
+    "0.7.2/sm121/1111111111111111",
+    "0.7.2/sm121/2222222222222222",
+    "0.7.2/sm121/3333333333333333",
+];
+
+/// `keepwrap --done exit -- sh -c SCRIPT` in `base`, root `base/root`.
+fn sh_in(base: &Path, script: &str) -> Command {
+    let mut c = keepwrap(&base.join("root"));
+    c.current_dir(base)
+        .args(["--done", "exit", "--", "sh", "-c", script]);
+    c
+}
+
+/// A launch signs a set of two; its next boot tunes a third directory and
+/// keepwrap is killed after the first sidecar of the grown set is written,
+/// before the rest and the manifest. The launch's script.
+fn killed_while_signing_a_grown_set(base: &Path) -> String {
+    let root = base.join("root");
+    let write = |d: &str, v: u32| {
+        format!(
+            "mkdir -p root/{d} && [ -e root/{d}/rank_tp0_pp0_dp0.json ] || printf '{{\"k{v}\": [\"T\", {v}]}}' > root/{d}/rank_tp0_pp0_dp0.json"
+        )
+    };
+    // One launch (one argv): it tunes a third directory once `grow` exists.
+    let script = format!(
+        "{} && {} && {{ [ ! -e grow ] || {{ {}; }}; }}",
+        write(GROWN_DIRS[0], 0),
+        write(GROWN_DIRS[1], 1),
+        write(GROWN_DIRS[2], 2)
+    );
+    let b1 = boot(&mut sh_in(base, &script));
+    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    std::fs::write(base.join("grow"), "").unwrap();
+    let sidecar = root.join(GROWN_DIRS[0]).join("rank_tp0_pp0_dp0.launch");
+    let before = std::fs::read(&sidecar).unwrap();
+    let kw = Running::spawn(sh_in(base, &script).env("KEEPWRAP_TEST_MOVE_DELAY_MS", "5000"));
+    wait_for(
+        "the first sidecar of the new set",
+        Duration::from_secs(30),
+        || std::fs::read(&sidecar).ok().filter(|b| *b != before),
+    );
+    let _ = kill(kw.guard.pid(), Signal::SIGKILL);
+    let killed = kw.finish(Duration::from_secs(30));
+    assert!(killed.logged("prune: kept 2, "), "{}", killed.stderr);
+    assert!(!killed.logged("signed 3"), "{}", killed.stderr);
+    script
+}
+
+#[test]
+fn sigkill_of_keepwrap_between_sidecars_of_a_grown_set_keeps_the_set_signed_before() {
+    let t = scratch();
+    let script = killed_while_signing_a_grown_set(t.path());
+    // The set signed by the first boot is on disk as it was signed (same
+    // bytes, its manifest the last one committed): it is kept whole.
+    let b3 = boot(&mut sh_in(t.path(), &script));
+    assert_eq!(b3.code, 0, "{}", b3.stderr);
+    assert!(
+        b3.logged("prune: kept 2, "),
+        "a whole signed set was lost to a crash in a later sign:\n{}",
+        b3.stderr
+    );
+    assert!(b3.logged("tuned and signed 3 cache files"), "{}", b3.stderr);
+}
+
+#[test]
+fn a_set_left_by_a_sign_killed_midway_is_stored_whole_and_restored() {
+    let t = scratch();
+    let script = killed_while_signing_a_grown_set(t.path());
+    // Another launch on the root stores the set, the launch comes back.
+    let other = boot(&mut sh_in(t.path(), "true"));
+    assert!(
+        other.logged("prune: kept 0, stored 2, "),
+        "{}",
+        other.stderr
+    );
+    let back = boot(&mut sh_in(t.path(), &script));
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    assert!(
+        back.logged("restored 2 cache files of this launch from the store"),
+        "{}\n{}",
+        other.stderr,
+        back.stderr
+    );
 }

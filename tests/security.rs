@@ -393,6 +393,68 @@ fn no_env_value_nor_secret_argument_appears_in_any_file_or_log_line() {
     assert!(!sidecar_paths(&cache_root(h.path())).is_empty());
 }
 
+// ---- markers of launches on the root ----
+
+/// Hold byte 0 of `file` (an open file description lock, as a live
+/// launch's marker holds it) for as long as `file` is open.
+fn hold_alive_byte(file: &std::fs::File) {
+    // SAFETY: flock is plain data; zero is a valid value of every field.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&fl)).unwrap();
+}
+
+#[test]
+fn a_live_marker_another_user_planted_never_stops_the_prune() {
+    if !is_root() {
+        eprintln!("skipped: needs root to plant a file owned by another user");
+        return;
+    }
+    let t = scratch();
+    let root = t.path().join("root");
+    // A root shared by several users: the sticky bit keeps each user's
+    // files theirs, and lets anyone add one.
+    let running = root.join(".keepwrap/running");
+    std::fs::create_dir_all(&running).unwrap();
+    for d in [&root, &root.join(".keepwrap"), &running] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    // A cache file of nobody's launch, unsigned: the prune removes it.
+    let dir = root.join(DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join("rank_tp0_pp0_dp0.json");
+    std::fs::write(&planted, r#"{"k": ["planted", 0]}"#).unwrap();
+    // Another user's marker saying a launch runs hands-off, held alive.
+    let marker = running.join("4242-1");
+    let hex = "ab".repeat(32);
+    std::fs::write(&marker, format!("handsoff {hex} 1 {hex} - pod-x\n")).unwrap();
+    nix::unistd::chown(&marker, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&marker)
+        .unwrap();
+    hold_alive_byte(&held);
+
+    let b = boot(keepwrap(&root).args(["--done", "exit", "--", "true"]));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(
+        !planted.exists(),
+        "a marker another user planted made the launch skip the prune: {}",
+        b.stderr
+    );
+    assert!(
+        b.logged("ignored the marker .keepwrap/running/4242-1: owned by another user (uid 65534)"),
+        "{}",
+        b.stderr
+    );
+    assert!(marker.exists(), "another user's file is left alone");
+    drop(held);
+}
+
 // ---- a file name never forges a log line ----
 
 #[test]

@@ -41,6 +41,26 @@ fn wrapper(dir: &Path) -> PathBuf {
     p
 }
 
+/// Does a launch's marker in `root` still have its byte 0 held (its
+/// keepwrap or engine alive)?
+fn engine_alive(root: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(root.join(".keepwrap/running")) else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let Ok(f) = std::fs::File::open(e.path()) else {
+            return false;
+        };
+        // SAFETY: flock is plain data; zero is a valid value of every field.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_len = 1;
+        nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_OFD_GETLK(&mut fl)).is_ok()
+            && fl.l_type != libc::F_UNLCK as libc::c_short
+    })
+}
+
 fn launch(w: &Path, cache: &Path, prefill: &str, noop: Option<&str>, tp: &str) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("KEEPWRAP_LOG")
@@ -268,6 +288,14 @@ fn sigkill_at_random_points_loses_no_file_and_trusts_nothing_wrongly() {
         let _ = nix::sys::signal::kill(g.pid(), nix::sys::signal::Signal::SIGKILL);
         g.wait(Duration::from_secs(10));
         drop(g);
+        // Its engine (its own process group) may outlive it for a moment:
+        // the recovery below must not start beside it (it would go on
+        // hands-off, rightly).
+        wait_for(
+            "the killed launch's engine to end",
+            Duration::from_secs(30),
+            || (!engine_alive(&root)).then_some(()),
+        );
         // Raw state: every file of every set (but one just edited) is
         // somewhere, with its bytes.
         let mut split = false;

@@ -446,51 +446,54 @@ pub struct Candidate<'a> {
 pub type Manifests = HashMap<String, Result<SetManifest, String>>;
 
 /// Judge the sets: a candidate is kept (None) only if its launch's
-/// manifest is the set its sidecar names, and every member the manifest
-/// lists is a candidate carrying that set id with the bytes the manifest
+/// manifest lists it with the bytes its sidecar signs, and every member the
+/// manifest lists is a candidate of that launch with the bytes the manifest
 /// records, and no member of its set is removed because another set that
-/// lists it is incomplete. Otherwise Some(reason). Members of an incomplete
+/// lists it is incomplete. The manifest is the commit point: a member whose
+/// sidecar names a later set of the launch, and the manifest's as the set
+/// committed when it was written (a sign killed before it wrote the later
+/// set's manifest), is still a member of the set committed last. Otherwise Some(reason). Members of an incomplete
 /// set are removed whatever set their own sidecar names, and that in turn
 /// breaks their set: repeated until nothing changes, so no set is ever kept
 /// in part. Each set is checked against its members once per round.
 pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Option<Reason>> {
     let index: HashMap<&str, usize> = cands.iter().enumerate().map(|(i, c)| (c.path, i)).collect();
     let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
-    // The sets named by the candidates, once each: (fingerprint, id).
+    // The manifests of the candidates' launches, once each: (fingerprint,
+    // id, members).
     let mut sets: Vec<(&str, &str, &[sidecar::Member])> = Vec::new();
     {
-        let mut seen: HashMap<(&str, &str), ()> = HashMap::new();
+        let mut seen: HashMap<&str, ()> = HashMap::new();
         for (i, c) in cands.iter().enumerate() {
-            let (fp, id) = (c.sidecar.fingerprint.as_str(), c.sidecar.set.as_str());
-            let first = seen.insert((fp, id), ()).is_none();
-            let manifest = match manifests.get(fp) {
+            let fp = c.sidecar.fingerprint.as_str();
+            let m = match manifests.get(fp) {
                 None => Err("missing"),
                 Some(Err(why)) => Err(why.as_str()),
-                Some(Ok(m)) if m.id != id => Err("names another set"),
                 Some(Ok(m)) => Ok(m),
             };
-            match manifest {
-                Err(why) => out[i] = Some(Reason::SetManifest(why.to_string())),
-                Ok(m) => {
-                    // Listed, with the bytes its sidecar signs?
-                    match m.members.binary_search_by(|x| x.path.as_str().cmp(c.path)) {
-                        Ok(k)
-                            if m.members[k].sha256 == c.sidecar.sha256
-                                && m.members[k].size == c.sidecar.size => {}
-                        Ok(_) => {
-                            out[i] = Some(Reason::SetManifest(
-                                "records other bytes for this file".into(),
-                            ))
-                        }
-                        Err(_) => {
-                            out[i] = Some(Reason::SetManifest("does not list this file".into()))
-                        }
-                    }
-                    if first {
-                        sets.push((fp, id, &m.members));
-                    }
+            let m = match m {
+                Err(why) => {
+                    out[i] = Some(Reason::SetManifest(why.to_string()));
+                    continue;
                 }
+                Ok(m) => m,
+            };
+            if seen.insert(fp, ()).is_none() {
+                sets.push((fp, m.id.as_str(), &m.members));
             }
+            // A member, listed with the bytes its sidecar signs?
+            let why = match m.members.binary_search_by(|x| x.path.as_str().cmp(c.path)) {
+                _ if !c.sidecar.in_set(&m.id) => "names another set",
+                Ok(k)
+                    if m.members[k].sha256 == c.sidecar.sha256
+                        && m.members[k].size == c.sidecar.size =>
+                {
+                    continue;
+                }
+                Ok(_) => "records other bytes for this file",
+                Err(_) => "does not list this file",
+            };
+            out[i] = Some(Reason::SetManifest(why.to_string()));
         }
     }
     let mut broken = vec![false; sets.len()];
@@ -505,7 +508,7 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
                 .find_map(|m| match index.get(m.path.as_str()) {
                     None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
                     Some(&j)
-                        if cands[j].sidecar.set != id || cands[j].sidecar.fingerprint != fp =>
+                        if cands[j].sidecar.fingerprint != fp || !cands[j].sidecar.in_set(id) =>
                     {
                         Some((m.path.as_str(), MemberWhy::OtherSet))
                     }

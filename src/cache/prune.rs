@@ -594,13 +594,13 @@ impl State<'_, '_> {
             self.load_manifest(root, &fp);
         }
         let verdicts = judge::resolve_sets(&views, &self.manifests);
-        // The sets whole by their sidecars, in the order first seen.
+        // The sets whole (one per launch: its manifest's), in the order first seen.
         let mut sets: Vec<Vec<&Foreign>> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (f, verdict) in foreign.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    let k = *index.entry(f.sc.set.as_str()).or_insert_with(|| {
+                    let k = *index.entry(f.sc.fingerprint.as_str()).or_insert_with(|| {
                         sets.push(Vec::new());
                         sets.len() - 1
                     });

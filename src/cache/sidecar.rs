@@ -16,9 +16,15 @@
 //!   "signed_at": 1796049314,
 //!   "signed_at_utc": "2026-11-30T14:35:14Z",
 //!   "set": "<64 hex: set_id(fingerprint, members)>",
+//!   "committed": "<64 hex: the set committed when this sidecar was written>",
 //!   "stat": {"ino": 1234567, "mtime_ns": 1796049313123456789, "ctime_ns": 1796049313123456789}
 //! }
 //! ```
+//!
+//! `committed` (optional) is the id of the launch's set whose manifest was
+//! the last written when this sidecar was, when that set records this file
+//! with the same bytes: a sign killed after some sidecars and before the
+//! manifest leaves every file still a member of that set.
 //!
 //! `stat` (optional) is the identity of the very file whose bytes were
 //! hashed, recorded only once its change time was settled (see [`Stamp`]);
@@ -135,8 +141,21 @@ pub struct Sidecar {
     pub signed_at_utc: String,
     /// The id of the set.
     pub set: String,
+    /// The id of the set committed (its manifest written) when this
+    /// sidecar was, if that set records this file with these bytes: until
+    /// `set`'s manifest is written, the file is still that set's member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stat: Option<Stamp>,
+}
+
+impl Sidecar {
+    /// Is the file a member of the set `id` (its own set, or the set
+    /// committed when it was signed)?
+    pub fn in_set(&self, id: &str) -> bool {
+        self.set == id || self.committed.as_deref() == Some(id)
+    }
 }
 
 /// The first look at a sidecar: enough to reject one for another launch
@@ -200,6 +219,9 @@ pub fn validate(s: &Sidecar) -> Result<(), String> {
     }
     if !is_sha256_hex(&s.set) {
         return Err("set is not 64 lowercase hex".into());
+    }
+    if s.committed.as_deref().is_some_and(|c| !is_sha256_hex(c)) {
+        return Err("committed is not 64 lowercase hex".into());
     }
     Ok(())
 }

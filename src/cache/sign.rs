@@ -158,8 +158,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
 
     // 2. What is recorded already: the manifest, and each member's sidecar.
     let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
-    let manifest_ok = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint)
-        .is_ok_and(|m| m.id == id);
+    let committed = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint).ok();
+    let manifest_ok = committed.as_ref().is_some_and(|m| m.id == id);
     let recorded = recorded(&members, &stamps, &knowns, &id);
 
     let now = SystemTime::now();
@@ -209,6 +209,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                     signed_at,
                     signed_at_utc: signed_at_utc.clone(),
                     set: id.clone(),
+                    committed: committed_of(committed.as_ref().filter(|c| c.id != id), m),
                     stat: *stamp,
                 })
                 .collect();
@@ -427,6 +428,18 @@ fn recorded(
         }
     }
     Some(restamp)
+}
+
+/// The id of the committed set `manifest`, if it records `m` with the
+/// same bytes: a sign killed before its own manifest leaves `m` a member of
+/// that set.
+fn committed_of(manifest: Option<&SetManifest>, m: &Member) -> Option<String> {
+    let manifest = manifest?;
+    let k = manifest
+        .members
+        .binary_search_by(|x| x.path.cmp(&m.path))
+        .ok()?;
+    (manifest.members[k] == *m).then(|| manifest.id.clone())
 }
 
 fn sidecar_cname(cache_name: &str) -> CString {

@@ -104,6 +104,7 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
         set: id.clone(),
+        committed: None,
         stat: None,
     };
     fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
@@ -647,14 +648,22 @@ fn sidecars(root: &Path, n: u32) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Where the set manifest of launch FP is.
+fn manifest_path(root: &Path) -> std::path::PathBuf {
+    root.join(".keepwrap/sets").join(format!("{FP}.json"))
+}
+
 #[test]
 fn crash_mid_resign_trusts_nothing() {
     // Signed {r0, r1, r2}; the engine rewrites r0; the re-sign crashes after
-    // writing some of the new sidecars. Whichever ones: nothing is trusted.
+    // writing some of the new sidecars, before the manifest. Whichever
+    // ones: r0 no longer has the bytes the committed set records, so
+    // nothing is trusted.
     for written in [vec![0], vec![1], vec![0, 1], vec![1, 2]] {
         let t = tree(3);
         sign(t.path(), FP).unwrap();
         let old = sidecars(t.path(), 3);
+        let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(0), &body("retuned"));
         assert!(!sign(t.path(), FP).unwrap().unchanged);
         for i in 0..3u32 {
@@ -662,6 +671,7 @@ fn crash_mid_resign_trusts_nothing() {
                 fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
             }
         }
+        fs::write(manifest_path(t.path()), &old_manifest).unwrap();
         let (r, logs) = prune_logged(t.path(), FP);
         assert_eq!(
             (r.kept.len(), r.removed),
@@ -672,18 +682,76 @@ fn crash_mid_resign_trusts_nothing() {
 }
 
 #[test]
-fn crash_mid_sign_of_a_grown_set_trusts_nothing() {
-    // Signed {r0, r1}; the engine adds r2; the re-sign writes only r2's.
+fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
+    // Signed {r0, r1}; the engine adds r2; the re-sign crashes after
+    // writing some of the new sidecars, before the manifest. r0 and r1
+    // still hold the bytes the committed set records: it is kept whole,
+    // whichever set their sidecars name; r2 is in no committed set.
+    for written in [vec![2], vec![0], vec![0, 1], vec![0, 2]] {
+        let t = tree(2);
+        sign(t.path(), FP).unwrap();
+        let old = sidecars(t.path(), 2);
+        let old_manifest = fs::read(manifest_path(t.path())).unwrap();
+        put(t.path(), &rank(2), &body("r2"));
+        sign(t.path(), FP).unwrap();
+        for i in 0..2u32 {
+            if !written.contains(&i) {
+                fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
+            }
+        }
+        if !written.contains(&2) {
+            fs::remove_file(t.path().join(sidecar_of(&rank(2)))).unwrap();
+        }
+        fs::write(manifest_path(t.path()), &old_manifest).unwrap();
+        let (r, logs) = prune_logged(t.path(), FP);
+        assert_eq!(
+            (r.kept.len(), r.removed),
+            (2, 1),
+            "written {written:?}: {logs}"
+        );
+        assert!(
+            !r.kept.contains(&std::path::PathBuf::from(rank(2))),
+            "{logs}"
+        );
+    }
+}
+
+#[test]
+fn a_manifest_vouches_only_for_sidecars_that_name_it() {
+    // Signed {r0, r1}; a manifest of another root (or an old backup) for
+    // the same launch lists r0 alone, with its very bytes: r0's sidecar
+    // names the set {r0, r1}, so the manifest proves nothing for it, and
+    // nothing is trusted (never the part r0 of r0 + r1).
     let t = tree(2);
     sign(t.path(), FP).unwrap();
-    let old = sidecars(t.path(), 2);
-    put(t.path(), &rank(2), &body("r2"));
-    sign(t.path(), FP).unwrap();
-    for i in 0..2u32 {
-        fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
-    }
+    let bytes = fs::read(t.path().join(rank(0))).unwrap();
+    let members = vec![Member {
+        path: rank(0),
+        sha256: judge::sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    }];
+    let planted = sidecar::SetManifest {
+        format: crate::SIDECAR_FORMAT,
+        keepwrap: "0.1.0".into(),
+        fingerprint: FP.into(),
+        id: sidecar::set_id(FP, &members),
+        signed_at: 1,
+        members,
+    };
+    fs::write(
+        manifest_path(t.path()),
+        serde_json::to_vec(&planted).unwrap(),
+    )
+    .unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
-    assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
+    assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
+    assert!(
+        logs.contains(&format!(
+            "removed {}: set incomplete (set manifest names another set)",
+            rank(0)
+        )),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -722,6 +790,7 @@ fn resolve_sets_cascades_through_other_sets() {
         signed_at: 0,
         signed_at_utc: String::new(),
         set: m.id.clone(),
+        committed: None,
         stat: None,
     };
     let x = mk("d/x.json", &a);
