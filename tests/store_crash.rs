@@ -24,14 +24,15 @@ use sha2::{Digest, Sha256};
 const ARMS: [&str; 3] = ["1024", "2048", "3072"];
 
 /// `w.sh`: the fake engine, or with KW_NOOP=exit a command that exits 0 at
-/// once, or with KW_NOOP=edit one that changes a rank file of the tree and
+/// once, with KW_NOOP=hold one that exits 0 once `$SGLANG_CACHE_DIR/go`
+/// exists, or with KW_NOOP=edit one that changes a rank file of the tree and
 /// exits 0 (so that commit writes sidecars). KW_NOOP is not fingerprinted.
 fn wrapper(dir: &Path) -> PathBuf {
     let p = dir.join("w.sh");
     std::fs::write(
         &p,
         format!(
-            "#!/bin/sh\ncase \"$KW_NOOP\" in\n exit) exit 0;;\n edit) f=$(find \"$SGLANG_CACHE_DIR\" -path '*/.keepwrap' -prune -o -name 'rank_tp0_*.json' -print | head -n1); [ -n \"$f\" ] && sed -i 's/\"_metadata\"/\"_edited\": 1, \"_metadata\"/' \"$f\"; exit 0;;\nesac\nexec python3 {} \"$@\"\n",
+            "#!/bin/sh\ncase \"$KW_NOOP\" in\n exit) exit 0;;\n hold) while [ ! -e \"$SGLANG_CACHE_DIR/go\" ]; do sleep 0.05; done; exit 0;;\n edit) f=$(find \"$SGLANG_CACHE_DIR\" -path '*/.keepwrap' -prune -o -name 'rank_tp0_*.json' -print | head -n1); [ -n \"$f\" ] && sed -i 's/\"_metadata\"/\"_edited\": 1, \"_metadata\"/' \"$f\"; exit 0;;\nesac\nexec python3 {} \"$@\"\n",
             fake_engine().display()
         ),
     )
@@ -315,6 +316,47 @@ fn sigkill_at_every_crash_point_of_store_and_sign_loses_no_file_and_trusts_nothi
     // the manifest).
     assert!(points["store"] >= 2 * 10, "{points:?}");
     assert!(points["sign"] >= 3 * 5, "{points:?}");
+}
+
+/// Why the crash tests wait for a killed keepwrap's engine to end before
+/// the launch that recovers: beside that orphan (it holds the launch's
+/// marker), the next launch runs hands-off and leaves every set where it
+/// is; once the orphan ends, the launch after recovers.
+#[test]
+fn a_launch_beside_the_orphaned_engine_of_a_killed_keepwrap_leaves_every_set_where_it_is() {
+    let t = tempfile::tempdir().unwrap();
+    let w = wrapper(t.path());
+    let cache = t.path().join("c");
+    let sets = signed_arms(&w, &cache);
+    let root = root_of(&cache);
+    let kw = Running::spawn(&mut launch(&w, &cache, ARMS[0], Some("hold"), "4"));
+    wait_for("arm 0 restored", Duration::from_secs(30), || {
+        (locate(&root, &sets[0]).ok()? == ["place"]).then_some(())
+    });
+    // Restored and in place: the engine runs (it exits on `go`).
+    wait_for("the engine", Duration::from_secs(30), || {
+        children_of(kw.guard.pid().as_raw()).first().copied()
+    });
+    let _ = nix::sys::signal::kill(kw.guard.pid(), nix::sys::signal::Signal::SIGKILL);
+    let killed = kw.finish(Duration::from_secs(30));
+    assert_eq!(killed.code, 128 + 9);
+    let b = boot(&mut launch(&w, &cache, ARMS[1], Some("exit"), "4"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(
+        b.logged("left its engine running on this cache root when keepwrap was killed"),
+        "{}",
+        b.stderr
+    );
+    for (s, want) in sets.iter().zip(["place", "store", "store"]) {
+        assert_eq!(locate(&root, s).unwrap(), [want], "{}", b.stderr);
+    }
+    std::fs::write(cache.join("go"), "").unwrap();
+    wait_until_nothing_holds(&cache, Duration::from_secs(30));
+    let b = boot(&mut launch(&w, &cache, ARMS[1], Some("exit"), "4"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    for (s, want) in sets.iter().zip(["store", "place", "store"]) {
+        assert_eq!(locate(&root, s).unwrap(), [want], "{}", b.stderr);
+    }
 }
 
 #[test]
