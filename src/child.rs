@@ -9,43 +9,120 @@ use std::process::Command;
 
 use nix::errno::Errno;
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{self, Pid};
 
-/// Signals keepwrap passes on to the child (or its process group).
-pub const FORWARDED: [Signal; 8] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGWINCH,
-    Signal::SIGCONT,
+/// Signals that report a fault of the thread that raised it. They are never
+/// blocked (a blocked fault kills anyway) and never forwarded.
+const SYNCHRONOUS: [i32; 7] = [
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGABRT,
+    libc::SIGTRAP,
+    libc::SIGSYS,
 ];
 
 /// Signals that keepwrap itself must not be stopped by while the child owns
 /// the terminal; they are read and dropped.
-const SWALLOWED: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU];
+const SWALLOWED: [i32; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+
+/// The highest signal number (the last realtime signal).
+const SIGNAL_MAX: i32 = 64;
+
+/// Does keepwrap pass signal `signo` on to the child? Every asynchronous
+/// signal, 1 to 64, realtime ones included, as tini does: all but KILL and
+/// STOP (they never reach a process), the synchronous ones, CHLD (keepwrap's
+/// own) and the terminal stop signals TSTP, TTIN and TTOU (dropped).
+pub fn is_forwarded(signo: i32) -> bool {
+    (1..=SIGNAL_MAX).contains(&signo)
+        && !matches!(signo, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD)
+        && !SYNCHRONOUS.contains(&signo)
+        && !SWALLOWED.contains(&signo)
+}
+
+/// Every signal keepwrap reads from its signalfd, as a kernel mask (bit N-1
+/// is signal N): all but the synchronous ones.
+fn handled_mask() -> u64 {
+    (1..=SIGNAL_MAX)
+        .filter(|n| !SYNCHRONOUS.contains(n) && !matches!(*n, libc::SIGKILL | libc::SIGSTOP))
+        .fold(0, |mask, n| mask | 1 << (n - 1))
+}
 
 /// Every signal keepwrap reads from its signalfd: the forwarded ones, CHLD,
 /// and the terminal stop signals.
 pub fn handled_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for s in FORWARDED.iter().chain(SWALLOWED.iter()) {
-        set.add(*s);
+    // The C library's sigaddset refuses 32 and 33, which it keeps for
+    // itself: write the kernel's 64-bit mask into the set directly.
+    // SAFETY: a zeroed sigset_t is the empty set; its first 8 bytes are the
+    // kernel's mask of signals 1..64 (little-endian words on every Linux
+    // target this builds for).
+    unsafe {
+        let mut raw: libc::sigset_t = std::mem::zeroed();
+        std::ptr::write_unaligned(
+            (&mut raw as *mut libc::sigset_t).cast::<u64>(),
+            handled_mask(),
+        );
+        SigSet::from_sigset_t_unchecked(raw)
     }
-    set.add(Signal::SIGCHLD);
-    set
 }
 
 /// Block the handled signals in the calling thread. Call before any thread
 /// starts, so that every thread inherits the mask and the signals queue for
 /// the signalfd.
+///
+/// The C library keeps signals 32 and 33 for itself: its sigprocmask never
+/// blocks them, and drops them from any mask it sets (so code that saves
+/// and restores the mask through it unblocks them again). With their default
+/// action they would kill keepwrap. So they are blocked with the raw system
+/// call, and also ignored: while blocked they still queue for the signalfd
+/// (the kernel never discards a blocked signal), and if some library call
+/// unblocks them they are dropped instead of killing the supervisor.
+/// keepwrap uses neither of the C library's reasons for them
+/// (`pthread_cancel`, `setuid` across threads). [`spawn`] blocks them
+/// again.
 pub fn block_signals() -> nix::Result<SigSet> {
+    for signo in 32..libc::SIGRTMIN() {
+        set_disposition(signo, libc::SIG_IGN);
+    }
+    block_handled()
+}
+
+/// Block the handled signals (again) with the raw system call.
+fn block_handled() -> nix::Result<SigSet> {
     let set = handled_signals();
-    set.thread_block()?;
-    Ok(set)
+    // SAFETY: rt_sigprocmask with a valid set and the kernel's sigset size
+    // (8 bytes); the old mask is not asked for.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            set.as_ref() as *const libc::sigset_t,
+            std::ptr::null::<libc::sigset_t>(),
+            8usize,
+        )
+    };
+    Errno::result(rc).map(|_| set)
+}
+
+/// Was this signal raised by keepwrap itself (a SIGPIPE or SIGXFSZ from one
+/// of its own writes)? Such a signal says nothing to the child.
+pub fn raised_by_keepwrap(info: &libc::signalfd_siginfo) -> bool {
+    info.ssi_pid == std::process::id()
+}
+
+/// A signal's name: `SIGTERM`, `SIGRTMIN+3`, or `signal 32`.
+pub fn signal_name(signo: i32) -> String {
+    match Signal::try_from(signo) {
+        Ok(sig) => sig.as_str().to_string(),
+        Err(_) if signo >= libc::SIGRTMIN() && signo <= libc::SIGRTMAX() => {
+            match signo - libc::SIGRTMIN() {
+                0 => "SIGRTMIN".to_string(),
+                k => format!("SIGRTMIN+{k}"),
+            }
+        }
+        Err(_) => format!("signal {signo}"),
+    }
 }
 
 /// As PID 1 the kernel already hands us every orphan; otherwise become a
@@ -91,6 +168,9 @@ impl SpawnError {
 /// empty signal mask. Under a terminal the child's group gets the
 /// foreground, so Ctrl-C reaches it.
 pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
+    // What ran before (threads started through the C library) may have
+    // unblocked 32 and 33: block them again for the rest of the launch.
+    let _ = block_handled();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
     // SAFETY: the closure runs between fork and exec and calls only
@@ -128,35 +208,51 @@ pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
 /// the C library refuses the signals it reserves for itself; between fork
 /// and exec nothing uses them. Async-signal-safe.
 fn reset_dispositions() {
-    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags.
-    let act: libc::sigaction = unsafe { std::mem::zeroed() };
-    for sig in 1..=libc::SIGRTMAX() {
+    for sig in 1..=SIGNAL_MAX {
         if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            // SAFETY: rt_sigaction with a valid sigaction and the kernel's
-            // sigset size (8 bytes); the old action is not asked for.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    sig,
-                    &act as *const libc::sigaction,
-                    std::ptr::null::<libc::sigaction>(),
-                    8usize,
-                );
-            }
+            set_disposition(sig, libc::SIG_DFL);
         }
+    }
+}
+
+/// Set `signo`'s action to `handler` (SIG_DFL or SIG_IGN) with the raw
+/// system call, which, unlike the C library's, also takes 32 and 33.
+/// Async-signal-safe.
+fn set_disposition(signo: i32, handler: libc::sighandler_t) {
+    // SAFETY: a zeroed sigaction has an empty mask and no flags; rt_sigaction
+    // with a valid sigaction and the kernel's sigset size (8 bytes); the old
+    // action is not asked for.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler;
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signo,
+            &act as *const libc::sigaction,
+            std::ptr::null::<libc::sigaction>(),
+            8usize,
+        );
     }
 }
 
 /// Send `sig` to the child, or to its whole process group.
 pub fn forward(child: Pid, sig: Signal, group: bool) {
+    forward_signo(child, sig as i32, group);
+}
+
+/// Send signal number `signo` (1 to 64, realtime ones included) to the
+/// child, or to its whole process group.
+pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     let target = if group {
-        Pid::from_raw(-child.as_raw())
+        -child.as_raw()
     } else {
-        child
+        child.as_raw()
     };
-    match signal::kill(target, sig) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => tracing::warn!("cannot forward {sig} to {}: {e}", target.as_raw()),
+    // SAFETY: kill(2) only sends a signal.
+    let rc = unsafe { libc::kill(target, signo) };
+    match Errno::result(rc) {
+        Ok(_) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!("cannot forward {} to {target}: {e}", signal_name(signo)),
     }
 }
 
@@ -172,7 +268,8 @@ pub fn group_alive(pgid: Pid) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     Exited(i32),
-    Signaled(Signal),
+    /// Killed by this signal number (1 to 64).
+    Signaled(i32),
 }
 
 impl Ended {
@@ -180,7 +277,7 @@ impl Ended {
     pub fn exit_code(self) -> u8 {
         match self {
             Ended::Exited(code) => (code & 0xff) as u8,
-            Ended::Signaled(sig) => (128 + sig as i32) as u8,
+            Ended::Signaled(signo) => (128 + (signo & 0x7f)) as u8,
         }
     }
 
@@ -193,28 +290,45 @@ impl std::fmt::Display for Ended {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ended::Exited(code) => write!(f, "{code}"),
-            Ended::Signaled(sig) => write!(f, "{} (killed by {sig})", self.exit_code()),
+            Ended::Signaled(signo) => write!(
+                f,
+                "{} (killed by {})",
+                self.exit_code(),
+                signal_name(*signo)
+            ),
         }
     }
 }
 
 /// Reap every exited child without blocking. Returns how `main` ended if it
-/// was among them. This is the only place keepwrap waits for children.
+/// was among them. This is the only place keepwrap waits for children. The
+/// status is decoded here, not by nix, which cannot name realtime signals
+/// and would lose the status of a child they killed.
 pub fn reap(main: Pid) -> Option<Ended> {
     let mut ended = None;
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == main => ended = Some(Ended::Exited(code)),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == main => {
-                ended = Some(Ended::Signaled(sig))
+        let mut status = 0;
+        // SAFETY: waitpid with a valid pointer to an int.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        match pid {
+            0 => return ended,
+            p if p > 0 => {
+                if p == main.as_raw() {
+                    if libc::WIFEXITED(status) {
+                        ended = Some(Ended::Exited(libc::WEXITSTATUS(status)));
+                    } else if libc::WIFSIGNALED(status) {
+                        ended = Some(Ended::Signaled(libc::WTERMSIG(status)));
+                    }
+                }
             }
-            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return ended,
-            Ok(_) => {}
-            Err(Errno::EINTR) => {}
-            Err(e) => {
-                tracing::warn!("waitpid failed: {e}");
-                return ended;
-            }
+            _ => match Errno::last() {
+                Errno::EINTR => {}
+                Errno::ECHILD => return ended,
+                e => {
+                    tracing::warn!("waitpid failed: {e}");
+                    return ended;
+                }
+            },
         }
     }
 }
@@ -236,4 +350,38 @@ pub fn children() -> Vec<Pid> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asynchronous_signal_is_forwarded_and_only_those() {
+        let not: Vec<i32> = (0..=66).filter(|&n| !is_forwarded(n)).collect();
+        assert_eq!(
+            not,
+            [0, 4, 5, 6, 7, 8, 9, 11, 17, 19, 20, 21, 22, 31, 65, 66],
+            "ILL TRAP ABRT BUS FPE KILL SEGV CHLD STOP TSTP TTIN TTOU SYS, and no signal"
+        );
+        // Every handled signal is blocked; the synchronous ones are not.
+        let mask = handled_mask();
+        for n in 1..=64 {
+            let fault = SYNCHRONOUS.contains(&n) || n == libc::SIGKILL || n == libc::SIGSTOP;
+            assert_eq!(mask & 1 << (n - 1) == 0, fault, "signal {n}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_and_names_of_any_signal() {
+        assert_eq!(Ended::Signaled(9).exit_code(), 137);
+        assert_eq!(Ended::Signaled(64).exit_code(), 192);
+        assert_eq!(Ended::Signaled(15).to_string(), "143 (killed by SIGTERM)");
+        assert_eq!(
+            Ended::Signaled(libc::SIGRTMIN() + 3).exit_code() as i32,
+            128 + libc::SIGRTMIN() + 3
+        );
+        assert_eq!(signal_name(libc::SIGRTMIN() + 3), "SIGRTMIN+3");
+        assert_eq!(signal_name(32), "signal 32");
+    }
 }

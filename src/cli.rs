@@ -276,15 +276,15 @@ pub struct RunArgs {
     pub cache_dir: Option<PathBuf>,
 
     /// When tuning is done: auto, health[=URL], quiet=DURATION or exit
-    #[arg(long, env = "KEEPWRAP_DONE", default_value = "auto", value_parser = DoneRule::parse, value_name = "RULE")]
+    #[arg(long, env = "KEEPWRAP_DONE", default_value = "auto", value_parser = parse_done, value_name = "RULE")]
     pub done: DoneRule,
 
     /// Interval between two health probes
-    #[arg(long, env = "KEEPWRAP_PROBE_INTERVAL", default_value = "500ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "KEEPWRAP_PROBE_INTERVAL", default_value = "500ms", value_parser = parse_probe_duration, value_name = "DURATION")]
     pub probe_interval: Duration,
 
     /// How long one health probe may take
-    #[arg(long, env = "KEEPWRAP_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "KEEPWRAP_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_probe_duration, value_name = "DURATION")]
     pub probe_timeout: Duration,
 
     /// Rewrite the rank files of each cache directory as their union at commit,
@@ -390,17 +390,71 @@ impl RunArgs {
     }
 }
 
-/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds.
+/// The longest duration any option takes: `100years` (humantime's years of
+/// 365.25 days). Every deadline keepwrap computes from one stays far from
+/// what its clocks can represent.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// The shortest `--probe-interval` and `--probe-timeout`: a shorter one
+/// would turn the health probe into a busy loop.
+pub const MIN_PROBE: Duration = Duration::from_millis(10);
+
+/// The shortest `--done quiet=` window: a shorter one would declare tuning
+/// done at the first cache file that lands.
+pub const MIN_QUIET: Duration = Duration::from_millis(100);
+
+/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds. At most
+/// [`MAX_DURATION`]; anything else is an error that says why (clap adds the
+/// option's name).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
+    let too_long =
+        || format!("'{s}' is longer than the longest duration keepwrap takes (100years)");
     if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+        if secs.is_nan() || secs == f64::INFINITY {
+            return Err(format!("'{s}' is not a duration; try 5s, 500ms or 2m"));
         }
-        return Err(format!("'{s}' is not a duration"));
+        if secs < 0.0 {
+            return Err(format!("'{s}' is negative: a duration is 0 or more"));
+        }
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(too_long());
+        }
+        if secs == 0.0 {
+            return Ok(Duration::ZERO);
+        }
+        return Ok(Duration::from_secs_f64(secs));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); try 5s, 500ms or 2m"))
+    match humantime::parse_duration(t) {
+        Ok(d) if d > MAX_DURATION => Err(too_long()),
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        Err(e) => Err(format!(
+            "'{s}' is not a duration ({e}); try 5s, 500ms or 2m"
+        )),
+    }
+}
+
+/// `--probe-interval` and `--probe-timeout`: a duration of at least
+/// [`MIN_PROBE`].
+fn parse_probe_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_PROBE {
+        return Err(format!(
+            "'{s}' is too short: at least 10ms, or the health probe would busy-loop"
+        ));
+    }
+    Ok(d)
+}
+
+/// `--done`: a rule, whose quiet window is at least [`MIN_QUIET`].
+fn parse_done(s: &str) -> Result<DoneRule, String> {
+    match DoneRule::parse(s)? {
+        DoneRule::Quiet(d) if d < MIN_QUIET => Err(format!(
+            "'{s}' is too short a quiet window: at least 100ms, or tuning would be done at the first cache file that lands"
+        )),
+        rule => Ok(rule),
+    }
 }
 
 fn usage_error(what: &str) -> ExitCode {

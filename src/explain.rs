@@ -251,7 +251,9 @@ pub fn nearest(
 ) -> Vec<(LaunchRecord, Vec<String>)> {
     let mut v: Vec<(LaunchRecord, Vec<String>)> = records
         .into_iter()
-        .filter(|r| r.fingerprint != fp)
+        // a record that names no fingerprint is no signed launch (planted
+        // or torn): it is never sliced into a line
+        .filter(|r| r.fingerprint != fp && crate::cache::is_sha256_hex(&r.fingerprint))
         .map(|r| {
             let d = diff(&r.inputs, inputs);
             (r, d)

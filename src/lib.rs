@@ -7,6 +7,7 @@
 //! - [`canonical`]: JSON byte-identical to Python's `json.dumps`;
 //! - [`fingerprint`]: which parts of argv and environment identify a launch;
 //! - [`child`]: spawning the engine, signals, reaping, exit status;
+//! - [`clock`]: deadlines that saturate instead of overflowing;
 //! - [`keep`]: the cache side of one launch (prune, watch, done, sign);
 //! - [`supervise`]: the one poll loop that ties child, watch and readiness;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
@@ -35,6 +36,7 @@ pub mod cache;
 pub mod canonical;
 pub mod child;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod explain;
 pub mod failpoint;

@@ -1,7 +1,8 @@
 //! Log lines on stderr. In text form every line starts with `keepwrap:` so a
 //! user can grep for it among the engine's own output; warnings and errors
 //! say so after the prefix. The level comes from `-v`/`-q`, else
-//! `KEEPWRAP_LOG` (a level or a tracing filter), else `info`.
+//! `KEEPWRAP_LOG` (a level, or levels by target such as
+//! `warn,keepwrap::ready=debug`), else `info`.
 //!
 //! A line is one line whatever it shows: the text form escapes every control
 //! character of the message and its fields (newline, CR, ESC, the rest of C0
@@ -14,10 +15,12 @@ use std::fmt;
 
 use clap::ValueEnum;
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -143,7 +146,7 @@ pub fn parse_filter(value: &str) -> Option<String> {
         return None;
     }
     let filter = out.join(",");
-    EnvFilter::try_new(&filter).ok().map(|_| filter)
+    filter.parse::<Targets>().ok().map(|_| filter)
 }
 
 /// What sets the log filter, and where it came from.
@@ -204,16 +207,28 @@ pub fn init(format: LogFormat) {
 /// Install the subscriber with `level`'s filter, then warn about an unknown
 /// `KEEPWRAP_LOG` value. Safe to call once per process.
 pub fn init_with(format: LogFormat, level: &LogLevel) {
-    let filter = EnvFilter::try_new(&level.filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = level
+        .filter
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(filter);
+        // A log line that cannot be written (stderr a closed pipe) is lost;
+        // reporting that on stderr too would panic in `eprintln!`.
+        .log_internal_errors(false)
+        .with_max_level(LevelFilter::TRACE);
     let _ = match format {
-        LogFormat::Text => builder.event_format(KeepwrapLine).try_init(),
+        LogFormat::Text => builder
+            .event_format(KeepwrapLine)
+            .finish()
+            .with(filter)
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .with_current_span(false)
             .with_target(false)
+            .finish()
+            .with(filter)
             .try_init(),
     };
     if let Some(raw) = &level.unknown {

@@ -725,7 +725,7 @@ impl Share {
     /// Before keepwrap exits: let the publication finish, at most
     /// `--share-timeout` (then the launch goes on without it).
     pub fn finish(&mut self) {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::clock::after(Instant::now(), self.timeout);
         loop {
             let busy = self.running.as_ref().is_some_and(|h| !h.is_finished());
             if !busy {

@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 
 use crate::child::{self, Ended};
 use crate::cli::RunArgs;
+use crate::clock;
 use crate::keep::{Keeper, Prepared};
 
 /// While waiting for the rest of a process group to go, how often to look.
@@ -236,22 +237,16 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keepe
         if signal_ready {
             let mut ended = None;
             while let Ok(Some(info)) = sfd.read_signal() {
-                let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
-                    continue;
-                };
-                match sig {
-                    Signal::SIGCHLD => {
-                        if let Some(e) = child::reap(pid) {
-                            ended = Some(e);
-                        }
+                let signo = info.ssi_signo as i32;
+                if signo == libc::SIGCHLD {
+                    if let Some(e) = child::reap(pid) {
+                        ended = Some(e);
                     }
-                    s if child::FORWARDED.contains(&s) => {
-                        child::forward(pid, s, args.kill_group);
-                        if matches!(s, Signal::SIGTERM | Signal::SIGINT) && kill_at.is_none() {
-                            kill_at = args.kill_after.map(|d| Instant::now() + d);
-                        }
+                } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
+                    child::forward_signo(pid, signo, args.kill_group);
+                    if matches!(signo, libc::SIGTERM | libc::SIGINT) && kill_at.is_none() {
+                        kill_at = args.kill_after.map(|d| clock::after(Instant::now(), d));
                     }
-                    _ => {}
                 }
             }
             // A SIGCHLD can coalesce with an earlier one: reap once more.
@@ -275,8 +270,8 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
         "the engine exited; sending TERM to what is left of its process group ({} grace)",
         humantime::format_duration(args.grace)
     );
-    terminate_all(pid, Signal::SIGTERM);
-    let deadline = Instant::now() + args.grace;
+    terminate_all(pid, libc::SIGTERM);
+    let deadline = clock::after(Instant::now(), args.grace);
     loop {
         child::reap(pid);
         if !leftovers() {
@@ -289,13 +284,12 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
         let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
         let _ = poll(
             &mut fds,
-            timeout_until(Some((now + GROUP_RECHECK).min(deadline)), now),
+            timeout_until(Some(clock::after(now, GROUP_RECHECK).min(deadline)), now),
         );
         while let Ok(Some(info)) = sfd.read_signal() {
-            if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
-                if child::FORWARDED.contains(&sig) {
-                    terminate_all(pid, sig);
-                }
+            let signo = info.ssi_signo as i32;
+            if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
+                terminate_all(pid, signo);
             }
         }
     }
@@ -303,9 +297,9 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
         "processes of the engine outlived the {} grace: sending KILL",
         humantime::format_duration(args.grace)
     );
-    terminate_all(pid, Signal::SIGKILL);
+    terminate_all(pid, libc::SIGKILL);
     // KILL cannot be caught: wait for the kernel to finish them, boundedly.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = clock::after(Instant::now(), Duration::from_secs(2));
     while leftovers() && Instant::now() < deadline {
         child::reap(pid);
         let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
@@ -319,10 +313,10 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
 }
 
 /// Signal the main child's process group and every remaining child of ours.
-fn terminate_all(pid: Pid, sig: Signal) {
-    child::forward(pid, sig, true);
+fn terminate_all(pid: Pid, signo: i32) {
+    child::forward_signo(pid, signo, true);
     for orphan in child::children() {
-        child::forward(orphan, sig, false);
+        child::forward_signo(orphan, signo, false);
     }
 }
 

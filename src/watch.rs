@@ -3,6 +3,16 @@
 //! reporting each cache file that lands. FlashInfer saves by rename, so a
 //! rank file arrives as `IN_MOVED_TO`; a plain write shows as
 //! `IN_CLOSE_WRITE`. A queue overflow triggers a rescan. No polling.
+//!
+//! The watches are added [`ARM_AFTER`] after the watcher is made, not at
+//! once: the kernel makes the process that closes an inotify instance which
+//! ever held a watch wait for a grace period (7 to 20 ms), which would
+//! dominate the cost of wrapping a short command. Until then every file is
+//! found by comparing the tree with what was seen before (the same rescan
+//! as after a queue overflow), so nothing that lands early is missed: when
+//! the watches are added, and whenever [`Watcher::read`] is called before.
+//! The descriptor to poll is an epoll instance that holds the arming timer,
+//! then the inotify descriptor; it never changes.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -10,16 +20,27 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use crate::cache;
 
 /// Identity of a file's contents as far as a watcher can tell cheaply.
 type Stamp = (u64, u64, i64, i64);
 
+/// How long after the watcher is made the inotify watches are added.
+pub const ARM_AFTER: Duration = Duration::from_millis(100);
+
 pub struct Watcher {
+    /// What the supervisor polls: the arming timer, then inotify.
+    epoll: Epoll,
+    /// Until the watches are added (`None` after).
+    timer: Option<TimerFd>,
     inotify: Inotify,
     root: PathBuf,
     /// Directory watched, relative to the root.
@@ -47,10 +68,23 @@ fn skipped_dir(name: &OsStr) -> bool {
 }
 
 impl Watcher {
-    /// Watch `root` (which must exist) and every directory below it.
+    /// Watch `root` (which must exist) and every directory below it: record
+    /// what is there now, and add the watches [`ARM_AFTER`] from now.
     pub fn new(root: &Path) -> io::Result<Watcher> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        timer.set(
+            Expiration::OneShot(TimeSpec::from_duration(ARM_AFTER)),
+            TimerSetTimeFlags::empty(),
+        )?;
+        epoll.add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
         let mut w = Watcher {
+            epoll,
+            timer: Some(timer),
             inotify,
             root: root.to_path_buf(),
             dirs: HashMap::new(),
@@ -61,8 +95,25 @@ impl Watcher {
         Ok(w)
     }
 
+    /// Readable when [`Watcher::read`] has something to do.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inotify.as_fd()
+        self.epoll.0.as_fd()
+    }
+
+    /// Are the inotify watches in place?
+    fn armed(&self) -> bool {
+        self.timer.is_none()
+    }
+
+    /// Add the watches: swap the timer for inotify in the epoll set, then
+    /// walk the tree adding them (what landed meanwhile goes to `landed`).
+    fn arm(&mut self, landed: &mut Vec<PathBuf>) -> io::Result<()> {
+        if let Some(timer) = self.timer.take() {
+            let _ = self.epoll.delete(&timer);
+        }
+        self.epoll
+            .add(&self.inotify, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        self.add_tree(PathBuf::new(), landed)
     }
 
     /// Cache files present (relative to the root), as last seen.
@@ -75,8 +126,18 @@ impl Watcher {
     /// `landed`. A directory that vanished meanwhile is not an error.
     fn add_tree(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) -> io::Result<()> {
         let abs = self.root.join(&rel);
-        match self.inotify.add_watch(&abs, dir_flags()) {
-            Ok(wd) => {
+        let watched = if self.armed() {
+            self.inotify.add_watch(&abs, dir_flags()).map(Some)
+        } else if rel.as_os_str().is_empty() && !std::fs::symlink_metadata(&abs)?.is_dir() {
+            // What the watch would refuse (IN_ONLYDIR | IN_DONT_FOLLOW).
+            Err(Errno::ENOTDIR)
+        } else {
+            // Not watching yet: the walk alone finds what landed.
+            Ok(None)
+        };
+        match watched {
+            Ok(None) => {}
+            Ok(Some(wd)) => {
                 self.dirs.insert(wd, rel.clone());
             }
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) if !rel.as_os_str().is_empty() => {
@@ -150,12 +211,26 @@ impl Watcher {
         }
     }
 
-    /// Read what inotify queued. Returns the cache files that landed since
-    /// the last call, each once, relative to the root.
+    /// Read what inotify queued (before the watches are added: compare the
+    /// tree with what was seen, and add them when it is time). Returns the
+    /// cache files that landed since the last call, each once, relative to
+    /// the root.
     pub fn read(&mut self) -> Vec<PathBuf> {
         let mut landed = Vec::new();
         let mut rescan = false;
-        loop {
+        if let Some(timer) = &self.timer {
+            // Expired (or unreadable: never leave a readable timer behind).
+            let due = !matches!(timer.get(), Ok(Some(_)));
+            let walked = if due {
+                self.arm(&mut landed)
+            } else {
+                self.add_tree(PathBuf::new(), &mut landed)
+            };
+            if let Err(e) = walked {
+                tracing::warn!("{e}");
+            }
+        }
+        while self.armed() {
             let events = match self.inotify.read_events() {
                 Ok(events) => events,
                 Err(Errno::EAGAIN) => break,

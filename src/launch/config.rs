@@ -25,6 +25,10 @@ use crate::canonical::{self, Layout, Style};
 pub const MAX_BYTES: u64 = 4 << 20;
 /// Deeper nesting is refused (no recursion without a bound).
 const MAX_DEPTH: usize = 64;
+/// More values (scalars, lists, mappings) are refused: a few KiB of YAML
+/// per value turned into tokens, copied a few times, would cost PID 1
+/// hundreds of MiB for a file within [`MAX_BYTES`].
+const MAX_NODES: usize = 100_000;
 
 /// What reading the config file gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +50,7 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     use std::io::Read;
     let mut bytes = Vec::new();
     let mut hasher = Sha256::new();
-    let read = std::fs::File::open(path).and_then(|mut f| {
+    let read = super::open_regular(path).and_then(|mut f| {
         (&mut f).take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
         hasher.update(&bytes);
         if bytes.len() as u64 > MAX_BYTES {
@@ -68,6 +72,15 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return (Outcome::Unparsable("not UTF-8".into()), Some(hash));
     };
+    // PyYAML (YAML 1.1) breaks lines at NEL, LS and PS, which YAML 1.2
+    // parsers read as characters: "x<NEL>y" is "x y" to SGLang, yet
+    // "x\u{85}y" to this module, the very string `"x\Ny"` means
+    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return (
+            Outcome::Unparsable("a YAML 1.1 line break (NEL, LS or PS)".into()),
+            Some(hash),
+        );
+    }
     let outcome = match parse(text) {
         Ok(node) => to_args(&node).map_or_else(Outcome::Unparsable, Outcome::Args),
         Err(e) => Outcome::Unparsable(e),
@@ -90,8 +103,18 @@ fn parse(text: &str) -> Result<Node, String> {
     let mut keys: Vec<Option<Node>> = Vec::new();
     let mut root: Option<Node> = None;
     let mut docs = 0;
+    let mut nodes = 0;
     for ev in Parser::new_from_str(text) {
         let (ev, _) = ev.map_err(|e| format!("not YAML: {e}"))?;
+        if matches!(
+            ev,
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
+        ) {
+            nodes += 1;
+            if nodes > MAX_NODES {
+                return Err(format!("more than {MAX_NODES} YAML values"));
+            }
+        }
         let node = match ev {
             Event::DocumentStart(_) => {
                 docs += 1;
@@ -291,11 +314,23 @@ fn to_args(root: &Node) -> Result<Vec<String>, String> {
     let Py::Dict(pairs) = to_py(root) else {
         return Err("the file is not a mapping of option names to values".into());
     };
-    let mut out = Vec::new();
+    // a Python dict: a repeated key keeps its first place and its last value
+    let mut dict: Vec<(&str, &Py)> = Vec::with_capacity(pairs.len());
+    let mut place = std::collections::HashMap::with_capacity(pairs.len());
     for (k, v) in &pairs {
         let Py::Str(key) = k else {
             return Err("a key is not a string".into());
         };
+        match place.get(key.as_str()) {
+            Some(&i) => dict[i] = (key.as_str(), v),
+            None => {
+                place.insert(key.as_str(), dict.len());
+                dict.push((key, v));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (key, v) in dict {
         let flag = format!("--{key}");
         match v {
             Py::Bool(b) => {
@@ -410,6 +445,11 @@ mod tests {
         assert!(args("a: 1\n---\nb: 2").is_err());
         assert!(args("a: [1").is_err());
         assert!(args("1: x").is_err());
+        // a repeated key: its first place, its last value
+        assert_eq!(
+            args("a: 1\nb: 2\na: [3, 4]\n'a': 5").unwrap(),
+            ["--a", "5", "--b", "2"]
+        );
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(args(&format!("a: {deep}")).is_err());
     }

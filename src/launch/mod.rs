@@ -64,6 +64,21 @@ pub struct Command {
     pub server: Option<Server>,
 }
 
+/// Open `path` for reading only when it is a regular file: a FIFO would
+/// block the open (or the read) until a writer comes, a device such as
+/// `/dev/zero` never ends, and a directory holds no bytes.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 fn base(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
 }
@@ -125,13 +140,41 @@ pub fn server_of(argv: &[String]) -> Option<Server> {
             (Some(m), i + 1)
         } else if a == "-" || a.starts_with("-c") || a.starts_with("--") {
             return None;
-        } else if a.starts_with('-') {
-            opts.push(a.to_string());
-            if matches!(a, "-X" | "-W") {
-                opts.push(argv.get(i + 1)?.clone());
+        } else if let Some(flags) = a.strip_prefix('-') {
+            // combined short options, as Python reads them: `-uB`, `-Xdev`,
+            // `-um MODULE`; `-m`, `-c`, `-X` and `-W` take the rest of the
+            // token or the next one
+            let taking = flags.char_indices().find_map(|(k, ch)| {
+                let rest = &flags[k + ch.len_utf8()..];
+                if matches!(ch, 'm' | 'c' | 'X' | 'W') {
+                    return Some((ch, rest));
+                }
+                opts.push(format!("-{ch}"));
+                None
+            });
+            let Some((ch, rest)) = taking else {
                 i += 1;
+                continue;
+            };
+            if ch == 'c' {
+                return None;
             }
-            i += 1;
+            let (value, next) = if rest.is_empty() {
+                (argv.get(i + 1)?.as_str(), i + 2)
+            } else {
+                (rest, i + 1)
+            };
+            if ch == 'm' {
+                return (value == "sglang.launch_server").then(|| Server {
+                    entry: Entry::LaunchServer,
+                    python_opts: opts,
+                    model_type: None,
+                    args: argv.get(next..).unwrap_or_default().to_vec(),
+                });
+            }
+            opts.push(format!("-{ch}"));
+            opts.push(value.to_string());
+            i = next;
             continue;
         } else {
             // a script
@@ -222,16 +265,26 @@ fn analyze_command(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     };
     match shell::split(script, &lookup, positional) {
         Ok(simple) => {
-            let server = server_of(&simple.argv);
+            let argv: Vec<OsString> = simple.argv.iter().map(OsString::from).collect();
+            let assigns: Vec<(OsString, OsString)> = simple
+                .assigns
+                .into_iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect();
+            let inner_env: Vec<(OsString, OsString)> = assigns.iter().chain(env).cloned().collect();
+            if let Some(mut c) = env_prefix(&argv, &inner_env) {
+                // `exec env NAME=value... COMMAND`: env's assignments first
+                c.assigns.extend(assigns);
+                if matches!(c.wrapper, Wrapper::Direct | Wrapper::Env) {
+                    c.wrapper = Wrapper::Shell;
+                }
+                return c;
+            }
             Command {
-                argv: simple.argv.into_iter().map(OsString::from).collect(),
-                assigns: simple
-                    .assigns
-                    .into_iter()
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                    .collect(),
+                server: server_of(&simple.argv),
+                argv,
+                assigns,
                 wrapper: Wrapper::Shell,
-                server,
             }
         }
         Err(why) => direct(Wrapper::Unreadable(why)),

@@ -16,7 +16,7 @@ use crate::fingerprint::sha256_hex;
 const MAX_BYTES: u64 = 16 << 20;
 
 fn read_capped(path: &Path, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let f = match std::fs::File::open(path) {
+    let f = match super::open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

@@ -93,6 +93,45 @@ pub fn is_name(s: &str) -> bool {
     s.chars().next().is_some_and(is_name_start) && s.chars().all(is_name_char)
 }
 
+/// `script` without its line continuations: a backslash-newline outside
+/// single quotes is removed before the shell reads words or names, so that
+/// `$V\<newline>a` is `$Va`.
+fn join_lines(script: &str) -> Vec<char> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut out = Vec::with_capacity(chars.len());
+    let (mut single, mut double) = (false, false);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        i += 1;
+        if single {
+            single = c != '\'';
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\\' => match chars.get(i) {
+                Some('\n') => i += 1,
+                Some(&n) => {
+                    out.extend([c, n]);
+                    i += 1;
+                }
+                None => out.push(c),
+            },
+            '\'' if !double => {
+                single = true;
+                out.push(c);
+            }
+            '"' => {
+                double = !double;
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Split `script` into one simple command, expanding variables from `env`
 /// and a whole-word `"$@"` to `positional`.
 pub fn split(
@@ -100,7 +139,7 @@ pub fn split(
     env: &dyn Fn(&str) -> Option<String>,
     positional: &[String],
 ) -> Result<Simple, &'static str> {
-    let chars: Vec<char> = script.chars().collect();
+    let chars = join_lines(script);
     let mut words: Vec<(String, Option<usize>)> = Vec::new();
     let mut cur = String::new();
     // the word exists (it has content or quotes)
