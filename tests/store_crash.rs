@@ -232,7 +232,7 @@ fn sigkill_at_every_crash_point_of_store_and_sign_loses_no_file_and_trusts_nothi
     let mut points: BTreeMap<&str, usize> = BTreeMap::new();
     let mut trial = 0;
     for step in ["store", "sign"] {
-        for x in 0..ARMS.len() {
+        for (x, arm) in ARMS.iter().enumerate() {
             for edit in [false, true] {
                 for n in 1.. {
                     trial += 1;
@@ -244,7 +244,7 @@ fn sigkill_at_every_crash_point_of_store_and_sign_loses_no_file_and_trusts_nothi
                     copy_tree(&tpl, &dir);
                     let root = root_of(&dir);
                     let mode = if edit { "edit" } else { "exit" };
-                    let mut cmd = launch(&w, &dir, ARMS[x], Some(mode), "4");
+                    let mut cmd = launch(&w, &dir, arm, Some(mode), "4");
                     cmd.env("KEEPWRAP_FAILPOINT", format!("{step}:{n}"));
                     let killed = boot(&mut cmd);
                     if killed.code != 128 + 9 {
