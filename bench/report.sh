@@ -7,7 +7,8 @@
 # wrapper overhead against tini, dumb-init, catatonit and a direct exec,
 # resident memory and idle CPU; pre-launch prune (reuse, stash, remove) of
 # 100 to 100,000 cache files with the cost per file; done to signed at 64
-# rank files; unify, store, share; done-to-signed latency; cold against warm
+# rank files; unify, store, share; done-to-signed latency; signal latency
+# while signing; cold against warm
 # boots of the fake engine. Needs hyperfine, tini, dumb-init and catatonit
 # (apt-get install hyperfine tini dumb-init catatonit). Takes a few minutes;
 # run it on an otherwise idle machine.
@@ -44,6 +45,9 @@ fi
 
 section "Done to signed (bench/done_to_signed.py)"
 block python3 bench/done_to_signed.py target/release/keepwrap 5
+
+section "Signal latency while a set is signed (bench/signal_latency.py)"
+block python3 bench/signal_latency.py target/release/keepwrap 5
 
 section "Cold against warm boot of the fake engine (examples/demo.sh)"
 bash examples/demo.sh 2>/dev/null

@@ -2,10 +2,21 @@
 //! tune, decide when tuning is done, sign the set for this launch. Every
 //! failure here is logged and leaves the launch alone (fail open for the
 //! launch); any doubt leaves the cache unsigned (fail closed for trust).
+//!
+//! While the engine runs, [`crate::policy`] decides and this module runs
+//! its actions: the watch, the probe and the timers feed it events in the
+//! supervisor loop; unify, hashing, signing, the lock, the store and the
+//! share run on a worker thread that reports through a socket in the loop's
+//! poll set, so the loop never waits for them.
 
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
-use std::os::fd::BorrowedFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::PollFlags;
@@ -15,21 +26,15 @@ use crate::child::Ended;
 use crate::cli::RunArgs;
 use crate::fingerprint::Launch;
 use crate::lock::{self, CacheLock, LockError};
+use crate::owner;
+use crate::policy::{Action, Event, Owner, Policy, Rule};
 use crate::ready::{Done, Probe, ProbeResult};
 use crate::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::share::Share;
 use crate::stats::Stats;
 use crate::store::{self, Store, STATE_DIR};
 use crate::unify;
-use crate::watch::Watcher;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// The engine is tuning: nothing is signed yet.
-    Tuning,
-    /// Tuning is done: the set is signed, and re-signed as files land.
-    Signed,
-}
+use crate::watch::{self, Stamp, Watcher};
 
 pub struct Keeper {
     root: PathBuf,
@@ -42,8 +47,8 @@ pub struct Keeper {
     launched: Instant,
     /// Cache files prune kept (signed for this launch), relative to root.
     kept: Vec<PathBuf>,
-    last_landing: Option<Instant>,
-    phase: Phase,
+    /// While the engine runs.
+    session: Option<Session>,
     /// Rewrite each directory's rank files as their union before signing.
     unify: bool,
     /// `<root>/.keepwrap`: other launches' sets, records, stats, the lock.
@@ -285,8 +290,7 @@ impl Keeper {
             probe_timeout: args.probe_timeout,
             launched,
             kept,
-            last_landing: None,
-            phase: Phase::Tuning,
+            session: None,
             unify: args.unifies(),
             store,
             lock_timeout: args.lock_timeout,
@@ -344,29 +348,56 @@ impl Keeper {
         }
     }
 
-    /// Multi-node: publish the signed rank files into the share.
-    fn publish(&mut self, report: &cache::SignReport) {
-        if report.failed == 0 && !report.signed.is_empty() {
-            if let Some(share) = self.share.as_mut() {
-                share.publish(&self.root, &report.signed);
-            }
-        }
-    }
-
-    /// The engine is running: start probing its health if that is the rule.
+    /// The engine is running: hand the commit work (store, share, the files
+    /// kept) to the worker, start the policy, and probe the health endpoint
+    /// if that is the rule.
     pub fn child_started(&mut self) {
-        if let Done::Health(endpoint) = &self.done {
-            self.probe = Some(Probe::new(
-                endpoint.clone(),
-                self.probe_interval,
-                self.probe_timeout,
-                Instant::now(),
-            ));
+        let now = Instant::now();
+        let rule = match &self.done {
+            Done::Health(endpoint) => {
+                self.probe = Some(Probe::new(
+                    endpoint.clone(),
+                    self.probe_interval,
+                    self.probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::Quiet(d) => Rule::Quiet(*d),
+            Done::Exit => Rule::Exit,
+        };
+        let committer = Committer {
+            root: self.root.clone(),
+            fingerprint: self.fingerprint.clone(),
+            launched: self.launched,
+            kept: std::mem::take(&mut self.kept),
+            unify: self.unify,
+            store: self.store.take(),
+            lock_timeout: self.lock_timeout,
+            profile: self.profile,
+            inputs: std::mem::take(&mut self.inputs),
+            share: self.share.take(),
+        };
+        self.session = Some(Session {
+            policy: Policy::new(rule, self.launched),
+            worker: Worker::start(committer),
+            own: HashMap::new(),
+            named: false,
+        });
+    }
+
+    /// The inotify fd, while no sign is running (keepwrap's own rewrites
+    /// are told apart from the engine's landings once it is over).
+    pub fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.session {
+            Some(s) if s.worker.busy() => None,
+            _ => Some(self.watcher.fd()),
         }
     }
 
-    pub fn watch_fd(&self) -> BorrowedFd<'_> {
-        self.watcher.fd()
+    /// Readable when the worker finished a sign.
+    pub fn worker_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.session.as_ref().and_then(|s| s.worker.fd())
     }
 
     pub fn probe_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
@@ -375,116 +406,342 @@ impl Keeper {
 
     /// The next time `tick` has something to do.
     pub fn deadline(&self) -> Option<Instant> {
-        if self.phase != Phase::Tuning {
-            return None;
-        }
-        let quiet = match (&self.done, self.last_landing) {
-            (Done::Quiet(d), Some(t)) => Some(t + *d),
-            _ => None,
-        };
-        [quiet, self.probe.as_ref().map(Probe::deadline)]
-            .into_iter()
-            .flatten()
-            .min()
+        let s = self.session.as_ref()?;
+        [
+            s.policy.deadline(),
+            self.probe.as_ref().map(Probe::deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Timers: start or time out a probe; close a quiet window.
     pub fn tick(&mut self, now: Instant) {
-        if self.phase != Phase::Tuning {
-            return;
-        }
         if let Some(probe) = self.probe.as_mut() {
             if probe.step(now, false) == ProbeResult::Ready {
-                self.health_ready(now);
-                return;
+                self.probe_ready(now);
             }
         }
-        if let (Done::Quiet(d), Some(t)) = (&self.done, self.last_landing) {
-            if now >= t + *d {
-                tracing::info!(
-                    "tuning is done: no cache file landed for {} ({} after the launch)",
-                    humantime::format_duration(*d),
-                    secs(now - self.launched)
-                );
-                self.sign_done();
-            }
-        }
+        self.feed(Event::Tick(now));
     }
 
-    /// The inotify fd or the probe socket is ready.
-    pub fn on_events(&mut self, watch_ready: bool, probe_revents: PollFlags) {
+    /// The inotify fd, the probe socket or the worker is ready.
+    pub fn on_events(&mut self, watch_ready: bool, probe_revents: PollFlags, worker_ready: bool) {
         let now = Instant::now();
+        if worker_ready {
+            self.take_finished();
+        }
         if watch_ready {
             self.note_landings(now);
         }
-        if !probe_revents.is_empty() && self.phase == Phase::Tuning {
+        if !probe_revents.is_empty() {
             if let Some(probe) = self.probe.as_mut() {
-                if probe.step(now, true) == ProbeResult::Ready {
-                    self.health_ready(now);
+                match probe.step(now, true) {
+                    ProbeResult::Ready => self.probe_ready(now),
+                    ProbeResult::NotYet => self.feed(Event::ProbeFailed),
+                    ProbeResult::Pending => {}
                 }
             }
         }
     }
 
-    fn health_ready(&mut self, now: Instant) {
-        if let Some(probe) = self.probe.take() {
-            tracing::info!(
-                "tuning is done: GET {} answered 200 {} after the launch",
-                probe.endpoint(),
-                secs(now - self.launched)
-            );
-        }
-        self.sign_done();
+    /// keepwrap forwarded `signo` to the engine.
+    pub fn forwarded(&mut self, signo: i32) {
+        self.feed(Event::Forwarded(signo));
     }
 
-    /// Log each cache file that landed; after done, sign the set again.
+    /// The probe got a 200: it counts when the engine's own process tree
+    /// serves the port (the worker looks, as reading the kernel's socket
+    /// tables can take a while), or when the URL is not a local one.
+    fn probe_ready(&mut self, now: Instant) {
+        let (Some(probe), Some(s)) = (self.probe.as_mut(), self.session.as_mut()) else {
+            return;
+        };
+        // No other probe until this one's answer is judged.
+        probe.defer(now);
+        let url = probe.endpoint().to_string();
+        let report = match probe.addr() {
+            Some(addr) if owner::is_local(addr) => s.worker.run(Job::Owner {
+                addr,
+                name: !s.named,
+                at: now,
+                url,
+            }),
+            Some(_) => Some(Report::Owner {
+                at: now,
+                url,
+                owner: Owner::Remote,
+            }),
+            None => None,
+        };
+        if let Some(r) = report {
+            self.take(r);
+        }
+    }
+
+    /// Take what the worker finished, then catch up with the watch when no
+    /// sign is under way.
+    fn take_finished(&mut self) {
+        let Some(s) = self.session.as_mut() else {
+            return;
+        };
+        for r in s.worker.finished() {
+            self.take(r);
+        }
+        if self.session.as_ref().is_some_and(|s| !s.worker.busy()) {
+            self.note_landings(Instant::now());
+        }
+    }
+
+    /// One report of the worker: a sign's files are keepwrap's own writes,
+    /// not landings; an owner is the judge of a probe's 200.
+    fn take(&mut self, report: Report) {
+        let Some(s) = self.session.as_mut() else {
+            return;
+        };
+        match report {
+            Report::Signed { stamps, done } => {
+                s.own.extend(stamps);
+                if done {
+                    // Launches waiting for this one may start now: the set
+                    // is signed.
+                    self.marker.mark_done();
+                }
+            }
+            Report::Owner { at, url, owner } => {
+                s.named |= matches!(owner, Owner::Foreign(_));
+                self.feed(Event::ProbeOk { at, url, owner });
+            }
+        }
+    }
+
+    /// Cache files the engine landed: one line each (written by the worker,
+    /// which parses them), and the policy told.
     fn note_landings(&mut self, now: Instant) {
-        let landed = self.watcher.read();
+        let Some(s) = self.session.as_mut() else {
+            return;
+        };
+        let mut landed = self.watcher.read();
+        landed.retain(|rel| match s.own.remove(rel) {
+            Some(stamp) => self.watcher.stamp(rel) != Some(stamp),
+            None => true,
+        });
         if landed.is_empty() {
             return;
         }
-        crate::progress::landed(&self.root, &landed, now - self.launched);
-        self.last_landing = Some(now);
-        if self.phase == Phase::Signed && self.alone() {
-            let Ok(_lock) = self.commit_lock() else {
-                return;
-            };
-            match cache::sign(&self.root, &self.fingerprint) {
-                Ok(r) => {
-                    tracing::info!(
-                        "signed again after a rewrite: {} cache files",
-                        r.signed.len()
-                    );
-                    self.publish(&r);
-                }
-                Err(e) => tracing::warn!("cannot sign {}: {e}", self.root.display()),
-            }
-        }
+        s.worker.run(Job::Landed {
+            files: landed.clone(),
+            after: now.saturating_duration_since(self.launched),
+        });
+        self.feed(Event::Landed {
+            at: now,
+            files: landed,
+        });
     }
 
-    /// Tuning is done: sign every cache file present as one set, and say how
-    /// this boot went.
-    fn sign_done(&mut self) {
-        self.sign_set();
-        // Launches waiting for this one may start now: the set is signed.
-        self.marker.mark_done();
-    }
-
-    fn sign_set(&mut self) {
-        self.phase = Phase::Signed;
-        self.probe = None;
-        if !self.alone() {
+    /// Give the policy an event and run its actions.
+    fn feed(&mut self, event: Event) {
+        let Some(s) = self.session.as_mut() else {
             return;
-        }
-        if self.unify {
-            let files: Vec<PathBuf> = self.watcher.known_files().map(Path::to_path_buf).collect();
-            if unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path)).rewritten > 0 {
-                // keepwrap's own rewrites are not landings of the engine.
-                self.watcher.read();
+        };
+        let mut actions: VecDeque<Action> = s.policy.on(event).into();
+        while let Some(action) = actions.pop_front() {
+            match action {
+                // Through the worker, so that the lines keep the order of
+                // the events (landing lines are written there).
+                Action::Info(line) => {
+                    s.worker.run(Job::Log(line));
+                }
+                Action::ProbeAgain => {
+                    if let Some(p) = self.probe.as_mut() {
+                        p.defer(Instant::now());
+                    }
+                }
+                Action::LookForOthers => {
+                    if let Some(other) = other_launch(&self.marker) {
+                        actions.extend(s.policy.on(Event::OtherLaunch(other)));
+                    }
+                }
+                Action::SignDone | Action::SignLate { .. } => {
+                    // Another launch seen on the root: the running markers
+                    // say so, and the policy decides.
+                    if let Some(other) = other_launch(&self.marker) {
+                        actions.extend(s.policy.on(Event::OtherLaunch(other)));
+                        if action == Action::SignDone {
+                            // Done, with nothing to sign.
+                            self.marker.mark_done();
+                        }
+                        continue;
+                    }
+                    let kind = match action {
+                        Action::SignLate { late } => SignKind::Late(late),
+                        _ => SignKind::Done,
+                    };
+                    let files = self.watcher.known_files().map(Path::to_path_buf).collect();
+                    if let Some(Report::Signed { stamps, done }) =
+                        s.worker.run(Job::Sign { kind, files })
+                    {
+                        s.own.extend(stamps);
+                        if done {
+                            self.marker.mark_done();
+                        }
+                    }
+                }
             }
+        }
+        if !s.policy.wants_probe() {
+            self.probe = None;
+        }
+    }
+
+    /// The engine ended: wait for the sign under way, take in what landed
+    /// meanwhile, let the policy decide, and run what it says to the end.
+    pub fn child_ended(&mut self, ended: Ended) {
+        let Some(s) = self.session.as_mut() else {
+            return;
+        };
+        s.worker.wait();
+        self.take_finished();
+        self.feed(Event::ChildEnded {
+            at: Instant::now(),
+            ended,
+        });
+        if let Some(mut s) = self.session.take() {
+            s.worker.wait();
+            s.worker.stop();
+        }
+    }
+}
+
+/// A launch that used the root while this one ran, if any (its engine may
+/// have written some of the rank files): the policy's "another launch seen".
+fn other_launch(marker: &Marker) -> Option<String> {
+    marker.others().first().map(ToString::to_string)
+}
+
+/// While the engine runs: the policy, and the worker that runs its signs.
+struct Session {
+    policy: Policy,
+    worker: Worker,
+    /// Cache files as keepwrap's own signs left them (after unify): their
+    /// inotify events are not landings of the engine.
+    own: HashMap<PathBuf, Stamp>,
+    /// Another process serving the probed port was named already.
+    named: bool,
+}
+
+/// What the worker is asked to do.
+enum Job {
+    /// One `keepwrap:` line at info level.
+    Log(String),
+    /// Log the tuning progress of the cache files that landed (each is
+    /// parsed to count its entries).
+    Landed {
+        files: Vec<PathBuf>,
+        after: Duration,
+    },
+    /// Unify and sign every cache file present (`files`: those the watch
+    /// knows of).
+    Sign { kind: SignKind, files: Vec<PathBuf> },
+    /// Who serves the loopback address `addr`, which answered `url` with
+    /// 200 at `at`; `name`: name another owner.
+    Owner {
+        addr: std::net::SocketAddr,
+        name: bool,
+        at: Instant,
+        url: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SignKind {
+    /// Tuning is done.
+    Done,
+    /// At a clean exit, with this many files that landed after done.
+    Late(usize),
+}
+
+/// What the worker reports.
+enum Report {
+    /// A sign finished: the cache files as it left them; `done`: it was
+    /// the sign at done.
+    Signed {
+        stamps: Vec<(PathBuf, Stamp)>,
+        done: bool,
+    },
+    /// Who served a probe's 200.
+    Owner {
+        at: Instant,
+        url: String,
+        owner: Owner,
+    },
+}
+
+/// The commit work, off the supervisor loop: unify, hash and sign, the
+/// lock, the store's record and statistics, the share's publication.
+struct Committer {
+    root: PathBuf,
+    fingerprint: String,
+    /// When the launch started (the statistics credit a boot's tuning time).
+    launched: Instant,
+    /// Cache files prune kept (signed for this launch), relative to root.
+    kept: Vec<PathBuf>,
+    unify: bool,
+    store: Option<Store>,
+    lock_timeout: Duration,
+    profile: &'static str,
+    inputs: serde_json::Value,
+    share: Option<Share>,
+}
+
+impl Committer {
+    fn run(&mut self, job: Job) -> Option<Report> {
+        match job {
+            Job::Log(line) => {
+                tracing::info!("{line}");
+                None
+            }
+            Job::Landed { files, after } => {
+                crate::progress::landed(&self.root, &files, after);
+                None
+            }
+            Job::Sign { kind, files } => {
+                let signed = self.sign(kind, &files);
+                let stamps = files
+                    .iter()
+                    .chain(&signed)
+                    .filter_map(|rel| {
+                        let meta = std::fs::symlink_metadata(self.root.join(rel)).ok()?;
+                        Some((rel.clone(), watch::stamp(&meta)))
+                    })
+                    .collect();
+                Some(Report::Signed {
+                    stamps,
+                    done: matches!(kind, SignKind::Done),
+                })
+            }
+            Job::Owner {
+                addr,
+                name,
+                at,
+                url,
+            } => Some(Report::Owner {
+                at,
+                url,
+                owner: owner::owner_of(addr, name),
+            }),
+        }
+    }
+
+    /// Unify, then sign every cache file present as one set, and say how
+    /// this boot went. The files signed.
+    fn sign(&mut self, kind: SignKind, files: &[PathBuf]) -> Vec<PathBuf> {
+        if self.unify {
+            unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path));
         }
         let Ok(_lock) = self.commit_lock() else {
-            return;
+            return Vec::new();
         };
         let report = match cache::sign(&self.root, &self.fingerprint) {
             Ok(r) => r,
@@ -493,16 +750,26 @@ impl Keeper {
                     "cannot sign {}: {e}; the next launch will tune again",
                     self.root.display()
                 );
-                return;
+                return Vec::new();
             }
         };
         self.publish(&report);
         let n = report.signed.len();
+        if let SignKind::Late(late) = kind {
+            tracing::info!(
+                "signed again at exit: {n} cache files, with the {late} that landed after tuning was done"
+            );
+            if let Some(s) = &self.store {
+                if n > 0 && report.failed == 0 && !report.unchanged {
+                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                }
+            }
+            return report.signed;
+        }
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
         if n == 0 {
-            let present = self
-                .watcher
-                .known_files()
+            let present = files
+                .iter()
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
@@ -535,27 +802,21 @@ impl Keeper {
             crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
             Stats::flush(s.state_fd());
         }
+        report.signed
     }
 
-    /// No launch of another fingerprint used the root while this one ran
-    /// (else its engine may have written some of the rank files: say so and
-    /// sign nothing).
-    fn alone(&self) -> bool {
-        match self.marker.others().first() {
-            None => true,
-            Some(other) => {
-                tracing::info!(
-                    "not signing: {other} used this cache root while this launch ran; their rank files may be mixed"
-                );
-                false
+    /// Multi-node: publish the signed rank files into the share.
+    fn publish(&mut self, report: &cache::SignReport) {
+        if report.failed == 0 && !report.signed.is_empty() {
+            if let Some(share) = self.share.as_mut() {
+                share.publish(&self.root, &report.signed);
             }
         }
     }
 
     /// The lock for a commit: Ok(None) without a store; Err when it timed
-    /// out (logged: nothing is signed). The engine is running and the
-    /// supervisor loop is waiting here, so the wait is short: other holders
-    /// keep the lock for milliseconds, and signals must keep flowing.
+    /// out (logged: nothing is signed). Other holders keep it for
+    /// milliseconds, so the wait is short.
     fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
         match &self.store {
             None => Ok(None),
@@ -570,11 +831,9 @@ impl Keeper {
         }
     }
 
-    /// The engine ended. Take in what landed meanwhile; sign when its clean
-    /// exit is what marks tuning done.
-    pub fn child_ended(&mut self, ended: Ended) {
-        self.note_landings(Instant::now());
-        self.end_tuning(ended);
+    /// Before keepwrap exits: write the statistics this launch gathered
+    /// (once, under the lock), and let the share's publication finish.
+    fn finish(&mut self) {
         if let (Some(s), true) = (&self.store, Stats::pending()) {
             if let Ok(_lock) = self.commit_lock() {
                 Stats::flush(s.state_fd());
@@ -584,22 +843,155 @@ impl Keeper {
             share.finish();
         }
     }
+}
 
-    fn end_tuning(&mut self, ended: Ended) {
-        if self.phase == Phase::Signed {
-            return;
+/// The worker thread: jobs in order through a channel; each finished sign
+/// reported through a socket in the supervisor's poll set, so that the loop
+/// keeps forwarding signals and reaping meanwhile. When the thread cannot
+/// start, the jobs run in the loop (late, but the launch goes on).
+struct Worker {
+    jobs: Option<mpsc::Sender<Job>>,
+    results: Option<mpsc::Receiver<Report>>,
+    /// Readable when a result is queued.
+    wake: Option<UnixStream>,
+    thread: Option<JoinHandle<()>>,
+    /// Without a thread: the committer, run in the loop.
+    inline: Option<Committer>,
+    /// Signs sent and not yet taken.
+    busy: usize,
+    ready: Vec<Report>,
+}
+
+impl Worker {
+    fn start(committer: Committer) -> Worker {
+        let mut w = Worker {
+            jobs: None,
+            results: None,
+            wake: None,
+            thread: None,
+            inline: None,
+            busy: 0,
+            ready: Vec::new(),
+        };
+        let (wake, wake_tx) = match UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
+                );
+                w.inline = Some(committer);
+                return w;
+            }
+        };
+        let _ = wake.set_nonblocking(true);
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (results_tx, results) = mpsc::channel::<Report>();
+        let (hand, handed) = mpsc::channel::<Committer>();
+        let spawned = std::thread::Builder::new()
+            .name("keepwrap-commit".into())
+            .spawn(move || {
+                // Behind the supervisor loop and the engine for the CPU: the
+                // commit can wait a little, a signal or the engine cannot.
+                // SAFETY: plain system calls on this thread's own id.
+                unsafe {
+                    let tid = libc::gettid();
+                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+                }
+                let Ok(mut c) = handed.recv() else {
+                    return;
+                };
+                for job in job_rx {
+                    if let Some(report) = c.run(job) {
+                        if results_tx.send(report).is_err() {
+                            break;
+                        }
+                        let _ = (&wake_tx).write(&[1]);
+                    }
+                }
+                c.finish();
+            });
+        match spawned {
+            Ok(thread) => {
+                let _ = hand.send(committer);
+                w.jobs = Some(jobs);
+                w.results = Some(results);
+                w.wake = Some(wake);
+                w.thread = Some(thread);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
+                );
+                w.inline = Some(committer);
+            }
         }
-        let done_by_exit = matches!(self.done, Done::Exit | Done::Quiet(_));
-        if done_by_exit && ended.succeeded() {
-            tracing::info!(
-                "tuning is done: the command exited 0 ({} after the launch)",
-                secs(self.launched.elapsed())
-            );
-            self.sign_done();
-        } else {
-            tracing::info!(
-                "not signing: the engine exited with status {ended} before tuning was done"
-            );
+        w
+    }
+
+    fn busy(&self) -> bool {
+        self.busy > 0
+    }
+
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.wake.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Run `job`: on the thread (the result comes through [`finished`]), or
+    /// here and now without one (the result is returned).
+    fn run(&mut self, job: Job) -> Option<Report> {
+        if let Some(c) = self.inline.as_mut() {
+            return c.run(job);
+        }
+        let sign = matches!(job, Job::Sign { .. });
+        if let Some(jobs) = &self.jobs {
+            if jobs.send(job).is_ok() && sign {
+                self.busy += 1;
+            }
+        }
+        None
+    }
+
+    /// What finished since last asked.
+    fn finished(&mut self) -> Vec<Report> {
+        if let Some(w) = self.wake.as_ref() {
+            let mut buf = [0u8; 64];
+            while matches!((&*w).read(&mut buf), Ok(n) if n > 0) {}
+        }
+        if let Some(rx) = &self.results {
+            while let Ok(r) = rx.try_recv() {
+                if matches!(r, Report::Signed { .. }) {
+                    self.busy = self.busy.saturating_sub(1);
+                }
+                self.ready.push(r);
+            }
+        }
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Block until every sign sent has finished (the engine is gone).
+    fn wait(&mut self) {
+        while self.busy > 0 {
+            match self.results.as_ref().map(mpsc::Receiver::recv) {
+                Some(Ok(r)) => {
+                    if matches!(r, Report::Signed { .. }) {
+                        self.busy -= 1;
+                    }
+                    self.ready.push(r);
+                }
+                _ => self.busy = 0,
+            }
+        }
+    }
+
+    /// No more jobs: let the thread finish what it has (the share's
+    /// publication included) and end.
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(c) = self.inline.as_mut() {
+            c.finish();
         }
     }
 }

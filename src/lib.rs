@@ -19,6 +19,8 @@
 //! - [`progress`]: tuning progress as rank files land, summed up for large launches;
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`lock`]: the lock of a cache root shared by several launches;
+//! - [`owner`]: which process serves a loopback port;
+//! - [`policy`]: when a set may be signed: the trust rules as a pure state machine;
 //! - [`running`]: which launches use a cache root right now;
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
@@ -45,6 +47,8 @@ pub mod keep;
 pub mod launch;
 pub mod lock;
 pub mod logging;
+pub mod owner;
+pub mod policy;
 pub mod progress;
 pub mod ready;
 pub mod running;

@@ -238,6 +238,17 @@ impl Probe {
         &self.endpoint
     }
 
+    /// The address probed, once resolved.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// The last answer did not count: probe again one interval from now.
+    pub fn defer(&mut self, now: Instant) {
+        self.state = ProbeState::Idle;
+        self.next_at = now.checked_add(self.interval).unwrap_or(now);
+    }
+
     /// The socket to poll, with the events it waits for.
     pub fn poll_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
         match &self.state {

@@ -1,7 +1,7 @@
-//! The supervisor loop: one `poll` over a signalfd, the cache watch and the
-//! health probe, with timers as the poll timeout. No threads, no busy
-//! waiting: while the child runs and nothing happens, keepwrap sleeps in
-//! `poll`.
+//! The supervisor loop: one `poll` over a signalfd, the cache watch, the
+//! health probe and the keeper's commit worker, with timers as the poll
+//! timeout. No busy waiting, and no waiting but `poll`: while the child runs
+//! and nothing happens, keepwrap sleeps in `poll`.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -182,6 +182,8 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
 }
 
 /// Forward signals, reap, and drive the keeper until the main child ends.
+/// Nothing here waits but `poll`: the keeper's commit work runs on its own
+/// thread and reports through a descriptor in the poll set.
 fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keeper>) -> Ended {
     let mut kill_at: Option<Instant> = None;
     loop {
@@ -202,19 +204,18 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keepe
             .flatten()
             .min();
 
-        let (watch_fd, probe) = match keeper.as_ref() {
-            Some(k) => (Some(k.watch_fd()), k.probe_fd()),
-            None => (None, None),
+        let (watch_fd, probe, worker_fd) = match keeper.as_ref() {
+            Some(k) => (k.watch_fd(), k.probe_fd(), k.worker_fd()),
+            None => (None, None, None),
         };
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        let watch_idx = watch_fd.map(|fd| {
-            fds.push(PollFd::new(fd, PollFlags::POLLIN));
-            fds.len() - 1
-        });
-        let probe_idx = probe.map(|(fd, flags)| {
+        let mut add = |fd, flags| {
             fds.push(PollFd::new(fd, flags));
             fds.len() - 1
-        });
+        };
+        let watch_idx = watch_fd.map(|fd| add(fd, PollFlags::POLLIN));
+        let probe_idx = probe.map(|(fd, flags)| add(fd, flags));
+        let worker_idx = worker_fd.map(|fd| add(fd, PollFlags::POLLIN));
         match poll(&mut fds, timeout_until(deadline, now)) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
@@ -229,32 +230,51 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keepe
         let signal_ready = !revents(Some(0)).is_empty();
         let watch_ready = !revents(watch_idx).is_empty();
         let probe_revents = revents(probe_idx);
+        let worker_ready = !revents(worker_idx).is_empty();
         drop(fds);
 
-        if let Some(k) = keeper.as_mut() {
-            k.on_events(watch_ready, probe_revents);
-        }
+        // Signals first: a forwarded stop reaches the engine, and the
+        // keeper, before anything else is looked at.
         if signal_ready {
-            let mut ended = None;
-            while let Ok(Some(info)) = sfd.read_signal() {
-                let signo = info.ssi_signo as i32;
-                if signo == libc::SIGCHLD {
-                    if let Some(e) = child::reap(pid) {
-                        ended = Some(e);
-                    }
-                } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
-                    child::forward_signo(pid, signo, args.kill_group);
-                    if matches!(signo, libc::SIGTERM | libc::SIGINT) && kill_at.is_none() {
-                        kill_at = args.kill_after.map(|d| clock::after(Instant::now(), d));
-                    }
-                }
-            }
-            // A SIGCHLD can coalesce with an earlier one: reap once more.
-            if let Some(e) = ended.or_else(|| child::reap(pid)) {
+            if let Some(e) = dispatch_signals(sfd, pid, args, &mut kill_at, keeper) {
                 return e;
             }
         }
+        if let Some(k) = keeper.as_mut() {
+            k.on_events(watch_ready, probe_revents, worker_ready);
+        }
     }
+}
+
+/// Read every queued signal: reap on CHLD, forward the others to the engine
+/// (and tell the keeper which: a forwarded stop is never tuning done). How
+/// the main child ended, if it did.
+fn dispatch_signals(
+    sfd: &SignalFd,
+    pid: Pid,
+    args: &RunArgs,
+    kill_at: &mut Option<Instant>,
+    keeper: &mut Option<Keeper>,
+) -> Option<Ended> {
+    let mut ended = None;
+    while let Ok(Some(info)) = sfd.read_signal() {
+        let signo = info.ssi_signo as i32;
+        if signo == libc::SIGCHLD {
+            if let Some(e) = child::reap(pid) {
+                ended = Some(e);
+            }
+        } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
+            child::forward_signo(pid, signo, args.kill_group);
+            if let Some(k) = keeper.as_mut() {
+                k.forwarded(signo);
+            }
+            if matches!(signo, libc::SIGTERM | libc::SIGINT) && kill_at.is_none() {
+                *kill_at = args.kill_after.map(|d| clock::after(Instant::now(), d));
+            }
+        }
+    }
+    // A SIGCHLD can coalesce with an earlier one: reap once more.
+    ended.or_else(|| child::reap(pid))
 }
 
 /// After the main child ended: TERM what is left of its process group (and

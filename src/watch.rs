@@ -31,7 +31,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use crate::cache;
 
 /// Identity of a file's contents as far as a watcher can tell cheaply.
-type Stamp = (u64, u64, i64, i64);
+pub type Stamp = (u64, u64, i64, i64);
 
 /// How long after the watcher is made the inotify watches are added.
 pub const ARM_AFTER: Duration = Duration::from_millis(100);
@@ -57,7 +57,8 @@ fn dir_flags() -> AddWatchFlags {
         | AddWatchFlags::IN_DONT_FOLLOW
 }
 
-fn stamp(meta: &std::fs::Metadata) -> Stamp {
+/// The stamp of a file as its metadata gives it.
+pub fn stamp(meta: &std::fs::Metadata) -> Stamp {
     (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec())
 }
 
@@ -119,6 +120,11 @@ impl Watcher {
     /// Cache files present (relative to the root), as last seen.
     pub fn known_files(&self) -> impl Iterator<Item = &Path> {
         self.files.keys().map(PathBuf::as_path)
+    }
+
+    /// How `rel` looked when last seen.
+    pub fn stamp(&self, rel: &Path) -> Option<Stamp> {
+        self.files.get(rel).copied()
     }
 
     /// Add watches for `rel` and every directory below it, recording the

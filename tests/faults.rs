@@ -1,4 +1,5 @@
 //! Fault injection: SIGKILL of the engine at random points of its boot,
+//! TERM of keepwrap (`docker stop`) at random points of an offline run,
 //! SIGKILL of keepwrap at random points of prune and of unify + commit and
 //! at every crash point of them (the `failpoints` feature), and
 //! a cache root that cannot be used (full, read-only, missing, a file).
@@ -17,6 +18,7 @@
 mod common;
 mod harden;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -44,6 +46,8 @@ fn engine_pid(kw: &Running) -> i32 {
 
 /// One engine-kill trial: what it did, for the failure message.
 struct Trial {
+    /// The signal sent after the delay.
+    signal: &'static str,
     n: usize,
     tp: u32,
     launch: u64,
@@ -54,8 +58,8 @@ impl std::fmt::Display for Trial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "trial {} (tp {}, launch variant {}, SIGKILL after {} ms)",
-            self.n, self.tp, self.launch, self.delay_ms
+            "trial {} (tp {}, launch variant {}, {} after {} ms)",
+            self.n, self.tp, self.launch, self.signal, self.delay_ms
         )
     }
 }
@@ -81,22 +85,37 @@ fn engine_args(tp: u32, launch: u64) -> Vec<String> {
     .collect()
 }
 
+/// What a trial starts from: its context line, the cache root, every set
+/// recorded before the boot (in the tree or in the store: a boot may
+/// restore one, whole and unchanged), and the engine's arguments.
+fn trial_start(
+    home: &Path,
+    trial: &Trial,
+    seed: u64,
+) -> (String, PathBuf, BTreeMap<String, SetOnDisk>, Vec<String>) {
+    let root = cache_root(home);
+    let before = harden::sets(&root);
+    (
+        format!("{trial}, seed {seed}"),
+        root,
+        before,
+        engine_args(trial.tp, trial.launch),
+    )
+}
+
 /// Run one trial on `home`: boot, SIGKILL the engine's process group after
 /// a random delay, check the disk, boot again and check that boot.
 fn engine_kill_trial(home: &Path, trial: &Trial, seed: u64) {
-    let ctx = format!("{trial}, seed {seed}");
-    let root = cache_root(home);
-    let before = whole_sets(&root);
-    let args = engine_args(trial.tp, trial.launch);
+    let (ctx, root, before, args) = trial_start(home, trial, seed);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-
     let kw = Running::spawn(&mut keepwrap_engine(home, &[], &args));
     let engine = engine_pid(&kw);
     sleep_ms(trial.delay_ms);
     let _ = kill(Pid::from_raw(-engine), Signal::SIGKILL);
     let b1 = kw.finish(Duration::from_secs(60));
     assert_no_panic(&b1.stderr, &ctx);
-    let done = b1.logged("tuning is done");
+    // "tuning is done:" (the first line says "tuning is done when ...").
+    let done = b1.logged("tuning is done:");
     assert!(
         b1.code == 137 || (b1.code == 0 && done),
         "{ctx}: keepwrap exits with the engine's status: {}\n{}",
@@ -112,20 +131,28 @@ fn engine_kill_trial(home: &Path, trial: &Trial, seed: u64) {
         );
     }
 
-    let b2 = boot(&mut keepwrap_engine(home, &[], &args));
-    assert_no_panic(&b2.stderr, &ctx);
+    next_boot_keeps_all_or_nothing(home, &args, trial.tp, &ctx, &b1);
+}
+
+/// Boot the same launch again after `b1`: it exits 0, and either every rank
+/// reuses or none hits (a partial hit desynchronises the ranks); a set `b1`
+/// signed at done is reused whole.
+fn next_boot_keeps_all_or_nothing(home: &Path, args: &[&str], tp: u32, ctx: &str, b1: &Finished) {
+    let b2 = boot(&mut keepwrap_engine(home, &[], args));
+    assert_no_panic(&b2.stderr, ctx);
     assert_eq!(
         b2.code, 0,
         "{ctx}: the next boot exits 0 (86 = a partial hit desynchronised the ranks)\n{}\n{}",
         b1.stderr, b2.stderr
     );
     let tuned = b2.tuned_by_rank();
-    assert_eq!(tuned.len() as u32, trial.tp, "{ctx}: every rank ran");
+    assert_eq!(tuned.len() as u32, tp, "{ctx}: every rank ran");
     let reused_all = tuned.values().all(|&t| t == 0);
     assert!(
         reused_all || b2.hit() == 0,
-        "{ctx}: either every rank reuses or none hits: tuned {tuned:?}, hit {}\n{}",
+        "{ctx}: either every rank reuses or none hits: tuned {tuned:?}, hit {}\n{}\n{}",
         b2.hit(),
+        b1.stderr,
         b2.stderr
     );
     if b1.logged("tuned and signed") || b1.logged("reused") {
@@ -137,18 +164,26 @@ fn engine_kill_trial(home: &Path, trial: &Trial, seed: u64) {
     }
 }
 
-#[test]
-fn sigkill_of_the_engine_at_random_points_never_signs_a_partial_set_nor_gives_a_partial_hit() {
-    let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 50);
-    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
-    let threads = env_usize("KEEPWRAP_FAULT_THREADS", 3).max(1);
-    let seed = seed();
-    eprintln!("engine SIGKILL trials: {trials}, seed {seed} (KEEPWRAP_FAULT_SEED)");
+/// Run `trials` random trials of `signal` on `threads` threads (each with
+/// its own scratch home), within `budget`: trial `n` draws its topology,
+/// launch variant and delay (below `spans[0]` ms for TP2, `spans[1]` for
+/// TP4) from `seed` and `n`. Returns how many ran, and
+/// for how many `trial` returned true.
+fn run_trials(
+    signal: &'static str,
+    spans: [u64; 2],
+    trials: usize,
+    threads: usize,
+    budget: Duration,
+    seed: u64,
+    trial: impl Fn(&Path, &Trial) -> bool + Sync,
+) -> (usize, usize) {
     let start = Instant::now();
-    let done = std::sync::atomic::AtomicUsize::new(0);
+    let ran = std::sync::atomic::AtomicUsize::new(0);
+    let hits = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for t in 0..threads {
-            let done = &done;
+            let (ran, hits, trial) = (&ran, &hits, &trial);
             s.spawn(move || {
                 let home = scratch();
                 for n in (t..trials).step_by(threads) {
@@ -157,29 +192,133 @@ fn sigkill_of_the_engine_at_random_points_never_signs_a_partial_set_nor_gives_a_
                     }
                     let mut rng = Rng::new(seed ^ (n as u64).wrapping_mul(0x9e37_79b9));
                     let tp = if rng.below(4) == 0 { 4 } else { 2 };
-                    // Up to a bit past a whole boot (tp2 ~0.7 s, tp4 ~1.4 s
-                    // on 2 busy cores), so some trials reach done.
-                    let span = if tp == 4 { 1800 } else { 1100 };
-                    let trial = Trial {
+                    let span = if tp == 4 { spans[1] } else { spans[0] };
+                    let t = Trial {
+                        signal,
                         n,
                         tp,
                         launch: rng.below(3),
                         delay_ms: rng.below(span),
                     };
-                    engine_kill_trial(home.path(), &trial, seed);
-                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if trial(home.path(), &t) {
+                        hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         }
     });
-    let ran = done.into_inner();
     eprintln!(
-        "engine SIGKILL trials: {ran} in {:.1} s",
+        "{signal} trials: {} in {:.1} s",
+        ran.load(std::sync::atomic::Ordering::Relaxed),
         start.elapsed().as_secs_f64()
+    );
+    (ran.into_inner(), hits.into_inner())
+}
+
+#[test]
+fn sigkill_of_the_engine_at_random_points_never_signs_a_partial_set_nor_gives_a_partial_hit() {
+    let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 50);
+    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
+    let threads = env_usize("KEEPWRAP_FAULT_THREADS", 3).max(1);
+    let seed = seed();
+    eprintln!("engine SIGKILL trials: {trials}, seed {seed} (KEEPWRAP_FAULT_SEED)");
+    // Up to a bit past a whole boot (tp2 ~0.7 s, tp4 ~1.4 s on 2 busy
+    // cores), so some trials reach done.
+    let spans = [1100, 1800];
+    let (ran, _) = run_trials(
+        "SIGKILL",
+        spans,
+        trials,
+        threads,
+        budget,
+        seed,
+        |home, trial| {
+            engine_kill_trial(home, trial, seed);
+            true
+        },
     );
     assert!(
         ran == trials || ran >= 50.min(trials),
         "only {ran} of {trials} trials fit in {budget:?} (seed {seed})"
+    );
+}
+
+/// One TERM trial of an offline run: boot, TERM keepwrap (as `docker
+/// stop` does) a random delay after the first rank file landed, check the disk, boot again and check
+/// that boot. A stop is never tuning done: what the stopped run wrote is
+/// never a set the next boot keeps, whole or in part. Whether the TERM
+/// stopped the run before done.
+fn term_trial(home: &Path, trial: &Trial, seed: u64) -> bool {
+    let (ctx, root, before, mut args) = trial_start(home, trial, seed);
+    // Slow enough tuning that a TERM finds a pass under way.
+    args.extend(["--tune-ms".to_string(), "20".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut kw = Running::spawn(&mut keepwrap_engine(home, &[], &args));
+    // From the first rank file on disk: TERM finds a half-tuned set.
+    kw.wait_stderr("keepwrap: landed ", Duration::from_secs(30));
+    sleep_ms(trial.delay_ms);
+    kw.guard.signal(Signal::SIGTERM);
+    let b1 = kw.finish(Duration::from_secs(60));
+    assert_no_panic(&b1.stderr, &ctx);
+    // The fake exits 0 on TERM, or dies of it before its handler is set.
+    assert!(
+        b1.code == 0 || b1.code == 143,
+        "{ctx}: keepwrap exits with the engine's status: {}\n{}",
+        b1.code,
+        b1.stderr
+    );
+    let stopped = b1.logged("a stop is never tuning done");
+    let done = b1.logged("tuning is done:");
+    for (id, set) in whole_sets(&root) {
+        assert!(
+            done || before.contains_key(&id),
+            "{ctx}: a stopped run left a new whole signed set: {set:?}\n{}",
+            b1.stderr
+        );
+    }
+
+    next_boot_keeps_all_or_nothing(home, &args, trial.tp, &ctx, &b1);
+    assert!(
+        stopped != done,
+        "{ctx}: a run is either stopped or done\n{}",
+        b1.stderr
+    );
+    stopped
+}
+
+#[test]
+fn term_at_random_points_of_an_offline_run_never_leaves_a_set_the_next_boot_keeps_in_part() {
+    let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 24);
+    let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 150) as u64);
+    let threads = env_usize("KEEPWRAP_FAULT_THREADS", 3).max(1);
+    // A fixed seed, so that a run replays exactly; KEEPWRAP_FAULT_SEED
+    // explores others.
+    let seed = std::env::var("KEEPWRAP_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x7e57_0011);
+    eprintln!("offline TERM trials: {trials}, seed {seed} (KEEPWRAP_FAULT_SEED)");
+    // From the first rank file (the decode pass) to a bit past the end of
+    // the extend pass (~15 shapes of 20 ms), so some trials reach done.
+    let spans = [500, 700];
+    let (ran, stopped) = run_trials(
+        "TERM",
+        spans,
+        trials,
+        threads,
+        budget,
+        seed,
+        |home, trial| term_trial(home, trial, seed),
+    );
+    eprintln!("offline TERM trials: {stopped} stopped before done");
+    assert!(
+        ran == trials || ran >= 12.min(trials),
+        "only {ran} of {trials} trials fit in {budget:?} (seed {seed})"
+    );
+    assert!(
+        stopped > 0,
+        "no trial stopped a run before done (seed {seed})"
     );
 }
 

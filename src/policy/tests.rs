@@ -1,0 +1,494 @@
+//! The policy, one row per event sequence: the rule, the events (times in
+//! ms after the launch), and the actions expected (a log line by a part of
+//! its text).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+enum E {
+    /// Cache files landed at ms.
+    Land(u64, &'static [&'static str]),
+    /// The probe got a 200 from the engine's own server at ms.
+    Ok(u64),
+    /// ... from a non-local URL.
+    OkRemote(u64),
+    /// ... from another process.
+    OkForeign(u64),
+    Fail,
+    Tick(u64),
+    Fwd(i32),
+    Other,
+    Exit(u64, i32),
+    Killed(u64, Signal),
+}
+
+/// An expected action: `Sign`, `Late(n)`, `Again`, or a log line holding
+/// the text.
+#[derive(Debug, Clone, Copy)]
+enum A {
+    Sign,
+    Late(usize),
+    Again,
+    Look,
+    Log(&'static str),
+}
+
+/// The engine killed by `sig` (the one place that knows how `Ended`
+/// carries a signal).
+fn killed_by(sig: Signal) -> Ended {
+    Ended::Signaled(sig as i32)
+}
+
+const QUIET: Rule = Rule::Quiet(Duration::from_millis(500));
+const URL: &str = "http://127.0.0.1:30000/health";
+
+struct Row {
+    name: &'static str,
+    rule: Rule,
+    events: &'static [E],
+    expect: &'static [A],
+}
+
+fn run(row: &Row) -> Vec<Action> {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut p = Policy::new(row.rule, t0);
+    let mut out = Vec::new();
+    for e in row.events {
+        let ev = match *e {
+            E::Land(ms, files) => Event::Landed {
+                at: at(ms),
+                files: files.iter().map(PathBuf::from).collect(),
+            },
+            E::Ok(ms) | E::OkRemote(ms) | E::OkForeign(ms) => Event::ProbeOk {
+                at: at(ms),
+                url: URL.to_string(),
+                owner: match *e {
+                    E::Ok(_) => Owner::Engine,
+                    E::OkRemote(_) => Owner::Remote,
+                    _ => Owner::Foreign("pid 42 (python3)".to_string()),
+                },
+            },
+            E::Fail => Event::ProbeFailed,
+            E::Tick(ms) => Event::Tick(at(ms)),
+            E::Fwd(sig) => Event::Forwarded(sig),
+            E::Other => Event::OtherLaunch("launch 8c01d2e4... (pid 7, running)".to_string()),
+            E::Exit(ms, code) => Event::ChildEnded {
+                at: at(ms),
+                ended: Ended::Exited(code),
+            },
+            E::Killed(ms, sig) => Event::ChildEnded {
+                at: at(ms),
+                ended: killed_by(sig),
+            },
+        };
+        out.extend(p.on(ev));
+    }
+    out
+}
+
+fn matches(got: &Action, want: &A) -> bool {
+    match (got, want) {
+        (Action::SignDone, A::Sign)
+        | (Action::ProbeAgain, A::Again)
+        | (Action::LookForOthers, A::Look) => true,
+        (Action::SignLate { late }, A::Late(n)) => late == n,
+        (Action::Info(line), A::Log(text)) => line.contains(text),
+        _ => false,
+    }
+}
+
+const TERM: i32 = libc::SIGTERM;
+
+const ROWS: &[Row] = &[
+    // Done by the engine.
+    Row {
+        name: "a 200 from the engine's own server is done",
+        rule: Rule::Health,
+        events: &[E::Land(100, &["a/rank_tp0_pp0_dp0.json"]), E::Fail, E::Ok(900)],
+        expect: &[
+            A::Log("tuning is done: GET http://127.0.0.1:30000/health answered 200 0.9 s after the launch"),
+            A::Sign,
+        ],
+    },
+    Row {
+        name: "a 200 of a non-local URL is trusted as given",
+        rule: Rule::Health,
+        events: &[E::OkRemote(50)],
+        expect: &[A::Log("tuning is done: GET"), A::Sign],
+    },
+    Row {
+        name: "rule 2: a 200 from another process is not done, said once, probed again",
+        rule: Rule::Health,
+        events: &[E::OkForeign(10), E::OkForeign(20), E::OkForeign(30), E::Ok(40)],
+        expect: &[
+            A::Log("not done yet: GET http://127.0.0.1:30000/health answered 200, but the port is served by pid 42 (python3), not by the engine"),
+            A::Again,
+            A::Again,
+            A::Again,
+            A::Log("tuning is done: GET"),
+            A::Sign,
+        ],
+    },
+    Row {
+        name: "rule 2: another process answers, then the engine crashes: nothing",
+        rule: Rule::Health,
+        events: &[
+            E::OkForeign(10),
+            E::Land(20, &["a/rank_tp0_pp0_dp0.json"]),
+            E::Killed(30, Signal::SIGSEGV),
+        ],
+        expect: &[
+            A::Log("not done yet"),
+            A::Again,
+            A::Log("not signing: the engine exited with status 139 (killed by SIGSEGV) before tuning was done"),
+        ],
+    },
+    Row {
+        name: "the quiet window closes after the last landing",
+        rule: QUIET,
+        events: &[
+            E::Tick(400),
+            E::Land(100, &["a/x.json"]),
+            E::Tick(500),
+            E::Land(300, &["a/y.json"]),
+            E::Tick(700),
+            E::Tick(800),
+            E::Tick(900),
+        ],
+        expect: &[
+            A::Log("tuning is done: no cache file landed for 500ms (0.8 s after the launch)"),
+            A::Sign,
+        ],
+    },
+    Row {
+        name: "no landing, no quiet window",
+        rule: QUIET,
+        events: &[E::Tick(10_000)],
+        expect: &[],
+    },
+    Row {
+        name: "an exit 0 is done when that is the rule",
+        rule: Rule::Exit,
+        events: &[E::Land(100, &["a/x.json"]), E::Exit(200, 0)],
+        expect: &[A::Log("tuning is done: the command exited 0 (0.2 s after the launch)"), A::Sign],
+    },
+    Row {
+        name: "an exit 0 before the quiet window closed is done",
+        rule: QUIET,
+        events: &[E::Land(100, &["a/x.json"]), E::Exit(200, 0)],
+        expect: &[A::Log("tuning is done: the command exited 0"), A::Sign],
+    },
+    Row {
+        name: "a server exiting 0 never answered: not done",
+        rule: Rule::Health,
+        events: &[E::Land(100, &["a/x.json"]), E::Fail, E::Exit(200, 0)],
+        expect: &[A::Log("not signing: the engine exited with status 0 before tuning was done")],
+    },
+    Row {
+        name: "a non-zero exit is not done",
+        rule: Rule::Exit,
+        events: &[E::Exit(200, 7)],
+        expect: &[A::Log("not signing: the engine exited with status 7 before tuning was done")],
+    },
+    // Rule 1: a stop is never tuning done.
+    Row {
+        name: "rule 1: exit 0 after a forwarded TERM signs nothing",
+        rule: Rule::Exit,
+        events: &[E::Land(100, &["a/x.json"]), E::Fwd(TERM), E::Exit(300, 0)],
+        expect: &[A::Log(
+            "not signing: the engine ended with status 0 after keepwrap forwarded SIGTERM: a stop is never tuning done",
+        )],
+    },
+    Row {
+        name: "rule 1: INT, HUP and QUIT are stops too",
+        rule: Rule::Exit,
+        events: &[E::Fwd(libc::SIGHUP), E::Fwd(libc::SIGINT), E::Exit(300, 0)],
+        expect: &[A::Log("after keepwrap forwarded SIGHUP: a stop is never tuning done")],
+    },
+    Row {
+        name: "rule 1: QUIT is a stop",
+        rule: Rule::Exit,
+        events: &[E::Fwd(libc::SIGQUIT), E::Killed(300, Signal::SIGQUIT)],
+        expect: &[A::Log("after keepwrap forwarded SIGQUIT")],
+    },
+    Row {
+        name: "rule 1: USR1 and WINCH are not stops",
+        rule: Rule::Exit,
+        events: &[E::Fwd(libc::SIGUSR1), E::Fwd(libc::SIGWINCH), E::Exit(300, 0)],
+        expect: &[A::Log("tuning is done: the command exited 0"), A::Sign],
+    },
+    Row {
+        name: "rule 1: the quiet window does not close after a stop",
+        rule: QUIET,
+        events: &[E::Land(100, &["a/x.json"]), E::Fwd(TERM), E::Tick(5_000), E::Exit(6_000, 0)],
+        expect: &[A::Log("not signing: the engine ended with status 0 after keepwrap forwarded SIGTERM")],
+    },
+    Row {
+        name: "rule 1: a 200 while draining after a stop is not done",
+        rule: Rule::Health,
+        events: &[E::Fwd(TERM), E::Ok(100), E::Exit(200, 0)],
+        expect: &[A::Log("after keepwrap forwarded SIGTERM: a stop is never tuning done")],
+    },
+    Row {
+        name: "rule 1: killed after the stop (--kill-after) signs nothing",
+        rule: Rule::Exit,
+        events: &[E::Fwd(TERM), E::Killed(100, Signal::SIGKILL)],
+        expect: &[A::Log("not signing: the engine ended with status 137 (killed by SIGKILL) after keepwrap forwarded SIGTERM")],
+    },
+    Row {
+        name: "a stop after done keeps the set signed at done",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Fwd(TERM), E::Exit(300, 0)],
+        expect: &[A::Log("tuning is done"), A::Sign],
+    },
+    // Rule 2: what lands after done is provisional.
+    Row {
+        name: "rule 2: landed after done, then exit 0 on its own: signed again",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Land(700, &["a/x.json", "a/y.json"]),
+            E::Land(800, &["a/y.json"]),
+            E::Exit(900, 0),
+        ],
+        expect: &[
+            A::Log("tuning is done: no cache file landed"),
+            A::Sign,
+            A::Log("a cache file landed after tuning was done: what lands now is provisional"),
+            A::Look,
+            A::Look,
+            A::Late(2),
+        ],
+    },
+    Row {
+        name: "rule 2: landed after done, then a crash: not signed",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Land(700, &["a/y.json"]),
+            E::Killed(900, Signal::SIGKILL),
+        ],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
+        ],
+    },
+    Row {
+        name: "rule 2: landed after done, then a TERM keepwrap did not forward: not signed",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Land(700, &["a/y.json"]), E::Killed(900, Signal::SIGTERM)],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Log("ended abnormally with status 143 (killed by SIGTERM);"),
+        ],
+    },
+    Row {
+        name: "rule 2: landed after done, then a non-zero exit: not signed",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Land(700, &["a/y.json"]), E::Exit(900, 1)],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Log("ended abnormally with status 1;"),
+        ],
+    },
+    Row {
+        name: "rule 2: landed after done, then a forwarded stop: not signed",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Land(700, &["a/y.json"]), E::Fwd(TERM), E::Exit(900, 0)],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"),
+        ],
+    },
+    Row {
+        name: "rule 2: a crash after done with nothing late leaves the done set alone",
+        rule: Rule::Health,
+        events: &[E::Ok(100), E::Killed(900, Signal::SIGKILL)],
+        expect: &[A::Log("tuning is done"), A::Sign],
+    },
+    Row {
+        name: "rule 2: no second done, no second sign",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Land(700, &["a/y.json"]),
+            E::Tick(5_000),
+        ],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+        ],
+    },
+    // Another launch seen.
+    Row {
+        name: "another launch seen at done: not signed, said once",
+        rule: Rule::Exit,
+        events: &[E::Exit(100, 0), E::Other, E::Other],
+        expect: &[
+            A::Log("tuning is done: the command exited 0"),
+            A::Sign,
+            A::Log("not signing: launch 8c01d2e4... (pid 7, running) used this cache root while this launch ran; their rank files may be mixed"),
+        ],
+    },
+    Row {
+        name: "another launch seen at done spoils what lands later",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Other,
+            E::Land(700, &["a/y.json"]),
+            E::Exit(900, 0),
+        ],
+        expect: &[A::Log("tuning is done"), A::Sign, A::Log("not signing: launch")],
+    },
+    Row {
+        name: "after the end, nothing more happens",
+        rule: Rule::Health,
+        events: &[E::Exit(100, 0), E::Ok(200), E::Land(300, &["a/x.json"]), E::Exit(400, 0)],
+        expect: &[A::Log("not signing: the engine exited with status 0 before tuning was done")],
+    },
+];
+
+#[test]
+fn every_row_of_the_policy_table() {
+    let mut failed = Vec::new();
+    for row in ROWS {
+        let got = run(row);
+        let ok =
+            got.len() == row.expect.len() && got.iter().zip(row.expect).all(|(g, w)| matches(g, w));
+        if !ok {
+            failed.push(format!(
+                "{}:\n  expected {:?}\n  got      {:?}",
+                row.name, row.expect, got
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn the_probe_stops_once_done_or_stopped_and_the_quiet_timer_with_it() {
+    let t0 = Instant::now();
+    let mut p = Policy::new(Rule::Health, t0);
+    assert!(p.wants_probe());
+    p.on(Event::Forwarded(libc::SIGTERM));
+    assert!(!p.wants_probe());
+
+    let mut p = Policy::new(QUIET, t0);
+    assert_eq!(p.deadline(), None);
+    p.on(Event::Landed {
+        at: t0,
+        files: vec![PathBuf::from("a/x.json")],
+    });
+    assert_eq!(p.deadline(), Some(t0 + Duration::from_millis(500)));
+    p.on(Event::Forwarded(libc::SIGINT));
+    assert_eq!(p.deadline(), None);
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn event() -> impl Strategy<Value = E> {
+        prop_oneof![
+            (0u64..5_000).prop_map(|ms| E::Land(ms, &["a/x.json"])),
+            (0u64..5_000).prop_map(|ms| E::Land(ms, &["a/y.json"])),
+            (0u64..5_000).prop_map(E::Ok),
+            (0u64..5_000).prop_map(E::OkForeign),
+            Just(E::Fail),
+            (0u64..10_000).prop_map(E::Tick),
+            prop::sample::select(vec![
+                libc::SIGTERM,
+                libc::SIGINT,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGWINCH
+            ])
+            .prop_map(E::Fwd),
+            Just(E::Other),
+            (0u64..10_000, 0i32..3).prop_map(|(ms, c)| E::Exit(ms, c)),
+            (0u64..10_000).prop_map(|ms| E::Killed(ms, Signal::SIGKILL)),
+        ]
+    }
+
+    fn rule() -> impl Strategy<Value = Rule> {
+        prop_oneof![Just(Rule::Health), Just(Rule::Exit), Just(QUIET)]
+    }
+
+    proptest! {
+        /// Whatever happens: at most one sign at done, none after a stop or
+        /// another launch, a late sign only at an exit 0 on its own, and
+        /// nothing after the end.
+        #[test]
+        fn no_sequence_breaks_the_rules(rule in rule(), events in prop::collection::vec(event(), 0..24)) {
+            let t0 = Instant::now();
+            let at = |ms: u64| t0 + Duration::from_millis(ms);
+            let mut p = Policy::new(rule, t0);
+            let (mut stopped, mut other, mut ended, mut signs) = (false, false, false, 0);
+            for e in events {
+                let ev = match e {
+                    E::Land(ms, f) => Event::Landed { at: at(ms), files: f.iter().map(PathBuf::from).collect() },
+                    E::Ok(ms) => Event::ProbeOk { at: at(ms), url: URL.into(), owner: Owner::Engine },
+                    E::OkForeign(ms) | E::OkRemote(ms) => Event::ProbeOk { at: at(ms), url: URL.into(), owner: Owner::Foreign("x".into()) },
+                    E::Fail => Event::ProbeFailed,
+                    E::Tick(ms) => Event::Tick(at(ms)),
+                    E::Fwd(sig) => Event::Forwarded(sig),
+                    E::Other => Event::OtherLaunch("launch".into()),
+                    E::Exit(ms, c) => Event::ChildEnded { at: at(ms), ended: Ended::Exited(c) },
+                    E::Killed(ms, s) => Event::ChildEnded { at: at(ms), ended: killed_by(s) },
+                };
+                let clean_exit = matches!(e, E::Exit(_, 0));
+                let was_ended = ended;
+                let actions = p.on(ev);
+                for a in &actions {
+                    match a {
+                        Action::SignDone => {
+                            signs += 1;
+                            prop_assert!(!stopped && !other && !was_ended, "{actions:?}");
+                        }
+                        Action::SignLate { .. } => {
+                            prop_assert!(clean_exit && !stopped && !other && !was_ended && signs == 1);
+                        }
+                        Action::ProbeAgain | Action::LookForOthers => prop_assert!(!was_ended),
+                        // The shell asks about other launches when it is
+                        // to sign, the end's sign included.
+                        Action::Info(_) => prop_assert!(!was_ended || matches!(e, E::Other)),
+                    }
+                }
+                prop_assert!(signs <= 1);
+                match e {
+                    E::Fwd(sig) if STOPS.contains(&sig) && !ended => stopped = true,
+                    E::Other => other = true,
+                    E::Exit(..) | E::Killed(..) => ended = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
