@@ -10,15 +10,27 @@
 //!
 //! A test enumerates every crash point of a step: n = 1, 2, ... until the
 //! launch runs to its end (the step has fewer than n points).
+//!
+//! `KEEPWRAP_FAILPOINT_DELAY_MS=<ms>` sleeps that long at every such change
+//! instead (a slow disk), for tests that need those steps to last.
 
 /// Count one change of `step`; SIGKILL this process when it is the one
-/// `KEEPWRAP_FAILPOINT` names.
+/// `KEEPWRAP_FAILPOINT` names (after the delay of
+/// `KEEPWRAP_FAILPOINT_DELAY_MS`, if set).
 #[cfg(feature = "failpoints")]
 pub fn hit(step: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
     static AT: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static COUNT: AtomicU64 = AtomicU64::new(0);
+    static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        let ms = std::env::var("KEEPWRAP_FAILPOINT_DELAY_MS").ok()?;
+        Some(std::time::Duration::from_millis(ms.parse().ok()?))
+    });
+    if let Some(d) = delay {
+        std::thread::sleep(*d);
+    }
     let at = AT.get_or_init(|| {
         let v = std::env::var("KEEPWRAP_FAILPOINT").ok()?;
         let (s, n) = v.rsplit_once(':')?;
