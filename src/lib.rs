@@ -24,7 +24,8 @@
 //! - [`running`]: which launches use a cache root right now;
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
-//! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones.
+//! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones;
+//! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
 
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
@@ -40,6 +41,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod explain;
+pub mod failpoint;
 pub mod fingerprint;
 pub mod keep;
 pub mod launch;

@@ -162,22 +162,6 @@ pub struct Store {
     unsynced: std::cell::Cell<bool>,
 }
 
-/// Test hook: `KEEPWRAP_TEST_MOVE_DELAY_MS=N` sleeps N ms after each move
-/// of the store (and each sidecar written at commit), so that the crash
-/// tests can SIGKILL keepwrap inside those windows. Not for production.
-pub fn test_pause() {
-    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
-    let d = DELAY.get_or_init(|| {
-        std::env::var("KEEPWRAP_TEST_MOVE_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-    });
-    if let Some(d) = d {
-        std::thread::sleep(*d);
-    }
-}
-
 /// Where a member's two files are, relative to a base directory: only
 /// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
 /// rank_*.json`), so that the store never moves anything else.
@@ -210,7 +194,7 @@ fn move_members(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) ->
             if fsx::exists_at(src.as_fd(), n.as_c_str()) {
                 fsx::rename_noreplace(src.as_fd(), n.as_c_str(), dst.as_fd(), n.as_c_str())?;
                 moved += 1;
-                test_pause();
+                crate::failpoint::hit("store");
             }
         }
         touched.entry(parent.to_string()).or_insert((src, dst));
@@ -582,7 +566,7 @@ impl Store {
             .map_err(drop_staging)?;
         fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name).map_err(drop_staging)?;
         self.unsynced.set(true);
-        test_pause();
+        crate::failpoint::hit("store");
         // What moved is what prune checked, and nothing else.
         let res = fsx::open_dir_at(dst.as_fd(), name)
             .and_then(|moved| {
@@ -649,11 +633,11 @@ impl Store {
                 "store: the newer set of launch {} replaces the one stored",
                 short(fp)
             );
+            crate::failpoint::hit("store");
             let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
         }
-        test_pause();
         fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
-        test_pause();
+        crate::failpoint::hit("store");
         if sync {
             fsx::fsync_dir(self.store.as_fd())?;
         }
@@ -771,7 +755,7 @@ impl Store {
             warn!("store: cannot restore the stored set of this launch: {e}");
             return None;
         }
-        test_pause();
+        crate::failpoint::hit("store");
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         if let Err(e) = move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
             warn!(

@@ -650,6 +650,7 @@ fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<boo
         let cname = CStr::from_bytes_with_nul(&name_buf).map_err(io::Error::other)?;
         fsx::link_onto_at(dfd.as_fd(), &union, cname)
             .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))
+            .map(|()| crate::failpoint::hit("unify"))
     });
     let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
     linked?;

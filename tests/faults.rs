@@ -1,6 +1,7 @@
 //! Fault injection: SIGKILL of the engine at random points of its boot,
 //! TERM of keepwrap (`docker stop`) at random points of an offline run,
-//! SIGKILL of keepwrap at random points of prune and of unify + commit, and
+//! SIGKILL of keepwrap at random points of prune and of unify + commit and
+//! at every crash point of them (the `failpoints` feature), and
 //! a cache root that cannot be used (full, read-only, missing, a file).
 //! Each trial loop is bounded by a count and a time; the RNG is seeded and
 //! the seed printed (replay with KEEPWRAP_FAULT_SEED). `bench/faults.sh`
@@ -367,6 +368,62 @@ fn stored_rank_files(root: &std::path::Path) -> usize {
     walk(&root.join(".keepwrap/store"))
 }
 
+/// After keepwrap was killed during prune (`killed`) on `base`: this
+/// launch's set is whole, and once the killed launch's engine is gone (the
+/// next launch rightly runs hands-off beside it), the next launch keeps it
+/// (`good`), and every one of the `others` files of the other launches is
+/// in the store.
+fn after_a_kill_in_prune(
+    base: &Path,
+    killed: &Finished,
+    good: &[PathBuf],
+    others: usize,
+    ctx: &str,
+) {
+    let root = base.join("root");
+    assert_no_panic(&killed.stderr, ctx);
+    wait_until_nothing_holds(&root, Duration::from_secs(30));
+    // This launch's set is whole, whatever prune had done.
+    let whole = whole_sets(&root);
+    assert!(
+        whole.values().any(|s| s.members.len() == 4 && s.whole),
+        "{ctx}: the good set survives: {whole:?}\n{}",
+        killed.stderr
+    );
+    let next = boot(&mut writer_launch(base, "L", 1, None));
+    assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
+    assert!(
+        next.logged("prune: kept 4, ")
+            && next.logged("reused 4 cache files signed for this launch"),
+        "{ctx}: nothing good lost\n{}\n{}",
+        killed.stderr,
+        next.stderr
+    );
+    assert_eq!(
+        cache_files(&root),
+        good,
+        "{ctx}: nothing of the other launches is left in place"
+    );
+    assert_eq!(
+        stored_rank_files(&root),
+        others,
+        "{ctx}: every file of the other launches is in the store"
+    );
+}
+
+/// This launch's 4 rank files in a prune template.
+fn good_files(template: &Path) -> Vec<PathBuf> {
+    let good: Vec<PathBuf> = cache_files(&template.join("root"))
+        .into_iter()
+        .filter(|p| {
+            p.to_string_lossy()
+                .contains(&format!("/{}/", writer_key("L", 1)))
+        })
+        .collect();
+    assert_eq!(good.len(), 4);
+    good
+}
+
 #[test]
 fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_set() {
     let trials = env_usize("KEEPWRAP_PRUNE_TRIALS", 12);
@@ -379,14 +436,7 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     const DIRS: usize = 20;
     const OTHERS: usize = LAUNCHES * DIRS * 4;
     let template = prune_template(LAUNCHES, DIRS);
-    let good: Vec<PathBuf> = cache_files(&template.path().join("root"))
-        .into_iter()
-        .filter(|p| {
-            p.to_string_lossy()
-                .contains(&format!("/{}/", writer_key("L", 1)))
-        })
-        .collect();
-    assert_eq!(good.len(), 4);
+    let good = good_files(template.path());
 
     // How long an uninterrupted prune of this tree takes.
     let calib = scratch();
@@ -413,45 +463,57 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
         let ctx = format!("prune trial {n}, SIGKILL after {delay} ms, seed {seed}");
         let base = scratch();
         copy_tree(template.path(), base.path());
-        let root = base.path().join("root");
         let kw = Running::spawn(&mut writer_launch(base.path(), "L", 1, None));
         sleep_ms(delay);
         let _ = kill(kw.guard.pid(), Signal::SIGKILL);
         let killed = kw.finish(Duration::from_secs(30));
-        assert_no_panic(&killed.stderr, &ctx);
         if !killed.logged("prune: kept") && killed.logged("launch fingerprint") {
             mid_prune += 1;
         }
-
-        // This launch's set is whole, whatever prune had done.
-        let whole = whole_sets(&root);
-        assert!(
-            whole.values().any(|s| s.members.len() == 4 && s.whole),
-            "{ctx}: the good set survives: {whole:?}\n{}",
-            killed.stderr
-        );
-        let next = boot(&mut writer_launch(base.path(), "L", 1, None));
-        assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
-        assert!(
-            next.logged("prune: kept 4, ")
-                && next.logged("reused 4 cache files signed for this launch"),
-            "{ctx}: nothing good lost\n{}",
-            next.stderr
-        );
-        assert_eq!(
-            cache_files(&root),
-            good,
-            "{ctx}: nothing of the other launches is left in place"
-        );
-        assert_eq!(
-            stored_rank_files(&root),
-            OTHERS,
-            "{ctx}: every file of the other launches is in the store"
-        );
+        after_a_kill_in_prune(base.path(), &killed, &good, OTHERS, &ctx);
     }
     eprintln!(
         "keepwrap SIGKILL in prune: {mid_prune} kills landed inside prune ({full:?} uninterrupted)"
     );
+}
+
+/// After keepwrap was killed during unify + commit (`killed`) of the
+/// writer's `dirs` directories on `base`: a whole set on disk is the whole
+/// launch, and once the killed launch's engine is gone, the next launch
+/// keeps all of it or none (then tunes and signs all). Returns whether it
+/// kept all.
+fn after_a_kill_in_commit(base: &Path, killed: &Finished, dirs: usize, ctx: &str) -> bool {
+    let root = base.join("root");
+    let files = dirs * 4;
+    assert_no_panic(&killed.stderr, ctx);
+    for set in whole_sets(&root).values() {
+        assert_eq!(
+            set.members.len(),
+            files,
+            "{ctx}: a whole set is the whole launch"
+        );
+    }
+    wait_until_nothing_holds(&root, Duration::from_secs(30));
+    let next = boot(&mut writer_launch(base, "L", dirs, Some("written")));
+    assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
+    let reused = next.logged(&format!("prune: kept {files}, "));
+    assert!(
+        reused || next.logged("prune: kept 0, "),
+        "{ctx}: all or nothing is kept\n{}\n{}",
+        killed.stderr,
+        next.stderr
+    );
+    if reused {
+        assert!(next.logged(&format!("reused {files} cache files")), "{ctx}");
+    } else {
+        assert!(
+            next.logged(&format!("tuned and signed {files} cache files")),
+            "{ctx}\n{}",
+            next.stderr
+        );
+    }
+    assert_eq!(cache_files(&root).len(), files, "{ctx}");
+    reused
 }
 
 #[test]
@@ -493,7 +555,6 @@ fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
         );
         let base = scratch();
         install_writer(base.path());
-        let root = base.path().join("root");
         let marker = base.path().join("written");
         let kw = Running::spawn(&mut writer_launch(base.path(), "L", DIRS, Some("written")));
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -507,40 +568,111 @@ fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
         std::thread::sleep(Duration::from_micros(delay_us));
         let _ = kill(kw.guard.pid(), Signal::SIGKILL);
         let killed = kw.finish(Duration::from_secs(30));
-        assert_no_panic(&killed.stderr, &ctx);
-        for set in whole_sets(&root).values() {
-            assert_eq!(
-                set.members.len(),
-                files,
-                "{ctx}: a whole set is the whole launch"
-            );
-        }
-
-        let next = boot(&mut writer_launch(base.path(), "L", DIRS, Some("written")));
-        assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
-        let reused = next.logged(&format!("prune: kept {files}, "));
-        assert!(
-            reused || next.logged("prune: kept 0, "),
-            "{ctx}: all or nothing is kept\n{}\n{}",
-            killed.stderr,
-            next.stderr
-        );
-        if reused {
+        if after_a_kill_in_commit(base.path(), &killed, DIRS, &ctx) {
             kept_all += 1;
-            assert!(next.logged(&format!("reused {files} cache files")), "{ctx}");
         } else {
             kept_none += 1;
-            assert!(
-                next.logged(&format!("tuned and signed {files} cache files")),
-                "{ctx}\n{}",
-                next.stderr
-            );
         }
-        assert_eq!(cache_files(&root).len(), files, "{ctx}");
     }
     eprintln!(
         "keepwrap SIGKILL in unify + commit: next boot kept all {kept_all} times, none {kept_none} times ({commit:?} uninterrupted)"
     );
+}
+
+/// Every crash point of prune's moves into the store (`KEEPWRAP_FAILPOINT=
+/// store:<n>`, the `failpoints` feature), n = 1, 2, ... until the launch
+/// runs to its end: the checks of the random kills above, at each.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn sigkill_of_keepwrap_at_every_crash_point_of_prune_keeps_the_good_set() {
+    const LAUNCHES: usize = 2;
+    const DIRS: usize = 2;
+    let template = prune_template(LAUNCHES, DIRS);
+    let good = good_files(template.path());
+    let points = every_crash_point("store", |n| {
+        let base = scratch();
+        copy_tree(template.path(), base.path());
+        let mut cmd = writer_launch(base.path(), "L", 1, None);
+        cmd.env("KEEPWRAP_FAILPOINT", format!("store:{n}"));
+        let killed = boot(&mut cmd);
+        let ctx = format!("prune, crash after store change {n}");
+        let crashed = crashed(&killed, &ctx);
+        if crashed {
+            after_a_kill_in_prune(base.path(), &killed, &good, LAUNCHES * DIRS * 4, &ctx);
+        }
+        crashed
+    });
+    // Each other launch's set: a rename per file, then its install.
+    assert!(points >= LAUNCHES * (DIRS * 8 + 1), "{points} crash points");
+}
+
+/// Every crash point of unify (each rank file replaced by its union) and
+/// of sign (each sidecar, then the set manifest), n = 1, 2, ... until the
+/// launch runs to its end: the checks of the random kills above, at each.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn sigkill_of_keepwrap_at_every_crash_point_of_unify_and_sign_trusts_all_or_nothing() {
+    const DIRS: usize = 3;
+    for step in ["unify", "sign"] {
+        let (mut kept_all, mut kept_none) = (0, 0);
+        let points = every_crash_point(step, |n| {
+            let base = scratch();
+            install_writer(base.path());
+            let mut cmd = writer_launch(base.path(), "L", DIRS, Some("written"));
+            cmd.env("KEEPWRAP_FAILPOINT", format!("{step}:{n}"));
+            let killed = boot(&mut cmd);
+            let ctx = format!("commit, crash after {step} change {n}");
+            let crashed = crashed(&killed, &ctx);
+            if crashed {
+                if after_a_kill_in_commit(base.path(), &killed, DIRS, &ctx) {
+                    kept_all += 1;
+                } else {
+                    kept_none += 1;
+                }
+            }
+            crashed
+        });
+        eprintln!(
+            "{step}: {points} crash points, next boot kept all {kept_all} times, none {kept_none}"
+        );
+        // unify: 4 rank files a directory; sign: a sidecar each, then the
+        // manifest (only that last one makes the set whole).
+        let want = if step == "unify" {
+            DIRS * 4
+        } else {
+            DIRS * 4 + 1
+        };
+        assert_eq!(points, want, "{step}");
+        if step == "sign" {
+            assert_eq!((kept_all, kept_none), (1, want - 1), "{step}");
+        }
+    }
+}
+
+/// Run `trial(n)` for n = 1, 2, ... until it says the launch ran to its
+/// end (false); returns the number of crash points.
+fn every_crash_point(step: &str, mut trial: impl FnMut(usize) -> bool) -> usize {
+    let started = Instant::now();
+    let mut n = 1;
+    while trial(n) {
+        n += 1;
+        assert!(n < 10_000, "{step}: no end");
+    }
+    eprintln!(
+        "{step}: {} crash points in {:.1} s",
+        n - 1,
+        started.elapsed().as_secs_f64()
+    );
+    n - 1
+}
+
+/// Did keepwrap stop at its crash point (SIGKILL), or run to its end (0)?
+fn crashed(killed: &Finished, ctx: &str) -> bool {
+    match killed.code {
+        0 => false,
+        137 => true,
+        c => panic!("{ctx}: exit {c}\n{}", killed.stderr),
+    }
 }
 
 // ---- a cache root keepwrap cannot use: the launch goes on, one warning ----

@@ -394,6 +394,7 @@ fn monotonic_ns() -> i64 {
 }
 
 #[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_unified_and_signed()
 {
     let tmp = tempfile::tempdir().unwrap();
@@ -405,9 +406,10 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     steps.extend(writes.iter().map(String::as_str));
     steps.push("wait");
     let mut cmd = staged(&root, &["--done", "quiet=300ms", "--unify", "on"], &steps);
-    // Each sidecar write at commit takes 30 ms more (a slow disk), so that
-    // the sign lasts long enough for several signals on any machine.
-    cmd.env("KEEPWRAP_TEST_MOVE_DELAY_MS", "30");
+    // Each rank file unified and sidecar written at commit takes 30 ms
+    // more (a slow disk), so that the sign lasts long enough for several
+    // signals on any machine.
+    cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "30");
     let mut kw = Running::spawn(&mut cmd);
     kw.wait_stderr(
         "tuning is done: no cache file landed",

@@ -231,7 +231,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 )
             })?;
         drop(sets);
-        crate::store::test_pause();
+        crate::failpoint::hit("sign");
     }
     Ok(SignReport {
         signed,
@@ -386,7 +386,7 @@ fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Res
                 )
             })?;
             written += 1;
-            crate::store::test_pause();
+            crate::failpoint::hit("sign");
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
             warn!("cannot fsync directory {parent}: {e}");

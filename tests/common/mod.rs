@@ -415,3 +415,29 @@ pub fn without_keepwrap_env(cmd: &mut Command) -> &mut Command {
     }
     cmd
 }
+
+/// Wait until no process holds a file open below `dir` (from
+/// /proc/*/fd). After a SIGKILL of keepwrap, its engine lives on holding
+/// the launch's marker in `<root>/.keepwrap/running`, and the next launch
+/// rightly runs hands-off beside it: a test that wants the next launch to
+/// recover waits for the orphan to end first.
+pub fn wait_until_nothing_holds(dir: &Path, timeout: Duration) {
+    let holds = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|p| {
+                std::fs::read_dir(p.path().join("fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(dir)))
+            })
+    };
+    wait_for(
+        &format!("no process to hold a file in {}", dir.display()),
+        timeout,
+        || (!holds()).then_some(()),
+    );
+}
