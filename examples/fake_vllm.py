@@ -1056,8 +1056,12 @@ def launcher_main(a):
         else:
             rl = []
             time.sleep(0.05)
+        # One look at the ranks per round, taken before their status pipes
+        # are read: a rank that exits after this look is judged next round,
+        # once its "done" byte has been read.
+        codes = {g: p.poll() for g, p in procs}
         # a rank that exited has closed its end: reading cannot block
-        rl += [fd_of[g] for g, p in procs if p.poll() is not None and fd_of[g] in status and fd_of[g] not in rl]
+        rl += [fd_of[g] for g, _ in procs if codes[g] is not None and fd_of[g] in status and fd_of[g] not in rl]
         for fd in rl:
             if os.read(fd, 16):
                 done.add(status[fd])
@@ -1065,8 +1069,8 @@ def launcher_main(a):
             del status[fd]
         if stop["sig"] is not None:
             continue
-        failed = [(g, p.poll()) for g, p in procs if p.poll() is not None and (p.poll() != 0 or g not in done)]
-        if failed or (not plan["offline"] and any(p.poll() is not None for _, p in procs)):
+        failed = [(g, codes[g]) for g, _ in procs if codes[g] is not None and (codes[g] != 0 or g not in done)]
+        if failed or (not plan["offline"] and any(c is not None for c in codes.values())):
             if api is not None:
                 api.dead = True
             return finish(*collect_failure(procs))
