@@ -863,20 +863,22 @@ fn killed_while_signing_a_grown_set(base: &Path) -> String {
     std::fs::write(base.join("grow"), "").unwrap();
     let sidecar = root.join(GROWN_DIRS[0]).join("rank_tp0_pp0_dp0.launch");
     let before = std::fs::read(&sidecar).unwrap();
-    let kw = Running::spawn(sh_in(base, &script).env("KEEPWRAP_TEST_MOVE_DELAY_MS", "5000"));
-    wait_for(
-        "the first sidecar of the new set",
-        Duration::from_secs(30),
-        || std::fs::read(&sidecar).ok().filter(|b| *b != before),
+    // keepwrap stops itself with SIGKILL right after the first sidecar it
+    // writes at sign (the `failpoints` feature).
+    let killed = boot(sh_in(base, &script).env("KEEPWRAP_FAILPOINT", "sign:1"));
+    assert_eq!(killed.code, 128 + 9, "{}", killed.stderr);
+    assert_ne!(
+        std::fs::read(&sidecar).ok(),
+        Some(before),
+        "the crash point is after the first sidecar of the grown set"
     );
-    let _ = kill(kw.guard.pid(), Signal::SIGKILL);
-    let killed = kw.finish(Duration::from_secs(30));
     assert!(killed.logged("prune: kept 2, "), "{}", killed.stderr);
     assert!(!killed.logged("signed 3"), "{}", killed.stderr);
     script
 }
 
 #[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn sigkill_of_keepwrap_between_sidecars_of_a_grown_set_keeps_the_set_signed_before() {
     let t = scratch();
     let script = killed_while_signing_a_grown_set(t.path());
@@ -893,7 +895,8 @@ fn sigkill_of_keepwrap_between_sidecars_of_a_grown_set_keeps_the_set_signed_befo
 }
 
 #[test]
-fn a_set_left_by_a_sign_killed_midway_is_stored_whole_and_restored() {
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn a_grown_set_left_by_a_sign_killed_midway_is_stored_whole_and_restored() {
     let t = scratch();
     let script = killed_while_signing_a_grown_set(t.path());
     // Another launch on the root stores the set, the launch comes back.
