@@ -7,7 +7,7 @@
 mod common;
 
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,27 +18,6 @@ use nix::unistd::Pid;
 /// TP4 with expert parallelism, the fixed gate, offline: tuning is done when
 /// the engine exits 0.
 const EP4_OFFLINE: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
-
-fn home() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
-
-fn sidecars(root: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if e.file_type().unwrap().is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "launch") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, &mut out);
-    out.sort();
-    out
-}
 
 /// Marker files left in `<root>/.keepwrap/running`.
 fn markers(root: &Path) -> Vec<String> {
