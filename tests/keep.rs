@@ -261,14 +261,6 @@ fn disable_leaves_the_cache_alone() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `keepwrap -- python3 -m sglang.launch_server ...` (the fake, found on
 /// PYTHONPATH): `--done auto` probes its /health.
 fn server(h: &Path, kw_args: &[&str], port: u16) -> Command {

@@ -31,14 +31,6 @@ fn markers(root: &Path) -> Vec<String> {
     v
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Kills a process group on drop: the engine of a keepwrap that was killed
 /// lives on in its own group.
 struct GroupGuard(i32);

@@ -335,6 +335,15 @@ pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> C
     cmd
 }
 
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A fresh home for one launch (removed when dropped).
 pub fn home() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
