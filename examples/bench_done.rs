@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{rank_file, ENTRIES};
+use common::{process_cpu, rank_file, ENTRIES};
 
 const FP: &str = "2222222222222222222222222222222222222222222222222222222222222222";
 
@@ -60,14 +60,14 @@ fn main() {
         }
         nix::unistd::sync();
         let w0 = written();
-        let c0 = cpu();
+        let c0 = process_cpu();
         let t0 = Instant::now();
         let u = keepwrap::unify::unify_tree(root, rels.iter().map(PathBuf::as_path));
         let t1 = Instant::now();
         let s = keepwrap::cache::sign(root, FP).unwrap();
         times.push(t0.elapsed());
         signs.push(t1.elapsed());
-        cpus.push(cpu() - c0);
+        cpus.push(process_cpu() - c0);
         bytes = written() - w0;
         assert_eq!((u.rewritten, s.signed.len()), (1, ranks));
         union = std::fs::metadata(root.join(&rels[0])).unwrap().len();
@@ -92,17 +92,4 @@ fn main() {
         mib(bytes),
         bytes as f64 / union as f64,
     );
-}
-
-/// CPU time of the process (all threads): what the machine's other load
-/// does not inflate much.
-fn cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -29,6 +29,11 @@ use std::time::{Duration, Instant};
 use keepwrap::cache::{self, Member, SetManifest, Sidecar, Stamp};
 use keepwrap::store::Store;
 
+#[allow(dead_code)] // of what the benchmarks share, this one reads only the CPU clock
+mod common;
+
+use common::process_cpu;
+
 const THIS: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
 #[derive(Clone, Copy, PartialEq)]
@@ -167,7 +172,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
                 t
             }
         };
-        let c = cpu();
+        let c = process_cpu();
         let t = Instant::now();
         let store = Store::open(tmp.path()).unwrap();
         store.recover();
@@ -175,7 +180,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
             cache::prune_stashing(tmp.path(), THIS, &mut |fd, set| store.stash(fd, set)).unwrap();
         store.sync();
         times.push(t.elapsed());
-        cpus.push(cpu() - c);
+        cpus.push(process_cpu() - c);
         let (want, got) = match mode {
             Mode::Reuse => ((files, 0, 0), (r.kept.len(), r.stored, r.removed)),
             Mode::Stash => ((0, files, 0), (r.kept.len(), r.stored, r.removed)),
@@ -250,17 +255,4 @@ fn main() {
             run(mode, files, runs);
         }
     }
-}
-
-/// CPU time of the process (all threads, the trash's included): what the
-/// machine's other load does not inflate much.
-fn cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -17,7 +17,7 @@ const NODES: u32 = 4;
 
 mod common;
 
-use common::{rank_file, ENTRIES};
+use common::{process_cpu, rank_file, ENTRIES};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -87,16 +87,4 @@ fn main() {
         ms(cpu[(cpu.len() * 95 / 100).min(cpu.len() - 1)]),
     );
     std::fs::remove_dir_all(&share).unwrap();
-}
-
-/// CPU time of this process, all threads.
-fn process_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

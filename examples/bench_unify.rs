@@ -14,7 +14,7 @@ const RANKS: usize = 8;
 
 mod common;
 
-use common::{rank_file, ENTRIES};
+use common::{process_cpu, rank_file, ENTRIES};
 
 fn files() -> Vec<RankFile> {
     (0..RANKS)
@@ -76,18 +76,6 @@ fn main() {
     if show_parts {
         parts(&files);
     }
-}
-
-/// CPU time of this process, all threads.
-fn process_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Where the time goes, single-threaded: serde_json trees of the 8 files,

@@ -932,30 +932,42 @@ pub fn status(share: &Path) -> io::Result<Vec<NodePublication>> {
     Ok(out)
 }
 
-/// `keepwrap share-status --share DIR`: one line per node publication,
-/// `CLUSTER node R/N published UTC (AGE ago): F files, B bytes`, and one per
-/// node a cluster lacks: `CLUSTER node R/N not published`.
-pub fn print_status(share: &Path) -> ExitCode {
-    let pubs = match status(share) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!(
-                "keepwrap: error: cannot read the share {}: {e}",
-                share.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    let now = now_secs();
+/// The node publications of `share` (as `status`), or the error reported
+/// on stderr and the exit code `share-status` ends with.
+pub fn status_or_report(share: &Path) -> Result<Vec<NodePublication>, ExitCode> {
+    status(share).map_err(|e| {
+        eprintln!(
+            "keepwrap: error: cannot read the share {}: {e}",
+            share.display()
+        );
+        ExitCode::FAILURE
+    })
+}
+
+/// `pubs` by cluster fingerprint, clusters in order, each cluster's
+/// publications in the order of `pubs`.
+pub fn by_cluster(pubs: &[NodePublication]) -> BTreeMap<&str, Vec<&NodePublication>> {
     let mut by_cluster: BTreeMap<&str, Vec<&NodePublication>> = BTreeMap::new();
-    for p in &pubs {
+    for p in pubs {
         by_cluster
             .entry(&p.cluster_fingerprint)
             .or_default()
             .push(p);
     }
+    by_cluster
+}
+
+/// `keepwrap share-status --share DIR`: one line per node publication,
+/// `CLUSTER node R/N published UTC (AGE ago): F files, B bytes`, and one per
+/// node a cluster lacks: `CLUSTER node R/N not published`.
+pub fn print_status(share: &Path) -> ExitCode {
+    let pubs = match status_or_report(share) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let now = now_secs();
     let mut text = String::new();
-    for (cluster, nodes) in by_cluster {
+    for (cluster, nodes) in by_cluster(&pubs) {
         let n = nodes.iter().map(|p| p.nnodes).max().unwrap_or(0);
         for p in &nodes {
             match (&p.published_at, &p.published_at_utc, &p.problem) {

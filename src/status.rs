@@ -489,29 +489,12 @@ pub fn render(r: &Value) -> String {
 /// `keepwrap share-status --json`: every node publication of the share, by
 /// cluster, with the nodes that have not published.
 pub fn share_status_json(share: &Path) -> ExitCode {
-    let pubs = match crate::share::status(share) {
+    let pubs = match crate::share::status_or_report(share) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!(
-                "keepwrap: error: cannot read the share {}: {e}",
-                share.display()
-            );
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let now = now_secs();
-    let mut clusters: Vec<(String, Vec<&crate::share::NodePublication>)> = Vec::new();
-    for p in &pubs {
-        match clusters
-            .iter_mut()
-            .find(|(c, _)| *c == p.cluster_fingerprint)
-        {
-            Some((_, nodes)) => nodes.push(p),
-            None => clusters.push((p.cluster_fingerprint.clone(), vec![p])),
-        }
-    }
-    clusters.sort_by(|a, b| a.0.cmp(&b.0));
-    let clusters: Vec<Value> = clusters
+    let clusters: Vec<Value> = crate::share::by_cluster(&pubs)
         .into_iter()
         .map(|(cluster, nodes)| {
             let n = nodes.iter().map(|p| p.nnodes).max().unwrap_or(0);

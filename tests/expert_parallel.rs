@@ -12,10 +12,6 @@ use common::*;
 
 const EP4_STOCK: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "stock", "--offline"];
 
-fn home() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
-
 /// Every rank file of the boot holds the same bytes.
 fn all_identical(root: &Path) -> bool {
     let files = cache_files(root);

@@ -17,14 +17,6 @@ use nix::sys::signal::Signal;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A TCP port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// keepwrap with the cache under `home`, the fake engine importable as
 /// `sglang`, run in `cwd`.
 fn kw(home: &Path, cwd: &Path) -> Command {

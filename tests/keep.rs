@@ -17,27 +17,6 @@ use nix::sys::signal::Signal;
 /// tuning is done when the engine exits 0.
 const EP4_FIXED: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
 
-fn home() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
-
-fn sidecars(root: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if e.file_type().unwrap().is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "launch") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, &mut out);
-    out.sort();
-    out
-}
-
 fn rank_file(root: &Path, tp: usize) -> PathBuf {
     let name = format!("rank_tp{tp}_pp0_dp0.json");
     root.join(
@@ -280,14 +259,6 @@ fn disable_leaves_the_cache_alone() {
         0,
         "the engine's own gate kept its files, untouched by keepwrap"
     );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `keepwrap -- python3 -m sglang.launch_server ...` (the fake, found on

@@ -14,14 +14,6 @@ use common::*;
 
 const NODES: u32 = 4;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One node's launch: `keepwrap [kw] -- fake_engine --tp 4 --ep 4 --nnodes 4
 /// --node-rank R --dist-init-addr 127.0.0.1:P --gate stock --offline`, its
 /// cache under `<homes>/node<R>`.

@@ -7,7 +7,7 @@
 mod common;
 
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -19,27 +19,6 @@ use nix::unistd::Pid;
 /// the engine exits 0.
 const EP4_OFFLINE: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
 
-fn home() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
-
-fn sidecars(root: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if e.file_type().unwrap().is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "launch") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, &mut out);
-    out.sort();
-    out
-}
-
 /// Marker files left in `<root>/.keepwrap/running`.
 fn markers(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(root.join(".keepwrap/running"))
@@ -50,14 +29,6 @@ fn markers(root: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Kills a process group on drop: the engine of a keepwrap that was killed

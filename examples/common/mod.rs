@@ -3,6 +3,7 @@
 
 use keepwrap::unify::render;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// Entries of one rank file.
 pub const ENTRIES: usize = 2_000;
@@ -67,4 +68,17 @@ pub fn rank_file(rank: usize, experts: usize) -> Vec<u8> {
         Some(&metadata),
         entries.iter().map(|(k, v)| (k.as_str(), v)),
     )
+}
+
+/// CPU time of this process, all threads: what the machine's other load
+/// does not inflate much.
+pub fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -147,10 +147,21 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
             | OFlag::O_NOCTTY
             | OFlag::O_CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| {
+    );
+    let (fd, st) = regular_or_refuse(fd, "")?;
+    Ok((File::from(fd), st))
+}
+
+/// The file `opened` by an `openat` with `O_NOFOLLOW`, with its `fstat`, or
+/// `InvalidInput` naming what it is instead of a regular file (a symlink,
+/// a FIFO, ...), each message followed by `suffix`.
+fn regular_or_refuse(
+    opened: nix::Result<OwnedFd>,
+    suffix: &str,
+) -> io::Result<(OwnedFd, FileStat)> {
+    let fd = opened.map_err(|e| {
         if e == Errno::ELOOP {
-            io::Error::new(io::ErrorKind::InvalidInput, "a symlink")
+            io::Error::new(io::ErrorKind::InvalidInput, format!("a symlink{suffix}"))
         } else {
             err(e)
         }
@@ -160,10 +171,10 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
     if kind != Kind::File {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("a {}", kind.name()),
+            format!("a {}{suffix}", kind.name()),
         ));
     }
-    Ok((File::from(fd), st))
+    Ok((fd, st))
 }
 
 /// Read the regular file `name` in `dir` into `buf` (cleared first), at most
@@ -640,21 +651,8 @@ pub fn open_state_file_rw<P: ?Sized + nix::NixPath>(
     if exclusive {
         flags |= OFlag::O_EXCL;
     }
-    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o644)).map_err(|e| {
-        if e == Errno::ELOOP {
-            io::Error::new(io::ErrorKind::InvalidInput, "a symlink, not a regular file")
-        } else {
-            err(e)
-        }
-    })?;
-    let st = fstat(&fd).map_err(err)?;
-    let kind = Kind::from_mode(st.st_mode);
-    if kind != Kind::File {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("a {}, not a regular file", kind.name()),
-        ));
-    }
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o644));
+    let (fd, _) = regular_or_refuse(fd, ", not a regular file")?;
     Ok(File::from(fd))
 }
 

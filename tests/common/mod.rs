@@ -335,6 +335,38 @@ pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> C
     cmd
 }
 
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh home for one launch (removed when dropped).
+pub fn home() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// Every sidecar (`*.launch`) below `root`, sorted.
+pub fn sidecars(root: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "launch") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, &mut out);
+    out.sort();
+    out
+}
+
 /// The cache root keepwrap derives from `keepwrap_engine`'s environment.
 pub fn cache_root(home: &Path) -> PathBuf {
     home.join("sglang/flashinfer/autotune")

@@ -186,12 +186,19 @@ pub fn set_id(fingerprint: &str, members: &[(String, String, u64)]) -> String {
     hex::encode(h.finalize())
 }
 
-/// A well-formed sidecar signing `bytes` at `rel` alone, for `fingerprint`
-/// (its set's manifest: [`forged_manifest`]).
-pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
+/// The sha256, size and set id of the set of `bytes` at `rel` alone, for
+/// `fingerprint`.
+fn one_member_set(fingerprint: &str, rel: &str, bytes: &[u8]) -> (String, u64, String) {
     let sha = sha256_hex(bytes);
     let size = bytes.len() as u64;
     let id = set_id(fingerprint, &[(rel.to_string(), sha.clone(), size)]);
+    (sha, size, id)
+}
+
+/// A well-formed sidecar signing `bytes` at `rel` alone, for `fingerprint`
+/// (its set's manifest: [`forged_manifest`]).
+pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
+    let (sha, size, id) = one_member_set(fingerprint, rel, bytes);
     serde_json::json!({
         "format": 2,
         "keepwrap": "0.1.0",
@@ -207,9 +214,7 @@ pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json:
 
 /// The manifest of the one-member set of [`forged_sidecar`].
 pub fn forged_manifest(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
-    let sha = sha256_hex(bytes);
-    let size = bytes.len() as u64;
-    let id = set_id(fingerprint, &[(rel.to_string(), sha.clone(), size)]);
+    let (sha, size, id) = one_member_set(fingerprint, rel, bytes);
     serde_json::json!({
         "format": 2,
         "keepwrap": "0.1.0",
