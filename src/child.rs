@@ -88,6 +88,15 @@ pub fn block_signals() -> nix::Result<SigSet> {
     block_handled()
 }
 
+/// Block the handled signals in a thread keepwrap starts, first thing in
+/// its body. The C library starts every thread with signals 32 and 33
+/// unblocked, and as they are ignored, a thread that leaves them unblocked
+/// would take them and drop them instead of leaving them queued for the
+/// signalfd.
+pub fn block_signals_in_thread() {
+    let _ = block_handled();
+}
+
 /// Block the handled signals (again) with the raw system call.
 fn block_handled() -> nix::Result<SigSet> {
     let set = handled_signals();

@@ -890,6 +890,7 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
+                crate::child::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
                 // SAFETY: plain system calls on this thread's own id.

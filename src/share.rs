@@ -552,6 +552,7 @@ fn bounded<T: Send + 'static>(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-share".into())
         .spawn(move || {
+            crate::child::block_signals_in_thread();
             if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
                 let _ = tx.send(f());
             }
@@ -715,8 +716,10 @@ impl Share {
         let job = move || publish_and_clean(&dir, &p, max_age);
         match std::thread::Builder::new()
             .name("keepwrap-publish".into())
-            .spawn(job)
-        {
+            .spawn(move || {
+                crate::child::block_signals_in_thread();
+                job()
+            }) {
             Ok(h) => self.running = Some(h),
             Err(e) => tracing::warn!("share: cannot start publishing: {e}; the launch goes on"),
         }

@@ -130,6 +130,7 @@ fn prepare_interruptibly(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-prepare".into())
         .spawn(move || {
+            crate::child::block_signals_in_thread();
             let _ = tx.send(Keeper::prepare(&a, &c, &env));
             let _ = done_tx.write_all(&[1]);
         });
@@ -175,7 +176,10 @@ fn prepare_interruptibly(
 fn run_detached(job: Box<dyn FnOnce() + Send>) {
     if let Err(e) = std::thread::Builder::new()
         .name("keepwrap-explain".into())
-        .spawn(job)
+        .spawn(move || {
+            crate::child::block_signals_in_thread();
+            job()
+        })
     {
         tracing::debug!("cannot start a thread for the explanation: {e}");
     }

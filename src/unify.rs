@@ -342,7 +342,10 @@ fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
             .map(|part| {
                 let handle = std::thread::Builder::new()
                     .name("keepwrap-unify".into())
-                    .spawn_scoped(scope, move || part.iter().map(parse).collect::<Vec<_>>());
+                    .spawn_scoped(scope, move || {
+                        crate::child::block_signals_in_thread();
+                        part.iter().map(parse).collect::<Vec<_>>()
+                    });
                 (part, handle)
             })
             .collect();
