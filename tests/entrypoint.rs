@@ -386,8 +386,7 @@ fn leftovers_of_the_group_get_term_then_kill_after_the_grace() {
 
 #[test]
 fn as_pid_1_100_orphans_leave_no_zombie() {
-    if !is_root() || !have("unshare") {
-        eprintln!("skipped: needs root and unshare");
+    if !common::has_need(is_root() && have("unshare"), "root and unshare") {
         return;
     }
     let env = Env::new();
@@ -437,8 +436,7 @@ print(f"pid1-check zombies={sum(1 for s in states if s[1] == 'Z')} sleeps={sum(1
 
 #[test]
 fn as_pid_1_term_is_forwarded_and_the_exit_status_kept() {
-    if !is_root() || !have("unshare") {
-        eprintln!("skipped: needs root and unshare");
+    if !common::has_need(is_root() && have("unshare"), "root and unshare") {
         return;
     }
     let env = Env::new();
@@ -464,8 +462,7 @@ fn as_pid_1_term_is_forwarded_and_the_exit_status_kept() {
 /// The same scenario table against tini: the exit codes and deliveries agree.
 #[test]
 fn tini_agrees_on_the_scenario_table() {
-    if !have("tini") {
-        eprintln!("skipped: tini is not installed (.ci/run installs it)");
+    if !common::has_need(have("tini"), "tini (.ci/run installs it)") {
         return;
     }
     scenario_exit_codes_pass_through(Wrapper::Tini);

@@ -745,8 +745,7 @@ fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
 
 #[test]
 fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
-    if !can_mount() {
-        eprintln!("skipped: needs root and unshare --mount");
+    if !common::has_need(can_mount(), "root and unshare --mount") {
         return;
     }
     let base = scratch();
@@ -769,8 +768,7 @@ fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
 
 #[test]
 fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
-    if !can_mount() {
-        eprintln!("skipped: needs root and unshare --mount");
+    if !common::has_need(can_mount(), "root and unshare --mount") {
         return;
     }
     let base = scratch();

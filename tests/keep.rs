@@ -385,8 +385,10 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
         b.stderr
     );
 
-    if !is_root() || !have("unshare") {
-        eprintln!("read-only part skipped: needs root and unshare");
+    if !common::has_need(
+        is_root() && have("unshare"),
+        "root and unshare (the read-only part)",
+    ) {
         return;
     }
     let ro = h.path().join("ro");

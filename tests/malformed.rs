@@ -516,8 +516,7 @@ fn malformed_files_the_engine_writes_are_not_signed_nor_their_siblings() {
 #[test]
 fn permission_denied_is_logged_and_not_trusted() {
     let uid = 65534;
-    if !is_root() {
-        eprintln!("skipped: needs root to run keepwrap as another user");
+    if !common::has_need(is_root(), "root to run keepwrap as another user") {
         return;
     }
     let t = scratch();

@@ -319,8 +319,7 @@ fn in_mount_ns(cmd: &Command, setup: &str) -> Command {
 
 #[test]
 fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
-    if !can_mount() {
-        eprintln!("skipped: needs root and unshare -m");
+    if !common::has_need(can_mount(), "root and unshare -m") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -354,8 +353,7 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
 
 #[test]
 fn every_node_launches_when_the_share_is_full() {
-    if !can_mount() {
-        eprintln!("skipped: needs root and unshare -m");
+    if !common::has_need(can_mount(), "root and unshare -m") {
         return;
     }
     let t = tempfile::tempdir().unwrap();

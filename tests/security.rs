@@ -186,8 +186,7 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
         ("group-writable, ours", 0o775, None, true),
     ];
     for (what, mode, owner, trusted) in cases {
-        if owner.is_some() && !is_root() {
-            eprintln!("{what}: skipped, needs root to chown");
+        if owner.is_some() && !common::has_need(is_root(), &format!("root to chown ({what})")) {
             continue;
         }
         let t = scratch();
@@ -409,8 +408,7 @@ fn hold_alive_byte(file: &std::fs::File) {
 
 #[test]
 fn a_live_marker_another_user_planted_never_stops_the_prune() {
-    if !is_root() {
-        eprintln!("skipped: needs root to plant a file owned by another user");
+    if !common::has_need(is_root(), "root to plant a file owned by another user") {
         return;
     }
     let t = scratch();

@@ -230,8 +230,7 @@ fn keepwrap_s_own_sigpipe_is_not_forwarded() {
 /// keeps it from blocking).
 #[test]
 fn tini_agrees_on_every_signal() {
-    if !have("tini") {
-        eprintln!("skipped: tini is not installed (.ci/run installs it)");
+    if !common::has_need(have("tini"), "tini (.ci/run installs it)") {
         return;
     }
     for n in 1..=64 {

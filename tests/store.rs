@@ -454,8 +454,7 @@ fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
         ),
     ];
     for (what, below, mode, owner) in cases {
-        if owner.is_some() && !is_root() {
-            eprintln!("{what}: skipped, needs root to chown");
+        if owner.is_some() && !common::has_need(is_root(), &format!("root to chown ({what})")) {
             continue;
         }
         let t = tempfile::tempdir().unwrap();
