@@ -765,5 +765,7 @@ fn keepwrap_disable_passes_the_hang_through() {
         f
     };
     assert!(run(0).tuned() > 0);
-    assert_eq!(run(89).events("hang").len(), 2);
+    // The exit status is the promise (passed through, 89); which ranks
+    // report the hang before the launcher ends the others varies with timing.
+    assert!(!run(89).events("hang").is_empty());
 }
