@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::cache::{self, FileState};
-use crate::fingerprint::{Launch, Options};
-use crate::stats::Stats;
+use crate::launch::fingerprint::{Launch, Options};
+use crate::root::stats::Stats;
 use crate::store::{ago, now_secs, size_text, Store, STATE_DIR};
 
 fn short(fp: &str) -> String {
@@ -124,10 +124,10 @@ fn lock(
     store: &Store,
     timeout: std::time::Duration,
     what: &str,
-) -> std::io::Result<crate::lock::CacheLock> {
-    crate::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
-        crate::lock::LockError::Io(e) => e,
-        crate::lock::LockError::TimedOut(who) => std::io::Error::new(
+) -> std::io::Result<crate::root::lock::CacheLock> {
+    crate::root::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
+        crate::root::lock::LockError::Io(e) => e,
+        crate::root::lock::LockError::TimedOut(who) => std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!("the lock is held by {who}"),
         ),
@@ -147,7 +147,7 @@ pub enum Evict {
 /// one line each (stderr), then a summary line (stdout).
 pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let Some(root) = crate::keep::root_from(args.cache_dir.as_deref(), &env) else {
+    let Some(root) = crate::keeper::root_from(args.cache_dir.as_deref(), &env) else {
         eprintln!(
             "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
         );
@@ -218,7 +218,7 @@ pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
     let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
     let n = evicted.len() as u64;
     if n > 0 {
-        crate::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
+        crate::root::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
     }
     let left = store.entries();
     println!(

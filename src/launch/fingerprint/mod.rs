@@ -2,7 +2,7 @@
 //! identify it, and their sha256 over Python-compatible canonical JSON.
 //!
 //! Fingerprint = lowercase sha256 hex of `json.dumps(PAYLOAD,
-//! sort_keys=True)` (see [`crate::canonical`]). For an SGLang server launch
+//! sort_keys=True)` (see [`crate::launch::canonical`]). For an SGLang server launch
 //! under the `sglang` profile, PAYLOAD is `{"launch": LAUNCH, "env": env}`,
 //! LAUNCH the canonical launch of [`crate::launch::Canonical`] minus the
 //! profile's ignored argument groups. Otherwise (any other command, and the
@@ -26,7 +26,7 @@ use clap::ValueEnum;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::canonical::{self, py_str, Style};
+use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -55,8 +55,8 @@ use serde_json::Value;
 
 use crate::cache::{self, fsx};
 use crate::cli::ShareArgs;
-use crate::fingerprint::{sha256_hex, Launch};
-use crate::keep::short;
+use crate::keeper::short;
+use crate::launch::fingerprint::{sha256_hex, Launch};
 use crate::unify::{self, Outcome, RankFile, RankId};
 
 /// Version of the manifest format. A manifest with another version is not
@@ -552,7 +552,7 @@ fn bounded<T: Send + 'static>(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-share".into())
         .spawn(move || {
-            crate::child::block_signals_in_thread();
+            crate::supervisor::child::block_signals_in_thread();
             if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
                 let _ = tx.send(f());
             }
@@ -717,7 +717,7 @@ impl Share {
         match std::thread::Builder::new()
             .name("keepwrap-publish".into())
             .spawn(move || {
-                crate::child::block_signals_in_thread();
+                crate::supervisor::child::block_signals_in_thread();
                 job()
             }) {
             Ok(h) => self.running = Some(h),
@@ -1027,14 +1027,14 @@ mod tests {
 
     #[test]
     fn the_cluster_fingerprint_leaves_out_the_node_rank_and_node_local_env() {
-        use crate::fingerprint::{Options, ProfileName};
+        use crate::launch::fingerprint::{Options, ProfileName};
         let opts = Options {
             profile: ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],
         };
-        let node_local: Vec<String> = crate::fingerprint::DEFAULT_NODE_LOCAL_ENV
+        let node_local: Vec<String> = crate::launch::fingerprint::DEFAULT_NODE_LOCAL_ENV
             .iter()
             .map(|s| s.to_string())
             .collect();

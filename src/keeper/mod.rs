@@ -3,11 +3,13 @@
 //! failure here is logged and leaves the launch alone (fail open for the
 //! launch); any doubt leaves the cache unsigned (fail closed for trust).
 //!
-//! While the engine runs, [`crate::policy`] decides and this module runs
+//! While the engine runs, [`crate::keeper::policy`] decides and this module runs
 //! its actions: the watch, the probe and the timers feed it events in the
 //! supervisor loop; unify, hashing, signing, the lock, the store and the
 //! share run on a worker thread that reports through a socket in the loop's
 //! poll set, so the loop never waits for them.
+
+pub mod policy;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -22,19 +24,19 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::cache;
-use crate::child::Ended;
 use crate::cli::RunArgs;
-use crate::fingerprint::Launch;
-use crate::lock::{self, CacheLock, LockError};
-use crate::owner;
-use crate::policy::{Action, Event, Owner, Policy, Rule};
-use crate::ready::{Done, Probe, ProbeResult};
-use crate::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
+use crate::done::owner;
+use crate::done::watch::{self, Stamp, Watcher};
+use crate::done::{Done, Probe, ProbeResult};
+use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
+use crate::launch::fingerprint::Launch;
+use crate::root::lock::{self, CacheLock, LockError};
+use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
+use crate::root::stats::Stats;
 use crate::share::Share;
-use crate::stats::Stats;
 use crate::store::{self, Store, STATE_DIR};
+use crate::supervisor::child::Ended;
 use crate::unify;
-use crate::watch::{self, Stamp, Watcher};
 
 pub struct Keeper {
     root: PathBuf,
@@ -151,7 +153,7 @@ impl Keeper {
             );
             return Prepared::default();
         };
-        crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+        crate::cmd::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
             tracing::warn!("{line}");
         }
@@ -703,7 +705,7 @@ impl Committer {
                 None
             }
             Job::Landed { files, after } => {
-                crate::progress::landed(&self.root, &files, after);
+                crate::done::progress::landed(&self.root, &files, after);
                 None
             }
             Job::Sign { kind, files } => {
@@ -799,7 +801,13 @@ impl Committer {
                     st.tunes += 1;
                 }
             });
-            crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
+            crate::root::stats::credit_boot(
+                s.state_fd(),
+                &self.fingerprint,
+                reused,
+                n,
+                self.launched,
+            );
             Stats::flush(s.state_fd());
         }
         report.signed
@@ -890,7 +898,7 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
-                crate::child::block_signals_in_thread();
+                crate::supervisor::child::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
                 // SAFETY: plain system calls on this thread's own id.
@@ -1007,7 +1015,7 @@ fn explain_later(
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = crate::explain::no_cache_line(&s, &fingerprint, &inputs) {
+            if let Some(line) = crate::cmd::explain::no_cache_line(&s, &fingerprint, &inputs) {
                 tracing::info!("{line}");
             }
         }

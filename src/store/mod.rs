@@ -37,7 +37,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::cache::{self, fsx, ForeignSet, Member};
-use crate::canonical::{self, Style};
+use crate::launch::canonical::{self, Style};
 
 /// keepwrap's state directory, inside the cache root.
 pub const STATE_DIR: &str = fsx::STATE_DIR;

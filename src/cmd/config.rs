@@ -66,7 +66,7 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 
 /// The cache root a run would guard, and what it came from.
 fn root_setting(run: &RunArgs, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
-    let root = crate::keep::cache_root(run, env);
+    let root = crate::keeper::cache_root(run, env);
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
     } else if set(env, "SGLANG_CACHE_DIR") {
@@ -114,7 +114,8 @@ pub fn print(
     });
     if !command.is_empty() {
         let done = all.iter().find(|s| s.name == "done");
-        let launch = crate::fingerprint::Launch::new(&run.fingerprint.options(), command, &env);
+        let launch =
+            crate::launch::fingerprint::Launch::new(&run.fingerprint.options(), command, &env);
         let resolved = match run.done.resolve(&launch) {
             Ok(d) => format!("tuning is done {d}"),
             Err(e) => e,
@@ -206,7 +207,7 @@ pub fn outside_engine_cache(
     if !runs_sglang(argv) {
         return None;
     }
-    let engine = crate::keep::root_from(None, env)?;
+    let engine = crate::keeper::root_from(None, env)?;
     if normal(dir).starts_with(normal(&engine)) {
         return None;
     }

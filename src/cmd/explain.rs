@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::fingerprint::{is_secret_name, Launch, Options};
+use crate::launch::fingerprint::{is_secret_name, Launch, Options};
 use crate::store::{ago, now_secs, LaunchRecord, Store};
 
 /// argv split into positionals (by index, before the first flag) and flags
@@ -402,7 +402,7 @@ mod tests {
 
     fn inputs(argv: &[&str]) -> Value {
         let opts = Options {
-            profile: crate::fingerprint::ProfileName::Sglang,
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],

@@ -46,8 +46,8 @@ use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::cache::fsx::{self, Kind};
-use crate::fingerprint::{self, Launch};
-use crate::keep::short;
+use crate::keeper::short;
+use crate::launch::fingerprint::{self, Launch};
 use crate::store::STATE_DIR;
 
 /// The directory of the markers, below `.keepwrap/`.
@@ -492,7 +492,7 @@ impl Runs {
 
 fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
     let mut line = state.word().to_vec();
-    let host = token(&crate::lock::hostname());
+    let host = token(&crate::root::lock::hostname());
     line.extend_from_slice(
         format!(
             " {} {started} {} {} {host}\n",

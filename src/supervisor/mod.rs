@@ -3,6 +3,8 @@
 //! timeout. No busy waiting, and no waiting but `poll`: while the child runs
 //! and nothing happens, keepwrap sleeps in `poll`.
 
+pub mod child;
+
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -17,10 +19,10 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
-use crate::child::{self, Ended};
 use crate::cli::RunArgs;
 use crate::clock;
-use crate::keep::{Keeper, Prepared};
+use crate::keeper::{Keeper, Prepared};
+use child::Ended;
 
 /// While waiting for the rest of a process group to go, how often to look.
 const GROUP_RECHECK: Duration = Duration::from_millis(20);
@@ -130,7 +132,7 @@ fn prepare_interruptibly(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-prepare".into())
         .spawn(move || {
-            crate::child::block_signals_in_thread();
+            crate::supervisor::child::block_signals_in_thread();
             let _ = tx.send(Keeper::prepare(&a, &c, &env));
             let _ = done_tx.write_all(&[1]);
         });
@@ -177,7 +179,7 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
     if let Err(e) = std::thread::Builder::new()
         .name("keepwrap-explain".into())
         .spawn(move || {
-            crate::child::block_signals_in_thread();
+            crate::supervisor::child::block_signals_in_thread();
             job()
         })
     {
