@@ -16,8 +16,8 @@
 //!   crash of keepwrap in prune or in a later sign, and prune keeps all of
 //!   a set or none.
 
-mod common;
-mod harden;
+use crate::common;
+use crate::harden;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,7 +11,7 @@
 //!   torn, every stored set is intact, and the next boot of each arm reuses
 //!   or tunes everything.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! still owns the root; signals end every wait before the engine starts;
 //! launch markers are read safely and removed once nobody needs them.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;

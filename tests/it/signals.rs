@@ -3,7 +3,7 @@
 //! child (realtime ones included), as with tini. The same scenarios run
 //! against tini, and the two must agree.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
