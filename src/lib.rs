@@ -23,6 +23,8 @@
 //!   running markers, the statistics;
 //! - [`cmd`]: the subcommands `status`, `explain`, `config`;
 //! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`events`]: the catalogue of every event keepwrap logs, with its
+//!   fields;
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
 //! - [`clock`]: deadlines that saturate instead of overflowing;
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
@@ -39,6 +41,7 @@ pub mod cli;
 pub mod clock;
 pub mod cmd;
 pub mod done;
+pub mod events;
 pub mod failpoint;
 pub mod keeper;
 pub mod launch;

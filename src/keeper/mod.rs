@@ -86,10 +86,6 @@ pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Opti
     Some(sglang.join("flashinfer/autotune"))
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
 /// What [`Keeper::prepare`] hands to the supervisor.
 #[derive(Default)]
 pub struct Prepared {
@@ -133,10 +129,6 @@ const WAIT_POLL: Duration = Duration::from_millis(200);
 /// How often a waiting launch says it still waits.
 const WAIT_PROGRESS: Duration = Duration::from_secs(60);
 
-/// The advice for two launches that meet on one root.
-const ROOT_PER_POD: &str =
-    "give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR for what the nodes of a multi-node launch have in common";
-
 impl Keeper {
     /// Fingerprint the launch, make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
@@ -148,27 +140,25 @@ impl Keeper {
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
         let Some(root) = cache_root(args, env) else {
-            tracing::warn!(
-                "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
-            );
+            crate::events::keeper::no_cache_root();
             return Prepared::default();
         };
         crate::cmd::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
-            tracing::warn!("{line}");
+            crate::events::keeper::launch_warning(&line);
         }
         let done = match args.done.resolve(&launch) {
             Ok(done) => done,
             Err(e) => {
-                tracing::warn!("{e}; the launch goes on without keeping the cache");
+                crate::events::keeper::done_rule_unusable(e);
                 return Prepared::default();
             }
         };
-        tracing::info!(
-            "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
-            short(&fingerprint),
+        crate::events::keeper::launch(
+            &fingerprint,
             args.fingerprint.profile.as_str(),
-            root.display()
+            &root,
+            &done,
         );
         if !ensure_root(&root) {
             return Prepared::default();
@@ -176,10 +166,9 @@ impl Keeper {
         let runs = match Runs::open(&root) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(
-                    "cannot open {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
-                    root.display(),
-                    running::RUNNING_DIR
+                crate::events::keeper::cannot_open_running(
+                    &root.join(STATE_DIR).join(running::RUNNING_DIR),
+                    e,
                 );
                 return Prepared::default();
             }
@@ -195,10 +184,7 @@ impl Keeper {
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(
-                    "cannot open the store {STATE_DIR}/ in {}: {e}; cache files of other launches are removed, not stored",
-                    root.display()
-                );
+                crate::events::keeper::store_unusable(STATE_DIR, &root, e);
                 None
             }
         };
@@ -211,10 +197,9 @@ impl Keeper {
         let marker = match runs.register(&id, state) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(
-                    "cannot leave this launch's marker in {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
-                    root.display(),
-                    running::RUNNING_DIR
+                crate::events::keeper::cannot_leave_marker(
+                    &root.join(STATE_DIR).join(running::RUNNING_DIR),
+                    e,
                 );
                 return Prepared::default();
             }
@@ -235,10 +220,7 @@ impl Keeper {
         let (mut kept, removed, stored) = match pruned {
             Ok(report) => (report.kept, report.removed, report.stored),
             Err(e) => {
-                tracing::warn!(
-                    "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
-                    root.display()
-                );
+                crate::events::keeper::cannot_prune(&root, e);
                 return Prepared::hands_off(marker);
             }
         };
@@ -249,9 +231,10 @@ impl Keeper {
             if kept.is_empty() {
                 if let Some(r) = s.restore(&fingerprint) {
                     restored = r.paths.len();
-                    tracing::info!(
-                        "restored {restored} cache files of this launch from the store (signed {})",
-                        store::ago(r.signed_at, now)
+                    crate::events::keeper::restored(
+                        restored,
+                        &fingerprint,
+                        store::ago(r.signed_at, now),
                     );
                     kept = r.paths;
                 }
@@ -277,7 +260,7 @@ impl Keeper {
         let watcher = match Watcher::new(&root) {
             Ok(w) => w,
             Err(e) => {
-                tracing::warn!("{e}; the launch goes on, and nothing it writes will be signed");
+                crate::events::keeper::watch_failed(e);
                 return Prepared::hands_off(marker);
             }
         };
@@ -326,14 +309,8 @@ impl Keeper {
         }
         self.watcher.read();
         match cache::sign(&self.root, &self.fingerprint) {
-            Ok(r) => tracing::info!(
-                "signed {} unified cache files for this launch",
-                r.signed.len()
-            ),
-            Err(e) => tracing::warn!(
-                "cannot sign {}: {e}; the next launch will tune again",
-                self.root.display()
-            ),
+            Ok(r) => crate::events::keeper::signed_unified(r.signed.len(), &self.fingerprint),
+            Err(e) => crate::events::keeper::cannot_sign(&self.root, e),
         }
     }
 
@@ -636,7 +613,7 @@ struct Session {
 /// What the worker is asked to do.
 enum Job {
     /// One `keepwrap:` line at info level.
-    Log(String),
+    Log(crate::events::keeper::Note),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {
@@ -700,8 +677,8 @@ struct Committer {
 impl Committer {
     fn run(&mut self, job: Job) -> Option<Report> {
         match job {
-            Job::Log(line) => {
-                tracing::info!("{line}");
+            Job::Log(note) => {
+                note.log();
                 None
             }
             Job::Landed { files, after } => {
@@ -748,19 +725,14 @@ impl Committer {
         let report = match cache::sign(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(
-                    "cannot sign {}: {e}; the next launch will tune again",
-                    self.root.display()
-                );
+                crate::events::keeper::cannot_sign(&self.root, e);
                 return Vec::new();
             }
         };
         self.publish(&report);
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
-            tracing::info!(
-                "signed again at exit: {n} cache files, with the {late} that landed after tuning was done"
-            );
+            crate::events::keeper::signed_again(n, late, &self.fingerprint);
             if let Some(s) = &self.store {
                 if n > 0 && report.failed == 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
@@ -775,16 +747,14 @@ impl Committer {
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
-                tracing::info!(
-                    "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again"
-                );
+                crate::events::keeper::nothing_signed(present);
             } else {
-                tracing::info!("nothing to keep: the engine wrote no autotune cache");
+                crate::events::keeper::nothing_to_keep();
             }
         } else if reused {
-            tracing::info!("reused {n} cache files signed for this launch");
+            crate::events::keeper::reused(n, &self.fingerprint);
         } else {
-            tracing::info!("tuned and signed {n} cache files");
+            crate::events::keeper::signed(n, &self.fingerprint);
         }
         if let Some(s) = &self.store {
             if n > 0 && report.failed == 0 {
@@ -884,9 +854,7 @@ impl Worker {
         let (wake, wake_tx) = match UnixStream::pair() {
             Ok(pair) => pair,
             Err(e) => {
-                tracing::warn!(
-                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
-                );
+                crate::events::keeper::commit_worker_failed(e);
                 w.inline = Some(committer);
                 return w;
             }
@@ -928,9 +896,7 @@ impl Worker {
                 w.thread = Some(thread);
             }
             Err(e) => {
-                tracing::warn!(
-                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
-                );
+                crate::events::keeper::commit_worker_failed(e);
                 w.inline = Some(committer);
             }
         }
@@ -1016,7 +982,7 @@ fn explain_later(
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
             if let Some(line) = crate::cmd::explain::no_cache_line(&s, &fingerprint, &inputs) {
-                tracing::info!("{line}");
+                crate::events::keeper::no_cache(&fingerprint, &line);
             }
         }
     })
@@ -1035,7 +1001,6 @@ fn wait_turn(
 ) -> (Option<CacheLock>, Turn) {
     let started = Instant::now();
     let deadline = started.checked_add(args.wait_for_tuning);
-    let limit = humantime::format_duration(args.wait_for_tuning);
     let mut waited_for: Option<String> = None;
     loop {
         let lock = match store {
@@ -1049,10 +1014,7 @@ fn wait_turn(
         let other = match running::verdict(me, &seen) {
             Verdict::Go => {
                 if let Some(other) = waited_for {
-                    tracing::info!(
-                        "{other} is done tuning; this launch goes on after waiting {}",
-                        secs(started.elapsed())
-                    );
+                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
                 }
                 return (lock, Turn::Go);
             }
@@ -1063,16 +1025,12 @@ fn wait_turn(
             Verdict::Wait(other) => other.clone(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            tracing::warn!(
-                "gave up waiting {limit} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files"
-            );
+            crate::events::keeper::gave_up_waiting(&other, args.wait_for_tuning);
             return (lock, Turn::HandsOff);
         }
         drop(lock);
         if waited_for.is_none() {
-            tracing::info!(
-                "waiting up to {limit} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files"
-            );
+            crate::events::keeper::waiting_for_other(&other, args.wait_for_tuning);
         }
         waited_for = Some(other.who());
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
@@ -1087,11 +1045,10 @@ fn wait_turn(
             match running::verdict(me, &seen) {
                 Verdict::Wait(o) => {
                     if now >= next_progress {
-                        tracing::info!(
-                            "still waiting for {o} to finish tuning ({} of {limit})",
-                            humantime::format_duration(Duration::from_secs(
-                                started.elapsed().as_secs()
-                            ))
+                        crate::events::keeper::still_waiting(
+                            o,
+                            started.elapsed(),
+                            args.wait_for_tuning,
                         );
                         next_progress = now + WAIT_PROGRESS;
                     }
@@ -1105,20 +1062,10 @@ fn wait_turn(
 /// The one line a launch that goes on hands-off logs, naming the launch in
 /// its way and the topology that works.
 fn hands_off_line(why: Why, other: &Seen) {
-    let then = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
     match why {
-        Why::Peer => tracing::warn!(
-            "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {then}, and so does that one; {ROOT_PER_POD}"
-        ),
-        Why::Orphan => tracing::warn!(
-            "{other} left its engine running on this cache root when keepwrap was killed: {then}, so that nothing is removed under that engine and nothing it writes is signed"
-        ),
-        Why::HandsOff => tracing::warn!(
-            "{other} is using this cache root: {then}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
-        ),
-        Why::OtherLaunch => tracing::warn!(
-            "{other} is using this cache root: this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is), so that neither removes nor signs the other's files; {ROOT_PER_POD}"
-        ),
+        Why::Peer => crate::events::keeper::peer_on_root(other),
+        Why::Orphan => crate::events::keeper::orphan_on_root(other),
+        Why::HandsOff | Why::OtherLaunch => crate::events::keeper::other_on_root(other),
     }
 }
 
@@ -1140,14 +1087,11 @@ fn take_lock(s: &Store, timeout: Duration, fingerprint: &str, then: &str) -> Opt
     ) {
         Ok(l) => Some(l),
         Err(LockError::TimedOut(who)) => {
-            tracing::warn!(
-                "gave up waiting {} for the cache lock {STATE_DIR}/lock ({what}), held by {who}: {after}",
-                humantime::format_duration(timeout)
-            );
+            crate::events::keeper::lock_gave_up(timeout, what, who, after);
             None
         }
         Err(LockError::Io(e)) => {
-            tracing::warn!("cannot take the cache lock {STATE_DIR}/lock ({what}): {e}: {after}");
+            crate::events::keeper::lock_failed(what, e, after);
             None
         }
     }
@@ -1172,33 +1116,21 @@ fn ensure_root(root: &Path) -> bool {
     match std::fs::symlink_metadata(root) {
         Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
         Ok(_) => {
-            tracing::warn!(
-                "cache root {} is not a directory; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::root_not_a_directory(root);
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
             Ok(()) => {
-                tracing::info!(
-                    "cache root {} did not exist (first boot): created it",
-                    root.display()
-                );
+                crate::events::keeper::root_created(root);
                 true
             }
             Err(e) => {
-                tracing::warn!(
-                    "cannot create cache root {}: {e}; the launch goes on without keeping the cache",
-                    root.display()
-                );
+                crate::events::keeper::cannot_create_root(root, e);
                 false
             }
         },
         Err(e) => {
-            tracing::warn!(
-                "cannot use cache root {}: {e}; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::cannot_use_root(root, e);
             false
         }
     }
@@ -1209,10 +1141,7 @@ fn writable(root: &Path) -> bool {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(root) {
         Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
-            tracing::warn!(
-                "cache root {} is on a read-only file system; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::root_read_only(root);
             false
         }
         _ => true,

@@ -141,7 +141,7 @@ pub fn become_subreaper() {
         return;
     }
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        tracing::warn!("cannot become a child subreaper ({e}): orphans of the engine will not be reaped by keepwrap");
+        crate::events::supervisor::cannot_become_subreaper(e);
     }
 }
 
@@ -261,7 +261,7 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     let rc = unsafe { libc::kill(target, signo) };
     match Errno::result(rc) {
         Ok(_) | Err(Errno::ESRCH) => {}
-        Err(e) => tracing::warn!("cannot forward {} to {target}: {e}", signal_name(signo)),
+        Err(e) => crate::events::supervisor::cannot_forward(signal_name(signo), target, e),
     }
 }
 
@@ -334,7 +334,7 @@ pub fn reap(main: Pid) -> Option<Ended> {
                 Errno::EINTR => {}
                 Errno::ECHILD => return ended,
                 e => {
-                    tracing::warn!("waitpid failed: {e}");
+                    crate::events::supervisor::waitpid_failed(e);
                     return ended;
                 }
             },

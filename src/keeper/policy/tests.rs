@@ -98,7 +98,7 @@ fn matches(got: &Action, want: &A) -> bool {
         | (Action::ProbeAgain, A::Again)
         | (Action::LookForOthers, A::Look) => true,
         (Action::SignLate { late }, A::Late(n)) => late == n,
-        (Action::Info(line), A::Log(text)) => line.contains(text),
+        (Action::Info(note), A::Log(text)) => note.to_string().contains(text),
         _ => false,
     }
 }

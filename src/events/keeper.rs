@@ -1,0 +1,566 @@
+//! Events of the keeper: the start of a launch (its fingerprint, its cache
+//! root, the other launches on it), the done rule's decisions, and what was
+//! signed at the end.
+
+use std::fmt::{self, Display};
+use std::path::Path;
+use std::time::Duration;
+
+use super::secs;
+use crate::keeper::short;
+use crate::logging::Shown;
+use crate::root::running::Seen;
+
+const TARGET: &str = "keepwrap::keeper";
+
+/// The advice for two launches that meet on one root.
+const ROOT_PER_POD: &str =
+    "give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR for what the nodes of a multi-node launch have in common";
+
+/// What the engine keeps running without.
+const WITHOUT: &str = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
+
+/// The first line of a launch that keeps its cache.
+pub fn launch(fingerprint: &str, profile: &str, root: &Path, done: impl Display) {
+    tracing::info!(
+        target: TARGET,
+        event = "launch",
+        fingerprint,
+        profile,
+        root = %Shown(root),
+        done = %done,
+        "launch fingerprint {} ({profile} profile); cache root {}; tuning is done {done}",
+        short(fingerprint),
+        Shown(root)
+    );
+}
+
+pub fn no_cache_root() {
+    tracing::warn!(
+        target: TARGET,
+        event = "no_cache_root",
+        "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+    );
+}
+
+/// The `--done` rule cannot be used for this launch.
+pub fn done_rule_unusable(error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "done_rule_unusable",
+        error = %error,
+        "{error}; the launch goes on without keeping the cache"
+    );
+}
+
+pub fn root_not_a_directory(root: &Path) {
+    tracing::warn!(
+        target: TARGET,
+        event = "root_not_a_directory",
+        root = %Shown(root),
+        "cache root {} is not a directory; the launch goes on without keeping the cache",
+        Shown(root)
+    );
+}
+
+pub fn root_created(root: &Path) {
+    tracing::info!(
+        target: TARGET,
+        event = "root_created",
+        root = %Shown(root),
+        "cache root {} did not exist (first boot): created it",
+        Shown(root)
+    );
+}
+
+pub fn cannot_create_root(root: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_create_root",
+        root = %Shown(root),
+        error = %error,
+        "cannot create cache root {}: {error}; the launch goes on without keeping the cache",
+        Shown(root)
+    );
+}
+
+pub fn cannot_use_root(root: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_use_root",
+        root = %Shown(root),
+        error = %error,
+        "cannot use cache root {}: {error}; the launch goes on without keeping the cache",
+        Shown(root)
+    );
+}
+
+pub fn root_read_only(root: &Path) {
+    tracing::warn!(
+        target: TARGET,
+        event = "root_read_only",
+        root = %Shown(root),
+        "cache root {} is on a read-only file system; the launch goes on without keeping the cache",
+        Shown(root)
+    );
+}
+
+/// The directory of the running markers cannot be opened.
+pub fn cannot_open_running(dir: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_open_running",
+        dir = %Shown(dir),
+        error = %error,
+        "cannot open {}: {error}; the launch goes on without keeping the cache",
+        Shown(dir)
+    );
+}
+
+pub fn cannot_leave_marker(dir: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_leave_marker",
+        dir = %Shown(dir),
+        error = %error,
+        "cannot leave this launch's marker in {}: {error}; the launch goes on without keeping the cache",
+        Shown(dir)
+    );
+}
+
+pub fn store_unusable(state: &str, root: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "store_unusable",
+        root = %Shown(root),
+        error = %error,
+        "cannot open the store {state}/ in {}: {error}; cache files of other launches are removed, not stored",
+        Shown(root)
+    );
+}
+
+pub fn cannot_prune(root: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_prune",
+        root = %Shown(root),
+        error = %error,
+        "cannot prune {}: {error}; the launch goes on, and nothing it writes will be signed",
+        Shown(root)
+    );
+}
+
+/// The watch of the cache tree cannot start.
+pub fn watch_failed(error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "watch_failed",
+        error = %error,
+        "{error}; the launch goes on, and nothing it writes will be signed"
+    );
+}
+
+/// This launch's set came back from the store.
+pub fn restored(files: usize, fingerprint: &str, signed_ago: impl Display) {
+    tracing::info!(
+        target: TARGET,
+        event = "restored",
+        files,
+        fingerprint,
+        "restored {files} cache files of this launch from the store (signed {signed_ago})"
+    );
+}
+
+/// This launch was never signed; `line` names the nearest launch that was
+/// and how it differs.
+pub fn no_cache(fingerprint: &str, line: &str) {
+    tracing::info!(target: TARGET, event = "no_cache", fingerprint, "{line}");
+}
+
+/// A line about the launch itself, logged once: a config file that cannot
+/// be used, a shell command that cannot be read.
+pub fn launch_warning(line: &str) {
+    tracing::warn!(target: TARGET, event = "launch_warning", "{line}");
+}
+
+/// `--cache-dir` is not where the engine writes.
+pub fn cache_dir_not_engines(dir: &Path, engine: &Path, from: &str) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cache_dir_not_engines",
+        dir = %Shown(dir),
+        engine = %Shown(engine),
+        "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
+        Shown(dir),
+        Shown(engine)
+    );
+}
+
+// ---- other launches on the root ----
+
+pub fn waiting_for_other(other: &Seen, limit: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "waiting_for_other",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        limit_s = secs(limit),
+        "waiting up to {} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files",
+        humantime::format_duration(limit)
+    );
+}
+
+pub fn still_waiting(other: &Seen, waited: Duration, limit: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "still_waiting",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        waited_s = secs(waited),
+        "still waiting for {other} to finish tuning ({} of {})",
+        humantime::format_duration(Duration::from_secs(waited.as_secs())),
+        humantime::format_duration(limit)
+    );
+}
+
+pub fn other_done_tuning(other: &str, waited: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "other_done_tuning",
+        other,
+        waited_s = secs(waited),
+        "{other} is done tuning; this launch goes on after waiting {:.1} s",
+        secs(waited)
+    );
+}
+
+pub fn gave_up_waiting(other: &Seen, limit: Duration) {
+    tracing::warn!(
+        target: TARGET,
+        event = "gave_up_waiting",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        limit_s = secs(limit),
+        "gave up waiting {} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files",
+        humantime::format_duration(limit)
+    );
+}
+
+/// A node or data-parallel rank of this very launch uses the root.
+pub fn peer_on_root(other: &Seen) {
+    tracing::warn!(
+        target: TARGET,
+        event = "peer_on_root",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {WITHOUT}, and so does that one; {ROOT_PER_POD}"
+    );
+}
+
+/// An engine whose keepwrap was killed still runs on the root.
+pub fn orphan_on_root(other: &Seen) {
+    tracing::warn!(
+        target: TARGET,
+        event = "orphan_on_root",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        "{other} left its engine running on this cache root when keepwrap was killed: {WITHOUT}, so that nothing is removed under that engine and nothing it writes is signed"
+    );
+}
+
+/// Another launch runs on the root (done tuning, or itself hands-off).
+pub fn other_on_root(other: &Seen) {
+    tracing::warn!(
+        target: TARGET,
+        event = "other_on_root",
+        other = %other,
+        other_fingerprint = other.id.fingerprint.as_str(),
+        other_pid = other.pid,
+        "{other} is using this cache root: {WITHOUT}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
+    );
+}
+
+// ---- the cache lock, as the keeper takes it ----
+
+pub fn lock_gave_up(timeout: Duration, what: &str, holder: impl Display, then: &str) {
+    tracing::warn!(
+        target: TARGET,
+        event = "lock_gave_up",
+        timeout_s = secs(timeout),
+        what,
+        holder = %holder,
+        "gave up waiting {} for the cache lock {}/lock ({what}), held by {holder}: {then}",
+        humantime::format_duration(timeout),
+        crate::store::STATE_DIR
+    );
+}
+
+pub fn lock_failed(what: &str, error: impl Display, then: &str) {
+    tracing::warn!(
+        target: TARGET,
+        event = "lock_failed",
+        what,
+        error = %error,
+        "cannot take the cache lock {}/lock ({what}): {error}: {then}",
+        crate::store::STATE_DIR
+    );
+}
+
+// ---- the end ----
+
+pub fn cannot_sign(root: &Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_sign",
+        root = %Shown(root),
+        error = %error,
+        "cannot sign {}: {error}; the next launch will tune again",
+        Shown(root)
+    );
+}
+
+/// Files kept for this launch were unified and signed again.
+pub fn signed_unified(files: usize, fingerprint: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "signed_unified",
+        files,
+        fingerprint,
+        "signed {files} unified cache files for this launch"
+    );
+}
+
+/// This boot tuned; its set is signed for the next identical launch.
+pub fn signed(files: usize, fingerprint: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "signed",
+        files,
+        fingerprint,
+        "tuned and signed {files} cache files"
+    );
+}
+
+/// This boot loaded what an earlier identical launch signed.
+pub fn reused(files: usize, fingerprint: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "reused",
+        files,
+        fingerprint,
+        "reused {files} cache files signed for this launch"
+    );
+}
+
+pub fn signed_again(files: usize, late: usize, fingerprint: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "signed_again",
+        files,
+        late,
+        fingerprint,
+        "signed again at exit: {files} cache files, with the {late} that landed after tuning was done"
+    );
+}
+
+pub fn nothing_signed(present: usize) {
+    tracing::info!(
+        target: TARGET,
+        event = "nothing_signed",
+        present,
+        "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again"
+    );
+}
+
+pub fn nothing_to_keep() {
+    tracing::info!(
+        target: TARGET,
+        event = "nothing_to_keep",
+        "nothing to keep: the engine wrote no autotune cache"
+    );
+}
+
+pub fn commit_worker_failed(error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "commit_worker_failed",
+        error = %error,
+        "cannot start the commit worker ({error}): signing runs in the supervisor loop"
+    );
+}
+
+// ---- the done rule's decisions ----
+
+/// A decision of the done rule ([`crate::keeper::policy`]), logged when its
+/// turn comes; the policy itself does no I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// The health endpoint answered 200 from the engine.
+    DoneHealth { url: String, after: Duration },
+    /// No cache file landed for the quiet period.
+    DoneQuiet { quiet: Duration, after: Duration },
+    /// The command exited 0 (`--done exit`, or `quiet=` before it fired).
+    DoneExit { after: Duration },
+    /// The probed port is served by another process than the engine.
+    NotDoneForeign { url: String, owner: String },
+    /// Another launch used the root while this one ran.
+    OtherLaunch { other: String },
+    /// The first file that landed after done.
+    LateLanding,
+    /// The engine was stopped before done.
+    NotSigningStopped { status: String, signal: String },
+    /// The engine exited before done.
+    NotSigningEarly { status: String },
+    /// Files that landed after done, not signed: the engine was stopped.
+    LateNotSignedStopped {
+        late: usize,
+        status: String,
+        signal: String,
+    },
+    /// Files that landed after done, not signed: the engine failed.
+    LateNotSignedAbnormal { late: usize, status: String },
+}
+
+const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
+
+fn tenths(d: &Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+impl Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::DoneHealth { url, after } => write!(
+                f,
+                "tuning is done: GET {url} answered 200 {} after the launch",
+                tenths(after)
+            ),
+            Note::DoneQuiet { quiet, after } => write!(
+                f,
+                "tuning is done: no cache file landed for {} ({} after the launch)",
+                humantime::format_duration(*quiet),
+                tenths(after)
+            ),
+            Note::DoneExit { after } => write!(
+                f,
+                "tuning is done: the command exited 0 ({} after the launch)",
+                tenths(after)
+            ),
+            Note::NotDoneForeign { url, owner } => write!(
+                f,
+                "not done yet: GET {url} answered 200, but the port is served by {owner}, not by the engine; waiting for the engine's own server"
+            ),
+            Note::OtherLaunch { other } => write!(
+                f,
+                "not signing: {other} used this cache root while this launch ran; their rank files may be mixed"
+            ),
+            Note::LateLanding => f.write_str(
+                "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own",
+            ),
+            Note::NotSigningStopped { status, signal } => write!(
+                f,
+                "not signing: the engine ended with status {status} after keepwrap forwarded {signal}: a stop is never tuning done"
+            ),
+            Note::NotSigningEarly { status } => write!(
+                f,
+                "not signing: the engine exited with status {status} before tuning was done"
+            ),
+            Note::LateNotSignedStopped {
+                late,
+                status,
+                signal,
+            } => write!(
+                f,
+                "not signing the {late} cache files that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}"
+            ),
+            Note::LateNotSignedAbnormal { late, status } => write!(
+                f,
+                "not signing the {late} cache files that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}"
+            ),
+        }
+    }
+}
+
+impl Note {
+    /// Log this decision as its event.
+    pub fn log(&self) {
+        match self {
+            Note::DoneHealth { url, after } => tracing::info!(
+                target: TARGET,
+                event = "tuning_done",
+                rule = "health",
+                url = url.as_str(),
+                after_s = secs(*after),
+                "{self}"
+            ),
+            Note::DoneQuiet { quiet, after } => tracing::info!(
+                target: TARGET,
+                event = "tuning_done",
+                rule = "quiet",
+                quiet_s = secs(*quiet),
+                after_s = secs(*after),
+                "{self}"
+            ),
+            Note::DoneExit { after } => tracing::info!(
+                target: TARGET,
+                event = "tuning_done",
+                rule = "exit",
+                after_s = secs(*after),
+                "{self}"
+            ),
+            Note::NotDoneForeign { url, owner } => tracing::info!(
+                target: TARGET,
+                event = "port_not_engines",
+                url = url.as_str(),
+                owner = owner.as_str(),
+                "{self}"
+            ),
+            Note::OtherLaunch { other } => tracing::info!(
+                target: TARGET,
+                event = "not_signing_other_launch",
+                other = other.as_str(),
+                "{self}"
+            ),
+            Note::LateLanding => {
+                tracing::info!(target: TARGET, event = "late_landing", "{self}")
+            }
+            Note::NotSigningStopped { status, signal } => tracing::info!(
+                target: TARGET,
+                event = "not_signing_stopped",
+                status = status.as_str(),
+                signal = signal.as_str(),
+                "{self}"
+            ),
+            Note::NotSigningEarly { status } => tracing::info!(
+                target: TARGET,
+                event = "not_signing_early_exit",
+                status = status.as_str(),
+                "{self}"
+            ),
+            Note::LateNotSignedStopped {
+                late,
+                status,
+                signal,
+            } => tracing::info!(
+                target: TARGET,
+                event = "late_not_signed_stopped",
+                late,
+                status = status.as_str(),
+                signal = signal.as_str(),
+                "{self}"
+            ),
+            Note::LateNotSignedAbnormal { late, status } => tracing::info!(
+                target: TARGET,
+                event = "late_not_signed_abnormal",
+                late,
+                status = status.as_str(),
+                "{self}"
+            ),
+        }
+    }
+}
