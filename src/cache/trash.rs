@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-use tracing::{debug, warn};
 
 use super::fsx;
 
@@ -58,12 +57,9 @@ pub fn empty_at(root: BorrowedFd<'_>) -> usize {
         return 0;
     };
     let n = fsx::remove_contents(trash.as_fd(), &mut |name, e| {
-        warn!(
-            "cannot remove .keepwrap/trash/{}: {e}",
-            super::layout::Rel(b"", name)
-        );
+        crate::events::cache::trash_remove_failed(super::layout::Rel(b"", name), e);
     });
-    debug!("emptied .keepwrap/trash: {n} entries");
+    crate::events::cache::trash_emptied(n);
     n
 }
 
@@ -102,6 +98,6 @@ pub fn spawn_empty(root: OwnedFd) {
         crate::supervisor::child::block_signals_in_thread();
     }
     if let Err(e) = spawned {
-        warn!("cannot start the thread that empties .keepwrap/trash: {e}");
+        crate::events::cache::trash_thread_failed(e);
     }
 }
