@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::secs;
-use crate::keeper::short;
+use super::short;
 use crate::logging::Shown;
 use crate::root::running::Seen;
 
@@ -29,7 +29,7 @@ pub fn launch(fingerprint: &str, profile: &str, root: &Path, done: impl Display)
         profile,
         root = %Shown(root),
         done = %done,
-        "launch fingerprint {} ({profile} profile); cache root {}; tuning is done {done}",
+        "launch fingerprint {}... ({profile} profile); cache root {}; tuning is done {done}",
         short(fingerprint),
         Shown(root)
     );
