@@ -8,8 +8,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use crate::store::STATE_DIR;
-
 /// Held until dropped.
 pub struct CacheLock {
     file: File,
@@ -83,10 +81,7 @@ pub fn acquire(
                     return Err(LockError::TimedOut(who));
                 }
                 if !logged {
-                    tracing::info!(
-                        "waiting up to {} for the cache lock {STATE_DIR}/lock, held by {who}",
-                        humantime::format_duration(timeout)
-                    );
+                    crate::events::root::lock_waiting(timeout, &who);
                     logged = true;
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -105,10 +100,7 @@ pub fn acquire(
         .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
         .and_then(|()| file.write_all(line.as_bytes()));
     if logged {
-        tracing::info!(
-            "took the cache lock after waiting {:.1} s",
-            start.elapsed().as_secs_f64()
-        );
+        crate::events::root::lock_taken(start.elapsed());
     }
     Ok(CacheLock { file })
 }

@@ -48,7 +48,6 @@ use nix::sys::stat::Mode;
 use crate::cache::fsx::{self, Kind};
 use crate::keeper::short;
 use crate::launch::fingerprint::{self, Launch};
-use crate::store::STATE_DIR;
 
 /// The directory of the markers, below `.keepwrap/`.
 pub const RUNNING_DIR: &str = "running";
@@ -438,9 +437,7 @@ impl Runs {
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
         let (seen, strays, foreign) = scan_dir(self.dir.as_fd());
         for (name, uid) in foreign {
-            tracing::warn!(
-                "ignored the marker {STATE_DIR}/{RUNNING_DIR}/{name}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone"
-            );
+            crate::events::root::foreign_marker(&name, uid);
         }
         tidy(self.dir.as_fd(), &seen, &strays, None);
         seen
@@ -645,10 +642,7 @@ impl Marker {
     pub fn set_state(&self, state: State) {
         self.state.set(state);
         if let Err(e) = self.shared.write_all_at(state.word(), 0) {
-            tracing::warn!(
-                "cannot update this launch's marker {STATE_DIR}/{RUNNING_DIR}/{}: {e}",
-                self.name
-            );
+            crate::events::root::cannot_update_marker(&self.name, e);
         }
     }
 
@@ -685,7 +679,7 @@ impl Marker {
             FdFlag::FD_CLOEXEC
         };
         if let Err(e) = fcntl(self.shared.as_fd(), FcntlArg::F_SETFD(flags)) {
-            tracing::warn!("cannot pass this launch's marker to the engine: {e}");
+            crate::events::root::cannot_pass_marker(e);
         }
     }
 }

@@ -170,7 +170,7 @@ impl Stats {
         if let Err(e) = s.save(state) {
             // Best effort: a full or read-only disk has been warned about
             // by the cache work itself.
-            tracing::debug!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
+            crate::events::root::cannot_write_stats(FILE, e);
         }
     }
 
