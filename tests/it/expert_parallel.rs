@@ -5,6 +5,7 @@
 //! Proven end to end with the fake engine.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::Path;
 
@@ -42,11 +43,11 @@ fn with_keepwrap_the_stock_gate_keeps_the_unified_files_and_tunes_nothing() {
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_STOCK));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
     assert!(
-        b1.logged("unified 4 rank files in 0.7.2/sm121/"),
+        b1.logged_with("unified", json!({"files": 4})),
         "{}",
         b1.stderr
     );
-    assert!(b1.logged("tuned and signed 4 cache files"));
+    assert!(b1.logged_with("signed", json!({"files": 4})));
     assert!(all_identical(&root));
 
     let mut tactics = Vec::new();
@@ -63,7 +64,7 @@ fn with_keepwrap_the_stock_gate_keeps_the_unified_files_and_tunes_nothing() {
             .iter()
             .all(|p| p["gate"] == "kept" && p["hit"].as_u64().unwrap() > 0));
         assert!(
-            b.logged("reused 4 cache files signed for this launch"),
+            b.logged_with("reused", json!({"files": 4})),
             "boot {n}: {}",
             b.stderr
         );
@@ -113,7 +114,7 @@ fn files_signed_without_unify_are_unified_before_the_next_boot_starts() {
     ));
     assert_eq!((b.code, b.tuned()), (0, 0), "{}", b.stderr);
     assert!(
-        b.logged("signed 4 unified cache files for this launch"),
+        b.logged_with("signed_unified", json!({"files": 4})),
         "{}",
         b.stderr
     );
@@ -197,6 +198,7 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
     let gen = repo().join("tests/py/flashinfer_files.py");
     let mut cmd = std::process::Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", &root)
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_LOG");
     cmd.arg("--")
         .arg("python3")
@@ -207,9 +209,7 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(
-            "unified 3 rank files in 0.7.2/sm121/0123456789abcdef: 13 entries each, 2 conflicting"
-        ),
+        b.logged_with("unified", json!({"files": 3})),
         "{}",
         b.stderr
     );
@@ -238,7 +238,11 @@ fn unified_rank_files_share_one_inode_and_a_save_of_one_rank_leaves_the_others_a
     let root = cache_root(h.path());
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_STOCK));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
-    assert!(b1.logged("tuned and signed 4 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 4})),
+        "{}",
+        b1.stderr
+    );
     let files = cache_files(&root);
     assert_eq!(files.len(), 4);
     let meta: Vec<_> = files

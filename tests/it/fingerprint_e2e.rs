@@ -23,6 +23,7 @@ fn kw(home: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.current_dir(cwd)
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_CACHE_DIR")
         .env_remove("KEEPWRAP_KEEP")
         .env_remove("KEEPWRAP_DONE")
@@ -38,7 +39,7 @@ fn serve(home: &Path, cwd: &Path, command: &[&str], env: &[(&str, &str)]) -> Fin
     let mut cmd = kw(home, cwd);
     cmd.envs(env.iter().copied()).arg("--").args(command);
     let mut run = Running::spawn(&mut cmd);
-    run.wait_stderr("tuning is done", DEADLINE);
+    run.wait_event("tuning_done", DEADLINE);
     wait_for("the signing line", DEADLINE, || {
         let e = run.stderr();
         (e.contains("tuned and signed") || e.contains("reused") || e.contains("nothing"))
@@ -82,7 +83,7 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let same = serve(&home, &cwd, &argv, &[]);
     assert_eq!(same.tuned(), 0, "{}", same.stderr);
     assert!(same.hit() > 0);
-    assert!(same.logged("reused"), "{}", same.stderr);
+    assert!(same.has_event("reused"), "{}", same.stderr);
 
     write(512);
     let edited = serve(&home, &cwd, &argv, &[]);
@@ -140,7 +141,7 @@ fn reordering_and_respelling_flags_reuses() {
     );
     // through `env`, reordered and respelled: the same launch
     assert_eq!(b.tuned(), 0, "{}", b.stderr);
-    assert!(b.logged("reused"), "{}", b.stderr);
+    assert!(b.has_event("reused"), "{}", b.stderr);
     let c = serve(
         &home,
         t.path(),
@@ -156,7 +157,7 @@ fn reordering_and_respelling_flags_reuses() {
     );
     assert_eq!(c.tuned(), 0, "a reordering reuses: {}", c.stderr);
     assert!(c.hit() > 0);
-    assert!(c.logged("reused"), "{}", c.stderr);
+    assert!(c.has_event("reused"), "{}", c.stderr);
 
     // `explain` compares canonical forms: a reordering is no difference,
     // a changed value is named.
@@ -211,7 +212,7 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
         "{}",
         run.stderr
     );
-    assert!(run.logged("tuned and signed"), "{}", run.stderr);
+    assert!(run.has_event("signed"), "{}", run.stderr);
     assert!(run.tuned() > 0);
 
     // The same launch written directly reuses what the wrapper signed.
@@ -226,7 +227,7 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
         &[],
     );
     assert_eq!(direct.tuned(), 0, "{}", direct.stderr);
-    assert!(direct.logged("reused"), "{}", direct.stderr);
+    assert!(direct.has_event("reused"), "{}", direct.stderr);
 
     // A string it cannot read: fingerprinted as written, done at exit.
     let piped = boot(kw(&home, t.path()).args(["--", "sh", "-c", "python3 -c pass | cat"]));
@@ -294,7 +295,7 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         &["--tp", "2", "--offline"],
     ));
     assert_eq!(engine.code, 0, "{}", engine.stderr);
-    assert!(engine.logged("tuned and signed"), "{}", engine.stderr);
+    assert!(engine.has_event("signed"), "{}", engine.stderr);
     let root = cache_root(&home);
     let before = snapshot(&root);
     assert!(before.len() > 3);
@@ -357,6 +358,6 @@ fn offline_engine_scripts_are_kept() {
         "2",
     ]));
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.logged("tuned and signed"), "{}", run.stderr);
+    assert!(run.has_event("signed"), "{}", run.stderr);
     assert!(run.logged("when the command exits 0"), "{}", run.stderr);
 }

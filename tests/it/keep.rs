@@ -5,6 +5,7 @@
 //! tuned and loaded, what keepwrap logged, what is on disk.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,7 +40,11 @@ fn the_same_launch_twice_reuses_every_file_and_tunes_nothing() {
         root.display()
     )));
     assert!(b1.tuned() > 0);
-    assert!(b1.logged("tuned and signed 4 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 4})),
+        "{}",
+        b1.stderr
+    );
     assert_eq!(cache_files(&root).len(), 4);
     assert_eq!(sidecars(&root).len(), 4);
 
@@ -55,7 +60,7 @@ fn the_same_launch_twice_reuses_every_file_and_tunes_nothing() {
     );
     assert_eq!(b2.tactics(), b1.tactics(), "the tactics are boot 1's");
     assert!(
-        b2.logged("reused 4 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 4})),
         "{}",
         b2.stderr
     );
@@ -100,7 +105,7 @@ fn a_fingerprinted_argument_change_removes_every_cache_and_retunes_all() {
         .filter(|l| l.contains(": signed for another launch (fingerprint "))
         .count();
     assert_eq!(removed, 4, "{}", b2.stderr);
-    assert!(b2.logged("tuned and signed 4 cache files"));
+    assert!(b2.logged_with("signed", json!({"files": 4})));
 }
 
 #[test]
@@ -220,11 +225,7 @@ fn an_engine_that_writes_no_cache_leaves_nothing_to_keep() {
         &["--tp", "2", "--offline", "--disable-flashinfer-autotune"],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(
-        b.logged("nothing to keep: the engine wrote no autotune cache"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("nothing_to_keep"), "{}", b.stderr);
 }
 
 #[test]
@@ -237,7 +238,7 @@ fn the_exit_status_stays_the_engines() {
     ));
     assert_eq!(b.code, 7);
     assert!(
-        b.logged("not signing: the engine exited with status 7 before tuning was done"),
+        b.logged_with("not_signing_early_exit", json!({"status": "7"})),
         "{}",
         b.stderr
     );
@@ -267,6 +268,7 @@ fn server(h: &Path, kw_args: &[&str], port: u16) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("KEEPWRAP_CACHE_DIR")
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("SGLANG_CACHE_DIR", h.join("sglang"))
         .env("PYTHONPATH", repo().join("examples"))
         .env("FAKE_DIST_TIMEOUT_S", "20")
@@ -301,7 +303,7 @@ fn a_server_launch_is_signed_when_health_first_answers_200_and_reused_next_boot(
     let root = cache_root(h.path());
     let port = free_port();
     let mut s = Running::spawn(&mut server(h.path(), &[], port));
-    s.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(30));
+    s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(30));
     let stderr = s.stderr();
     assert!(
         stderr.contains(&format!(
@@ -337,7 +339,7 @@ fn a_quiet_window_marks_tuning_done() {
         "tuning is done: no cache file landed for 300ms",
         Duration::from_secs(30),
     );
-    s.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(5));
+    s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(5));
     s.guard.signal(Signal::SIGTERM);
     assert_eq!(s.finish(Duration::from_secs(20)).code, 0);
 }
@@ -355,7 +357,7 @@ fn a_server_that_dies_before_ready_signs_nothing() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0);
     assert!(
-        b.logged("not signing: the engine exited with status 0 before tuning was done"),
+        b.logged_with("not_signing_early_exit", json!({"status": "0"})),
         "{}",
         b.stderr
     );
@@ -440,7 +442,7 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
             "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    a.wait_stderr("tuned and signed 4 cache files", Duration::from_secs(60));
+    a.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
     // B, another launch, starts while A runs on the same cache root.
     let b = boot(&mut keepwrap_engine(
         h.path(),
@@ -455,14 +457,13 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
     let a = a.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged("is using this cache root: this launch goes on without keeping the cache")
-            && b.logged("SGLANG_CACHE_DIR=/cache/$(POD_NAME)"),
+        b.has_event("other_on_root") && b.logged("SGLANG_CACHE_DIR=/cache/$(POD_NAME)"),
         "{}",
         b.stderr
     );
-    assert!(!b.logged("prune:"), "{}", b.stderr);
+    assert!(!b.has_event("pruned"), "{}", b.stderr);
     assert!(
-        a.logged("not signing: launch ") && a.logged("their rank files may be mixed"),
+        a.has_event("not_signing_other_launch") && a.has_event("not_signing_other_launch"),
         "A does not sign again what B wrote: {}",
         a.stderr
     );
@@ -474,7 +475,7 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
             "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    next.wait_stderr("tuned and signed 4 cache files", Duration::from_secs(60));
+    next.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
     next.guard.signal(Signal::SIGTERM);
     let next = next.finish(Duration::from_secs(60));
     assert_eq!(next.hit(), 0, "{}", next.stderr);

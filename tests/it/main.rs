@@ -21,6 +21,7 @@ mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;
 mod keep;
 mod kubernetes;
+mod log_events;
 mod malformed;
 mod multi_node;
 mod packaging;

@@ -5,6 +5,7 @@
 //! taken through the share does.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -161,7 +162,7 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
             };
             assert!(node.logged(line), "boot {n} node {r}: {}", node.stderr);
             assert!(
-                node.logged("reused 1 cache files signed for this launch"),
+                node.logged_with("reused", json!({"files": 1})),
                 "boot {n} node {r}: {}",
                 node.stderr
             );
@@ -261,7 +262,11 @@ fn no_node_trusts_a_partial_union() {
             "node {r}: {}",
             node.stderr
         );
-        assert!(!node.logged("wrote the union"), "node {r}: {}", node.stderr);
+        assert!(
+            !node.has_event("share_union_written"),
+            "node {r}: {}",
+            node.stderr
+        );
         assert!(node.tuned() > 0, "node {r} tunes");
     }
     assert!(
@@ -284,7 +289,7 @@ fn every_node_launches_when_the_share_is_missing() {
             node.stderr
         );
         assert!(
-            node.logged("share: cannot publish to") && node.logged("the launch goes on"),
+            node.has_event("share_cannot_publish") && node.logged("the launch goes on"),
             "node {r}: {}",
             node.stderr
         );
@@ -344,7 +349,7 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
     );
     for (r, node) in b.iter().enumerate() {
         assert!(
-            node.logged("share: cannot publish to") && node.logged("Read-only file system"),
+            node.has_event("share_cannot_publish") && node.logged("Read-only file system"),
             "node {r}: {}",
             node.stderr
         );
@@ -374,7 +379,7 @@ fn every_node_launches_when_the_share_is_full() {
     for (r, node) in b.iter().enumerate() {
         assert!(node.tuned() > 0);
         assert!(
-            node.logged("share: cannot publish to") && node.logged("No space left on device"),
+            node.has_event("share_cannot_publish") && node.logged("No space left on device"),
             "node {r}: {}",
             node.stderr
         );

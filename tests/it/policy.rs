@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::harden;
+use serde_json::json;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -102,7 +103,7 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
         "{}",
         b.stderr
     );
-    assert!(!b.logged("tuning is done:"), "{}", b.stderr);
+    assert!(!b.has_event("tuning_done"), "{}", b.stderr);
     assert!(
         next_boot_keeps(&root, &["--done", "exit"], &steps).is_empty(),
         "the next launch keeps nothing of the stopped run"
@@ -125,7 +126,7 @@ fn rule1_a_quiet_window_after_a_stop_is_not_done() {
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
     assert!(sidecar_paths(&root).is_empty(), "{}", b.stderr);
-    assert!(b.logged("a stop is never tuning done"), "{}", b.stderr);
+    assert!(b.has_event("not_signing_stopped"), "{}", b.stderr);
 }
 
 /// An HTTP server in the test process answering 200 to every request on a
@@ -202,14 +203,14 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
         "50ms",
     ];
     let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
-    kw.wait_stderr("not done yet: GET", Duration::from_secs(20));
+    kw.wait_event("port_not_engines", Duration::from_secs(20));
     kw.wait_stderr(
         &format!("landed {DIR}/{}", rank(1)),
         Duration::from_secs(20),
     );
     let early = kw.stderr();
     drop(foreign);
-    kw.wait_stderr("tuned and signed", Duration::from_secs(20));
+    kw.wait_event("signed", Duration::from_secs(20));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
     assert!(!early.contains("tuning is done:"), "{early}");
@@ -231,13 +232,13 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
         b.stderr
     );
     assert!(
-        b.logged("tuned and signed 2 cache files"),
+        b.logged_with("signed", json!({"files": 2})),
         "the whole set, signed once the engine's own server answered: {}",
         b.stderr
     );
     assert!(b.stdout.iter().any(|l| l == "mark serving"));
     assert!(
-        !b.logged("landed after tuning was done"),
+        !b.has_event("late_landing"),
         "keepwrap's own rewrites (unify) are not landings: {}",
         b.stderr
     );
@@ -266,7 +267,7 @@ fn late_landing(late: &str, end: &str) -> (Finished, Vec<String>) {
         "{}",
         b.stderr
     );
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let kept = next_boot_keeps(&root, &kw_args, &steps);
     (b, kept)
 }
@@ -282,11 +283,7 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
         "a mixed set was kept: {kept:?}\n{}",
         b.stderr
     );
-    assert!(
-        b.logged("a cache file landed after tuning was done: what lands now is provisional"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("late_landing"), "{}", b.stderr);
     assert!(
         b.logged(
             "not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL)"
@@ -364,11 +361,11 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
     kw.wait_stdout("the late write", Duration::from_secs(20), |l| {
         l == "mark late"
     });
-    kw.wait_stderr("what lands now is provisional", Duration::from_secs(10));
+    kw.wait_event("late_landing", Duration::from_secs(10));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     assert!(
         b.logged(
             "not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"
@@ -431,9 +428,9 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     }
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(30));
-    assert!(b.logged("tuned and signed 8 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 8})), "{}", b.stderr);
     assert!(
-        b.logged("unified 8 rank files"),
+        b.logged_with("unified", json!({"files": 8})),
         "the sign unified the files: {}",
         b.stderr
     );

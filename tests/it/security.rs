@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::harden;
+use serde_json::json;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
@@ -67,7 +68,7 @@ fn a_sidecar_planted_as_a_symlink_is_replaced_by_sign_never_written_through() {
     ));
     let b = sh_launch(t.path(), &script);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let side = t.path().join(format!("root/{DIR}/rank_tp0_pp0_dp0.launch"));
     assert!(!is_symlink(&side), "the link was replaced by the sidecar");
     assert_untouched(&target, "sign");
@@ -166,10 +167,14 @@ fn a_cache_root_that_is_a_symlink_is_the_users_choice_and_kept() {
     symlink(&real, t.path().join("root")).unwrap();
     let script = two_ranks_then("true");
     let b1 = sh_launch(t.path(), &script);
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     let b2 = sh_launch(t.path(), &script);
     assert!(
-        b2.logged("reused 2 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 2})),
         "{}",
         b2.stderr
     );
@@ -205,7 +210,7 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
         let rank0 = std::fs::read_to_string(dir.join("rank_tp0_pp0_dp0.json")).unwrap();
         if trusted {
             assert!(
-                b1.logged("tuned and signed 2 cache files"),
+                b1.logged_with("signed", json!({"files": 2})),
                 "{what}: {}",
                 b1.stderr
             );
@@ -249,7 +254,11 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
             "{what}: {}",
             b2.stderr
         );
-        assert!(b2.logged("prune: kept 0, "), "{what}: {}", b2.stderr);
+        assert!(
+            b2.logged_with("pruned", json!({"kept": 0})),
+            "{what}: {}",
+            b2.stderr
+        );
     }
 }
 
@@ -344,7 +353,7 @@ fn no_env_value_nor_secret_argument_appears_in_any_file_or_log_line() {
     // Tune, unify and sign; reuse; another launch (prune); JSON logs;
     // debug logs.
     let b = run(&[], ep("2048"));
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     run(&[], ep("2048"));
     run(&["--log-format", "json"], ep("1024"));
     run(&[], ep("2048"));
@@ -475,7 +484,13 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
     let script = two_ranks_then(
         "f=$(printf 'rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\033[31m.json'); printf '{}' > \"$d/$f\"",
     );
-    let b = sh_launch(t.path(), &script);
+    // The text form: one event, one line, whatever a name holds.
+    let b = boot(
+        keepwrap(&root)
+            .env("KEEPWRAP_LOG_FORMAT", "text")
+            .current_dir(t.path())
+            .args(["--done", "exit", "--", "sh", "-c", &script]),
+    );
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(!b.stderr.is_empty());
     for line in b.stderr.lines() {
@@ -525,7 +540,7 @@ fn warning_count(b: &Finished) -> usize {
 }
 
 /// The warning lines of a run that mention `needle`.
-fn warnings_about<'a>(b: &'a Finished, needle: &str) -> Vec<&'a str> {
+fn warnings_about(b: &Finished, needle: &str) -> Vec<String> {
     b.log()
         .into_iter()
         .filter(|l| l.starts_with("keepwrap: warning: ") && l.contains(needle))
@@ -540,7 +555,7 @@ fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
     mkfifo(&state.join("stats.json"));
     let b = sh_launch(t.path(), &two_ranks_then("true"));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let w = warnings_about(&b, ".keepwrap/stats.json");
     assert_eq!(w.len(), 1, "{}", b.stderr);
     assert!(w[0].contains("a FIFO, not a regular file"), "{}", w[0]);
@@ -585,7 +600,11 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
     let root = t.path().join("root");
     let script = two_ranks_then("true");
     let b1 = sh_launch(t.path(), &script);
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     let fp = fingerprint_of(&["sh", "-c", &script]);
     // This launch's record, and the manifest of a stored set of another.
     let record = root.join(format!(".keepwrap/launches/{fp}.json"));
@@ -598,7 +617,7 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
     let b2 = sh_launch(t.path(), &script);
     assert_eq!(b2.code, 0, "{}", b2.stderr);
     assert!(
-        b2.logged("reused 2 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 2})),
         "{}",
         b2.stderr
     );
@@ -695,7 +714,7 @@ fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
         "byte for byte the same: {}",
         b.stderr
     );
-    let warnings: Vec<&str> = b
+    let warnings: Vec<String> = b
         .log()
         .into_iter()
         .filter(|l| l.contains("warning:"))
@@ -704,7 +723,10 @@ fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
         "keepwrap: warning: left 7 entries under the cache root untouched: not the engine's autotune cache (first: 1_Pooling); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?"
     ], "{}", b.stderr);
     assert!(
-        b.logged("prune: kept 0, removed 0 cache files and 0 leftovers"),
+        b.logged_with(
+            "pruned",
+            json!({"kept": 0, "stored": 0, "removed": 0, "leftovers": 0, "left": 0})
+        ),
         "{}",
         b.stderr
     );
@@ -774,7 +796,7 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
             b.stderr
         );
     }
-    let warnings: Vec<&str> = b
+    let warnings: Vec<String> = b
         .log()
         .into_iter()
         .filter(|l| l.contains("warning:"))

@@ -5,6 +5,7 @@
 //! write one file (fast, for eviction).
 
 use crate::common;
+use serde_json::json;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -64,7 +65,10 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
         b2.stderr
     );
     assert!(
-        b2.logged("prune: kept 0, stored 4, removed 0 cache files and 0 leftovers"),
+        b2.logged_with(
+            "pruned",
+            json!({"kept": 0, "stored": 4, "removed": 0, "leftovers": 0, "left": 0})
+        ),
         "{}",
         b2.stderr
     );
@@ -82,13 +86,13 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     let b3 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
     assert_eq!(b3.code, 0, "{}", b3.stderr);
     assert!(
-        b3.logged("restored 4 cache files of this launch from the store (signed "),
+        b3.logged_with("restored", json!({"files": 4})),
         "{}",
         b3.stderr
     );
     assert_eq!(b3.tuned(), 0, "boot 3 tunes nothing: {}", b3.stderr);
     assert_eq!(b3.tactics(), b1.tactics(), "boot 3 uses boot 1's tactics");
-    assert!(b3.logged("reused 4 cache files signed for this launch"));
+    assert!(b3.logged_with("reused", json!({"files": 4})));
     // B is in the store now, A in place.
     let fp8 = |b: &Finished| {
         let l = b
@@ -215,7 +219,7 @@ fn eviction_by_size_is_least_recently_used_first_and_a_restore_counts_as_a_use()
         assert_eq!(b.code, 0, "{}", b.stderr);
         if i == 3 {
             assert!(
-                b.logged("restored 1 cache files of this launch from the store"),
+                b.logged_with("restored", json!({"files": 1})),
                 "{}",
                 b.stderr
             );
@@ -254,7 +258,7 @@ fn eviction_by_age() {
     age_records(&root, 31 * 86400, Some(&fa));
     // 40 days: kept.
     let b = tiny(&root, "c", 10, &["--store-max-age", "40days"]);
-    assert!(!b.logged("evicted"), "{}", b.stderr);
+    assert!(!b.has_event("evicted"), "{}", b.stderr);
     let b = tiny(&root, "d", 10, &[]);
     let line = b
         .log()
@@ -387,14 +391,18 @@ fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
         b.stderr
     );
     assert!(
-        !b.logged("prune:"),
+        !b.has_event("pruned"),
         "the cache is not touched: {}",
         b.stderr
     );
     assert!(store_entries(&root).is_empty(), "a's set was not stored");
     drop(lock);
     let b = tiny(&root, "b", 10, &[]);
-    assert!(b.logged("prune: kept 0, stored 1,"), "{}", b.stderr);
+    assert!(
+        b.logged_with("pruned", json!({"kept": 0, "stored": 1})),
+        "{}",
+        b.stderr
+    );
 }
 
 // ---- the store obeys the same trust as the live tree ----
@@ -424,7 +432,7 @@ fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
     std::fs::write(&f, &after).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
         b.logged(&format!(
             "warning: store: the stored set of this launch is not intact ({TINY_DIR}/rank_tp0_pp0_dp0.json: changed after signing); removed it, the launch tunes"
@@ -467,15 +475,17 @@ fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
         }
         let b = tiny(&root, "a", 100, &[]);
         assert_eq!(b.code, 0, "{what}: {}", b.stderr);
-        assert!(!b.logged("restored "), "{what}: {}", b.stderr);
-        let warned: Vec<&str> = b
-            .log()
-            .into_iter()
-            .filter(|l| {
-                l.starts_with("keepwrap: warning: store: not restoring the stored set of this launch: in a directory another user can write (")
-            })
-            .collect();
+        assert!(!b.has_event("restored"), "{what}: {}", b.stderr);
+        let warned = b.events_named("entry_untrusted");
         assert_eq!(warned.len(), 1, "{what}: {}", b.stderr);
+        assert!(
+            warned[0]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("in a directory another user can write ("),
+            "{what}: {}",
+            b.stderr
+        );
         assert!(!entry.exists(), "{what}: the entry is removed");
     }
 }
@@ -490,7 +500,7 @@ fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
         b.logged(&format!(
             "warning: store: not restoring the stored set of this launch into {TINY_DIR}: in a directory another user can write (0.7.2/sm121: world-writable without the sticky bit); it stays in the store"
@@ -510,9 +520,9 @@ fn a_store_another_user_can_write_is_not_used() {
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
-        b.logged("warning: cannot open the store .keepwrap/ in ")
+        b.has_event("store_unusable")
             && b.logged(": store is a directory another user can write (world-writable without the sticky bit); "),
         "{}",
         b.stderr
