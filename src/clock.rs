@@ -22,6 +22,43 @@ pub fn after(from: Instant, d: Duration) -> Instant {
     at
 }
 
+/// The longest duration any option takes: `100years` (humantime's years of
+/// 365.25 days). Every deadline keepwrap computes from one stays far from
+/// what its clocks can represent.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds. At most
+/// [`MAX_DURATION`]; anything else is an error that says why (clap adds the
+/// option's name).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let too_long =
+        || format!("'{s}' is longer than the longest duration keepwrap takes (100years)");
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_nan() || secs == f64::INFINITY {
+            return Err(format!("'{s}' is not a duration; try 5s, 500ms or 2m"));
+        }
+        if secs < 0.0 {
+            return Err(format!("'{s}' is negative: a duration is 0 or more"));
+        }
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(too_long());
+        }
+        if secs == 0.0 {
+            return Ok(Duration::ZERO);
+        }
+        return Ok(Duration::from_secs_f64(secs));
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if d > MAX_DURATION => Err(too_long()),
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        Err(e) => Err(format!(
+            "'{s}' is not a duration ({e}); try 5s, 500ms or 2m"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,9 @@
 //! poll set, so the loop never waits for them.
 
 pub mod policy;
+mod settings;
+
+pub use settings::{KeepMode, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -24,7 +27,6 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::cache;
-use crate::cli::RunArgs;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
@@ -67,7 +69,7 @@ pub struct Keeper {
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
-pub fn cache_root(args: &RunArgs, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
     root_from(args.cache_dir.as_deref(), env)
 }
 
@@ -142,9 +144,9 @@ impl Keeper {
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
     /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &RunArgs, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
         let launched = Instant::now();
-        let opts = args.fingerprint.options();
+        let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
         let Some(root) = cache_root(args, env) else {
@@ -1028,7 +1030,7 @@ fn explain_later(
 /// store and it was taken) and the turn. Runs before the engine starts, off
 /// the supervisor's thread: a TERM ends the wait at once.
 fn wait_turn(
-    args: &RunArgs,
+    args: &Settings,
     runs: &Runs,
     store: Option<&Store>,
     me: &Identity,

@@ -37,6 +37,10 @@
 //! is abandoned; a syscall stuck on a hard NFS mount may still keep the
 //! process from exiting until the mount answers).
 
+mod settings;
+
+pub use settings::Settings;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CString, OsString};
 use std::io;
@@ -54,7 +58,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::{self, fsx};
-use crate::cli::ShareArgs;
 use crate::keeper::short;
 use crate::launch::fingerprint::{sha256_hex, Launch};
 use crate::unify::{self, Outcome, RankFile, RankId};
@@ -581,7 +584,7 @@ impl Share {
     /// The share of this launch, or `None` (with one line saying why) when
     /// there is none to use.
     pub fn new(
-        args: &ShareArgs,
+        args: &Settings,
         launch: &Launch,
         argv: &[OsString],
         unify: bool,
