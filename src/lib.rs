@@ -27,6 +27,8 @@
 //! - [`clock`]: deadlines that saturate instead of overflowing;
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
 
+#![deny(unsafe_code)]
+
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
     () => {
@@ -47,6 +49,8 @@ pub mod root;
 pub mod share;
 pub mod store;
 pub mod supervisor;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod unify;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger

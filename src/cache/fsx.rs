@@ -457,28 +457,11 @@ pub fn rename_noreplace<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
     to_dir: BorrowedFd<'_>,
     to: &P2,
 ) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // The raw system call: nix wraps renameat2 for glibc only, and the static
-    // (musl) build needs it too.
     let res = from.with_nix_path(|from| {
-        to.with_nix_path(|to| {
-            // SAFETY: both paths are NUL-terminated C strings that outlive the
-            // call; the descriptors are borrowed for its duration.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_renameat2,
-                    from_dir.as_raw_fd(),
-                    from.as_ptr(),
-                    to_dir.as_raw_fd(),
-                    to.as_ptr(),
-                    libc::RENAME_NOREPLACE,
-                )
-            }
-        })
+        to.with_nix_path(|to| crate::sys::renameat2_noreplace(from_dir, from, to_dir, to))
     });
     match res.and_then(|r| r) {
-        Ok(-1) => Err(io::Error::last_os_error()),
-        Ok(_) => Ok(()),
+        Ok(r) => r,
         Err(e) => Err(err(e)),
     }
 }

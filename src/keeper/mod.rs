@@ -903,11 +903,7 @@ impl Worker {
                 crate::supervisor::child::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
-                // SAFETY: plain system calls on this thread's own id.
-                unsafe {
-                    let tid = libc::gettid();
-                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-                }
+                crate::sys::set_thread_nice(10);
                 let Ok(mut c) = handed.recv() else {
                     return;
                 };

@@ -332,13 +332,7 @@ fn now_nanos() -> u128 {
 }
 
 fn range(kind: libc::c_short, byte: i64) -> libc::flock {
-    // SAFETY: flock is plain data; zero is a valid value of every field.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = byte;
-    fl.l_len = 1;
-    fl
+    crate::sys::flock_range(kind, byte, 1)
 }
 
 /// Take the lock of one byte through this open file description.
