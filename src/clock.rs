@@ -3,7 +3,7 @@
 //! allows, and `Instant + Duration` panics on overflow (in PID 1, with
 //! `panic = "abort"`, that orphans the engine).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `from + d`, or the latest instant this clock can represent on the way
 /// there (for practical purposes: never).
@@ -20,6 +20,14 @@ pub fn after(from: Instant, d: Duration) -> Instant {
         }
     }
     at
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it), as the
+/// store, the share and the statistics record times.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The longest duration any option takes: `100years` (humantime's years of

@@ -40,6 +40,7 @@ pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod digest;
 pub mod done;
 pub mod failpoint;
 pub mod keeper;

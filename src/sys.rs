@@ -29,10 +29,7 @@ pub fn sigset_of_mask(mask: u64) -> SigSet {
     // for); the write is unaligned-safe and within the struct's 128 bytes.
     unsafe {
         let mut raw: libc::sigset_t = std::mem::zeroed();
-        std::ptr::write_unaligned(
-            (&mut raw as *mut libc::sigset_t).cast::<u64>(),
-            mask,
-        );
+        std::ptr::write_unaligned((&mut raw as *mut libc::sigset_t).cast::<u64>(), mask);
         SigSet::from_sigset_t_unchecked(raw)
     }
 }

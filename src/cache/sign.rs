@@ -283,7 +283,7 @@ impl Hashed {
         if json {
             judge::json_object_entries(buf).map_err(Unsignable::Json)?;
         }
-        let sha = judge::sha256_hex(buf);
+        let sha = crate::digest::sha256_hex(buf);
         if buf.len() as u64 == size {
             self.0.insert((stamp, size), sha.clone());
         }

@@ -14,13 +14,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::cache::{self, FileState};
+use crate::clock::now_secs;
+use crate::digest::short;
 use crate::launch::fingerprint::{Launch, Options};
 use crate::root::stats::Stats;
-use crate::store::{ago, now_secs, size_text, Store, STATE_DIR};
-
-fn short(fp: &str) -> String {
-    format!("{}...", fp.get(..8).unwrap_or(fp))
-}
+use crate::store::{ago, size_text, Store, STATE_DIR};
 
 /// Run `keepwrap status`.
 pub fn run(

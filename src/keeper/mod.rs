@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::cache;
+use crate::digest::short;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
@@ -246,7 +247,7 @@ impl Keeper {
         };
         let mut after_start: Option<Box<dyn FnOnce() + Send>> = None;
         if let Some(s) = &store {
-            let now = store::now_secs();
+            let now = crate::clock::now_secs();
             let mut restored = 0;
             if kept.is_empty() {
                 if let Some(r) = s.restore(&fingerprint) {
@@ -1157,11 +1158,6 @@ fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
     a.sort();
     b.sort();
     a == b
-}
-
-/// First 8 hex digits and an ellipsis, as the log lines show fingerprints.
-pub fn short(fingerprint: &str) -> String {
-    format!("{}...", &fingerprint[..fingerprint.len().min(8)])
 }
 
 /// A missing root is the normal first boot: create it. Anything else that

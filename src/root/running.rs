@@ -46,7 +46,7 @@ use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::cache::fsx::{self, Kind};
-use crate::keeper::short;
+use crate::digest::short;
 use crate::launch::fingerprint::{self, Launch};
 use crate::store::STATE_DIR;
 
@@ -146,7 +146,7 @@ impl Identity {
         };
         Identity {
             fingerprint: launch.fingerprint().to_string(),
-            peer_key,
+            peer_key: peer_key.into(),
             rank,
         }
     }

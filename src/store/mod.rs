@@ -95,16 +95,8 @@ pub struct Restored {
     pub signed_at: u64,
 }
 
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-fn short(fp: &str) -> String {
-    format!("{}...", fp.get(..8).unwrap_or(fp))
-}
+use crate::clock::now_secs;
+use crate::digest::short;
 
 fn is_fp(name: &str) -> bool {
     cache::is_sha256_hex(name)
