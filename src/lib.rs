@@ -54,6 +54,10 @@ pub mod supervisor;
 pub mod sys;
 pub mod unify;
 
+/// keepwrap's state directory, inside the cache root (hidden: neither the
+/// engine nor the cache walk reads it).
+pub const STATE_DIR: &str = ".keepwrap";
+
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
 /// version is not trusted.
 pub const SIDECAR_FORMAT: u32 = sidecar_format!();

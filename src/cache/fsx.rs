@@ -530,10 +530,6 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Kind)>> {
 // cap, and their directories are never created or opened through a
 // symlink nor trusted when another user can write them.
 
-/// keepwrap's state directory, inside the cache root (hidden: neither the
-/// engine nor the cache walk reads it).
-pub const STATE_DIR: &str = ".keepwrap";
-
 /// The largest state file keepwrap reads (a launch record of 60,000
 /// arguments or a manifest of 10,000 members is about 2 MB).
 pub const STATE_FILE_MAX: u64 = 16 << 20;
@@ -588,7 +584,7 @@ pub fn open_state_dir_at(
 /// user's choice of disk).
 pub fn state_dir(root: &Path, sub: &str) -> io::Result<OwnedFd> {
     let root = open_root(root)?;
-    let state = open_state_dir_at(root.as_fd(), STATE_DIR, Some(0o755))?;
+    let state = open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755))?;
     if sub.is_empty() {
         return Ok(state);
     }

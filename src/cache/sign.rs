@@ -224,7 +224,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 io::Error::new(
                     e.kind(),
                     format!(
-                        "cannot write the set manifest {STATE}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                        "cannot write the set manifest {}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                        crate::STATE_DIR,
                         sidecar::SETS_DIR,
                         sidecar::manifest_name(fingerprint)
                     ),
@@ -240,8 +241,6 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         failed: 0,
     })
 }
-
-const STATE: &str = super::fsx::STATE_DIR;
 
 /// Longest wait at sign for the change times of files written just now to
 /// settle (on a file system with sub-second times: 100 ms).

@@ -1242,7 +1242,7 @@ fn state_directories_are_never_a_symlink_nor_writable_by_another_user() {
         0o700
     );
     // Through a symlinked .keepwrap nothing is created.
-    std::os::unix::fs::symlink("elsewhere", t.path().join(fsx::STATE_DIR)).unwrap();
+    std::os::unix::fs::symlink("elsewhere", t.path().join(crate::STATE_DIR)).unwrap();
     assert!(fsx::state_dir(t.path(), "running").is_err());
     assert_eq!(fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
 }

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::fsx;
 
-use super::fsx::STATE_DIR;
+use crate::STATE_DIR;
 pub const TRASH_DIR: &str = "trash";
 
 pub struct Trash {

@@ -18,7 +18,8 @@ use crate::clock::now_secs;
 use crate::digest::short;
 use crate::launch::fingerprint::{Launch, Options};
 use crate::root::stats::Stats;
-use crate::store::{ago, size_text, Store, STATE_DIR};
+use crate::store::{ago, size_text, Store};
+use crate::STATE_DIR;
 
 /// Run `keepwrap status`.
 pub fn run(

@@ -37,9 +37,10 @@ use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
 use crate::share::Share;
-use crate::store::{self, Store, STATE_DIR};
+use crate::store::{self, Store};
 use crate::supervisor::child::Ended;
 use crate::unify;
+use crate::STATE_DIR;
 
 pub struct Keeper {
     root: PathBuf,

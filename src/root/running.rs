@@ -48,7 +48,7 @@ use nix::sys::stat::Mode;
 use crate::cache::fsx::{self, Kind};
 use crate::digest::short;
 use crate::launch::fingerprint::{self, Launch};
-use crate::store::STATE_DIR;
+use crate::STATE_DIR;
 
 /// The directory of the markers, below `.keepwrap/`.
 pub const RUNNING_DIR: &str = "running";

@@ -136,7 +136,7 @@ impl Stats {
     /// warning, and counting starts again.
     pub fn load(state: BorrowedFd<'_>) -> Stats {
         use crate::cache::fsx;
-        let shown = format!("{}/{FILE}", fsx::STATE_DIR);
+        let shown = format!("{}/{FILE}", crate::STATE_DIR);
         let then = "statistics start again";
         match fsx::read_state_file(state, FILE, 1 << 20) {
             Ok(None) => Stats::default(),
@@ -170,7 +170,7 @@ impl Stats {
         if let Err(e) = s.save(state) {
             // Best effort: a full or read-only disk has been warned about
             // by the cache work itself.
-            tracing::debug!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
+            tracing::debug!("cannot write {}/{FILE}: {e}", crate::STATE_DIR);
         }
     }
 

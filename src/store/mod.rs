@@ -38,9 +38,8 @@ use tracing::{info, warn};
 
 use crate::cache::{self, fsx, ForeignSet, Member};
 use crate::launch::canonical::{self, Style};
+use crate::STATE_DIR;
 
-/// keepwrap's state directory, inside the cache root.
-pub const STATE_DIR: &str = fsx::STATE_DIR;
 /// The manifest inside a stored set's directory.
 const MANIFEST: &str = ".set.json";
 const FORMAT: u32 = 1;
