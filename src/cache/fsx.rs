@@ -321,15 +321,21 @@ pub fn is_keepwrap_tmp(name: &[u8]) -> bool {
 const TMP_PREFIX: &[u8] = b".keepwrap-";
 const TMP_SUFFIX: &[u8] = b".tmp";
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
 
-fn tmp_name() -> Vec<u8> {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+/// A name no other call returns, in this process or in another one that
+/// runs now: the pid, a counter, and the clock's nanoseconds.
+pub fn unique_name() -> String {
+    let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    format!(".keepwrap-{}-{}-{:08x}.tmp", std::process::id(), n, nanos).into_bytes()
+    format!("{}-{n}-{nanos:08x}", std::process::id())
+}
+
+fn tmp_name() -> Vec<u8> {
+    format!(".keepwrap-{}.tmp", unique_name()).into_bytes()
 }
 
 /// Write `bytes` to `name` in `dir` atomically: a fresh temp file
@@ -489,6 +495,15 @@ pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
         Err(e) => Err(err(e)),
+    }
+}
+
+/// A relative path `a/b/c` as its parent `a/b` and its name `c` (the
+/// parent of a bare name is `""`).
+pub fn split(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
     }
 }
 

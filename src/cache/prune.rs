@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::{debug, info, warn};
 
-use super::fsx::{self, Kind};
+use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, SetRecord, Sidecar, Stamp};
@@ -780,13 +780,6 @@ fn more_lines(n: usize, what: &str) {
             "{what} {} more cache files (KEEPWRAP_LOG=debug lists each)",
             n - PER_FILE_LINES
         );
-    }
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info, warn};
 
-use super::fsx::{self, Kind};
+use super::fsx::{self, split, Kind};
 use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
@@ -445,13 +445,6 @@ fn sidecar_cname(cache_name: &str) -> CString {
     let mut v = Vec::with_capacity(cache_name.len() + 4);
     layout::sidecar_name(cache_name.as_bytes(), &mut v);
     CString::from_vec_with_nul(v).unwrap_or_default()
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    }
 }
 
 fn parent_prefix(path: &str) -> &[u8] {
