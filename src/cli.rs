@@ -377,7 +377,7 @@ pub const MIN_QUIET: Duration = Duration::from_millis(100);
 /// `--probe-interval` and `--probe-timeout`: a duration of at least
 /// [`MIN_PROBE`].
 fn parse_probe_duration(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < MIN_PROBE {
         return Err(format!(
             "'{s}' is too short: at least 10ms, or the health probe would busy-loop"

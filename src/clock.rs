@@ -35,19 +35,31 @@ pub fn now_secs() -> u64 {
 /// what its clocks can represent.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
 
+/// Why a text is not a duration keepwrap takes. Each names the text as
+/// given (clap adds the option's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("'{0}' is not a duration; try 5s, 500ms or 2m")]
+    NotANumber(String),
+    #[error("'{0}' is not a duration ({1}); try 5s, 500ms or 2m")]
+    Unreadable(String, String),
+    #[error("'{0}' is negative: a duration is 0 or more")]
+    Negative(String),
+    #[error("'{0}' is longer than the longest duration keepwrap takes (100years)")]
+    TooLong(String),
+}
+
 /// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds. At most
-/// [`MAX_DURATION`]; anything else is an error that says why (clap adds the
-/// option's name).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+/// [`MAX_DURATION`]; anything else is an error that says why.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
-    let too_long =
-        || format!("'{s}' is longer than the longest duration keepwrap takes (100years)");
+    let too_long = || DurationError::TooLong(s.to_string());
     if let Ok(secs) = t.parse::<f64>() {
         if secs.is_nan() || secs == f64::INFINITY {
-            return Err(format!("'{s}' is not a duration; try 5s, 500ms or 2m"));
+            return Err(DurationError::NotANumber(s.to_string()));
         }
         if secs < 0.0 {
-            return Err(format!("'{s}' is negative: a duration is 0 or more"));
+            return Err(DurationError::Negative(s.to_string()));
         }
         if secs > MAX_DURATION.as_secs_f64() {
             return Err(too_long());
@@ -61,9 +73,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(d) if d > MAX_DURATION => Err(too_long()),
         Ok(d) => Ok(d),
         Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
-        Err(e) => Err(format!(
-            "'{s}' is not a duration ({e}); try 5s, 500ms or 2m"
-        )),
+        Err(e) => Err(DurationError::Unreadable(s.to_string(), e.to_string())),
     }
 }
 

@@ -12,7 +12,7 @@
 pub mod policy;
 mod settings;
 
-pub use settings::{KeepMode, Settings, UnifyMode};
+pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;

@@ -39,6 +39,20 @@ pub struct Settings {
     pub share: crate::share::Settings,
 }
 
+/// Why the cache of a launch is not kept (the launch is only supervised);
+/// shown as the one line that says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotKept {
+    #[error("cache keeping disabled (--disable): supervising only")]
+    Disabled,
+    #[error("cache keeping off (--keep never): supervising only")]
+    Never,
+    /// `--keep auto` and a command that is not an engine launch: the line
+    /// that says what it is.
+    #[error("{0}")]
+    NotAnEngine(String),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KeepMode {
     Auto,
@@ -47,21 +61,20 @@ pub enum KeepMode {
 }
 
 impl Settings {
-    /// Whether to keep the cache of `command` run with `env`; `Err` holds the
-    /// one line that says why not.
-    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), String> {
+    /// Whether to keep the cache of `command` run with `env`, or why not.
+    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), NotKept> {
         if self.disable {
-            return Err("cache keeping disabled (--disable): supervising only".into());
+            return Err(NotKept::Disabled);
         }
         match self.keep {
             KeepMode::Always => Ok(()),
-            KeepMode::Never => Err("cache keeping off (--keep never): supervising only".into()),
+            KeepMode::Never => Err(NotKept::Never),
             KeepMode::Auto => {
                 let c = crate::launch::analyze(command, env);
                 if c.is_engine() {
                     Ok(())
                 } else {
-                    Err(c.not_engine_line())
+                    Err(NotKept::NotAnEngine(c.not_engine_line()))
                 }
             }
         }
