@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::secs;
-use super::short;
+use crate::digest::short;
 use crate::logging::Shown;
 use crate::root::running::Seen;
 
@@ -29,7 +29,7 @@ pub fn launch(fingerprint: &str, profile: &str, root: &Path, done: impl Display)
         profile,
         root = %Shown(root),
         done = %done,
-        "launch fingerprint {}... ({profile} profile); cache root {}; tuning is done {done}",
+        "launch fingerprint {} ({profile} profile); cache root {}; tuning is done {done}",
         short(fingerprint),
         Shown(root)
     );
@@ -296,7 +296,7 @@ pub fn lock_gave_up(timeout: Duration, what: &str, holder: impl Display, then: &
         holder = %holder,
         "gave up waiting {} for the cache lock {}/lock ({what}), held by {holder}: {then}",
         humantime::format_duration(timeout),
-        crate::store::STATE_DIR
+        crate::STATE_DIR
     );
 }
 
@@ -307,7 +307,7 @@ pub fn lock_failed(what: &str, error: impl Display, then: &str) {
         what,
         error = %error,
         "cannot take the cache lock {}/lock ({what}): {error}: {then}",
-        crate::store::STATE_DIR
+        crate::STATE_DIR
     );
 }
 

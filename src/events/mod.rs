@@ -31,12 +31,6 @@ pub mod store;
 pub mod supervisor;
 pub mod unify;
 
-/// The first 8 digits of a fingerprint, as the messages show it (with
-/// `...`).
-fn short(fingerprint: &str) -> &str {
-    fingerprint.get(..8).unwrap_or(fingerprint)
-}
-
 /// A duration in seconds, as a number for the JSON form.
 fn secs(d: std::time::Duration) -> f64 {
     d.as_secs_f64()

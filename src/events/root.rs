@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::secs;
 use crate::root::running::RUNNING_DIR;
-use crate::store::STATE_DIR;
+use crate::STATE_DIR;
 
 const TARGET: &str = "keepwrap::root";
 

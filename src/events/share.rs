@@ -5,7 +5,8 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{secs, short};
+use super::secs;
+use crate::digest::short;
 use crate::logging::Shown;
 
 const TARGET: &str = "keepwrap::share";
@@ -50,7 +51,7 @@ pub fn share_cluster(cluster: &str, node: u32, nodes: u32, dir: &Path) {
         node,
         nodes,
         dir = %Shown(dir),
-        "share: cluster fingerprint {}... (node {node} of {nodes}); share {}",
+        "share: cluster fingerprint {} (node {node} of {nodes}); share {}",
         short(cluster),
         Shown(dir)
     );

@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use super::short;
+use crate::digest::short;
 
 const TARGET: &str = "keepwrap::store";
 
@@ -15,7 +15,7 @@ pub fn recovery_store_taken(fingerprint: &str, taken: impl Display) {
         event = "recovery_store_taken",
         fingerprint,
         taken = %taken,
-        "recovery: an interrupted store of launch {}... cannot go back in place ({taken} is taken); its files are removed",
+        "recovery: an interrupted store of launch {} cannot go back in place ({taken} is taken); its files are removed",
         short(fingerprint)
     );
 }
@@ -26,7 +26,7 @@ pub fn recovery_store_undone(fingerprint: &str, files: usize) {
         event = "recovery_store_undone",
         fingerprint,
         files,
-        "recovery: moved {files} files of an interrupted store of launch {}... back in place",
+        "recovery: moved {files} files of an interrupted store of launch {} back in place",
         short(fingerprint)
     );
 }
@@ -37,7 +37,7 @@ pub fn recovery_store_failed(fingerprint: &str, error: impl Display) {
         event = "recovery_store_failed",
         fingerprint,
         error = %error,
-        "recovery: cannot move the files of an interrupted store of launch {}... back in place: {error}; they are removed",
+        "recovery: cannot move the files of an interrupted store of launch {} back in place: {error}; they are removed",
         short(fingerprint)
     );
 }
@@ -48,7 +48,7 @@ pub fn recovery_restore_finished(fingerprint: &str, files: usize) {
         event = "recovery_restore_finished",
         fingerprint,
         files,
-        "recovery: moved the last {files} files of an interrupted restore of launch {}... in place",
+        "recovery: moved the last {files} files of an interrupted restore of launch {} in place",
         short(fingerprint)
     );
 }
@@ -59,7 +59,7 @@ pub fn recovery_restore_failed(fingerprint: &str, error: impl Display) {
         event = "recovery_restore_failed",
         fingerprint,
         error = %error,
-        "recovery: cannot finish an interrupted restore of launch {}...: {error}; putting it back in the store",
+        "recovery: cannot finish an interrupted restore of launch {}: {error}; putting it back in the store",
         short(fingerprint)
     );
 }
@@ -70,7 +70,7 @@ pub fn recovery_restore_taken(fingerprint: &str, taken: impl Display) {
         event = "recovery_restore_taken",
         fingerprint,
         taken = %taken,
-        "recovery: an interrupted restore of launch {}... cannot finish ({taken} is taken); putting it back in the store",
+        "recovery: an interrupted restore of launch {} cannot finish ({taken} is taken); putting it back in the store",
         short(fingerprint)
     );
 }
@@ -83,7 +83,7 @@ pub fn store_replaced(fingerprint: &str) {
         target: TARGET,
         event = "store_replaced",
         fingerprint,
-        "store: the newer set of launch {}... replaces the one stored",
+        "store: the newer set of launch {} replaces the one stored",
         short(fingerprint)
     );
 }
@@ -93,7 +93,7 @@ pub fn entry_misnamed(fingerprint: &str) {
         target: TARGET,
         event = "entry_misnamed",
         fingerprint,
-        "store: the entry {}... names another launch; removed it",
+        "store: the entry {} names another launch; removed it",
         short(fingerprint)
     );
 }
@@ -178,7 +178,7 @@ pub fn evicted(
         files,
         bytes,
         reason,
-        "evicted the stored set of launch {}... ({files} files, {size}, last used {last_used}): {reason}",
+        "evicted the stored set of launch {} ({files} files, {size}, last used {last_used}): {reason}",
         short(fingerprint)
     );
 }
@@ -189,7 +189,7 @@ pub fn cannot_write_record(fingerprint: &str, error: impl Display) {
         event = "cannot_write_record",
         fingerprint,
         error = %error,
-        "cannot write the launch record of {}...: {error}",
+        "cannot write the launch record of {}: {error}",
         short(fingerprint)
     );
 }

@@ -5,6 +5,7 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use super::secs;
+use crate::keeper::NotKept;
 
 const TARGET: &str = "keepwrap::supervisor";
 
@@ -30,10 +31,15 @@ pub fn poll_failed(error: impl Display) {
     tracing::error!(target: TARGET, event = "poll_failed", error = %error, "poll failed: {error}");
 }
 
-/// The cache is not kept for this command (`--disable`, `--keep never`, or
-/// no engine launch under `--keep auto`); `line` says which.
-pub fn supervising_only(line: &str) {
-    tracing::info!(target: TARGET, event = "supervising_only", "{line}");
+/// The cache is not kept for this command: `--disable`, `--keep never`, or
+/// no engine launch under `--keep auto`.
+pub fn supervising_only(why: &NotKept) {
+    let reason = match why {
+        NotKept::Disabled => "disabled",
+        NotKept::Never => "keep_never",
+        NotKept::NotAnEngine(_) => "not_an_engine",
+    };
+    tracing::info!(target: TARGET, event = "supervising_only", reason, "{why}");
 }
 
 /// The command could not be started.
