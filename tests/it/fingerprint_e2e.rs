@@ -4,6 +4,7 @@
 //! is no engine leaves the cache root alone.
 
 use crate::common;
+use serde_json::json;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -75,7 +76,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let first = serve(&home, &cwd, &argv, &[]);
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(
-        first.logged(&format!("GET http://127.0.0.1:{port}/health")),
+        first.logged_with(
+            "launch",
+            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
+        ),
         "the port from the config file is probed: {}",
         first.stderr
     );
@@ -94,7 +98,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     );
     assert_eq!(edited.hit(), 0, "no partial hit: {}", edited.stderr);
     assert!(
-        edited.logged("differs in: arg --chunked-prefill-size 256 -> 512"),
+        edited.events_named("no_cache").iter().any(|e| e["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("differs in: arg --chunked-prefill-size 256 -> 512")),
         "{}",
         edited.stderr
     );
@@ -203,12 +210,15 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
     let script =
         "exec python3 -m sglang.launch_server --model-path /models/fake-moe --tp 2 --port $PORT";
     let run = serve(&home, t.path(), &["sh", "-c", script], &[("PORT", &port)]);
-    let want = format!("tuning is done when GET http://127.0.0.1:{port}/health first answers 200");
-    assert!(run.logged(&want), "{}", run.stderr);
+    let url = format!("http://127.0.0.1:{port}/health");
+    let want = format!("when GET {url} first answers 200");
     assert!(
-        run.logged(&format!(
-            "tuning is done: GET http://127.0.0.1:{port}/health answered 200"
-        )),
+        run.logged_with("launch", json!({"done": want})),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.logged_with("tuning_done", json!({"rule": "health", "url": url})),
         "{}",
         run.stderr
     );
@@ -233,17 +243,18 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
     let piped = boot(kw(&home, t.path()).args(["--", "sh", "-c", "python3 -c pass | cat"]));
     assert_eq!(piped.code, 0, "{}", piped.stderr);
     assert!(
-        piped.logged("the shell command cannot be read safely (a shell operator"),
+        piped.events_named("launch_warning").iter().any(|e| {
+            let m = e["message"].as_str().unwrap();
+            m.starts_with("the shell command cannot be read safely (a shell operator")
+                && m.ends_with(
+                    "tuning will be judged done only at exit unless --done health=URL is given",
+                )
+        }),
         "{}",
         piped.stderr
     );
     assert!(
-        piped.logged("tuning will be judged done only at exit unless --done health=URL is given"),
-        "{}",
-        piped.stderr
-    );
-    assert!(
-        piped.logged("tuning is done when the command exits 0"),
+        piped.logged_with("launch", json!({"done": "when the command exits 0"})),
         "{}",
         piped.stderr
     );
@@ -315,14 +326,20 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{command:?}: {err}");
-        assert!(
-            err.contains("is no engine launch (--keep auto): supervising only"),
+        // One event: supervising only, as no engine launch.
+        let events = common::log_events(&err);
+        assert_eq!(events.len(), 1, "one line: {err}");
+        assert_eq!(
+            (&events[0]["event"], &events[0]["reason"]),
+            (&"supervising_only".into(), &"not_an_engine".into()),
             "{command:?}: {err}"
         );
-        assert_eq!(
-            err.lines().filter(|l| l.starts_with("keepwrap:")).count(),
-            1,
-            "one line: {err}"
+        assert!(
+            events[0]["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("is no engine launch (--keep auto): supervising only"),
+            "{command:?}: {err}"
         );
         assert_eq!(snapshot(&root), before, "{command:?} touched the root");
     }
@@ -332,7 +349,9 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         .args(["--keep", "never", "--", "bash", "-c", "true"])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--keep never"));
+    let events = common::log_events(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["reason"], "keep_never");
     assert_eq!(snapshot(&root), before);
     let out = kw(&home, t.path())
         .env("KEEPWRAP_KEEP", "always")
@@ -359,5 +378,9 @@ fn offline_engine_scripts_are_kept() {
     ]));
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.has_event("signed"), "{}", run.stderr);
-    assert!(run.logged("when the command exits 0"), "{}", run.stderr);
+    assert!(
+        run.logged_with("launch", json!({"done": "when the command exits 0"})),
+        "{}",
+        run.stderr
+    );
 }

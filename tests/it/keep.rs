@@ -35,10 +35,7 @@ fn the_same_launch_twice_reuses_every_file_and_tunes_nothing() {
     assert!(!root.exists());
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
-    assert!(b1.logged(&format!(
-        "cache root {} did not exist (first boot): created it",
-        root.display()
-    )));
+    assert!(b1.logged_with("root_created", json!({"root": root.to_str().unwrap()})));
     assert!(b1.tuned() > 0);
     assert!(
         b1.logged_with("signed", json!({"files": 4})),
@@ -76,14 +73,15 @@ fn each_rank_file_is_logged_as_it_lands() {
             .strip_prefix(cache_root(h.path()))
             .unwrap()
             .to_path_buf();
-        let line = b
-            .log()
+        let landed = b
+            .events_named("landed")
             .into_iter()
-            .find(|l| l.contains(&format!("landed {} (", rel.display())))
-            .unwrap_or_else(|| panic!("no landing line for {}: {}", rel.display(), b.stderr));
+            .find(|e| e["path"] == rel.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no landing event for {}: {}", rel.display(), b.stderr));
         assert!(
-            line.contains(" entries, ") && line.contains(" s after the launch)"),
-            "{line}"
+            landed["entries"].as_str().unwrap().ends_with(" entries")
+                && landed["after_s"].as_f64().unwrap() > 0.0,
+            "{landed}"
         );
     }
 }
@@ -99,12 +97,19 @@ fn a_fingerprinted_argument_change_removes_every_cache_and_retunes_all() {
     // Without keepwrap this boot would load boot 1's files: a partial hit.
     assert_eq!(b2.code, 0, "{}", b2.stderr);
     assert_eq!(b2.hit(), 0, "nothing of the other launch was loaded");
-    let removed = b2
-        .log()
-        .into_iter()
-        .filter(|l| l.contains(": signed for another launch (fingerprint "))
-        .count();
-    assert_eq!(removed, 4, "{}", b2.stderr);
+    // Stored whole, or removed: none is kept.
+    let gone = b2.events_named("stored").len()
+        + b2.events_named("removed")
+            .iter()
+            .filter(|e| {
+                e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("signed for another launch (fingerprint ")
+            })
+            .count();
+    assert_eq!(gone, 4, "{}", b2.stderr);
+    assert!(!b2.has_event("kept"), "{}", b2.stderr);
     assert!(b2.logged_with("signed", json!({"files": 4})));
 }
 
@@ -151,10 +156,12 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     ));
     assert_ne!(b1.code, 0);
     assert!(
-        b1.logged(&format!(
-            "not signing: the engine exited with status {} ",
-            b1.code
-        )),
+        b1.events_named("not_signing_early_exit")
+            .iter()
+            .any(|e| e["status"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{} ", b1.code))),
         "{}",
         b1.stderr
     );
@@ -167,7 +174,13 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
     assert_eq!(b2.code, 0, "no rank got a partial hit: {}", b2.stderr);
     assert_eq!(b2.hit(), 0, "everything tuned again");
-    assert!(b2.logged(": no sidecar (unsigned)"), "{}", b2.stderr);
+    assert!(
+        b2.events_named("removed")
+            .iter()
+            .any(|e| e["reason"] == "no sidecar (unsigned)"),
+        "{}",
+        b2.stderr
+    );
 }
 
 #[test]
@@ -201,9 +214,9 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
         assert_eq!(b2.hit(), 0, "{what}: no rank loads any of the set");
         let rel = victim.strip_prefix(&root).unwrap();
         assert!(
-            b2.log()
+            b2.events_named("removed")
                 .iter()
-                .any(|l| l.contains(&format!("removed {}: ", rel.display()))),
+                .any(|e| e["path"] == rel.to_str().unwrap()),
             "{what}: {}",
             b2.stderr
         );
@@ -304,12 +317,10 @@ fn a_server_launch_is_signed_when_health_first_answers_200_and_reused_next_boot(
     let port = free_port();
     let mut s = Running::spawn(&mut server(h.path(), &[], port));
     s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(30));
-    let stderr = s.stderr();
-    assert!(
-        stderr.contains(&format!(
-            "tuning is done: GET http://127.0.0.1:{port}/health answered 200"
-        )),
-        "{stderr}"
+    s.wait_event_with(
+        "tuning_done",
+        json!({"rule": "health", "url": format!("http://127.0.0.1:{port}/health")}),
+        Duration::from_secs(5),
     );
     assert_eq!(sidecars(&root).len(), 2, "signed while the server runs");
     s.guard.signal(Signal::SIGTERM);
@@ -317,10 +328,7 @@ fn a_server_launch_is_signed_when_health_first_answers_200_and_reused_next_boot(
     assert_eq!(b1.code, 0, "the fake exits 0 on TERM");
 
     let mut s = Running::spawn(&mut server(h.path(), &[], port));
-    s.wait_stderr(
-        "reused 2 cache files signed for this launch",
-        Duration::from_secs(30),
-    );
+    s.wait_event_with("reused", json!({"files": 2}), Duration::from_secs(30));
     s.guard.signal(Signal::SIGTERM);
     let b2 = s.finish(Duration::from_secs(20));
     assert_eq!((b2.code, b2.tuned()), (0, 0), "{}", b2.stderr);
@@ -335,8 +343,9 @@ fn a_quiet_window_marks_tuning_done() {
         &["--done", "quiet=300ms"],
         free_port(),
     ));
-    s.wait_stderr(
-        "tuning is done: no cache file landed for 300ms",
+    s.wait_event_with(
+        "tuning_done",
+        json!({"rule": "quiet", "quiet_s": 0.3}),
         Duration::from_secs(30),
     );
     s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(5));
@@ -379,10 +388,10 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
     );
     assert_eq!(b.code, 0);
     assert!(
-        b.logged(&format!(
-            "warning: cache root {} is not a directory; the launch goes on",
-            file.display()
-        )),
+        b.logged_with(
+            "root_not_a_directory",
+            json!({"root": file.to_str().unwrap()})
+        ),
         "{}",
         b.stderr
     );
@@ -419,10 +428,7 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(&format!(
-            "warning: cache root {} is on a read-only file system",
-            ro.display()
-        )),
+        b.logged_with("root_read_only", json!({"root": ro.to_str().unwrap()})),
         "{}",
         b.stderr
     );
@@ -449,10 +455,7 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
         &[],
         &[EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
     ));
-    a.wait_stderr(
-        "used this cache root while this launch ran",
-        Duration::from_secs(30),
-    );
+    a.wait_event("not_signing_other_launch", Duration::from_secs(30));
     a.guard.signal(Signal::SIGTERM);
     let a = a.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);

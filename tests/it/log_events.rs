@@ -9,19 +9,27 @@ use std::process::Command;
 
 const DIR: &str = "0.7.2/sm121/0123456789abcdef";
 
-/// A launch whose engine saves two rank files as FlashInfer does, with
+/// A launch whose engine (a script file, so that no `sh -c` string is
+/// warned about) saves two rank files as FlashInfer does, with
 /// `--log-format FORMAT`, no keepwrap variable of the caller's.
 fn launch(root: &Path, format: &str) -> Command {
-    let script = format!(
-        "d={}/{DIR}; mkdir -p $d; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > $d/.autotuner_$r.tmp && mv $d/.autotuner_$r.tmp $d/rank_tp${{r}}_pp0_dp0.json; done",
-        root.display()
-    );
+    let script = root.with_extension("sh");
+    std::fs::write(
+        &script,
+        format!(
+            "d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${{r}}_pp0_dp0.json\"; done\n"
+        ),
+    )
+    .unwrap();
     let mut cmd = Command::new(BIN);
     common::without_keepwrap_env(&mut cmd)
         .args(["--log-format", format, "--keep", "always", "--done", "exit"])
         .arg("--cache-dir")
         .arg(root)
-        .args(["--", "sh", "-c", &script]);
+        .arg("--")
+        .arg("sh")
+        .arg(&script)
+        .arg(root);
     cmd
 }
 

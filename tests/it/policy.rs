@@ -80,8 +80,9 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
     kw.wait_stdout("the half set", Duration::from_secs(20), |l| {
         l == "mark half"
     });
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(1)),
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(1))}),
         Duration::from_secs(10),
     );
     kw.guard.signal(Signal::SIGTERM);
@@ -97,8 +98,9 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
         b.stderr
     );
     assert!(
-        b.logged(
-            "not signing: the engine ended with status 0 after keepwrap forwarded SIGTERM: a stop is never tuning done"
+        b.logged_with(
+            "not_signing_stopped",
+            json!({"status": "0", "signal": "SIGTERM"})
         ),
         "{}",
         b.stderr
@@ -118,8 +120,9 @@ fn rule1_a_quiet_window_after_a_stop_is_not_done() {
     // window), writing nothing more.
     let steps = ["onterm:0", "write:0", "wait"];
     let mut kw = Running::spawn(&mut staged(&root, &["--done", "quiet=2s"], &steps));
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(0)),
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(0))}),
         Duration::from_secs(20),
     );
     kw.guard.signal(Signal::SIGTERM);
@@ -204,8 +207,9 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
     ];
     let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
     kw.wait_event("port_not_engines", Duration::from_secs(20));
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(1)),
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(1))}),
         Duration::from_secs(20),
     );
     let early = kw.stderr();
@@ -216,17 +220,18 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
     assert!(!early.contains("tuning is done:"), "{early}");
     let me = std::process::id();
     assert!(
-        b.logged(&format!(
-            "not done yet: GET {url} answered 200, but the port is served by pid {me} ("
-        )),
+        b.events_named("port_not_engines")
+            .iter()
+            .any(|e| e["url"] == url.as_str()
+                && e["owner"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("pid {me} ("))),
         "{}",
         b.stderr
     );
     assert_eq!(
-        b.log()
-            .iter()
-            .filter(|l| l.contains("not done yet"))
-            .count(),
+        b.events_named("port_not_engines").len(),
         1,
         "said once: {}",
         b.stderr
@@ -263,7 +268,7 @@ fn late_landing(late: &str, end: &str) -> (Finished, Vec<String>) {
     ];
     let b = boot(&mut staged(&root, &kw_args, &steps));
     assert!(
-        b.logged("tuning is done: no cache file landed for 400ms"),
+        b.logged_with("tuning_done", json!({"rule": "quiet", "quiet_s": 0.4})),
         "{}",
         b.stderr
     );
@@ -285,8 +290,9 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
     );
     assert!(b.has_event("late_landing"), "{}", b.stderr);
     assert!(
-        b.logged(
-            "not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL)"
+        b.logged_with(
+            "late_not_signed_abnormal",
+            json!({"late": 1, "status": "137 (killed by SIGKILL)"})
         ),
         "{}",
         b.stderr
@@ -305,7 +311,10 @@ fn rule2_a_term_keepwrap_did_not_forward_is_an_abnormal_end() {
         b.stderr
     );
     assert!(
-        b.logged("the engine ended abnormally with status 143 (killed by SIGTERM);"),
+        b.logged_with(
+            "late_not_signed_abnormal",
+            json!({"status": "143 (killed by SIGTERM)"})
+        ),
         "{}",
         b.stderr
     );
@@ -322,7 +331,7 @@ fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
         b.stderr
     );
     assert!(
-        b.logged("the engine ended abnormally with status 3;"),
+        b.logged_with("late_not_signed_abnormal", json!({"status": "3"})),
         "{}",
         b.stderr
     );
@@ -334,9 +343,7 @@ fn rule2_what_lands_after_done_is_signed_when_the_engine_exits_0_on_its_own() {
     assert_eq!(b.code, 0);
     assert_eq!(kept, vec![rank(0), rank(1), rank(2)], "{}", b.stderr);
     assert!(
-        b.logged(
-            "signed again at exit: 3 cache files, with the 1 that landed after tuning was done"
-        ),
+        b.logged_with("signed_again", json!({"files": 3, "late": 1})),
         "{}",
         b.stderr
     );
@@ -367,8 +374,9 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
     assert_eq!(b.code, 0);
     assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     assert!(
-        b.logged(
-            "not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"
+        b.logged_with(
+            "late_not_signed_stopped",
+            json!({"late": 1, "status": "0", "signal": "SIGTERM"})
         ),
         "{}",
         b.stderr
@@ -408,8 +416,9 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // signals on any machine.
     cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "30");
     let mut kw = Running::spawn(&mut cmd);
-    kw.wait_stderr(
-        "tuning is done: no cache file landed",
+    kw.wait_event_with(
+        "tuning_done",
+        json!({"rule": "quiet"}),
         Duration::from_secs(30),
     );
     let received = || lines(&got);

@@ -110,16 +110,23 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "symlinks");
     assert!(
-        b.logged("warning: removed 0.7.2/sm121/bbbbbbbbbbbbbbbb: a symlink to a directory"),
+        b.events_named("removed_symlink").iter().any(|e| e["path"]
+            == "0.7.2/sm121/bbbbbbbbbbbbbbbb"
+            && e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("a symlink to a directory")),
         "{}",
         b.stderr
     );
-    assert!(b.logged(&format!(
-        "removed {DIR}/rank_tp0_pp0_dp0.json: not a regular file (symlink)"
-    )));
-    assert!(b.logged(&format!(
-        "removed {DIR}/rank_tp1_pp0_dp0.json: sidecar unreadable (a symlink)"
-    )));
+    assert!(b.logged_with(
+        "removed",
+        json!({"path": format!("{DIR}/rank_tp0_pp0_dp0.json"), "reason": "not a regular file (symlink)"})
+    ));
+    assert!(b.logged_with(
+        "removed",
+        json!({"path": format!("{DIR}/rank_tp1_pp0_dp0.json"), "reason": "sidecar unreadable (a symlink)"})
+    ));
     for rel in [
         "0.7.2/sm121/bbbbbbbbbbbbbbbb".to_string(),
         format!("{DIR}/rank_tp0_pp0_dp0.json"),
@@ -152,9 +159,10 @@ fn rank_files_the_engine_leaves_as_symlinks_are_neither_unified_nor_signed() {
     ));
     let b = sh_launch(t.path(), &script);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged(&format!(
-        "not signed {DIR}/rank_tp2_pp0_dp0.json: not a regular file (symlink)"
-    )));
+    assert!(b.logged_with(
+        "not_signed",
+        json!({"path": format!("{DIR}/rank_tp2_pp0_dp0.json"), "reason": "not a regular file (symlink)"})
+    ));
     assert!(sidecar_paths(&t.path().join("root")).is_empty());
     assert_untouched(&target, "unify and sign");
 }
@@ -221,16 +229,24 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
             "{what}: not rewritten by unify"
         );
         assert!(
-            b1.logged(&format!(
-                "{DIR}: left as they are: in a directory another user can write"
-            )),
+            b1.events_named("unify_left").iter().any(|e| e["dir"] == DIR
+                && e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("left as they are: in a directory another user can write")),
             "{what}: {}",
             b1.stderr
         );
         assert!(
-            b1.logged(&format!(
-                "warning: not signed {DIR}/rank_tp0_pp0_dp0.json: in a directory another user can write"
-            )),
+            b1.events_named("not_signed_unsafe")
+                .iter()
+                .any(
+                    |e| e["path"] == format!("{DIR}/rank_tp0_pp0_dp0.json").as_str()
+                        && e["reason"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("in a directory another user can write")
+                ),
             "{what}: {}",
             b1.stderr
         );
@@ -248,9 +264,13 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
         put_manifest(&root, &forged_manifest(&fp, &rel, &bytes));
         let b2 = sh_launch(t.path(), &script);
         assert!(
-            b2.logged(&format!(
-                "warning: removed {rel}: in a directory another user can write"
-            )),
+            b2.events_named("removed_untrusted")
+                .iter()
+                .any(|e| e["path"] == rel.as_str()
+                    && e["reason"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("in a directory another user can write")),
             "{what}: {}",
             b2.stderr
         );
@@ -271,9 +291,8 @@ fn a_root_another_user_can_write_trusts_nothing_below_it() {
     let b = sh_launch(t.path(), &two_ranks_then("true"));
     assert_eq!(b.code, 0);
     assert!(
-        b.logged(
-            "in a directory another user can write (.: world-writable without the sticky bit)"
-        ),
+        b.log_events().iter().any(|e| e["reason"]
+            == "in a directory another user can write (.: world-writable without the sticky bit)"),
         "{}",
         b.stderr
     );
@@ -454,7 +473,7 @@ fn a_live_marker_another_user_planted_never_stops_the_prune() {
         b.stderr
     );
     assert!(
-        b.logged("ignored the marker .keepwrap/running/4242-1: owned by another user (uid 65534)"),
+        b.logged_with("foreign_marker", json!({"name": "4242-1", "uid": 65534})),
         "{}",
         b.stderr
     );
@@ -528,23 +547,25 @@ fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
 }
 
-/// How many warning lines a run logged, leaving out the one that says the
+/// How many warnings a run logged, leaving out the one that says the
 /// stand-in `sh -c` engine's script is fingerprinted as written.
 fn warning_count(b: &Finished) -> usize {
-    b.log()
+    b.warnings()
         .iter()
-        .filter(|l| {
-            l.contains("warning:") && !l.contains("the shell command cannot be read safely")
-        })
+        .filter(|e| e["event"] != "launch_warning")
         .count()
 }
 
-/// The warning lines of a run that mention `needle`.
-fn warnings_about(b: &Finished, needle: &str) -> Vec<String> {
-    b.log()
+/// The warnings of a run named `event`.
+fn warnings_named(b: &Finished, event: &str) -> Vec<serde_json::Value> {
+    b.warnings()
         .into_iter()
-        .filter(|l| l.starts_with("keepwrap: warning: ") && l.contains(needle))
+        .filter(|e| e["event"] == event)
         .collect()
+}
+
+fn error(e: &serde_json::Value) -> &str {
+    e["error"].as_str().unwrap()
 }
 
 #[test]
@@ -556,9 +577,14 @@ fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
     let b = sh_launch(t.path(), &two_ranks_then("true"));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
-    let w = warnings_about(&b, ".keepwrap/stats.json");
+    let w = warnings_named(&b, "state_file_ignored");
     assert_eq!(w.len(), 1, "{}", b.stderr);
-    assert!(w[0].contains("a FIFO, not a regular file"), "{}", w[0]);
+    assert_eq!(w[0]["file"], ".keepwrap/stats.json");
+    assert!(
+        error(&w[0]).contains("a FIFO, not a regular file"),
+        "{}",
+        w[0]
+    );
     assert_eq!(warning_count(&b), 1, "{}", b.stderr);
 }
 
@@ -576,11 +602,15 @@ fn a_lock_planted_as_a_fifo_or_a_link_to_dev_zero_is_never_opened_through() {
         }
         let b = sh_launch(t.path(), &two_ranks_then("exit 7"));
         assert_eq!(b.code, 7, "{what}: the exit status passes: {}", b.stderr);
-        let w = warnings_about(&b, ".keepwrap/lock");
+        let w = warnings_named(&b, "lock_failed");
         assert_eq!(w.len(), 1, "{what}: {}", b.stderr);
         assert!(
-            w[0].contains(&format!("{what}, not a regular file"))
-                && w[0].ends_with("the launch goes on without keeping the cache"),
+            error(&w[0]).contains(&format!("{what}, not a regular file"))
+                && w[0]["what"] == "launch"
+                && w[0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("the launch goes on without keeping the cache"),
             "{what}: {}",
             w[0]
         );
@@ -625,9 +655,16 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
         format!(".keepwrap/launches/{fp}.json"),
         format!(".keepwrap/store/{}/.set.json", "ab".repeat(32)),
     ] {
-        let w = warnings_about(&b2, &shown);
+        let w: Vec<_> = warnings_named(&b2, "state_file_ignored")
+            .into_iter()
+            .filter(|e| e["file"] == shown.as_str())
+            .collect();
         assert_eq!(w.len(), 1, "{shown}: {}", b2.stderr);
-        assert!(w[0].contains("a symlink, not a regular file"), "{}", w[0]);
+        assert!(
+            error(&w[0]).contains("a symlink, not a regular file"),
+            "{}",
+            w[0]
+        );
     }
     assert_eq!(warning_count(&b2), 2, "{}", b2.stderr);
 }
@@ -642,10 +679,10 @@ fn a_state_directory_that_is_a_symlink_is_never_written_through() {
     symlink(&elsewhere, root.join(".keepwrap")).unwrap();
     let b = sh_launch(t.path(), &two_ranks_then("exit 5"));
     assert_eq!(b.code, 5, "the exit status passes: {}", b.stderr);
-    let w = warnings_about(&b, ".keepwrap");
+    let w = b.warnings();
     assert_eq!(w.len(), 1, "{}", b.stderr);
     assert!(
-        w[0].contains(".keepwrap is a symlink, which keepwrap does not follow"),
+        error(&w[0]).contains(".keepwrap is a symlink, which keepwrap does not follow"),
         "{}",
         w[0]
     );
@@ -770,7 +807,10 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
         format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"),
     ] {
         assert!(
-            b.logged(&format!("removed {rel}: no sidecar (unsigned)")),
+            b.logged_with(
+                "removed",
+                json!({"path": rel, "reason": "no sidecar (unsigned)"})
+            ),
             "{}",
             b.stderr
         );
@@ -791,21 +831,19 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
             b.stderr
         );
         assert!(
-            !b.log().iter().any(|l| l.contains(&format!("removed {f}"))),
+            !b.log_events().iter().any(|e| e["path"] == f.as_str()),
             "{}",
             b.stderr
         );
     }
-    let warnings: Vec<String> = b
-        .log()
-        .into_iter()
-        .filter(|l| l.contains("warning:"))
-        .collect();
+    let warnings = b.warnings();
     assert_eq!(warnings.len(), 1, "{}", b.stderr);
     // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
-    assert!(
-        warnings[0].starts_with("keepwrap: warning: left 6 entries under the cache root untouched: not the engine's autotune cache (first: rank_tp0_pp0_dp0.json); "),
+    assert_eq!(warnings[0]["event"], "untouched", "{}", b.stderr);
+    assert_eq!(warnings[0]["entries"], 6, "{}", b.stderr);
+    assert_eq!(
+        warnings[0]["first"], "rank_tp0_pp0_dp0.json",
         "{}",
-        warnings[0]
+        b.stderr
     );
 }

@@ -409,6 +409,22 @@ impl Finished {
             .any(|e| has_fields(e, &fields))
     }
 
+    /// keepwrap's warnings: its events at level WARN.
+    pub fn warnings(&self) -> Vec<serde_json::Value> {
+        self.log_events()
+            .into_iter()
+            .filter(|e| e["level"] == "WARN")
+            .collect()
+    }
+
+    /// Does an event named `name` have field `field` starting with `prefix`
+    /// (and `path`, when given, equal to it)?
+    pub fn logged_starting(&self, name: &str, field: &str, prefix: &str) -> bool {
+        self.events_named(name)
+            .iter()
+            .any(|e| e[field].as_str().is_some_and(|v| v.starts_with(prefix)))
+    }
+
     /// The one event named `name`, or a panic naming what was logged.
     pub fn event(&self, name: &str) -> serde_json::Value {
         let mut found = self.events_named(name);
