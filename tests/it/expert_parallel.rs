@@ -154,7 +154,14 @@ fn mixed_metadata_and_records_files_are_left_as_they_are() {
     cmd.env("FAKE_METADATA_RANK1_CUDA_VERSION", "12.9");
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged(": left as they are: their _metadata differ (rank_tp0_pp0_dp0.json vs rank_tp1_pp0_dp0.json)"), "{}", b.stderr);
+    assert!(
+        b.logged_with(
+            "unify_left",
+            json!({"reason": "left as they are: their _metadata differ (rank_tp0_pp0_dp0.json vs rank_tp1_pp0_dp0.json)"})
+        ),
+        "{}",
+        b.stderr
+    );
     assert!(!all_identical(&cache_root(h.path())));
 
     let h = home();
@@ -165,7 +172,10 @@ fn mixed_metadata_and_records_files_are_left_as_they_are() {
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged("has _records (a single-writer file)"),
+        b.events_named("unify_left").iter().any(|e| e["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("has _records (a single-writer file)")),
         "{}",
         b.stderr
     );
@@ -181,7 +191,10 @@ fn a_directory_with_one_rank_file_is_left_with_a_reason() {
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(": left as they are: only one rank file (rank_tp0_pp0_dp0.json)"),
+        b.logged_with(
+            "unify_left",
+            json!({"reason": "left as they are: only one rank file (rank_tp0_pp0_dp0.json)"})
+        ),
         "{}",
         b.stderr
     );
@@ -213,7 +226,15 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
         "{}",
         b.stderr
     );
-    let conflicts: Vec<_> = b.log().into_iter().filter(|l| l.contains("differs between rank files: kept rank_tp0_pp0_dp0.json's value over rank_tp0_pp1_dp0.json, rank_tp1_pp0_dp0.json")).collect();
+    let conflicts: Vec<_> = b
+        .events_named("unify_conflict")
+        .into_iter()
+        .filter(|e| {
+            e["conflict"].as_str().unwrap().ends_with(
+                "differs between rank files: kept rank_tp0_pp0_dp0.json's value over rank_tp0_pp1_dp0.json, rank_tp1_pp0_dp0.json",
+            )
+        })
+        .collect();
     assert_eq!(conflicts.len(), 2, "{}", b.stderr);
     let tp0: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("rank_tp1_pp0_dp0.json")).unwrap()).unwrap();

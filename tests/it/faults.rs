@@ -449,9 +449,7 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     let c = boot(&mut writer_launch(calib.path(), "L", 1, None));
     let full = t0.elapsed();
     assert!(
-        c.logged(&format!(
-            "prune: kept 4, stored {OTHERS}, removed 0 cache files"
-        )),
+        c.logged_with("pruned", json!({"kept": 4, "stored": OTHERS, "removed": 0})),
         "{}",
         c.stderr
     );
@@ -500,7 +498,7 @@ fn after_a_kill_in_commit(base: &Path, killed: &Finished, dirs: usize, ctx: &str
     wait_until_nothing_holds(&root, Duration::from_secs(30));
     let next = boot(&mut writer_launch(base, "L", dirs, Some("written")));
     assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
-    let reused = next.logged(&format!("prune: kept {files}, "));
+    let reused = next.logged_with("pruned", json!({"kept": files}));
     assert!(
         reused || next.logged_with("pruned", json!({"kept": 0})),
         "{ctx}: all or nothing is kept\n{}\n{}",
@@ -508,10 +506,10 @@ fn after_a_kill_in_commit(base: &Path, killed: &Finished, dirs: usize, ctx: &str
         next.stderr
     );
     if reused {
-        assert!(next.logged(&format!("reused {files} cache files")), "{ctx}");
+        assert!(next.logged_with("reused", json!({"files": files})), "{ctx}");
     } else {
         assert!(
-            next.logged(&format!("tuned and signed {files} cache files")),
+            next.logged_with("signed", json!({"files": files})),
             "{ctx}\n{}",
             next.stderr
         );
@@ -542,7 +540,7 @@ fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
     let c = kw.finish(Duration::from_secs(60));
     let commit = t0.elapsed();
     assert!(
-        c.logged(&format!("tuned and signed {files} cache files")),
+        c.logged_with("signed", json!({"files": files})),
         "{}",
         c.stderr
     );
@@ -682,11 +680,11 @@ fn crashed(killed: &Finished, ctx: &str) -> bool {
 
 // ---- a cache root keepwrap cannot use: the launch goes on, one warning ----
 
-/// The `keepwrap: warning:` lines.
+/// The names of a run's warnings, in order.
 fn warnings(f: &Finished) -> Vec<String> {
-    f.log()
-        .into_iter()
-        .filter(|l| l.starts_with("keepwrap: warning: "))
+    f.warnings()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -727,13 +725,13 @@ fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
     let dangling = h.path().join("dangling");
     std::os::unix::fs::symlink(h.path().join("nowhere"), &dangling).unwrap();
     let cases: [(&str, PathBuf, &str); 3] = [
-        ("a file", file.clone(), "is not a directory"),
+        ("a file", file.clone(), "root_not_a_directory"),
         (
             "below a file (cannot be created)",
             file.join("autotune"),
-            "cache root",
+            "cannot_use_root",
         ),
-        ("a dangling symlink", dangling, "is not a directory"),
+        ("a dangling symlink", dangling, "root_not_a_directory"),
     ];
     for (what, root, needle) in cases {
         let b = boot(keepwrap(&root).args(["--done", "exit", "--", "sh", "-c", "exit 7"]));
@@ -741,7 +739,7 @@ fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
         let w = warnings(&b);
         assert_eq!(w.len(), 1, "{what}: one warning: {}", b.stderr);
         assert!(
-            w[0].contains(needle) && w[0].contains("the launch goes on"),
+            w[0] == needle && b.logged_with(needle, json!({"root": root.to_str().unwrap()})),
             "{what}: {}",
             w[0]
         );
@@ -765,10 +763,16 @@ fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
     // The writer cannot write on a read-only root, and says so; its status
     // is the launch's.
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("not signing"), "{}", b.stderr);
+    assert!(
+        !b.log_events()
+            .iter()
+            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+        "{}",
+        b.stderr
+    );
     let w = warnings(&b);
     assert_eq!(w.len(), 1, "one warning: {}", b.stderr);
-    assert!(w[0].contains("is on a read-only file system"), "{}", w[0]);
+    assert_eq!(w[0], "root_read_only", "{}", b.stderr);
 }
 
 #[test]
@@ -791,6 +795,7 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
     let mut cmd = Command::new("unshare");
     cmd.current_dir(base.path())
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("KEEPWRAP_CACHE_DIR", &root)
         .args([
             "--mount",
@@ -811,14 +816,22 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
         "one warning for unify and one for sign at most: {}",
         b.stderr
     );
+    let w = b.warnings();
     assert!(
-        w.iter().all(|l| l.contains("No space left on device")),
+        w.iter().all(|e| e["error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device")),
         "{}",
         b.stderr
     );
+    let last = w.last().unwrap();
     assert!(
-        w.last().unwrap().contains("cannot sign")
-            && w.last().unwrap().contains("will not be trusted"),
+        last["event"] == "cannot_sign"
+            && last["error"]
+                .as_str()
+                .unwrap()
+                .contains("will not be trusted"),
         "{}",
         b.stderr
     );
@@ -884,7 +897,11 @@ fn killed_while_signing_a_grown_set(base: &Path) -> String {
         "{}",
         killed.stderr
     );
-    assert!(!killed.logged("signed 3"), "{}", killed.stderr);
+    assert!(
+        !killed.logged_with("signed", json!({"files": 3})),
+        "{}",
+        killed.stderr
+    );
     script
 }
 

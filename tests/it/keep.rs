@@ -158,10 +158,8 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     assert!(
         b1.events_named("not_signing_early_exit")
             .iter()
-            .any(|e| e["status"]
-                .as_str()
-                .unwrap()
-                .starts_with(&format!("{} ", b1.code))),
+            .any(|e| e["status"].as_str().unwrap().split(' ').next()
+                == Some(b1.code.to_string().as_str())),
         "{}",
         b1.stderr
     );

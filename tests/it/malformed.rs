@@ -502,12 +502,19 @@ fn malformed_files_the_engine_writes_are_not_signed_nor_their_siblings() {
         assert_eq!(b.code, 0, "{what}: {}", b.stderr);
         assert_no_panic(&b.stderr, what);
         assert!(
-            b.logged(&format!("not signed {DIR}/rank_tp1_pp0_dp0.json: {says}")),
+            ["not_signed", "not_signed_unsafe"]
+                .iter()
+                .any(|n| b.events_named(n).iter().any(|e| e["path"]
+                    == format!("{DIR}/rank_tp1_pp0_dp0.json").as_str()
+                    && e["reason"].as_str().unwrap().starts_with(says))),
             "{what}: {}",
             b.stderr
         );
         assert!(
-            b.logged(&format!("not signed the 1 other cache files of {DIR}/: ")),
+            b.logged_with(
+                "dir_not_signed",
+                json!({"files": 1, "dir": format!("{DIR}/")})
+            ),
             "{what}: {}",
             b.stderr
         );
@@ -562,25 +569,41 @@ fn permission_denied_is_logged_and_not_trusted() {
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "permission denied");
     assert!(
-        b.logged(&format!("removed {RANK0}: unreadable (Permission denied")),
+        b.events_named("removed").iter().any(|e| e["path"] == RANK0
+            && e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("unreadable (Permission denied")),
         "{}",
         b.stderr
     );
     assert!(
-        b.logged(&format!(
-            "removed {r1}: sidecar unreadable (Permission denied"
-        )),
+        b.events_named("removed")
+            .iter()
+            .any(|e| e["path"] == r1.as_str()
+                && e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("sidecar unreadable (Permission denied")),
         "{}",
         b.stderr
     );
     assert!(
-        b.logged(&format!(
-            "warning: cannot open directory {locked}: Permission denied"
-        )),
+        b.events_named("cannot_open_dir")
+            .iter()
+            .any(|e| e["dir"] == locked
+                && e["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Permission denied")),
         "{}",
         b.stderr
     );
     assert!(b.logged_with("pruned", json!({"kept": 0})), "{}", b.stderr);
     // The unreadable directory does not stop keeping the rest.
-    assert!(!b.logged("the launch goes on, and nothing"), "{}", b.stderr);
+    assert!(
+        !b.has_event("cannot_prune") && !b.has_event("watch_failed"),
+        "{}",
+        b.stderr
+    );
 }

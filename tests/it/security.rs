@@ -679,7 +679,7 @@ fn a_state_directory_that_is_a_symlink_is_never_written_through() {
     symlink(&elsewhere, root.join(".keepwrap")).unwrap();
     let b = sh_launch(t.path(), &two_ranks_then("exit 5"));
     assert_eq!(b.code, 5, "the exit status passes: {}", b.stderr);
-    let w = b.warnings();
+    let w = warnings_named(&b, "cannot_open_running");
     assert_eq!(w.len(), 1, "{}", b.stderr);
     assert!(
         error(&w[0]).contains(".keepwrap is a symlink, which keepwrap does not follow"),

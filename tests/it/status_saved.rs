@@ -172,12 +172,7 @@ fn two_stored_sets(home: &Path) -> Vec<String> {
     for chunked in ["1024", "2048", "4096"] {
         let b = boot(&mut engine(home, &["--chunked-prefill-size", chunked]));
         assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
-        let fp = b
-            .log()
-            .iter()
-            .find_map(|l| l.strip_prefix("keepwrap: launch fingerprint "))
-            .map(|l| l[..8].to_string())
-            .unwrap();
+        let fp = b.event("launch")["fingerprint"].as_str().unwrap()[..8].to_string();
         fps.push(fp);
     }
     let stored = stored(home);

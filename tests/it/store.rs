@@ -540,7 +540,7 @@ fn a_store_another_user_can_write_is_not_used() {
         b.events_named("store_unusable").iter().any(|e| e["error"]
             .as_str()
             .unwrap()
-            .ends_with(": store is a directory another user can write (world-writable without the sticky bit)")),
+            .starts_with("store is a directory another user can write (world-writable without the sticky bit)")),
         "{}",
         b.stderr
     );

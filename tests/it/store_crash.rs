@@ -163,14 +163,7 @@ fn locate(root: &Path, set: &Set) -> Result<Vec<String>, String> {
 }
 
 fn fp_of(b: &Finished) -> String {
-    let l = b
-        .log()
-        .into_iter()
-        .find(|l| l.contains("launch fingerprint "))
-        .unwrap()
-        .to_string();
-    let i = l.find("launch fingerprint ").unwrap() + "launch fingerprint ".len();
-    l[i..i + 8].to_string()
+    b.event("launch")["fingerprint"].as_str().unwrap()[..8].to_string()
 }
 
 /// Arms 1, 2, 3 signed on one cache root (`tpl`): 1 and 2 in the store,
