@@ -112,10 +112,12 @@ pub fn cannot_remove_sidecar(path: impl Display, error: impl Display) {
 
 /// A directory named like a cache file.
 pub fn left_directory(path: impl Display) {
+    let reason = "a directory named *.json, which keepwrap does not remove";
     tracing::warn!(
         target: TARGET,
         event = "left_directory",
         path = %path,
+        reason,
         "left {path}: a directory named *.json, which keepwrap does not remove"
     );
 }
@@ -287,6 +289,7 @@ pub fn not_signed_directory(path: impl Display) {
         target: TARGET,
         event = "not_signed_directory",
         path = %path,
+        reason = "a directory",
         "not signed {path}: a directory"
     );
 }

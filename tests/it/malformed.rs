@@ -430,18 +430,24 @@ fn every_planted_malformed_input_gets_one_line_and_is_not_trusted() {
         let what = c.name;
         assert_eq!(b.code, 0, "{what}: the launch goes on: {}", b.stderr);
         assert_no_panic(&b.stderr, what);
-        let lines: Vec<String> = b
-            .log()
+        let naming: Vec<serde_json::Value> = b
+            .log_events()
             .into_iter()
-            .filter(|l| l.contains(&format!(" {}", c.names)))
+            .filter(|e| e["path"] == c.names.as_str())
             .collect();
         assert_eq!(
-            lines.len(),
+            naming.len(),
             1,
-            "{what}: one line names the file: {}",
+            "{what}: one event names the file: {}",
             b.stderr
         );
-        assert!(lines[0].contains(c.says), "{what}: {}", lines[0]);
+        assert!(
+            naming[0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(c.says)),
+            "{what}: {}",
+            naming[0]
+        );
         assert!(
             b.logged_with("pruned", json!({"kept": 0})),
             "{what}: {}",

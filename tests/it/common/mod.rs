@@ -229,6 +229,11 @@ impl Running {
         }
     }
 
+    /// keepwrap's events so far (whole lines only).
+    pub fn log_events(&self) -> Vec<serde_json::Value> {
+        log_events(complete_lines(&self.stderr()))
+    }
+
     /// Wait until keepwrap logged event `name` (JSON logs); the event.
     pub fn wait_event(&mut self, name: &str, timeout: Duration) -> serde_json::Value {
         self.wait_event_where(name, timeout, |_| true)
