@@ -25,6 +25,7 @@
 pub mod cache;
 pub mod done;
 pub mod keeper;
+pub mod policy;
 pub mod root;
 pub mod share;
 pub mod store;

@@ -617,7 +617,7 @@ struct Session {
 /// What the worker is asked to do.
 enum Job {
     /// One `keepwrap:` line at info level.
-    Log(crate::events::keeper::Note),
+    Log(crate::events::policy::Note),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {

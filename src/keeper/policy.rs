@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use crate::events::keeper::Note;
+pub use crate::events::policy::Note;
 use crate::supervisor::child::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
