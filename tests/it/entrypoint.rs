@@ -41,11 +41,7 @@ impl Env {
     fn cmd(&self, w: Wrapper, extra: &[&str], argv: &[&str]) -> Command {
         let mut cmd = match w {
             Wrapper::Keepwrap => keepwrap(&self.path("cache")),
-            Wrapper::Tini => {
-                let mut c = Command::new("tini");
-                c.arg("-s");
-                c
-            }
+            Wrapper::Tini => tini(),
         };
         cmd.args(extra).arg("--").args(argv);
         cmd.env("SIGCHILD_REPORT", self.path("report"));
@@ -217,6 +213,10 @@ fn scenario_ctrl_c_under_a_terminal_exits_130(w: Wrapper) {
     let env = Env::new();
     let mut cmd = Command::new("python3");
     cmd.arg(helper("pty_ctrl_c.py"));
+    if w == Wrapper::Tini {
+        // The terminal starts tini as a shell starts a foreground job.
+        with_default_signals(&mut cmd);
+    }
     let wrapped = env.cmd(w, &[], &["sh", "-c", "echo ready; exec sleep 30"]);
     cmd.arg(wrapped.get_program()).args(wrapped.get_args());
     for (k, v) in wrapped.get_envs() {
