@@ -259,14 +259,14 @@ proptest::proptest! {
             .chain(words.into_iter().map(|w| OsString::from_vec(w.concat())))
             .collect();
         let env = [(OsString::from("V"), OsString::from_vec(b"x\xffy".to_vec()))];
-        for profile in [keepwrap::fingerprint::ProfileName::Sglang, keepwrap::fingerprint::ProfileName::Seed] {
-            let opts = keepwrap::fingerprint::Options {
+        for profile in [keepwrap::launch::fingerprint::ProfileName::Sglang, keepwrap::launch::fingerprint::ProfileName::Seed] {
+            let opts = keepwrap::launch::fingerprint::Options {
                 profile,
                 env_prefixes: vec!["V".into()],
                 volatile_env: vec![],
                 ignored_args: vec!["--tp".into(), "".into(), "-".into()],
             };
-            let l = keepwrap::fingerprint::Launch::new(&opts, &argv, &env);
+            let l = keepwrap::launch::fingerprint::Launch::new(&opts, &argv, &env);
             let _ = (l.fingerprint(), l.redacted_inputs(), l.warnings(), l.command().is_engine());
             let _ = (l.option("--port"), l.cluster_fingerprint(&["--node-rank".into()]));
         }

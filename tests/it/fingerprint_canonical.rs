@@ -1,4 +1,4 @@
-//! keepwrap::canonical against Python's own `json.dumps` (tests/py/pyjson_oracle.py):
+//! keepwrap::launch::canonical against Python's own `json.dumps` (tests/py/pyjson_oracle.py):
 //! property tests over arbitrary byte strings, nested lists and maps, ints
 //! and floats, in every style, batched into one python3 run; plus
 //! library-level checks of `Launch`.
@@ -8,10 +8,10 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::process::Command;
 
-use keepwrap::canonical::{
+use keepwrap::launch::canonical::{
     self, py_cmp, py_float_repr, py_str, to_python_json, value_to_python_json, Layout, Style,
 };
-use keepwrap::fingerprint::{is_secret_name, Launch, Options, ProfileName};
+use keepwrap::launch::fingerprint::{is_secret_name, Launch, Options, ProfileName};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use keepwrap::fingerprint::{Launch, Options, ProfileName};
+use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::Value;
 
 const CORPUS: &str = include_str!("../fixtures/sglang_launch_pairs.jsonl");

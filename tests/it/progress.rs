@@ -46,7 +46,7 @@ fn a_small_launch_gets_a_line_per_landing() {
 fn a_large_launch_is_summed_up() {
     let (lines, took) = landed_lines(100, 3);
     let per_file = lines.iter().filter(|l| l.contains(".json (")).count();
-    assert_eq!(per_file, keepwrap::progress::PER_FILE, "{lines:#?}");
+    assert_eq!(per_file, keepwrap::done::progress::PER_FILE, "{lines:#?}");
     let switch: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("distinct cache files (") && l.contains("sums up the landings"))
@@ -54,7 +54,7 @@ fn a_large_launch_is_summed_up() {
     assert_eq!(switch.len(), 1, "{lines:#?}");
     assert!(switch[0].starts_with(&format!(
         "keepwrap: landed {} distinct cache files",
-        keepwrap::progress::PER_FILE + 1
+        keepwrap::done::progress::PER_FILE + 1
     )));
     // At most one summing line per 10 s (the run takes about a second).
     let sums = lines
@@ -65,7 +65,7 @@ fn a_large_launch_is_summed_up() {
     assert!(sums <= bound, "{took:?}: {lines:#?}");
     assert_eq!(
         lines.len(),
-        keepwrap::progress::PER_FILE + 1 + sums,
+        keepwrap::done::progress::PER_FILE + 1 + sums,
         "{lines:#?}"
     );
 }

@@ -2,7 +2,7 @@
 //! identify it, and their sha256 over Python-compatible canonical JSON.
 //!
 //! Fingerprint = lowercase sha256 hex of `json.dumps(PAYLOAD,
-//! sort_keys=True)` (see [`crate::canonical`]). For an SGLang server launch
+//! sort_keys=True)` (see [`crate::launch::canonical`]). For an SGLang server launch
 //! under the `sglang` profile, PAYLOAD is `{"launch": LAUNCH, "env": env}`,
 //! LAUNCH the canonical launch of [`crate::launch::Canonical`] minus the
 //! profile's ignored argument groups. Otherwise (any other command, and the
@@ -24,9 +24,9 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
-use crate::canonical::{self, py_str, Style};
+use crate::digest::{sha256_hex, Fingerprint};
+use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,11 +83,6 @@ pub fn value_hash(value: &[u8]) -> String {
 /// `<redacted sha256:XXXXXXXXXXXX>`, for a secret's value.
 pub fn redacted_hash(value: &[u8]) -> String {
     format!("<redacted sha256:{}>", &sha256_hex(value)[..12])
-}
-
-/// Lowercase sha256 hex of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +154,7 @@ pub struct Launch {
     /// The `sglang` profile fingerprints the canonical launch.
     canonical_payload: bool,
     ignored: Ignored,
-    fingerprint: String,
+    fingerprint: Fingerprint,
 }
 
 impl Launch {
@@ -271,7 +266,7 @@ impl Launch {
             canonical,
             command,
             ignored: Ignored::new(&ignored),
-            fingerprint: String::new(),
+            fingerprint: Fingerprint::default(),
         };
         launch.fingerprint = launch.payload_hash(&[], false);
         launch
@@ -279,7 +274,7 @@ impl Launch {
 
     /// sha256 of the payload, leaving out the variables named in
     /// `node_local` and, with `cluster`, the node rank.
-    fn payload_hash(&self, node_local: &[String], cluster: bool) -> String {
+    fn payload_hash(&self, node_local: &[String], cluster: bool) -> Fingerprint {
         let mut env_json = Map::new();
         for e in self.env.iter().filter(|e| {
             !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
@@ -312,11 +307,11 @@ impl Launch {
                 json!({ "argv": argv_json, "env": env_json })
             }
         };
-        sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL))
+        Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL))
     }
 
     /// Lowercase sha256 hex.
-    pub fn fingerprint(&self) -> &str {
+    pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
     }
 
@@ -374,7 +369,7 @@ impl Launch {
     /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
     /// bare `--`) and the variables named in `node_local`. The launch
     /// fingerprint is unchanged.
-    pub fn cluster_fingerprint(&self, node_local: &[String]) -> String {
+    pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
         self.payload_hash(node_local, true)
     }
 

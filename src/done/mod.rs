@@ -1,5 +1,9 @@
 //! When tuning is done: the rules (`--done`) and the HTTP health probe.
 
+pub mod owner;
+pub mod progress;
+pub mod watch;
+
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -10,7 +14,7 @@ use nix::errno::Errno;
 use nix::poll::PollFlags;
 use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
 
-use crate::fingerprint::Launch;
+use crate::launch::fingerprint::Launch;
 
 /// `--done`: when keepwrap considers the engine's tuning finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +44,9 @@ impl DoneRule {
             ("health", Some(url)) => {
                 Endpoint::parse(url).map(|_| DoneRule::Health(Some(url.to_string())))
             }
-            ("quiet", Some(d)) => crate::cli::parse_duration(d).map(DoneRule::Quiet),
+            ("quiet", Some(d)) => crate::clock::parse_duration(d)
+                .map(DoneRule::Quiet)
+                .map_err(|e| e.to_string()),
             _ => Err(format!(
                 "'{s}' is not a done rule: use auto, health, health=URL, quiet=DURATION or exit"
             )),
@@ -451,8 +457,8 @@ mod tests {
     }
 
     fn launch(s: &str) -> Launch {
-        let opts = crate::fingerprint::Options {
-            profile: crate::fingerprint::ProfileName::Sglang,
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],
@@ -480,8 +486,8 @@ mod tests {
             ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
             "http://127.0.0.1:8000/health"
         );
-        let opts = crate::fingerprint::Options {
-            profile: crate::fingerprint::ProfileName::Sglang,
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::child::Ended;
+use crate::supervisor::child::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,17 +9,17 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::cache::{self, FileState};
-use crate::fingerprint::{Launch, Options};
-use crate::stats::Stats;
-use crate::store::{ago, now_secs, size_text, Store, STATE_DIR};
-
-fn short(fp: &str) -> String {
-    format!("{}...", fp.get(..8).unwrap_or(fp))
-}
+use crate::clock::now_secs;
+use crate::digest::short;
+use crate::launch::fingerprint::{Launch, Options};
+use crate::root::stats::Stats;
+use crate::store::{ago, size_text, Store};
+use crate::STATE_DIR;
 
 /// Run `keepwrap status`.
 pub fn run(
@@ -124,10 +124,10 @@ fn lock(
     store: &Store,
     timeout: std::time::Duration,
     what: &str,
-) -> std::io::Result<crate::lock::CacheLock> {
-    crate::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
-        crate::lock::LockError::Io(e) => e,
-        crate::lock::LockError::TimedOut(who) => std::io::Error::new(
+) -> std::io::Result<crate::root::lock::CacheLock> {
+    crate::root::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
+        crate::root::lock::LockError::Io(e) => e,
+        crate::root::lock::LockError::TimedOut(who) => std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!("the lock is held by {who}"),
         ),
@@ -145,9 +145,9 @@ pub enum Evict {
 
 /// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
 /// one line each (stderr), then a summary line (stdout).
-pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
+pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let Some(root) = crate::keep::root_from(args.cache_dir.as_deref(), &env) else {
+    let Some(root) = crate::keeper::root_from(cache_dir, &env) else {
         eprintln!(
             "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
         );
@@ -165,13 +165,13 @@ pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
             let p = prefix.to_ascii_lowercase();
             if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
                 eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
-                return ExitCode::from(crate::cli::EXIT_USAGE);
+                return ExitCode::from(super::EXIT_USAGE);
             }
             Some(p)
         }
         _ => None,
     };
-    let _lock = match lock(&store, args.lock_timeout, "keepwrap evict") {
+    let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
@@ -218,7 +218,7 @@ pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
     let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
     let n = evicted.len() as u64;
     if n > 0 {
-        crate::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
+        crate::root::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
     }
     let left = store.entries();
     println!(

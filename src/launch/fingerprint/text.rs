@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use serde_json::Value;
 
 use super::{is_secret_name, redacted_hash, value_hash, Arg, ArgKind, EnvVar, Ignored, Secret};
-use crate::canonical::{self, py_str, Style};
+use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args::Group, Canonical, Wrapper};
 
 /// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`).

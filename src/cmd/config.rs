@@ -10,7 +10,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Command};
 use serde_json::{json, Map, Value};
 
-use crate::cli::RunArgs;
+use crate::keeper::Settings;
 use crate::logging::LogLevel;
 
 /// Top-level arguments that are not settings of a launch.
@@ -65,8 +65,8 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 }
 
 /// The cache root a run would guard, and what it came from.
-fn root_setting(run: &RunArgs, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
-    let root = crate::keep::cache_root(run, env);
+fn root_setting(run: &Settings, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
+    let root = crate::keeper::cache_root(run, env);
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
     } else if set(env, "SGLANG_CACHE_DIR") {
@@ -91,7 +91,7 @@ fn set(env: &[(OsString, OsString)], name: &str) -> bool {
 pub fn print(
     cmd: &Command,
     matches: &ArgMatches,
-    run: &RunArgs,
+    run: &Settings,
     level: &LogLevel,
     command: &[OsString],
     json: bool,
@@ -114,7 +114,7 @@ pub fn print(
     });
     if !command.is_empty() {
         let done = all.iter().find(|s| s.name == "done");
-        let launch = crate::fingerprint::Launch::new(&run.fingerprint.options(), command, &env);
+        let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, &env);
         let resolved = match run.done.resolve(&launch) {
             Ok(d) => format!("tuning is done {d}"),
             Err(e) => e,
@@ -206,7 +206,7 @@ pub fn outside_engine_cache(
     if !runs_sglang(argv) {
         return None;
     }
-    let engine = crate::keep::root_from(None, env)?;
+    let engine = crate::keeper::root_from(None, env)?;
     if normal(dir).starts_with(normal(&engine)) {
         return None;
     }

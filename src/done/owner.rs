@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::policy::Owner;
+use crate::keeper::policy::Owner;
 
 /// Longest a look through processes' descriptors may take: once for the
 /// engine's tree, once to name another owner. It runs on keepwrap's worker

@@ -3,11 +3,16 @@
 //! failure here is logged and leaves the launch alone (fail open for the
 //! launch); any doubt leaves the cache unsigned (fail closed for trust).
 //!
-//! While the engine runs, [`crate::policy`] decides and this module runs
+//! While the engine runs, [`crate::keeper::policy`] decides and this module runs
 //! its actions: the watch, the probe and the timers feed it events in the
 //! supervisor loop; unify, hashing, signing, the lock, the store and the
 //! share run on a worker thread that reports through a socket in the loop's
 //! poll set, so the loop never waits for them.
+
+pub mod policy;
+mod settings;
+
+pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -22,19 +27,20 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::cache;
-use crate::child::Ended;
-use crate::cli::RunArgs;
-use crate::fingerprint::Launch;
-use crate::lock::{self, CacheLock, LockError};
-use crate::owner;
-use crate::policy::{Action, Event, Owner, Policy, Rule};
-use crate::ready::{Done, Probe, ProbeResult};
-use crate::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
+use crate::digest::short;
+use crate::done::owner;
+use crate::done::watch::{self, Stamp, Watcher};
+use crate::done::{Done, Probe, ProbeResult};
+use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
+use crate::launch::fingerprint::Launch;
+use crate::root::lock::{self, CacheLock, LockError};
+use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
+use crate::root::stats::Stats;
 use crate::share::Share;
-use crate::stats::Stats;
-use crate::store::{self, Store, STATE_DIR};
+use crate::store::{self, Store};
+use crate::supervisor::child::Ended;
 use crate::unify;
-use crate::watch::{self, Stamp, Watcher};
+use crate::STATE_DIR;
 
 pub struct Keeper {
     root: PathBuf,
@@ -65,7 +71,7 @@ pub struct Keeper {
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
-pub fn cache_root(args: &RunArgs, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
     root_from(args.cache_dir.as_deref(), env)
 }
 
@@ -140,9 +146,9 @@ impl Keeper {
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
     /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &RunArgs, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
         let launched = Instant::now();
-        let opts = args.fingerprint.options();
+        let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
         let Some(root) = cache_root(args, env) else {
@@ -151,7 +157,7 @@ impl Keeper {
             );
             return Prepared::default();
         };
-        crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+        crate::cmd::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
             tracing::warn!("{line}");
         }
@@ -242,7 +248,7 @@ impl Keeper {
         };
         let mut after_start: Option<Box<dyn FnOnce() + Send>> = None;
         if let Some(s) = &store {
-            let now = store::now_secs();
+            let now = crate::clock::now_secs();
             let mut restored = 0;
             if kept.is_empty() {
                 if let Some(r) = s.restore(&fingerprint) {
@@ -703,7 +709,7 @@ impl Committer {
                 None
             }
             Job::Landed { files, after } => {
-                crate::progress::landed(&self.root, &files, after);
+                crate::done::progress::landed(&self.root, &files, after);
                 None
             }
             Job::Sign { kind, files } => {
@@ -799,7 +805,13 @@ impl Committer {
                     st.tunes += 1;
                 }
             });
-            crate::stats::credit_boot(s.state_fd(), &self.fingerprint, reused, n, self.launched);
+            crate::root::stats::credit_boot(
+                s.state_fd(),
+                &self.fingerprint,
+                reused,
+                n,
+                self.launched,
+            );
             Stats::flush(s.state_fd());
         }
         report.signed
@@ -890,14 +902,10 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
-                crate::child::block_signals_in_thread();
+                crate::supervisor::child::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
-                // SAFETY: plain system calls on this thread's own id.
-                unsafe {
-                    let tid = libc::gettid();
-                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-                }
+                crate::sys::set_thread_nice(10);
                 let Ok(mut c) = handed.recv() else {
                     return;
                 };
@@ -1007,7 +1015,7 @@ fn explain_later(
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = crate::explain::no_cache_line(&s, &fingerprint, &inputs) {
+            if let Some(line) = crate::cmd::explain::no_cache_line(&s, &fingerprint, &inputs) {
                 tracing::info!("{line}");
             }
         }
@@ -1020,7 +1028,7 @@ fn explain_later(
 /// store and it was taken) and the turn. Runs before the engine starts, off
 /// the supervisor's thread: a TERM ends the wait at once.
 fn wait_turn(
-    args: &RunArgs,
+    args: &Settings,
     runs: &Runs,
     store: Option<&Store>,
     me: &Identity,
@@ -1151,11 +1159,6 @@ fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
     a.sort();
     b.sort();
     a == b
-}
-
-/// First 8 hex digits and an ellipsis, as the log lines show fingerprints.
-pub fn short(fingerprint: &str) -> String {
-    format!("{}...", &fingerprint[..fingerprint.len().min(8)])
 }
 
 /// A missing root is the normal first boot: create it. Anything else that

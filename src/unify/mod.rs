@@ -22,7 +22,7 @@
 //!
 //! # Strings
 //!
-//! Strings here are real strings parsed from JSON. [`crate::canonical`]'s
+//! Strings here are real strings parsed from JSON. [`crate::launch::canonical`]'s
 //! writer reads U+10FFFF as the opening of a sentinel pair, so every string
 //! is passed through [`canonical::py_str_from_str`] before it is written.
 //! Keys are compared as real strings: UTF-8 byte order is code point order.
@@ -40,7 +40,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cache::{self, fsx};
-use crate::canonical::{self, Layout, Style};
+use crate::launch::canonical::{self, Layout, Style};
 
 /// The key of the metadata object.
 pub const METADATA: &str = "_metadata";
@@ -343,7 +343,7 @@ fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
                 let handle = std::thread::Builder::new()
                     .name("keepwrap-unify".into())
                     .spawn_scoped(scope, move || {
-                        crate::child::block_signals_in_thread();
+                        crate::supervisor::child::block_signals_in_thread();
                         part.iter().map(parse).collect::<Vec<_>>()
                     });
                 (part, handle)
