@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's performance report, in one command:
+# The performance report (docs/performance.md), in one command:
 #
 #   bash bench/report.sh > report.md
 #
