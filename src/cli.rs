@@ -631,7 +631,7 @@ pub fn main() -> ExitCode {
         }
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keeper::root_from(cmd.cache_dir.as_deref(), &env);
+            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
             let code = crate::cmd::status::run(
                 root,
                 &cmd.fingerprint.options(),
@@ -656,7 +656,7 @@ pub fn main() -> ExitCode {
                 );
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keeper::root_from(cmd.cache_dir.as_deref(), &env);
+            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
             crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {

@@ -48,6 +48,7 @@ pub mod launch;
 pub mod logging;
 pub mod root;
 pub mod share;
+pub mod signals;
 pub mod store;
 pub mod supervisor;
 #[allow(unsafe_code)]
