@@ -4,8 +4,8 @@
 //! is provisional; and the supervisor loop keeps forwarding signals while a
 //! set is unified and signed.
 
-mod common;
-mod harden;
+use crate::common;
+use crate::harden;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -7,8 +7,8 @@
 //! none is trusted, the launch goes on with its own exit status, and
 //! keepwrap never panics.
 
-mod common;
-mod harden;
+use crate::common;
+use crate::harden;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

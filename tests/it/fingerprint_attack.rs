@@ -4,7 +4,7 @@
 //! `keepwrap fingerprint` with a deadline: PID 1 must neither hang nor
 //! panic, and launches SGLang reads differently must differ.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

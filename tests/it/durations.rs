@@ -3,7 +3,7 @@
 //! first landing) or refused up front with exit 2 and a message naming the
 //! option.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! keepwrap says it understands the string, `bash -c` and `sh -c` run the
 //! command with exactly the words keepwrap found.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

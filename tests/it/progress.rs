@@ -1,7 +1,7 @@
 //! Tuning progress: a launch that saves many rank files (64 ranks or more)
 //! gets its landings summed up at a bounded rate instead of a line each.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -3,7 +3,7 @@
 //! `sh -c` wrapper): what it means decides what is reused, and a command that
 //! is no engine leaves the cache root alone.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

@@ -4,8 +4,8 @@
 //! another user can write; and no environment value nor secret-named
 //! argument value appears in any file it writes or any line it logs.
 
-mod common;
-mod harden;
+use crate::common;
+use crate::harden;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;

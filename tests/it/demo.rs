@@ -1,7 +1,7 @@
 //! `examples/demo.sh`: it says it builds before building, shows keepwrap's
 //! lines of each boot, and keeps its logs where it says.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

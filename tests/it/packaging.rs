@@ -1,7 +1,7 @@
 //! Packaging: the static build's file operations, and the Docker snippet,
 //! README and Kubernetes examples agreeing on the settings they suggest.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io;

@@ -2,7 +2,7 @@
 //! means unset, an invalid value names the variable), log levels and
 //! `-v`/`-q`, `keepwrap config`, and the hints for a forgotten `--`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

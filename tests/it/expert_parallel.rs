@@ -4,7 +4,7 @@
 //! files of a launch at commit, so the gate agrees and nothing is profiled.
 //! Proven end to end with the fake engine.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

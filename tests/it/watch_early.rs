@@ -2,7 +2,7 @@
 //! adds its inotify watches, and files written by a command that exits at
 //! once: all are seen, logged as landed, and signed.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! with the fake engine of `examples/` and with tiny Python "engines" that
 //! write one file (fast, for eviction).
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! grace period, a clean signal state for the child, the terminal. The
 //! scenario table also runs against tini, and the two must agree.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

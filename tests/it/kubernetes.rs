@@ -4,7 +4,7 @@
 //! v1 fields), and the examples run keepwrap as the entrypoint with settings
 //! keepwrap accepts.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! none for an info line). Messages made only of format arguments (`"{e}"`)
 //! are composed elsewhere and have no fixed text to match.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

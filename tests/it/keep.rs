@@ -4,7 +4,7 @@
 //! launch. Every promise is checked from the outside: what the engine
 //! tuned and loaded, what keepwrap logged, what is on disk.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

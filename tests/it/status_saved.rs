@@ -2,7 +2,7 @@
 //! the store against its limit and the tuning time the cache saved; and
 //! `status --verify` failing on a file whose bytes changed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::Value;
 
-const CORPUS: &str = include_str!("fixtures/sglang_launch_pairs.jsonl");
+const CORPUS: &str = include_str!("../fixtures/sglang_launch_pairs.jsonl");
 
 fn fingerprint(side: &Value, dir: &std::path::Path, name: &str) -> String {
     let config = side["config"].as_str();
@@ -88,7 +88,7 @@ fn keepwrap_never_merges_launches_sglang_tells_apart() {
     );
 }
 
-const CONFIGS: &str = include_str!("fixtures/sglang_config_files.jsonl");
+const CONFIGS: &str = include_str!("../fixtures/sglang_config_files.jsonl");
 
 /// Config files of tricky YAML (typing, quoting, block scalars, escapes,
 /// line breaks, repeated keys), with the tokens SGLang's

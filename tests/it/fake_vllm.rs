@@ -4,7 +4,7 @@
 //! included: the warm-boot hang of layout A under expert parallelism, and the
 //! silent reuse of a cache tuned under other `VLLM_*` settings since 0.30.0.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};

@@ -4,7 +4,7 @@
 //! share. Unifying one node's files cannot make the gate agree; the union
 //! taken through the share does.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! directory holding its files (config files, model directories, a hub
 //! cache), so "the same path with other content" is two sides.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Statistics: counted in memory during a launch and written once, at the
 //! end, only when something was counted.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};

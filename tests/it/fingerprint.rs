@@ -179,7 +179,7 @@ struct Case {
 }
 
 fn seed_volatile_names() -> Vec<&'static str> {
-    let src = include_str!("fixtures/seed_autotune_keep.py");
+    let src = include_str!("../fixtures/seed_autotune_keep.py");
     // every quoted DSV41_/SGLANG_ name in the seed's two volatile tuples
     let start = src.find("_VOLATILE = (").unwrap();
     let end = src.find("def _volatile").unwrap();
