@@ -31,6 +31,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 pub mod fsx;
+mod json;
 mod judge;
 mod layout;
 mod prune;
@@ -47,7 +48,8 @@ pub use trash::{empty_trash, TRASH_DIR};
 mod tests;
 
 pub use crate::digest::sha256_hex;
-pub use judge::{json_object_entries, judge_sidecar, Reason, META_KEYS};
+pub use json::{json_object_entries, META_KEYS};
+pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
     is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
     SetManifest, SetRecord, Sidecar, Stamp,

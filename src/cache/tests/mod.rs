@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tempfile::TempDir;
 
-use super::judge::{self, Candidate, JsonErr, MemberWhy, Reason};
+use super::json::{self, JsonErr};
+use super::judge::{self, Candidate, MemberWhy, Reason};
 use super::sidecar::{self, Member, Sidecar};
 use super::*;
 use std::os::fd::AsFd;

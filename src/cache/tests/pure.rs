@@ -4,65 +4,65 @@ use super::*;
 
 #[test]
 fn json_object_entries_counts_and_classifies() {
-    assert_eq!(judge::json_object_entries(body("x").as_bytes()), Ok(2));
-    assert_eq!(judge::json_object_entries(b"{}"), Ok(0));
+    assert_eq!(json::json_object_entries(body("x").as_bytes()), Ok(2));
+    assert_eq!(json::json_object_entries(b"{}"), Ok(0));
     assert_eq!(
-        judge::json_object_entries(b"{\"_records\": {}, \"a\": 1}"),
+        json::json_object_entries(b"{\"_records\": {}, \"a\": 1}"),
         Ok(1)
     );
     assert_eq!(
-        judge::json_object_entries(b" [1]"),
+        json::json_object_entries(b" [1]"),
         Err(JsonErr::NotObject("an array"))
     );
     assert_eq!(
-        judge::json_object_entries(b"null"),
+        json::json_object_entries(b"null"),
         Err(JsonErr::NotObject("null"))
     );
     assert_eq!(
-        judge::json_object_entries(b"3"),
+        json::json_object_entries(b"3"),
         Err(JsonErr::NotObject("a number"))
     );
     assert!(matches!(
-        judge::json_object_entries(b"{} {}"),
+        json::json_object_entries(b"{} {}"),
         Err(JsonErr::Invalid(_))
     ));
     assert!(matches!(
-        judge::json_object_entries(b""),
+        json::json_object_entries(b""),
         Err(JsonErr::Invalid(_))
     ));
     assert!(matches!(
-        judge::json_object_entries(b"{\"a\": NaNa}"),
+        json::json_object_entries(b"{\"a\": NaNa}"),
         Err(JsonErr::Invalid(_))
     ));
     // FlashInfer's loader reads _metadata and _records as dicts
     assert_eq!(
-        judge::json_object_entries(b"{\"_metadata\": 5, \"a\": [1]}"),
+        json::json_object_entries(b"{\"_metadata\": 5, \"a\": [1]}"),
         Err(JsonErr::BadMeta("_metadata", "a number"))
     );
     assert_eq!(
-        judge::json_object_entries(b"{\"a\": [1], \"_records\": [1]}"),
+        json::json_object_entries(b"{\"a\": [1], \"_records\": [1]}"),
         Err(JsonErr::BadMeta("_records", "an array"))
     );
     assert_eq!(
-        judge::json_object_entries(b"{\"a\": [1], \"_generation\": {}}"),
+        json::json_object_entries(b"{\"a\": [1], \"_generation\": {}}"),
         Err(JsonErr::BadMeta("_generation", "an object"))
     );
     assert_eq!(
-        judge::json_object_entries(b"{\"_metadata\": {\"x\": 1.5e300}, \"_generation\": \"ab\"}"),
+        json::json_object_entries(b"{\"_metadata\": {\"x\": 1.5e300}, \"_generation\": \"ab\"}"),
         Ok(0)
     );
     // Deeper than serde_json's limit (128): Python's loader raises
     // RecursionError on far less than this.
     let deep = [b"{\"k\": ".as_slice(), &[b'['; 5000], &[b']'; 5000], b"}"].concat();
     assert!(matches!(
-        judge::json_object_entries(&deep),
+        json::json_object_entries(&deep),
         Err(JsonErr::Invalid(e)) if e.contains("recursion limit")
     ));
     let ok = [b"{\"k\": ".as_slice(), &[b'['; 100], &[b']'; 100], b"}"].concat();
-    assert_eq!(judge::json_object_entries(&ok), Ok(1));
+    assert_eq!(json::json_object_entries(&ok), Ok(1));
     // Python's json.dump writes these
     assert_eq!(
-        judge::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
+        json::json_object_entries(b"{\"a\": [NaN, Infinity, -Infinity], \"NaN\": \"Infinity\"}"),
         Ok(2)
     );
 }
