@@ -112,3 +112,49 @@ fn directory_named_json_is_left_with_a_warning() {
         .join(format!("{weird}/rank_tp0_pp0_dp0.json"))
         .is_file());
 }
+
+#[test]
+fn open_dir_path_follows_no_symlink_and_answers_as_the_walk_does() {
+    let t = TempDir::new().unwrap();
+    fs::create_dir_all(t.path().join("a/b/c")).unwrap();
+    fs::write(t.path().join("a/f"), "").unwrap();
+    std::os::unix::fs::symlink("a", t.path().join("l")).unwrap();
+    std::os::unix::fs::symlink("b", t.path().join("a/s")).unwrap();
+    std::os::unix::fs::symlink(t.path().join("a"), t.path().join("abs")).unwrap();
+    let root = fs::File::open(t.path()).unwrap();
+    let ino = |fd: &std::os::fd::OwnedFd| fsx::stat_fd(fd.as_fd()).unwrap().st_ino;
+    let want = |rel: &str| fs::metadata(t.path().join(rel)).unwrap().ino();
+    for (rel, opens) in [
+        ("a/b/c", Some("a/b/c")),
+        ("a/./b/", Some("a/b")),
+        ("./a", Some("a")),
+        ("", Some("")),
+        ("l", None),
+        ("l/b", None),
+        ("a/s", None),
+        ("a/s/c", None),
+        ("abs/b", None),
+        ("a/f", None),
+        ("a/missing", None),
+        ("a/../a", None),
+        ("/tmp", None),
+    ] {
+        let got = fsx::open_dir_path(root.as_fd(), Path::new(rel));
+        let walked = fsx::walk_dir_path(root.as_fd(), Path::new(rel), fsx::open_dir_at::<[u8]>);
+        match (opens, &got, &walked) {
+            (Some(at), Ok(a), Ok(b)) => {
+                assert_eq!(ino(a), want(at), "{rel}");
+                assert_eq!(ino(b), want(at), "{rel}");
+            }
+            // A symlink on the way: ELOOP from openat2, ENOTDIR or ELOOP
+            // from the walk (O_DIRECTORY|O_NOFOLLOW); otherwise the same.
+            (None, Err(a), Err(b)) => {
+                let link = [Some(libc::ELOOP), Some(libc::ENOTDIR)];
+                let same = a.raw_os_error() == b.raw_os_error()
+                    || (link.contains(&a.raw_os_error()) && link.contains(&b.raw_os_error()));
+                assert!(same, "{rel}: {a} vs the walk's {b}");
+            }
+            _ => panic!("{rel}: {got:?} vs the walk's {walked:?}"),
+        }
+    }
+}
