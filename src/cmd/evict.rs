@@ -25,10 +25,7 @@ pub enum Evict {
 pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let Some(root) = crate::root::place::root_from(cache_dir, &env) else {
-        eprintln!(
-            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
-        );
-        return ExitCode::FAILURE;
+        return super::no_root();
     };
     let Some(store) = Store::open_existing(&root) else {
         println!(

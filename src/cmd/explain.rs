@@ -21,10 +21,7 @@ pub fn print(root: Option<PathBuf>, opts: &Options, command: &[OsString]) -> Exi
     let inputs = launch.redacted_inputs();
     let mut out = String::new();
     let Some(root) = root else {
-        eprintln!(
-            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
-        );
-        return ExitCode::FAILURE;
+        return super::no_root();
     };
     let store = Store::open_existing(&root);
     let now = now_secs();

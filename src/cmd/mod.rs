@@ -3,6 +3,7 @@
 //! `keepwrap share-status --json`.
 
 use std::io::Write;
+use std::process::ExitCode;
 
 use crate::root::lock::{CacheLock, LockError};
 use crate::store::Store;
@@ -31,4 +32,12 @@ fn lock(store: &Store, timeout: std::time::Duration, what: &str) -> std::io::Res
 fn print(text: &[u8]) -> bool {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text).and_then(|()| stdout.flush()).is_ok()
+}
+
+/// A subcommand without a cache root: say so, and fail.
+fn no_root() -> ExitCode {
+    eprintln!(
+        "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
+    );
+    ExitCode::FAILURE
 }

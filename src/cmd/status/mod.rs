@@ -32,10 +32,7 @@ pub fn run(
     store_max_size: u64,
 ) -> ExitCode {
     let Some(root) = root else {
-        eprintln!(
-            "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
-        );
-        return ExitCode::FAILURE;
+        return crate::cmd::no_root();
     };
     if zero {
         match zero_stats(&root) {
