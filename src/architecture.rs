@@ -44,19 +44,58 @@ fn top(rel: &str) -> &str {
     first.strip_suffix(".rs").unwrap_or(first)
 }
 
-/// Every `crate::NAME` a line names, NAME in lower case (a module).
-fn crate_paths(line: &str) -> Vec<&str> {
-    line.match_indices("crate::")
-        .filter(|(i, _)| !line[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
-        .map(|(i, m)| {
-            let rest = &line[i + m.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
-                .unwrap_or(rest.len());
-            &rest[..end]
-        })
-        .filter(|name| !name.is_empty())
-        .collect()
+/// A file's code: every line without its `//` comment.
+fn code_of(text: &str) -> String {
+    text.lines().map(code).collect::<Vec<_>>().join("\n")
+}
+
+/// The leading name of `s` (lower case: a module; empty for anything else).
+fn name(s: &str) -> &str {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// Every top module `code` names through `crate::NAME`, including each
+/// name of a group `crate::{a::x, b, c::{y, z}}` over any number of lines.
+fn crate_paths(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for (i, m) in code.match_indices("crate::") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[i + m.len()..];
+        let Some(group) = rest.strip_prefix('{') else {
+            out.push(name(rest));
+            continue;
+        };
+        let (mut depth, mut start) = (1, 0);
+        for (j, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 1 => {
+                    out.push(name(&group[start..j]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 1 => {
+                    out.push(name(&group[start..j]));
+                    start = j + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|n| !n.is_empty() && *n != "self");
+    out
+}
+
+#[test]
+fn crate_paths_reads_plain_and_grouped_imports() {
+    let code = "use crate::a::x;\nuse crate::{b, c::{d, e},\n    f::g, self};\nlet _ = crate::h::i(); my_crate::j;";
+    assert_eq!(crate_paths(code), ["a", "b", "c", "f", "h"]);
 }
 
 #[test]
@@ -66,11 +105,9 @@ fn nothing_below_cli_imports_cli() {
         if top(&rel) == "cli" || rel == "main.rs" || rel == "architecture.rs" {
             continue;
         }
-        for (n, line) in text.lines().enumerate() {
-            let c = code(line);
-            if crate_paths(c).contains(&"cli") || c.contains("super::cli") {
-                offenders.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
-            }
+        let c = code_of(&text);
+        if crate_paths(&c).contains(&"cli") || c.contains("super::cli") {
+            offenders.push(format!("src/{rel}"));
         }
     }
     assert!(
@@ -90,11 +127,9 @@ fn top_modules_import_each_other_without_a_circle() {
         if from == "lib" || from == "main" {
             continue;
         }
-        for line in text.lines() {
-            for to in crate_paths(code(line)) {
-                if to != from && tops.contains(to) {
-                    uses.entry(from).or_default().insert(tops.get(to).unwrap());
-                }
+        for to in crate_paths(&code_of(text)) {
+            if to != from && tops.contains(to) {
+                uses.entry(from).or_default().insert(tops.get(to).unwrap());
             }
         }
     }
