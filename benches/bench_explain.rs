@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use keepwrap::cmd::explain::diff;
+use keepwrap::keeper::explain::diff;
 use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::{json, Value};
 
