@@ -115,22 +115,7 @@ pub fn escape_into(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     out.write_str(rest)
 }
 
-/// A path for a log line: bytes that are not UTF-8 as `\xNN` (control
-/// characters are escaped by the line formatter).
-pub struct Shown<'a>(pub &'a std::path::Path);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use std::os::unix::ffi::OsStrExt;
-        for chunk in self.0.as_os_str().as_bytes().utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            for byte in chunk.invalid() {
-                write!(f, "\\x{byte:02x}")?;
-            }
-        }
-        Ok(())
-    }
-}
+pub use crate::events::Shown;
 
 /// The levels, quietest first, as `-q`/`-v` step through them.
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];

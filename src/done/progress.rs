@@ -79,7 +79,7 @@ pub fn landed(root: &Path, landed: &[PathBuf], at: Duration) {
         match line {
             Line::File(rel) => {
                 let entries = crate::cache::entry_count(&root.join(&rel))
-                    .map_or_else(|why| why, |n| format!("{n} entries"));
+                    .map_or_else(|why| why.to_string(), |n| format!("{n} entries"));
                 crate::events::done::landed(&rel, &entries, at);
             }
             Line::Switch { distinct } => crate::events::done::landed_summing(distinct, at, EVERY),

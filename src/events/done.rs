@@ -5,7 +5,7 @@ use std::fmt::{Debug, Display};
 use std::time::Duration;
 
 use super::secs;
-use crate::logging::Shown;
+use super::Shown;
 
 const TARGET: &str = "keepwrap::done";
 

@@ -7,9 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::secs;
+use super::Shown;
 use crate::digest::short;
-use crate::logging::Shown;
-use crate::root::running::Seen;
 
 const TARGET: &str = "keepwrap::keeper";
 
@@ -183,41 +182,35 @@ pub fn launch_warning(line: &str) {
     tracing::warn!(target: TARGET, event = "launch_warning", "{line}");
 }
 
-/// `--cache-dir` is not where the engine writes.
-pub fn cache_dir_not_engines(dir: &Path, engine: &Path, from: &str) {
-    tracing::warn!(
-        target: TARGET,
-        event = "cache_dir_not_engines",
-        dir = %Shown(dir),
-        engine = %Shown(engine),
-        "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
-        Shown(dir),
-        Shown(engine)
-    );
-}
-
 // ---- other launches on the root ----
 
-pub fn waiting_for_other(other: &Seen, limit: Duration) {
+/// Another launch on the cache root, as its events name it: shown in full
+/// by `Display` (`launch 0123abcd... (pid 7 on host h, tuning since ...)`).
+pub trait OtherLaunch: Display {
+    fn fingerprint(&self) -> &str;
+    fn pid(&self) -> u32;
+}
+
+pub fn waiting_for_other(other: &impl OtherLaunch, limit: Duration) {
     tracing::info!(
         target: TARGET,
         event = "waiting_for_other",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         limit_s = secs(limit),
         "waiting up to {} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files",
         humantime::format_duration(limit)
     );
 }
 
-pub fn still_waiting(other: &Seen, waited: Duration, limit: Duration) {
+pub fn still_waiting(other: &impl OtherLaunch, waited: Duration, limit: Duration) {
     tracing::info!(
         target: TARGET,
         event = "still_waiting",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         waited_s = secs(waited),
         "still waiting for {other} to finish tuning ({} of {})",
         humantime::format_duration(Duration::from_secs(waited.as_secs())),
@@ -236,13 +229,13 @@ pub fn other_done_tuning(other: &str, waited: Duration) {
     );
 }
 
-pub fn gave_up_waiting(other: &Seen, limit: Duration) {
+pub fn gave_up_waiting(other: &impl OtherLaunch, limit: Duration) {
     tracing::warn!(
         target: TARGET,
         event = "gave_up_waiting",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         limit_s = secs(limit),
         "gave up waiting {} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files",
         humantime::format_duration(limit)
@@ -250,37 +243,37 @@ pub fn gave_up_waiting(other: &Seen, limit: Duration) {
 }
 
 /// A node or data-parallel rank of this very launch uses the root.
-pub fn peer_on_root(other: &Seen) {
+pub fn peer_on_root(other: &impl OtherLaunch) {
     tracing::warn!(
         target: TARGET,
         event = "peer_on_root",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {WITHOUT}, and so does that one; {ROOT_PER_POD}"
     );
 }
 
 /// An engine whose keepwrap was killed still runs on the root.
-pub fn orphan_on_root(other: &Seen) {
+pub fn orphan_on_root(other: &impl OtherLaunch) {
     tracing::warn!(
         target: TARGET,
         event = "orphan_on_root",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         "{other} left its engine running on this cache root when keepwrap was killed: {WITHOUT}, so that nothing is removed under that engine and nothing it writes is signed"
     );
 }
 
 /// Another launch runs on the root (done tuning, or itself hands-off).
-pub fn other_on_root(other: &Seen) {
+pub fn other_on_root(other: &impl OtherLaunch) {
     tracing::warn!(
         target: TARGET,
         event = "other_on_root",
         other = %other,
-        other_fingerprint = other.id.fingerprint.as_str(),
-        other_pid = other.pid,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
         "{other} is using this cache root: {WITHOUT}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
     );
 }

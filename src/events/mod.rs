@@ -32,6 +32,23 @@ pub mod store;
 pub mod supervisor;
 pub mod unify;
 
+/// A path for a log line: bytes that are not UTF-8 as `\xNN` (control
+/// characters are escaped by the line formatter).
+pub struct Shown<'a>(pub &'a std::path::Path);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::os::unix::ffi::OsStrExt;
+        for chunk in self.0.as_os_str().as_bytes().utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            for byte in chunk.invalid() {
+                write!(f, "\\x{byte:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A duration in seconds, as a number for the JSON form.
 fn secs(d: std::time::Duration) -> f64 {
     d.as_secs_f64()

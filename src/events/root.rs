@@ -2,10 +2,11 @@
 //! running markers, the statistics.
 
 use std::fmt::Display;
+use std::path::Path;
 use std::time::Duration;
 
 use super::secs;
-use crate::root::running::RUNNING_DIR;
+use super::Shown;
 use crate::STATE_DIR;
 
 const TARGET: &str = "keepwrap::root";
@@ -31,24 +32,25 @@ pub fn lock_taken(waited: Duration) {
     );
 }
 
-/// A marker another user put among the running markers.
-pub fn foreign_marker(name: &str, uid: u32) {
+/// A marker another user put among the running markers
+/// (`.keepwrap/running/NAME`).
+pub fn foreign_marker(marker: &str, uid: u32) {
     tracing::warn!(
         target: TARGET,
         event = "foreign_marker",
-        name,
+        marker,
         uid,
-        "ignored the marker {STATE_DIR}/{RUNNING_DIR}/{name}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone"
+        "ignored the marker {marker}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone"
     );
 }
 
-pub fn cannot_update_marker(name: &str, error: impl Display) {
+pub fn cannot_update_marker(marker: &str, error: impl Display) {
     tracing::warn!(
         target: TARGET,
         event = "cannot_update_marker",
-        name,
+        marker,
         error = %error,
-        "cannot update this launch's marker {STATE_DIR}/{RUNNING_DIR}/{name}: {error}"
+        "cannot update this launch's marker {marker}: {error}"
     );
 }
 
@@ -69,5 +71,18 @@ pub fn cannot_write_stats(file: &str, error: impl Display) {
         file,
         error = %error,
         "cannot write {STATE_DIR}/{file}: {error}"
+    );
+}
+
+/// `--cache-dir` is not where the engine writes.
+pub fn cache_dir_not_engines(dir: &Path, engine: &Path, from: &str) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cache_dir_not_engines",
+        dir = %Shown(dir),
+        engine = %Shown(engine),
+        "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
+        Shown(dir),
+        Shown(engine)
     );
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::secs;
+use super::Shown;
 use crate::digest::short;
-use crate::logging::Shown;
 
 const TARGET: &str = "keepwrap::share";
 

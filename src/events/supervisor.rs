@@ -5,7 +5,6 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use super::secs;
-use crate::keeper::NotKept;
 
 const TARGET: &str = "keepwrap::supervisor";
 
@@ -31,14 +30,10 @@ pub fn poll_failed(error: impl Display) {
     tracing::error!(target: TARGET, event = "poll_failed", error = %error, "poll failed: {error}");
 }
 
-/// The cache is not kept for this command: `--disable`, `--keep never`, or
-/// no engine launch under `--keep auto`.
-pub fn supervising_only(why: &NotKept) {
-    let reason = match why {
-        NotKept::Disabled => "disabled",
-        NotKept::Never => "keep_never",
-        NotKept::NotAnEngine(_) => "not_an_engine",
-    };
+/// The cache is not kept for this command: `--disable` (`reason`
+/// `disabled`), `--keep never` (`keep_never`), or no engine launch under
+/// `--keep auto` (`not_an_engine`); `why` says it to the operator.
+pub fn supervising_only(reason: &str, why: impl Display) {
     tracing::info!(target: TARGET, event = "supervising_only", reason, "{why}");
 }
 

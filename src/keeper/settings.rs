@@ -19,7 +19,9 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// `--done`: when tuning is done.
     pub done: DoneRule,
+    /// Time between two health probes.
     pub probe_interval: Duration,
+    /// How long one health probe may take.
     pub probe_timeout: Duration,
     /// `--unify`.
     pub unify: UnifyMode,
@@ -58,6 +60,17 @@ pub enum KeepMode {
     Auto,
     Always,
     Never,
+}
+
+impl NotKept {
+    /// Why, as one word for the `supervising_only` event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NotKept::Disabled => "disabled",
+            NotKept::Never => "keep_never",
+            NotKept::NotAnEngine(_) => "not_an_engine",
+        }
+    }
 }
 
 impl Settings {

@@ -246,6 +246,15 @@ impl Seen {
     }
 }
 
+impl crate::events::keeper::OtherLaunch for Seen {
+    fn fingerprint(&self) -> &str {
+        &self.id.fingerprint
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = match (self.life, self.state) {
@@ -431,7 +440,10 @@ impl Runs {
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
         let (seen, strays, foreign) = scan_dir(self.dir.as_fd());
         for (name, uid) in foreign {
-            crate::events::root::foreign_marker(&name, uid);
+            crate::events::root::foreign_marker(
+                &format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR),
+                uid,
+            );
         }
         tidy(self.dir.as_fd(), &seen, &strays, None);
         seen
@@ -636,7 +648,10 @@ impl Marker {
     pub fn set_state(&self, state: State) {
         self.state.set(state);
         if let Err(e) = self.shared.write_all_at(state.word(), 0) {
-            crate::events::root::cannot_update_marker(&self.name, e);
+            crate::events::root::cannot_update_marker(
+                &format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name),
+                e,
+            );
         }
     }
 

@@ -50,7 +50,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let prepared = match args.cache.keeps(&command, &env) {
         Err(line) => {
-            crate::events::supervisor::supervising_only(&line);
+            crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
         Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
@@ -134,7 +134,7 @@ fn prepare_interruptibly(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-prepare".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             let _ = tx.send(Keeper::prepare(&a, &c, &env));
             let _ = done_tx.write_all(&[1]);
         });
@@ -179,7 +179,7 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
     if let Err(e) = std::thread::Builder::new()
         .name("keepwrap-explain".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             job()
         })
     {

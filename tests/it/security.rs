@@ -473,7 +473,10 @@ fn a_live_marker_another_user_planted_never_stops_the_prune() {
         b.stderr
     );
     assert!(
-        b.logged_with("foreign_marker", json!({"name": "4242-1", "uid": 65534})),
+        b.logged_with(
+            "foreign_marker",
+            json!({"marker": ".keepwrap/running/4242-1", "uid": 65534})
+        ),
         "{}",
         b.stderr
     );
