@@ -208,7 +208,7 @@ pub struct FingerprintCmd {
 #[derive(Debug, Clone, Args)]
 pub struct FingerprintArgs {
     /// Fingerprint profile: which env vars and arguments identify a launch
-    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "sglang")]
+    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "auto")]
     pub profile: ProfileName,
 
     /// Also fingerprint env vars whose name starts with PREFIX (repeatable)
@@ -289,7 +289,7 @@ pub struct RunArgs {
 
     /// Rewrite the rank files of each cache directory as their union at commit,
     /// so SGLang's stock entry gate sees agreement under expert parallelism
-    /// (auto: on for the sglang and seed profiles)
+    /// (auto: on for the sglang and seed profiles, off for vllm)
     #[arg(
         long,
         value_enum,
@@ -376,16 +376,15 @@ pub enum UnifyMode {
 }
 
 impl RunArgs {
-    /// Whether this launch unifies rank files.
-    pub fn unifies(&self) -> bool {
+    /// Whether a launch fingerprinted with `profile` (resolved) unifies
+    /// rank files.
+    pub fn unifies(&self, profile: ProfileName) -> bool {
         match self.unify {
             UnifyMode::On => true,
             UnifyMode::Off => false,
-            // Both profiles front an SGLang engine, whose stock gate needs it.
-            UnifyMode::Auto => matches!(
-                self.fingerprint.profile,
-                ProfileName::Sglang | ProfileName::Seed
-            ),
+            // The SGLang profiles front an SGLang engine, whose stock gate
+            // needs it; vLLM's gate passes per-rank files as they are.
+            UnifyMode::Auto => matches!(profile, ProfileName::Sglang | ProfileName::Seed),
         }
     }
 }
@@ -674,7 +673,8 @@ pub fn main() -> ExitCode {
         }
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::vllm_keep::root_for(profile, cmd.cache_dir.as_deref(), &env);
             let code = crate::status::run(
                 root,
                 &cmd.fingerprint.options(),
@@ -699,7 +699,8 @@ pub fn main() -> ExitCode {
                 );
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::vllm_keep::root_for(profile, cmd.cache_dir.as_deref(), &env);
             crate::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {

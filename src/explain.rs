@@ -308,7 +308,7 @@ pub fn print(root: Option<std::path::PathBuf>, opts: &Options, command: &[OsStri
     out.push_str(&format!(
         "this launch: {}... ({} profile)",
         &fp[..8],
-        opts.profile.as_str()
+        launch.profile().as_str()
     ));
     match &own {
         Some(r) => out.push_str(&format!(

@@ -24,7 +24,7 @@ use nix::poll::PollFlags;
 use crate::cache;
 use crate::child::Ended;
 use crate::cli::RunArgs;
-use crate::fingerprint::Launch;
+use crate::fingerprint::{Launch, ProfileName};
 use crate::lock::{self, CacheLock, LockError};
 use crate::owner;
 use crate::policy::{Action, Event, Owner, Policy, Rule};
@@ -145,10 +145,25 @@ impl Keeper {
         let opts = args.fingerprint.options();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
-        let Some(root) = cache_root(args, env) else {
-            tracing::warn!(
-                "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
-            );
+        let profile = launch.profile();
+        let root = if profile == ProfileName::Vllm {
+            crate::vllm_keep::root(args.cache_dir.as_deref(), env)
+                .map_err(|e| {
+                    tracing::warn!(
+                        "no cache root: {e}; the launch goes on without keeping the cache"
+                    )
+                })
+                .ok()
+        } else {
+            let root = cache_root(args, env);
+            if root.is_none() {
+                tracing::warn!(
+                    "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+                );
+            }
+            root
+        };
+        let Some(root) = root else {
             return Prepared::default();
         };
         crate::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
@@ -165,7 +180,7 @@ impl Keeper {
         tracing::info!(
             "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
             short(&fingerprint),
-            args.fingerprint.profile.as_str(),
+            profile.as_str(),
             root.display()
         );
         if !ensure_root(&root) {
@@ -187,7 +202,7 @@ impl Keeper {
             &args.share,
             &launch,
             argv,
-            args.unifies(),
+            args.unifies(profile),
             args.store_max_age,
         );
         let store = match Store::open(&root) {
@@ -254,6 +269,7 @@ impl Keeper {
                     kept = r.paths;
                 }
             }
+            crate::vllm_keep::before_start(&root, &launch, &mut kept);
             if kept.is_empty() {
                 after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
@@ -291,10 +307,10 @@ impl Keeper {
             launched,
             kept,
             session: None,
-            unify: args.unifies(),
+            unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: args.fingerprint.profile.as_str(),
+            profile: profile.as_str(),
             inputs,
             share,
         };

@@ -25,6 +25,7 @@
 //! - [`stats`]: statistics kept across launches;
 //! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
 //! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones;
+//! - [`vllm_keep`]: the cache side of a vLLM launch (root, done, the shared file of 0.27-0.31);
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
 
 /// The sidecar format version as a literal, for `concat!` in `--version`.
@@ -58,6 +59,7 @@ pub mod status;
 pub mod store;
 pub mod supervise;
 pub mod unify;
+pub mod vllm_keep;
 pub mod watch;
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger

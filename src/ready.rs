@@ -64,11 +64,18 @@ impl DoneRule {
     /// inside a shell wrapper, its config file included).
     pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
         match self {
+            DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
+                Some(v) => crate::vllm_keep::auto_done(v),
+                None => Ok(Done::Exit),
+            },
             DoneRule::Auto if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
             DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
-            DoneRule::Health(None) => Ok(Done::Health(Endpoint::of_launch(launch))),
+            DoneRule::Health(None) => match launch.vllm() {
+                Some(v) => crate::vllm_keep::auto_done(v),
+                None => Ok(Done::Health(Endpoint::of_launch(launch))),
+            },
             DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),
             DoneRule::Quiet(d) => Ok(Done::Quiet(*d)),
         }

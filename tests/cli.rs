@@ -53,7 +53,7 @@ fn every_empty_variable_is_the_same_as_unset() {
         assert_eq!(entry["source"], "default", "{name}: {entry}");
     }
     assert_eq!(cfg["grace"]["value"], "5s");
-    assert_eq!(cfg["profile"]["value"], "sglang");
+    assert_eq!(cfg["profile"]["value"], "auto");
     assert_eq!(cfg["log"]["value"], "info");
     // And a launch runs: the child's status is the launch's.
     let mut cmd = kw(home.path());

@@ -33,6 +33,7 @@ use std::path::{Component, Path, PathBuf};
 pub mod fsx;
 mod judge;
 mod layout;
+pub mod layout_vllm;
 mod prune;
 pub use prune::{Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
@@ -101,7 +102,7 @@ pub fn is_cache_file(rel: &Path) -> bool {
             }
             depth += 1;
         } else {
-            return depth == layout::KEY_DEPTH && layout::role(name) == layout::Role::Cache;
+            return depth == layout::key_depth() && layout::role(name) == layout::Role::Cache;
         }
     }
     false
