@@ -183,6 +183,7 @@ impl Keeper {
             profile.as_str(),
             root.display()
         );
+        crate::vllm_keep::note_managed_store(&launch, env);
         if !ensure_root(&root) {
             return Prepared::default();
         }

@@ -174,3 +174,26 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         }
     });
 }
+
+/// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later
+/// keep its tactics in FlashInfer's managed store, not in a rank file. That
+/// store is left alone, and one line says so: with one rank no tuning group
+/// can desynchronise, FlashInfer keys each entry by its exact shape and the
+/// environment (so another launch finds its own shapes or tunes them), and
+/// a bad entry is a miss, never an error. Keeping it per launch would move a
+/// directory FlashInfer shares between launches by design.
+pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
+    let Some(v) = launch.vllm() else {
+        return;
+    };
+    let s = v.sizes();
+    if s.world() != Some(1) || s.pp != Some(1) || s.nnodes != Some(1) {
+        return;
+    }
+    let store = facts::managed_store_root(env)
+        .map(|p| p.join("v2").display().to_string())
+        .unwrap_or_else(|e| format!("unknown: {e}"));
+    tracing::info!(
+        "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss"
+    );
+}
