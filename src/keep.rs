@@ -199,13 +199,17 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = Share::new(
-            &args.share,
-            &launch,
-            argv,
-            args.unifies(profile),
-            args.store_max_age,
-        );
+        let share = if profile == ProfileName::Vllm {
+            crate::vllm_keep::share(&args.share, &launch, args.store_max_age)
+        } else {
+            Share::new(
+                &args.share,
+                &launch,
+                argv,
+                args.unifies(profile),
+                args.store_max_age,
+            )
+        };
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -270,7 +274,6 @@ impl Keeper {
                     kept = r.paths;
                 }
             }
-            crate::vllm_keep::before_start(&root, &launch, &mut kept);
             if kept.is_empty() {
                 after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
@@ -316,6 +319,7 @@ impl Keeper {
             share,
         };
         keeper.take_share_union();
+        crate::vllm_keep::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept();
         Prepared {
             keeper: Some(keeper),
@@ -358,7 +362,17 @@ impl Keeper {
         let Some(share) = self.share.as_ref() else {
             return;
         };
-        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+        let taken = if self.profile == ProfileName::Vllm.as_str() {
+            // vLLM: each node keeps its own ranks' files; a node whose
+            // cache is empty takes its own back from a complete set.
+            if !self.kept.is_empty() {
+                return;
+            }
+            crate::vllm_keep::take_own(share, &self.root, &self.fingerprint)
+        } else {
+            share.take_union(&self.root, &self.fingerprint)
+        };
+        if let Some(signed) = taken {
             // keepwrap's own writes are not landings of the engine.
             self.watcher.read();
             self.kept = signed;
@@ -382,6 +396,23 @@ impl Keeper {
             }
             Done::Quiet(d) => Rule::Quiet(*d),
             Done::Exit => Rule::Exit,
+            Done::HeadHealth(endpoint) => {
+                self.probe = Some(Probe::new(
+                    endpoint.clone(),
+                    self.probe_interval,
+                    self.probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::RankFiles(_, d) => Rule::Quiet(*d),
+        };
+        let policy = match &self.done {
+            Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
+            Done::RankFiles(names, _) => {
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+            }
+            _ => Policy::new(rule, self.launched),
         };
         let committer = Committer {
             root: self.root.clone(),
@@ -396,7 +427,7 @@ impl Keeper {
             share: self.share.take(),
         };
         self.session = Some(Session {
-            policy: Policy::new(rule, self.launched),
+            policy,
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
@@ -478,8 +509,10 @@ impl Keeper {
         // No other probe until this one's answer is judged.
         probe.defer(now);
         let url = probe.endpoint().to_string();
+        // A headless node probes the head: another process by design.
+        let head = matches!(self.done, Done::HeadHealth(_));
         let report = match probe.addr() {
-            Some(addr) if owner::is_local(addr) => s.worker.run(Job::Owner {
+            Some(addr) if owner::is_local(addr) && !head => s.worker.run(Job::Owner {
                 addr,
                 name: !s.named,
                 at: now,

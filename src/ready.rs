@@ -57,6 +57,12 @@ pub enum Done {
     Quiet(Duration),
     /// The child exits 0.
     Exit,
+    /// A headless vLLM node: the first 200 from the head's endpoint (another
+    /// process, on another node: trusted as given).
+    HeadHealth(Endpoint),
+    /// A headless vLLM node without the head's address: every one of these
+    /// rank files (names) has landed, then none for this long.
+    RankFiles(Vec<String>, Duration),
 }
 
 impl DoneRule {
@@ -92,6 +98,17 @@ impl std::fmt::Display for Done {
                 humantime::format_duration(*d)
             ),
             Done::Exit => write!(f, "when the command exits 0"),
+            Done::HeadHealth(ep) => write!(
+                f,
+                "when GET {ep} (the head's API server; this node is headless) first answers 200"
+            ),
+            Done::RankFiles(names, d) => write!(
+                f,
+                "when this headless node's {} rank files ({}) have landed and no cache file has for {}",
+                names.len(),
+                names.join(", "),
+                humantime::format_duration(*d)
+            ),
         }
     }
 }

@@ -14,10 +14,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
+use crate::cli::ShareArgs;
 use crate::fingerprint::vllm::VllmLaunch;
 use crate::fingerprint::Launch;
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::ready::{Done, Endpoint};
+use crate::share::{gather_nodes, Node, Share};
 
 /// vLLM's default API port.
 pub const DEFAULT_PORT: u16 = 8000;
@@ -62,12 +64,25 @@ pub fn root_for(
 /// its `--host`/`--port` (8000; loopback for a wildcard bind). A server on
 /// a Unix socket (`--uds`) cannot be probed: Err says what to give.
 pub fn auto_done(v: &VllmLaunch) -> Result<Done, String> {
+    let sizes = v.sizes();
+    if sizes.headless {
+        return headless_done(v, &sizes);
+    }
     if v.option("--uds").is_some() {
         return Err(
             "a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION".into(),
         );
     }
-    let host = match v.option("--host").as_deref().unwrap_or("127.0.0.1") {
+    Ok(Done::Health(health(
+        v.option("--host").as_deref().unwrap_or("127.0.0.1"),
+        v,
+    )))
+}
+
+/// `/health` on `host` (a wildcard bind probed on loopback) and the
+/// launch's `--port` (8000).
+fn health(host: &str, v: &VllmLaunch) -> Endpoint {
+    let host = match host {
         "0.0.0.0" | "" => "127.0.0.1".to_string(),
         "::" | "[::]" => "[::1]".to_string(),
         h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
@@ -77,11 +92,37 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, String> {
         .option("--port")
         .and_then(|p| p.parse().ok())
         .unwrap_or(DEFAULT_PORT);
-    Ok(Done::Health(Endpoint {
+    Endpoint {
         host,
         port,
         path: "/health".into(),
-    }))
+    }
+}
+
+/// How long a headless node's rank files must be quiet once they have all
+/// landed: every local rank saves once, after a barrier, so they land
+/// together and nothing follows.
+pub const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `--done auto` for a headless node (`--headless`), which serves nothing:
+/// the head's `/health` when its address is in the launch (`--master-addr`
+/// for TP/PP across nodes, `--data-parallel-address` for DP; the port is
+/// this launch's `--port`, else 8000: the API node's as the launch says
+/// it), else this node's expected rank files (layout C) landed and quiet.
+/// Never its exit 0.
+fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, String> {
+    let head = v
+        .option("--master-addr")
+        .or_else(|| v.option("--data-parallel-address"));
+    if let Some(addr) = head {
+        return Ok(Done::HeadHealth(health(&addr, v)));
+    }
+    match sizes.local_rank_files() {
+        Some(names) if !names.is_empty() => Ok(Done::RankFiles(names, HEADLESS_QUIET)),
+        _ => Err(
+            "a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health".into(),
+        ),
+    }
 }
 
 /// The bytes of the model's `config.json`, when the model is a local
@@ -196,4 +237,124 @@ pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     tracing::info!(
         "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss"
     );
+}
+
+/// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
+/// R` (TP/PP across nodes), or for data parallelism across nodes
+/// `-dp D -dpl L` with `-dpr S` (or `-dpn S`): node S/L of D/L.
+pub fn node(v: &VllmLaunch) -> Result<Node, String> {
+    let s = v.sizes();
+    let n = |x: Option<u64>, what: &str| {
+        x.and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| format!("{what} cannot be read from the launch"))
+    };
+    let (nnodes, rank) = match (s.nnodes, s.dp_size_local) {
+        (Some(nn), _) if nn > 1 => (n(s.nnodes, "--nnodes")?, n(s.node_rank, "--node-rank")?),
+        (_, Some(local)) if local > 0 && s.dp.is_some_and(|d| d > local && d % local == 0) => {
+            let start = s.dp_start_rank.or(s.dp_rank).unwrap_or(0);
+            (
+                n(s.dp.map(|d| d / local), "--data-parallel-size")?,
+                n(Some(start / local), "--data-parallel-start-rank")?,
+            )
+        }
+        _ => (1, 0),
+    };
+    if rank >= nnodes {
+        return Err(format!("node {rank} is out of range for {nnodes} nodes"));
+    }
+    Ok(Node { nnodes, rank })
+}
+
+/// The share of a vLLM launch (`--share DIR`): each node publishes its own
+/// ranks' signed files; no union is ever taken (vLLM's gate passes
+/// per-rank files as they are).
+pub fn share(args: &ShareArgs, launch: &Launch, max_age: std::time::Duration) -> Option<Share> {
+    let v = launch.vllm()?;
+    Share::for_node(args, launch, node(v), max_age)
+}
+
+/// Before the engine starts, on a node that kept nothing: when every node
+/// of this launch has a verified publication, write this node's own
+/// published rank files back in place and sign them. Never a partial set:
+/// one node missing, or one file that does not verify, and nothing is
+/// taken (one line says which). The files signed, if any.
+pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+    let (dir, cluster, me, timeout) = share.parts();
+    let (d, c) = (dir.to_path_buf(), cluster.to_string());
+    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me)) {
+        None => {
+            tracing::warn!(
+                "share: reading {} took more than {}; single-node behaviour",
+                dir.display(),
+                humantime::format_duration(timeout)
+            );
+            return None;
+        }
+        Some(Err(e)) => {
+            tracing::warn!(
+                "share: cannot read {}: {e}; single-node behaviour",
+                dir.display()
+            );
+            return None;
+        }
+        Some(Ok(Err(missing))) => {
+            let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
+            let why: Vec<String> = missing
+                .iter()
+                .map(|(r, w)| format!("node {r}: {w}"))
+                .collect();
+            tracing::info!(
+                "share: not every node has published: node {} of {} ({}); single-node behaviour",
+                which.join(", "),
+                me.nnodes,
+                why.join("; ")
+            );
+            return None;
+        }
+        Some(Ok(Ok(nodes))) => nodes,
+    };
+    let own = nodes.into_iter().find(|n| n.rank == me.rank)?;
+    if own.files.is_empty() {
+        return None;
+    }
+    let written = own
+        .files
+        .iter()
+        .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
+    if let Err(e) = written {
+        tracing::warn!("share: cannot write this node's rank files: {e}; single-node behaviour");
+        return None;
+    }
+    match crate::cache::sign(root, fingerprint) {
+        Ok(r) if r.failed == 0 && !r.signed.is_empty() => {
+            tracing::info!(
+                "share: restored this node's {} rank files from the share, published with every other node's for this launch ({} nodes), and signed them",
+                own.files.len(),
+                me.nnodes
+            );
+            Some(r.signed)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("share: cannot sign {}: {e}", root.display());
+            None
+        }
+    }
+}
+
+/// Write `bytes` at `rel` below `root` atomically (a temp file renamed
+/// over it), creating its directories; never through a symlink.
+fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use crate::cache::fsx;
+    use std::os::fd::AsFd;
+    let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let root_fd = fsx::open_root(root)?;
+    let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
+    let tmp = fsx::write_temp_at(dfd.as_fd(), bytes, 0o644, true)?;
+    let target = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL in a name"))?;
+    let linked = fsx::link_onto_at(dfd.as_fd(), &tmp, &target);
+    let _ = fsx::unlink_at(dfd.as_fd(), tmp.as_slice());
+    linked?;
+    fsx::fsync_dir(dfd.as_fd())
 }

@@ -62,7 +62,7 @@ fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Com
 }
 
 /// Wait for keepwrap's outcome line, then stop the launch with TERM.
-fn until_outcome(mut r: Running) -> Finished {
+fn until_outcome(r: Running) -> Finished {
     common::wait_for("keepwrap's outcome line", DEADLINE, || {
         let err = r.stderr();
         OUTCOMES.iter().any(|o| err.contains(o)).then_some(())
@@ -357,4 +357,207 @@ fn a_one_rank_launch_leaves_the_managed_store_alone_and_says_so() {
     assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
     assert_eq!(common::cache_files(&store), before);
     assert!(common::sidecars(&store).is_empty());
+}
+
+/// One boot of a two-node launch (`-tp 2` across two nodes, one rank each):
+/// node 0 serves, node 1 is headless; each node has its own home (cache
+/// root) and both the share. Waits for both outcome lines, then stops both.
+fn two_nodes(homes: &[PathBuf; 2], share: &Path, extra: &[&str]) -> [Finished; 2] {
+    let port = common::free_port().to_string();
+    let master = common::free_port().to_string();
+    let share_arg = format!("--share={}", share.display());
+    let start = |rank: usize| {
+        let r = rank.to_string();
+        let mut args = vec![
+            "-tp",
+            "2",
+            "-ep",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            &r,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &master,
+            "--port",
+            &port,
+        ];
+        if rank == 1 {
+            args.push("--headless");
+        }
+        args.extend_from_slice(extra);
+        Running::spawn(&mut kw_vllm(&homes[rank], &[&share_arg], &args, &[]))
+    };
+    let mut nodes = [start(1), start(0)];
+    for n in nodes.iter_mut() {
+        common::wait_for("both nodes' outcome lines", DEADLINE, || {
+            OUTCOMES
+                .iter()
+                .any(|o| n.stderr().contains(o))
+                .then_some(())
+        });
+    }
+    for n in &nodes {
+        n.guard.signal(Signal::SIGTERM);
+    }
+    let [headless, head] = nodes;
+    [head.finish(DEADLINE), headless.finish(DEADLINE)]
+}
+
+#[test]
+fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
+    let tmp = common::home();
+    let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
+    let share = tmp.path().join("share");
+    for d in homes.iter().chain([&share]) {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.log()[0].contains("(the head's API server; this node is headless)"),
+        "{}",
+        headless.stderr
+    );
+    for (n, f) in [&head, &headless].iter().enumerate() {
+        assert_eq!(f.code, 0, "node {n}: {}", f.stderr);
+        assert!(
+            f.logged("tuned and signed 1 cache files"),
+            "node {n}: {}",
+            f.stderr
+        );
+        assert!(
+            f.logged("share: published 1 rank files as node"),
+            "node {n}: {}",
+            f.stderr
+        );
+    }
+    let tuned = head.tuned() + headless.tuned();
+    assert!(tuned > 0);
+
+    // the same launch again: each node reuses its own rank's file
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    for (n, f) in [&head, &headless].iter().enumerate() {
+        assert!(f.logged("reused 1 cache files"), "node {n}: {}", f.stderr);
+    }
+    assert_eq!(head.tuned() + headless.tuned(), 0);
+
+    // node 1 comes back with an empty cache (a new pod): it restores its
+    // own rank's file from the share, and nothing is tuned
+    std::fs::remove_dir_all(&homes[1]).unwrap();
+    std::fs::create_dir_all(&homes[1]).unwrap();
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.logged("share: restored this node's 1 rank files from the share"),
+        "{}",
+        headless.stderr
+    );
+    assert!(
+        headless.logged("reused 1 cache files"),
+        "{}",
+        headless.stderr
+    );
+    assert_eq!(head.tuned() + headless.tuned(), 0, "{:#?}", headless.stdout);
+
+    // without node 0's publication the set is not complete: nothing is
+    // taken, and the world re-tunes
+    std::fs::remove_dir_all(&homes[1]).unwrap();
+    std::fs::create_dir_all(&homes[1]).unwrap();
+    let published: Vec<PathBuf> = std::fs::read_dir(share.join("keepwrap"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("node0"))
+        .collect();
+    for p in &published {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let [_head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.logged("share: not every node has published: node 0 of 2"),
+        "{}",
+        headless.stderr
+    );
+    assert!(headless.tuned() > 0, "{:#?}", headless.stdout);
+}
+
+#[test]
+fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet() {
+    let tmp = common::home();
+    let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
+    let port = common::free_port().to_string();
+    let rpc = common::free_port().to_string();
+    let boot = || {
+        let start = |rank: usize| {
+            let mut args = vec![
+                "-dp", "2", "-dpl", "1", "-ep", "-dpp", &rpc, "--port", &port,
+            ];
+            if rank == 1 {
+                args.extend(["-dpr", "1", "--headless"]);
+            }
+            Running::spawn(&mut kw_vllm(&homes[rank], &[], &args, &[]))
+        };
+        let mut nodes = [start(1), start(0)];
+        for n in nodes.iter_mut() {
+            common::wait_for("both outcome lines", DEADLINE, || {
+                OUTCOMES
+                    .iter()
+                    .any(|o| n.stderr().contains(o))
+                    .then_some(())
+            });
+        }
+        for n in &nodes {
+            n.guard.signal(Signal::SIGTERM);
+        }
+        let [headless, head] = nodes;
+        [head.finish(DEADLINE), headless.finish(DEADLINE)]
+    };
+    let [head, headless] = boot();
+    assert!(
+        headless.log()[0].contains(
+            "when this headless node's 1 rank files (autotune_configs_dp1_rank1.json) have landed"
+        ),
+        "{}",
+        headless.stderr
+    );
+    assert!(head.logged("tuned and signed 1"), "{}", head.stderr);
+    assert!(headless.logged("tuned and signed 1"), "{}", headless.stderr);
+    let [head, headless] = boot();
+    assert!(
+        headless.logged("reused 1 cache files"),
+        "{}",
+        headless.stderr
+    );
+    assert_eq!(head.tuned() + headless.tuned(), 0);
+}
+
+#[test]
+fn a_headless_nodes_exit_0_is_never_tuning_done() {
+    let home = common::home();
+    // node 1 of a two-node launch whose head never comes: it exits 0 on
+    // TERM while waiting, and nothing it wrote is signed
+    let port = common::free_port().to_string();
+    let master = common::free_port().to_string();
+    let args = [
+        "-tp",
+        "2",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        &master,
+        "--port",
+        &port,
+        "--headless",
+    ];
+    let mut r = Running::spawn(&mut kw_vllm(home.path(), &[], &args, &[]));
+    r.wait_stdout("the fake's start event", DEADLINE, |l| {
+        l.contains("\"event\": \"start\"")
+    });
+    r.guard.signal(Signal::SIGTERM);
+    let f = r.finish(DEADLINE);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(f.logged("not signing"), "{}", f.stderr);
+    assert!(common::sidecars(&root(home.path())).is_empty());
 }
