@@ -117,6 +117,12 @@ fn agree() -> Vec<(&'static str, Side, Side)> {
             vs("-tp 2"),
         ),
         ("--flag=value is --flag value", vs("--max-num-seqs=64"), vs("--max-num-seqs 64")),
+        ("-tp is --tensor-parallel-size", vs("-tp 2 -ep"), vs("--tensor-parallel-size=2 --enable-expert-parallel")),
+        (
+            "a headless node's short aliases",
+            vs("-tp 4 -n 2 -r 1 --headless"),
+            vs("-tp 4 --nnodes 2 --node-rank 0"),
+        ),
         ("--long_name is --long-name", vs("--max_num_seqs 64"), vs("--max-num-seqs 64")),
         ("--port", vs("-tp 2 --port 8001"), vs("-tp 2 --port=9000")),
         ("--host", vs("-tp 2 --host 0.0.0.0"), vs("-tp 2")),
@@ -282,7 +288,7 @@ fn explain_shows_the_vllm_inputs_without_secrets() {
     for want in [
         "arg \"--model\"",
         "arg \"model\"",
-        "arg \"-tp\"",
+        "arg \"--tensor-parallel-size\"",
         "arg \"2\"",
         "ignored-arg \"--port\" (front end)",
         "ignored-arg \"8001\" (front end)",

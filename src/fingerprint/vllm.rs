@@ -5,7 +5,8 @@
 //!
 //! Canonical form of the engine arguments, as vLLM's parser reads them:
 //! `--long_name` is `--long-name`; `--flag=value` is `--flag value` (when
-//! the value does not start with `-`); `vllm serve MODEL` is `--model MODEL`
+//! the value does not start with `-`); a short alias is its long name
+//! (`-tp` is `--tensor-parallel-size`); `vllm serve MODEL` is `--model MODEL`
 //! (the serve command moves `--model` there itself). Otherwise the order is
 //! kept: without vLLM's whole argument table, two launches agree only when
 //! their tokens do (a reordering costs one tuning boot, never a wrong
@@ -48,6 +49,34 @@ pub struct VllmLaunch {
     /// The engine arguments with the config file's keys in front (as vLLM
     /// inserts them): what the parallel sizes and the port are read from.
     merged: Vec<OsString>,
+}
+
+/// vLLM's short aliases (`vllm/engine/arg_utils.py`): a canonical launch
+/// spells each by its long name, so `-tp 2` is `--tensor-parallel-size 2`.
+const SHORT_ALIASES: &[(&str, &str)] = &[
+    ("-tp", "--tensor-parallel-size"),
+    ("-pp", "--pipeline-parallel-size"),
+    ("-dp", "--data-parallel-size"),
+    ("-dpn", "--data-parallel-rank"),
+    ("-dpr", "--data-parallel-start-rank"),
+    ("-dpl", "--data-parallel-size-local"),
+    ("-dpa", "--data-parallel-address"),
+    ("-dpp", "--data-parallel-rpc-port"),
+    ("-dph", "--data-parallel-hybrid-lb"),
+    ("-dpe", "--data-parallel-external-lb"),
+    ("-ep", "--enable-expert-parallel"),
+    ("-pcp", "--prefill-context-parallel-size"),
+    ("-n", "--nnodes"),
+    ("-r", "--node-rank"),
+    ("-q", "--quantization"),
+    ("-asc", "--api-server-count"),
+];
+
+fn long_name(short: &[u8]) -> Option<&'static str> {
+    SHORT_ALIASES
+        .iter()
+        .find(|(s, _)| s.as_bytes() == short)
+        .map(|(_, l)| *l)
 }
 
 /// `--flag=value` as vLLM's parser sees it: the canonical name and the value.
@@ -93,6 +122,8 @@ fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Opt
         }
         let name = if b.starts_with(b"--") {
             facts::canonical_flag(b)
+        } else if let Some(long) = long_name(b) {
+            long.as_bytes().to_vec()
         } else {
             b.to_vec()
         };
