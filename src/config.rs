@@ -65,9 +65,31 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 }
 
 /// The cache root a run would guard, and what it came from.
-fn root_setting(run: &RunArgs, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
-    let root = crate::keep::cache_root(run, env);
+fn root_setting(
+    run: &RunArgs,
+    cache_dir: &Setting,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Setting {
+    let vllm =
+        run.fingerprint.profile.resolve_for(command, env) == crate::fingerprint::ProfileName::Vllm;
+    let root = if vllm {
+        crate::vllm_keep::root(run.cache_dir.as_deref(), env).ok()
+    } else {
+        crate::keep::cache_root(run, env)
+    };
+    let vllm_var = [
+        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "XDG_CACHE_HOME",
+    ]
+    .into_iter()
+    .find(|v| set(env, v));
     let (source, origin) = if run.cache_dir.is_some() {
+        (cache_dir.source, cache_dir.origin.clone())
+    } else if vllm {
+        ("default", Some(vllm_var.unwrap_or("HOME").to_string()))
+    } else if set(env, "SGLANG_CACHE_DIR") {
         (cache_dir.source, cache_dir.origin.clone())
     } else if set(env, "SGLANG_CACHE_DIR") {
         ("default", Some("SGLANG_CACHE_DIR".to_string()))
@@ -99,7 +121,7 @@ pub fn print(
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut all = settings(cmd, matches);
     let cache_dir = all.iter().find(|s| s.name == "cache-dir");
-    let root = cache_dir.map(|c| root_setting(run, c, &env));
+    let root = cache_dir.map(|c| root_setting(run, c, command, &env));
     all.extend(root);
     all.push(Setting {
         name: "log".into(),

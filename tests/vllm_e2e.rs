@@ -561,3 +561,45 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
     assert!(f.logged("not signing"), "{}", f.stderr);
     assert!(common::sidecars(&root(home.path())).is_empty());
 }
+
+#[test]
+fn status_and_explain_read_a_vllm_launch() {
+    let home = common::home();
+    let cold = serve(home.path(), &["-tp", "2", "-ep"], &[]);
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    let launch = |sub: &str, tp: &str| {
+        let mut cmd = kw_vllm(
+            home.path(),
+            &[sub],
+            &["--port", "9999", "-tp", tp, "-ep"],
+            &[],
+        );
+        common::output(&mut cmd)
+    };
+    let st = launch("status", "2");
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains(&format!("cache root {}", root(home.path()).display())),
+        "{out}"
+    );
+    assert_eq!(
+        st.stdout
+            .iter()
+            .filter(
+                |l| l.contains("signed for this launch") && l.contains("autotune_configs_dp0_rank")
+            )
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains("this launch would keep 2, restore 0, store 0 and remove 0 cache files"),
+        "{out}"
+    );
+    let ex = launch("explain", "4");
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    let out = ex.stdout.join("\n");
+    assert!(out.contains("(vllm profile): never signed"), "{out}");
+    assert!(out.contains("arg --tensor-parallel-size 2 -> 4"), "{out}");
+}
