@@ -10,9 +10,9 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::fingerprint::{self, ProfileName};
+use crate::done::DoneRule;
+use crate::launch::fingerprint::{self, ProfileName};
 use crate::logging::{self, LogFormat};
-use crate::ready::DoneRule;
 
 /// Exit status for keepwrap's own usage errors (as clap uses).
 pub const EXIT_USAGE: u8 = 2;
@@ -646,22 +646,26 @@ pub fn main() -> ExitCode {
     );
     logging::init_with(cli.log_format, &level);
     if cli.show_config {
-        return crate::config::print(&cmd, &matches, &cli.run, &level, &cli.command, false);
+        return crate::cmd::config::print(&cmd, &matches, &cli.run, &level, &cli.command, false);
     }
     match cli.subcommand {
         Some(Sub::Evict(cmd)) => {
             let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
-                (_, Some(d), _) => crate::status::Evict::OlderThan(d),
-                (_, None, Some(fp)) => crate::status::Evict::Launch(fp),
-                _ => crate::status::Evict::All,
+                (_, Some(d), _) => crate::cmd::status::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::cmd::status::Evict::Launch(fp),
+                _ => crate::cmd::status::Evict::All,
             };
-            crate::status::evict(&cmd.root, which)
+            crate::cmd::status::evict(&cmd.root, which)
         }
-        Some(Sub::Clean(cmd)) => crate::status::evict(&cmd.root, crate::status::Evict::All),
+        Some(Sub::Clean(cmd)) => {
+            crate::cmd::status::evict(&cmd.root, crate::cmd::status::Evict::All)
+        }
         Some(Sub::Config(c)) => {
-            crate::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
+            crate::cmd::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
         }
-        Some(Sub::ShareStatus(cmd)) if cmd.json => crate::status::share_status_json(&cmd.share),
+        Some(Sub::ShareStatus(cmd)) if cmd.json => {
+            crate::cmd::status::share_status_json(&cmd.share)
+        }
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
@@ -674,8 +678,8 @@ pub fn main() -> ExitCode {
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
             let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-            let root = crate::vllm_keep::root_for(profile, cmd.cache_dir.as_deref(), &env);
-            let code = crate::status::run(
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+            let code = crate::cmd::status::run(
                 root,
                 &cmd.fingerprint.options(),
                 &cmd.command,
@@ -700,14 +704,14 @@ pub fn main() -> ExitCode {
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
             let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-            let root = crate::vllm_keep::root_for(profile, cmd.cache_dir.as_deref(), &env);
-            crate::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+            crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");
             }
-            crate::supervise::run(&cli.run, cli.command)
+            crate::supervisor::run(&cli.run, cli.command)
         }
     }
 }
