@@ -62,11 +62,15 @@ const KEEPWRAP_BYTE: i64 = 1;
 const TMP_STALE: Duration = Duration::from_secs(60);
 
 /// The flags that tell the nodes or data-parallel ranks of one launch apart.
-pub const RANK_FLAGS: [&str; 4] = [
+pub const RANK_FLAGS: [&str; 7] = [
     "--node-rank",
     "--data-parallel-rank",
     "--data-parallel-start-rank",
     "--dp-rank",
+    // vLLM's short aliases of the first three
+    "-r",
+    "-dpn",
+    "-dpr",
 ];
 
 /// What a launch on the root is doing.
