@@ -358,3 +358,104 @@ fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
     linked?;
     fsx::fsync_dir(dfd.as_fd())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::Wrapper;
+
+    fn launch(args: &str) -> VllmLaunch {
+        let argv: Vec<OsString> = args.split_whitespace().map(OsString::from).collect();
+        VllmLaunch::new(&argv, &Wrapper::Direct, Path::new("/nonexistent"), &|_| {
+            None
+        })
+        .unwrap()
+    }
+
+    fn done(args: &str) -> Result<Done, String> {
+        auto_done(&launch(args))
+    }
+
+    #[test]
+    fn done_rules() {
+        let health = |host: &str, port: u16| {
+            Done::Health(Endpoint {
+                host: host.into(),
+                port,
+                path: "/health".into(),
+            })
+        };
+        assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
+        assert_eq!(
+            done("vllm serve m --host 0.0.0.0 --port=9000"),
+            Ok(health("127.0.0.1", 9000))
+        );
+        assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
+        assert!(done("vllm serve m --uds /tmp/s").is_err());
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
+            Ok(Done::HeadHealth(Endpoint {
+                host: "10.0.0.1".into(),
+                port: 8001,
+                path: "/health".into(),
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
+            Ok(Done::HeadHealth(Endpoint {
+                host: "10.0.0.1".into(),
+                port: 8000,
+                path: "/health".into(),
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
+            Ok(Done::RankFiles(
+                (4..8)
+                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / 2))
+                    .collect(),
+                HEADLESS_QUIET
+            ))
+        );
+        assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
+    }
+
+    #[test]
+    fn nodes() {
+        let node = |a: &str| node(&launch(a));
+        assert_eq!(node("vllm serve m -tp 2"), Ok(Node { nnodes: 1, rank: 0 }));
+        assert_eq!(
+            node("vllm serve m -tp 4 --nnodes 2 --node-rank 1 --headless"),
+            Ok(Node { nnodes: 2, rank: 1 })
+        );
+        assert_eq!(
+            node("vllm serve m -dp 4 -dpl 2 -dpr 2 --headless"),
+            Ok(Node { nnodes: 2, rank: 1 })
+        );
+        assert_eq!(
+            node("vllm serve m -dp 4 -dpl 2"),
+            Ok(Node { nnodes: 2, rank: 0 })
+        );
+        assert!(node("vllm serve m -tp 4 --nnodes 2 --node-rank 2").is_err());
+    }
+
+    #[test]
+    fn the_shared_file_is_removed_when_in_doubt() {
+        let remove = |a: &str| matches!(shared_file_verdict(&launch(a)), Verdict::Remove(_));
+        // no config.json (a hub name or a missing directory): treated as MoE
+        assert!(remove("vllm serve m -tp 2"));
+        assert!(remove("vllm serve m -tp 2 -ep"));
+        assert!(!remove("vllm serve m"));
+        assert!(!remove("vllm serve m -tp 1 -dp 1"));
+        assert!(remove("vllm serve m -tp x"));
+        // a dense config.json
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), r#"{"hidden_size": 64}"#).unwrap();
+        let m = dir.path().display().to_string();
+        assert!(!remove(&format!("vllm serve {m} -tp 4")));
+        assert!(remove(&format!("vllm serve {m} -tp 4 -ep")));
+        std::fs::write(dir.path().join("config.json"), r#"{"num_experts": 8}"#).unwrap();
+        assert!(remove(&format!("vllm serve {m} -tp 4")));
+        assert!(!remove(&format!("vllm serve {m}")));
+    }
+}
