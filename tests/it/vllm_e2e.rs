@@ -603,3 +603,83 @@ fn status_and_explain_read_a_vllm_launch() {
     assert!(out.contains("(vllm profile): never signed"), "{out}");
     assert!(out.contains("arg --tensor-parallel-size 2 -> 4"), "{out}");
 }
+
+#[test]
+fn one_changed_rank_file_prunes_the_whole_set() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    let cold = serve(home.path(), &args, &[]);
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    // rank 1's file replaced after signing (another writer, a peer's copy)
+    let files = common::cache_files(&root(home.path()));
+    let rank1 = root(home.path()).join(&files[1]);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&rank1).unwrap()).unwrap();
+    v.as_object_mut()
+        .unwrap()
+        .insert("planted".into(), serde_json::json!([0, 1]));
+    std::fs::write(&rank1, serde_json::to_vec(&v).unwrap()).unwrap();
+    let next = serve(home.path(), &args, &[]);
+    assert!(next.logged("changed after signing"), "{}", next.stderr);
+    assert!(next.logged("set incomplete"), "{}", next.stderr);
+    assert!(next.logged("prune: kept 0,"), "{}", next.stderr);
+    // the whole group re-tunes from scratch: no rank loads part of a set
+    assert!(
+        next.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        next.stdout
+    );
+    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+}
+
+#[test]
+fn the_override_directory_holds_the_folders_and_the_managed_store_is_left_alone() {
+    let home = common::home();
+    let dir = home.path().join("autotune");
+    let env = [("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir.to_str().unwrap())];
+    let cold = serve(home.path(), &["-tp", "2"], &env);
+    assert!(
+        cold.log()[0].contains(&format!("cache root {};", dir.display())),
+        "{}",
+        cold.stderr
+    );
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    // the folders sit right in the root: <sha256>/autotune_configs_dp0_rank*.json
+    let files = common::cache_files(&dir);
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(
+        files.iter().all(|f| f.components().count() == 2),
+        "{files:?}"
+    );
+    // a one-rank launch on the same root writes FlashInfer's store in v2/
+    let one = serve(home.path(), &[], &env);
+    assert!(one.logged("FlashInfer's managed store"), "{}", one.stderr);
+    assert!(dir.join("v2").is_dir());
+    let warm = serve(home.path(), &["-tp", "2"], &env);
+    assert!(warm.logged("reused 2"), "{}", warm.stderr);
+    assert_eq!(warm.tuned(), 0);
+    // v2/ is the engine's: neither judged nor reported as something else
+    assert!(!warm.logged("untouched"), "{}", warm.stderr);
+    assert!(common::sidecars(&dir.join("v2")).is_empty());
+    let one = serve(home.path(), &[], &env);
+    assert_eq!(one.tuned(), 0, "{:#?}", one.stdout);
+}
+
+#[test]
+fn the_config_file_gives_the_port_and_the_sizes() {
+    let home = common::home();
+    let port = common::free_port();
+    std::fs::write(
+        home.path().join("serve.yaml"),
+        format!("port: {port}\ntensor-parallel-size: 2\n"),
+    )
+    .unwrap();
+    let cfg = home.path().join("serve.yaml");
+    let mut cmd = kw_vllm(home.path(), &[], &["--config", cfg.to_str().unwrap()], &[]);
+    let f = until_outcome(Running::spawn(&mut cmd));
+    assert!(
+        f.log()[0].contains(&format!("GET http://127.0.0.1:{port}/health")),
+        "{}",
+        f.stderr
+    );
+    assert!(f.logged("tuned and signed 2"), "{}", f.stderr);
+}
