@@ -27,6 +27,8 @@
 //! - [`clock`]: deadlines that saturate instead of overflowing;
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
 
+#![deny(unsafe_code)]
+
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
     () => {
@@ -38,6 +40,7 @@ pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod digest;
 pub mod done;
 pub mod failpoint;
 pub mod keeper;
@@ -47,7 +50,13 @@ pub mod root;
 pub mod share;
 pub mod store;
 pub mod supervisor;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod unify;
+
+/// keepwrap's state directory, inside the cache root (hidden: neither the
+/// engine nor the cache walk reads it).
+pub const STATE_DIR: &str = ".keepwrap";
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
 /// version is not trusted.

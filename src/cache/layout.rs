@@ -116,7 +116,7 @@ fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
 /// left alone, and reported.
 pub fn is_engines(depth: usize, name: &[u8], kind: Kind) -> bool {
     if depth < key_depth() {
-        return (depth == 0 && name == super::fsx::STATE_DIR.as_bytes())
+        return (depth == 0 && name == crate::STATE_DIR.as_bytes())
             || (kind == Kind::Dir
                 && super::layout_vllm::is_engines_unwalked(shape(), depth, name))
             || (matches!(kind, Kind::Dir | Kind::Symlink) && is_layout_dir(depth, name));

@@ -10,7 +10,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Command};
 use serde_json::{json, Map, Value};
 
-use crate::cli::RunArgs;
+use crate::keeper::Settings;
 use crate::logging::LogLevel;
 
 /// Top-level arguments that are not settings of a launch.
@@ -66,7 +66,7 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 
 /// The cache root a run would guard, and what it came from.
 fn root_setting(
-    run: &RunArgs,
+    run: &Settings,
     cache_dir: &Setting,
     command: &[OsString],
     env: &[(OsString, OsString)],
@@ -111,7 +111,7 @@ fn set(env: &[(OsString, OsString)], name: &str) -> bool {
 pub fn print(
     cmd: &Command,
     matches: &ArgMatches,
-    run: &RunArgs,
+    run: &Settings,
     level: &LogLevel,
     command: &[OsString],
     json: bool,
@@ -134,8 +134,7 @@ pub fn print(
     });
     if !command.is_empty() {
         let done = all.iter().find(|s| s.name == "done");
-        let launch =
-            crate::launch::fingerprint::Launch::new(&run.fingerprint.options(), command, &env);
+        let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, &env);
         let resolved = match run.done.resolve(&launch) {
             Ok(d) => format!("tuning is done {d}"),
             Err(e) => e,

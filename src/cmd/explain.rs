@@ -19,8 +19,9 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::clock::now_secs;
 use crate::launch::fingerprint::{is_secret_name, Launch, Options};
-use crate::store::{ago, now_secs, LaunchRecord, Store};
+use crate::store::{ago, LaunchRecord, Store};
 
 /// argv split into positionals (by index, before the first flag) and flags
 /// (name -> value; `None` for a switch), in order of first appearance.
@@ -306,8 +307,8 @@ pub fn print(root: Option<std::path::PathBuf>, opts: &Options, command: &[OsStri
     let records = store.as_ref().map(Store::records).unwrap_or_default();
     let own = records.iter().find(|r| r.fingerprint == fp).cloned();
     out.push_str(&format!(
-        "this launch: {}... ({} profile)",
-        &fp[..8],
+        "this launch: {} ({} profile)",
+        crate::digest::short(&fp),
         launch.profile().as_str()
     ));
     match &own {

@@ -9,17 +9,17 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::cache::{self, FileState};
+use crate::clock::now_secs;
+use crate::digest::short;
 use crate::launch::fingerprint::{Launch, Options};
 use crate::root::stats::Stats;
-use crate::store::{ago, now_secs, size_text, Store, STATE_DIR};
-
-fn short(fp: &str) -> String {
-    format!("{}...", fp.get(..8).unwrap_or(fp))
-}
+use crate::store::{ago, size_text, Store};
+use crate::STATE_DIR;
 
 /// Run `keepwrap status`.
 pub fn run(
@@ -145,9 +145,9 @@ pub enum Evict {
 
 /// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
 /// one line each (stderr), then a summary line (stdout).
-pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
+pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let Some(root) = crate::keeper::root_from(args.cache_dir.as_deref(), &env) else {
+    let Some(root) = crate::keeper::root_from(cache_dir, &env) else {
         eprintln!(
             "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
         );
@@ -165,13 +165,13 @@ pub fn evict(args: &crate::cli::RootArgs, which: Evict) -> ExitCode {
             let p = prefix.to_ascii_lowercase();
             if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
                 eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
-                return ExitCode::from(crate::cli::EXIT_USAGE);
+                return ExitCode::from(super::EXIT_USAGE);
             }
             Some(p)
         }
         _ => None,
     };
-    let _lock = match lock(&store, args.lock_timeout, "keepwrap evict") {
+    let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
         Err(e) => {
             eprintln!(

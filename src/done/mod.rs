@@ -44,7 +44,9 @@ impl DoneRule {
             ("health", Some(url)) => {
                 Endpoint::parse(url).map(|_| DoneRule::Health(Some(url.to_string())))
             }
-            ("quiet", Some(d)) => crate::cli::parse_duration(d).map(DoneRule::Quiet),
+            ("quiet", Some(d)) => crate::clock::parse_duration(d)
+                .map(DoneRule::Quiet)
+                .map_err(|e| e.to_string()),
             _ => Err(format!(
                 "'{s}' is not a done rule: use auto, health, health=URL, quiet=DURATION or exit"
             )),

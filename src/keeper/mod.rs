@@ -10,7 +10,10 @@
 //! poll set, so the loop never waits for them.
 
 pub mod policy;
+mod settings;
 pub mod vllm;
+
+pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -25,7 +28,7 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::cache;
-use crate::cli::RunArgs;
+use crate::digest::short;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
@@ -35,9 +38,10 @@ use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
 use crate::share::Share;
-use crate::store::{self, Store, STATE_DIR};
+use crate::store::{self, Store};
 use crate::supervisor::child::Ended;
 use crate::unify;
+use crate::STATE_DIR;
 
 pub struct Keeper {
     root: PathBuf,
@@ -68,7 +72,7 @@ pub struct Keeper {
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
-pub fn cache_root(args: &RunArgs, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
     root_from(args.cache_dir.as_deref(), env)
 }
 
@@ -143,9 +147,9 @@ impl Keeper {
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
     /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &RunArgs, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
         let launched = Instant::now();
-        let opts = args.fingerprint.options();
+        let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
         let profile = launch.profile();
@@ -265,7 +269,7 @@ impl Keeper {
         };
         let mut after_start: Option<Box<dyn FnOnce() + Send>> = None;
         if let Some(s) = &store {
-            let now = store::now_secs();
+            let now = crate::clock::now_secs();
             let mut restored = 0;
             if kept.is_empty() {
                 if let Some(r) = s.restore(&fingerprint) {
@@ -952,11 +956,7 @@ impl Worker {
                 crate::supervisor::child::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
-                // SAFETY: plain system calls on this thread's own id.
-                unsafe {
-                    let tid = libc::gettid();
-                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-                }
+                crate::sys::set_thread_nice(10);
                 let Ok(mut c) = handed.recv() else {
                     return;
                 };
@@ -1079,7 +1079,7 @@ fn explain_later(
 /// store and it was taken) and the turn. Runs before the engine starts, off
 /// the supervisor's thread: a TERM ends the wait at once.
 fn wait_turn(
-    args: &RunArgs,
+    args: &Settings,
     runs: &Runs,
     store: Option<&Store>,
     me: &Identity,
@@ -1210,11 +1210,6 @@ fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
     a.sort();
     b.sort();
     a == b
-}
-
-/// First 8 hex digits and an ellipsis, as the log lines show fingerprints.
-pub fn short(fingerprint: &str) -> String {
-    format!("{}...", &fingerprint[..fingerprint.len().min(8)])
 }
 
 /// A missing root is the normal first boot: create it. Anything else that

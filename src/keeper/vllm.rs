@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
-use crate::cli::ShareArgs;
+
 use crate::done::{Done, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
@@ -268,7 +268,11 @@ pub fn node(v: &VllmLaunch) -> Result<Node, String> {
 /// The share of a vLLM launch (`--share DIR`): each node publishes its own
 /// ranks' signed files; no union is ever taken (vLLM's gate passes
 /// per-rank files as they are).
-pub fn share(args: &ShareArgs, launch: &Launch, max_age: std::time::Duration) -> Option<Share> {
+pub fn share(
+    args: &crate::share::Settings,
+    launch: &Launch,
+    max_age: std::time::Duration,
+) -> Option<Share> {
     let v = launch.vllm()?;
     Share::for_node(args, launch, node(v), max_age)
 }

@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use crate::store::STATE_DIR;
+use crate::STATE_DIR;
 
 /// Held until dropped.
 pub struct CacheLock {

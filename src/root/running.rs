@@ -46,9 +46,9 @@ use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::cache::fsx::{self, Kind};
-use crate::keeper::short;
+use crate::digest::short;
 use crate::launch::fingerprint::{self, Launch};
-use crate::store::STATE_DIR;
+use crate::STATE_DIR;
 
 /// The directory of the markers, below `.keepwrap/`.
 pub const RUNNING_DIR: &str = "running";
@@ -150,7 +150,7 @@ impl Identity {
         };
         Identity {
             fingerprint: launch.fingerprint().to_string(),
-            peer_key,
+            peer_key: peer_key.into(),
             rank,
         }
     }
@@ -336,13 +336,7 @@ fn now_nanos() -> u128 {
 }
 
 fn range(kind: libc::c_short, byte: i64) -> libc::flock {
-    // SAFETY: flock is plain data; zero is a valid value of every field.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = byte;
-    fl.l_len = 1;
-    fl
+    crate::sys::flock_range(kind, byte, 1)
 }
 
 /// Take the lock of one byte through this open file description.

@@ -136,7 +136,7 @@ impl Stats {
     /// warning, and counting starts again.
     pub fn load(state: BorrowedFd<'_>) -> Stats {
         use crate::cache::fsx;
-        let shown = format!("{}/{FILE}", fsx::STATE_DIR);
+        let shown = format!("{}/{FILE}", crate::STATE_DIR);
         let then = "statistics start again";
         match fsx::read_state_file(state, FILE, 1 << 20) {
             Ok(None) => Stats::default(),
@@ -164,13 +164,13 @@ impl Stats {
     pub fn update(state: BorrowedFd<'_>, f: impl FnOnce(&mut Stats)) {
         let mut s = Stats::load(state);
         if s.since == 0 {
-            s.since = crate::store::now_secs();
+            s.since = crate::clock::now_secs();
         }
         f(&mut s);
         if let Err(e) = s.save(state) {
             // Best effort: a full or read-only disk has been warned about
             // by the cache work itself.
-            tracing::debug!("cannot write {}/{FILE}: {e}", crate::store::STATE_DIR);
+            tracing::debug!("cannot write {}/{FILE}: {e}", crate::STATE_DIR);
         }
     }
 
@@ -221,7 +221,7 @@ impl Stats {
     /// and a reuse after the reset is still credited with its launch's.
     pub fn zero(state: BorrowedFd<'_>) -> std::io::Result<()> {
         Stats {
-            since: crate::store::now_secs(),
+            since: crate::clock::now_secs(),
             tuning_boot_ms: Stats::load(state).tuning_boot_ms,
             ..Stats::default()
         }

@@ -37,6 +37,10 @@
 //! is abandoned; a syscall stuck on a hard NFS mount may still keep the
 //! process from exiting until the mount answers).
 
+mod settings;
+
+pub use settings::Settings;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CString, OsString};
 use std::io;
@@ -46,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
 use nix::sys::stat::{mkdirat, Mode};
@@ -54,9 +58,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::{self, fsx};
-use crate::cli::ShareArgs;
-use crate::keeper::short;
-use crate::launch::fingerprint::{sha256_hex, Launch};
+use crate::clock::now_secs;
+use crate::digest::{sha256_hex, short};
+use crate::launch::fingerprint::Launch;
 use crate::unify::{self, Outcome, RankFile, RankId};
 
 /// Version of the manifest format. A manifest with another version is not
@@ -148,12 +152,6 @@ pub fn node_of(argv: &[OsString]) -> Result<Node, String> {
         ));
     }
     Ok(Node { nnodes, rank })
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn cstring(name: &str) -> io::Result<CString> {
@@ -595,7 +593,7 @@ impl Share {
     /// The share of this launch, or `None` (with one line saying why) when
     /// there is none to use.
     pub fn new(
-        args: &ShareArgs,
+        args: &Settings,
         launch: &Launch,
         argv: &[OsString],
         unify: bool,
@@ -614,7 +612,7 @@ impl Share {
 
     /// [`Share::new`] for a launch whose place among the nodes is `node`.
     pub fn for_node(
-        args: &ShareArgs,
+        args: &Settings,
         launch: &Launch,
         node: Result<Node, String>,
         max_age: Duration,
@@ -634,7 +632,7 @@ impl Share {
             );
             return None;
         }
-        let cluster = launch.cluster_fingerprint(&args.node_local());
+        let cluster = String::from(launch.cluster_fingerprint(&args.node_local()));
         tracing::info!(
             "share: cluster fingerprint {} (node {} of {}); share {}",
             short(&cluster),
@@ -1090,7 +1088,7 @@ mod tests {
         assert_ne!(a.cluster_fingerprint(&[]), b.cluster_fingerprint(&[]));
         // Without node-rank nor node-local names it is the launch fingerprint.
         let d = launch(&["p", "--tp", "4"], "/a");
-        assert_eq!(d.cluster_fingerprint(&[]), d.fingerprint());
+        assert_eq!(&d.cluster_fingerprint(&[]), d.fingerprint());
     }
 
     #[test]

@@ -30,17 +30,17 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::cache::fsx::split;
 use crate::cache::{self, fsx, ForeignSet, Member};
 use crate::launch::canonical::{self, Style};
+use crate::STATE_DIR;
 
-/// keepwrap's state directory, inside the cache root.
-pub const STATE_DIR: &str = fsx::STATE_DIR;
 /// The manifest inside a stored set's directory.
 const MANIFEST: &str = ".set.json";
 const FORMAT: u32 = 1;
@@ -95,26 +95,11 @@ pub struct Restored {
     pub signed_at: u64,
 }
 
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-fn short(fp: &str) -> String {
-    format!("{}...", fp.get(..8).unwrap_or(fp))
-}
+use crate::clock::now_secs;
+use crate::digest::short;
 
 fn is_fp(name: &str) -> bool {
     cache::is_sha256_hex(name)
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    }
 }
 
 /// The two names of a member in its directory: the cache file and its
@@ -125,16 +110,6 @@ fn names(name: &str) -> [CString; 2] {
         CString::new(name).unwrap_or_default(),
         CString::new(format!("{stem}.launch")).unwrap_or_default(),
     ]
-}
-
-fn unique_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 
 /// "5 minutes ago", "2 days ago".
@@ -504,7 +479,7 @@ impl Store {
                 return self.stash_dir(root, set, dir);
             }
         }
-        let staging = format!("{}.in-{}", set.fingerprint, unique_id());
+        let staging = format!("{}.in-{}", set.fingerprint, fsx::unique_name());
         let dir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
         let man = Manifest {
             format: FORMAT,
@@ -548,7 +523,7 @@ impl Store {
                 "not a directory below the root",
             ));
         }
-        let staging = format!("{}.in-{}", set.fingerprint, unique_id());
+        let staging = format!("{}.in-{}", set.fingerprint, fsx::unique_name());
         let sdir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
         let man = Manifest {
             format: FORMAT,
@@ -629,7 +604,7 @@ impl Store {
     /// [`Store::install`]; the store directory fsynced only with `sync`.
     fn install_with(&self, staging: &str, fp: &str, sync: bool) -> io::Result<()> {
         if fsx::exists_at(self.store.as_fd(), fp) {
-            let trash = format!("trash-{}", unique_id());
+            let trash = format!("trash-{}", fsx::unique_name());
             fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
             info!(
                 "store: the newer set of launch {} replaces the one stored",
@@ -812,7 +787,7 @@ impl Store {
 
     /// Delete the entry of `fp` (atomically gone: renamed to trash first).
     fn delete_entry(&self, fp: &str) {
-        let trash = format!("trash-{}", unique_id());
+        let trash = format!("trash-{}", fsx::unique_name());
         if fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str()).is_ok() {
             let _ = fsx::fsync_dir(self.store.as_fd());
             let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());

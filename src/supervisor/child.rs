@@ -3,12 +3,10 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::{self, Pid};
 
 /// Signals that report a fault of the thread that raised it. They are never
@@ -52,19 +50,7 @@ fn handled_mask() -> u64 {
 /// Every signal keepwrap reads from its signalfd: the forwarded ones, CHLD,
 /// and the terminal stop signals.
 pub fn handled_signals() -> SigSet {
-    // The C library's sigaddset refuses 32 and 33, which it keeps for
-    // itself: write the kernel's 64-bit mask into the set directly.
-    // SAFETY: a zeroed sigset_t is the empty set; its first 8 bytes are the
-    // kernel's mask of signals 1..64 (little-endian words on every Linux
-    // target this builds for).
-    unsafe {
-        let mut raw: libc::sigset_t = std::mem::zeroed();
-        std::ptr::write_unaligned(
-            (&mut raw as *mut libc::sigset_t).cast::<u64>(),
-            handled_mask(),
-        );
-        SigSet::from_sigset_t_unchecked(raw)
-    }
+    crate::sys::sigset_of_mask(handled_mask())
 }
 
 /// Block the handled signals in the calling thread. Call before any thread
@@ -83,7 +69,7 @@ pub fn handled_signals() -> SigSet {
 /// again.
 pub fn block_signals() -> nix::Result<SigSet> {
     for signo in 32..libc::SIGRTMIN() {
-        set_disposition(signo, libc::SIG_IGN);
+        crate::sys::set_disposition(signo, libc::SIG_IGN);
     }
     block_handled()
 }
@@ -100,18 +86,7 @@ pub fn block_signals_in_thread() {
 /// Block the handled signals (again) with the raw system call.
 fn block_handled() -> nix::Result<SigSet> {
     let set = handled_signals();
-    // SAFETY: rt_sigprocmask with a valid set and the kernel's sigset size
-    // (8 bytes); the old mask is not asked for.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            set.as_ref() as *const libc::sigset_t,
-            std::ptr::null::<libc::sigset_t>(),
-            8usize,
-        )
-    };
-    Errno::result(rc).map(|_| set)
+    crate::sys::block_raw(&set).map(|()| set)
 }
 
 /// Was this signal raised by keepwrap itself (a SIGPIPE or SIGXFSZ from one
@@ -182,65 +157,13 @@ pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
     let _ = block_handled();
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
-    // SAFETY: the closure runs between fork and exec and calls only
-    // async-signal-safe functions (setpgid, tcsetpgrp, sigaction,
-    // sigprocmask); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            // SAFETY: fd 0 stays open for the duration of these calls.
-            let stdin = BorrowedFd::borrow_raw(0);
-            // Hand the terminal over only when keepwrap holds its foreground
-            // (not when it was started in the background of a shell).
-            let foreground = unistd::tcgetpgrp(stdin) == Ok(unistd::getpgrp());
-            unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(io::Error::from)?;
-            if foreground {
-                // TTOU is still blocked here, so the new group may do this.
-                let _ = unistd::tcsetpgrp(stdin, unistd::getpid());
-            }
-            reset_dispositions();
-            signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-                .map_err(io::Error::from)?;
-            Ok(())
-        });
-    }
+    crate::sys::child_setup(&mut cmd, SIGNAL_MAX);
     match cmd.spawn() {
         Ok(child) => Ok(Pid::from_raw(child.id() as i32)),
         Err(error) => Err(SpawnError {
             program: argv[0].clone(),
             error,
         }),
-    }
-}
-
-/// Every signal to its default action, realtime ones included (what the
-/// caller ignored must not reach the engine). Uses the raw system call, as
-/// the C library refuses the signals it reserves for itself; between fork
-/// and exec nothing uses them. Async-signal-safe.
-fn reset_dispositions() {
-    for sig in 1..=SIGNAL_MAX {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            set_disposition(sig, libc::SIG_DFL);
-        }
-    }
-}
-
-/// Set `signo`'s action to `handler` (SIG_DFL or SIG_IGN) with the raw
-/// system call, which, unlike the C library's, also takes 32 and 33.
-/// Async-signal-safe.
-fn set_disposition(signo: i32, handler: libc::sighandler_t) {
-    // SAFETY: a zeroed sigaction has an empty mask and no flags; rt_sigaction
-    // with a valid sigaction and the kernel's sigset size (8 bytes); the old
-    // action is not asked for.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = handler;
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            signo,
-            &act as *const libc::sigaction,
-            std::ptr::null::<libc::sigaction>(),
-            8usize,
-        );
     }
 }
 
@@ -257,9 +180,7 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     } else {
         child.as_raw()
     };
-    // SAFETY: kill(2) only sends a signal.
-    let rc = unsafe { libc::kill(target, signo) };
-    match Errno::result(rc) {
+    match crate::sys::kill(target, signo) {
         Ok(_) | Err(Errno::ESRCH) => {}
         Err(e) => tracing::warn!("cannot forward {} to {target}: {e}", signal_name(signo)),
     }
@@ -317,8 +238,7 @@ pub fn reap(main: Pid) -> Option<Ended> {
     let mut ended = None;
     loop {
         let mut status = 0;
-        // SAFETY: waitpid with a valid pointer to an int.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        let pid = crate::sys::waitpid_any_nohang(&mut status);
         match pid {
             0 => return ended,
             p if p > 0 => {

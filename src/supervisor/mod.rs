@@ -4,6 +4,9 @@
 //! and nothing happens, keepwrap sleeps in `poll`.
 
 pub mod child;
+mod settings;
+
+pub use settings::Settings;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -19,7 +22,6 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
-use crate::cli::RunArgs;
 use crate::clock;
 use crate::keeper::{Keeper, Prepared};
 use child::Ended;
@@ -28,7 +30,7 @@ use child::Ended;
 const GROUP_RECHECK: Duration = Duration::from_millis(20);
 
 /// Run one launch: prune, spawn, supervise, sign, and exit as the child did.
-pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
+pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let signals = match child::block_signals() {
         Ok(set) => set,
         Err(e) => {
@@ -46,12 +48,12 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
     child::become_subreaper();
 
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let prepared = match args.keeps(&command, &env) {
+    let prepared = match args.cache.keeps(&command, &env) {
         Err(line) => {
             tracing::info!("{line}");
             Prepared::default()
         }
-        Ok(()) => match prepare_interruptibly(args, &command, env) {
+        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
             Ok(p) => p,
             Err(code) => return code,
         },
@@ -111,7 +113,7 @@ const STOPS: [Signal; 4] = [
 /// 128+N and without starting the engine. Other signals stay pending and
 /// reach the engine once it runs.
 fn prepare_interruptibly(
-    args: &RunArgs,
+    args: &crate::keeper::Settings,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
 ) -> Result<Prepared, ExitCode> {
@@ -190,7 +192,7 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
 /// Forward signals, reap, and drive the keeper until the main child ends.
 /// Nothing here waits but `poll`: the keeper's commit work runs on its own
 /// thread and reports through a descriptor in the poll set.
-fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keeper>) -> Ended {
+fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
     let mut kill_at: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -258,7 +260,7 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &RunArgs, keeper: &mut Option<Keepe
 fn dispatch_signals(
     sfd: &SignalFd,
     pid: Pid,
-    args: &RunArgs,
+    args: &Settings,
     kill_at: &mut Option<Instant>,
     keeper: &mut Option<Keeper>,
 ) -> Option<Ended> {
@@ -286,7 +288,7 @@ fn dispatch_signals(
 /// After the main child ended: TERM what is left of its process group (and
 /// any orphan reparented to keepwrap), give it `--grace`, then KILL, and
 /// reap everything. Signals that arrive meanwhile still reach the group.
-fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
+fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
     child::reap(pid);
     let leftovers = || child::group_alive(pid) || !child::children().is_empty();
     if !leftovers() {

@@ -218,6 +218,7 @@ fn run_trials(
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn sigkill_of_the_engine_at_random_points_never_signs_a_partial_set_nor_gives_a_partial_hit() {
     let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 50);
     let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
@@ -289,6 +290,7 @@ fn term_trial(home: &Path, trial: &Trial, seed: u64) -> bool {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn term_at_random_points_of_an_offline_run_never_leaves_a_set_the_next_boot_keeps_in_part() {
     let trials = env_usize("KEEPWRAP_FAULT_TRIALS", 24);
     let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 150) as u64);
@@ -425,6 +427,7 @@ fn good_files(template: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_set() {
     let trials = env_usize("KEEPWRAP_PRUNE_TRIALS", 12);
     let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);
@@ -517,6 +520,7 @@ fn after_a_kill_in_commit(base: &Path, killed: &Finished, dirs: usize, ctx: &str
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
     let trials = env_usize("KEEPWRAP_COMMIT_TRIALS", 12);
     let budget = Duration::from_secs(env_usize("KEEPWRAP_FAULT_SECS", 240) as u64);

@@ -648,6 +648,7 @@ fn replicas_at_random_offsets(trials: usize, seed: u64) {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn fault_replicas_at_random_offsets() {
     replicas_at_random_offsets(8, 0x5eed_0011);
 }

@@ -82,6 +82,7 @@ fn expected_status(n: i32) -> i32 {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn a_child_killed_by_any_signal_1_to_64_gives_128_plus_n() {
     let got: Vec<(i32, i32)> = (1..=64)
         .map(|n| (n, status_when_the_child_gets(Wrapper::Keepwrap, n)))
@@ -229,6 +230,7 @@ fn keepwrap_s_own_sigpipe_is_not_forwarded() {
 /// tini forwards the same signals (except 32 and 33, which the C library
 /// keeps it from blocking).
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn tini_agrees_on_every_signal() {
     if !common::has_need(have("tini"), "tini (.ci/run installs it)") {
         return;

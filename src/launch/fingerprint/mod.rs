@@ -24,8 +24,8 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
+use crate::digest::{sha256_hex, Fingerprint};
 use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
@@ -113,11 +113,6 @@ pub fn redacted_hash(value: &[u8]) -> String {
     format!("<redacted sha256:{}>", &sha256_hex(value)[..12])
 }
 
-/// Lowercase sha256 hex of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Secret {
     No,
@@ -189,7 +184,7 @@ pub struct Launch {
     /// A vLLM server launch (`vllm` profile).
     vllm: Option<vllm::VllmLaunch>,
     ignored: Ignored,
-    fingerprint: String,
+    fingerprint: Fingerprint,
 }
 
 impl Launch {
@@ -313,7 +308,7 @@ impl Launch {
             canonical,
             command,
             ignored: Ignored::new(&ignored),
-            fingerprint: String::new(),
+            fingerprint: Fingerprint::default(),
         };
         launch.fingerprint = launch.payload_hash(&[], false);
         launch
@@ -321,7 +316,7 @@ impl Launch {
 
     /// sha256 of the payload, leaving out the variables named in
     /// `node_local` and, with `cluster`, the node rank.
-    fn payload_hash(&self, node_local: &[String], cluster: bool) -> String {
+    fn payload_hash(&self, node_local: &[String], cluster: bool) -> Fingerprint {
         let mut env_json = Map::new();
         for e in self.env.iter().filter(|e| {
             !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
@@ -333,7 +328,7 @@ impl Launch {
         }
         if let Some(v) = &self.vllm {
             let payload = vllm::payload(v, env_json);
-            return sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL));
+            return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         let payload = match (&self.canonical, self.canonical_payload) {
             (Some(c), true) => {
@@ -358,11 +353,11 @@ impl Launch {
                 json!({ "argv": argv_json, "env": env_json })
             }
         };
-        sha256_hex(&canonical::value_to_python_json(&payload, Style::CANONICAL))
+        Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL))
     }
 
     /// Lowercase sha256 hex.
-    pub fn fingerprint(&self) -> &str {
+    pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
     }
 
@@ -430,7 +425,7 @@ impl Launch {
     /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
     /// bare `--`) and the variables named in `node_local`. The launch
     /// fingerprint is unchanged.
-    pub fn cluster_fingerprint(&self, node_local: &[String]) -> String {
+    pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
         self.payload_hash(node_local, true)
     }
 
