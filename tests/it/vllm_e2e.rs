@@ -24,10 +24,10 @@ const OUTCOMES: [&str; 5] = [
     "nothing signed",
 ];
 
-/// `keepwrap KW -- COMMAND`, with nothing of the caller's vLLM,
-/// FlashInfer, fake or keepwrap settings, HOME in `home`, `vllm` on PATH,
-/// and collectives that give up after 20 s.
-fn kw_cmd(home: &Path, kw: &[&str], command: &[&str], env: &[(&str, &str)]) -> Command {
+/// `keepwrap` with nothing of the caller's vLLM, FlashInfer, fake or
+/// keepwrap settings, HOME in `home`, `vllm` on PATH, and collectives that
+/// give up after 20 s.
+fn hermetic(home: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -46,8 +46,14 @@ fn kw_cmd(home: &Path, kw: &[&str], command: &[&str], env: &[(&str, &str)]) -> C
     cmd.env_remove("XDG_CACHE_HOME")
         .env("HOME", home)
         .env("PATH", path)
-        .env("FAKE_DIST_TIMEOUT_S", "20")
-        .args(kw)
+        .env("FAKE_DIST_TIMEOUT_S", "20");
+    cmd
+}
+
+/// `keepwrap KW -- COMMAND` ([`hermetic`]) with `env` added.
+fn kw_cmd(home: &Path, kw: &[&str], command: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = hermetic(home);
+    cmd.args(kw)
         .arg("--")
         .args(command)
         .envs(env.iter().copied());
@@ -597,6 +603,17 @@ fn status_and_explain_read_a_vllm_launch() {
         out.contains("this launch would keep 2, restore 0, store 0 and remove 0 cache files"),
         "{out}"
     );
+    // without a command, --profile vllm selects vLLM's root
+    let mut cmd = hermetic(home.path());
+    cmd.args(["status", "--profile", "vllm"]);
+    let st = common::output(&mut cmd);
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains(&format!("cache root {}", root(home.path()).display())),
+        "{out}"
+    );
+    assert!(out.contains("totals: 2 signed"), "{out}");
     let ex = launch("explain", "4");
     assert_eq!(ex.code, 0, "{}", ex.stderr);
     let out = ex.stdout.join("\n");
