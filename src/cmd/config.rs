@@ -147,6 +147,14 @@ pub fn print(
             origin: done.and_then(|d| d.origin.clone()),
             variable: None,
         });
+        let profile = all.iter().find(|s| s.name == "profile");
+        all.push(Setting {
+            name: "profile-for-command".into(),
+            value: Some(launch.profile().as_str().to_string()),
+            source: profile.map_or("default", |p| p.source),
+            origin: profile.and_then(|p| p.origin.clone()),
+            variable: None,
+        });
     }
     warn_cache_dir(run.cache_dir.as_deref(), command, &env);
     if json {
