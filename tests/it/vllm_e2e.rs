@@ -491,6 +491,9 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
     let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
     let port = common::free_port().to_string();
     let rpc = common::free_port().to_string();
+    let share = tmp.path().join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    let share_arg = format!("--share={}", share.display());
     let boot = || {
         let start = |rank: usize| {
             let mut args = vec![
@@ -499,7 +502,7 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
             if rank == 1 {
                 args.extend(["-dpr", "1", "--headless"]);
             }
-            Running::spawn(&mut kw_vllm(&homes[rank], &[], &args, &[]))
+            Running::spawn(&mut kw_vllm(&homes[rank], &[&share_arg], &args, &[]))
         };
         let mut nodes = [start(1), start(0)];
         for n in nodes.iter_mut() {
@@ -526,6 +529,17 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
     );
     assert!(head.logged("tuned and signed 1"), "{}", head.stderr);
     assert!(headless.logged("tuned and signed 1"), "{}", headless.stderr);
+    // data parallelism across nodes: node = start rank / local size
+    assert!(
+        headless.logged("share: published 1 rank files as node 1 of 2"),
+        "{}",
+        headless.stderr
+    );
+    assert!(
+        head.logged("share: published 1 rank files as node 0 of 2"),
+        "{}",
+        head.stderr
+    );
     let [head, headless] = boot();
     assert!(
         headless.logged("reused 1 cache files"),
