@@ -160,6 +160,40 @@ fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
     }
 }
 
+/// `status -- COMMAND`: the shared files the launch would keep but removes
+/// before the start ([`before_start`]) are shown as removed, with why.
+pub fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
+    let Some(v) = launch.vllm() else {
+        return;
+    };
+    let Verdict::Remove(why) = shared_file_verdict(v) else {
+        return;
+    };
+    let mut moved = 0u64;
+    if let Some(rows) = report["files"].as_array_mut() {
+        for row in rows {
+            let shared = row["path"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next())
+                .and_then(facts::file_kind)
+                .is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB));
+            if shared && row["action"] == "keep" {
+                row["action"] = "remove".into();
+                row["why"] = format!(
+                    "vLLM 0.27.1-0.31.x's shared file hangs a warm boot of a MoE model under more than one rank ({why})"
+                )
+                .into();
+                moved += 1;
+            }
+        }
+    }
+    let plan = &mut report["plan"];
+    if let (Some(keep), Some(remove)) = (plan["keep"].as_u64(), plan["remove"].as_u64()) {
+        plan["keep"] = (keep - moved.min(keep)).into();
+        plan["remove"] = (remove + moved).into();
+    }
+}
+
 /// Before the engine starts: the shared `autotune_configs.json` (and
 /// `autotune_config.json`) of vLLM 0.27.1-0.31.x that prune kept (or the
 /// store restored) for this launch is removed when the launch runs a MoE

@@ -199,6 +199,17 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
         "{}",
         cold.stderr
     );
+    // status says it too, before any launch
+    let st = common::output(&mut kw_vllm(home.path(), &["status"], &args, &layout_a));
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains("this launch would keep 0, restore 0, store 0 and remove 1 cache files"),
+        "{out}"
+    );
+    assert!(
+        out.contains("shared file hangs a warm boot of a MoE model"),
+        "{out}"
+    );
     for boot in 0..2 {
         let warm = serve(home.path(), &args, &layout_a);
         assert_eq!(warm.code, 0, "boot {boot}: {}", warm.stderr);
