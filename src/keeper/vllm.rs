@@ -14,10 +14,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
-
 use crate::done::{Done, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
-use crate::launch::fingerprint::Launch;
+use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::share::{gather_nodes, Node, Share};
 
@@ -47,14 +46,14 @@ pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<Pa
     }
 }
 
-/// The root for a subcommand (`status`, `explain`, `evict`): vLLM's when
-/// the profile is `vllm`, else SGLang's.
+/// The root for a subcommand (`status`, `explain`): vLLM's when the
+/// profile is `vllm`, else SGLang's.
 pub fn root_for(
-    profile: crate::launch::fingerprint::ProfileName,
+    profile: ProfileName,
     cache_dir: Option<&Path>,
     env: &[(OsString, OsString)],
 ) -> Option<PathBuf> {
-    if profile == crate::launch::fingerprint::ProfileName::Vllm {
+    if profile == ProfileName::Vllm {
         return root(cache_dir, env).ok();
     }
     crate::keeper::root_from(cache_dir, env)
@@ -135,6 +134,12 @@ fn model_config(v: &VllmLaunch) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// `autotune_configs.json` (layout A) or `autotune_config.json` (layout B):
+/// one file for every rank.
+fn is_shared_name(name: &str) -> bool {
+    facts::file_kind(name).is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB))
+}
+
 /// Why a kept shared file would hang this launch, or why it is safe.
 enum Verdict {
     Remove(String),
@@ -175,8 +180,7 @@ pub fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
             let shared = row["path"]
                 .as_str()
                 .and_then(|p| p.rsplit('/').next())
-                .and_then(facts::file_kind)
-                .is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB));
+                .is_some_and(is_shared_name);
             if shared && row["action"] == "keep" {
                 row["action"] = "remove".into();
                 row["why"] = format!(
@@ -207,8 +211,7 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
     let shared = |p: &PathBuf| {
         p.file_name()
             .and_then(|n| n.to_str())
-            .and_then(facts::file_kind)
-            .is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB))
+            .is_some_and(is_shared_name)
     };
     if !kept.iter().any(shared) {
         return;
