@@ -277,7 +277,7 @@ fn auto_picks_the_profile_by_launch_shape() {
 #[test]
 fn explain_shows_the_vllm_inputs_without_secrets() {
     let s =
-        vs("-tp 2 --port 8001 --api-key sk-secret --hf-token hf_secret --config c.yaml --headless")
+        vs("-tp 2 --port 8001 --api-key sk-secret --hf-token hf_secret --hf-token=-hf_dash --config c.yaml --headless")
             .file("c.yaml", "max-num-seqs: 64\n")
             .env("VLLM_FLASHINFER_MOE_BACKEND", "latency")
             .env("VLLM_HOST_IP", "10.0.0.1");
@@ -304,7 +304,10 @@ fn explain_shows_the_vllm_inputs_without_secrets() {
         "{out}"
     );
     assert!(
-        !out.contains("sk-secret") && !out.contains("hf_secret") && !out.contains("latency"),
+        !out.contains("sk-secret")
+            && !out.contains("hf_secret")
+            && !out.contains("hf_dash")
+            && !out.contains("latency"),
         "{out}"
     );
     assert!(out.contains("<redacted sha256:"), "{out}");
