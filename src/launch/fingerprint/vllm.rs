@@ -160,10 +160,18 @@ impl VllmLaunch {
                 secret: false,
             })
             .collect();
-        for i in 1..toks.len() {
-            let prev = toks[i - 1].text.as_bytes();
-            if prev.starts_with(b"-") && is_secret_name(&String::from_utf8_lossy(prev)) {
-                toks[i].secret = !toks[i].text.as_bytes().starts_with(b"--");
+        for i in 0..toks.len() {
+            let t = toks[i].text.as_bytes();
+            let flag =
+                |b: &[u8]| b.starts_with(b"-") && is_secret_name(&String::from_utf8_lossy(b));
+            // `--api-key=-x` stays one token: all of it is the secret's
+            if t.contains(&b'=') && flag(t) {
+                toks[i].secret = true;
+            } else if i > 0
+                && flag(toks[i - 1].text.as_bytes())
+                && !toks[i - 1].text.as_bytes().contains(&b'=')
+            {
+                toks[i].secret = !t.starts_with(b"--");
             }
         }
         let mut merged = Vec::new();
