@@ -6,7 +6,8 @@
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
 //! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
 //! that shape are judged (`runs/` is left alone); anything else under the
-//! root is never touched, and reported once.
+//! root is never touched, and reported once. A vLLM launch's tree has
+//! vLLM's shape instead (`layout_vllm`: `<sha256>/autotune_configs*.json`).
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
