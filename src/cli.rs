@@ -598,16 +598,16 @@ pub fn main() -> ExitCode {
     match cli.subcommand {
         Some(Sub::Evict(cmd)) => {
             let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
-                (_, Some(d), _) => crate::cmd::status::Evict::OlderThan(d),
-                (_, None, Some(fp)) => crate::cmd::status::Evict::Launch(fp),
-                _ => crate::cmd::status::Evict::All,
+                (_, Some(d), _) => crate::cmd::evict::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
+                _ => crate::cmd::evict::Evict::All,
             };
-            crate::cmd::status::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+            crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
         }
-        Some(Sub::Clean(cmd)) => crate::cmd::status::evict(
+        Some(Sub::Clean(cmd)) => crate::cmd::evict::evict(
             cmd.root.cache_dir.as_deref(),
             cmd.root.lock_timeout,
-            crate::cmd::status::Evict::All,
+            crate::cmd::evict::Evict::All,
         ),
         Some(Sub::Config(c)) => crate::cmd::config::print(
             &cmd,
@@ -618,7 +618,7 @@ pub fn main() -> ExitCode {
             c.json,
         ),
         Some(Sub::ShareStatus(cmd)) if cmd.json => {
-            crate::cmd::status::share_status_json(&cmd.share)
+            crate::cmd::share_status::share_status_json(&cmd.share)
         }
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {

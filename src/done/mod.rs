@@ -2,6 +2,7 @@
 
 pub mod owner;
 pub mod progress;
+pub mod vllm;
 pub mod watch;
 
 use std::ffi::OsString;
@@ -77,7 +78,7 @@ impl DoneRule {
     pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
         match self {
             DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
-                Some(v) => crate::keeper::vllm::auto_done(v),
+                Some(v) => vllm::auto_done(v),
                 None => Ok(Done::Exit),
             },
             DoneRule::Auto if runs_sglang_server(launch) => {
@@ -85,7 +86,7 @@ impl DoneRule {
             }
             DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
             DoneRule::Health(None) => match launch.vllm() {
-                Some(v) => crate::keeper::vllm::auto_done(v),
+                Some(v) => vllm::auto_done(v),
                 None => Ok(Done::Health(Endpoint::of_launch(launch))),
             },
             DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),

@@ -9,6 +9,7 @@
 //! share run on a worker thread that reports through a socket in the loop's
 //! poll set, so the loop never waits for them.
 
+pub mod explain;
 pub mod policy;
 mod settings;
 pub mod vllm;
@@ -38,8 +39,8 @@ use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
 use crate::share::Share;
+use crate::signals::Ended;
 use crate::store::{self, Store};
-use crate::supervisor::child::Ended;
 use crate::unify;
 use crate::STATE_DIR;
 
@@ -73,22 +74,7 @@ pub struct Keeper {
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
 pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    root_from(args.cache_dir.as_deref(), env)
-}
-
-/// [`cache_root`] from a `--cache-dir` value (for the subcommands).
-pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    if let Some(dir) = cache_dir {
-        return Some(dir.to_path_buf());
-    }
-    let var = |name: &str| {
-        env.iter()
-            .find(|(k, v)| k == name && !v.is_empty())
-            .map(|(_, v)| PathBuf::from(v))
-    };
-    let sglang =
-        var("SGLANG_CACHE_DIR").or_else(|| var("HOME").map(|h| h.join(".cache/sglang")))?;
-    Some(sglang.join("flashinfer/autotune"))
+    crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }
 
 fn secs(d: Duration) -> String {
@@ -173,7 +159,7 @@ impl Keeper {
         let Some(root) = root else {
             return Prepared::default();
         };
-        crate::cmd::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+        crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
             tracing::warn!("{line}");
         }
@@ -953,7 +939,7 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
-                crate::supervisor::child::block_signals_in_thread();
+                crate::signals::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
                 crate::sys::set_thread_nice(10);
@@ -1066,7 +1052,7 @@ fn explain_later(
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = crate::cmd::explain::no_cache_line(&s, &fingerprint, &inputs) {
+            if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
                 tracing::info!("{line}");
             }
         }

@@ -22,7 +22,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::supervisor::child::Ended;
+pub use crate::done::owner::Owner;
+use crate::signals::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,18 +34,6 @@ pub enum Rule {
     Quiet(Duration),
     /// The command exits 0.
     Exit,
-}
-
-/// Who answered a health probe with 200.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
-    /// The listening socket belongs to a process of the engine's tree.
-    Engine,
-    /// A non-local URL: trusted as given.
-    Remote,
-    /// Another process listens on the port: who, as a log line says it
-    /// (`pid N (comm)`, or `a process outside the engine's tree`).
-    Foreign(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

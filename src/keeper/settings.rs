@@ -19,7 +19,9 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// `--done`: when tuning is done.
     pub done: DoneRule,
+    /// Time between two health probes.
     pub probe_interval: Duration,
+    /// How long one health probe may take.
     pub probe_timeout: Duration,
     /// `--unify`.
     pub unify: UnifyMode,

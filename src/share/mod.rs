@@ -564,7 +564,7 @@ pub(crate) fn bounded<T: Send + 'static>(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-share".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
                 let _ = tx.send(f());
             }
@@ -745,7 +745,7 @@ impl Share {
         match std::thread::Builder::new()
             .name("keepwrap-publish".into())
             .spawn(move || {
-                crate::supervisor::child::block_signals_in_thread();
+                crate::signals::block_signals_in_thread();
                 job()
             }) {
             Ok(h) => self.running = Some(h),
