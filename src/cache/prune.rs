@@ -134,7 +134,7 @@ pub fn prune(
     }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
-        crate::events::cache::untouched(n, first);
+        crate::events::cache::untouched(n, first, layout::shape().root_hint());
     }
     let r = &st.report;
     crate::events::cache::pruned(r.kept.len(), r.stored, r.removed, r.leftovers, r.left);
@@ -161,7 +161,7 @@ impl State<'_, '_> {
                 }
             }
         }
-        if dir.depth < layout::KEY_DEPTH {
+        if dir.depth < layout::key_depth() {
             // Above the rank files: only links where the engine would find
             // a directory of its layout.
             for e in &listing.ents {

@@ -122,14 +122,15 @@ pub fn left_directory(path: impl Display) {
     );
 }
 
-/// Entries not shaped like the engine's cache, never judged nor touched.
-pub fn untouched(entries: usize, first: impl Display) {
+/// Entries not shaped like the engine's cache, never judged nor touched;
+/// `hint` asks whether `--cache-dir` is the engine's cache directory.
+pub fn untouched(entries: usize, first: impl Display, hint: &str) {
     tracing::warn!(
         target: TARGET,
         event = "untouched",
         entries,
         first = %first,
-        "left {entries} {} under the cache root untouched: not the engine's autotune cache (first: {first}); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
+        "left {entries} {} under the cache root untouched: not the engine's autotune cache (first: {first}); {hint}",
         if entries == 1 { "entry" } else { "entries" }
     );
 }

@@ -31,6 +31,7 @@ pub mod share;
 pub mod store;
 pub mod supervisor;
 pub mod unify;
+pub mod vllm;
 
 /// A path for a log line: bytes that are not UTF-8 as `\xNN` (control
 /// characters are escaped by the line formatter).

@@ -28,6 +28,9 @@ pub enum Note {
     NotSigningStopped { status: String, signal: String },
     /// The engine exited before done.
     NotSigningEarly { status: String },
+    /// A headless node exited 0 before done: its exit says nothing about
+    /// tuning.
+    NotSigningHeadless,
     /// Files that landed after done, not signed: the engine was stopped.
     LateNotSignedStopped {
         late: usize,
@@ -36,6 +39,9 @@ pub enum Note {
     },
     /// Files that landed after done, not signed: the engine failed.
     LateNotSignedAbnormal { late: usize, status: String },
+    /// Files that landed after done, not signed: a headless node's exit 0
+    /// says nothing about tuning.
+    LateNotSignedHeadless { late: usize },
 }
 
 const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
@@ -81,6 +87,13 @@ impl Display for Note {
             Note::NotSigningEarly { status } => write!(
                 f,
                 "not signing: the engine exited with status {status} before tuning was done"
+            ),
+            Note::NotSigningHeadless => f.write_str(
+                "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning",
+            ),
+            Note::LateNotSignedHeadless { late } => write!(
+                f,
+                "not signing the {late} cache files that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}"
             ),
             Note::LateNotSignedStopped {
                 late,
@@ -152,6 +165,15 @@ impl Note {
                 target: TARGET,
                 event = "not_signing_early_exit",
                 status = status.as_str(),
+                "{self}"
+            ),
+            Note::NotSigningHeadless => {
+                tracing::info!(target: TARGET, event = "not_signing_headless", "{self}")
+            }
+            Note::LateNotSignedHeadless { late } => tracing::info!(
+                target: TARGET,
+                event = "late_not_signed_headless",
+                late,
                 "{self}"
             ),
             Note::LateNotSignedStopped {

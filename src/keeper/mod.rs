@@ -12,6 +12,7 @@
 pub mod explain;
 pub mod policy;
 mod settings;
+pub mod vllm;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
@@ -33,7 +34,7 @@ use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
-use crate::launch::fingerprint::Launch;
+use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
@@ -129,8 +130,19 @@ impl Keeper {
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
-        let Some(root) = cache_root(args, env) else {
-            crate::events::keeper::no_cache_root();
+        let profile = launch.profile();
+        let root = if profile == ProfileName::Vllm {
+            vllm::root(args.cache_dir.as_deref(), env)
+                .map_err(crate::events::vllm::no_vllm_cache_root)
+                .ok()
+        } else {
+            let root = cache_root(args, env);
+            if root.is_none() {
+                crate::events::keeper::no_cache_root();
+            }
+            root
+        };
+        let Some(root) = root else {
             return Prepared::default();
         };
         crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
@@ -144,12 +156,8 @@ impl Keeper {
                 return Prepared::default();
             }
         };
-        crate::events::keeper::launch(
-            &fingerprint,
-            args.fingerprint.profile.as_str(),
-            &root,
-            &done,
-        );
+        crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+        vllm::note_managed_store(&launch, env);
         if !ensure_root(&root) {
             return Prepared::default();
         }
@@ -164,13 +172,17 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = Share::new(
-            &args.share,
-            &launch,
-            argv,
-            args.unifies(),
-            args.store_max_age,
-        );
+        let share = if profile == ProfileName::Vllm {
+            vllm::share(&args.share, &launch, args.store_max_age)
+        } else {
+            Share::new(
+                &args.share,
+                &launch,
+                argv,
+                args.unifies(profile),
+                args.store_max_age,
+            )
+        };
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -266,14 +278,15 @@ impl Keeper {
             launched,
             kept,
             session: None,
-            unify: args.unifies(),
+            unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: args.fingerprint.profile.as_str(),
+            profile: profile.as_str(),
             inputs,
             share,
         };
         keeper.take_share_union();
+        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept();
         Prepared {
             keeper: Some(keeper),
@@ -310,7 +323,17 @@ impl Keeper {
         let Some(share) = self.share.as_ref() else {
             return;
         };
-        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+        let taken = if self.profile == ProfileName::Vllm.as_str() {
+            // vLLM: each node keeps its own ranks' files; a node whose
+            // cache is empty takes its own back from a complete set.
+            if !self.kept.is_empty() {
+                return;
+            }
+            vllm::take_own(share, &self.root, &self.fingerprint)
+        } else {
+            share.take_union(&self.root, &self.fingerprint)
+        };
+        if let Some(signed) = taken {
             // keepwrap's own writes are not landings of the engine.
             self.watcher.read();
             self.kept = signed;
@@ -334,6 +357,23 @@ impl Keeper {
             }
             Done::Quiet(d) => Rule::Quiet(*d),
             Done::Exit => Rule::Exit,
+            Done::HeadHealth(endpoint) => {
+                self.probe = Some(Probe::new(
+                    endpoint.clone(),
+                    self.probe_interval,
+                    self.probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::RankFiles(_, d) => Rule::Quiet(*d),
+        };
+        let policy = match &self.done {
+            Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
+            Done::RankFiles(names, _) => {
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+            }
+            _ => Policy::new(rule, self.launched),
         };
         let committer = Committer {
             root: self.root.clone(),
@@ -348,7 +388,7 @@ impl Keeper {
             share: self.share.take(),
         };
         self.session = Some(Session {
-            policy: Policy::new(rule, self.launched),
+            policy,
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
@@ -430,8 +470,10 @@ impl Keeper {
         // No other probe until this one's answer is judged.
         probe.defer(now);
         let url = probe.endpoint().to_string();
+        // A headless node probes the head: another process by design.
+        let head = matches!(self.done, Done::HeadHealth(_));
         let report = match probe.addr() {
-            Some(addr) if owner::is_local(addr) => s.worker.run(Job::Owner {
+            Some(addr) if owner::is_local(addr) && !head => s.worker.run(Job::Owner {
                 addr,
                 name: !s.named,
                 at: now,
