@@ -506,7 +506,7 @@ fn a_headless_node() {
     };
     let has = |acts: &[Action], text: &str| {
         acts.iter()
-            .any(|a| matches!(a, Action::Info(l) if l.contains(text)))
+            .any(|a| matches!(a, Action::Info(l) if l.to_string().contains(text)))
     };
     // waiting for the head: an exit 0 on its own is not done
     let mut p = Policy::new(Rule::Health, t0).headless(None, &[]);
