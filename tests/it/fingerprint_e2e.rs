@@ -41,9 +41,13 @@ fn serve(home: &Path, cwd: &Path, command: &[&str], env: &[(&str, &str)]) -> Fin
     cmd.envs(env.iter().copied()).arg("--").args(command);
     let mut run = Running::spawn(&mut cmd);
     run.wait_event("tuning_done", DEADLINE);
-    wait_for("the signing line", DEADLINE, || {
-        let e = run.stderr();
-        (e.contains("tuned and signed") || e.contains("reused") || e.contains("nothing"))
+    wait_for("the signing event", DEADLINE, || {
+        run.log_events()
+            .iter()
+            .any(|e| {
+                ["signed", "reused", "nothing_to_keep", "nothing_signed"]
+                    .contains(&e["event"].as_str().unwrap())
+            })
             .then_some(())
     });
     run.guard.signal(Signal::SIGTERM);

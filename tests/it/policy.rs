@@ -217,7 +217,10 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
     kw.wait_event("signed", Duration::from_secs(20));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
-    assert!(!early.contains("tuning is done:"), "{early}");
+    assert!(
+        common::events_named(common::complete_lines(&early), "tuning_done").is_empty(),
+        "{early}"
+    );
     let me = std::process::id();
     assert!(
         b.events_named("port_not_engines")
@@ -425,7 +428,7 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
     let mut during = Vec::new();
-    while !kw.stderr().contains("tuned and signed") {
+    while !kw.log_events().iter().any(|e| e["event"] == "signed") {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);

@@ -654,7 +654,7 @@ pub fn has_need(ok: bool, need: &str) -> bool {
 }
 
 /// `s` up to its last newline: a line still being written is not read.
-fn complete_lines(s: &str) -> &str {
+pub fn complete_lines(s: &str) -> &str {
     &s[..s.rfind('\n').map_or(0, |i| i + 1)]
 }
 
