@@ -19,9 +19,9 @@ fn kw(home: &Path) -> Command {
     cmd
 }
 
-/// Every `KEEPWRAP_*` variable of the README's option table.
+/// Every `KEEPWRAP_*` variable of the option table (docs/configuration.md).
 fn documented_variables() -> Vec<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
     let mut vars: Vec<String> = readme
         .lines()
         .filter(|l| l.starts_with("| `--") || l.starts_with("| |"))
@@ -30,7 +30,7 @@ fn documented_variables() -> Vec<String> {
         .collect();
     vars.sort();
     vars.dedup();
-    assert!(vars.len() >= 20, "the README's option table: {vars:?}");
+    assert!(vars.len() >= 20, "the option table of docs/configuration.md: {vars:?}");
     vars
 }
 

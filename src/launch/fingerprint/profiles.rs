@@ -1,5 +1,5 @@
 //! The profiles: which environment variables and arguments identify a
-//! launch, and which do not (every entry's reason is in the README).
+//! launch, and which do not (every entry's reason is in docs/fingerprint.md).
 
 use super::ProfileName;
 
