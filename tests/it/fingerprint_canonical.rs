@@ -236,7 +236,9 @@ fn canonical_json_equals_python_json_dumps_in_every_style() {
     ]));
     trees.push(Tree::Str("\u{10FFFF}\u{80}\u{10FFFF}".as_bytes().to_vec()));
     // Doubles exactly halfway between two shortest decimal strings: Python
-    // picks the even last digit, Rust's `{:e}` rounds up.
+    // picks the even last digit, Rust's `{:e}` rounds up. Written exactly
+    // (clippy would shorten them to the digits that only round to them).
+    #[allow(clippy::excessive_precision)]
     trees.push(Tree::List(vec![
         Tree::Float(-1719287431763625.25),
         Tree::Float(1719287431763625.25),
