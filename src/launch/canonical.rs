@@ -503,7 +503,10 @@ fn shortest_digits(value: f64) -> (bool, String, i32) {
         return (neg, digits, exp);
     }
     let down = &exact[..n];
-    let even = down.bytes().last().is_some_and(|b| (b - b'0') % 2 == 0);
+    let even = down
+        .bytes()
+        .last()
+        .is_some_and(|b| (b - b'0').is_multiple_of(2));
     let sign = if neg { "-" } else { "" };
     let reads_back = format!("{sign}0.{down}e{}", exp + 1)
         .parse::<f64>()
