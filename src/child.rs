@@ -1,14 +1,13 @@
 //! The child: spawn it with a clean signal state, forward signals to it,
 //! reap every zombie in one place, and turn its end into an exit status.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::BorrowedFd;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::{self, Pid};
 
 /// Signals that report a fault of the thread that raised it. They are never
@@ -175,41 +174,132 @@ impl SpawnError {
 /// Spawn `argv` in its own process group, with the caller's working
 /// directory, environment and stdio, default signal dispositions and an
 /// empty signal mask. Under a terminal the child's group gets the
-/// foreground, so Ctrl-C reaches it.
+/// foreground, so Ctrl-C reaches it. The program is looked up in `PATH`
+/// as `execvp` does (it is what runs it).
+///
+/// The child shares keepwrap's memory until it calls exec (`clone` with
+/// `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no copy of keepwrap's
+/// page tables, no copy-on-write faults after it, no pipe to learn whether
+/// the exec worked (the child leaves its error in memory both share), and
+/// this thread resumes once the exec has succeeded or failed.
 pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
     // What ran before (threads started through the C library) may have
     // unblocked 32 and 33: block them again for the rest of the launch.
     let _ = block_handled();
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    // SAFETY: the closure runs between fork and exec and calls only
-    // async-signal-safe functions (setpgid, tcsetpgrp, sigaction,
-    // sigprocmask); it allocates nothing.
+    let fail = |error: io::Error| SpawnError {
+        program: argv[0].clone(),
+        error,
+    };
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let shared = ChildArgs {
+        program: ptrs[0],
+        argv: ptrs.as_ptr(),
+        error: AtomicI32::new(0),
+    };
+    // execvp keeps its path buffer (and, for a script without `#!`, the
+    // shell's argv) on this stack.
+    // Not zeroed: the child touches only the pages it uses.
+    let mut stack: Vec<u128> = Vec::with_capacity((CHILD_STACK + 8 * ptrs.len()) / 16);
+    // SAFETY: the stack is ours and outlives the child's use of it (this
+    // thread is suspended until the child has called exec or exited; the
+    // stack grows down from its 16-byte aligned end). The child runs
+    // `child_main`, which only makes async-signal-safe calls on data that
+    // `shared` borrows, and never returns into keepwrap's code.
+    let pid = unsafe {
+        let top = stack
+            .as_mut_ptr()
+            .add(stack.capacity())
+            .cast::<libc::c_void>();
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&shared as *const ChildArgs)
+                .cast_mut()
+                .cast::<libc::c_void>(),
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        return Err(fail(io::Error::last_os_error()));
+    }
+    let pid = Pid::from_raw(pid);
+    match shared.error.load(Ordering::SeqCst) {
+        0 => Ok(pid),
+        errno => {
+            // It exited without exec: reap it here.
+            let mut status = 0;
+            // SAFETY: waitpid with a valid pointer to an int.
+            while unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) } < 0
+                && Errno::last() == Errno::EINTR
+            {}
+            Err(fail(io::Error::from_raw_os_error(errno)))
+        }
+    }
+}
+
+/// Stack for the child between `clone` and exec, beside 8 bytes per
+/// argument.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// What the child of [`spawn`] reads, and where it leaves an error.
+struct ChildArgs {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    /// The errno of the step that failed; 0 when the exec succeeded.
+    error: AtomicI32,
+}
+
+/// The child of [`spawn`], on its own stack in keepwrap's memory: its own
+/// process group (and the terminal's foreground, when keepwrap held it),
+/// every signal to its default action, an empty mask, then exec. Only
+/// async-signal-safe system calls; no allocation.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` that `spawn` keeps alive until this
+    // child has exec'd or exited.
+    let shared = unsafe { &*arg.cast::<ChildArgs>() };
+    let failed = |errno: i32| -> libc::c_int {
+        shared.error.store(errno.max(1), Ordering::SeqCst);
+        // SAFETY: _exit ends this process only.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: plain system calls on fd 0 and this process.
     unsafe {
-        cmd.pre_exec(|| {
-            // SAFETY: fd 0 stays open for the duration of these calls.
-            let stdin = BorrowedFd::borrow_raw(0);
-            // Hand the terminal over only when keepwrap holds its foreground
-            // (not when it was started in the background of a shell).
-            let foreground = unistd::tcgetpgrp(stdin) == Ok(unistd::getpgrp());
-            unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(io::Error::from)?;
-            if foreground {
-                // TTOU is still blocked here, so the new group may do this.
-                let _ = unistd::tcsetpgrp(stdin, unistd::getpid());
-            }
-            reset_dispositions();
-            signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-                .map_err(io::Error::from)?;
-            Ok(())
-        });
+        // Hand the terminal over only when keepwrap holds its foreground
+        // (not when it was started in the background of a shell).
+        let foreground = libc::tcgetpgrp(0) == libc::getpgrp();
+        if libc::setpgid(0, 0) != 0 {
+            return failed(Errno::last_raw());
+        }
+        if foreground {
+            // TTOU is still blocked here, so the new group may do this.
+            libc::tcsetpgrp(0, libc::getpid());
+        }
     }
-    match cmd.spawn() {
-        Ok(child) => Ok(Pid::from_raw(child.id() as i32)),
-        Err(error) => Err(SpawnError {
-            program: argv[0].clone(),
-            error,
-        }),
+    reset_dispositions();
+    let empty = 0u64;
+    // SAFETY: rt_sigprocmask with a valid 8-byte mask; then execvp with the
+    // NUL-terminated program and argv that `spawn` keeps alive.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null::<u64>(),
+            8usize,
+        ) != 0
+        {
+            return failed(Errno::last_raw());
+        }
+        libc::execvp(shared.program, shared.argv);
     }
+    failed(Errno::last_raw())
 }
 
 /// Every signal to its default action, realtime ones included (what the
@@ -338,6 +428,34 @@ pub fn reap(main: Pid) -> Option<Ended> {
                     return ended;
                 }
             },
+        }
+    }
+}
+
+/// Has keepwrap any child left, running or not yet reaped (reparented
+/// orphans included)? One `waitid` that reaps nothing.
+pub fn any_children() -> bool {
+    // SAFETY: a zeroed siginfo_t is a valid buffer for waitid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waitid with a valid siginfo_t; WNOWAIT leaves a zombie
+        // to `reap`.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if rc == 0 {
+            return true;
+        }
+        match Errno::last() {
+            Errno::EINTR => continue,
+            Errno::ECHILD => return false,
+            // Unknown: look at /proc instead.
+            _ => return !children().is_empty(),
         }
     }
 }

@@ -18,7 +18,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
 use crate::child::{self, Ended};
-use crate::cli::RunArgs;
+use crate::cli::{KeepMode, RunArgs};
 use crate::clock;
 use crate::keep::{Keeper, Prepared};
 
@@ -43,7 +43,12 @@ pub fn run(args: &RunArgs, command: Vec<OsString>) -> ExitCode {
     };
     child::become_subreaper();
 
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // The environment matters only to a launch that may keep the cache.
+    let env: Vec<(OsString, OsString)> = if args.disable || args.keep == KeepMode::Never {
+        Vec::new()
+    } else {
+        std::env::vars_os().collect()
+    };
     let prepared = match args.keeps(&command, &env) {
         Err(line) => {
             tracing::info!("{line}");
@@ -286,7 +291,7 @@ fn dispatch_signals(
 /// reap everything. Signals that arrive meanwhile still reach the group.
 fn drain_group(sfd: &SignalFd, pid: Pid, args: &RunArgs) {
     child::reap(pid);
-    let leftovers = || child::group_alive(pid) || !child::children().is_empty();
+    let leftovers = || child::group_alive(pid) || child::any_children();
     if !leftovers() {
         return;
     }
