@@ -254,7 +254,8 @@ impl Keeper {
                     kept = r.paths;
                 }
             }
-            if kept.is_empty() {
+            // Nothing to compare with before any launch signed: no thread.
+            if kept.is_empty() && s.has_records() {
                 after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
                 s.touch(&fingerprint);
