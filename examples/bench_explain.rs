@@ -9,8 +9,8 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use keepwrap::explain::diff;
-use keepwrap::fingerprint::{Launch, Options, ProfileName};
+use keepwrap::cmd::explain::diff;
+use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::{json, Value};
 
 fn args(n: usize, changed: bool) -> Vec<String> {

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
-use sha2::{Digest, Sha256};
 
 use super::fsx::Kind;
 use super::sidecar::{self, Head, SetManifest, Sidecar};
+use crate::digest::{sha256_hex, short};
 use crate::SIDECAR_FORMAT;
 
 /// Why a cache file is removed (the text after `removed <path>: `).
@@ -68,10 +68,6 @@ pub enum MemberWhy {
     OtherBytes,
 }
 
-fn short(hex: &str) -> &str {
-    hex.get(..8).unwrap_or(hex)
-}
-
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -97,8 +93,8 @@ impl fmt::Display for Reason {
                 write!(
                     f,
                     "changed after signing (sha256 {}... != signed {}...)",
-                    short(now),
-                    short(signed)
+                    short(now).digits(),
+                    short(signed).digits()
                 )
             }
             Reason::InvalidJson(e) => write!(f, "not valid JSON ({e})"),
@@ -160,9 +156,7 @@ pub fn judge_sidecar_for(
     match head.fingerprint.as_deref() {
         None => return Err(Reason::SidecarGarbage("no fingerprint".into())),
         Some(fp) if fingerprint.is_some_and(|want| fp != want) => {
-            let mut p = String::with_capacity(8);
-            p.extend(fp.chars().take(8));
-            return Err(Reason::OtherLaunch(p));
+            return Err(Reason::OtherLaunch(short(fp).digits().to_string()));
         }
         Some(_) => {}
     }
@@ -196,10 +190,6 @@ pub fn judge_bytes(sc: &Sidecar, bytes: &[u8]) -> Result<(), Reason> {
     json_object_entries(bytes)
         .map(|_| ())
         .map_err(JsonErr::into_reason)
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Why bytes are not a JSON object.

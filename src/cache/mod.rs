@@ -46,7 +46,8 @@ pub use trash::{empty_trash, TRASH_DIR};
 #[cfg(test)]
 mod tests;
 
-pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
+pub use crate::digest::sha256_hex;
+pub use judge::{json_object_entries, judge_sidecar, Reason, META_KEYS};
 pub use sidecar::{
     is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
     SetManifest, SetRecord, Sidecar, Stamp,

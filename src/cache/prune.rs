@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::{debug, info, warn};
 
-use super::fsx::{self, Kind};
+use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, SetRecord, Sidecar, Stamp};
@@ -459,7 +459,7 @@ impl State<'_, '_> {
             // Its bytes are read only once its set is whole by the sidecars
             // (a set is stored or removed whole: one changed member is
             // enough to know). The size is checked now, from the inode.
-            let fp8: String = sc.fingerprint.chars().take(8).collect();
+            let fp8 = crate::digest::short(&sc.fingerprint).digits().to_string();
             let size = match fsx::lstat_at(dir.fd, cstr_buf(&mut self.cname, name)) {
                 Ok(st) => st.st_size.max(0) as u64,
                 Err(e) => {
@@ -607,7 +607,7 @@ impl State<'_, '_> {
                     sets[k].push(f);
                 }
                 Some(reason) => {
-                    let fp8: String = f.sc.fingerprint.chars().take(8).collect();
+                    let fp8 = crate::digest::short(&f.sc.fingerprint).digits().to_string();
                     let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
                     self.remove_path(root, &f.path, &reason);
                 }
@@ -624,7 +624,7 @@ impl State<'_, '_> {
     /// store it (or remove it).
     fn store_set(&mut self, root: &OwnedFd, files: &[&Foreign]) {
         let sc = &files[0].sc;
-        let fp8: String = sc.fingerprint.chars().take(8).collect();
+        let fp8 = crate::digest::short(&sc.fingerprint).digits().to_string();
         // Its directory, when it holds exactly this set: it moves (to the
         // store or to the trash) with one rename.
         let parent = split(&files[0].path).0;
@@ -780,13 +780,6 @@ fn more_lines(n: usize, what: &str) {
             "{what} {} more cache files (KEEPWRAP_LOG=debug lists each)",
             n - PER_FILE_LINES
         );
-    }
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
     }
 }
 

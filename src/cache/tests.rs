@@ -89,7 +89,7 @@ fn forge(root: &Path, rel: &str, fp: &str) {
     let bytes = fs::read(root.join(rel)).unwrap();
     let m = Member {
         path: rel.into(),
-        sha256: judge::sha256_hex(&bytes),
+        sha256: crate::digest::sha256_hex(&bytes),
         size: bytes.len() as u64,
     };
     let members = vec![m.clone()];
@@ -727,7 +727,7 @@ fn a_manifest_vouches_only_for_sidecars_that_name_it() {
     let bytes = fs::read(t.path().join(rank(0))).unwrap();
     let members = vec![Member {
         path: rank(0),
-        sha256: judge::sha256_hex(&bytes),
+        sha256: crate::digest::sha256_hex(&bytes),
         size: bytes.len() as u64,
     }];
     let planted = sidecar::SetManifest {
@@ -907,7 +907,7 @@ fn sidecar_content() {
     assert_eq!(v["format"], 2);
     assert_eq!(v["fingerprint"], FP);
     assert_eq!(v["path"], rank(1));
-    assert_eq!(v["sha256"], judge::sha256_hex(&bytes));
+    assert_eq!(v["sha256"], crate::digest::sha256_hex(&bytes));
     assert_eq!(v["size"].as_u64(), Some(bytes.len() as u64));
     assert_eq!(v["keepwrap"], env!("CARGO_PKG_VERSION"));
     assert!(v["signed_at"].as_u64().unwrap() > 1_700_000_000);
@@ -1242,7 +1242,7 @@ fn state_directories_are_never_a_symlink_nor_writable_by_another_user() {
         0o700
     );
     // Through a symlinked .keepwrap nothing is created.
-    std::os::unix::fs::symlink("elsewhere", t.path().join(fsx::STATE_DIR)).unwrap();
+    std::os::unix::fs::symlink("elsewhere", t.path().join(crate::STATE_DIR)).unwrap();
     assert!(fsx::state_dir(t.path(), "running").is_err());
     assert_eq!(fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
 }

@@ -1,0 +1,337 @@
+//! Every `unsafe` block of keepwrap, each behind a safe function (the crate
+//! root denies `unsafe_code` everywhere else). What needs it: raw system
+//! calls the C library or nix do not offer as keepwrap needs them (signals
+//! 32 and 33, which the C library reserves and refuses; `renameat2` in the
+//! static musl build), starting the child in keepwrap's memory until it
+//! calls `exec`, and plain C structs built from zeroes.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::errno::Errno;
+use nix::sys::signal::SigSet;
+
+/// The size of the kernel's signal mask, which `rt_sigprocmask` and
+/// `rt_sigaction` take: 64 signals, one bit each.
+const KERNEL_SIGSET_SIZE: usize = 8;
+
+/// The set of exactly the signals in `mask` (bit N-1 is signal N), 32 and
+/// 33 included, which the C library's `sigaddset` refuses.
+pub fn sigset_of_mask(mask: u64) -> SigSet {
+    // SAFETY: `sigset_t` is plain data and all zeroes is the empty set. Its
+    // first 8 bytes are the kernel's mask of signals 1..64 (the C library's
+    // `sigset_t` starts with the kernel's, as an array of unsigned longs, in
+    // native byte order: one little-endian u64 on the targets this builds
+    // for); the write is unaligned-safe and within the struct's 128 bytes.
+    unsafe {
+        let mut raw: libc::sigset_t = std::mem::zeroed();
+        std::ptr::write_unaligned((&mut raw as *mut libc::sigset_t).cast::<u64>(), mask);
+        SigSet::from_sigset_t_unchecked(raw)
+    }
+}
+
+/// Add `set` to the calling thread's blocked signals with the raw
+/// `rt_sigprocmask`, which, unlike the C library's, also blocks 32 and 33.
+pub fn block_raw(set: &SigSet) -> nix::Result<()> {
+    // SAFETY: the set pointer is valid for the call and points to at least
+    // KERNEL_SIGSET_SIZE readable bytes (a `sigset_t` is 128); the old mask
+    // pointer is null, which the kernel takes as "not asked for".
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            set.as_ref() as *const libc::sigset_t,
+            std::ptr::null::<libc::sigset_t>(),
+            KERNEL_SIGSET_SIZE,
+        )
+    };
+    Errno::result(rc).map(drop)
+}
+
+/// The kernel's `struct sigaction` as `rt_sigaction` reads it. It is not the
+/// C library's `struct sigaction` (there the 128-byte mask comes before the
+/// flags): handler, flags, restorer (on the architectures that have
+/// `SA_RESTORER`), then the mask of 64 bits as unsigned longs.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    #[cfg(not(any(target_arch = "riscv64", target_arch = "loongarch64")))]
+    restorer: usize,
+    mask: [libc::c_ulong; KERNEL_SIGSET_SIZE / std::mem::size_of::<libc::c_ulong>()],
+}
+
+#[cfg(any(
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "mips32r6",
+    target_arch = "mips64r6",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+))]
+compile_error!("the kernel's struct sigaction has another layout on this architecture");
+
+/// Set `signo`'s action to `handler` (`SIG_DFL` or `SIG_IGN`) with the raw
+/// `rt_sigaction`, which, unlike the C library's, also takes 32 and 33. No
+/// flags, an empty mask and no restorer (neither default nor ignore runs a
+/// handler that would return through one). Async-signal-safe: one system
+/// call on a stack value. An invalid `signo` is refused by the kernel and
+/// ignored here.
+pub fn set_disposition(signo: i32, handler: libc::sighandler_t) {
+    let act = KernelSigaction {
+        handler,
+        flags: 0,
+        #[cfg(not(any(target_arch = "riscv64", target_arch = "loongarch64")))]
+        restorer: 0,
+        mask: [0; KERNEL_SIGSET_SIZE / std::mem::size_of::<libc::c_ulong>()],
+    };
+    // SAFETY: `act` is a valid kernel `struct sigaction` (the layout above)
+    // that lives across the call, with the mask size the kernel expects;
+    // the old action pointer is null, which the kernel takes as "not asked
+    // for". The handler is SIG_DFL or SIG_IGN, never code.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signo,
+            &act as *const KernelSigaction,
+            std::ptr::null::<KernelSigaction>(),
+            KERNEL_SIGSET_SIZE,
+        );
+    }
+}
+
+/// `kill(target, signo)` for any signal number (nix's `Signal` cannot name
+/// the realtime ones).
+pub fn kill(target: libc::pid_t, signo: i32) -> nix::Result<()> {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    Errno::result(unsafe { libc::kill(target, signo) }).map(drop)
+}
+
+/// `waitpid(-1, &status, WNOHANG)`: a pid, 0, or -1 with `errno` set, as
+/// the system call returns them.
+pub fn waitpid_any_nohang(status: &mut libc::c_int) -> libc::pid_t {
+    // SAFETY: `status` is a valid, writable int for the duration of the call.
+    unsafe { libc::waitpid(-1, status, libc::WNOHANG) }
+}
+
+/// `renameat2(from_dir, from, to_dir, to, RENAME_NOREPLACE)` with the raw
+/// system call: nix wraps `renameat2` for glibc only, and the static (musl)
+/// build needs it too.
+pub fn renameat2_noreplace(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    renameat2(from_dir, from, to_dir, to, libc::RENAME_NOREPLACE)
+}
+
+/// `renameat2(dir, a, dir, b, RENAME_EXCHANGE)`: `a` and `b` swap places
+/// atomically (both must exist).
+pub fn renameat2_exchange(dir: BorrowedFd<'_>, a: &CStr, b: &CStr) -> io::Result<()> {
+    renameat2(dir, a, dir, b, libc::RENAME_EXCHANGE)
+}
+
+fn renameat2(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: libc::c_uint,
+) -> io::Result<()> {
+    // SAFETY: both paths are NUL-terminated C strings that outlive the call;
+    // the descriptors are borrowed for its duration.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Give the calling thread (only it) the nice value `nice`.
+pub fn set_thread_nice(nice: i32) {
+    // SAFETY: two system calls on integers: this thread's own id, and the
+    // priority of that thread.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+    }
+}
+
+/// An `F_OFD_SETLK` request for the `len` bytes at `start`.
+pub fn flock_range(kind: libc::c_short, start: i64, len: i64) -> libc::flock {
+    // SAFETY: `flock` is plain data; zero is a valid value of every field
+    // (and of the padding some targets add).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+/// Start `argv` (`argv[0]` looked up in `PATH` by `execvp`) as a child
+/// that shares keepwrap's memory until it calls exec: `clone` with
+/// `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does, so that no page table
+/// is copied and nothing is copied on write afterwards. Before exec the
+/// child becomes the leader of a process group of its own, takes the
+/// terminal's foreground if keepwrap holds it, sets every signal
+/// `1..=signal_max` but KILL and STOP to its default action (what the
+/// caller ignored must not reach the engine) and blocks none. The calling
+/// thread resumes once the child has exec'd (its pid) or failed (the errno
+/// of the failed step; the child is reaped).
+pub fn spawn_shared(argv: &[CString], signal_max: i32) -> io::Result<libc::pid_t> {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let shared = ChildArgs {
+        argv: ptrs.as_ptr(),
+        signal_max,
+        error: AtomicI32::new(0),
+    };
+    // The child's stack: execvp keeps its path buffer there, and, for a
+    // script without `#!`, the shell's argv (a pointer per argument). Not
+    // zeroed: the child touches only the pages it uses.
+    let mut stack: Vec<u128> = Vec::with_capacity((CHILD_STACK + 8 * ptrs.len()) / 16);
+    // SAFETY: `top` is the 16-byte aligned end of an allocation that
+    // outlives the child's use of it: with CLONE_VFORK this thread is
+    // suspended until the child has called exec (which replaces its memory)
+    // or exited. The child runs `child_main` on that stack with `shared`,
+    // which also outlives it; `child_main` makes only async-signal-safe
+    // system calls, allocates nothing and never returns into keepwrap's
+    // code (it execs or `_exit`s). Only this thread is suspended; the
+    // others never touch `stack` or `shared`.
+    let pid = unsafe {
+        let top = stack
+            .as_mut_ptr()
+            .add(stack.capacity())
+            .cast::<libc::c_void>();
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&shared as *const ChildArgs)
+                .cast_mut()
+                .cast::<libc::c_void>(),
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match shared.error.load(Ordering::SeqCst) {
+        0 => Ok(pid),
+        errno => {
+            // It exited without exec: reap it here.
+            let mut status = 0;
+            // SAFETY: `status` is a valid, writable int for the call.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && Errno::last() == Errno::EINTR
+            {
+            }
+            Err(io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// Stack for the child of [`spawn_shared`] between `clone` and exec,
+/// beside 8 bytes per argument.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// What the child of [`spawn_shared`] reads, and where it leaves an error.
+struct ChildArgs {
+    /// NUL-terminated, with the program first.
+    argv: *const *const libc::c_char,
+    signal_max: i32,
+    /// The errno of the step that failed; 0 while nothing failed.
+    error: AtomicI32,
+}
+
+/// The child of [`spawn_shared`], on its own stack in keepwrap's memory.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` that `spawn_shared` keeps alive
+    // until this child has exec'd or exited.
+    let shared = unsafe { &*arg.cast::<ChildArgs>() };
+    let failed = |errno: i32| -> libc::c_int {
+        shared.error.store(errno.max(1), Ordering::SeqCst);
+        // SAFETY: _exit ends this child only (no CLONE_THREAD), running
+        // nothing of keepwrap's.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: system calls on integers: fd 0 (tcgetpgrp and tcsetpgrp fail
+    // cleanly, EBADF or ENOTTY, when it is closed or not a terminal) and
+    // this process.
+    unsafe {
+        // Hand the terminal over only when keepwrap holds its foreground
+        // (not when it was started in the background of a shell).
+        let foreground = libc::tcgetpgrp(0) == libc::getpgrp();
+        if libc::setpgid(0, 0) != 0 {
+            return failed(Errno::last_raw());
+        }
+        if foreground {
+            // TTOU is still blocked here, so the new group may do this.
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+    }
+    for sig in 1..=shared.signal_max {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            set_disposition(sig, libc::SIG_DFL);
+        }
+    }
+    let empty: u64 = 0;
+    // SAFETY: rt_sigprocmask with a valid mask of KERNEL_SIGSET_SIZE bytes
+    // and no old mask asked for.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null::<u64>(),
+            KERNEL_SIGSET_SIZE,
+        )
+    };
+    if rc != 0 {
+        return failed(Errno::last_raw());
+    }
+    // SAFETY: argv is NUL-terminated, its strings too, and `spawn_shared`
+    // keeps them alive; execvp returns only on failure.
+    unsafe { libc::execvp(*shared.argv, shared.argv) };
+    failed(Errno::last_raw())
+}
+
+/// Is any child of this process left, running or a zombie not yet reaped
+/// (`waitid` with `WNOWAIT`: nothing is reaped)? Children of every thread
+/// count, whatever signal they report their end with.
+pub fn any_child_nowait() -> nix::Result<bool> {
+    // SAFETY: `siginfo_t` is plain data; all zeroes is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a valid, writable siginfo_t for the call.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        match Errno::last() {
+            Errno::EINTR => continue,
+            Errno::ECHILD => return Ok(false),
+            e => return Err(e),
+        }
+    }
+}
