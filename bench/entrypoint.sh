@@ -121,15 +121,27 @@ t1=$(ticks)
 mem="$(field VmRSS "$kw") $(field VmHWM "$kw") $(field RssAnon "$kw") $(field RssFile "$kw") $tini_rss"
 wait "$kw" "$tn"
 size=$(stat -c %s "$KW")
+# The same for the static binary (its C library is inside it).
+static="- - - - -"
+if [ -n "$KWS" ]; then
+  rm -rf "$work/root"
+  "$KWS" --keep always -- sleep 3 2>/dev/null &
+  kw=$!
+  for _ in $(seq 100); do [ -n "$(cat /proc/$kw/task/*/children 2>/dev/null)" ] && break; sleep 0.05; done
+  sleep 0.5
+  static="$(field VmRSS "$kw") $(field VmHWM "$kw") $(field RssAnon "$kw") $(field RssFile "$kw") $(stat -c %s "$KWS")"
+  wait "$kw"
+fi
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$work/startup.json" "$((t1 - t0))" "$size" "$markers" "$load_before" "$load_after" $mem <<'PY'
+python3 - "$work/startup.json" "$((t1 - t0))" "$size" "$markers" "$load_before" "$load_after" $mem $static <<'PY'
 import json, sys
 results = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
 idle, size, markers = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 load_before, load_after = sys.argv[5], sys.argv[6]
 rss, hwm, anon, file, tini_rss = (int(v) for v in sys.argv[7:12])
+static = None if sys.argv[12] == "-" else [int(v) for v in sys.argv[12:17]]
 tini = results["tini -s -- true"]
 goals = {"keepwrap --keep always": 1.5, "keepwrap --disable": 1.2}
 def cpu(r):
@@ -154,4 +166,10 @@ print(f"| of which anonymous / file-backed (binary, libc) | {anon / 1024:.2f} Mi
 print(f"| tini's VmRSS, for scale | {tini_rss / 1024:.2f} MiB | |")
 print(f"| keepwrap binary size | {size / 2**20:.2f} MiB | |")
 print(f"| CPU time over 10 s of an idle child | {idle} ticks | 0 |")
+if static:
+    s_rss, s_hwm, s_anon, s_file, s_size = static
+    print(f"| static build: VmRSS / peak VmHWM | {s_rss / 1024:.2f} MiB / {s_hwm / 1024:.2f} MiB "
+          f"| <= 4 MiB: {'met' if s_hwm <= 4096 else 'NOT met'} |")
+    print(f"| static build: anonymous / file-backed | {s_anon / 1024:.2f} MiB / {s_file / 1024:.2f} MiB | |")
+    print(f"| static build: binary size | {s_size / 2**20:.2f} MiB | |")
 PY
