@@ -505,7 +505,9 @@ impl Runs {
 
 /// The name an ended launch's marker file is left under, emptied and
 /// unlocked, for the next launch to take instead of creating a file (at
-/// most one; a stray like any other dot file, removed when stale).
+/// most one; scans never read it as a marker, and unlike the other dot
+/// files it is not removed when old: a launch that cannot use it removes
+/// it).
 const SPARE: &std::ffi::CStr = c".spare";
 
 /// Take the spare marker file under the private name `tmp`: the open file,
@@ -572,7 +574,8 @@ fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
     let mut buf = Vec::new();
     for (name, kind) in entries {
         if name.starts_with(b".") {
-            if kind == Kind::File {
+            // The spare is kept whatever its age (see `claim_spare`).
+            if kind == Kind::File && name.as_slice() != SPARE.to_bytes() {
                 strays.push(name);
             }
             continue;
