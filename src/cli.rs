@@ -212,7 +212,7 @@ pub struct FingerprintCmd {
 #[derive(Debug, Clone, Args)]
 pub struct FingerprintArgs {
     /// Fingerprint profile: which env vars and arguments identify a launch
-    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "sglang")]
+    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "auto")]
     pub profile: ProfileName,
 
     /// Also fingerprint env vars whose name starts with PREFIX (repeatable)
@@ -293,7 +293,7 @@ pub struct RunArgs {
 
     /// Rewrite the rank files of each cache directory as their union at commit,
     /// so SGLang's stock entry gate sees agreement under expert parallelism
-    /// (auto: on for the sglang and seed profiles)
+    /// (auto: on for the sglang and seed profiles, off for vllm)
     #[arg(
         long,
         value_enum,
@@ -610,16 +610,16 @@ pub fn main() -> ExitCode {
     match cli.subcommand {
         Some(Sub::Evict(cmd)) => {
             let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
-                (_, Some(d), _) => crate::cmd::status::Evict::OlderThan(d),
-                (_, None, Some(fp)) => crate::cmd::status::Evict::Launch(fp),
-                _ => crate::cmd::status::Evict::All,
+                (_, Some(d), _) => crate::cmd::evict::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
+                _ => crate::cmd::evict::Evict::All,
             };
-            crate::cmd::status::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+            crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
         }
-        Some(Sub::Clean(cmd)) => crate::cmd::status::evict(
+        Some(Sub::Clean(cmd)) => crate::cmd::evict::evict(
             cmd.root.cache_dir.as_deref(),
             cmd.root.lock_timeout,
-            crate::cmd::status::Evict::All,
+            crate::cmd::evict::Evict::All,
         ),
         Some(Sub::Config(c)) => crate::cmd::config::print(
             &cmd,
@@ -630,7 +630,7 @@ pub fn main() -> ExitCode {
             c.json,
         ),
         Some(Sub::ShareStatus(cmd)) if cmd.json => {
-            crate::cmd::status::share_status_json(&cmd.share)
+            crate::cmd::share_status::share_status_json(&cmd.share)
         }
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
@@ -643,7 +643,8 @@ pub fn main() -> ExitCode {
         }
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keeper::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
             let code = crate::cmd::status::run(
                 root,
                 &cmd.fingerprint.options(),
@@ -668,7 +669,8 @@ pub fn main() -> ExitCode {
                 );
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keeper::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
             crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {

@@ -2,32 +2,42 @@
 //! an SGLang launch across boots, and only when the launch is the same.
 //!
 //! One folder per promise, each with its pure decisions in files that do no
-//! I/O and the system calls beside them:
-//! - [`supervisor`]: the one poll loop; [`supervisor::child`] spawns the
-//!   engine, forwards signals, reaps, turns its end into an exit status;
-//! - [`launch`]: what a launch means, its fingerprint
-//!   ([`launch::fingerprint`]), profiles, canonical JSON
-//!   ([`launch::canonical`]), redaction;
+//! I/O and the system calls beside them. From the top down (a module
+//! imports only modules below it; `architecture` checks it):
+//! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`cmd`]: the subcommands `status`, `explain`, `config`;
+//! - [`supervisor`]: the one poll loop, its [`supervisor::Settings`];
+//!   [`supervisor::child`] spawns the engine, forwards signals, reaps;
+//! - [`keeper`]: the cache side of one launch (prune, watch, done, sign),
+//!   its trust rules as a pure state machine ([`keeper::policy`]) and why a
+//!   launch has no cache ([`keeper::explain`]);
+//! - [`share`]: multi-node launches: publish and unify rank files through a
+//!   shared directory;
 //! - [`done`]: when tuning is done: the `--done` rules, the HTTP probe,
 //!   which process serves a port ([`done::owner`]), the inotify watch
 //!   ([`done::watch`]), the `landed` lines ([`done::progress`]);
-//! - [`keeper`]: the cache side of one launch (prune, watch, done, sign) and
-//!   its trust rules as a pure state machine ([`keeper::policy`]);
+//! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
+//! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
+//! - [`root`]: where the cache root is, and what launches sharing one share:
+//!   the lock, the running markers, the statistics;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, judge, prune,
 //!   sign, survey, trash, no-follow file operations);
-//! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
-//! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
-//! - [`share`]: multi-node launches: publish and unify rank files through a
-//!   shared directory;
-//! - [`root`]: what several launches share in a cache root: the lock, the
-//!   running markers, the statistics;
-//! - [`cmd`]: the subcommands `status`, `explain`, `config`;
-//! - [`cli`]: the command line, and the hand-off to each subcommand;
+//! - [`launch`]: what a launch means, its fingerprint
+//!   ([`launch::fingerprint`]), profiles, canonical JSON
+//!   ([`launch::canonical`]), redaction;
+//! - [`signals`]: which signals keepwrap handles, the mask every thread
+//!   blocks, how a process ended;
+//! - [`digest`]: sha256 hex and the [`digest::Fingerprint`];
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
-//! - [`clock`]: deadlines that saturate instead of overflowing;
-//! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
+//! - [`clock`]: deadlines that saturate, durations, the time in seconds;
+//! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`);
+//! - [`sys`]: every `unsafe` block, behind safe functions (the crate denies
+//!   `unsafe_code` everywhere else).
 
 #![deny(unsafe_code)]
+
+#[cfg(test)]
+mod architecture;
 
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
@@ -48,6 +58,7 @@ pub mod launch;
 pub mod logging;
 pub mod root;
 pub mod share;
+pub mod signals;
 pub mod store;
 pub mod supervisor;
 #[allow(unsafe_code)]

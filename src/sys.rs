@@ -20,11 +20,13 @@ const KERNEL_SIGSET_SIZE: usize = 8;
 /// The set of exactly the signals in `mask` (bit N-1 is signal N), 32 and
 /// 33 included, which the C library's `sigaddset` refuses.
 pub fn sigset_of_mask(mask: u64) -> SigSet {
-    // SAFETY: `sigset_t` is plain data and all zeroes is the empty set. Its
-    // first 8 bytes are the kernel's mask of signals 1..64 (the C library's
-    // `sigset_t` starts with the kernel's, as an array of unsigned longs, in
-    // native byte order: one little-endian u64 on the targets this builds
-    // for); the write is unaligned-safe and within the struct's 128 bytes.
+    // SAFETY: `sigset_t` is plain data (128 bytes) and all zeroes is the
+    // empty set, so `zeroed` makes a valid value; the unaligned write of 8
+    // bytes stays inside it. Those 8 bytes are the mask of signals 1..64 as
+    // the kernel reads it (unsigned longs, bit N-1 for signal N): a native
+    // u64 is that layout where an unsigned long has 64 bits, and on
+    // little-endian targets where it has 32 (x86_64, aarch64, i686, armv7).
+    // A wrong layout would only mark other signals, never touch memory.
     unsafe {
         let mut raw: libc::sigset_t = std::mem::zeroed();
         std::ptr::write_unaligned((&mut raw as *mut libc::sigset_t).cast::<u64>(), mask);

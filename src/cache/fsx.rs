@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag, AT_FDCWD};
@@ -84,15 +84,50 @@ pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> i
     .map_err(err)
 }
 
-/// Open the directory `rel` (relative, no `..`) below `root` one component
-/// at a time, never following a symlink.
+/// Open the directory `rel` (relative, no `..`) below `root`, never
+/// following a symlink: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`
+/// where the kernel has it (Linux 5.6), else one component at a time.
 pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
-    walk_dir_path(root, rel, open_dir_at::<[u8]>)
+    match open_beneath(root, rel) {
+        Some(opened) => opened,
+        None => walk_dir_path(root, rel, open_dir_at::<[u8]>),
+    }
+}
+
+/// Set once `openat2` is refused as a call (an older kernel, or a seccomp
+/// filter that answers EPERM): the walk does every open from then on.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// `rel` opened by one `openat2`, or None where the walk must open it: an
+/// empty or not plain path (the walk answers those), no `openat2`, or a
+/// rename the kernel saw race the lookup.
+fn open_beneath(root: BorrowedFd<'_>, rel: &Path) -> Option<io::Result<OwnedFd>> {
+    use nix::fcntl::{openat2, OpenHow, ResolveFlag};
+    if NO_OPENAT2.load(Ordering::Relaxed)
+        || !rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        || !rel.components().any(|c| matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match openat2(root, rel, how) {
+        Ok(fd) => Some(Ok(fd)),
+        Err(Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) => {
+            NO_OPENAT2.store(true, Ordering::Relaxed);
+            None
+        }
+        Err(Errno::EAGAIN | Errno::EXDEV) => None,
+        Err(e) => Some(Err(err(e))),
+    }
 }
 
 /// Walk `rel` below `root` one plain component at a time, each opened from
 /// its parent by `step`; `root` itself (a new descriptor) for an empty path.
-fn walk_dir_path(
+pub(super) fn walk_dir_path(
     root: BorrowedFd<'_>,
     rel: &Path,
     step: impl Fn(BorrowedFd<'_>, &[u8]) -> io::Result<OwnedFd>,

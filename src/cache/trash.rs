@@ -92,13 +92,13 @@ pub fn spawn_empty(root: OwnedFd) {
     let spawned = std::thread::Builder::new()
         .name("keepwrap-trash".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             empty_trash_dir(trash.as_fd());
         });
     if blocked {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         // The C library's restore leaves signals 32 and 33 unblocked.
-        crate::supervisor::child::block_signals_in_thread();
+        crate::signals::block_signals_in_thread();
     }
     if let Err(e) = spawned {
         warn!("cannot start the thread that empties .keepwrap/trash: {e}");

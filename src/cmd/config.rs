@@ -1,9 +1,8 @@
 //! `keepwrap config`: the effective settings of a launch, each with where it
 //! came from (a flag, a `KEEPWRAP_*` variable, or the default), as `ccache -p`
-//! shows them; and the check that `--cache-dir` is where the engine writes.
+//! shows them.
 
 use std::ffi::OsString;
-use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
@@ -65,11 +64,31 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 }
 
 /// The cache root a run would guard, and what it came from.
-fn root_setting(run: &Settings, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
-    let root = crate::keeper::cache_root(run, env);
+fn root_setting(
+    run: &Settings,
+    cache_dir: &Setting,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Setting {
+    let vllm = run.fingerprint.profile.resolve_for(command, env)
+        == crate::launch::fingerprint::ProfileName::Vllm;
+    let root = if vllm {
+        crate::keeper::vllm::root(run.cache_dir.as_deref(), env).ok()
+    } else {
+        crate::root::place::root_from(run.cache_dir.as_deref(), env)
+    };
+    let vllm_var = [
+        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "XDG_CACHE_HOME",
+    ]
+    .into_iter()
+    .find(|v| crate::root::place::is_set(env, v));
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
-    } else if set(env, "SGLANG_CACHE_DIR") {
+    } else if vllm {
+        ("default", Some(vllm_var.unwrap_or("HOME").to_string()))
+    } else if crate::root::place::is_set(env, "SGLANG_CACHE_DIR") {
         ("default", Some("SGLANG_CACHE_DIR".to_string()))
     } else {
         ("default", Some("HOME".to_string()))
@@ -81,10 +100,6 @@ fn root_setting(run: &Settings, cache_dir: &Setting, env: &[(OsString, OsString)
         origin,
         variable: None,
     }
-}
-
-fn set(env: &[(OsString, OsString)], name: &str) -> bool {
-    env.iter().any(|(k, v)| k == name && !v.is_empty())
 }
 
 /// Print the effective settings (text, or JSON with `json`).
@@ -99,7 +114,7 @@ pub fn print(
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut all = settings(cmd, matches);
     let cache_dir = all.iter().find(|s| s.name == "cache-dir");
-    let root = cache_dir.map(|c| root_setting(run, c, &env));
+    let root = cache_dir.map(|c| root_setting(run, c, command, &env));
     all.extend(root);
     all.push(Setting {
         name: "log".into(),
@@ -127,8 +142,16 @@ pub fn print(
             origin: done.and_then(|d| d.origin.clone()),
             variable: None,
         });
+        let profile = all.iter().find(|s| s.name == "profile");
+        all.push(Setting {
+            name: "profile-for-command".into(),
+            value: Some(launch.profile().as_str().to_string()),
+            source: profile.map_or("default", |p| p.source),
+            origin: profile.and_then(|p| p.origin.clone()),
+            variable: None,
+        });
     }
-    warn_cache_dir(run.cache_dir.as_deref(), command, &env);
+    crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
     if json {
         let mut obj = Map::new();
         for s in &all {
@@ -165,142 +188,4 @@ pub fn print(
         }
     }
     ExitCode::SUCCESS
-}
-
-/// `path` without `.` components and with `..` folded lexically, or its
-/// canonical form when it exists (so a symlinked mount compares equal).
-fn normal(path: &Path) -> PathBuf {
-    if let Ok(p) = path.canonicalize() {
-        return p;
-    }
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Does the command run SGLang (an argument naming it: `sglang.launch_server`,
-/// `sglang serve`, `.../sglang/launch_server.py`, `sglang.bench_one_batch`)?
-fn runs_sglang(argv: &[OsString]) -> bool {
-    argv.iter()
-        .any(|a| a.to_string_lossy().to_ascii_lowercase().contains("sglang"))
-}
-
-/// The engine's cache directory, and the variable it derives from, when
-/// `--cache-dir` is neither it nor below it as the child's environment
-/// defines it and the command runs SGLang: the engine then writes elsewhere,
-/// and keepwrap would guard a directory the engine never reads.
-pub fn outside_engine_cache(
-    cache_dir: Option<&Path>,
-    argv: &[OsString],
-    env: &[(OsString, OsString)],
-) -> Option<(PathBuf, &'static str)> {
-    let dir = cache_dir?;
-    if !runs_sglang(argv) {
-        return None;
-    }
-    let engine = crate::keeper::root_from(None, env)?;
-    if normal(dir).starts_with(normal(&engine)) {
-        return None;
-    }
-    let from = if set(env, "SGLANG_CACHE_DIR") {
-        "$SGLANG_CACHE_DIR/flashinfer/autotune"
-    } else {
-        "$HOME/.cache/sglang/flashinfer/autotune"
-    };
-    Some((engine, from))
-}
-
-/// Warn when `--cache-dir` is not where the engine writes
-/// ([`outside_engine_cache`]).
-pub fn warn_cache_dir(cache_dir: Option<&Path>, argv: &[OsString], env: &[(OsString, OsString)]) {
-    if let (Some(dir), Some((engine, from))) =
-        (cache_dir, outside_engine_cache(cache_dir, argv, env))
-    {
-        tracing::warn!(
-            "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
-            dir.display(),
-            engine.display()
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sglang() -> Vec<OsString> {
-        ["python3", "-m", "sglang.launch_server"]
-            .map(OsString::from)
-            .to_vec()
-    }
-
-    #[test]
-    fn only_an_sglang_command_is_checked() {
-        let e = env(&[("HOME", "/nonexistent/home")]);
-        let other = ["python3", "serve.py"].map(OsString::from).to_vec();
-        assert_eq!(
-            outside_engine_cache(Some(Path::new("/c")), &other, &e),
-            None
-        );
-        let serve = ["sglang", "serve"].map(OsString::from).to_vec();
-        assert!(outside_engine_cache(Some(Path::new("/c")), &serve, &e).is_some());
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
-    }
-
-    #[test]
-    fn cache_dir_under_the_engine_directory_is_quiet() {
-        let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c")]);
-        for ok in [
-            "/nonexistent/c/flashinfer/autotune",
-            "/nonexistent/c/flashinfer/autotune/",
-            "/nonexistent/c/./flashinfer/autotune/0.7.2",
-            "/nonexistent/x/../c/flashinfer/autotune",
-        ] {
-            assert_eq!(
-                outside_engine_cache(Some(Path::new(ok)), &sglang(), &e),
-                None,
-                "{ok}"
-            );
-        }
-        assert_eq!(outside_engine_cache(None, &sglang(), &e), None);
-        assert_eq!(
-            outside_engine_cache(Some(Path::new("/x")), &sglang(), &[]),
-            None,
-            "no engine dir known"
-        );
-    }
-
-    #[test]
-    fn cache_dir_elsewhere_warns_naming_both() {
-        let e = env(&[("HOME", "/nonexistent/home")]);
-        let (engine, from) =
-            outside_engine_cache(Some(Path::new("/cache/pod-1")), &sglang(), &e).unwrap();
-        assert_eq!(
-            engine,
-            Path::new("/nonexistent/home/.cache/sglang/flashinfer/autotune")
-        );
-        assert_eq!(from, "$HOME/.cache/sglang/flashinfer/autotune");
-        let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c"), ("HOME", "/h")]);
-        let (_, from) =
-            outside_engine_cache(Some(Path::new("/nonexistent/c")), &sglang(), &e).unwrap();
-        assert_eq!(from, "$SGLANG_CACHE_DIR/flashinfer/autotune");
-        // A prefix of the name is not a parent directory.
-        let w = outside_engine_cache(
-            Some(Path::new("/nonexistent/c/flashinfer/autotune2")),
-            &sglang(),
-            &e,
-        );
-        assert!(w.is_some());
-    }
 }

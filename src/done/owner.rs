@@ -12,7 +12,17 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::keeper::policy::Owner;
+/// Who answered a health probe with 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The listening socket belongs to a process of the engine's tree.
+    Engine,
+    /// A non-local URL: trusted as given.
+    Remote,
+    /// Another process listens on the port: who, as a log line says it
+    /// (`pid N (comm)`, or `a process outside the engine's tree`).
+    Foreign(String),
+}
 
 /// Longest a look through processes' descriptors may take: once for the
 /// engine's tree, once to name another owner. It runs on keepwrap's worker

@@ -80,7 +80,7 @@ pub fn landed(root: &Path, landed: &[PathBuf], at: Duration) {
         match line {
             Line::File(rel) => {
                 let entries = crate::cache::entry_count(&root.join(&rel))
-                    .map_or_else(|why| why, |n| format!("{n} entries"));
+                    .map_or_else(|why| why.to_string(), |n| format!("{n} entries"));
                 tracing::info!(
                     "landed {} ({entries}, {t:.1} s after the launch)",
                     crate::logging::Shown(&rel)

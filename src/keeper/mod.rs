@@ -9,8 +9,10 @@
 //! share run on a worker thread that reports through a socket in the loop's
 //! poll set, so the loop never waits for them.
 
+pub mod explain;
 pub mod policy;
 mod settings;
+pub mod vllm;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
@@ -32,13 +34,13 @@ use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
-use crate::launch::fingerprint::Launch;
+use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
 use crate::share::Share;
+use crate::signals::Ended;
 use crate::store::{self, Store};
-use crate::supervisor::child::Ended;
 use crate::unify;
 use crate::STATE_DIR;
 
@@ -72,22 +74,7 @@ pub struct Keeper {
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
 /// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
 pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    root_from(args.cache_dir.as_deref(), env)
-}
-
-/// [`cache_root`] from a `--cache-dir` value (for the subcommands).
-pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    if let Some(dir) = cache_dir {
-        return Some(dir.to_path_buf());
-    }
-    let var = |name: &str| {
-        env.iter()
-            .find(|(k, v)| k == name && !v.is_empty())
-            .map(|(_, v)| PathBuf::from(v))
-    };
-    let sglang =
-        var("SGLANG_CACHE_DIR").or_else(|| var("HOME").map(|h| h.join(".cache/sglang")))?;
-    Some(sglang.join("flashinfer/autotune"))
+    crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }
 
 fn secs(d: Duration) -> String {
@@ -151,13 +138,28 @@ impl Keeper {
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
-        let Some(root) = cache_root(args, env) else {
-            tracing::warn!(
-                "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
-            );
+        let profile = launch.profile();
+        let root = if profile == ProfileName::Vllm {
+            vllm::root(args.cache_dir.as_deref(), env)
+                .map_err(|e| {
+                    tracing::warn!(
+                        "no cache root: {e}; the launch goes on without keeping the cache"
+                    )
+                })
+                .ok()
+        } else {
+            let root = cache_root(args, env);
+            if root.is_none() {
+                tracing::warn!(
+                    "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+                );
+            }
+            root
+        };
+        let Some(root) = root else {
             return Prepared::default();
         };
-        crate::cmd::config::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+        crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
             tracing::warn!("{line}");
         }
@@ -171,9 +173,10 @@ impl Keeper {
         tracing::info!(
             "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
             short(&fingerprint),
-            args.fingerprint.profile.as_str(),
+            profile.as_str(),
             root.display()
         );
+        vllm::note_managed_store(&launch, env);
         if !ensure_root(&root) {
             return Prepared::default();
         }
@@ -189,13 +192,17 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = Share::new(
-            &args.share,
-            &launch,
-            argv,
-            args.unifies(),
-            args.store_max_age,
-        );
+        let share = if profile == ProfileName::Vllm {
+            vllm::share(&args.share, &launch, args.store_max_age)
+        } else {
+            Share::new(
+                &args.share,
+                &launch,
+                argv,
+                args.unifies(profile),
+                args.store_max_age,
+            )
+        };
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -298,14 +305,15 @@ impl Keeper {
             launched,
             kept,
             session: None,
-            unify: args.unifies(),
+            unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: args.fingerprint.profile.as_str(),
+            profile: profile.as_str(),
             inputs,
             share,
         };
         keeper.take_share_union();
+        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept();
         Prepared {
             keeper: Some(keeper),
@@ -348,7 +356,17 @@ impl Keeper {
         let Some(share) = self.share.as_ref() else {
             return;
         };
-        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+        let taken = if self.profile == ProfileName::Vllm.as_str() {
+            // vLLM: each node keeps its own ranks' files; a node whose
+            // cache is empty takes its own back from a complete set.
+            if !self.kept.is_empty() {
+                return;
+            }
+            vllm::take_own(share, &self.root, &self.fingerprint)
+        } else {
+            share.take_union(&self.root, &self.fingerprint)
+        };
+        if let Some(signed) = taken {
             // keepwrap's own writes are not landings of the engine.
             self.watcher.read();
             self.kept = signed;
@@ -372,6 +390,23 @@ impl Keeper {
             }
             Done::Quiet(d) => Rule::Quiet(*d),
             Done::Exit => Rule::Exit,
+            Done::HeadHealth(endpoint) => {
+                self.probe = Some(Probe::new(
+                    endpoint.clone(),
+                    self.probe_interval,
+                    self.probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::RankFiles(_, d) => Rule::Quiet(*d),
+        };
+        let policy = match &self.done {
+            Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
+            Done::RankFiles(names, _) => {
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+            }
+            _ => Policy::new(rule, self.launched),
         };
         let committer = Committer {
             root: self.root.clone(),
@@ -386,7 +421,7 @@ impl Keeper {
             share: self.share.take(),
         };
         self.session = Some(Session {
-            policy: Policy::new(rule, self.launched),
+            policy,
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
@@ -468,8 +503,10 @@ impl Keeper {
         // No other probe until this one's answer is judged.
         probe.defer(now);
         let url = probe.endpoint().to_string();
+        // A headless node probes the head: another process by design.
+        let head = matches!(self.done, Done::HeadHealth(_));
         let report = match probe.addr() {
-            Some(addr) if owner::is_local(addr) => s.worker.run(Job::Owner {
+            Some(addr) if owner::is_local(addr) && !head => s.worker.run(Job::Owner {
                 addr,
                 name: !s.named,
                 at: now,
@@ -939,7 +976,7 @@ impl Worker {
         let spawned = std::thread::Builder::new()
             .name("keepwrap-commit".into())
             .spawn(move || {
-                crate::supervisor::child::block_signals_in_thread();
+                crate::signals::block_signals_in_thread();
                 // Behind the supervisor loop and the engine for the CPU: the
                 // commit can wait a little, a signal or the engine cannot.
                 crate::sys::set_thread_nice(10);
@@ -1062,7 +1099,7 @@ fn explain_later(
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = crate::cmd::explain::no_cache_line(&s, &fingerprint, &inputs) {
+            if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
                 tracing::info!("{line}");
             }
         }

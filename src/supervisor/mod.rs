@@ -140,7 +140,7 @@ fn prepare_interruptibly(
     let spawned = std::thread::Builder::new()
         .name("keepwrap-prepare".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             let _ = tx.send(Keeper::prepare(&a, &c, &env));
             let _ = done_tx.write_all(&[1]);
         });
@@ -187,7 +187,7 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
     if let Err(e) = std::thread::Builder::new()
         .name("keepwrap-explain".into())
         .spawn(move || {
-            crate::supervisor::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             job()
         })
     {

@@ -343,7 +343,7 @@ fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
                 let handle = std::thread::Builder::new()
                     .name("keepwrap-unify".into())
                     .spawn_scoped(scope, move || {
-                        crate::supervisor::child::block_signals_in_thread();
+                        crate::signals::block_signals_in_thread();
                         part.iter().map(parse).collect::<Vec<_>>()
                     });
                 (part, handle)

@@ -41,11 +41,7 @@ impl Env {
     fn cmd(&self, w: Wrapper, extra: &[&str], argv: &[&str]) -> Command {
         let mut cmd = match w {
             Wrapper::Keepwrap => keepwrap(&self.path("cache")),
-            Wrapper::Tini => {
-                let mut c = Command::new("tini");
-                c.arg("-s");
-                c
-            }
+            Wrapper::Tini => tini(),
         };
         cmd.args(extra).arg("--").args(argv);
         cmd.env("SIGCHILD_REPORT", self.path("report"));
@@ -217,6 +213,10 @@ fn scenario_ctrl_c_under_a_terminal_exits_130(w: Wrapper) {
     let env = Env::new();
     let mut cmd = Command::new("python3");
     cmd.arg(helper("pty_ctrl_c.py"));
+    if w == Wrapper::Tini {
+        // The terminal starts tini as a shell starts a foreground job.
+        with_default_signals(&mut cmd);
+    }
     let wrapped = env.cmd(w, &[], &["sh", "-c", "echo ready; exec sleep 30"]);
     cmd.arg(wrapped.get_program()).args(wrapped.get_args());
     for (k, v) in wrapped.get_envs() {
@@ -476,5 +476,69 @@ fn tini_agrees_on_the_scenario_table() {
     assert_eq!(
         scenario_missing_and_unexecutable_commands(Wrapper::Tini),
         scenario_missing_and_unexecutable_commands(Wrapper::Keepwrap)
+    );
+}
+
+/// tini starts its child with no signal blocked and none of 1 to 31
+/// ignored (tini itself ignores 32 and 33, which its child inherits),
+/// whatever the state of the caller (the next test runs this one under a
+/// caller that ignores signals): the comparisons are about tini, not about
+/// the caller.
+#[test]
+fn tini_starts_the_child_with_no_signal_ignored_nor_blocked() {
+    if !common::has_need(have("tini"), "tini (.ci/run installs it)") {
+        return;
+    }
+    let env = Env::new();
+    let mut cmd = env.cmd(
+        Wrapper::Tini,
+        &[],
+        &["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"],
+    );
+    let f = output(&mut cmd);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let mask = |name: &str| {
+        let line = f.stdout.iter().find_map(|l| l.strip_prefix(name));
+        u64::from_str_radix(line.expect(name).trim(), 16).unwrap()
+    };
+    assert_eq!(
+        (mask("SigBlk:"), mask("SigIgn:") & 0x7fff_ffff),
+        (0, 0),
+        "{:?}",
+        f.stdout
+    );
+}
+
+/// Under `nohup` (SIGHUP ignored) or as a shell's background job (SIGINT
+/// ignored) the tini comparisons still hold: the test above, run by a
+/// caller that ignores both.
+#[test]
+fn the_tini_comparison_holds_when_the_caller_ignores_sigint_and_sighup() {
+    if !common::has_need(have("tini"), "tini (.ci/run installs it)") {
+        return;
+    }
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "--include-ignored",
+        "--test-threads=1",
+        "entrypoint::tini_starts_the_child_with_no_signal_ignored_nor_blocked",
+    ]);
+    // SAFETY: between fork and exec the closure only calls signal(2), which
+    // is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            use nix::sys::signal::{signal, SigHandler};
+            signal(Signal::SIGINT, SigHandler::SigIgn).unwrap();
+            signal(Signal::SIGHUP, SigHandler::SigIgn).unwrap();
+            Ok(())
+        });
+    }
+    let f = output(&mut cmd);
+    let text = f.stdout.join("\n");
+    assert!(
+        f.code == 0 && text.contains("test result: ok. 1 passed"),
+        "{text}\n{}",
+        f.stderr
     );
 }

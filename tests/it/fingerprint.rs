@@ -10,6 +10,10 @@ use std::process::{Command, Output};
 
 use assert_cmd::prelude::*;
 use predicates::prelude::*;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+use proptest::{bool, collection, sample};
 use sha2::{Digest, Sha256};
 
 fn keepwrap() -> Command {
@@ -88,24 +92,6 @@ fn sha12(b: &[u8]) -> String {
 
 // ---------------------------------------------------------------- seed parity
 
-/// Deterministic xorshift64*, so a failing case can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())]
-    }
-}
-
 /// Pieces of argv and environment strings: ASCII, JSON escapes, controls,
 /// non-ASCII, astral, and every kind of byte run Python's UTF-8 decoder
 /// rejects (lone continuation, overlong, encoded surrogate, above U+10FFFF,
@@ -161,18 +147,25 @@ const NAME_PREFIXES: &[&str] = &[
     "X", "",
 ];
 
-fn random_bytes(rng: &mut Rng, max_pieces: usize, allow_eq: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    for _ in 0..rng.below(max_pieces + 1) {
-        if allow_eq && rng.below(12) == 0 {
-            out.push(b'=');
-        }
-        out.extend_from_slice(rng.pick(PIECES));
-    }
-    out
+/// Up to `max_pieces` pieces, each after an `=` one time in twelve when
+/// `allow_eq`.
+fn random_bytes(max_pieces: usize, allow_eq: bool) -> impl Strategy<Value = Vec<u8>> {
+    let eq = if allow_eq { 1.0 / 12.0 } else { 0.0 };
+    collection::vec((bool::weighted(eq), sample::select(PIECES)), 0..=max_pieces).prop_map(
+        |pieces| {
+            let mut out = Vec::new();
+            for (eq, piece) in pieces {
+                if eq {
+                    out.push(b'=');
+                }
+                out.extend_from_slice(piece);
+            }
+            out
+        },
+    )
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Case {
     argv: Vec<Vec<u8>>,
     env: Vec<(Vec<u8>, Vec<u8>)>,
@@ -189,37 +182,48 @@ fn seed_volatile_names() -> Vec<&'static str> {
         .collect()
 }
 
-fn random_case(rng: &mut Rng, volatile: &[&str]) -> Case {
-    let argv = (0..1 + rng.below(14))
-        .map(|_| random_bytes(rng, 6, true))
-        .collect();
-    let mut env: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for _ in 0..rng.below(12) {
-        let mut name = rng.pick(NAME_PREFIXES).as_bytes().to_vec();
-        name.extend(random_bytes(rng, 3, false));
-        if name.is_empty() {
-            name.push(b'Y');
-        }
-        env.push((name, random_bytes(rng, 5, true)));
-    }
-    for _ in 0..rng.below(4) {
-        env.push((
-            rng.pick(volatile).as_bytes().to_vec(),
-            random_bytes(rng, 2, true),
-        ));
-    }
-    match rng.below(5) {
-        0 | 1 => env.push((b"DSV41_LAUNCHER".to_vec(), b"tp4".to_vec())),
-        2 => env.push((
-            b"DSV41_LAUNCHER".to_vec(),
-            rng.pick(&[&b"TP4"[..], b"tp4 ", b"tp3", b""]).to_vec(),
-        )),
-        _ => {}
-    }
-    // one value per name, as a real environment has
-    let mut seen = std::collections::HashSet::new();
-    env.retain(|(k, _)| seen.insert(k.clone()));
-    Case { argv, env }
+/// A launch: random arguments, random names under the prefixes, some of
+/// the seed's volatile names, and the TP4 launcher variable or a near miss.
+fn random_case(volatile: Vec<&'static str>) -> impl Strategy<Value = Case> {
+    let launcher = prop_oneof![
+        2 => Just(Some(b"tp4".to_vec())),
+        1 => sample::select(vec![&b"TP4"[..], b"tp4 ", b"tp3", b""]).prop_map(|v| Some(v.to_vec())),
+        2 => Just(None),
+    ];
+    (
+        collection::vec(random_bytes(6, true), 1..15),
+        collection::vec(
+            (
+                sample::select(NAME_PREFIXES),
+                random_bytes(3, false),
+                random_bytes(5, true),
+            ),
+            0..12,
+        ),
+        collection::vec((sample::select(volatile), random_bytes(2, true)), 0..4),
+        launcher,
+    )
+        .prop_map(|(argv, named, volatile, launcher)| {
+            let mut env: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            for (prefix, rest, value) in named {
+                let mut name = prefix.as_bytes().to_vec();
+                name.extend(rest);
+                if name.is_empty() {
+                    name.push(b'Y');
+                }
+                env.push((name, value));
+            }
+            for (name, value) in volatile {
+                env.push((name.as_bytes().to_vec(), value));
+            }
+            if let Some(v) = launcher {
+                env.push((b"DSV41_LAUNCHER".to_vec(), v));
+            }
+            // one value per name, as a real environment has
+            let mut seen = std::collections::HashSet::new();
+            env.retain(|(k, _)| seen.insert(k.clone()));
+            Case { argv, env }
+        })
 }
 
 fn fixed_cases(volatile: &[&str]) -> Vec<Case> {
@@ -322,10 +326,13 @@ fn seed_profile_matches_the_seed_bit_for_bit() {
         "seed volatile names parsed: {}",
         volatile.len()
     );
-    let mut rng = Rng(0x5EED_F1A9_0000_0001);
     let mut cases = fixed_cases(&volatile);
+    // 300 cases from proptest's deterministic generator, checked against
+    // the oracle in one run of it.
+    let mut runner = TestRunner::deterministic();
+    let strategy = random_case(volatile.clone());
     for _ in 0..300 {
-        cases.push(random_case(&mut rng, &volatile));
+        cases.push(strategy.new_tree(&mut runner).unwrap().current());
     }
 
     let dir = tempfile::tempdir().unwrap();
@@ -1014,12 +1021,14 @@ fn no_command_is_a_usage_error() {
 #[test]
 fn unknown_profile_names_the_known_ones() {
     keepwrap()
-        .args(["fingerprint", "--profile", "vllm", "--", "python"])
+        .args(["fingerprint", "--profile", "trtllm", "--", "python"])
         .assert()
         .code(2)
         .stdout("")
-        .stderr(predicate::str::contains("'vllm'"))
+        .stderr(predicate::str::contains("'trtllm'"))
         .stderr(predicate::str::contains("sglang"))
+        .stderr(predicate::str::contains("vllm"))
+        .stderr(predicate::str::contains("auto"))
         .stderr(predicate::str::contains("seed"));
     keepwrap()
         .args(["fingerprint", "--", "python"])

@@ -3,7 +3,7 @@
 //! verdict (equal namespaces after `prepare_server_args`: the `--config`
 //! merge and argparse), made once by tests/py/sglang_launch_pairs.py from
 //! the real wheel. Two launches SGLang reads differently must never share a
-//! fingerprint. Two it reads the same may differ only in the ways the README
+//! fingerprint. Two it reads the same may differ only in the ways docs/fingerprint.md
 //! documents (a value's spelling argparse converts: `04`, `.8`, `{"a":1}`;
 //! a value equal to the default; YAML scalars PyYAML types that keepwrap
 //! keeps as their text), never for reordering, `=`, aliases,

@@ -1,5 +1,5 @@
 //! Packaging: the static build's file operations, and the Docker snippet,
-//! README and Kubernetes examples agreeing on the settings they suggest.
+//! docs/docker.md and Kubernetes examples agreeing on the settings they suggest.
 
 use crate::common;
 
@@ -71,12 +71,12 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
         );
     }
     // `docker stop` KILLs 10 s after TERM: the engine's KILL and the grace of
-    // its leftovers must both fit, as the README says.
+    // its leftovers must both fit, as docs/docker.md says.
     let d =
         |name: &str| keepwrap::cli::parse_duration(cfg[name]["value"].as_str().unwrap()).unwrap();
     let stop = d("kill-after") + d("grace");
     assert!(stop < std::time::Duration::from_secs(10), "{stop:?}");
-    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(common::repo().join("docs/docker.md")).unwrap();
     assert!(readme.contains("KILLs\nafter 10 s") || readme.contains("KILLs after 10 s"));
     let snippet = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
     assert!(snippet.contains(r#"ENTRYPOINT ["keepwrap", "--"]"#));

@@ -591,30 +591,18 @@ fn the_nearest_signed_launch_is_explained_after_the_engine_started() {
     );
 }
 
-/// A tiny seeded generator (xorshift), so every run tries the same offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Replicas of one launch started at random offsets on one root: none
 /// crashes (a temp file pruned under it), one tunes, every other one waits
 /// and tunes nothing, nothing is signed while another live launch wrote,
 /// and the next boot keeps a whole set.
 fn replicas_at_random_offsets(trials: usize, seed: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = crate::harden::Rng::new(seed);
     for trial in 0..trials {
         let h = home();
         let root = cache_root(h.path());
         let mut running = Vec::new();
         let t0 = Instant::now();
-        let mut offsets: Vec<u64> = (0..3).map(|_| rng.next() % 600).collect();
+        let mut offsets: Vec<u64> = (0..3).map(|_| rng.below(600)).collect();
         offsets.sort();
         for off in &offsets {
             let at = t0 + Duration::from_millis(*off);

@@ -49,11 +49,7 @@ enum Wrapper {
 fn wrapped(w: Wrapper, dir: &Path, argv: &[&str]) -> Command {
     let mut cmd = match w {
         Wrapper::Keepwrap => keepwrap(&dir.join("cache")),
-        Wrapper::Tini => {
-            let mut c = Command::new("tini");
-            c.arg("-s");
-            c
-        }
+        Wrapper::Tini => tini(),
     };
     cmd.arg("--").args(argv).current_dir(dir);
     cmd.env("SIGCHILD_REPORT", dir.join("report"));

@@ -1,4 +1,4 @@
-//! The README's troubleshooting reference lists every line keepwrap logs,
+//! The troubleshooting reference (docs/troubleshooting.md) lists every line keepwrap logs,
 //! with the severity it is logged at: this test reads every log call in
 //! `src/` (`tracing::info!`, `warn!`, `error!`, `debug!`, `trace!`), takes
 //! the longest fixed piece of its message (the text between format
@@ -144,12 +144,12 @@ fn fixed_text(message: &str) -> Option<String> {
         .max_by_key(|p| p.chars().count())
 }
 
-/// The code spans of the README's troubleshooting reference.
+/// The code spans of the troubleshooting reference (docs/troubleshooting.md).
 fn reference_spans() -> Vec<String> {
-    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(common::repo().join("docs/troubleshooting.md")).unwrap();
     let start = readme
-        .find("## Troubleshooting")
-        .expect("README: ## Troubleshooting");
+        .find("# Troubleshooting")
+        .expect("docs/troubleshooting.md: # Troubleshooting");
     let section = &readme[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let mut spans = Vec::new();
@@ -218,7 +218,7 @@ fn every_log_line_is_in_the_troubleshooting_reference_at_its_severity() {
     }
     assert!(
         missing.is_empty() && wrong.is_empty(),
-        "log lines missing from the README's troubleshooting reference:\n{}\n\nat another severity:\n{}",
+        "log lines missing from the troubleshooting reference (docs/troubleshooting.md):\n{}\n\nat another severity:\n{}",
         missing.join("\n"),
         wrong.join("\n")
     );

@@ -474,6 +474,38 @@ pub fn wait_until_nothing_holds(dir: &Path, timeout: Duration) {
     );
 }
 
+/// `tini -s`, started as a container runtime starts PID 1 (see
+/// `with_default_signals`): tini passes the dispositions it inherits on to
+/// its child, and the comparisons are about tini, not about the caller.
+pub fn tini() -> Command {
+    let mut cmd = Command::new("tini");
+    cmd.arg("-s");
+    with_default_signals(&mut cmd);
+    cmd
+}
+
+/// Start `cmd` with every signal at its default disposition and none
+/// blocked, whatever the caller ignores (`nohup` ignores SIGHUP, a shell's
+/// background job SIGINT and SIGQUIT).
+pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls signal(2),
+    // sigemptyset(3) and sigprocmask(2), which are async-signal-safe; it
+    // allocates nothing. signal(2) fails harmlessly on SIGKILL, SIGSTOP and
+    // the C library's own 32 and 33.
+    unsafe {
+        cmd.pre_exec(|| {
+            for n in 1..=64 {
+                libc::signal(n, libc::SIG_DFL);
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
 /// A test that needs something this machine may lack (root, `unshare`,
 /// tini): true when it is there. Under CI (`CI` set, as `.ci/run` runs,
 /// which installs every such tool and runs as root) a missing need fails the

@@ -7,29 +7,30 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use proptest::prelude::{Rng as _, RngExt};
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use sha2::{Digest, Sha256};
 
 use crate::common::BIN;
 
-/// splitmix64: small, seedable, good enough to pick delays and variants.
-pub struct Rng(u64);
+/// A seeded random source for delays, variants and bytes: proptest's ChaCha
+/// generator, so one printed seed replays a run.
+pub struct Rng(TestRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        Rng(TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.random_range(0..n)
     }
 }
 

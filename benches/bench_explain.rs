@@ -4,12 +4,12 @@
 //! SGLang launches, for N doubling from 15,000. Linear time shows as a ratio
 //! near 2 from one row to the next (the first row is the anchor).
 //!
-//!     cargo run --release --example bench_explain [ITERATIONS]
+//!     cargo bench --bench bench_explain -- [ITERATIONS]
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use keepwrap::cmd::explain::diff;
+use keepwrap::keeper::explain::diff;
 use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::{json, Value};
 
@@ -56,7 +56,8 @@ fn median(iterations: usize, mut f: impl FnMut() -> usize) -> Duration {
 
 fn main() {
     let iterations: usize = std::env::args()
-        .nth(1)
+        .skip(1)
+        .find(|a| a != "--bench")
         .map(|s| s.parse().expect("ITERATIONS is a number"))
         .unwrap_or(11);
     println!("arguments  argv diff (ms)  ratio  canonical diff (ms)  ratio");

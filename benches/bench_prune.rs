@@ -1,7 +1,7 @@
 //! Time the pre-launch prune of a tree of rank files, as a launch runs it
 //! (the store opened, recovered, prune with the store, one sync):
 //!
-//!     cargo run --release --example bench_prune -- [MODE...] [N...] [--stderr]
+//!     cargo bench --bench bench_prune -- [MODE...] [N...] [--stderr]
 //!
 //! Modes (default: all three), each over N rank files (default 100, 1,000,
 //! 10,000 and 100,000) of 20 KB in directories of 8:

@@ -3,7 +3,7 @@
 //! entries every rank shares), unified (parse + merge + render + generation)
 //! many times.
 //!
-//!     cargo run --release --example bench_unify [ITERATIONS] [--parts]
+//!     cargo bench --bench bench_unify -- [ITERATIONS] [--parts]
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,10 @@ fn files() -> Vec<RankFile> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let show_parts = args.iter().any(|a| a == "--parts");
     let iterations: usize = args
         .iter()

@@ -8,7 +8,7 @@
 //!   its own launch), `keepwrap status` (the binary, text output to
 //!   /dev/null) and `keepwrap status --json` timed end to end.
 //!
-//!     cargo run --release --example bench_store [ITERATIONS]
+//!     cargo bench --bench bench_store -- [ITERATIONS]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! in one directory; the time, and the bytes written (what this thread
 //! passed to write(2), `/proc/thread-self/io`) against one union.
 //!
-//!     cargo run --release --example bench_done [RANKS] [RUNS]
+//!     cargo bench --bench bench_done -- [RANKS] [RUNS]
 //!
 //! Defaults: 64 ranks, 5 runs, each on a fresh tree.
 

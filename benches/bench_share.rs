@@ -5,7 +5,7 @@
 //! (read every manifest and file, verify size and sha256, parse, merge,
 //! render with `_generation`) is timed many times.
 //!
-//!     cargo run --release --example bench_share [ITERATIONS] [SHARE_PARENT_DIR]
+//!     cargo bench --bench bench_share -- [ITERATIONS] [SHARE_PARENT_DIR]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,7 +20,10 @@ mod common;
 use common::{process_cpu, rank_file, ENTRIES};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let iterations: usize = args.first().map_or(100, |s| s.parse().expect("ITERATIONS"));
     let parent = args.get(1).map_or_else(std::env::temp_dir, PathBuf::from);
     let share = parent.join(format!("keepwrap-bench-share-{}", std::process::id()));
