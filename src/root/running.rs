@@ -942,7 +942,7 @@ mod tests {
         let spare = std::fs::metadata(dir.join(".spare")).unwrap().ino();
         // Taken: the same file, under the marker's name, alive and full.
         let m = register();
-        assert_eq!(names(&dir), [m.name.clone()]);
+        assert_eq!(names(&dir), std::slice::from_ref(&m.name));
         assert_eq!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
         let seen = Runs::open(root.path()).unwrap().scan();
         assert_eq!(
@@ -958,7 +958,7 @@ mod tests {
             .unwrap();
         lock_byte(straggler.as_fd(), ALIVE_BYTE).unwrap();
         let m = register();
-        assert_eq!(names(&dir), [m.name.clone()]);
+        assert_eq!(names(&dir), std::slice::from_ref(&m.name));
         assert_ne!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
         assert_eq!(Runs::open(root.path()).unwrap().scan()[0].life, Life::Alive);
         drop(m);
