@@ -5,7 +5,7 @@ Stdlib only (Python 3.11). It follows the facts read from vLLM 0.27.1-0.33.0
 (`vllm/model_executor/warmup/{kernel_warmup,flashinfer_autotune_cache}.py`, `vllm/envs.py`,
 `vllm/engine/arg_utils.py`) and FlashInfer 0.6.18 / 0.7.2.post1. The FlashInfer file format
 (load_configs, save_configs, `_metadata`, `_generation`), the rendezvous store with its all-gather
-and the output helpers are the SGLang fake's (`fake_engine.py`), imported as they are.
+and the output helpers are the SGLang fake's (`tests/fixtures/engines/fake_engine.py`), imported as they are.
 
 Launch shapes (all run the same engine):
 
@@ -123,7 +123,7 @@ import threading
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures", "engines"))
 
 import fake_engine as fi  # noqa: E402  (FlashInfer file logic, store, collectives, output helpers)
 
