@@ -20,7 +20,10 @@ mod common;
 use common::{process_cpu, rank_file, ENTRIES};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let iterations: usize = args.first().map_or(100, |s| s.parse().expect("ITERATIONS"));
     let parent = args.get(1).map_or_else(std::env::temp_dir, PathBuf::from);
     let share = parent.join(format!("keepwrap-bench-share-{}", std::process::id()));

@@ -26,7 +26,10 @@ fn files() -> Vec<RankFile> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let show_parts = args.iter().any(|a| a == "--parts");
     let iterations: usize = args
         .iter()

@@ -30,7 +30,10 @@ fn documented_variables() -> Vec<String> {
         .collect();
     vars.sort();
     vars.dedup();
-    assert!(vars.len() >= 20, "the option table of docs/configuration.md: {vars:?}");
+    assert!(
+        vars.len() >= 20,
+        "the option table of docs/configuration.md: {vars:?}"
+    );
     vars
 }
 
