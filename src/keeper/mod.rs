@@ -267,7 +267,8 @@ impl Keeper {
                     kept = r.paths;
                 }
             }
-            if kept.is_empty() {
+            // Nothing to compare with before any launch signed: no thread.
+            if kept.is_empty() && s.has_records() {
                 after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
                 s.touch(&fingerprint);
@@ -644,6 +645,7 @@ impl Keeper {
         let Some(s) = self.session.as_mut() else {
             return;
         };
+        s.worker.engine_gone();
         s.worker.wait();
         self.take_finished();
         self.feed(Event::ChildEnded {
@@ -898,7 +900,15 @@ impl Committer {
 /// reported through a socket in the supervisor's poll set, so that the loop
 /// keeps forwarding signals and reaping meanwhile. When the thread cannot
 /// start, the jobs run in the loop (late, but the launch goes on).
+///
+/// The thread starts with the first job that needs it while the engine
+/// runs: log lines before it are written in the loop (nothing is queued
+/// ahead of them), and once the engine has ended the jobs of a launch that
+/// never needed the thread run in the loop, which has nothing else to do
+/// then (a command that exits at once starts no thread).
 struct Worker {
+    /// The committer until the thread starts.
+    idle: Option<Committer>,
     jobs: Option<mpsc::Sender<Job>>,
     results: Option<mpsc::Receiver<Report>>,
     /// Readable when a result is queued.
@@ -913,7 +923,33 @@ struct Worker {
 
 impl Worker {
     fn start(committer: Committer) -> Worker {
+        Worker {
+            idle: Some(committer),
+            jobs: None,
+            results: None,
+            wake: None,
+            thread: None,
+            inline: None,
+            busy: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    /// The engine has ended: a thread that never started is not needed
+    /// any more.
+    fn engine_gone(&mut self) {
+        if let Some(c) = self.idle.take() {
+            self.inline = Some(c);
+        }
+    }
+
+    /// Start the thread with the idle committer.
+    fn spawn_thread(&mut self) {
+        let Some(committer) = self.idle.take() else {
+            return;
+        };
         let mut w = Worker {
+            idle: None,
             jobs: None,
             results: None,
             wake: None,
@@ -929,7 +965,8 @@ impl Worker {
                     "cannot start the commit worker ({e}): signing runs in the supervisor loop"
                 );
                 w.inline = Some(committer);
-                return w;
+                *self = w;
+                return;
             }
         };
         let _ = wake.set_nonblocking(true);
@@ -971,7 +1008,9 @@ impl Worker {
                 w.inline = Some(committer);
             }
         }
-        w
+        w.busy = self.busy;
+        w.ready = std::mem::take(&mut self.ready);
+        *self = w;
     }
 
     fn busy(&self) -> bool {
@@ -985,6 +1024,13 @@ impl Worker {
     /// Run `job`: on the thread (the result comes through [`finished`]), or
     /// here and now without one (the result is returned).
     fn run(&mut self, job: Job) -> Option<Report> {
+        if self.idle.is_some() {
+            if let Job::Log(line) = &job {
+                tracing::info!("{line}");
+                return None;
+            }
+            self.spawn_thread();
+        }
         if let Some(c) = self.inline.as_mut() {
             return c.run(job);
         }
@@ -1032,6 +1078,7 @@ impl Worker {
     /// No more jobs: let the thread finish what it has (the share's
     /// publication included) and end.
     fn stop(&mut self) {
+        self.engine_gone();
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -4,8 +4,9 @@
 //! the file, so a waiter can say whom it waits for.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use crate::STATE_DIR;
@@ -30,13 +31,17 @@ pub enum LockError {
     Io(std::io::Error),
 }
 
-/// The host name (in a pod: the pod's name), `?` when unknown.
+/// The host name (in a pod: the pod's name), `?` when unknown. Read once.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "?".to_string())
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "?".to_string())
+    })
+    .clone()
 }
 
 fn holder(file: &mut File) -> String {
@@ -100,10 +105,11 @@ pub fn acquire(
         std::process::id(),
         hostname()
     );
+    // The file is empty unless its last holder died holding it: write,
+    // then cut what is left of a longer line.
     let _ = file
-        .set_len(0)
-        .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
-        .and_then(|()| file.write_all(line.as_bytes()));
+        .write_all_at(line.as_bytes(), 0)
+        .and_then(|()| file.set_len(line.len() as u64));
     if logged {
         tracing::info!(
             "took the cache lock after waiting {:.1} s",

@@ -921,6 +921,12 @@ impl Store {
         )
     }
 
+    /// Is there any launch record (did a launch ever sign on this root)?
+    pub fn has_records(&self) -> bool {
+        fsx::list_dir(self.launches.as_fd())
+            .is_ok_and(|list| list.iter().any(|(name, _)| name.ends_with(b".json")))
+    }
+
     /// Every launch record.
     pub fn records(&self) -> Vec<LaunchRecord> {
         let Ok(list) = fsx::list_dir(self.launches.as_fd()) else {

@@ -23,7 +23,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
 use crate::clock;
-use crate::keeper::{Keeper, Prepared};
+use crate::keeper::{KeepMode, Keeper, Prepared};
 use child::Ended;
 
 /// While waiting for the rest of a process group to go, how often to look.
@@ -47,7 +47,13 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     };
     child::become_subreaper();
 
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // The environment matters only to a launch that may keep the cache.
+    let env: Vec<(OsString, OsString)> = if args.cache.disable || args.cache.keep == KeepMode::Never
+    {
+        Vec::new()
+    } else {
+        std::env::vars_os().collect()
+    };
     let prepared = match args.cache.keeps(&command, &env) {
         Err(line) => {
             tracing::info!("{line}");
@@ -290,7 +296,7 @@ fn dispatch_signals(
 /// reap everything. Signals that arrive meanwhile still reach the group.
 fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
     child::reap(pid);
-    let leftovers = || child::group_alive(pid) || !child::children().is_empty();
+    let leftovers = || child::group_alive(pid) || child::any_children();
     if !leftovers() {
         return;
     }
