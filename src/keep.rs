@@ -221,17 +221,18 @@ impl Keeper {
             return Prepared::hands_off(marker);
         }
         let inputs = launch.redacted_inputs();
+        // The trash is emptied once the engine has started (after_start).
         let pruned = match &store {
             Some(s) => {
                 s.recover();
-                let r = cache::prune_stashing(&root, &fingerprint, &mut |fd, set| s.stash(fd, set));
+                let r = cache::prune_then_empty(&root, &fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
                 s.sync();
                 r
             }
-            None => cache::prune(&root, &fingerprint),
+            None => cache::prune_then_empty(&root, &fingerprint, None),
         };
-        let (mut kept, removed, stored) = match pruned {
-            Ok(report) => (report.kept, report.removed, report.stored),
+        let (mut kept, removed, stored, trash) = match pruned {
+            Ok((report, trash)) => (report.kept, report.removed, report.stored, trash),
             Err(e) => {
                 tracing::warn!(
                     "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
@@ -300,10 +301,16 @@ impl Keeper {
         };
         keeper.take_share_union();
         keeper.unify_kept();
+        let after_start: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Some(job) = after_start {
+                job();
+            }
+            trash.run();
+        });
         Prepared {
             keeper: Some(keeper),
             marker: None,
-            after_start,
+            after_start: Some(after_start),
         }
     }
 

@@ -34,14 +34,14 @@ pub mod fsx;
 mod judge;
 mod layout;
 mod prune;
-pub use prune::{Stash, MAX_CACHE_FILE, MAX_SIDECAR};
+pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
 mod survey;
 pub use survey::{survey, FileInfo, FileState};
 mod trash;
 
-pub use trash::{empty_trash, TRASH_DIR};
+pub use trash::{empty_trash, TrashJob, TRASH_DIR};
 
 #[cfg(test)]
 mod tests;
@@ -112,13 +112,18 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, true, None)
+    prune::prune(root, fingerprint, Empty::Background, None).map(|(r, _)| r)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
 /// false (tests; a one-shot `keepwrap prune` command).
 pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, background, None)
+    let empty = if background {
+        Empty::Background
+    } else {
+        Empty::Now
+    };
+    prune::prune(root, fingerprint, empty, None).map(|(r, _)| r)
 }
 
 /// A whole set signed for another launch, still in place, to be stored.
@@ -164,7 +169,19 @@ pub fn prune_stashing(
     fingerprint: &str,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, true, Some(stash))
+    prune::prune(root, fingerprint, Empty::Background, Some(stash)).map(|(r, _)| r)
+}
+
+/// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
+/// returned job to empty: a launch runs it once the engine has started, so
+/// that the engine never waits for blocks to be freed. A job dropped
+/// without running empties the trash in a background thread.
+pub fn prune_then_empty(
+    root: &Path,
+    fingerprint: &str,
+    stash: Option<prune::Stash<'_>>,
+) -> io::Result<(PruneReport, TrashJob)> {
+    prune::prune(root, fingerprint, Empty::Later, stash)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

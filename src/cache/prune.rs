@@ -12,7 +12,7 @@ use super::fsx::{self, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, SetRecord, Sidecar, Stamp};
-use super::trash::{self, Trash};
+use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
 /// Moves a whole set signed for another launch out of the tree (into the
@@ -81,18 +81,31 @@ enum TrashState {
     Unavailable,
 }
 
-/// `background`: empty the trash in a background thread (else now, before
-/// returning). `stash`: where whole sets of other launches go (None: they
+/// When the trash is emptied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Empty {
+    /// Before returning.
+    Now,
+    /// In a background thread started before returning.
+    Background,
+    /// When the returned [`TrashJob`] runs (after the engine's start).
+    Later,
+}
+
+/// `empty`: when the trash is emptied (with [`Empty::Later`], the returned
+/// job does it). `stash`: where whole sets of other launches go (None: they
 /// are removed like the rest).
 pub fn prune(
     root: &Path,
     fingerprint: &str,
-    background: bool,
+    empty: Empty,
     stash: Option<Stash<'_>>,
-) -> io::Result<PruneReport> {
+) -> io::Result<(PruneReport, TrashJob)> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok((PruneReport::default(), TrashJob::none()))
+        }
         Err(e) => {
             return Err(io::Error::new(
                 e.kind(),
@@ -127,11 +140,14 @@ pub fn prune(
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
-        if background {
-            trash::spawn_empty(root);
-        } else {
-            trash::empty_at(root.as_fd());
+        match empty {
+            Empty::Now => {
+                trash::empty_at(root.as_fd());
+            }
+            Empty::Background => trash::spawn_empty(root),
+            Empty::Later => job = TrashJob::of(root),
         }
     }
     if let Some(first) = &st.untouched_first {
@@ -171,7 +187,7 @@ pub fn prune(
             r.leftovers
         );
     }
-    Ok(st.report)
+    Ok((st.report, job))
 }
 
 fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
