@@ -48,8 +48,8 @@ mod tests;
 
 pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
 pub use sidecar::{
-    is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
-    SetManifest, SetRecord, Sidecar, Stamp,
+    is_sha256_hex, manifest_name, open_sets, read_manifest, remove_manifest, set_id,
+    validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
 };
 
 /// What prune did, for the summary line and the outcome line.
