@@ -247,6 +247,9 @@ pub struct Store {
     launches: OwnedFd,
     /// `.keepwrap/sets`, opened (created) when first needed.
     sets: std::cell::OnceCell<Option<OwnedFd>>,
+    /// The directory above the last set stored flat (relative path): sets
+    /// of one such directory follow each other.
+    updir: std::cell::RefCell<Option<(String, std::sync::Arc<OwnedFd>)>>,
     /// Something moved into the store and is not fsynced yet.
     unsynced: std::cell::Cell<bool>,
 }
@@ -466,6 +469,7 @@ impl Store {
             store,
             launches,
             sets: std::cell::OnceCell::new(),
+            updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
         })
     }
@@ -483,6 +487,7 @@ impl Store {
             store,
             launches,
             sets: std::cell::OnceCell::new(),
+            updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
         })
     }
@@ -528,6 +533,19 @@ impl Store {
             }
         }
         n
+    }
+
+    /// The directory `up` below `root`, kept open for the next set.
+    fn up_dir(&self, root: BorrowedFd<'_>, up: &str) -> io::Result<std::sync::Arc<OwnedFd>> {
+        let mut cached = self.updir.borrow_mut();
+        if let Some((p, fd)) = cached.as_ref() {
+            if p == up {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = std::sync::Arc::new(fsx::open_dir_path(root, Path::new(up))?);
+        *cached = Some((up.to_string(), fd.clone()));
+        Ok(fd)
     }
 
     /// `.keepwrap/sets`, opened (and created) once.
@@ -865,7 +883,7 @@ impl Store {
         }
         let sets = self.sets()?;
         let staging = format!("{fp}.in-{}", unique_id());
-        let src = fsx::open_dir_path(root, Path::new(parent))?;
+        let src = self.up_dir(root, parent)?;
         fsx::rename_noreplace(src.as_fd(), name, self.store.as_fd(), staging.as_str())?;
         self.unsynced.set(true);
         crate::failpoint::hit("store");
@@ -934,17 +952,20 @@ impl Store {
 
     /// [`Store::install`]; the store directory fsynced only with `sync`.
     fn install_with(&self, staging: &str, fp: &str, sync: bool) -> io::Result<()> {
-        if fsx::exists_at(self.store.as_fd(), fp) {
-            let trash = format!("trash-{}", unique_id());
-            fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
-            info!(
-                "store: the newer set of launch {} replaces the one stored",
-                short(fp)
-            );
-            crate::failpoint::hit("store");
-            let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+        match fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let trash = format!("trash-{}", unique_id());
+                fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
+                info!(
+                    "store: the newer set of launch {} replaces the one stored",
+                    short(fp)
+                );
+                crate::failpoint::hit("store");
+                let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+                fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
+            }
+            res => res?,
         }
-        fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
         crate::failpoint::hit("store");
         if sync {
             fsx::fsync_dir(self.store.as_fd())?;
