@@ -2,7 +2,7 @@
 # Wrapper overhead against tini, dumb-init, catatonit and a direct exec, as
 # medians of one hyperfine run (so every ratio has its anchor from the same
 # run); keepwrap's resident memory while supervising; CPU time over an idle
-# child. Prints a Markdown table (the README's "Entrypoint" table) with each
+# child. Prints a Markdown table (the "Entrypoint" table of docs/performance.md) with each
 # goal: keepwrap --keep always -- true (cache keeping on) within 1.5x tini -s
 # on a first and a repeat boot with 1,000 launches already made on the root,
 # --disable within 1.2x, resident memory within 4 MiB (cache keeping on).

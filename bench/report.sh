@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's performance report, in one command:
+# The performance report (docs/performance.md), in one command:
 #
 #   bash bench/report.sh > report.md
 #
@@ -15,8 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --quiet --bins --examples
-ex=target/release/examples
+cargo build --release --quiet --bins
+cargo bench --locked --quiet --no-run
+# A benchmark of benches/ with its arguments (cargo bench appends --bench).
+bench() { cargo bench --locked --quiet --bench "$1" -- "${@:2}"; }
 
 section() { printf '\n### %s\n\n' "$1"; }
 block() { printf '```text\n'; "$@"; printf '```\n'; }
@@ -26,22 +28,20 @@ echo "## Performance report ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r))"
 section "Entrypoint: startup, memory, idle CPU (bench/entrypoint.sh)"
 bash bench/entrypoint.sh
 
-section "Pre-launch prune: reuse, stash, remove at 100 to 100,000 rank files (examples/bench_prune.rs)"
-block "$ex/bench_prune"
+section "Pre-launch prune: reuse, stash, remove at 100 to 100,000 rank files (benches/bench_prune.rs)"
+block bench bench_prune
 
-section "Done to signed at 64 rank files x 2,000 entries, bytes written (examples/bench_done.rs)"
-block "$ex/bench_done" 64 5
+section "Done to signed at 64 rank files x 2,000 entries, bytes written (benches/bench_done.rs)"
+block bench bench_done 64 5
 
-section "Unify 8 rank files of 2,000 entries (examples/bench_unify.rs)"
-block "$ex/bench_unify" 200
+section "Unify 8 rank files of 2,000 entries (benches/bench_unify.rs)"
+block bench bench_unify 200
 
-section "Union of four nodes' publications on a share (examples/bench_share.rs)"
-block "$ex/bench_share" 100
+section "Union of four nodes' publications on a share (benches/bench_share.rs)"
+block bench bench_share 100
 
-if [ -x "$ex/bench_store" ]; then
-  section "Store: restore 8 rank files; status over 10,000 files (examples/bench_store.rs)"
-  block "$ex/bench_store" 20
-fi
+section "Store: restore 8 rank files; status over 10,000 files (benches/bench_store.rs)"
+block bench bench_store 20
 
 section "Done to signed (bench/done_to_signed.py)"
 block python3 bench/done_to_signed.py target/release/keepwrap 5

@@ -8,14 +8,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::fingerprint::{self, ProfileName};
+pub use crate::clock::{parse_duration, MAX_DURATION};
+use crate::done::DoneRule;
+use crate::keeper::{KeepMode, UnifyMode};
+use crate::launch::fingerprint::{self, ProfileName};
 use crate::logging::{self, LogFormat};
-use crate::ready::DoneRule;
 
-/// Exit status for keepwrap's own usage errors (as clap uses).
-pub const EXIT_USAGE: u8 = 2;
+pub use crate::cmd::EXIT_USAGE;
 
 const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format ", "2", ")");
 
@@ -339,61 +340,31 @@ pub struct RunArgs {
     pub share: ShareArgs,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KeepMode {
-    Auto,
-    Always,
-    Never,
-}
-
 impl RunArgs {
-    /// Whether to keep the cache of `command` run with `env`; `Err` holds the
-    /// one line that says why not.
-    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), String> {
-        if self.disable {
-            return Err("cache keeping disabled (--disable): supervising only".into());
-        }
-        match self.keep {
-            KeepMode::Always => Ok(()),
-            KeepMode::Never => Err("cache keeping off (--keep never): supervising only".into()),
-            KeepMode::Auto => {
-                let c = crate::launch::analyze(command, env);
-                if c.is_engine() {
-                    Ok(())
-                } else {
-                    Err(c.not_engine_line())
-                }
-            }
+    /// What the supervisor and the keeper need of these options.
+    pub fn settings(&self) -> crate::supervisor::Settings {
+        crate::supervisor::Settings {
+            kill_group: self.kill_group,
+            grace: self.grace,
+            kill_after: self.kill_after,
+            cache: crate::keeper::Settings {
+                fingerprint: self.fingerprint.options(),
+                cache_dir: self.cache_dir.clone(),
+                done: self.done.clone(),
+                probe_interval: self.probe_interval,
+                probe_timeout: self.probe_timeout,
+                unify: self.unify,
+                disable: self.disable,
+                keep: self.keep,
+                store_max_size: self.store_max_size,
+                store_max_age: self.store_max_age,
+                lock_timeout: self.lock_timeout,
+                wait_for_tuning: self.wait_for_tuning,
+                share: self.share.settings(),
+            },
         }
     }
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UnifyMode {
-    Auto,
-    On,
-    Off,
-}
-
-impl RunArgs {
-    /// Whether this launch unifies rank files.
-    pub fn unifies(&self) -> bool {
-        match self.unify {
-            UnifyMode::On => true,
-            UnifyMode::Off => false,
-            // Both profiles front an SGLang engine, whose stock gate needs it.
-            UnifyMode::Auto => matches!(
-                self.fingerprint.profile,
-                ProfileName::Sglang | ProfileName::Seed
-            ),
-        }
-    }
-}
-
-/// The longest duration any option takes: `100years` (humantime's years of
-/// 365.25 days). Every deadline keepwrap computes from one stays far from
-/// what its clocks can represent.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
 
 /// The shortest `--probe-interval` and `--probe-timeout`: a shorter one
 /// would turn the health probe into a busy loop.
@@ -403,42 +374,10 @@ pub const MIN_PROBE: Duration = Duration::from_millis(10);
 /// done at the first cache file that lands.
 pub const MIN_QUIET: Duration = Duration::from_millis(100);
 
-/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds. At most
-/// [`MAX_DURATION`]; anything else is an error that says why (clap adds the
-/// option's name).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let too_long =
-        || format!("'{s}' is longer than the longest duration keepwrap takes (100years)");
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_nan() || secs == f64::INFINITY {
-            return Err(format!("'{s}' is not a duration; try 5s, 500ms or 2m"));
-        }
-        if secs < 0.0 {
-            return Err(format!("'{s}' is negative: a duration is 0 or more"));
-        }
-        if secs > MAX_DURATION.as_secs_f64() {
-            return Err(too_long());
-        }
-        if secs == 0.0 {
-            return Ok(Duration::ZERO);
-        }
-        return Ok(Duration::from_secs_f64(secs));
-    }
-    match humantime::parse_duration(t) {
-        Ok(d) if d > MAX_DURATION => Err(too_long()),
-        Ok(d) => Ok(d),
-        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
-        Err(e) => Err(format!(
-            "'{s}' is not a duration ({e}); try 5s, 500ms or 2m"
-        )),
-    }
-}
-
 /// `--probe-interval` and `--probe-timeout`: a duration of at least
 /// [`MIN_PROBE`].
 fn parse_probe_duration(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < MIN_PROBE {
         return Err(format!(
             "'{s}' is too short: at least 10ms, or the health probe would busy-loop"
@@ -647,22 +586,40 @@ pub fn main() -> ExitCode {
     );
     logging::init_with(cli.log_format, &level);
     if cli.show_config {
-        return crate::config::print(&cmd, &matches, &cli.run, &level, &cli.command, false);
+        return crate::cmd::config::print(
+            &cmd,
+            &matches,
+            &cli.run.settings().cache,
+            &level,
+            &cli.command,
+            false,
+        );
     }
     match cli.subcommand {
         Some(Sub::Evict(cmd)) => {
             let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
-                (_, Some(d), _) => crate::status::Evict::OlderThan(d),
-                (_, None, Some(fp)) => crate::status::Evict::Launch(fp),
-                _ => crate::status::Evict::All,
+                (_, Some(d), _) => crate::cmd::evict::Evict::OlderThan(d),
+                (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
+                _ => crate::cmd::evict::Evict::All,
             };
-            crate::status::evict(&cmd.root, which)
+            crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
         }
-        Some(Sub::Clean(cmd)) => crate::status::evict(&cmd.root, crate::status::Evict::All),
-        Some(Sub::Config(c)) => {
-            crate::config::print(&cmd, &matches, &cli.run, &level, &c.command, c.json)
+        Some(Sub::Clean(cmd)) => crate::cmd::evict::evict(
+            cmd.root.cache_dir.as_deref(),
+            cmd.root.lock_timeout,
+            crate::cmd::evict::Evict::All,
+        ),
+        Some(Sub::Config(c)) => crate::cmd::config::print(
+            &cmd,
+            &matches,
+            &cli.run.settings().cache,
+            &level,
+            &c.command,
+            c.json,
+        ),
+        Some(Sub::ShareStatus(cmd)) if cmd.json => {
+            crate::cmd::share_status::share_status_json(&cmd.share)
         }
-        Some(Sub::ShareStatus(cmd)) if cmd.json => crate::status::share_status_json(&cmd.share),
         Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
         Some(Sub::Fingerprint(cmd)) => {
             if cmd.command.is_empty() {
@@ -674,8 +631,8 @@ pub fn main() -> ExitCode {
         }
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
-            let code = crate::status::run(
+            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
+            let code = crate::cmd::status::run(
                 root,
                 &cmd.fingerprint.options(),
                 &cmd.command,
@@ -699,14 +656,14 @@ pub fn main() -> ExitCode {
                 );
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::keep::root_from(cmd.cache_dir.as_deref(), &env);
-            crate::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
+            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
+            crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");
             }
-            crate::supervise::run(&cli.run, cli.command)
+            crate::supervisor::run(&cli.run.settings(), cli.command)
         }
     }
 }
@@ -738,18 +695,13 @@ pub struct ShareArgs {
 }
 
 impl ShareArgs {
-    /// The node-local env names: the defaults plus `--node-local-env`.
-    pub fn node_local(&self) -> Vec<String> {
-        let mut names: Vec<String> = fingerprint::DEFAULT_NODE_LOCAL_ENV
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        for n in self.node_local_env.iter().filter(|n| !n.is_empty()) {
-            if !names.contains(n) {
-                names.push(n.clone());
-            }
+    /// What the share module needs of these options.
+    pub fn settings(&self) -> crate::share::Settings {
+        crate::share::Settings {
+            dir: self.dir.clone(),
+            node_local_env: self.node_local_env.clone(),
+            share_timeout: self.share_timeout,
         }
-        names
     }
 }
 

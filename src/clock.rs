@@ -3,7 +3,7 @@
 //! allows, and `Instant + Duration` panics on overflow (in PID 1, with
 //! `panic = "abort"`, that orphans the engine).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `from + d`, or the latest instant this clock can represent on the way
 /// there (for practical purposes: never).
@@ -20,6 +20,61 @@ pub fn after(from: Instant, d: Duration) -> Instant {
         }
     }
     at
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it), as the
+/// store, the share and the statistics record times.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The longest duration any option takes: `100years` (humantime's years of
+/// 365.25 days). Every deadline keepwrap computes from one stays far from
+/// what its clocks can represent.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Why a text is not a duration keepwrap takes. Each names the text as
+/// given (clap adds the option's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("'{0}' is not a duration; try 5s, 500ms or 2m")]
+    NotANumber(String),
+    #[error("'{0}' is not a duration ({1}); try 5s, 500ms or 2m")]
+    Unreadable(String, String),
+    #[error("'{0}' is negative: a duration is 0 or more")]
+    Negative(String),
+    #[error("'{0}' is longer than the longest duration keepwrap takes (100years)")]
+    TooLong(String),
+}
+
+/// `5s`, `500ms`, `2m`, `1h 30m`; a bare number is seconds. At most
+/// [`MAX_DURATION`]; anything else is an error that says why.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    let t = s.trim();
+    let too_long = || DurationError::TooLong(s.to_string());
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_nan() || secs == f64::INFINITY {
+            return Err(DurationError::NotANumber(s.to_string()));
+        }
+        if secs < 0.0 {
+            return Err(DurationError::Negative(s.to_string()));
+        }
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(too_long());
+        }
+        if secs == 0.0 {
+            return Ok(Duration::ZERO);
+        }
+        return Ok(Duration::from_secs_f64(secs));
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if d > MAX_DURATION => Err(too_long()),
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        Err(e) => Err(DurationError::Unreadable(s.to_string(), e.to_string())),
+    }
 }
 
 #[cfg(test)]

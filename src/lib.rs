@@ -1,31 +1,43 @@
 //! keepwrap: a PID 1 supervisor that keeps the FlashInfer autotune cache of
 //! an SGLang launch across boots, and only when the launch is the same.
 //!
-//! One module per concern:
+//! One folder per promise, each with its pure decisions in files that do no
+//! I/O and the system calls beside them. From the top down (a module
+//! imports only modules below it; `architecture` checks it):
 //! - [`cli`]: the command line, and the hand-off to each subcommand;
-//! - [`config`]: `keepwrap config`, the effective settings and where each came from;
-//! - [`canonical`]: JSON byte-identical to Python's `json.dumps`;
-//! - [`fingerprint`]: which parts of argv and environment identify a launch;
-//! - [`child`]: spawning the engine, signals, reaping, exit status;
-//! - [`clock`]: deadlines that saturate instead of overflowing;
-//! - [`keep`]: the cache side of one launch (prune, watch, done, sign);
-//! - [`supervise`]: the one poll loop that ties child, watch and readiness;
-//! - [`cache`]: the autotune cache on disk (layout, sidecars, prune, sign);
-//! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
-//! - [`share`]: multi-node launches: publish and unify rank files through a shared directory;
-//! - [`watch`]: inotify over the cache tree;
-//! - [`ready`]: when tuning is done (health probe, quiet window, exit);
-//! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
-//! - [`progress`]: tuning progress as rank files land, summed up for large launches;
+//! - [`cmd`]: the subcommands `status`, `explain`, `config`;
+//! - [`supervisor`]: the one poll loop, its [`supervisor::Settings`];
+//!   [`supervisor::child`] spawns the engine, forwards signals, reaps;
+//! - [`keeper`]: the cache side of one launch (prune, watch, done, sign),
+//!   its trust rules as a pure state machine ([`keeper::policy`]) and why a
+//!   launch has no cache ([`keeper::explain`]);
+//! - [`share`]: multi-node launches: publish and unify rank files through a
+//!   shared directory;
+//! - [`done`]: when tuning is done: the `--done` rules, the HTTP probe,
+//!   which process serves a port ([`done::owner`]), the inotify watch
+//!   ([`done::watch`]), the `landed` lines ([`done::progress`]);
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
-//! - [`lock`]: the lock of a cache root shared by several launches;
-//! - [`owner`]: which process serves a loopback port;
-//! - [`policy`]: when a set may be signed: the trust rules as a pure state machine;
-//! - [`running`]: which launches use a cache root right now;
-//! - [`stats`]: statistics kept across launches;
-//! - [`status`]: `keepwrap status`, what is on disk and what a launch would do;
-//! - [`explain`]: `keepwrap explain`, how a launch differs from signed ones;
-//! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`).
+//! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
+//! - [`root`]: where the cache root is, and what launches sharing one share:
+//!   the lock, the running markers, the statistics;
+//! - [`cache`]: the autotune cache on disk (layout, sidecars, judge, prune,
+//!   sign, survey, trash, no-follow file operations);
+//! - [`launch`]: what a launch means, its fingerprint
+//!   ([`launch::fingerprint`]), profiles, canonical JSON
+//!   ([`launch::canonical`]), redaction;
+//! - [`signals`]: which signals keepwrap handles, the mask every thread
+//!   blocks, how a process ended;
+//! - [`digest`]: sha256 hex and the [`digest::Fingerprint`];
+//! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
+//! - [`clock`]: deadlines that saturate, durations, the time in seconds;
+//! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`);
+//! - [`sys`]: every `unsafe` block, behind safe functions (the crate denies
+//!   `unsafe_code` everywhere else).
+
+#![deny(unsafe_code)]
+
+#[cfg(test)]
+mod architecture;
 
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
@@ -35,30 +47,27 @@ macro_rules! sidecar_format {
 }
 
 pub mod cache;
-pub mod canonical;
-pub mod child;
 pub mod cli;
 pub mod clock;
-pub mod config;
-pub mod explain;
+pub mod cmd;
+pub mod digest;
+pub mod done;
 pub mod failpoint;
-pub mod fingerprint;
-pub mod keep;
+pub mod keeper;
 pub mod launch;
-pub mod lock;
 pub mod logging;
-pub mod owner;
-pub mod policy;
-pub mod progress;
-pub mod ready;
-pub mod running;
+pub mod root;
 pub mod share;
-pub mod stats;
-pub mod status;
+pub mod signals;
 pub mod store;
-pub mod supervise;
+pub mod supervisor;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod unify;
-pub mod watch;
+
+/// keepwrap's state directory, inside the cache root (hidden: neither the
+/// engine nor the cache walk reads it).
+pub const STATE_DIR: &str = ".keepwrap";
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
 /// version is not trusted.

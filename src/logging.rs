@@ -2,7 +2,7 @@
 //! user can grep for it among the engine's own output; warnings and errors
 //! say so after the prefix. The level comes from `-v`/`-q`, else
 //! `KEEPWRAP_LOG` (a level, or levels by target such as
-//! `warn,keepwrap::ready=debug`), else `info`.
+//! `warn,keepwrap::done=debug`), else `info`.
 //!
 //! A line is one line whatever it shows: the text form escapes every control
 //! character of the message and its fields (newline, CR, ESC, the rest of C0

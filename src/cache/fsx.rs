@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag, AT_FDCWD};
@@ -84,15 +84,50 @@ pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> i
     .map_err(err)
 }
 
-/// Open the directory `rel` (relative, no `..`) below `root` one component
-/// at a time, never following a symlink.
+/// Open the directory `rel` (relative, no `..`) below `root`, never
+/// following a symlink: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`
+/// where the kernel has it (Linux 5.6), else one component at a time.
 pub fn open_dir_path(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
-    walk_dir_path(root, rel, open_dir_at::<[u8]>)
+    match open_beneath(root, rel) {
+        Some(opened) => opened,
+        None => walk_dir_path(root, rel, open_dir_at::<[u8]>),
+    }
+}
+
+/// Set once `openat2` is refused as a call (an older kernel, or a seccomp
+/// filter that answers EPERM): the walk does every open from then on.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// `rel` opened by one `openat2`, or None where the walk must open it: an
+/// empty or not plain path (the walk answers those), no `openat2`, or a
+/// rename the kernel saw race the lookup.
+fn open_beneath(root: BorrowedFd<'_>, rel: &Path) -> Option<io::Result<OwnedFd>> {
+    use nix::fcntl::{openat2, OpenHow, ResolveFlag};
+    if NO_OPENAT2.load(Ordering::Relaxed)
+        || !rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        || !rel.components().any(|c| matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match openat2(root, rel, how) {
+        Ok(fd) => Some(Ok(fd)),
+        Err(Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) => {
+            NO_OPENAT2.store(true, Ordering::Relaxed);
+            None
+        }
+        Err(Errno::EAGAIN | Errno::EXDEV) => None,
+        Err(e) => Some(Err(err(e))),
+    }
 }
 
 /// Walk `rel` below `root` one plain component at a time, each opened from
 /// its parent by `step`; `root` itself (a new descriptor) for an empty path.
-fn walk_dir_path(
+pub(super) fn walk_dir_path(
     root: BorrowedFd<'_>,
     rel: &Path,
     step: impl Fn(BorrowedFd<'_>, &[u8]) -> io::Result<OwnedFd>,
@@ -321,15 +356,21 @@ pub fn is_keepwrap_tmp(name: &[u8]) -> bool {
 const TMP_PREFIX: &[u8] = b".keepwrap-";
 const TMP_SUFFIX: &[u8] = b".tmp";
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
 
-fn tmp_name() -> Vec<u8> {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+/// A name no other call returns, in this process or in another one that
+/// runs now: the pid, a counter, and the clock's nanoseconds.
+pub fn unique_name() -> String {
+    let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    format!(".keepwrap-{}-{}-{:08x}.tmp", std::process::id(), n, nanos).into_bytes()
+    format!("{}-{n}-{nanos:08x}", std::process::id())
+}
+
+fn tmp_name() -> Vec<u8> {
+    format!(".keepwrap-{}.tmp", unique_name()).into_bytes()
 }
 
 /// Write `bytes` to `name` in `dir` atomically: a fresh temp file
@@ -457,28 +498,11 @@ pub fn rename_noreplace<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
     to_dir: BorrowedFd<'_>,
     to: &P2,
 ) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // The raw system call: nix wraps renameat2 for glibc only, and the static
-    // (musl) build needs it too.
     let res = from.with_nix_path(|from| {
-        to.with_nix_path(|to| {
-            // SAFETY: both paths are NUL-terminated C strings that outlive the
-            // call; the descriptors are borrowed for its duration.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_renameat2,
-                    from_dir.as_raw_fd(),
-                    from.as_ptr(),
-                    to_dir.as_raw_fd(),
-                    to.as_ptr(),
-                    libc::RENAME_NOREPLACE,
-                )
-            }
-        })
+        to.with_nix_path(|to| crate::sys::renameat2_noreplace(from_dir, from, to_dir, to))
     });
     match res.and_then(|r| r) {
-        Ok(-1) => Err(io::Error::last_os_error()),
-        Ok(_) => Ok(()),
+        Ok(r) => r,
         Err(e) => Err(err(e)),
     }
 }
@@ -506,6 +530,15 @@ pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
         Err(e) => Err(err(e)),
+    }
+}
+
+/// A relative path `a/b/c` as its parent `a/b` and its name `c` (the
+/// parent of a bare name is `""`).
+pub fn split(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
     }
 }
 
@@ -546,10 +579,6 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Kind)>> {
 // `/dev/zero` there must not stop the launch nor eat memory), read up to a
 // cap, and their directories are never created or opened through a
 // symlink nor trusted when another user can write them.
-
-/// keepwrap's state directory, inside the cache root (hidden: neither the
-/// engine nor the cache walk reads it).
-pub const STATE_DIR: &str = ".keepwrap";
 
 /// The largest state file keepwrap reads (a launch record of 60,000
 /// arguments or a manifest of 10,000 members is about 2 MB).
@@ -605,7 +634,7 @@ pub fn open_state_dir_at(
 /// user's choice of disk).
 pub fn state_dir(root: &Path, sub: &str) -> io::Result<OwnedFd> {
     let root = open_root(root)?;
-    let state = open_state_dir_at(root.as_fd(), STATE_DIR, Some(0o755))?;
+    let state = open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755))?;
     if sub.is_empty() {
         return Ok(state);
     }

@@ -93,7 +93,7 @@ pub fn is_layout_dir(depth: usize, name: &[u8]) -> bool {
 /// left alone, and reported.
 pub fn is_engines(depth: usize, name: &[u8], kind: Kind) -> bool {
     if depth < KEY_DEPTH {
-        return (depth == 0 && name == super::fsx::STATE_DIR.as_bytes())
+        return (depth == 0 && name == crate::STATE_DIR.as_bytes())
             || (matches!(kind, Kind::Dir | Kind::Symlink) && is_layout_dir(depth, name));
     }
     match role(name) {

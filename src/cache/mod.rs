@@ -31,6 +31,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 pub mod fsx;
+mod json;
 mod judge;
 mod layout;
 mod prune;
@@ -46,7 +47,9 @@ pub use trash::{empty_trash, TrashJob, TRASH_DIR};
 #[cfg(test)]
 mod tests;
 
-pub use judge::{json_object_entries, judge_sidecar, sha256_hex, Reason, META_KEYS};
+pub use crate::digest::sha256_hex;
+pub use json::{json_object_entries, META_KEYS};
+pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, open_sets, read_manifest, remove_manifest, set_id,
     validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
@@ -252,21 +255,33 @@ pub mod fuzzing {
     }
 }
 
+/// Why the entries of a landed file are not counted: what the `landed`
+/// line says instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Uncounted {
+    /// Too large to parse in the supervisor loop (MiB).
+    #[error("{0} MiB, entries not counted")]
+    TooLarge(u64),
+    /// Not a cache file prune would keep, and why.
+    #[error("{0}")]
+    Judged(Reason),
+}
+
 /// Number of entries (keys other than `_metadata`, `_records`,
 /// `_generation`) in a cache file, if it parses as one; else why not, as
 /// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not
 /// follow a final symlink.
-pub fn entry_count(path: &Path) -> Result<usize, String> {
+pub fn entry_count(path: &Path) -> Result<usize, Uncounted> {
     // Counting runs in the supervisor loop as files land: a huge file is
     // judged by prune and sign, not parsed here.
     const COUNTED_MAX: u64 = 32 << 20;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.len() > COUNTED_MAX {
-            return Err(format!("{} MiB, entries not counted", meta.len() >> 20));
+            return Err(Uncounted::TooLarge(meta.len() >> 20));
         }
     }
     let mut buf = Vec::new();
     fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE)
-        .map_err(|e| judge::Reason::Unreadable(e.to_string()).to_string())?;
-    judge::json_object_entries(&buf).map_err(|e| e.into_reason().to_string())
+        .map_err(|e| Uncounted::Judged(Reason::Unreadable(e.to_string())))?;
+    judge::json_object_entries(&buf).map_err(|e| Uncounted::Judged(e.into_reason()))
 }

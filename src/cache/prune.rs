@@ -2,14 +2,14 @@
 //! not load.
 
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use tracing::{debug, info, warn};
 
-use super::fsx::{self, Kind};
+use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, SetRecord, Sidecar, Stamp};
@@ -494,12 +494,7 @@ impl State<'_, '_> {
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
         // Anything else is read and hashed.
-        let verdict = check_file(
-            dir.fd,
-            cstr_buf(&mut self.cname, name),
-            &sc,
-            &mut self.cbuf,
-        );
+        let verdict = check_file(dir.fd, cstr_buf(&mut self.cname, name), &sc, &mut self.cbuf);
         match verdict {
             Ok(_) => {
                 self.cands.push((path, sc));
@@ -614,7 +609,7 @@ impl State<'_, '_> {
                     sets[k].push(f);
                 }
                 Some(reason) => {
-                    let fp8: String = f.sc.fingerprint.chars().take(8).collect();
+                    let fp8 = crate::digest::short(&f.sc.fingerprint).digits().to_string();
                     let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
                     self.remove_path(root, &f.path, &reason);
                 }
@@ -631,7 +626,7 @@ impl State<'_, '_> {
     /// store it (or remove it).
     fn store_set(&mut self, root: &OwnedFd, files: &[&Foreign]) {
         let sc = &files[0].sc;
-        let fp8: String = sc.fingerprint.chars().take(8).collect();
+        let fp8 = crate::digest::short(&sc.fingerprint).digits().to_string();
         // Its directory, when it holds exactly this set: it moves (to the
         // store or to the trash) with one rename.
         let parent = split(&files[0].path).0;
@@ -824,13 +819,6 @@ fn more_lines(n: usize, what: &str) {
             "{what} {} more cache files (KEEPWRAP_LOG=debug lists each)",
             n - PER_FILE_LINES
         );
-    }
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
     }
 }
 

@@ -275,7 +275,7 @@ pub fn manifest_name(fingerprint: &str) -> String {
 pub fn open_sets(root: BorrowedFd<'_>, create: bool) -> io::Result<OwnedFd> {
     // Never through a symlink, never one another user can write.
     let mode = create.then_some(0o755);
-    let state = fsx::open_state_dir_at(root, fsx::STATE_DIR, mode)?;
+    let state = fsx::open_state_dir_at(root, crate::STATE_DIR, mode)?;
     fsx::open_state_dir_at(state.as_fd(), SETS_DIR, mode)
 }
 

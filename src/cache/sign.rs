@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info, warn};
 
-use super::fsx::{self, Kind};
+use super::fsx::{self, split, Kind};
 use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
@@ -224,7 +224,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 io::Error::new(
                     e.kind(),
                     format!(
-                        "cannot write the set manifest {STATE}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                        "cannot write the set manifest {}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                        crate::STATE_DIR,
                         sidecar::SETS_DIR,
                         sidecar::manifest_name(fingerprint)
                     ),
@@ -240,8 +241,6 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         failed: 0,
     })
 }
-
-const STATE: &str = super::fsx::STATE_DIR;
 
 /// Longest wait at sign for the change times of files written just now to
 /// settle (on a file system with sub-second times: 100 ms).
@@ -283,7 +282,7 @@ impl Hashed {
         if json {
             judge::json_object_entries(buf).map_err(Unsignable::Json)?;
         }
-        let sha = judge::sha256_hex(buf);
+        let sha = crate::digest::sha256_hex(buf);
         if buf.len() as u64 == size {
             self.0.insert((stamp, size), sha.clone());
         }
@@ -446,13 +445,6 @@ fn sidecar_cname(cache_name: &str) -> CString {
     let mut v = Vec::with_capacity(cache_name.len() + 4);
     layout::sidecar_name(cache_name.as_bytes(), &mut v);
     CString::from_vec_with_nul(v).unwrap_or_default()
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    }
 }
 
 fn parent_prefix(path: &str) -> &[u8] {

@@ -67,7 +67,7 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
             .chunks(chunk)
             .map(|part| {
                 s.spawn(move || {
-                    crate::child::block_signals_in_thread();
+                    crate::signals::block_signals_in_thread();
                     part.iter()
                         .flat_map(|job| survey_dir(root_fd, job, verify))
                         .collect()

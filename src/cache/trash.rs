@@ -6,22 +6,18 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
 use tracing::{debug, warn};
 
 use super::fsx;
 
-use super::fsx::STATE_DIR;
+use crate::STATE_DIR;
 pub const TRASH_DIR: &str = "trash";
 
 pub struct Trash {
     fd: OwnedFd,
-    prefix: String,
 }
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Trash {
     /// Create (if needed) and open `<root>/.keepwrap/trash`, only if no
@@ -29,22 +25,12 @@ impl Trash {
     pub fn open(root: BorrowedFd<'_>) -> io::Result<Trash> {
         let state = fsx::open_state_dir_at(root, STATE_DIR, Some(0o700))?;
         let fd = fsx::open_state_dir_at(state.as_fd(), TRASH_DIR, Some(0o700))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        Ok(Trash {
-            fd,
-            prefix: format!("{}.{nanos}.", std::process::id()),
-        })
+        Ok(Trash { fd })
     }
 
     /// Move the entry `name` of `dir` (file or directory) into the trash.
     pub fn take(&self, dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
-        let mut to = String::with_capacity(self.prefix.len() + 8);
-        to.push_str(&self.prefix);
-        to.push_str(&COUNTER.fetch_add(1, Ordering::Relaxed).to_string());
-        fsx::rename_between(dir, name, self.fd.as_fd(), to.as_str())
+        fsx::rename_between(dir, name, self.fd.as_fd(), fsx::unique_name().as_str())
     }
 }
 
@@ -123,13 +109,13 @@ pub fn spawn_empty(root: OwnedFd) {
     let spawned = std::thread::Builder::new()
         .name("keepwrap-trash".into())
         .spawn(move || {
-            crate::child::block_signals_in_thread();
+            crate::signals::block_signals_in_thread();
             empty_at(root.as_fd());
         });
     if blocked {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         // The C library's restore leaves signals 32 and 33 unblocked.
-        crate::child::block_signals_in_thread();
+        crate::signals::block_signals_in_thread();
     }
     if let Err(e) = spawned {
         warn!("cannot start the thread that empties .keepwrap/trash: {e}");

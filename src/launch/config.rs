@@ -19,7 +19,7 @@ use std::path::Path;
 use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde_json::{Map, Number, Value};
 
-use crate::canonical::{self, Layout, Style};
+use crate::launch::canonical::{self, Layout, Style};
 
 /// Files larger than this are not read (a config is a few KiB).
 pub const MAX_BYTES: u64 = 4 << 20;

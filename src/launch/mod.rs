@@ -4,7 +4,9 @@
 //! fingerprint covers of its models.
 
 pub mod args;
+pub mod canonical;
 pub mod config;
+pub mod fingerprint;
 pub mod model;
 pub mod shell;
 mod table;
@@ -16,7 +18,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::canonical::py_str;
+use crate::launch::canonical::py_str;
 
 /// How the command was written.
 #[derive(Debug, Clone, PartialEq, Eq)]

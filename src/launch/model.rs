@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use crate::fingerprint::sha256_hex;
+use crate::digest::sha256_hex;
 
 /// Model files larger than this are not hashed (a config is a few KiB).
 const MAX_BYTES: u64 = 16 << 20;

@@ -1,0 +1,149 @@
+//! Unit tests: every prune decision, sign, sets, and the no-follow rules.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tempfile::TempDir;
+
+use super::json::{self, JsonErr};
+use super::judge::{self, Candidate, MemberWhy, Reason};
+use super::sidecar::{self, Member, Sidecar};
+use super::*;
+use std::os::fd::AsFd;
+
+const FP: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const OTHER: &str = "8c01d2e4aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const DIR: &str = "0.6.18/sm121/3f9c0a1b2c3d4e5f";
+/// A rank file in another `<key16>/` directory.
+const OTHER_RANK: &str = "0.6.18/sm121/fedcba9876543210/rank_tp0_pp0_dp0.json";
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// Run `f` with log lines captured.
+fn capture<R>(f: impl FnOnce() -> R) -> (R, String) {
+    let logs = Logs::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let r = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    (r, text)
+}
+
+fn rank(i: u32) -> String {
+    format!("{DIR}/rank_tp{i}_pp0_dp0.json")
+}
+
+fn body(tag: &str) -> String {
+    format!(
+        "{{\n  \"_metadata\": {{\"flashinfer_version\": \"0.6.18\", \"gpu\": \"NVIDIA GB10\"}},\n  \"('op', 'R', ((8, 7168),), ())\": [\"R\", [8, 34]],\n  \"('op', 'R', ((16, 7168),), ())\": [\"R\", \"{tag}\"],\n  \"_generation\": \"00\"\n}}"
+    )
+}
+
+fn put(root: &Path, rel: &str, bytes: &str) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, bytes).unwrap();
+}
+
+/// A tree with `n` rank files.
+fn tree(n: u32) -> TempDir {
+    let t = TempDir::new().unwrap();
+    for i in 0..n {
+        put(t.path(), &rank(i), &body(&format!("r{i}")));
+    }
+    t
+}
+
+fn sidecar_of(rel: &str) -> String {
+    rel.strip_suffix(".json").unwrap().to_string() + ".launch"
+}
+
+/// A one-member set for whatever bytes are there (sign would refuse some
+/// of them): its sidecar and manifest.
+fn forge(root: &Path, rel: &str, fp: &str) {
+    let bytes = fs::read(root.join(rel)).unwrap();
+    let m = Member {
+        path: rel.into(),
+        sha256: crate::digest::sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    };
+    let members = vec![m.clone()];
+    let id = sidecar::set_id(fp, &members);
+    let sc = Sidecar {
+        format: crate::SIDECAR_FORMAT,
+        keepwrap: "test".into(),
+        fingerprint: fp.into(),
+        path: rel.into(),
+        sha256: m.sha256,
+        size: m.size,
+        signed_at: 0,
+        signed_at_utc: "1970-01-01T00:00:00Z".into(),
+        set: id.clone(),
+        committed: None,
+        stat: None,
+    };
+    fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
+    let root_fd = fsx::open_root(root).unwrap();
+    let sets = sidecar::open_sets(root_fd.as_fd(), true).unwrap();
+    sidecar::write_manifest(
+        sets.as_fd(),
+        &sidecar::SetManifest {
+            format: crate::SIDECAR_FORMAT,
+            keepwrap: "test".into(),
+            fingerprint: fp.into(),
+            id,
+            signed_at: 0,
+            members,
+        },
+    )
+    .unwrap();
+}
+
+/// Prune with the trash emptied before returning.
+fn prune(root: &Path, fp: &str) -> std::io::Result<PruneReport> {
+    prune_with(root, fp, false)
+}
+
+fn exists(root: &Path, rel: &str) -> bool {
+    fs::symlink_metadata(root.join(rel)).is_ok()
+}
+
+fn prune_logged(root: &Path, fp: &str) -> (PruneReport, String) {
+    let (r, logs) = capture(|| prune(root, fp));
+    (r.unwrap(), logs)
+}
+
+mod decisions;
+mod files;
+mod pure;
+mod sets;
+mod sign;
+mod state;
+mod trash;
+mod trust;

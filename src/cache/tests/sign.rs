@@ -1,0 +1,109 @@
+//! Signing.
+
+use super::*;
+
+#[test]
+fn sign_twice_without_change_writes_nothing() {
+    let t = tree(3);
+    let first = sign(t.path(), FP).unwrap();
+    assert!(!first.unchanged);
+    let ino = |i: u32| {
+        fs::symlink_metadata(t.path().join(sidecar_of(&rank(i))))
+            .unwrap()
+            .ino()
+    };
+    let before: Vec<u64> = (0..3).map(ino).collect();
+    let second = sign(t.path(), FP).unwrap();
+    assert!(second.unchanged);
+    assert_eq!(second.set_id, first.set_id);
+    assert_eq!(second.signed, first.signed);
+    assert_eq!((0..3).map(ino).collect::<Vec<_>>(), before);
+    // a change re-signs every member
+    put(t.path(), &rank(1), &body("new"));
+    let third = sign(t.path(), FP).unwrap();
+    assert!(!third.unchanged);
+    assert!((0..3).all(|i| ino(i) != before[i as usize]));
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 3);
+}
+
+#[test]
+fn sign_for_another_launch_rewrites() {
+    let t = tree(1);
+    sign(t.path(), OTHER).unwrap();
+    let s = sign(t.path(), FP).unwrap();
+    assert!(!s.unchanged);
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
+}
+
+#[test]
+fn sign_skips_what_is_not_a_json_object() {
+    let t = tree(1);
+    put(t.path(), &format!("{DIR}/rank_bad.json"), "nope");
+    put(t.path(), &format!("{DIR}/rank_list.json"), "[]");
+    put(t.path(), OTHER_RANK, &body("o"));
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    // Nothing of a directory holding a file that cannot be signed (a
+    // partial hit next boot otherwise); other directories are signed.
+    assert_eq!(s.signed, vec![PathBuf::from(OTHER_RANK)], "{logs}");
+    assert!(
+        logs.contains(&format!("not signed the 1 other cache files of {DIR}/: ")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!("not signed {DIR}/rank_bad.json: not valid JSON (")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "not signed {DIR}/rank_list.json: not a JSON object (an array)"
+        )),
+        "{logs}"
+    );
+}
+
+#[test]
+fn sidecar_content() {
+    let t = tree(2);
+    sign(t.path(), FP).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
+    let bytes = fs::read(t.path().join(rank(1))).unwrap();
+    assert_eq!(v["format"], 2);
+    assert_eq!(v["fingerprint"], FP);
+    assert_eq!(v["path"], rank(1));
+    assert_eq!(v["sha256"], crate::digest::sha256_hex(&bytes));
+    assert_eq!(v["size"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(v["keepwrap"], env!("CARGO_PKG_VERSION"));
+    assert!(v["signed_at"].as_u64().unwrap() > 1_700_000_000);
+    assert!(v["signed_at_utc"].as_str().unwrap().ends_with('Z'));
+    let m: serde_json::Value = serde_json::from_slice(
+        &fs::read(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v["set"], m["id"]);
+    assert_eq!(m["members"].as_array().unwrap().len(), 2);
+    assert_eq!(m["members"][0]["path"], rank(0));
+    // the file's identity when hashed, its change time settled
+    let meta = fs::metadata(t.path().join(rank(1))).unwrap();
+    assert_eq!(v["stat"]["ino"].as_u64(), Some(meta.ino()));
+    assert_eq!(
+        v["stat"]["ctime_ns"].as_i64(),
+        Some(meta.ctime() * 1_000_000_000 + meta.ctime_nsec())
+    );
+    // no temp files left
+    let names: Vec<_> = fs::read_dir(t.path().join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+}
+
+#[test]
+fn missing_root_is_empty() {
+    let t = TempDir::new().unwrap();
+    let root = t.path().join("nope");
+    let r = prune(&root, FP).unwrap();
+    assert!(r.kept.is_empty() && r.removed == 0);
+    let s = sign(&root, FP).unwrap();
+    assert!(s.signed.is_empty());
+}

@@ -1,0 +1,61 @@
+//! Directories other users can write.
+
+use super::*;
+
+#[test]
+fn world_writable_dir_is_untrusted() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let d = t.path().join(DIR);
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (0, 1));
+    assert!(
+        logs.contains(&format!(
+            "WARN removed {}: in a directory another user can write ({DIR}: world-writable without the sticky bit)",
+            rank(0)
+        )),
+        "{logs}"
+    );
+}
+
+#[test]
+fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let top = t.path().join("0.6.18");
+    fs::set_permissions(&top, fs::Permissions::from_mode(0o1777)).unwrap();
+    assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
+    fs::set_permissions(&top, fs::Permissions::from_mode(0o777)).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1, "{logs}");
+    assert!(
+        logs.contains("(0.6.18: world-writable without the sticky bit)"),
+        "{logs}"
+    );
+    // sign refuses too
+    put(t.path(), &rank(0), &body("r0"));
+    let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
+    assert!(s.signed.is_empty());
+    assert!(
+        logs.contains(&format!(
+            "not signed {}: in a directory another user can write",
+            rank(0)
+        )),
+        "{logs}"
+    );
+}
+
+#[test]
+fn dir_owned_by_another_user_is_untrusted() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // needs chown
+    }
+    let t = tree(1);
+    sign(t.path(), FP).unwrap();
+    let d = t.path().join(DIR);
+    std::os::unix::fs::chown(&d, Some(12345), None).unwrap();
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!(r.removed, 1);
+    assert!(logs.contains("owned by another user"), "{logs}");
+}

@@ -1,0 +1,163 @@
+//! `keepwrap config`: the effective settings of a launch, each with where it
+//! came from (a flag, a `KEEPWRAP_*` variable, or the default), as `ccache -p`
+//! shows them.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Command};
+use serde_json::{json, Map, Value};
+
+use crate::keeper::Settings;
+use crate::logging::LogLevel;
+
+/// Top-level arguments that are not settings of a launch.
+const NOT_SETTINGS: [&str; 5] = ["help", "version", "verbose", "quiet", "show_config"];
+
+/// One effective setting.
+struct Setting {
+    name: String,
+    /// `None`: unset (off).
+    value: Option<String>,
+    /// `default`, `variable` or `flag`.
+    source: &'static str,
+    /// The variable or flag it came from, when not the default.
+    origin: Option<String>,
+    /// The variable that sets it, if one does.
+    variable: Option<String>,
+}
+
+fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
+    let mut out = Vec::new();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        let Some(long) = arg.get_long() else { continue };
+        if NOT_SETTINGS.contains(&id) || arg.is_positional() {
+            continue;
+        }
+        let value = match matches.try_get_one::<bool>(id) {
+            Ok(Some(b)) => Some(b.to_string()),
+            _ => matches.get_raw(id).map(|vals| {
+                vals.map(|v| v.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
+        };
+        let (source, origin) = match matches.value_source(id) {
+            Some(ValueSource::CommandLine) => ("flag", Some(format!("--{long}"))),
+            Some(ValueSource::EnvVariable) => (
+                "variable",
+                arg.get_env().map(|v| v.to_string_lossy().into_owned()),
+            ),
+            _ => ("default", None),
+        };
+        out.push(Setting {
+            name: long.to_string(),
+            value,
+            source,
+            origin,
+            variable: arg.get_env().map(|v| v.to_string_lossy().into_owned()),
+        });
+    }
+    out
+}
+
+/// The cache root a run would guard, and what it came from.
+fn root_setting(run: &Settings, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
+    let root = crate::root::place::root_from(run.cache_dir.as_deref(), env);
+    let (source, origin) = if run.cache_dir.is_some() {
+        (cache_dir.source, cache_dir.origin.clone())
+    } else if crate::root::place::is_set(env, "SGLANG_CACHE_DIR") {
+        ("default", Some("SGLANG_CACHE_DIR".to_string()))
+    } else {
+        ("default", Some("HOME".to_string()))
+    };
+    Setting {
+        name: "cache-root".into(),
+        value: root.map(|r| r.display().to_string()),
+        source,
+        origin,
+        variable: None,
+    }
+}
+
+/// Print the effective settings (text, or JSON with `json`).
+pub fn print(
+    cmd: &Command,
+    matches: &ArgMatches,
+    run: &Settings,
+    level: &LogLevel,
+    command: &[OsString],
+    json: bool,
+) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut all = settings(cmd, matches);
+    let cache_dir = all.iter().find(|s| s.name == "cache-dir");
+    let root = cache_dir.map(|c| root_setting(run, c, &env));
+    all.extend(root);
+    all.push(Setting {
+        name: "log".into(),
+        value: Some(level.filter.clone()),
+        source: level.source,
+        origin: match level.source {
+            "variable" => Some("KEEPWRAP_LOG".into()),
+            "flag" => Some("-v/-q".into()),
+            _ => None,
+        },
+        variable: Some("KEEPWRAP_LOG".into()),
+    });
+    if !command.is_empty() {
+        let done = all.iter().find(|s| s.name == "done");
+        let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, &env);
+        let resolved = match run.done.resolve(&launch) {
+            Ok(d) => format!("tuning is done {d}"),
+            Err(e) => e,
+        };
+        let source = done.map_or("default", |d| d.source);
+        all.push(Setting {
+            name: "done-for-command".into(),
+            value: Some(resolved),
+            source,
+            origin: done.and_then(|d| d.origin.clone()),
+            variable: None,
+        });
+    }
+    crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
+    if json {
+        let mut obj = Map::new();
+        for s in &all {
+            let mut entry = Map::new();
+            entry.insert(
+                "value".into(),
+                s.value.clone().map_or(Value::Null, Value::String),
+            );
+            entry.insert("source".into(), json!(s.source));
+            if let Some(o) = &s.origin {
+                entry.insert("from".into(), json!(o));
+            }
+            if let Some(v) = &s.variable {
+                entry.insert("variable".into(), json!(v));
+            }
+            obj.insert(s.name.clone(), Value::Object(entry));
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&Value::Object(obj)).unwrap_or_default()
+        );
+    } else {
+        let tags: Vec<String> = all
+            .iter()
+            .map(|s| match &s.origin {
+                Some(o) => format!("({} {o})", s.source),
+                None => format!("({})", s.source),
+            })
+            .collect();
+        let width = tags.iter().map(String::len).max().unwrap_or(0);
+        for (s, tag) in all.iter().zip(&tags) {
+            let value = s.value.as_deref().unwrap_or("(off)");
+            println!("{tag:width$}  {} = {value}", s.name);
+        }
+    }
+    ExitCode::SUCCESS
+}

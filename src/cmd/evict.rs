@@ -1,0 +1,105 @@
+//! `keepwrap evict` and `keepwrap clean`: remove stored sets.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::clock::now_secs;
+use crate::store::{size_text, Store};
+
+use super::status::duration_text;
+use super::{lock, EXIT_USAGE};
+
+/// Which stored sets `keepwrap evict` removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evict {
+    All,
+    OlderThan(std::time::Duration),
+    /// A fingerprint, or a unique prefix of it (8 digits or more).
+    Launch(String),
+}
+
+/// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
+/// one line each (stderr), then a summary line (stdout).
+pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let Some(root) = crate::root::place::root_from(cache_dir, &env) else {
+        return super::no_root();
+    };
+    let Some(store) = Store::open_existing(&root) else {
+        println!(
+            "evicted 0 stored sets (0 files, 0 B): {} has no store",
+            root.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let launch = match &which {
+        Evict::Launch(prefix) => {
+            let p = prefix.to_ascii_lowercase();
+            if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            Some(p)
+        }
+        _ => None,
+    };
+    let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "keepwrap: error: cannot take the cache lock of {}: {e}",
+                root.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = now_secs();
+    if let Some(p) = &launch {
+        let matching: Vec<String> = store
+            .entries()
+            .into_iter()
+            .map(|e| e.manifest.fingerprint)
+            .filter(|fp| fp.starts_with(p.as_str()))
+            .collect();
+        if matching.len() != 1 {
+            eprintln!(
+                "keepwrap: error: {} stored sets match {p}{}",
+                matching.len(),
+                if matching.is_empty() {
+                    ""
+                } else {
+                    ": give more digits"
+                }
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let why = match &which {
+        Evict::All => "keepwrap evict --all".to_string(),
+        Evict::OlderThan(d) => format!("keepwrap evict --older-than {}", duration_text(*d)),
+        Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
+    };
+    let evicted = store.evict_where(now, &why, |e, used| match &which {
+        Evict::All => true,
+        Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
+        Evict::Launch(_) => launch
+            .as_deref()
+            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
+    });
+    let files: usize = evicted.iter().map(|e| e.manifest.members.len()).sum();
+    let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
+    let n = evicted.len() as u64;
+    if n > 0 {
+        crate::root::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
+    }
+    let left = store.entries();
+    println!(
+        "evicted {n} stored sets ({files} files, {}); {} left in the store ({})",
+        size_text(bytes),
+        left.len(),
+        size_text(left.iter().map(|e| e.bytes).sum())
+    );
+    ExitCode::SUCCESS
+}

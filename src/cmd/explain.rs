@@ -1,0 +1,73 @@
+//! `keepwrap explain`: how a launch differs from every signed launch
+//! recorded in the store, nearest first ([`crate::keeper::explain`]).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::clock::now_secs;
+use crate::digest::short;
+use crate::keeper::explain::{differences, nearest};
+use crate::launch::fingerprint::{Launch, Options};
+use crate::store::{ago, Store};
+
+/// `keepwrap explain`: compare the launch of `command` with every signed
+/// launch in the store, nearest first.
+pub fn print(root: Option<PathBuf>, opts: &Options, command: &[OsString]) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let launch = Launch::new(opts, command, &env);
+    let fp = launch.fingerprint().to_string();
+    let inputs = launch.redacted_inputs();
+    let mut out = String::new();
+    let Some(root) = root else {
+        return super::no_root();
+    };
+    let store = Store::open_existing(&root);
+    let now = now_secs();
+    let records = store.as_ref().map(Store::records).unwrap_or_default();
+    let own = records.iter().find(|r| r.fingerprint == fp).cloned();
+    out.push_str(&format!(
+        "this launch: {} ({} profile)",
+        short(&fp),
+        opts.profile.as_str()
+    ));
+    match &own {
+        Some(r) => out.push_str(&format!(
+            ": signed {} ({} files, last used {})\n",
+            ago(r.last_signed, now),
+            r.files,
+            ago(r.last_used, now)
+        )),
+        None => out.push_str(": never signed under this cache root\n"),
+    }
+    let others = nearest(records, &fp, &inputs);
+    if others.is_empty() {
+        out.push_str(&format!(
+            "no other signed launch recorded under {}\n",
+            root.display()
+        ));
+    }
+    for (r, d) in &others {
+        let stored = store
+            .as_ref()
+            .and_then(|s| s.manifest(&r.fingerprint))
+            .is_some();
+        out.push_str(&format!(
+            "{} signed {}, {} files{}: differs in: {}\n",
+            short(&r.fingerprint),
+            ago(r.last_signed, now),
+            r.files,
+            if stored { " in the store" } else { "" },
+            differences(d)
+        ));
+    }
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}

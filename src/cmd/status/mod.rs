@@ -1,0 +1,139 @@
+//! `keepwrap status`: every cache file and store entry under a cache root,
+//! with its state, size, when it was signed and last used, totals and the
+//! statistics; with `-- COMMAND`, what that launch would keep, restore,
+//! store and remove. Reads sidecars and manifests only (`--verify` also
+//! hashes the cache files), so it stays fast on large trees.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+use crate::launch::fingerprint::{Launch, Options};
+use crate::root::stats::Stats;
+use crate::store::Store;
+
+mod render;
+mod report;
+
+use super::{lock, print};
+pub use render::render;
+pub use report::report;
+
+/// Run `keepwrap status`.
+pub fn run(
+    root: Option<std::path::PathBuf>,
+    opts: &Options,
+    command: &[OsString],
+    json_out: bool,
+    zero: bool,
+    verify: bool,
+    store_max_size: u64,
+) -> ExitCode {
+    let Some(root) = root else {
+        return crate::cmd::no_root();
+    };
+    if zero {
+        match zero_stats(&root) {
+            Ok(()) => eprintln!("keepwrap: statistics reset"),
+            Err(e) => {
+                eprintln!(
+                    "keepwrap: error: cannot reset the statistics under {}: {e}",
+                    root.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let fp = (!command.is_empty()).then(|| {
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        Launch::new(opts, command, &env).fingerprint().to_string()
+    });
+    let mut report = report(&root, fp.as_deref(), verify);
+    report["store_max_size"] = json!(store_max_size);
+    let text = if json_out {
+        let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
+        v.push(b'\n');
+        v
+    } else {
+        render(&report).into_bytes()
+    };
+    if !print(&text) {
+        return ExitCode::FAILURE;
+    }
+    let corrupt = report["totals"]["corrupt"]["files"].as_u64().unwrap_or(0);
+    let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
+    if verify && corrupt > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
+        );
+    }
+    if verify && stored > 0 {
+        eprintln!(
+            "keepwrap: status --verify: {stored} stored sets are not intact (see the corrupt rows); they are removed when their launch returns"
+        );
+    }
+    if verify && corrupt + stored > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `42.0 s`, `12 min 5 s`, `3 h 20 min`, `2 days 4 h`: how long something
+/// took or lasts.
+pub fn duration_text(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        return format!("{s:.1} s");
+    }
+    let whole = d.as_secs();
+    let (days, h, m, sec) = (
+        whole / 86400,
+        whole % 86400 / 3600,
+        whole % 3600 / 60,
+        whole % 60,
+    );
+    match (days, h) {
+        (0, 0) => format!("{m} min {sec} s"),
+        (0, h) => format!("{h} h {m} min"),
+        (1, h) => format!("1 day {h} h"),
+        (d, h) => format!("{d} days {h} h"),
+    }
+}
+
+fn ms_text(v: &Value) -> String {
+    duration_text(std::time::Duration::from_millis(v.as_u64().unwrap_or(0)))
+}
+
+fn zero_stats(root: &Path) -> std::io::Result<()> {
+    let store = Store::open(root)?;
+    let _lock = lock(
+        &store,
+        std::time::Duration::from_secs(60),
+        "keepwrap status --zero",
+    )?;
+    Stats::zero(store.state_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_text;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        for (secs, text) in [
+            (0.04, "0.0 s"),
+            (42.05, "42.0 s"),
+            (59.9, "59.9 s"),
+            (60.0, "1 min 0 s"),
+            (725.0, "12 min 5 s"),
+            (12_000.0, "3 h 20 min"),
+            (86_400.0 + 3600.0, "1 day 1 h"),
+            (30.0 * 86_400.0, "30 days 0 h"),
+        ] {
+            assert_eq!(duration_text(Duration::from_secs_f64(secs)), text, "{secs}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! sha256 in hex, and the launch fingerprint that is one: how it is
+//! written in full and how a log line names it by its first 8 digits.
+
+use std::fmt;
+use std::ops::Deref;
+
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A launch fingerprint: the lowercase sha256 hex of what identifies a
+/// launch. Shown in full by `Display`, by its first 8 digits through
+/// [`Fingerprint::short`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// The fingerprint of these bytes (a canonical payload).
+    pub fn of(bytes: &[u8]) -> Fingerprint {
+        Fingerprint(sha256_hex(bytes))
+    }
+
+    /// The 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 8 digits, as log lines name a launch.
+    pub fn short(&self) -> Short<'_> {
+        short(&self.0)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Deref for Fingerprint {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Fingerprint {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for Fingerprint {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Fingerprint {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Fingerprint {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl From<Fingerprint> for String {
+    fn from(f: Fingerprint) -> String {
+        f.0
+    }
+}
+
+/// A fingerprint named by its first 8 digits: `Display` writes
+/// `0123abcd...`, as log lines show a launch; [`Short::digits`] is the 8
+/// digits alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short<'a>(&'a str);
+
+/// The short form of `fingerprint`: its first 8 characters (all of it if
+/// it has fewer; a planted sidecar's may not be hex).
+pub fn short(fingerprint: &str) -> Short<'_> {
+    match fingerprint.char_indices().nth(8) {
+        Some((end, _)) => Short(&fingerprint[..end]),
+        None => Short(fingerprint),
+    }
+}
+
+impl<'a> Short<'a> {
+    /// The first 8 digits, without the ellipsis.
+    pub fn digits(self) -> &'a str {
+        self.0
+    }
+}
+
+impl fmt::Display for Short<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}...", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_is_eight_digits_and_an_ellipsis() {
+        let f = Fingerprint::of(b"{}");
+        assert_eq!(f.as_str().len(), 64);
+        assert_eq!(f.to_string(), f.as_str());
+        assert_eq!(f.short().to_string(), format!("{}...", &f.as_str()[..8]));
+        assert_eq!(f.short().digits(), &f.as_str()[..8]);
+        assert_eq!(short("abc").to_string(), "abc...");
+        assert_eq!(
+            short("\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}").digits(),
+            "\u{e9}".repeat(8)
+        );
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}

@@ -1,0 +1,553 @@
+//! When tuning is done: the rules (`--done`) and the HTTP health probe.
+
+pub mod owner;
+pub mod progress;
+pub mod watch;
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::PollFlags;
+use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
+
+use crate::launch::fingerprint::Launch;
+
+/// `--done`: when keepwrap considers the engine's tuning finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DoneRule {
+    /// An SGLang server launch: the first 200 from its `/health`; any other
+    /// command: a 0 exit.
+    Auto,
+    /// The first 200 from this URL (default: derived from the launch argv).
+    Health(Option<String>),
+    /// No cache write for this long after the last one.
+    Quiet(Duration),
+    /// The child exits 0.
+    Exit,
+}
+
+impl DoneRule {
+    pub fn parse(s: &str) -> Result<DoneRule, String> {
+        let s = s.trim();
+        let (name, value) = match s.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (s, None),
+        };
+        match (name, value) {
+            ("auto", None) => Ok(DoneRule::Auto),
+            ("exit", None) => Ok(DoneRule::Exit),
+            ("health", None) => Ok(DoneRule::Health(None)),
+            ("health", Some(url)) => {
+                Endpoint::parse(url).map(|_| DoneRule::Health(Some(url.to_string())))
+            }
+            ("quiet", Some(d)) => crate::clock::parse_duration(d)
+                .map(DoneRule::Quiet)
+                .map_err(|e| e.to_string()),
+            _ => Err(format!(
+                "'{s}' is not a done rule: use auto, health, health=URL, quiet=DURATION or exit"
+            )),
+        }
+    }
+}
+
+/// What decides that tuning is done, resolved for one launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    /// The first 200 from this endpoint.
+    Health(Endpoint),
+    /// No cache write for this long after the last one.
+    Quiet(Duration),
+    /// The child exits 0.
+    Exit,
+}
+
+impl DoneRule {
+    /// Resolve `auto` and a bare `health` against the launch (the command
+    /// inside a shell wrapper, its config file included).
+    pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
+        match self {
+            DoneRule::Auto if runs_sglang_server(launch) => {
+                Ok(Done::Health(Endpoint::of_launch(launch)))
+            }
+            DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
+            DoneRule::Health(None) => Ok(Done::Health(Endpoint::of_launch(launch))),
+            DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),
+            DoneRule::Quiet(d) => Ok(Done::Quiet(*d)),
+        }
+    }
+}
+
+impl std::fmt::Display for Done {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Done::Health(ep) => write!(f, "when GET {ep} first answers 200"),
+            Done::Quiet(d) => write!(
+                f,
+                "when no cache file has landed for {}",
+                humantime::format_duration(*d)
+            ),
+            Done::Exit => write!(f, "when the command exits 0"),
+        }
+    }
+}
+
+/// Does argv run an SGLang server: `python -m sglang.launch_server ...`,
+/// `.../sglang/launch_server.py ...` or `sglang serve ...`?
+pub fn is_sglang_server(argv: &[OsString]) -> bool {
+    argv.iter().enumerate().any(|(i, arg)| {
+        let a = arg.as_encoded_bytes();
+        let base = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
+        a == b"sglang.launch_server"
+            || a.ends_with(b"sglang/launch_server.py")
+            || (base == b"sglang" && argv.get(i + 1).is_some_and(|n| n == "serve"))
+    })
+}
+
+/// Does the launch run an SGLang server: one keepwrap reads (directly or
+/// inside a shell wrapper), or a command naming one (`numactl ... python -m
+/// sglang.launch_server ...`)?
+pub fn runs_sglang_server(launch: &Launch) -> bool {
+    launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
+}
+
+/// An HTTP endpoint to probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Host as written in the URL (brackets kept for IPv6), for `Host:`.
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}:{}{}", self.host, self.port, self.path)
+    }
+}
+
+impl Endpoint {
+    /// `/health` on the launch's `--host`/`--port` (SGLang's defaults
+    /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback).
+    pub fn of_launch(launch: &Launch) -> Endpoint {
+        let host = launch.option("--host");
+        let host = match host.as_deref().unwrap_or("127.0.0.1") {
+            "0.0.0.0" | "" => "127.0.0.1".to_string(),
+            "::" | "[::]" => "[::1]".to_string(),
+            h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+            h => h.to_string(),
+        };
+        let port = launch
+            .option("--port")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(30000);
+        Endpoint {
+            host,
+            port,
+            path: "/health".into(),
+        }
+    }
+
+    /// `http://HOST[:PORT][/PATH]`.
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let bad = |why: &str| format!("health URL '{url}': {why}");
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("only http:// URLs can be probed"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].to_string()),
+            None => (rest, "/health".to_string()),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let end = v6.find(']').ok_or_else(|| bad("unclosed '['"))?;
+            let port = &v6[end + 1..];
+            (format!("[{}]", &v6[..end]), port.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (authority.to_string(), None),
+            }
+        };
+        if host.is_empty() || host == "[]" {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            Some(p) => p
+                .parse()
+                .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
+            None => 80,
+        };
+        Ok(Endpoint { host, port, path })
+    }
+
+    fn socket_addr(&self) -> io::Result<SocketAddr> {
+        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        (host, self.port).to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} resolves to no address", self.host),
+            )
+        })
+    }
+}
+
+/// A non-blocking HTTP/1.1 health probe, driven by the supervisor's poll
+/// loop: connect, send `GET`, read the status line. One probe at a time,
+/// `interval` apart, each bounded by `timeout`.
+pub struct Probe {
+    endpoint: Endpoint,
+    addr: Option<SocketAddr>,
+    interval: Duration,
+    timeout: Duration,
+    next_at: Instant,
+    state: ProbeState,
+}
+
+enum ProbeState {
+    Idle,
+    Connecting {
+        stream: TcpStream,
+        deadline: Instant,
+    },
+    Reading {
+        stream: TcpStream,
+        buf: Vec<u8>,
+        deadline: Instant,
+    },
+}
+
+/// What one step of the probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Pending,
+    /// The endpoint answered this status (not 200), or failed: probe again.
+    NotYet,
+    Ready,
+}
+
+impl Probe {
+    pub fn new(endpoint: Endpoint, interval: Duration, timeout: Duration, start: Instant) -> Probe {
+        Probe {
+            endpoint,
+            addr: None,
+            interval,
+            timeout,
+            next_at: start,
+            state: ProbeState::Idle,
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The address probed, once resolved.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// The last answer did not count: probe again one interval from now.
+    pub fn defer(&mut self, now: Instant) {
+        self.state = ProbeState::Idle;
+        self.next_at = now.checked_add(self.interval).unwrap_or(now);
+    }
+
+    /// The socket to poll, with the events it waits for.
+    pub fn poll_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
+        match &self.state {
+            ProbeState::Idle => None,
+            ProbeState::Connecting { stream, .. } => Some((stream.as_fd(), PollFlags::POLLOUT)),
+            ProbeState::Reading { stream, .. } => Some((stream.as_fd(), PollFlags::POLLIN)),
+        }
+    }
+
+    /// When the probe next needs attention without an fd event.
+    pub fn deadline(&self) -> Instant {
+        match &self.state {
+            ProbeState::Idle => self.next_at,
+            ProbeState::Connecting { deadline, .. } | ProbeState::Reading { deadline, .. } => {
+                *deadline
+            }
+        }
+    }
+
+    /// Advance: start a probe when due, time one out, or handle its socket
+    /// being ready.
+    pub fn step(&mut self, now: Instant, ready: bool) -> ProbeResult {
+        let state = std::mem::replace(&mut self.state, ProbeState::Idle);
+        let (next, result) = match state {
+            ProbeState::Idle if now >= self.next_at => self.start(now),
+            ProbeState::Idle => (ProbeState::Idle, ProbeResult::Pending),
+            ProbeState::Connecting { deadline, .. } | ProbeState::Reading { deadline, .. }
+                if now >= deadline && !ready =>
+            {
+                tracing::debug!("health probe of {} timed out", self.endpoint);
+                (ProbeState::Idle, ProbeResult::NotYet)
+            }
+            ProbeState::Connecting { stream, deadline } if ready => match stream.take_error() {
+                Ok(None) => self.send(stream, deadline),
+                Ok(Some(e)) | Err(e) => {
+                    tracing::debug!("health probe of {}: {e}", self.endpoint);
+                    (ProbeState::Idle, ProbeResult::NotYet)
+                }
+            },
+            ProbeState::Reading {
+                stream,
+                buf,
+                deadline,
+            } if ready => self.read(stream, buf, deadline),
+            other => (other, ProbeResult::Pending),
+        };
+        if result == ProbeResult::NotYet {
+            self.next_at = now + self.interval;
+        }
+        self.state = next;
+        result
+    }
+
+    fn start(&mut self, now: Instant) -> (ProbeState, ProbeResult) {
+        let deadline = now + self.timeout;
+        let addr = match self.addr {
+            Some(a) => a,
+            None => match self.endpoint.socket_addr() {
+                Ok(a) => *self.addr.insert(a),
+                Err(e) => {
+                    tracing::debug!("health probe: cannot resolve {}: {e}", self.endpoint.host);
+                    return (ProbeState::Idle, ProbeResult::NotYet);
+                }
+            },
+        };
+        let family = if addr.is_ipv6() {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        let fd = match socket(
+            family,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::debug!("health probe: socket: {e}");
+                return (ProbeState::Idle, ProbeResult::NotYet);
+            }
+        };
+        let sockaddr = SockaddrStorage::from(addr);
+        let stream = TcpStream::from(fd);
+        match connect(stream.as_raw_fd(), &sockaddr) {
+            Ok(()) => self.send(stream, deadline),
+            Err(Errno::EINPROGRESS) | Err(Errno::EINTR) => (
+                ProbeState::Connecting { stream, deadline },
+                ProbeResult::Pending,
+            ),
+            Err(e) => {
+                tracing::debug!("health probe of {}: {e}", self.endpoint);
+                (ProbeState::Idle, ProbeResult::NotYet)
+            }
+        }
+    }
+
+    fn send(&self, mut stream: TcpStream, deadline: Instant) -> (ProbeState, ProbeResult) {
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: keepwrap/{}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            self.endpoint.path,
+            self.endpoint.host,
+            self.endpoint.port,
+            env!("CARGO_PKG_VERSION")
+        );
+        match stream.write(request.as_bytes()) {
+            Ok(n) if n == request.len() => (
+                ProbeState::Reading {
+                    stream,
+                    buf: Vec::new(),
+                    deadline,
+                },
+                ProbeResult::Pending,
+            ),
+            Ok(_) => (ProbeState::Idle, ProbeResult::NotYet),
+            Err(e) => {
+                tracing::debug!("health probe of {}: {e}", self.endpoint);
+                (ProbeState::Idle, ProbeResult::NotYet)
+            }
+        }
+    }
+
+    fn read(
+        &self,
+        mut stream: TcpStream,
+        mut buf: Vec<u8>,
+        deadline: Instant,
+    ) -> (ProbeState, ProbeResult) {
+        let mut chunk = [0u8; 512];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.windows(2).any(|w| w == b"\r\n") || buf.len() > 4096 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return (
+                        ProbeState::Reading {
+                            stream,
+                            buf,
+                            deadline,
+                        },
+                        ProbeResult::Pending,
+                    )
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("health probe of {}: {e}", self.endpoint);
+                    return (ProbeState::Idle, ProbeResult::NotYet);
+                }
+            }
+        }
+        match status_code(&buf) {
+            Some(200) => (ProbeState::Idle, ProbeResult::Ready),
+            status => {
+                tracing::debug!("health probe of {}: status {status:?}", self.endpoint);
+                (ProbeState::Idle, ProbeResult::NotYet)
+            }
+        }
+    }
+}
+
+/// The status code of an HTTP/1.x status line.
+fn status_code(buf: &[u8]) -> Option<u16> {
+    let line = buf.split(|&b| b == b'\r').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split(' ');
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    parts.next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn sglang_server_launches_are_recognised() {
+        assert!(is_sglang_server(&argv(
+            "python3 -m sglang.launch_server --model-path m"
+        )));
+        assert!(is_sglang_server(&argv(
+            "/usr/bin/sglang serve --model-path m"
+        )));
+        assert!(is_sglang_server(&argv(
+            "python /opt/sglang/launch_server.py"
+        )));
+        assert!(!is_sglang_server(&argv(
+            "python3 -m sglang.bench_one_batch --model-path m"
+        )));
+        assert!(!is_sglang_server(&argv("sglang version")));
+    }
+
+    fn launch(s: &str) -> Launch {
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        Launch::new(&opts, &argv(s), &env)
+    }
+
+    #[test]
+    fn the_launch_endpoint_follows_host_and_port() {
+        let ep = |s| Endpoint::of_launch(&launch(s)).to_string();
+        assert_eq!(
+            ep("python -m sglang.launch_server"),
+            "http://127.0.0.1:30000/health"
+        );
+        assert_eq!(
+            ep("x --host 0.0.0.0 --port 8000"),
+            "http://127.0.0.1:8000/health"
+        );
+        assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
+        assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
+        assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
+        // server arguments as SGLang reads them, inside a shell wrapper too
+        assert_eq!(
+            ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
+            "http://127.0.0.1:8000/health"
+        );
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let wrapped = [
+            "sh",
+            "-c",
+            "exec python3 -m sglang.launch_server --host 10.0.0.2 --port $PORT",
+        ]
+        .map(OsString::from);
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        let l = Launch::new(&opts, &wrapped, &env);
+        assert_eq!(
+            Endpoint::of_launch(&l).to_string(),
+            "http://10.0.0.2:8123/health"
+        );
+        assert_eq!(
+            DoneRule::Auto.resolve(&l),
+            Ok(Done::Health(Endpoint::of_launch(&l)))
+        );
+    }
+
+    #[test]
+    fn health_urls_parse() {
+        assert_eq!(
+            Endpoint::parse("http://localhost:8080/ready")
+                .unwrap()
+                .to_string(),
+            "http://localhost:8080/ready"
+        );
+        assert_eq!(
+            Endpoint::parse("http://[::1]:81").unwrap().to_string(),
+            "http://[::1]:81/health"
+        );
+        assert!(Endpoint::parse("https://x/health")
+            .unwrap_err()
+            .contains("only http://"));
+        assert!(Endpoint::parse("http://x:99999/").is_err());
+    }
+
+    #[test]
+    fn done_rules_parse() {
+        assert_eq!(
+            DoneRule::parse("quiet=30s").unwrap(),
+            DoneRule::Quiet(Duration::from_secs(30))
+        );
+        assert_eq!(DoneRule::parse("health").unwrap(), DoneRule::Health(None));
+        assert!(DoneRule::parse("later")
+            .unwrap_err()
+            .contains("auto, health"));
+        assert!(DoneRule::parse("health=https://x").is_err());
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(status_code(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(
+            status_code(b"HTTP/1.0 503 Service Unavailable\r\n"),
+            Some(503)
+        );
+        assert_eq!(status_code(b"SSH-2.0\r\n"), None);
+    }
+}

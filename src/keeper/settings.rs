@@ -1,0 +1,106 @@
+//! The settings of the cache side of one launch, as the command line or
+//! the `KEEPWRAP_*` variables give them.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+use crate::done::DoneRule;
+use crate::launch::fingerprint::{self, ProfileName};
+
+/// How the cache of one launch is kept.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// What the fingerprint covers.
+    pub fingerprint: fingerprint::Options,
+    /// `--cache-dir`: the cache root, else derived from the environment.
+    pub cache_dir: Option<PathBuf>,
+    /// `--done`: when tuning is done.
+    pub done: DoneRule,
+    /// Time between two health probes.
+    pub probe_interval: Duration,
+    /// How long one health probe may take.
+    pub probe_timeout: Duration,
+    /// `--unify`.
+    pub unify: UnifyMode,
+    /// `--disable`: only supervise.
+    pub disable: bool,
+    /// `--keep`.
+    pub keep: KeepMode,
+    /// The most bytes the store holds.
+    pub store_max_size: u64,
+    /// A stored set unused this long is evicted.
+    pub store_max_age: Duration,
+    /// How long to wait for the lock of the cache root.
+    pub lock_timeout: Duration,
+    /// How long to wait for another launch on the root to finish tuning.
+    pub wait_for_tuning: Duration,
+    /// Multi-node launches.
+    pub share: crate::share::Settings,
+}
+
+/// Why the cache of a launch is not kept (the launch is only supervised);
+/// shown as the one line that says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotKept {
+    #[error("cache keeping disabled (--disable): supervising only")]
+    Disabled,
+    #[error("cache keeping off (--keep never): supervising only")]
+    Never,
+    /// `--keep auto` and a command that is not an engine launch: the line
+    /// that says what it is.
+    #[error("{0}")]
+    NotAnEngine(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeepMode {
+    Auto,
+    Always,
+    Never,
+}
+
+impl Settings {
+    /// Whether to keep the cache of `command` run with `env`, or why not.
+    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), NotKept> {
+        if self.disable {
+            return Err(NotKept::Disabled);
+        }
+        match self.keep {
+            KeepMode::Always => Ok(()),
+            KeepMode::Never => Err(NotKept::Never),
+            KeepMode::Auto => {
+                let c = crate::launch::analyze(command, env);
+                if c.is_engine() {
+                    Ok(())
+                } else {
+                    Err(NotKept::NotAnEngine(c.not_engine_line()))
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnifyMode {
+    Auto,
+    On,
+    Off,
+}
+
+impl Settings {
+    /// Whether this launch unifies rank files.
+    pub fn unifies(&self) -> bool {
+        match self.unify {
+            UnifyMode::On => true,
+            UnifyMode::Off => false,
+            // Both profiles front an SGLang engine, whose stock gate needs it.
+            UnifyMode::Auto => matches!(
+                self.fingerprint.profile,
+                ProfileName::Sglang | ProfileName::Seed
+            ),
+        }
+    }
+}

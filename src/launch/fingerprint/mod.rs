@@ -1,0 +1,518 @@
+//! The launch fingerprint: which parts of the launch and environment
+//! identify it, and their sha256 over Python-compatible canonical JSON.
+//!
+//! Fingerprint = lowercase sha256 hex of `json.dumps(PAYLOAD,
+//! sort_keys=True)` (see [`crate::launch::canonical`]). For an SGLang server launch
+//! under the `sglang` profile, PAYLOAD is `{"launch": LAUNCH, "env": env}`,
+//! LAUNCH the canonical launch of [`crate::launch::Canonical`] minus the
+//! profile's ignored argument groups. Otherwise (any other command, and the
+//! `seed` profile) it is `{"argv": argv, "env": env}`, `argv` the command
+//! keepwrap execs (or the command inside a readable `sh -c` string, `sglang`
+//! profile) minus the profile's ignored arguments. `env` holds the variables
+//! of the child's environment whose name starts with one of the profile's
+//! prefixes, minus its volatile names. Bytes that are not UTF-8 count the
+//! way Python's `surrogateescape` decodes them, so the `seed` profile
+//! reproduces the seed's `launch_fingerprint()` bit for bit.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde_json::{json, Map, Value};
+
+use crate::digest::{sha256_hex, Fingerprint};
+use crate::launch::canonical::{self, py_str, Style};
+use crate::launch::{self, args, args::Group, Canonical, Wrapper};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileName {
+    /// What a user of a stock SGLang image wants
+    Sglang,
+    /// Bit for bit the seed's launch_fingerprint()
+    Seed,
+}
+
+impl ProfileName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileName::Sglang => "sglang",
+            ProfileName::Seed => "seed",
+        }
+    }
+}
+
+/// A profile plus the user's extensions.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub profile: ProfileName,
+    pub env_prefixes: Vec<String>,
+    pub volatile_env: Vec<String>,
+    pub ignored_args: Vec<String>,
+}
+
+mod profiles;
+mod text;
+
+pub use profiles::*;
+use text::*;
+
+/// Whether a flag or variable named `name` holds a secret: its name contains
+/// KEY, TOKEN, SECRET or PASSWORD, in any case. Leading dashes and anything
+/// from `=` on are not part of a flag's name.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-');
+    let name = name
+        .split_once('=')
+        .map_or(name, |(n, _)| n)
+        .to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
+/// `<sha256:XXXXXXXXXXXX>`: the first 12 hex digits of the sha256 of `value`.
+pub fn value_hash(value: &[u8]) -> String {
+    format!("<sha256:{}>", &sha256_hex(value)[..12])
+}
+
+/// `<redacted sha256:XXXXXXXXXXXX>`, for a secret's value.
+pub fn redacted_hash(value: &[u8]) -> String {
+    format!("<redacted sha256:{}>", &sha256_hex(value)[..12])
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secret {
+    No,
+    /// the whole token is the value of a secret-named flag
+    Whole,
+    /// `FLAG=VALUE` with a secret-named FLAG: the value starts at this byte
+    After(usize),
+}
+
+#[derive(Debug, Clone)]
+struct Arg {
+    raw: OsString,
+    ignored: bool,
+    secret: Secret,
+}
+
+#[derive(Debug, Clone)]
+struct EnvVar {
+    name: OsString,
+    value: OsString,
+    volatile: bool,
+}
+
+/// Which server argument groups the profile and the user leave out.
+#[derive(Debug, Clone, Default)]
+struct Ignored {
+    /// attributes of known options
+    dests: HashSet<String>,
+    /// heads of options the table does not know
+    heads: HashSet<String>,
+}
+
+impl Ignored {
+    fn new(flags: &[(String, ArgKind)]) -> Ignored {
+        let mut out = Ignored::default();
+        for (flag, _) in flags {
+            match args::known(flag) {
+                Some(o) => out.dests.insert(o.dest.to_string()),
+                None => out.heads.insert(flag.clone()),
+            };
+        }
+        out
+    }
+
+    fn contains(&self, g: &Group) -> bool {
+        if g.known {
+            self.dests.contains(&g.key)
+        } else {
+            self.heads.contains(&g.head)
+        }
+    }
+}
+
+/// The fingerprint inputs of one launch.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    profile: ProfileName,
+    /// The command line the `argv` form fingerprints: the command as given,
+    /// or the command inside a readable shell wrapper (`sglang` profile).
+    args: Vec<Arg>,
+    /// prefix-selected variables, first occurrence of a name only, in Python
+    /// key order
+    env: Vec<EnvVar>,
+    command: launch::Command,
+    /// An SGLang server launch in canonical form.
+    canonical: Option<Canonical>,
+    /// The `sglang` profile fingerprints the canonical launch.
+    canonical_payload: bool,
+    ignored: Ignored,
+    fingerprint: Fingerprint,
+}
+
+impl Launch {
+    /// Select the inputs from the command keepwrap will exec and the
+    /// environment the child will get. Relative paths (a config file, a
+    /// model directory) are read from the current directory, which the
+    /// engine inherits.
+    pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
+        let prof = profile(opts.profile);
+        let seed = opts.profile == ProfileName::Seed;
+        let command = launch::analyze(argv, env);
+
+        // Environment: the first occurrence of a name wins, as with getenv()
+        // and Python's os.environ; assignments inside a shell wrapper come
+        // first.
+        let assigns = if seed { &[][..] } else { &command.assigns[..] };
+        let mut seen = HashSet::new();
+        let env: Vec<&(OsString, OsString)> = assigns
+            .iter()
+            .chain(env)
+            .filter(|(k, _)| seen.insert(k.as_bytes()))
+            .collect();
+
+        let prefixes: Vec<&[u8]> = prof
+            .env_prefixes
+            .iter()
+            .map(|p| p.as_bytes())
+            .chain(
+                opts.env_prefixes
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.as_bytes()),
+            )
+            .collect();
+        let tp4 = env
+            .iter()
+            .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
+        let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
+        if tp4 {
+            volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
+        }
+        volatile.extend(
+            opts.volatile_env
+                .iter()
+                .filter(|n| !n.is_empty())
+                .map(|n| n.as_bytes()),
+        );
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k.as_bytes() == name.as_bytes())
+                .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        let canonical = command
+            .server
+            .as_ref()
+            .map(|s| Canonical::new(s, Path::new("."), &lookup));
+
+        let mut env: Vec<EnvVar> = env
+            .into_iter()
+            .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
+            .map(|(k, v)| EnvVar {
+                name: k.clone(),
+                value: v.clone(),
+                volatile: volatile.contains(k.as_bytes()),
+            })
+            .collect();
+        env.sort_by_cached_key(|e| {
+            canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
+        });
+
+        // Arguments.
+        let mut ignored: Vec<(String, ArgKind)> = prof
+            .ignored_args
+            .iter()
+            .map(|(f, k)| (f.to_string(), *k))
+            .collect();
+        for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
+            let flag = if flag.starts_with('-') {
+                flag.clone()
+            } else {
+                format!("--{flag}")
+            };
+            // the profile's entry wins: a known switch never swallows a token
+            if !ignored.iter().any(|(f, _)| *f == flag) {
+                ignored.push((flag, ArgKind::Value));
+            }
+        }
+        let words = if seed || matches!(command.wrapper, Wrapper::Direct | Wrapper::Unreadable(_)) {
+            argv
+        } else {
+            &command.argv[..]
+        };
+        let mut args: Vec<Arg> = words
+            .iter()
+            .map(|a| Arg {
+                raw: a.clone(),
+                ignored: false,
+                secret: Secret::No,
+            })
+            .collect();
+        mark_ignored(&mut args, &ignored);
+        mark_secrets(&mut args);
+
+        let mut launch = Launch {
+            profile: opts.profile,
+            args,
+            env,
+            canonical_payload: !seed && canonical.is_some(),
+            canonical,
+            command,
+            ignored: Ignored::new(&ignored),
+            fingerprint: Fingerprint::default(),
+        };
+        launch.fingerprint = launch.payload_hash(&[], false);
+        launch
+    }
+
+    /// sha256 of the payload, leaving out the variables named in
+    /// `node_local` and, with `cluster`, the node rank.
+    fn payload_hash(&self, node_local: &[String], cluster: bool) -> Fingerprint {
+        let mut env_json = Map::new();
+        for e in self.env.iter().filter(|e| {
+            !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
+        }) {
+            env_json.insert(
+                py_str(e.name.as_bytes()),
+                Value::String(py_str(e.value.as_bytes())),
+            );
+        }
+        let payload = match (&self.canonical, self.canonical_payload) {
+            (Some(c), true) => {
+                let drop = |g: &Group| {
+                    self.ignored.contains(g) || (cluster && g.known && g.key == "node_rank")
+                };
+                json!({ "launch": c.to_json(&drop), "env": env_json })
+            }
+            _ => {
+                let drop = if cluster {
+                    node_rank_tokens(&self.args)
+                } else {
+                    vec![false; self.args.len()]
+                };
+                let argv_json: Vec<Value> = self
+                    .args
+                    .iter()
+                    .zip(&drop)
+                    .filter(|(a, dropped)| !a.ignored && !**dropped)
+                    .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
+                    .collect();
+                json!({ "argv": argv_json, "env": env_json })
+            }
+        };
+        Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL))
+    }
+
+    /// Lowercase sha256 hex.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// The command, understood.
+    pub fn command(&self) -> &launch::Command {
+        &self.command
+    }
+
+    /// The SGLang server launch in canonical form, if the command is one.
+    pub fn canonical(&self) -> Option<&Canonical> {
+        self.canonical.as_ref()
+    }
+
+    /// Lines to log once at the launch: a config file that cannot be used, a
+    /// shell string that cannot be read.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .canonical
+            .iter()
+            .filter(|_| self.canonical_payload)
+            .filter_map(Canonical::config_warning)
+            .collect();
+        if let Wrapper::Unreadable(why) = self.command.wrapper {
+            out.push(format!(
+                "the shell command cannot be read safely ({why}): it is fingerprinted as written, and tuning will be judged done only at exit unless --done health=URL is given"
+            ));
+        }
+        out
+    }
+
+    /// The value of server option `--FLAG`: the server's merged arguments
+    /// (config file included), else `--FLAG VALUE`/`--FLAG=VALUE` in the
+    /// command (the last one wins, as with argparse).
+    pub fn option(&self, flag: &str) -> Option<String> {
+        if let Some(c) = &self.canonical {
+            let dest = args::known(flag)?.dest;
+            return c.parsed.value(dest).map(str::to_string);
+        }
+        let mut found = None;
+        let mut it = self.command.argv.iter().skip(1).peekable();
+        while let Some(arg) = it.next() {
+            let Some(a) = arg.to_str() else { continue };
+            if a == flag {
+                found = it.peek().and_then(|v| v.to_str()).map(str::to_string);
+            } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                found = Some(v.to_string());
+            }
+        }
+        found
+    }
+
+    /// The cluster fingerprint: the launch fingerprint's canonical JSON
+    /// without what differs between the nodes of one multi-node launch, so
+    /// that every node of one engine computes the same value. Leaves out the
+    /// `--node-rank` argument (`--node-rank R` and `--node-rank=R`, before a
+    /// bare `--`) and the variables named in `node_local`. The launch
+    /// fingerprint is unchanged.
+    pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
+        self.payload_hash(node_local, true)
+    }
+
+    /// The inputs with every environment value hashed and secret-named
+    /// flags' values redacted:
+    /// `{"profile", "argv" or "launch", "env", "ignored_args",
+    /// "volatile_env"}`. `argv` is the fingerprinted argv (`launch`: the
+    /// canonical server launch, groups `[OPTION, VALUE...]`),
+    /// `ignored_args` what the profile left out, `env` maps name to
+    /// `<sha256:...>` (or `<redacted sha256:...>` for a secret-named
+    /// variable). Strings are in [`canonical::py_str`] form: write them with
+    /// [`canonical`], not plain serde_json.
+    pub fn redacted_inputs(&self) -> Value {
+        let mut env = Map::new();
+        let mut volatile = Vec::new();
+        for e in &self.env {
+            let name = py_str(e.name.as_bytes());
+            if e.volatile {
+                volatile.push(Value::String(name));
+            } else {
+                env.insert(name, Value::String(env_value_hash(e)));
+            }
+        }
+        if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
+            let mut launch = c.to_json(&|g| self.ignored.contains(g));
+            launch["args"] = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| !self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            let ignored: Vec<Value> = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            return json!({
+                "profile": self.profile.as_str(),
+                "launch": launch,
+                "env": env,
+                "ignored_args": ignored,
+                "volatile_env": volatile,
+            });
+        }
+        let argv: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        let ignored: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        json!({
+            "profile": self.profile.as_str(),
+            "argv": argv,
+            "env": env,
+            "ignored_args": ignored,
+            "volatile_env": volatile,
+        })
+    }
+
+    /// The `--explain` text: one input per line, then the fingerprint.
+    ///
+    /// ```text
+    /// profile sglang
+    /// argv 0 "python"
+    /// argv 5 "--api-key=" <redacted sha256:0123456789ab>
+    /// env "SGLANG_X" <sha256:0123456789ab>
+    /// ignored-arg 7 "--port"
+    /// ignored-arg 8 "30000"
+    /// volatile-env "SGLANG_RUN_ID"
+    /// 0123...cdef
+    /// ```
+    ///
+    /// An SGLang server launch (`sglang` profile) shows its canonical form
+    /// instead of argv lines: `launch`, `arg` groups, `config`, `model`, and
+    /// `ignored-arg` groups. Strings are JSON (Python `ensure_ascii` form),
+    /// numbers are argv indices, environment values appear only as hashes.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "profile {}", self.profile.as_str());
+        let canonical = self.canonical.as_ref().filter(|_| self.canonical_payload);
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, false),
+            None => {
+                if let Wrapper::Unreadable(why) = self.command.wrapper {
+                    let _ = writeln!(out, "shell unreadable: {why}");
+                }
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
+                    let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+                }
+            }
+        }
+        for e in self.env.iter().filter(|e| !e.volatile) {
+            let _ = writeln!(
+                out,
+                "env {} {}",
+                quote(e.name.as_bytes()),
+                env_value_hash(e)
+            );
+        }
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, true),
+            None => {
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
+                    let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
+                }
+            }
+        }
+        for e in self.env.iter().filter(|e| e.volatile) {
+            let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
+        }
+        let _ = writeln!(out, "{}", self.fingerprint);
+        out
+    }
+}
+
+/// `keepwrap fingerprint`: print the fingerprint (and with `explain` the
+/// inputs, secrets redacted) of the launch of `command` in this environment.
+pub fn print(opts: &Options, command: &[OsString], explain: bool) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let launch = Launch::new(opts, command, &env);
+    let text = if explain {
+        launch.explain()
+    } else {
+        format!("{}\n", launch.fingerprint())
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keepwrap: error: writing the fingerprint: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! What `--explain` and the redacted inputs show of a launch: argv lines,
+//! the canonical server launch's lines, with secrets and environment values
+//! only as hashes; and which argv tokens a profile leaves out.
+
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+
+use serde_json::Value;
+
+use super::{is_secret_name, redacted_hash, value_hash, Arg, ArgKind, EnvVar, Ignored, Secret};
+use crate::launch::canonical::{self, py_str, Style};
+use crate::launch::{self, args::Group, Canonical, Wrapper};
+
+/// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`).
+pub(super) fn node_rank_tokens(args: &[Arg]) -> Vec<bool> {
+    let mut drop = vec![false; args.len()];
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok == b"--" {
+            break;
+        }
+        if tok == b"--node-rank" {
+            drop[i] = true;
+            if i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
+                i += 1;
+                drop[i] = true;
+            }
+        } else if tok.starts_with(b"--node-rank=") {
+            drop[i] = true;
+        }
+        i += 1;
+    }
+    drop
+}
+
+/// A group's tokens with the values of a secret-named option redacted.
+pub(super) fn redacted_group(g: &Group) -> Vec<String> {
+    let secret = is_secret_name(&g.head);
+    std::iter::once(g.head.clone())
+        .chain(g.values.iter().map(|v| {
+            if secret {
+                redacted_hash(v.as_bytes())
+            } else {
+                v.clone()
+            }
+        }))
+        .collect()
+}
+
+/// A sentinel-form string as a JSON string in Python's ensure_ascii form.
+pub(super) fn quote_str(s: &str) -> String {
+    let v = Value::String(s.to_string());
+    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
+        .expect("ensure_ascii output is ASCII")
+}
+
+/// The canonical launch's `--explain` lines: the launch, its groups, config
+/// and models (`ignored` false), or its ignored groups (`ignored` true).
+pub(super) fn explain_canonical(
+    out: &mut String,
+    c: &Canonical,
+    wrapper: &Wrapper,
+    ign: &Ignored,
+    ignored: bool,
+) {
+    let group = |g: &Group| {
+        let secret = is_secret_name(&g.head);
+        std::iter::once(quote_str(&g.head))
+            .chain(g.values.iter().map(|v| {
+                if secret {
+                    redacted_hash(v.as_bytes())
+                } else {
+                    quote_str(v)
+                }
+            }))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if ignored {
+        for g in c.parsed.groups.iter().filter(|g| ign.contains(g)) {
+            let _ = writeln!(out, "ignored-arg {}", group(g));
+        }
+        return;
+    }
+    let entry = match c.server.entry {
+        launch::Entry::LaunchServer => "sglang.launch_server",
+        launch::Entry::Serve => "sglang serve",
+    };
+    let via = match wrapper {
+        Wrapper::Shell => " (inside a shell command)",
+        Wrapper::Env => " (through env)",
+        _ => "",
+    };
+    let order = if c.parsed.ordered {
+        "arguments in the order given (not all understood)"
+    } else {
+        "arguments by name"
+    };
+    let _ = writeln!(out, "launch {entry}{via}, {order}");
+    for o in &c.server.python_opts {
+        let _ = writeln!(out, "python-opt {}", quote_str(o));
+    }
+    if let Some(t) = &c.server.model_type {
+        let _ = writeln!(out, "model-type {}", quote_str(t));
+    }
+    for g in c.parsed.groups.iter().filter(|g| !ign.contains(g)) {
+        let _ = writeln!(out, "arg {}", group(g));
+    }
+    if let Some(f) = &c.config {
+        let state = match &f.outcome {
+            launch::config::Outcome::Args(_) => "merged into the arguments",
+            launch::config::Outcome::Unreadable(_) => "unreadable",
+            launch::config::Outcome::Unparsable(_) => "unparsable",
+        };
+        let hash = f
+            .sha256
+            .as_deref()
+            .map_or("-".to_string(), |h| format!("<sha256:{}>", &h[..12]));
+        let _ = writeln!(out, "config {} {hash} {state}", quote_str(&f.path));
+    }
+    for (opt, desc) in &c.models {
+        let _ = writeln!(out, "model {opt} {}", launch::model::explain(desc));
+    }
+}
+
+/// Drop the ignored flags (tokens after argv[0], up to a bare `--`).
+pub(super) fn mark_ignored(args: &mut [Arg], ignored: &[(String, ArgKind)]) {
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok == b"--" {
+            break;
+        }
+        let hit = ignored.iter().find_map(|(flag, kind)| {
+            let f = flag.as_bytes();
+            if tok == f {
+                Some(Some(*kind))
+            } else if tok.len() > f.len() && tok.starts_with(f) && tok[f.len()] == b'=' {
+                Some(None)
+            } else {
+                None
+            }
+        });
+        if let Some(kind) = hit {
+            args[i].ignored = true;
+            if kind == Some(ArgKind::Value)
+                && i + 1 < args.len()
+                && !args[i + 1].raw.as_bytes().starts_with(b"--")
+            {
+                i += 1;
+                args[i].ignored = true;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Mark the values of secret-named flags (`--api-key=V`, `--api-key V`).
+pub(super) fn mark_secrets(args: &mut [Arg]) {
+    let mut i = 1;
+    while i < args.len() {
+        let tok = args[i].raw.as_bytes();
+        if tok.len() > 1 && tok[0] == b'-' && tok != b"--" {
+            let (name, eq) = match tok.iter().position(|&b| b == b'=') {
+                Some(p) => (&tok[..p], Some(p)),
+                None => (tok, None),
+            };
+            if is_secret_name(&String::from_utf8_lossy(name)) {
+                match eq {
+                    Some(p) => args[i].secret = Secret::After(p + 1),
+                    None => {
+                        if i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
+                            i += 1;
+                            args[i].secret = Secret::Whole;
+                        }
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// A JSON string in Python's ensure_ascii form.
+pub(super) fn quote(bytes: &[u8]) -> String {
+    let v = Value::String(py_str(bytes));
+    String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
+        .expect("ensure_ascii output is ASCII")
+}
+
+pub(super) fn explain_arg(a: &Arg) -> String {
+    let raw = a.raw.as_bytes();
+    match a.secret {
+        Secret::No => quote(raw),
+        Secret::Whole => redacted_hash(raw),
+        Secret::After(p) => format!("{} {}", quote(&raw[..p]), redacted_hash(&raw[p..])),
+    }
+}
+
+pub(super) fn redacted_arg(a: &Arg) -> String {
+    let raw = a.raw.as_bytes();
+    match a.secret {
+        Secret::No => py_str(raw),
+        Secret::Whole => redacted_hash(raw),
+        Secret::After(p) => format!("{}{}", py_str(&raw[..p]), redacted_hash(&raw[p..])),
+    }
+}
+
+pub(super) fn env_value_hash(e: &EnvVar) -> String {
+    if is_secret_name(&String::from_utf8_lossy(e.name.as_bytes())) {
+        redacted_hash(e.value.as_bytes())
+    } else {
+        value_hash(e.value.as_bytes())
+    }
+}

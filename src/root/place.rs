@@ -1,0 +1,165 @@
+//! Where the cache root is: `--cache-dir`, else derived from the child's
+//! environment as the engine derives its own cache directory; and the check
+//! that `--cache-dir` is where the engine writes.
+
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
+/// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
+pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    if let Some(dir) = cache_dir {
+        return Some(dir.to_path_buf());
+    }
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    };
+    let sglang =
+        var("SGLANG_CACHE_DIR").or_else(|| var("HOME").map(|h| h.join(".cache/sglang")))?;
+    Some(sglang.join("flashinfer/autotune"))
+}
+
+/// Is variable `name` set, and not empty, in `env`?
+pub fn is_set(env: &[(OsString, OsString)], name: &str) -> bool {
+    env.iter().any(|(k, v)| k == name && !v.is_empty())
+}
+
+/// `path` without `.` components and with `..` folded lexically, or its
+/// canonical form when it exists (so a symlinked mount compares equal).
+fn normal(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Does the command run SGLang (an argument naming it: `sglang.launch_server`,
+/// `sglang serve`, `.../sglang/launch_server.py`, `sglang.bench_one_batch`)?
+fn runs_sglang(argv: &[OsString]) -> bool {
+    argv.iter()
+        .any(|a| a.to_string_lossy().to_ascii_lowercase().contains("sglang"))
+}
+
+/// The engine's cache directory, and the variable it derives from, when
+/// `--cache-dir` is neither it nor below it as the child's environment
+/// defines it and the command runs SGLang: the engine then writes elsewhere,
+/// and keepwrap would guard a directory the engine never reads.
+pub fn outside_engine_cache(
+    cache_dir: Option<&Path>,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Option<(PathBuf, &'static str)> {
+    let dir = cache_dir?;
+    if !runs_sglang(argv) {
+        return None;
+    }
+    let engine = root_from(None, env)?;
+    if normal(dir).starts_with(normal(&engine)) {
+        return None;
+    }
+    let from = if is_set(env, "SGLANG_CACHE_DIR") {
+        "$SGLANG_CACHE_DIR/flashinfer/autotune"
+    } else {
+        "$HOME/.cache/sglang/flashinfer/autotune"
+    };
+    Some((engine, from))
+}
+
+/// Warn when `--cache-dir` is not where the engine writes
+/// ([`outside_engine_cache`]).
+pub fn warn_cache_dir(cache_dir: Option<&Path>, argv: &[OsString], env: &[(OsString, OsString)]) {
+    if let (Some(dir), Some((engine, from))) =
+        (cache_dir, outside_engine_cache(cache_dir, argv, env))
+    {
+        tracing::warn!(
+            "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
+            dir.display(),
+            engine.display()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sglang() -> Vec<OsString> {
+        ["python3", "-m", "sglang.launch_server"]
+            .map(OsString::from)
+            .to_vec()
+    }
+
+    #[test]
+    fn only_an_sglang_command_is_checked() {
+        let e = env(&[("HOME", "/nonexistent/home")]);
+        let other = ["python3", "serve.py"].map(OsString::from).to_vec();
+        assert_eq!(
+            outside_engine_cache(Some(Path::new("/c")), &other, &e),
+            None
+        );
+        let serve = ["sglang", "serve"].map(OsString::from).to_vec();
+        assert!(outside_engine_cache(Some(Path::new("/c")), &serve, &e).is_some());
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    #[test]
+    fn cache_dir_under_the_engine_directory_is_quiet() {
+        let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c")]);
+        for ok in [
+            "/nonexistent/c/flashinfer/autotune",
+            "/nonexistent/c/flashinfer/autotune/",
+            "/nonexistent/c/./flashinfer/autotune/0.7.2",
+            "/nonexistent/x/../c/flashinfer/autotune",
+        ] {
+            assert_eq!(
+                outside_engine_cache(Some(Path::new(ok)), &sglang(), &e),
+                None,
+                "{ok}"
+            );
+        }
+        assert_eq!(outside_engine_cache(None, &sglang(), &e), None);
+        assert_eq!(
+            outside_engine_cache(Some(Path::new("/x")), &sglang(), &[]),
+            None,
+            "no engine dir known"
+        );
+    }
+
+    #[test]
+    fn cache_dir_elsewhere_warns_naming_both() {
+        let e = env(&[("HOME", "/nonexistent/home")]);
+        let (engine, from) =
+            outside_engine_cache(Some(Path::new("/cache/pod-1")), &sglang(), &e).unwrap();
+        assert_eq!(
+            engine,
+            Path::new("/nonexistent/home/.cache/sglang/flashinfer/autotune")
+        );
+        assert_eq!(from, "$HOME/.cache/sglang/flashinfer/autotune");
+        let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c"), ("HOME", "/h")]);
+        let (_, from) =
+            outside_engine_cache(Some(Path::new("/nonexistent/c")), &sglang(), &e).unwrap();
+        assert_eq!(from, "$SGLANG_CACHE_DIR/flashinfer/autotune");
+        // A prefix of the name is not a parent directory.
+        let w = outside_engine_cache(
+            Some(Path::new("/nonexistent/c/flashinfer/autotune2")),
+            &sglang(),
+            &e,
+        );
+        assert!(w.is_some());
+    }
+}

@@ -1,0 +1,155 @@
+//! The child: spawn it with a clean signal state, forward signals to it,
+//! reap every zombie in one place, and turn its end into an exit status.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::Command;
+
+use nix::errno::Errno;
+use nix::sys::signal::{self, Signal};
+use nix::unistd::{self, Pid};
+
+pub use crate::signals::{block_signals, is_forwarded, Ended};
+use crate::signals::{block_signals_in_thread, signal_name, SIGNAL_MAX};
+
+/// Was this signal raised by keepwrap itself (a SIGPIPE or SIGXFSZ from one
+/// of its own writes)? Such a signal says nothing to the child.
+pub fn raised_by_keepwrap(info: &libc::signalfd_siginfo) -> bool {
+    info.ssi_pid == std::process::id()
+}
+
+/// As PID 1 the kernel already hands us every orphan; otherwise become a
+/// child subreaper so orphaned engine processes are reaped here too.
+pub fn become_subreaper() {
+    if unistd::getpid().as_raw() == 1 {
+        return;
+    }
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!("cannot become a child subreaper ({e}): orphans of the engine will not be reaped by keepwrap");
+    }
+}
+
+/// Why the command could not be started, and the exit status that says so.
+#[derive(Debug)]
+pub struct SpawnError {
+    pub program: OsString,
+    pub error: io::Error,
+}
+
+impl SpawnError {
+    /// 127 when the command is not found, 126 when it cannot be executed.
+    pub fn exit_code(&self) -> u8 {
+        match self.error.kind() {
+            io::ErrorKind::NotFound => 127,
+            _ => 126,
+        }
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self.error.raw_os_error().map(Errno::from_raw) {
+            Some(Errno::ENOENT) => "not found",
+            Some(Errno::EACCES) | Some(Errno::EPERM) => "not executable (permission denied)",
+            Some(Errno::EISDIR) => "not executable (is a directory)",
+            Some(Errno::ENOEXEC) => "not executable (unknown format)",
+            _ => "cannot be executed",
+        }
+    }
+}
+
+/// Spawn `argv` in its own process group, with the caller's working
+/// directory, environment and stdio, default signal dispositions and an
+/// empty signal mask. Under a terminal the child's group gets the
+/// foreground, so Ctrl-C reaches it.
+pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
+    // What ran before (threads started through the C library) may have
+    // unblocked 32 and 33: block them again for the rest of the launch.
+    block_signals_in_thread();
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    crate::sys::child_setup(&mut cmd, SIGNAL_MAX);
+    match cmd.spawn() {
+        Ok(child) => Ok(Pid::from_raw(child.id() as i32)),
+        Err(error) => Err(SpawnError {
+            program: argv[0].clone(),
+            error,
+        }),
+    }
+}
+
+/// Send `sig` to the child, or to its whole process group.
+pub fn forward(child: Pid, sig: Signal, group: bool) {
+    forward_signo(child, sig as i32, group);
+}
+
+/// Send signal number `signo` (1 to 64, realtime ones included) to the
+/// child, or to its whole process group.
+pub fn forward_signo(child: Pid, signo: i32, group: bool) {
+    let target = if group {
+        -child.as_raw()
+    } else {
+        child.as_raw()
+    };
+    match crate::sys::kill(target, signo) {
+        Ok(_) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!("cannot forward {} to {target}: {e}", signal_name(signo)),
+    }
+}
+
+/// Is any process left in process group `pgid`?
+pub fn group_alive(pgid: Pid) -> bool {
+    !matches!(
+        signal::kill(Pid::from_raw(-pgid.as_raw()), None),
+        Err(Errno::ESRCH)
+    )
+}
+
+/// Reap every exited child without blocking. Returns how `main` ended if it
+/// was among them. This is the only place keepwrap waits for children. The
+/// status is decoded here, not by nix, which cannot name realtime signals
+/// and would lose the status of a child they killed.
+pub fn reap(main: Pid) -> Option<Ended> {
+    let mut ended = None;
+    loop {
+        let mut status = 0;
+        let pid = crate::sys::waitpid_any_nohang(&mut status);
+        match pid {
+            0 => return ended,
+            p if p > 0 => {
+                if p == main.as_raw() {
+                    if libc::WIFEXITED(status) {
+                        ended = Some(Ended::Exited(libc::WEXITSTATUS(status)));
+                    } else if libc::WIFSIGNALED(status) {
+                        ended = Some(Ended::Signaled(libc::WTERMSIG(status)));
+                    }
+                }
+            }
+            _ => match Errno::last() {
+                Errno::EINTR => {}
+                Errno::ECHILD => return ended,
+                e => {
+                    tracing::warn!("waitpid failed: {e}");
+                    return ended;
+                }
+            },
+        }
+    }
+}
+
+/// Pids of keepwrap's own children still around (reparented orphans
+/// included), from `/proc/self/task/*/children`.
+pub fn children() -> Vec<Pid> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .map(Pid::from_raw),
+            );
+        }
+    }
+    out
+}

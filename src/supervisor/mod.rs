@@ -1,0 +1,361 @@
+//! The supervisor loop: one `poll` over a signalfd, the cache watch, the
+//! health probe and the keeper's commit worker, with timers as the poll
+//! timeout. No busy waiting, and no waiting but `poll`: while the child runs
+//! and nothing happens, keepwrap sleeps in `poll`.
+
+pub mod child;
+mod settings;
+
+pub use settings::Settings;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+
+use crate::clock;
+use crate::keeper::{Keeper, Prepared};
+use child::Ended;
+
+/// While waiting for the rest of a process group to go, how often to look.
+const GROUP_RECHECK: Duration = Duration::from_millis(20);
+
+/// Run one launch: prune, spawn, supervise, sign, and exit as the child did.
+pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
+    let signals = match child::block_signals() {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::error!("cannot block signals: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let sfd = match SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!("cannot open a signalfd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    child::become_subreaper();
+
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let prepared = match args.cache.keeps(&command, &env) {
+        Err(line) => {
+            tracing::info!("{line}");
+            Prepared::default()
+        }
+        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
+            Ok(p) => p,
+            Err(code) => return code,
+        },
+    };
+
+    // The engine inherits the marker's lock: it outlives a `kill -9` of
+    // keepwrap for as long as the engine runs.
+    if let Some(m) = prepared.marker() {
+        m.pass_to_child(true);
+    }
+    let spawned = child::spawn(&command);
+    if let Some(m) = prepared.marker() {
+        m.pass_to_child(false);
+    }
+    let pid = match spawned {
+        Ok(pid) => pid,
+        Err(e) => {
+            tracing::error!(
+                "cannot run '{}': {}",
+                e.program.to_string_lossy(),
+                e.reason()
+            );
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let Prepared {
+        mut keeper,
+        marker: _hands_off_marker,
+        after_start,
+    } = prepared;
+    if let Some(job) = after_start {
+        run_detached(job);
+    }
+    if let Some(k) = keeper.as_mut() {
+        k.child_started();
+    }
+
+    let ended = supervise(&sfd, pid, args, &mut keeper);
+    drain_group(&sfd, pid, args);
+    if let Some(k) = keeper.as_mut() {
+        k.child_ended(ended);
+    }
+    ExitCode::from(ended.exit_code())
+}
+
+/// The signals that end keepwrap before the engine has started.
+const STOPS: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
+
+/// Run [`Keeper::prepare`] on a thread while this one waits for it or for a
+/// TERM, INT, HUP or QUIT: a stop signal ends every wait before the start
+/// (the cache lock, the share, another launch still tuning) at once, with
+/// 128+N and without starting the engine. Other signals stay pending and
+/// reach the engine once it runs.
+fn prepare_interruptibly(
+    args: &crate::keeper::Settings,
+    command: &[OsString],
+    env: Vec<(OsString, OsString)>,
+) -> Result<Prepared, ExitCode> {
+    let mut stops = SigSet::empty();
+    for s in STOPS {
+        stops.add(s);
+    }
+    let inline = |env: Vec<(OsString, OsString)>| Ok(Keeper::prepare(args, command, &env));
+    let Ok(sfd) = SignalFd::with_flags(&stops, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+    else {
+        return inline(env);
+    };
+    let Ok((mut done_tx, done_rx)) = UnixStream::pair() else {
+        return inline(env);
+    };
+    let (tx, rx) = mpsc::sync_channel(1);
+    let (a, c) = (args.clone(), command.to_vec());
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-prepare".into())
+        .spawn(move || {
+            crate::signals::block_signals_in_thread();
+            let _ = tx.send(Keeper::prepare(&a, &c, &env));
+            let _ = done_tx.write_all(&[1]);
+        });
+    if spawned.is_err() {
+        return Ok(Keeper::prepare(
+            args,
+            command,
+            &std::env::vars_os().collect::<Vec<_>>(),
+        ));
+    }
+    loop {
+        let mut fds = [
+            PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(done_rx.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if let Ok(Some(info)) = sfd.read_signal() {
+            if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+                let code = 128 + sig as i32;
+                tracing::info!(
+                    "received {sig} before the engine started: exiting with {code} without starting it"
+                );
+                return Err(ExitCode::from(code as u8));
+            }
+        }
+        match rx.try_recv() {
+            Ok(p) => return Ok(p),
+            Err(mpsc::TryRecvError::Empty) => {}
+            // The thread ended without an answer: go on without keeping.
+            Err(mpsc::TryRecvError::Disconnected) => return Ok(Prepared::default()),
+        }
+    }
+}
+
+/// Run `job` on a thread of its own, never joined: what it logs comes when
+/// it is ready, and keepwrap's exit does not wait for it.
+fn run_detached(job: Box<dyn FnOnce() + Send>) {
+    if let Err(e) = std::thread::Builder::new()
+        .name("keepwrap-explain".into())
+        .spawn(move || {
+            crate::signals::block_signals_in_thread();
+            job()
+        })
+    {
+        tracing::debug!("cannot start a thread for the explanation: {e}");
+    }
+}
+
+/// Forward signals, reap, and drive the keeper until the main child ends.
+/// Nothing here waits but `poll`: the keeper's commit work runs on its own
+/// thread and reports through a descriptor in the poll set.
+fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if let Some(k) = keeper.as_mut() {
+            k.tick(now);
+        }
+        if kill_at.is_some_and(|at| now >= at) {
+            tracing::warn!(
+                "the engine is still running {} after TERM/INT: killing its process group",
+                humantime::format_duration(args.kill_after.unwrap_or_default())
+            );
+            child::forward(pid, Signal::SIGKILL, true);
+            kill_at = None;
+        }
+        let deadline = [kill_at, keeper.as_ref().and_then(Keeper::deadline)]
+            .into_iter()
+            .flatten()
+            .min();
+
+        let (watch_fd, probe, worker_fd) = match keeper.as_ref() {
+            Some(k) => (k.watch_fd(), k.probe_fd(), k.worker_fd()),
+            None => (None, None, None),
+        };
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let mut add = |fd, flags| {
+            fds.push(PollFd::new(fd, flags));
+            fds.len() - 1
+        };
+        let watch_idx = watch_fd.map(|fd| add(fd, PollFlags::POLLIN));
+        let probe_idx = probe.map(|(fd, flags)| add(fd, flags));
+        let worker_idx = worker_fd.map(|fd| add(fd, PollFlags::POLLIN));
+        match poll(&mut fds, timeout_until(deadline, now)) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let revents = |idx: Option<usize>| {
+            idx.and_then(|i| fds[i].revents())
+                .unwrap_or(PollFlags::empty())
+        };
+        let signal_ready = !revents(Some(0)).is_empty();
+        let watch_ready = !revents(watch_idx).is_empty();
+        let probe_revents = revents(probe_idx);
+        let worker_ready = !revents(worker_idx).is_empty();
+        drop(fds);
+
+        // Signals first: a forwarded stop reaches the engine, and the
+        // keeper, before anything else is looked at.
+        if signal_ready {
+            if let Some(e) = dispatch_signals(sfd, pid, args, &mut kill_at, keeper) {
+                return e;
+            }
+        }
+        if let Some(k) = keeper.as_mut() {
+            k.on_events(watch_ready, probe_revents, worker_ready);
+        }
+    }
+}
+
+/// Read every queued signal: reap on CHLD, forward the others to the engine
+/// (and tell the keeper which: a forwarded stop is never tuning done). How
+/// the main child ended, if it did.
+fn dispatch_signals(
+    sfd: &SignalFd,
+    pid: Pid,
+    args: &Settings,
+    kill_at: &mut Option<Instant>,
+    keeper: &mut Option<Keeper>,
+) -> Option<Ended> {
+    let mut ended = None;
+    while let Ok(Some(info)) = sfd.read_signal() {
+        let signo = info.ssi_signo as i32;
+        if signo == libc::SIGCHLD {
+            if let Some(e) = child::reap(pid) {
+                ended = Some(e);
+            }
+        } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
+            child::forward_signo(pid, signo, args.kill_group);
+            if let Some(k) = keeper.as_mut() {
+                k.forwarded(signo);
+            }
+            if matches!(signo, libc::SIGTERM | libc::SIGINT) && kill_at.is_none() {
+                *kill_at = args.kill_after.map(|d| clock::after(Instant::now(), d));
+            }
+        }
+    }
+    // A SIGCHLD can coalesce with an earlier one: reap once more.
+    ended.or_else(|| child::reap(pid))
+}
+
+/// After the main child ended: TERM what is left of its process group (and
+/// any orphan reparented to keepwrap), give it `--grace`, then KILL, and
+/// reap everything. Signals that arrive meanwhile still reach the group.
+fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
+    child::reap(pid);
+    let leftovers = || child::group_alive(pid) || !child::children().is_empty();
+    if !leftovers() {
+        return;
+    }
+    tracing::info!(
+        "the engine exited; sending TERM to what is left of its process group ({} grace)",
+        humantime::format_duration(args.grace)
+    );
+    terminate_all(pid, libc::SIGTERM);
+    let deadline = clock::after(Instant::now(), args.grace);
+    loop {
+        child::reap(pid);
+        if !leftovers() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(
+            &mut fds,
+            timeout_until(Some(clock::after(now, GROUP_RECHECK).min(deadline)), now),
+        );
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
+                terminate_all(pid, signo);
+            }
+        }
+    }
+    tracing::warn!(
+        "processes of the engine outlived the {} grace: sending KILL",
+        humantime::format_duration(args.grace)
+    );
+    terminate_all(pid, libc::SIGKILL);
+    // KILL cannot be caught: wait for the kernel to finish them, boundedly.
+    let deadline = clock::after(Instant::now(), Duration::from_secs(2));
+    while leftovers() && Instant::now() < deadline {
+        child::reap(pid);
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(
+            &mut fds,
+            PollTimeout::from(GROUP_RECHECK.as_millis() as u16),
+        );
+        while let Ok(Some(_)) = sfd.read_signal() {}
+    }
+    child::reap(pid);
+}
+
+/// Signal the main child's process group and every remaining child of ours.
+fn terminate_all(pid: Pid, signo: i32) {
+    child::forward_signo(pid, signo, true);
+    for orphan in child::children() {
+        child::forward_signo(orphan, signo, false);
+    }
+}
+
+fn timeout_until(deadline: Option<Instant>, now: Instant) -> PollTimeout {
+    match deadline {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            let ms = d.saturating_duration_since(now).as_millis();
+            // Round up, so that a timer never fires early and spins.
+            let ms = if d > now && ms == 0 { 1 } else { ms };
+            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+        }
+    }
+}

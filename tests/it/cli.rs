@@ -1,0 +1,461 @@
+//! The command line as an operator meets it: `KEEPWRAP_*` variables (empty
+//! means unset, an invalid value names the variable), log levels and
+//! `-v`/`-q`, `keepwrap config`, and the hints for a forgotten `--`.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{output as boot, repo, Finished, BIN};
+
+/// keepwrap with a scratch HOME and engine cache directory, and no
+/// `KEEPWRAP_*` variable from the test's own environment.
+fn kw(home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    common::without_keepwrap_env(&mut cmd);
+    cmd.env("HOME", home)
+        .env("SGLANG_CACHE_DIR", home.join("sglang"));
+    cmd
+}
+
+/// Every `KEEPWRAP_*` variable of the option table (docs/configuration.md).
+fn documented_variables() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let mut vars: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `--") || l.starts_with("| |"))
+        .flat_map(|l| l.split('`').map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| w.starts_with("KEEPWRAP_") && !w.contains(' ') && !w.contains('='))
+        .collect();
+    vars.sort();
+    vars.dedup();
+    assert!(
+        vars.len() >= 20,
+        "the option table of docs/configuration.md: {vars:?}"
+    );
+    vars
+}
+
+fn config_json(f: &Finished) -> serde_json::Value {
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    serde_json::from_str(&f.stdout.join("\n")).unwrap()
+}
+
+#[test]
+fn every_empty_variable_is_the_same_as_unset() {
+    let home = tempfile::tempdir().unwrap();
+    let vars = documented_variables();
+    let mut cmd = kw(home.path());
+    for v in &vars {
+        cmd.env(v, "");
+    }
+    let f = boot(cmd.args(["config", "--json"]));
+    let cfg = config_json(&f);
+    for (name, entry) in cfg.as_object().unwrap() {
+        assert_eq!(entry["source"], "default", "{name}: {entry}");
+    }
+    assert_eq!(cfg["grace"]["value"], "5s");
+    assert_eq!(cfg["profile"]["value"], "sglang");
+    assert_eq!(cfg["log"]["value"], "info");
+    // And a launch runs: the child's status is the launch's.
+    let mut cmd = kw(home.path());
+    for v in &vars {
+        cmd.env(v, "");
+    }
+    let f = boot(cmd.args(["--", "sh", "-c", "exit 3"]));
+    assert_eq!(f.code, 3, "{}", f.stderr);
+    assert!(!f.stderr.contains("error"), "{}", f.stderr);
+}
+
+#[test]
+fn an_invalid_variable_is_a_usage_error_naming_it_and_its_value() {
+    let home = tempfile::tempdir().unwrap();
+    let marker = home.path().join("ran");
+    for (var, value) in [
+        ("KEEPWRAP_GRACE", "soon"),
+        ("KEEPWRAP_KILL_AFTER", "-3"),
+        ("KEEPWRAP_UNIFY", "sometimes"),
+        ("KEEPWRAP_KILL_GROUP", "maybe"),
+        ("KEEPWRAP_DISABLE", "2"),
+        ("KEEPWRAP_PROFILE", "vllm"),
+        ("KEEPWRAP_STORE_MAX_SIZE", "big"),
+        ("KEEPWRAP_DONE", "later"),
+        ("KEEPWRAP_LOG_FORMAT", "yaml"),
+    ] {
+        let f =
+            boot(
+                kw(home.path())
+                    .env(var, value)
+                    .args(["--", "touch", marker.to_str().unwrap()]),
+            );
+        assert_eq!(f.code, 2, "{var}={value}: {}", f.stderr);
+        let first = f.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("keepwrap: error: ")
+                && first.contains(var)
+                && first.contains(&format!("\"{value}\"")),
+            "{var}={value}: {}",
+            f.stderr
+        );
+        assert!(!marker.exists(), "{var}={value}: the command must not run");
+    }
+}
+
+#[test]
+fn an_invalid_flag_is_named_as_the_flag_even_with_the_variable_set() {
+    let home = tempfile::tempdir().unwrap();
+    let f = boot(
+        kw(home.path())
+            .env("KEEPWRAP_GRACE", "2s")
+            .args(["--grace", "soon", "--", "true"]),
+    );
+    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert!(
+        f.stderr.contains("'soon'") && f.stderr.contains("--grace"),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("KEEPWRAP_GRACE"), "{}", f.stderr);
+}
+
+/// `keepwrap -- cmd` that cannot start: one error line (exit 127).
+fn missing_command(home: &Path, cmd: &mut Command) -> Finished {
+    let f = boot(cmd.args(["--done", "exit", "--", "/nonexistent/engine"]));
+    assert_eq!(f.code, 127, "{}", f.stderr);
+    let _ = home;
+    f
+}
+
+fn warnings(f: &Finished) -> Vec<&str> {
+    f.stderr
+        .lines()
+        .filter(|l| l.starts_with("keepwrap: warning:"))
+        .collect()
+}
+
+fn count(f: &Finished, prefix: &str) -> usize {
+    f.stderr.lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+fn info_lines(f: &Finished) -> usize {
+    f.stderr
+        .lines()
+        .filter(|l| {
+            l.starts_with("keepwrap: ")
+                && !l.starts_with("keepwrap: error:")
+                && !l.starts_with("keepwrap: warning:")
+                && !l.starts_with("keepwrap: debug:")
+        })
+        .count()
+}
+
+#[test]
+fn usual_level_spellings_never_mute_errors() {
+    let home = tempfile::tempdir().unwrap();
+    for level in ["warning", "WARN", "err", "error"] {
+        let f = missing_command(home.path(), kw(home.path()).env("KEEPWRAP_LOG", level));
+        assert_eq!(
+            count(&f, "keepwrap: error: cannot run"),
+            1,
+            "{level}: {}",
+            f.stderr
+        );
+        assert_eq!(info_lines(&f), 0, "{level}: {}", f.stderr);
+        assert_eq!(count(&f, "keepwrap: warning:"), 0, "{level}: {}", f.stderr);
+    }
+}
+
+#[test]
+fn an_unknown_level_logs_at_info_with_one_warning() {
+    let home = tempfile::tempdir().unwrap();
+    for level in ["bogus", "keepwrap", "loud"] {
+        let f = missing_command(home.path(), kw(home.path()).env("KEEPWRAP_LOG", level));
+        assert_eq!(
+            count(&f, "keepwrap: error: cannot run"),
+            1,
+            "{level}: {}",
+            f.stderr
+        );
+        assert!(
+            info_lines(&f) >= 1,
+            "{level}: info lines stay: {}",
+            f.stderr
+        );
+        let warnings = warnings(&f);
+        assert_eq!(warnings.len(), 1, "{level}: {}", f.stderr);
+        assert!(
+            warnings[0].contains(&format!("KEEPWRAP_LOG=\"{level}\"")),
+            "{}",
+            warnings[0]
+        );
+    }
+}
+
+#[test]
+fn a_filter_directive_still_works() {
+    let home = tempfile::tempdir().unwrap();
+    let f = missing_command(
+        home.path(),
+        kw(home.path()).env("KEEPWRAP_LOG", "off,keepwrap=error"),
+    );
+    assert_eq!(count(&f, "keepwrap: error:"), 1, "{}", f.stderr);
+    assert_eq!(info_lines(&f), 0, "{}", f.stderr);
+}
+
+#[test]
+fn quiet_and_verbose_flags_step_through_the_levels() {
+    let home = tempfile::tempdir().unwrap();
+    // A launch that logs info lines, one warning and one error: --cache-dir
+    // outside the engine's directory (warning), a command that cannot run
+    // (error).
+    let run = |flags: &[&str]| {
+        boot(
+            kw(home.path())
+                .args(flags)
+                .args(["--cache-dir"])
+                .arg(home.path().join("elsewhere"))
+                .args([
+                    "--keep",
+                    "always",
+                    "--done",
+                    "exit",
+                    "--",
+                    "/nonexistent/sglang",
+                ]),
+        )
+    };
+    let f = run(&[]);
+    assert!(info_lines(&f) >= 1, "{}", f.stderr);
+    assert_eq!(count(&f, "keepwrap: warning:"), 1, "{}", f.stderr);
+    assert_eq!(count(&f, "keepwrap: error:"), 1, "{}", f.stderr);
+    let f = run(&["-q"]);
+    assert_eq!(info_lines(&f), 0, "{}", f.stderr);
+    assert_eq!(count(&f, "keepwrap: warning:"), 1, "{}", f.stderr);
+    assert_eq!(count(&f, "keepwrap: error:"), 1, "{}", f.stderr);
+    for qq in [&["-qq"][..], &["-q", "--quiet"][..]] {
+        let f = run(qq);
+        assert_eq!(count(&f, "keepwrap: warning:"), 0, "{qq:?}: {}", f.stderr);
+        assert_eq!(count(&f, "keepwrap: error:"), 1, "{qq:?}: {}", f.stderr);
+    }
+    let f = run(&["-qqq"]);
+    assert_eq!(
+        f.stderr
+            .lines()
+            .filter(|l| l.starts_with("keepwrap:"))
+            .count(),
+        0,
+        "{}",
+        f.stderr
+    );
+    assert_eq!(f.code, 127);
+    // The flags win over KEEPWRAP_LOG, one level per flag.
+    for (flags, var, want) in [
+        (&["-v"][..], None, "debug"),
+        (&["-vv"][..], None, "trace"),
+        (&["-q"][..], Some("debug"), "info"),
+        (&["-v"][..], Some("warning"), "info"),
+    ] {
+        let mut cmd = kw(home.path());
+        if let Some(v) = var {
+            cmd.env("KEEPWRAP_LOG", v);
+        }
+        let cfg = config_json(&boot(cmd.args(flags).args(["config", "--json"])));
+        assert_eq!(cfg["log"]["value"], want, "{flags:?} {var:?}");
+        assert_eq!(cfg["log"]["source"], "flag", "{flags:?} {var:?}");
+    }
+}
+
+#[test]
+fn config_says_where_each_setting_came_from() {
+    let home = tempfile::tempdir().unwrap();
+    let f = boot(
+        kw(home.path())
+            .env("KEEPWRAP_GRACE", "3s")
+            .env("KEEPWRAP_KILL_AFTER", "4s")
+            .env("KEEPWRAP_LOG", "warning")
+            .args([
+                "--kill-after",
+                "7s",
+                "--ignore-arg",
+                "--foo",
+                "config",
+                "--json",
+            ]),
+    );
+    let cfg = config_json(&f);
+    let entry = |name: &str| {
+        (
+            cfg[name]["value"].clone(),
+            cfg[name]["source"].clone(),
+            cfg[name]["from"].clone(),
+        )
+    };
+    use serde_json::json;
+    assert_eq!(
+        entry("grace"),
+        (json!("3s"), json!("variable"), json!("KEEPWRAP_GRACE"))
+    );
+    assert_eq!(
+        entry("kill-after"),
+        (json!("7s"), json!("flag"), json!("--kill-after"))
+    );
+    assert_eq!(
+        entry("ignore-arg"),
+        (json!("--foo"), json!("flag"), json!("--ignore-arg"))
+    );
+    // Each setting names the variable that sets it, whatever set it now.
+    assert_eq!(cfg["probe-interval"]["variable"], "KEEPWRAP_PROBE_INTERVAL");
+    assert_eq!(cfg["log"]["variable"], "KEEPWRAP_LOG");
+    assert_eq!(
+        entry("probe-interval"),
+        (json!("500ms"), json!("default"), json!(null))
+    );
+    assert_eq!(entry("share"), (json!(null), json!("default"), json!(null)));
+    assert_eq!(
+        entry("log"),
+        (json!("warn"), json!("variable"), json!("KEEPWRAP_LOG"))
+    );
+    let root = home.path().join("sglang/flashinfer/autotune");
+    assert_eq!(
+        entry("cache-root"),
+        (
+            json!(root.to_str().unwrap()),
+            json!("default"),
+            json!("SGLANG_CACHE_DIR")
+        )
+    );
+
+    // The text form, one line per setting, as `ccache -p` prints them; the
+    // flag form `--show-config` prints the same.
+    let text = boot(kw(home.path()).env("KEEPWRAP_GRACE", "3s").args([
+        "config",
+        "--",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--port",
+        "8001",
+    ]));
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let line = |name: &str| {
+        text.stdout
+            .iter()
+            .find(|l| l.contains(&format!(" {name} = ")))
+            .unwrap_or_else(|| panic!("{name}: {:?}", text.stdout))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line("grace"), "(variable KEEPWRAP_GRACE) grace = 3s");
+    assert_eq!(line("kill-after"), "(default) kill-after = (off)");
+    assert!(
+        line("done-for-command").ends_with("GET http://127.0.0.1:8001/health first answers 200")
+    );
+    let flag = boot(kw(home.path()).env("KEEPWRAP_GRACE", "3s").args([
+        "--show-config",
+        "--",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--port",
+        "8001",
+    ]));
+    assert_eq!(flag.code, 0, "{}", flag.stderr);
+    assert_eq!(flag.stdout, text.stdout);
+}
+
+#[test]
+fn a_command_without_the_separator_gets_a_hint() {
+    let home = tempfile::tempdir().unwrap();
+    let marker = home.path().join("ran");
+    let f = boot(
+        kw(home.path())
+            .args(["--grace", "2s", "touch"])
+            .arg(&marker),
+    );
+    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert!(!marker.exists());
+    let first = f.stderr.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "keepwrap: error: unexpected argument 'touch': the command to run goes after `--`, as in: keepwrap --grace 2s -- touch {}",
+            marker.display()
+        )
+    );
+    let f = boot(kw(home.path()).arg("true"));
+    assert_eq!(f.code, 2);
+    assert!(f.stderr.contains("keepwrap -- true"), "{}", f.stderr);
+    // Words that need quoting are quoted, and no control character reaches
+    // the terminal.
+    let f = boot(kw(home.path()).args(["echo", "a b", "\x1b[31m"]));
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr.contains(r#"keepwrap -- echo "a b" "\u{1b}[31m""#),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains('\x1b'), "{}", f.stderr);
+}
+
+#[test]
+fn ignore_arg_takes_a_dashed_flag_without_a_misleading_tip() {
+    let home = tempfile::tempdir().unwrap();
+    let fp = |args: &[&str]| {
+        let f = boot(
+            kw(home.path())
+                .arg("fingerprint")
+                .args(args)
+                .args(["--", "python3", "serve.py", "--foo", "1", "--tp", "2"]),
+        );
+        assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
+        assert!(!f.stderr.contains("tip"), "{}", f.stderr);
+        f.stdout.last().unwrap().clone()
+    };
+    let spaced = fp(&["--ignore-arg", "--foo"]);
+    assert_eq!(spaced, fp(&["--ignore-arg=--foo"]));
+    assert_eq!(spaced, fp(&["--ignore-arg", "foo"]));
+    assert_ne!(spaced, fp(&[]));
+    // And on a run.
+    let f = boot(kw(home.path()).args(["--ignore-arg", "--foo", "--done", "exit", "--", "true"]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    // A missing value is still an error, not the `--` taken as the flag.
+    let f = boot(kw(home.path()).args(["--ignore-arg", "--", "true"]));
+    assert_eq!(f.code, 2, "{}", f.stderr);
+}
+
+#[test]
+fn a_cache_dir_outside_the_engine_directory_warns() {
+    let home = tempfile::tempdir().unwrap();
+    let engine = home.path().join("sglang/flashinfer/autotune");
+    let elsewhere = home.path().join("elsewhere");
+    let run = |dir: &Path| {
+        boot(kw(home.path()).arg("--cache-dir").arg(dir).args([
+            "--keep",
+            "always",
+            "--done",
+            "exit",
+            "--",
+            "sh",
+            "-c",
+            "exit 0",
+            "sglang.launch_server",
+        ]))
+    };
+    let f = run(&elsewhere);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let w = warnings(&f);
+    assert_eq!(w.len(), 1, "{}", f.stderr);
+    assert!(
+        w[0].contains(&format!(
+            "--cache-dir {} is not under the engine's cache directory {}",
+            elsewhere.display(),
+            engine.display()
+        )),
+        "{}",
+        w[0]
+    );
+    let f = run(&engine);
+    assert!(!f.stderr.contains("warning"), "{}", f.stderr);
+}

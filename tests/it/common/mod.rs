@@ -1,0 +1,523 @@
+//! What the black-box tests share: the built binary, temp dirs, polling with
+//! deadlines, and guards that clean up every process a test starts.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_keepwrap");
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn helper(name: &str) -> PathBuf {
+    repo().join("tests/helpers").join(name)
+}
+
+/// `keepwrap` with its cache root in `cache` (so tests never touch $HOME).
+/// The stand-in engines of the tests are shell scripts: `KEEPWRAP_KEEP=always`
+/// keeps their caches as an engine's (`--keep auto` would only supervise them).
+pub fn keepwrap(cache: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("KEEPWRAP_CACHE_DIR", cache);
+    cmd.env("KEEPWRAP_KEEP", "always");
+    cmd.env_remove("KEEPWRAP_LOG");
+    cmd
+}
+
+/// Poll `f` until it returns `Some`, or panic with `what` at the deadline.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A spawned process whose process group (and itself) is killed on drop,
+/// so a failing test leaves nothing behind. Spawn it in its own group.
+pub struct Guard {
+    pub child: Child,
+}
+
+impl Guard {
+    /// Spawn `cmd` in a new process group.
+    pub fn spawn(cmd: &mut Command) -> Guard {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        Guard {
+            child: cmd.spawn().expect("spawn"),
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).expect("kill");
+    }
+
+    /// Wait for exit with a deadline; returns the exit code (or 128+signal).
+    pub fn wait(&mut self, timeout: Duration) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        let status = wait_for("the process to exit", timeout, || {
+            self.child.try_wait().expect("try_wait")
+        });
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let pid = self.pid();
+        let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines of a report file (empty if it does not exist yet).
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The state letter of a process from /proc (`None` once it is gone).
+pub fn proc_state(pid: i32) -> Option<char> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .and_then(|s| s.trim().chars().next())
+}
+
+/// Children of `pid`, from /proc/<pid>/task/*/children.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+pub fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A process whose stdout lines and stderr are collected as they come.
+pub struct Running {
+    pub guard: Guard,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub stdout: Vec<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Set once stderr reached its end.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How a process ended, with everything it printed.
+pub struct Finished {
+    pub code: i32,
+    pub stdout: Vec<String>,
+    pub stderr: String,
+}
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Running {
+        use std::io::{BufRead, BufReader, Read};
+        use std::process::Stdio;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut guard = Guard::spawn(cmd);
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = guard.child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = guard.child.stderr.take().unwrap();
+        let stderr_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stderr_done.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        Running {
+            guard,
+            lines,
+            stdout: Vec::new(),
+            stderr,
+            stderr_done,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn drain(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.stdout.push(l);
+        }
+    }
+
+    /// Wait until stderr contains `needle`.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) {
+        wait_for(&format!("'{needle}' on stderr"), timeout, || {
+            self.drain();
+            self.stderr().contains(needle).then_some(())
+        });
+    }
+
+    /// Wait until a stdout line satisfies `pred`; return it.
+    pub fn wait_stdout(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
+        wait_for(what, timeout, || {
+            self.drain();
+            self.stdout.iter().find(|l| pred(l)).cloned()
+        })
+    }
+
+    /// Wait for the exit (with a deadline) and collect the rest of the output.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let code = self.guard.wait(timeout);
+        // The pipes close when the process and its group are gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(l) => self.stdout.push(l),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(_) if Instant::now() > deadline => break,
+                Err(_) => {}
+            }
+        }
+        // ... and stderr too: its reader may still be behind.
+        while !self.stderr_done.load(std::sync::atomic::Ordering::SeqCst)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stderr = self.stderr();
+        Finished {
+            code,
+            stdout: std::mem::take(&mut self.stdout),
+            stderr,
+        }
+    }
+}
+
+/// The fake engine of `examples/`: what its JSON lines say about one boot.
+impl Finished {
+    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.stdout
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == kind)
+            .collect()
+    }
+
+    /// Shapes profiled, summed over every rank and pass.
+    pub fn tuned(&self) -> u64 {
+        self.events("pass")
+            .iter()
+            .map(|p| p["tuned"].as_u64().unwrap())
+            .sum()
+    }
+
+    /// Shapes profiled per global rank.
+    pub fn tuned_by_rank(&self) -> std::collections::BTreeMap<u64, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for p in self.events("pass") {
+            *m.entry(p["rank"].as_u64().unwrap()).or_default() += p["tuned"].as_u64().unwrap();
+        }
+        m
+    }
+
+    /// Cache hits, summed over every rank and pass.
+    pub fn hit(&self) -> u64 {
+        self.events("pass")
+            .iter()
+            .map(|p| p["hit"].as_u64().unwrap())
+            .sum()
+    }
+
+    /// Digest of the tactics each global rank ended up using.
+    pub fn tactics(&self) -> std::collections::BTreeMap<u64, String> {
+        self.events("tactics")
+            .iter()
+            .map(|t| {
+                (
+                    t["rank"].as_u64().unwrap(),
+                    t["sha256"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The `keepwrap:` lines of stderr.
+    pub fn log(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("keepwrap:"))
+            .collect()
+    }
+
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log().iter().any(|l| l.contains(needle))
+    }
+}
+
+pub fn fake_engine() -> PathBuf {
+    repo().join("examples/fake_engine.py")
+}
+
+/// `keepwrap [kw_args] -- python3 examples/fake_engine.py --model-path
+/// /models/m [engine_args]`, with `SGLANG_CACHE_DIR=<home>/sglang` so the
+/// default cache root applies.
+pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("KEEPWRAP_LOG")
+        .env_remove("KEEPWRAP_CACHE_DIR")
+        .env("SGLANG_CACHE_DIR", home.join("sglang"))
+        .env("FAKE_DIST_TIMEOUT_S", "20")
+        .args(kw_args)
+        .arg("--")
+        .arg("python3")
+        .arg(fake_engine())
+        .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
+        .args(engine_args);
+    cmd
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh home for one launch (removed when dropped).
+pub fn home() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// Every sidecar (`*.launch`) below `root`, sorted.
+pub fn sidecars(root: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "launch") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, &mut out);
+    out.sort();
+    out
+}
+
+/// The cache root keepwrap derives from `keepwrap_engine`'s environment.
+pub fn cache_root(home: &Path) -> PathBuf {
+    home.join("sglang/flashinfer/autotune")
+}
+
+/// Cache files (`*.json` outside `runs/` and hidden dirs) under `root`,
+/// relative and sorted.
+pub fn cache_files(root: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                if name != "runs" && !name.to_string_lossy().starts_with('.') {
+                    walk(root, &p, out);
+                }
+            } else if name.to_string_lossy().ends_with(".json") {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+/// Run to the end with a deadline.
+pub fn boot(cmd: &mut Command) -> Finished {
+    Running::spawn(cmd).finish(Duration::from_secs(60))
+}
+
+/// Run a short command to the end (60 s deadline, then KILL) and collect all
+/// of its output: both pipes are read to their end before it returns.
+pub fn output(cmd: &mut Command) -> Finished {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("keepwrap did not exit within 60 s");
+        }
+    };
+    Finished {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `cmd` without any `KEEPWRAP_*` variable of the test's own environment.
+pub fn without_keepwrap_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("KEEPWRAP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Wait until no process holds a file open below `dir` (from
+/// /proc/*/fd). After a SIGKILL of keepwrap, its engine lives on holding
+/// the launch's marker in `<root>/.keepwrap/running`, and the next launch
+/// rightly runs hands-off beside it: a test that wants the next launch to
+/// recover waits for the orphan to end first.
+pub fn wait_until_nothing_holds(dir: &Path, timeout: Duration) {
+    let holds = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|p| {
+                std::fs::read_dir(p.path().join("fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(dir)))
+            })
+    };
+    wait_for(
+        &format!("no process to hold a file in {}", dir.display()),
+        timeout,
+        || (!holds()).then_some(()),
+    );
+}
+
+/// `tini -s`, started as a container runtime starts PID 1 (see
+/// `with_default_signals`): tini passes the dispositions it inherits on to
+/// its child, and the comparisons are about tini, not about the caller.
+pub fn tini() -> Command {
+    let mut cmd = Command::new("tini");
+    cmd.arg("-s");
+    with_default_signals(&mut cmd);
+    cmd
+}
+
+/// Start `cmd` with every signal at its default disposition and none
+/// blocked, whatever the caller ignores (`nohup` ignores SIGHUP, a shell's
+/// background job SIGINT and SIGQUIT).
+pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls signal(2),
+    // sigemptyset(3) and sigprocmask(2), which are async-signal-safe; it
+    // allocates nothing. signal(2) fails harmlessly on SIGKILL, SIGSTOP and
+    // the C library's own 32 and 33.
+    unsafe {
+        cmd.pre_exec(|| {
+            for n in 1..=64 {
+                libc::signal(n, libc::SIG_DFL);
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
+/// A test that needs something this machine may lack (root, `unshare`,
+/// tini): true when it is there. Under CI (`CI` set, as `.ci/run` runs,
+/// which installs every such tool and runs as root) a missing need fails the
+/// test, so CI never passes one silently; elsewhere the test says why it
+/// did not run, and passes.
+pub fn has_need(ok: bool, need: &str) -> bool {
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test needs {need}, and CI must run it"
+        );
+        eprintln!("not run: needs {need}");
+    }
+    ok
+}

@@ -1,0 +1,151 @@
+//! keepwrap's reading of `sh -c STRING` against the shells themselves: for
+//! random strings of quotes, escapes, expansions and blanks, whenever
+//! keepwrap says it understands the string, `bash -c` and `sh -c` run the
+//! command with exactly the words keepwrap found.
+
+use crate::common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use keepwrap::launch::shell::split;
+use proptest::prelude::*;
+
+const ENV: &[(&str, &str)] = &[
+    ("V", "v"),
+    ("EMPTY", ""),
+    ("SPACE", "a b"),
+    ("GLOB", "*"),
+    ("BS", "\\"),
+    ("Q", "'\""),
+    ("EQ", "a=b"),
+    ("U", "é\u{1F600}"),
+];
+
+const PARTS: &[&str] = &[
+    "a",
+    "b=c",
+    "--x=",
+    " ",
+    "  ",
+    "\t",
+    "'x y'",
+    "''",
+    "\"\"",
+    "\"a\\\"b\"",
+    "\\ ",
+    "\\\"",
+    "\\'",
+    "\"'\"",
+    "'\"'",
+    "\"\\a\"",
+    "\"\\\\\"",
+    "\\\\",
+    "\\$",
+    "$",
+    "=",
+    "$V",
+    "${V}",
+    "\"$V\"",
+    "$EMPTY",
+    "\"$EMPTY\"",
+    "$SPACE",
+    "\"$SPACE\"",
+    "$GLOB",
+    "\"$GLOB\"",
+    "$BS",
+    "\"$BS\"",
+    "$Q",
+    "$EQ",
+    "$U",
+    "\"${U}x\"",
+    "$1",
+    "\"$@\"",
+    "$@",
+    "#",
+    "a#",
+    "~",
+    "a~",
+    "{a,b}",
+    "*",
+    "\\*",
+    "'*'",
+    "\\\n",
+    "\"a\\\nb\"",
+    "\r",
+    "!",
+    "%",
+    "^",
+    "é",
+    "$'x'",
+    "$\"x\"",
+    "${V:-x}",
+    "$$",
+    "-",
+    "--",
+    "\"",
+    "'",
+    "\\",
+    "exec ",
+    "A=1 ",
+];
+
+fn printer(dir: &std::path::Path) {
+    let p = dir.join("printargs");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn shell_words(shell: &str, dir: &std::path::Path, script: &str) -> Option<Vec<String>> {
+    let out = Command::new(shell)
+        .arg("-c")
+        .arg(script)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+        .envs(ENV.iter().copied())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut words: Vec<String> = text.split('\0').map(str::to_string).collect();
+    words.pop(); // after the last NUL
+    Some(words)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn what_keepwrap_reads_is_what_the_shell_runs(
+        lead in prop::sample::select(&["", "exec ", "A=1 ", "A=1 exec "][..]),
+        parts in prop::collection::vec(prop::sample::select(PARTS), 0..8),
+    ) {
+        let script = format!("{lead}printargs {}", parts.concat());
+        let env = |n: &str| ENV.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string());
+        let Ok(simple) = split(&script, &env, &[]) else {
+            return Ok(());
+        };
+        let dir = tempfile::tempdir().unwrap();
+        printer(dir.path());
+        // a file a glob would find, so that an unnoticed glob shows
+        std::fs::write(dir.path().join("ab"), "").unwrap();
+        for shell in ["bash", "sh"] {
+            if !common::have(shell) {
+                continue;
+            }
+            let Some(words) = shell_words(shell, dir.path(), &script) else {
+                // the shell rejects what keepwrap reads: it must not be a launch
+                prop_assert!(false, "{shell} -c {script:?} fails, keepwrap reads {simple:?}");
+                unreachable!();
+            };
+            prop_assert_eq!(&simple.argv[0], "printargs", "{:?}", script);
+            prop_assert_eq!(&simple.argv[1..], &words[..], "{} -c {:?}", shell, script);
+        }
+    }
+}

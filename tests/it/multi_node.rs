@@ -1,0 +1,483 @@
+//! Multi-node launches: four launches of the fake engine on one machine act
+//! as the four nodes of one engine (TP4 with EP4, one rank per node, the
+//! stock gate, loopback rendezvous), each with its own cache root and one
+//! share. Unifying one node's files cannot make the gate agree; the union
+//! taken through the share does.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NODES: u32 = 4;
+
+/// One node's launch: `keepwrap [kw] -- fake_engine --tp 4 --ep 4 --nnodes 4
+/// --node-rank R --dist-init-addr 127.0.0.1:P --gate stock --offline`, its
+/// cache under `<homes>/node<R>`.
+fn node(homes: &Path, rank: u32, port: u16, kw: &[&str]) -> Command {
+    let rank_s = rank.to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let engine = [
+        "--tp",
+        "4",
+        "--ep",
+        "4",
+        "--nnodes",
+        "4",
+        "--node-rank",
+        &rank_s,
+        "--dist-init-addr",
+        &addr,
+        "--gate",
+        "stock",
+        "--offline",
+    ];
+    keepwrap_engine(&homes.join(format!("node{rank}")), kw, &engine)
+}
+
+/// Start every node's command at once and collect each.
+fn boot_all(cmds: Vec<Command>) -> Vec<Finished> {
+    let running: Vec<Running> = cmds
+        .into_iter()
+        .map(|mut c| Running::spawn(&mut c))
+        .collect();
+    running
+        .into_iter()
+        .map(|r| r.finish(Duration::from_secs(60)))
+        .collect()
+}
+
+/// The four nodes, each with `kw(rank)` as keepwrap's options.
+fn boot_nodes(homes: &Path, kw: impl Fn(u32) -> Vec<String>) -> Vec<Finished> {
+    let port = free_port();
+    boot_all(
+        (0..NODES)
+            .map(|r| {
+                let kw = kw(r);
+                let kw: Vec<&str> = kw.iter().map(String::as_str).collect();
+                node(homes, r, port, &kw)
+            })
+            .collect(),
+    )
+}
+
+fn share_kw(share: &Path) -> impl Fn(u32) -> Vec<String> + '_ {
+    move |_| vec!["--share".to_string(), share.display().to_string()]
+}
+
+fn root_of(homes: &Path, rank: u32) -> PathBuf {
+    cache_root(&homes.join(format!("node{rank}")))
+}
+
+/// Every node exited 0.
+fn all_ok(boots: &[Finished], what: &str) {
+    for (r, b) in boots.iter().enumerate() {
+        assert_eq!(b.code, 0, "{what}: node {r}: {}", b.stderr);
+    }
+}
+
+/// Shapes profiled by each node.
+fn tuned(boots: &[Finished]) -> Vec<u64> {
+    boots.iter().map(Finished::tuned).collect()
+}
+
+/// The digest of the tactics of the shapes every rank shares, per node: the
+/// same on every node when the nodes agree.
+fn shared_tactics(boots: &[Finished]) -> Vec<String> {
+    boots
+        .iter()
+        .flat_map(|b| b.events("tactics"))
+        .map(|t| t["shared_sha256"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Each global rank's tactics digest, over every node.
+fn tactics(boots: &[Finished]) -> std::collections::BTreeMap<u64, String> {
+    boots.iter().flat_map(|b| b.tactics()).collect()
+}
+
+/// Bytes of every node's rank files, node by node.
+fn rank_files(homes: &Path) -> Vec<Vec<u8>> {
+    (0..NODES)
+        .flat_map(|r| {
+            let root = root_of(homes, r);
+            cache_files(&root)
+                .into_iter()
+                .map(move |f| std::fs::read(root.join(f)).unwrap())
+        })
+        .collect()
+}
+
+fn all_equal(v: &[impl PartialEq]) -> bool {
+    v.windows(2).all(|w| w[0] == w[1])
+}
+
+#[test]
+fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+
+    let b1 = boot_nodes(t.path(), share_kw(&share));
+    all_ok(&b1, "boot 1");
+    assert!(tuned(&b1).iter().all(|&n| n > 0), "boot 1 tunes");
+    for b in &b1 {
+        assert!(
+            b.logged("share: not every node has published: node 0, 1, 2, 3 of 4"),
+            "{}",
+            b.stderr
+        );
+        assert!(
+            b.logged("share: published 1 rank files as node"),
+            "{}",
+            b.stderr
+        );
+    }
+    let files = rank_files(t.path());
+    assert_eq!(files.len(), 4);
+    assert!(!all_equal(&files), "one rank file per node, each its own");
+
+    let mut runs = Vec::new();
+    for n in [2, 3] {
+        let b = boot_nodes(t.path(), share_kw(&share));
+        all_ok(&b, &format!("boot {n}"));
+        assert_eq!(
+            tuned(&b),
+            vec![0; 4],
+            "boot {n} tunes 0 shapes on every node"
+        );
+        assert!(b
+            .iter()
+            .flat_map(|b| b.events("pass"))
+            .all(|p| p["gate"] == "kept"));
+        for (r, node) in b.iter().enumerate() {
+            let line = if n == 2 {
+                "wrote the union of 4 nodes' rank files to 1 rank files here"
+            } else {
+                "this node's 1 rank files already hold the union of 4 nodes"
+            };
+            assert!(node.logged(line), "boot {n} node {r}: {}", node.stderr);
+            assert!(
+                node.logged("reused 1 cache files signed for this launch"),
+                "boot {n} node {r}: {}",
+                node.stderr
+            );
+        }
+        assert!(
+            all_equal(&rank_files(t.path())),
+            "boot {n}: every node holds the same bytes"
+        );
+        assert!(
+            all_equal(&shared_tactics(&b)),
+            "boot {n}: the nodes agree on the tactics"
+        );
+        runs.push(tactics(&b));
+    }
+    assert_eq!(runs[0], runs[1], "the tactics stay the same on boot 3");
+    assert_eq!(runs[0], tactics(&b1), "and they are boot 1's");
+
+    // keepwrap status --share (and share-status) list what each node published.
+    let mut status = Command::new(BIN);
+    status
+        .arg("status")
+        .arg("--cache-dir")
+        .arg(root_of(t.path(), 0));
+    let mut share_status = Command::new(BIN);
+    share_status.arg("share-status");
+    for mut cmd in [status, share_status] {
+        let out = cmd.arg("--share").arg(&share).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        for r in 0..NODES {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(&format!(" node {r}/4 published "))
+                        && l.contains(": 1 files, ")),
+                "{text}"
+            );
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["share-status", "--json", "--share"])
+        .arg(&share)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let clusters = v["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 1, "{v}");
+    assert_eq!(clusters[0]["nnodes"], 4);
+    let nodes = clusters[0]["nodes"].as_array().unwrap();
+    for (r, node) in nodes.iter().enumerate() {
+        assert_eq!(node["node_rank"], r as u64, "{v}");
+        assert_eq!(node["state"], "published", "{v}");
+        assert_eq!(node["files"], 1, "{v}");
+    }
+    assert_eq!(nodes.len(), 4, "{v}");
+}
+
+#[test]
+fn a_node_whose_cache_was_wiped_gets_its_files_back_from_the_share() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    all_ok(&boot_nodes(t.path(), share_kw(&share)), "boot 1");
+
+    std::fs::remove_dir_all(root_of(t.path(), 2)).unwrap();
+    let b = boot_nodes(t.path(), share_kw(&share));
+    all_ok(&b, "boot 2");
+    assert_eq!(tuned(&b), vec![0; 4], "boot 2 tunes 0 shapes on every node");
+    assert!(
+        b[2].logged("wrote the union of 4 nodes' rank files to 1 rank files here"),
+        "{}",
+        b[2].stderr
+    );
+    assert!(all_equal(&rank_files(t.path())));
+}
+
+#[test]
+fn no_node_trusts_a_partial_union() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    // Boot 1: node 3 runs without the share, so it publishes nothing.
+    let b1 = boot_nodes(t.path(), |r| {
+        if r == 3 {
+            vec![]
+        } else {
+            vec!["--share".into(), share.display().to_string()]
+        }
+    });
+    all_ok(&b1, "boot 1");
+
+    let b = boot_nodes(t.path(), share_kw(&share));
+    all_ok(&b, "boot 2");
+    for (r, node) in b.iter().enumerate() {
+        assert!(
+            node.logged("share: not every node has published: node 3 of 4 (node 3: no manifest); single-node behaviour"),
+            "node {r}: {}",
+            node.stderr
+        );
+        assert!(!node.logged("wrote the union"), "node {r}: {}", node.stderr);
+        assert!(node.tuned() > 0, "node {r} tunes");
+    }
+    assert!(
+        all_equal(&shared_tactics(&b)),
+        "the boot is consistent across nodes"
+    );
+}
+
+#[test]
+fn every_node_launches_when_the_share_is_missing() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("not-mounted");
+    let b = boot_nodes(t.path(), share_kw(&share));
+    all_ok(&b, "missing share");
+    for (r, node) in b.iter().enumerate() {
+        assert!(node.tuned() > 0);
+        assert!(
+            node.logged("does not exist (not mounted?); single-node behaviour"),
+            "node {r}: {}",
+            node.stderr
+        );
+        assert!(
+            node.logged("share: cannot publish to") && node.logged("the launch goes on"),
+            "node {r}: {}",
+            node.stderr
+        );
+    }
+    assert!(!share.exists(), "keepwrap does not create a missing share");
+}
+
+/// Whether this test may make mount namespaces (root, and `unshare -m`
+/// works here).
+fn can_mount() -> bool {
+    is_root()
+        && Command::new("unshare")
+            .args(["-m", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `cmd` run in a private mount namespace after the shell `setup`.
+fn in_mount_ns(cmd: &Command, setup: &str) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$0\" \"$@\"")])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+#[test]
+fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
+    if !common::has_need(can_mount(), "root and unshare -m") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    all_ok(&boot_nodes(t.path(), share_kw(&share)), "boot 1");
+
+    let s = share.display().to_string();
+    let setup = format!("mount --bind '{s}' '{s}' && mount -o remount,bind,ro '{s}'");
+    let port = free_port();
+    let kw = ["--share", s.as_str()];
+    let b = boot_all(
+        (0..NODES)
+            .map(|r| in_mount_ns(&node(t.path(), r, port, &kw), &setup))
+            .collect(),
+    );
+    all_ok(&b, "read-only share");
+    assert_eq!(
+        tuned(&b),
+        vec![0; 4],
+        "the union is read from a read-only share"
+    );
+    for (r, node) in b.iter().enumerate() {
+        assert!(
+            node.logged("share: cannot publish to") && node.logged("Read-only file system"),
+            "node {r}: {}",
+            node.stderr
+        );
+    }
+}
+
+#[test]
+fn every_node_launches_when_the_share_is_full() {
+    if !common::has_need(can_mount(), "root and unshare -m") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    let s = share.display().to_string();
+    let setup = format!(
+        "mount -t tmpfs -o size=64k none '{s}' && {{ head -c 1000000 /dev/zero > '{s}/fill' 2>/dev/null; true; }}"
+    );
+    let port = free_port();
+    let kw = ["--share", s.as_str()];
+    let b = boot_all(
+        (0..NODES)
+            .map(|r| in_mount_ns(&node(t.path(), r, port, &kw), &setup))
+            .collect(),
+    );
+    all_ok(&b, "full share");
+    for (r, node) in b.iter().enumerate() {
+        assert!(node.tuned() > 0);
+        assert!(
+            node.logged("share: cannot publish to") && node.logged("No space left on device"),
+            "node {r}: {}",
+            node.stderr
+        );
+    }
+}
+
+/// One run of a node of the two-node concurrency test: keepwrap takes the
+/// union (when both nodes' publications verify), the helper checks it, then
+/// writes a fresh rank file, which keepwrap signs and publishes.
+fn writer_run(share: &Path, root: &Path, rank: u32, entries: usize) -> Finished {
+    let mut cmd = keepwrap(root);
+    cmd.arg("--share")
+        .arg(share)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("rank_writer.py"))
+        .args(["--nnodes", "2", "--node-rank", &rank.to_string()])
+        .args(["--entries", &entries.to_string()]);
+    boot(&mut cmd)
+}
+
+#[test]
+fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    const ENTRIES: usize = 800;
+    let until = Instant::now() + Duration::from_secs(4);
+    let handles: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let share = share.clone();
+            let root = t.path().join(format!("node{rank}"));
+            std::thread::spawn(move || {
+                let (mut runs, mut unions, mut fallbacks) = (0, 0, 0);
+                while runs < 3 || Instant::now() < until {
+                    let b = writer_run(&share, &root, rank, ENTRIES);
+                    assert_eq!(b.code, 0, "node {rank}: {:?} {}", b.stdout, b.stderr);
+                    let check: serde_json::Value = serde_json::from_str(&b.stdout[0]).unwrap();
+                    assert_eq!(check["ok"], true, "node {rank}: {check}");
+                    if b.logged("wrote the union of 2 nodes") {
+                        assert_eq!(check["checked"], true, "{check} {}", b.stderr);
+                        unions += 1;
+                    }
+                    if b.logged("differ from the manifest") {
+                        fallbacks += 1;
+                    }
+                    runs += 1;
+                }
+                (runs, unions, fallbacks)
+            })
+        })
+        .collect();
+    // Meanwhile this process reads the share as fast as it can, through the
+    // same code keepwrap reads it with: every union it accepts must hold
+    // each node's entries complete and from one single publication.
+    let (mut accepted, mut refused) = (0, 0);
+    while handles.iter().any(|h| !h.is_finished()) {
+        let Some(cluster) = std::fs::read_dir(share.join("keepwrap"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok()?.file_name().into_string().ok())
+        else {
+            continue;
+        };
+        let me = keepwrap::share::Node { nnodes: 2, rank: 0 };
+        match keepwrap::share::gather(&share, &cluster, me).unwrap() {
+            keepwrap::share::Gathered::Incomplete(why) => {
+                if why
+                    .iter()
+                    .any(|(_, w)| w.contains("differ from the manifest"))
+                {
+                    refused += 1;
+                }
+            }
+            keepwrap::share::Gathered::Complete(dirs) => {
+                for d in dirs {
+                    let keepwrap::unify::Outcome::Unified(u) = d.outcome else {
+                        panic!("{:?}", d.outcome);
+                    };
+                    let obj: serde_json::Value = serde_json::from_slice(&u.bytes).unwrap();
+                    for r in 0..2 {
+                        let prefix = format!("('op', 'node{r}',");
+                        let versions: Vec<&serde_json::Value> = obj
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .filter(|(k, _)| k.starts_with(&prefix))
+                            .map(|(_, v)| &v[1])
+                            .collect();
+                        assert_eq!(versions.len(), ENTRIES, "node {r} complete");
+                        assert!(all_equal(&versions), "node {r}: one publication");
+                    }
+                    accepted += 1;
+                }
+            }
+        }
+    }
+    let results: Vec<(u32, u32, u32)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    eprintln!("(runs, unions taken, publications refused mid-replace) per node: {results:?}");
+    eprintln!("reader: {accepted} unions accepted, {refused} reads refused mid-replace");
+    assert!(accepted > 0);
+    assert!(
+        results.iter().any(|r| r.1 > 0),
+        "some boots took a union: {results:?}"
+    );
+}

@@ -1,0 +1,455 @@
+//! The trust rules of when a set may be signed, driven from the outside
+//! with a scripted engine (`tests/helpers/staged_engine.py`): a stop is
+//! never tuning done; done must come from the engine; what lands after done
+//! is provisional; and the supervisor loop keeps forwarding signals while a
+//! set is unified and signed.
+
+use crate::common;
+use crate::harden;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use harden::sidecar_paths;
+use nix::sys::signal::Signal;
+
+const DIR: &str = "0.7.2/sm121/0123456789abcdef";
+
+/// `keepwrap [kw] -- python3 staged_engine.py STEPS...` on the cache `root`.
+fn staged(root: &Path, kw: &[&str], steps: &[&str]) -> Command {
+    let mut cmd = keepwrap(root);
+    cmd.args(kw)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("staged_engine.py"))
+        .args(steps);
+    cmd
+}
+
+/// What a boot found at start: the rank files present after prune.
+fn present_at_start(f: &Finished) -> Vec<String> {
+    let line = f
+        .stdout
+        .iter()
+        .find(|l| l.starts_with("{\"present\""))
+        .unwrap_or_else(|| panic!("no report: {:?}\n{}", f.stdout, f.stderr));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["present"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn rank(r: u32) -> String {
+    format!("rank_tp{r}_pp0_dp0.json")
+}
+
+/// The next launch of the same command line (the fingerprint covers argv):
+/// which rank files it keeps. Its engine stops at its first step, `report`.
+fn next_boot_keeps(root: &Path, kw: &[&str], steps: &[&str]) -> Vec<String> {
+    assert_eq!(steps[0], "report");
+    let b = boot(staged(root, kw, steps).env("STAGED_REPORT_ONLY", "1"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    present_at_start(&b)
+}
+
+#[test]
+fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    // Exits 0 on TERM after writing half of a set of 4: what an offline
+    // tuning script or `bench_one_batch` does under `docker stop`.
+    let steps = [
+        "report",
+        "onterm:0",
+        "write:0",
+        "write:1",
+        "mark:half",
+        "wait",
+    ];
+    let mut kw = Running::spawn(&mut staged(&root, &["--done", "exit"], &steps));
+    kw.wait_stdout("the half set", Duration::from_secs(20), |l| {
+        l == "mark half"
+    });
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(1)),
+        Duration::from_secs(10),
+    );
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(20));
+    assert_eq!(
+        b.code, 0,
+        "the exit status stays the engine's: {}",
+        b.stderr
+    );
+    assert!(
+        sidecar_paths(&root).is_empty(),
+        "nothing signed: {}",
+        b.stderr
+    );
+    assert!(
+        b.logged(
+            "not signing: the engine ended with status 0 after keepwrap forwarded SIGTERM: a stop is never tuning done"
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.logged("tuning is done:"), "{}", b.stderr);
+    assert!(
+        next_boot_keeps(&root, &["--done", "exit"], &steps).is_empty(),
+        "the next launch keeps nothing of the stopped run"
+    );
+}
+
+#[test]
+fn rule1_a_quiet_window_after_a_stop_is_not_done() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    // On TERM the engine takes its time to go (longer than the quiet
+    // window), writing nothing more.
+    let steps = ["onterm:0", "write:0", "wait"];
+    let mut kw = Running::spawn(&mut staged(&root, &["--done", "quiet=2s"], &steps));
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(0)),
+        Duration::from_secs(20),
+    );
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(20));
+    assert_eq!(b.code, 0);
+    assert!(sidecar_paths(&root).is_empty(), "{}", b.stderr);
+    assert!(b.logged("a stop is never tuning done"), "{}", b.stderr);
+}
+
+/// An HTTP server in the test process answering 200 to every request on a
+/// loopback port, until dropped.
+struct Foreign {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Foreign {
+    fn start() -> Foreign {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        let _ = c.set_nonblocking(false);
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut buf = [0u8; 1024];
+                        let _ = c.read(&mut buf);
+                        let _ = c.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Foreign {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let foreign = Foreign::start();
+    let port = foreign.port.to_string();
+    let url = format!("http://127.0.0.1:{port}/health");
+    // The engine tunes both ranks, then binds the port once it is free (as
+    // SGLang binds only when every rank is done).
+    let serve = format!("serve:{port}");
+    let steps = [
+        "onterm:0",
+        "write:0",
+        "sleep:300",
+        "write:1",
+        &serve,
+        "mark:serving",
+        "wait",
+    ];
+    let kw_args = [
+        "--done",
+        &format!("health={url}"),
+        "--probe-interval",
+        "50ms",
+    ];
+    let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
+    kw.wait_stderr("not done yet: GET", Duration::from_secs(20));
+    kw.wait_stderr(
+        &format!("landed {DIR}/{}", rank(1)),
+        Duration::from_secs(20),
+    );
+    let early = kw.stderr();
+    drop(foreign);
+    kw.wait_stderr("tuned and signed", Duration::from_secs(20));
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(20));
+    assert!(!early.contains("tuning is done:"), "{early}");
+    let me = std::process::id();
+    assert!(
+        b.logged(&format!(
+            "not done yet: GET {url} answered 200, but the port is served by pid {me} ("
+        )),
+        "{}",
+        b.stderr
+    );
+    assert_eq!(
+        b.log()
+            .iter()
+            .filter(|l| l.contains("not done yet"))
+            .count(),
+        1,
+        "said once: {}",
+        b.stderr
+    );
+    assert!(
+        b.logged("tuned and signed 2 cache files"),
+        "the whole set, signed once the engine's own server answered: {}",
+        b.stderr
+    );
+    assert!(b.stdout.iter().any(|l| l == "mark serving"));
+    assert!(
+        !b.logged("landed after tuning was done"),
+        "keepwrap's own rewrites (unify) are not landings: {}",
+        b.stderr
+    );
+}
+
+/// Boot 1 reaches done with ranks 0 and 1 (quiet window), then `late`
+/// lands, then the engine ends with `end`. Returns boot 1 and what the next
+/// launch keeps.
+fn late_landing(late: &str, end: &str) -> (Finished, Vec<String>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let kw_args = ["--done", "quiet=400ms"];
+    let steps = [
+        "report",
+        "onterm:0",
+        "write:0",
+        "write:1",
+        "sleep:1500",
+        late,
+        "sleep:300",
+        end,
+    ];
+    let b = boot(&mut staged(&root, &kw_args, &steps));
+    assert!(
+        b.logged("tuning is done: no cache file landed for 400ms"),
+        "{}",
+        b.stderr
+    );
+    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    let kept = next_boot_keeps(&root, &kw_args, &steps);
+    (b, kept)
+}
+
+#[test]
+fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
+    let (b, kept) = late_landing("write:0", "kill:9");
+    assert_eq!(b.code, 137);
+    // The set signed at done no longer matches rank 0: nothing of it, and
+    // nothing of the late rank, is kept.
+    assert!(
+        kept.is_empty(),
+        "a mixed set was kept: {kept:?}\n{}",
+        b.stderr
+    );
+    assert!(
+        b.logged("a cache file landed after tuning was done: what lands now is provisional"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.logged(
+            "not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL)"
+        ),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn rule2_a_term_keepwrap_did_not_forward_is_an_abnormal_end() {
+    // Something else (the OOM killer's cousin, a watchdog) TERMs the
+    // engine itself: not a stop keepwrap passed on.
+    let (b, kept) = late_landing("write:0", "kill:15");
+    assert_eq!(b.code, 143);
+    assert!(
+        kept.is_empty(),
+        "a mixed set was kept: {kept:?}\n{}",
+        b.stderr
+    );
+    assert!(
+        b.logged("the engine ended abnormally with status 143 (killed by SIGTERM);"),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
+    let (b, kept) = late_landing("write:2", "exit:3");
+    assert_eq!(b.code, 3);
+    assert_eq!(
+        kept,
+        vec![rank(0), rank(1)],
+        "the set signed at done: {}",
+        b.stderr
+    );
+    assert!(
+        b.logged("the engine ended abnormally with status 3;"),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn rule2_what_lands_after_done_is_signed_when_the_engine_exits_0_on_its_own() {
+    let (b, kept) = late_landing("write:2", "exit:0");
+    assert_eq!(b.code, 0);
+    assert_eq!(kept, vec![rank(0), rank(1), rank(2)], "{}", b.stderr);
+    assert!(
+        b.logged(
+            "signed again at exit: 3 cache files, with the 1 that landed after tuning was done"
+        ),
+        "{}",
+        b.stderr
+    );
+}
+
+#[test]
+fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let kw_args = ["--done", "quiet=400ms"];
+    let steps = [
+        "report",
+        "onterm:0",
+        "write:0",
+        "write:1",
+        "sleep:1500",
+        "write:0",
+        "mark:late",
+        "wait",
+    ];
+    let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
+    kw.wait_stdout("the late write", Duration::from_secs(20), |l| {
+        l == "mark late"
+    });
+    kw.wait_stderr("what lands now is provisional", Duration::from_secs(10));
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(20));
+    assert_eq!(b.code, 0);
+    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(
+        b.logged(
+            "not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        next_boot_keeps(&root, &kw_args, &steps).is_empty(),
+        "rank 0 changed after done: nothing of the mixed set is kept"
+    );
+}
+
+/// CLOCK_MONOTONIC in ns, the clock the engine's handler reads too.
+fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_unified_and_signed()
+{
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let got = tmp.path().join("signals");
+    let got_arg = format!("signals:{}", got.display());
+    let mut steps = vec!["onterm:0", &got_arg];
+    let writes: Vec<String> = (0..8).map(|r| format!("write:{r}:2000")).collect();
+    steps.extend(writes.iter().map(String::as_str));
+    steps.push("wait");
+    let mut cmd = staged(&root, &["--done", "quiet=300ms", "--unify", "on"], &steps);
+    // Each rank file unified and sidecar written at commit takes 30 ms
+    // more (a slow disk), so that the sign lasts long enough for several
+    // signals on any machine.
+    cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "30");
+    let mut kw = Running::spawn(&mut cmd);
+    kw.wait_stderr(
+        "tuning is done: no cache file landed",
+        Duration::from_secs(30),
+    );
+    let received = || lines(&got);
+    // One USR1 at a time, each waited for, while the sign runs; the
+    // latency is measured on the engine's side of the signal.
+    let mut during = Vec::new();
+    while !kw.stderr().contains("tuned and signed") {
+        let before = received().len();
+        let sent = monotonic_ns();
+        kw.guard.signal(Signal::SIGUSR1);
+        let at: i64 = wait_for("the engine to get USR1", Duration::from_secs(10), || {
+            received().get(before).and_then(|l| l.parse().ok())
+        });
+        during.push((at - sent) as f64 / 1e6);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(30));
+    assert!(b.logged("tuned and signed 8 cache files"), "{}", b.stderr);
+    assert!(
+        b.logged("unified 8 rank files"),
+        "the sign unified the files: {}",
+        b.stderr
+    );
+    let mut sorted = during.clone();
+    sorted.sort_by(f64::total_cmp);
+    eprintln!("signal latency while signing (ms): {sorted:?}");
+    // Several samples, for the median: one scheduling hiccup of a loaded
+    // machine is not the loop blocking.
+    assert!(
+        sorted.len() >= 4,
+        "only {} signals fitted in the sign ({sorted:?} ms): the loop waited for it",
+        sorted.len()
+    );
+    let median = sorted[sorted.len() / 2];
+    assert!(
+        median <= 20.0,
+        "median latency {median:.1} ms over {sorted:?} ms"
+    );
+}

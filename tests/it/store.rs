@@ -1,0 +1,511 @@
+//! Every launch keeps its own tactics: whole sets signed for other launches
+//! go to the store and come back with their launch; eviction; `status`,
+//! `explain` and statistics; secrets never written or logged. End to end
+//! with the fake engine of `examples/` and with tiny Python "engines" that
+//! write one file (fast, for eviction).
+
+use crate::common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+const EP4_FIXED: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
+
+fn arm(prefill: &str) -> Vec<&str> {
+    [EP4_FIXED, &["--chunked-prefill-size", prefill]].concat()
+}
+
+fn state(root: &Path) -> PathBuf {
+    root.join(".keepwrap")
+}
+
+fn store_entries(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(state(root).join("store"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn fingerprint(args: &[&str], program: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("fingerprint")
+        .args(args)
+        .arg("--")
+        .args(program)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
+    let h = tempfile::tempdir().unwrap();
+    let root = cache_root(h.path());
+    let b1 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
+    assert_eq!(b1.code, 0, "{}", b1.stderr);
+    assert!(b1.tuned() > 0);
+    let b2 = boot(&mut keepwrap_engine(h.path(), &[], &arm("4096")));
+    assert_eq!((b2.code, b2.hit()), (0, 0), "{}", b2.stderr);
+    assert_eq!(
+        b2.log()
+            .iter()
+            .filter(|l| l.starts_with("keepwrap: stored 0.7.2/sm121/")
+                && l.contains(": signed for another launch (fingerprint "))
+            .count(),
+        4,
+        "{}",
+        b2.stderr
+    );
+    assert!(
+        b2.logged("prune: kept 0, stored 4, removed 0 cache files and 0 leftovers"),
+        "{}",
+        b2.stderr
+    );
+    let line = b2
+        .log()
+        .into_iter()
+        .find(|l| l.contains("no cache for this launch; the nearest signed launch ("))
+        .unwrap_or_else(|| panic!("no explain line: {}", b2.stderr));
+    assert!(
+        line.ends_with(" ago) differs in: arg --chunked-prefill-size 2048 -> 4096"),
+        "{line}"
+    );
+    assert_eq!(store_entries(&root).len(), 1);
+
+    let b3 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
+    assert_eq!(b3.code, 0, "{}", b3.stderr);
+    assert!(
+        b3.logged("restored 4 cache files of this launch from the store (signed "),
+        "{}",
+        b3.stderr
+    );
+    assert_eq!(b3.tuned(), 0, "boot 3 tunes nothing: {}", b3.stderr);
+    assert_eq!(b3.tactics(), b1.tactics(), "boot 3 uses boot 1's tactics");
+    assert!(b3.logged("reused 4 cache files signed for this launch"));
+    // B is in the store now, A in place.
+    let fp8 = |b: &Finished| {
+        let l = b
+            .log()
+            .into_iter()
+            .find(|l| l.contains("launch fingerprint "))
+            .unwrap()
+            .to_string();
+        let i = l.find("launch fingerprint ").unwrap() + "launch fingerprint ".len();
+        l[i..i + 8].to_string()
+    };
+    let entries = store_entries(&root);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0][..8], fp8(&b2));
+    let fp_b = entries[0].clone();
+
+    // status --json: 4 files signed for A, one stored entry, the stats.
+    let out = keepwrap(&root).args(["status", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files"].as_array().unwrap().len(), 4);
+    assert!(v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["state"] == "signed"));
+    assert_eq!(v["store"][0]["fingerprint"], fp_b.as_str());
+    assert_eq!(v["store"][0]["files"], 4);
+    let st = &v["stats"];
+    assert_eq!(
+        (
+            st["launches"].as_u64(),
+            st["tunes"].as_u64(),
+            st["reuses"].as_u64(),
+            st["stored"].as_u64(),
+            st["restored"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1), Some(8), Some(4)),
+        "{st}"
+    );
+    // status -- B: would restore B's 4 files and store A's 4.
+    let mut cmd = keepwrap(&root);
+    cmd.env("SGLANG_CACHE_DIR", h.path().join("sglang"))
+        .args(["status", "--", "python3"])
+        .arg(common::fake_engine())
+        .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
+        .args(arm("4096"));
+    let text = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+    assert!(
+        text.contains("this launch would keep 0, restore 4, store 4 and remove 0 cache files"),
+        "{text}"
+    );
+    // explain -- B: A differs in the prefill size.
+    let mut cmd = keepwrap(&root);
+    cmd.env("SGLANG_CACHE_DIR", h.path().join("sglang"))
+        .args(["explain", "--", "python3"])
+        .arg(common::fake_engine())
+        .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
+        .args(arm("4096"));
+    let text = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+    assert!(
+        text.contains("differs in: arg --chunked-prefill-size 2048 -> 4096"),
+        "{text}"
+    );
+    // --zero resets.
+    let out = keepwrap(&root)
+        .args(["status", "--zero", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["launches"], 0);
+}
+
+/// Where the tiny engine writes its rank file.
+const TINY_DIR: &str = "0.7.2/sm121/0123456789abcdef";
+/// A tiny engine: writes one cache file of `size` bytes for arm `name`.
+const SCRIPT: &str = "import json,os,sys\nd=os.path.join(os.environ['KEEPWRAP_CACHE_DIR'],'0.7.2/sm121/0123456789abcdef')\nos.makedirs(d,exist_ok=True)\nopen(d+'/rank_tp0_pp0_dp0.json','w').write(json.dumps({'pad':'x'*int(sys.argv[2])}))";
+
+/// Run the tiny engine for arm `name`, `size` bytes.
+fn tiny(root: &Path, name: &str, size: usize, extra: &[&str]) -> Finished {
+    let mut cmd = keepwrap(root);
+    cmd.args(extra)
+        .args(["--", "python3", "-c", SCRIPT, name, &size.to_string()]);
+    boot(&mut cmd)
+}
+
+fn fp8_of_tiny(name: &str, size: usize) -> String {
+    fp_of_tiny(name, size)[..8].to_string()
+}
+
+fn fp_of_tiny(name: &str, size: usize) -> String {
+    fingerprint(&[], &["python3", "-c", SCRIPT, name, &size.to_string()])
+}
+
+/// Move every launch record `secs` into the past (time passes).
+fn age_records(root: &Path, secs: u64, only: Option<&str>) {
+    for e in std::fs::read_dir(state(root).join("launches"))
+        .unwrap()
+        .flatten()
+    {
+        if let Some(o) = only {
+            if !e.file_name().to_string_lossy().starts_with(o) {
+                continue;
+            }
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for k in ["last_used", "last_signed", "first_signed"] {
+            v[k] = (v[k].as_u64().unwrap() - secs).into();
+        }
+        std::fs::write(e.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn eviction_by_size_is_least_recently_used_first_and_a_restore_counts_as_a_use() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let size = 100_000;
+    let limit = ["--store-max-size", "250k"];
+    let mut evicted = Vec::new();
+    for (i, name) in ["a", "b", "c", "a", "d", "e"].into_iter().enumerate() {
+        let b = tiny(&root, name, size, &limit);
+        assert_eq!(b.code, 0, "{}", b.stderr);
+        if i == 3 {
+            assert!(
+                b.logged("restored 1 cache files of this launch from the store"),
+                "{}",
+                b.stderr
+            );
+        }
+        for l in b.log() {
+            if let Some(rest) = l.strip_prefix("keepwrap: evicted the stored set of launch ") {
+                assert!(
+                    l.ends_with("the store is over --store-max-size 250.0 KiB"),
+                    "{l}"
+                );
+                evicted.push(rest[..8].to_string());
+            }
+        }
+        age_records(&root, 10, None);
+    }
+    assert_eq!(
+        evicted,
+        vec![fp8_of_tiny("b", size), fp8_of_tiny("c", size)]
+    );
+    let left: Vec<String> = store_entries(&root)
+        .iter()
+        .map(|s| s[..8].to_string())
+        .collect();
+    let mut want = vec![fp8_of_tiny("a", size), fp8_of_tiny("d", size)];
+    want.sort();
+    assert_eq!(left, want, "the restored launch outlives older ones");
+}
+
+#[test]
+fn eviction_by_age() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    assert_eq!(tiny(&root, "a", 10, &[]).code, 0);
+    assert_eq!(tiny(&root, "b", 10, &[]).code, 0);
+    let fa = fp8_of_tiny("a", 10);
+    age_records(&root, 31 * 86400, Some(&fa));
+    // 40 days: kept.
+    let b = tiny(&root, "c", 10, &["--store-max-age", "40days"]);
+    assert!(!b.logged("evicted"), "{}", b.stderr);
+    let b = tiny(&root, "d", 10, &[]);
+    let line = b
+        .log()
+        .into_iter()
+        .find(|l| l.contains("evicted the stored set of launch "))
+        .unwrap_or_else(|| panic!("{}", b.stderr));
+    assert!(
+        line.starts_with(&format!(
+            "keepwrap: evicted the stored set of launch {fa}... (1 files, "
+        )) && line
+            .ends_with(", last used 31 days ago): unused for longer than --store-max-age 30days"),
+        "{line}"
+    );
+    assert_eq!(store_entries(&root).len(), 2, "b and c stay");
+    let records = std::fs::read_dir(state(&root).join("launches")).unwrap();
+    assert!(!records
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(&fa)));
+}
+
+#[test]
+fn unsigned_changed_or_corrupt_files_are_deleted_not_stored() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    assert_eq!(tiny(&root, "a", 10, &[]).code, 0);
+    let f = root.join(format!("{TINY_DIR}/rank_tp0_pp0_dp0.json"));
+    std::fs::write(&f, "{\"pad\": \"changed\"}").unwrap();
+    let b = tiny(&root, "b", 10, &[]);
+    assert!(
+        b.logged(&format!(
+            "removed {TINY_DIR}/rank_tp0_pp0_dp0.json: signed for another launch (fingerprint "
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(b.logged("), changed after signing (size "), "{}", b.stderr);
+    assert!(
+        store_entries(&root).is_empty(),
+        "nothing untrusted enters the store"
+    );
+}
+
+#[test]
+fn a_canary_secret_never_reaches_a_file_under_the_root_or_a_log_line() {
+    const CANARY: &str = "canary-5ecr3t-7f3a";
+    let h = tempfile::tempdir().unwrap();
+    let root = cache_root(h.path());
+    let run = |prefill: &str| {
+        let mut cmd = keepwrap_engine(
+            h.path(),
+            &[],
+            &[
+                &arm(prefill)[..],
+                &["--api-key", CANARY, &format!("--hf-token={CANARY}x")],
+            ]
+            .concat(),
+        );
+        cmd.env("SGLANG_API_KEY", CANARY)
+            .env("SGLANG_CANARY_SWITCH", CANARY);
+        boot(&mut cmd)
+    };
+    let mut logs = String::new();
+    for p in ["2048", "4096", "2048"] {
+        let b = run(p);
+        assert_eq!(b.code, 0, "{}", b.stderr);
+        logs.push_str(&b.log().join("\n"));
+    }
+    for sub in [&["status", "--json"][..], &["status"][..]] {
+        let out = keepwrap(&root).args(sub).output().unwrap();
+        logs.push_str(&String::from_utf8_lossy(&out.stdout));
+        logs.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    let mut cmd = keepwrap(&root);
+    cmd.args(["explain", "--", "python3"])
+        .arg(common::fake_engine())
+        .args(["--api-key", CANARY, "--hf-token", "other"])
+        .env("SGLANG_API_KEY", "other");
+    let out = cmd.output().unwrap();
+    logs.push_str(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !logs.contains(CANARY),
+        "a log line holds the canary:\n{logs}"
+    );
+    assert!(
+        logs.contains("arg --hf-token changed") || logs.contains("arg --hf-token"),
+        "{logs}"
+    );
+    fn walk(dir: &Path, hits: &mut Vec<PathBuf>, n: &mut usize) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, hits, n);
+            } else {
+                *n += 1;
+                let bytes = std::fs::read(&p).unwrap();
+                if bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()) {
+                    hits.push(p);
+                }
+            }
+        }
+    }
+    let (mut hits, mut n) = (Vec::new(), 0);
+    walk(&root, &mut hits, &mut n);
+    assert!(n > 10, "launch records, store, stats were written");
+    assert!(hits.is_empty(), "the canary is in {hits:?}");
+}
+
+#[test]
+fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    assert_eq!(tiny(&root, "a", 10, &[]).code, 0, "creates .keepwrap/");
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(state(&root).join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    std::fs::write(state(&root).join("lock"), "the test (pid 1)\n").unwrap();
+    let b = tiny(&root, "b", 10, &["--lock-timeout", "300ms"]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(
+        b.logged("waiting up to 300ms for the cache lock .keepwrap/lock, held by the test (pid 1)"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.logged("warning: gave up waiting 300ms for the cache lock .keepwrap/lock (launch), held by the test (pid 1): the launch goes on without keeping the cache"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        !b.logged("prune:"),
+        "the cache is not touched: {}",
+        b.stderr
+    );
+    assert!(store_entries(&root).is_empty(), "a's set was not stored");
+    drop(lock);
+    let b = tiny(&root, "b", 10, &[]);
+    assert!(b.logged("prune: kept 0, stored 1,"), "{}", b.stderr);
+}
+
+// ---- the store obeys the same trust as the live tree ----
+
+/// Arm `a` tunes and signs, arm `b` stores it: `a`'s entry in the store.
+fn a_stored(root: &Path) -> PathBuf {
+    for name in ["a", "b"] {
+        let b = tiny(root, name, 100, &[]);
+        assert_eq!(b.code, 0, "{}", b.stderr);
+    }
+    let entry = state(root).join("store").join(fp_of_tiny("a", 100));
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
+    entry
+}
+
+#[test]
+fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    let f = entry.join("rank_tp0_pp0_dp0.json");
+    let before = std::fs::read(&f).unwrap();
+    let after = String::from_utf8(before.clone())
+        .unwrap()
+        .replacen('x', "y", 1);
+    assert_eq!(after.len(), before.len());
+    std::fs::write(&f, &after).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged(&format!(
+            "warning: store: the stored set of this launch is not intact ({TINY_DIR}/rank_tp0_pp0_dp0.json: changed after signing); removed it, the launch tunes"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(!entry.exists(), "the edited entry is gone");
+}
+
+#[test]
+fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
+    // (what, directory below the entry, mode, owner)
+    // (A set of one directory is stored flat: the entry is that directory.)
+    let cases: [(&str, &str, u32, Option<u32>); 2] = [
+        ("the entry world-writable", "", 0o777, None),
+        ("the entry owned by another user", "", 0o755, Some(65534)),
+    ];
+    for (what, below, mode, owner) in cases {
+        if owner.is_some() && !common::has_need(is_root(), &format!("root to chown ({what})")) {
+            continue;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let entry = a_stored(&root);
+        let dir = entry.join(below);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+        }
+        let b = tiny(&root, "a", 100, &[]);
+        assert_eq!(b.code, 0, "{what}: {}", b.stderr);
+        assert!(!b.logged("restored "), "{what}: {}", b.stderr);
+        let warned: Vec<&str> = b
+            .log()
+            .into_iter()
+            .filter(|l| {
+                l.starts_with("keepwrap: warning: store: not restoring the stored set of this launch: in a directory another user can write (")
+            })
+            .collect();
+        assert_eq!(warned.len(), 1, "{what}: {}", b.stderr);
+        assert!(!entry.exists(), "{what}: the entry is removed");
+    }
+}
+
+#[test]
+fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    // b's set is in place now; the directory above it is world-writable.
+    let dir = root.join("0.7.2/sm121");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged(&format!(
+            "warning: store: not restoring the stored set of this launch into {TINY_DIR}: in a directory another user can write (0.7.2/sm121: world-writable without the sticky bit); it stays in the store"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
+}
+
+#[test]
+fn a_store_another_user_can_write_is_not_used() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let entry = a_stored(&root);
+    let store = state(&root).join("store");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let b = tiny(&root, "a", 100, &[]);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(
+        b.logged("warning: cannot open the store .keepwrap/ in ")
+            && b.logged(": store is a directory another user can write (world-writable without the sticky bit); "),
+        "{}",
+        b.stderr
+    );
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
+}

@@ -1,0 +1,122 @@
+//! Prune with the store and the trash together: a whole set of another
+//! launch moves into the store with its directory, a changed one goes to
+//! the trash whole, and recovery and the trash leave each other alone.
+
+use std::fs;
+use std::path::Path;
+
+use keepwrap::cache;
+use keepwrap::store::Store;
+
+const THIS: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+fn fp(c: char) -> String {
+    std::iter::repeat_n(c, 64).collect()
+}
+
+/// Directory `key` with `n` rank files, signed for launch `f` as one set.
+fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
+    let stage = tempfile::tempdir().unwrap();
+    let dir = format!("0.7.2/sm121/{key}");
+    fs::create_dir_all(stage.path().join(&dir)).unwrap();
+    for r in 0..n {
+        fs::write(
+            stage.path().join(format!("{dir}/rank_tp{r}_pp0_dp0.json")),
+            format!("{{\"_metadata\": {{}}, \"k{r}\": [1, 2]}}"),
+        )
+        .unwrap();
+    }
+    cache::sign(stage.path(), f).unwrap();
+    fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
+    fs::rename(stage.path().join(&dir), root.join(&dir)).unwrap();
+    // and the set's manifest
+    let sets = root.join(".keepwrap/sets");
+    fs::create_dir_all(&sets).unwrap();
+    let m = format!("{f}.json");
+    fs::rename(stage.path().join(".keepwrap/sets").join(&m), sets.join(&m)).unwrap();
+}
+
+fn prune(root: &Path, store: &Store) -> cache::PruneReport {
+    store.recover();
+    let r = cache::prune_stashing(root, THIS, &mut |fd, set| store.stash(fd, set)).unwrap();
+    store.sync();
+    r
+}
+
+fn wait_empty(dir: &Path) {
+    for _ in 0..400 {
+        if fs::read_dir(dir).map_or(true, |d| d.count() == 0) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("{} not emptied", dir.display());
+}
+
+#[test]
+fn a_whole_set_moves_with_its_directory_and_comes_back() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    let r = prune(root, &store);
+    assert_eq!((r.stored, r.removed), (4, 0));
+    assert!(!root.join("0.7.2/sm121/00000000000000aa").exists());
+    // Stored flat: the directory itself, with the set's manifest.
+    let stored = root.join(format!(".keepwrap/store/{a}"));
+    assert_eq!(fs::read_dir(&stored).unwrap().count(), 9);
+    assert!(stored.join(".set.json").is_file());
+    assert!(!root.join(format!(".keepwrap/sets/{a}.json")).exists());
+    let back = store.restore(&a).expect("restored");
+    assert_eq!(back.paths.len(), 4);
+    assert!(root
+        .join("0.7.2/sm121/00000000000000aa/rank_tp3_pp0_dp0.json")
+        .is_file());
+    // The set's manifest back in place: the set is whole for its launch.
+    assert!(root.join(format!(".keepwrap/sets/{a}.json")).is_file());
+    assert_eq!(
+        fs::read_dir(root.join(".keepwrap/store")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
+fn a_changed_set_goes_to_the_trash_whole_and_the_store_is_untouched() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let (a, b) = (fp('a'), fp('b'));
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    assert_eq!(prune(root, &store).stored, 4);
+    // b's set, one member changed after signing (same size).
+    signed_dir(root, "00000000000000bb", 4, &b);
+    let f = root.join("0.7.2/sm121/00000000000000bb/rank_tp2_pp0_dp0.json");
+    let mut bytes = fs::read(&f).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] = b'3';
+    fs::write(&f, &bytes).unwrap();
+    let r = prune(root, &store);
+    assert_eq!((r.stored, r.removed), (0, 4));
+    assert!(!root.join("0.7.2/sm121/00000000000000bb").exists());
+    wait_empty(&root.join(".keepwrap/trash"));
+    // a's entry is still whole, and recovery leaves the trash directory be.
+    assert_eq!(store.entries().len(), 1);
+    assert_eq!(store.recover(), 0);
+    assert!(root.join(".keepwrap/trash").is_dir());
+    assert!(store.restore(&a).is_some());
+}
+
+#[test]
+fn a_directory_with_something_else_is_stored_file_by_file() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 2, &a);
+    fs::write(root.join("0.7.2/sm121/00000000000000aa/README"), "mine").unwrap();
+    let store = Store::open(root).unwrap();
+    let r = prune(root, &store);
+    assert_eq!(r.stored, 2);
+    assert!(root.join("0.7.2/sm121/00000000000000aa/README").is_file());
+    assert!(store.manifest(&a).is_some());
+}
