@@ -51,7 +51,7 @@ pub use crate::digest::sha256_hex;
 pub use json::{json_object_entries, META_KEYS};
 pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
-    is_sha256_hex, manifest_name, open_sets, read_manifest, remove_manifest, set_id,
+    is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
     validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
 };
 
@@ -85,6 +85,10 @@ pub struct SignReport {
     /// first failed write and returns the error (the set is then incomplete,
     /// and the next prune trusts none of it).
     pub failed: usize,
+    /// With [`sign_unsettled`]: members were signed without their stamp
+    /// (their change time was too fresh to vouch for them); at this wall
+    /// clock time (ns) it has settled, and [`restamp`] can record it.
+    pub settle_at: Option<i64>,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
@@ -191,7 +195,23 @@ pub fn prune_then_empty(
 /// Writes nothing when the same set is already recorded (`unchanged`). A
 /// missing root gives an empty, unchanged report.
 pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
-    sign::sign(root, fingerprint)
+    sign::sign(root, fingerprint, sign::Settle::Wait)
+}
+
+/// [`sign`] without waiting for the change times of files written just
+/// now to settle: those members are signed without a stamp (the next
+/// prune reads and hashes them), and the report says when [`restamp`] can
+/// record their stamps.
+pub fn sign_unsettled(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+    sign::sign(root, fingerprint, sign::Settle::Later)
+}
+
+/// Record the stamps of the members of this launch's signed set that have
+/// none (their change times settled since): each read and hashed again,
+/// and only a file whose bytes are still the ones signed gets one. Writes
+/// nothing when the files present are not exactly that set any more.
+pub fn restamp(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+    sign::sign(root, fingerprint, sign::Settle::Restamp)
 }
 
 /// Why the directory `rel` below the open root (or the root itself, or a

@@ -380,6 +380,7 @@ impl Keeper {
             profile: self.profile,
             inputs: std::mem::take(&mut self.inputs),
             share: self.share.take(),
+            settle_at: None,
         };
         self.session = Some(Session {
             policy: Policy::new(rule, self.launched),
@@ -696,6 +697,8 @@ struct Committer {
     profile: &'static str,
     inputs: serde_json::Value,
     share: Option<Share>,
+    /// When the members signed without a stamp settle ([`Committer::settle`]).
+    settle_at: Option<i64>,
 }
 
 impl Committer {
@@ -746,7 +749,9 @@ impl Committer {
         let Ok(_lock) = self.commit_lock() else {
             return Vec::new();
         };
-        let report = match cache::sign(&self.root, &self.fingerprint) {
+        // Files unify just wrote are signed at once, their stamps recorded
+        // once their change times settle (settle, after the report).
+        let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
@@ -756,6 +761,7 @@ impl Committer {
                 return Vec::new();
             }
         };
+        self.settle_at = report.settle_at;
         self.publish(&report);
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
@@ -840,9 +846,32 @@ impl Committer {
         }
     }
 
+    /// Record the stamps of the members the last sign could not stamp, once
+    /// their change times have settled (a wait of at most about 100 ms), so
+    /// that the next launch trusts them without reading them.
+    fn settle(&mut self) {
+        let Some(at) = self.settle_at.take() else {
+            return;
+        };
+        let wait = at.saturating_sub(cache::now_ns());
+        if wait > 1_000_000_000 {
+            return;
+        }
+        if wait > 0 {
+            std::thread::sleep(Duration::from_nanos(wait as u64));
+        }
+        let Ok(_lock) = self.commit_lock() else {
+            return;
+        };
+        if let Err(e) = cache::restamp(&self.root, &self.fingerprint) {
+            tracing::debug!("cannot record the stamps of the files just signed: {e}");
+        }
+    }
+
     /// Before keepwrap exits: write the statistics this launch gathered
     /// (once, under the lock), and let the share's publication finish.
     fn finish(&mut self) {
+        self.settle();
         if let (Some(s), true) = (&self.store, Stats::pending()) {
             if let Ok(_lock) = self.commit_lock() {
                 Stats::flush(s.state_fd());
@@ -912,6 +941,7 @@ impl Worker {
                             break;
                         }
                         let _ = (&wake_tx).write(&[1]);
+                        c.settle();
                     }
                 }
                 c.finish();
