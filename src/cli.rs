@@ -209,7 +209,7 @@ pub struct FingerprintCmd {
 #[derive(Debug, Clone, Args)]
 pub struct FingerprintArgs {
     /// Fingerprint profile: which env vars and arguments identify a launch
-    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "sglang")]
+    #[arg(long, value_enum, env = "KEEPWRAP_PROFILE", default_value = "auto")]
     pub profile: ProfileName,
 
     /// Also fingerprint env vars whose name starts with PREFIX (repeatable)
@@ -290,7 +290,7 @@ pub struct RunArgs {
 
     /// Rewrite the rank files of each cache directory as their union at commit,
     /// so SGLang's stock entry gate sees agreement under expert parallelism
-    /// (auto: on for the sglang and seed profiles)
+    /// (auto: on for the sglang and seed profiles, off for vllm)
     #[arg(
         long,
         value_enum,
@@ -631,7 +631,8 @@ pub fn main() -> ExitCode {
         }
         Some(Sub::Status(cmd)) => {
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
             let code = crate::cmd::status::run(
                 root,
                 &cmd.fingerprint.options(),
@@ -656,7 +657,8 @@ pub fn main() -> ExitCode {
                 );
             }
             let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-            let root = crate::root::place::root_from(cmd.cache_dir.as_deref(), &env);
+            let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+            let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
             crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
         }
         None => {

@@ -178,9 +178,10 @@ pub fn flock_range(kind: libc::c_short, start: i64, len: i64) -> libc::flock {
 pub fn child_setup(cmd: &mut Command, signal_max: i32) {
     // SAFETY: the closure runs in the child between fork and exec, where
     // only async-signal-safe functions may run: it calls tcgetpgrp,
-    // getpgrp, setpgid, tcsetpgrp, getpid, rt_sigaction (through
-    // `set_disposition`) and sigprocmask, and allocates nothing (an
-    // `io::Error` made from an errno holds no heap memory).
+    // getpgrp, setpgid, tcsetpgrp, getpid, the raw rt_sigaction (through
+    // `set_disposition`) and the C library's sigprocmask (through nix), all of
+    // them async-signal-safe, and allocates nothing (an `io::Error` made
+    // from an errno holds no heap memory; the closure captures one i32).
     unsafe {
         cmd.pre_exec(move || {
             // SAFETY: nothing in the child closes fd 0 before exec; it is

@@ -14,6 +14,7 @@ use nix::dir::{Dir, Type};
 use tracing::warn;
 
 use super::fsx::{self, Kind};
+pub use super::layout_vllm::{shape, Shape};
 
 /// What a directory entry's name makes it, before its type is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +34,17 @@ pub enum Role {
 pub const CACHE_EXT: &[u8] = b".json";
 pub const SIDECAR_EXT: &[u8] = b".launch";
 
-/// What the name of an entry of a `<key16>/` directory makes it.
+/// What the name of an entry of a folder of cache files makes it, in the
+/// tree's shape (see [`super::layout_vllm`]).
 pub fn role(name: &[u8]) -> Role {
+    match shape() {
+        Shape::Sglang => sglang_role(name),
+        Shape::VllmTree | Shape::VllmFlat => super::layout_vllm::role(name),
+    }
+}
+
+/// What the name of an entry of a `<key16>/` directory makes it.
+fn sglang_role(name: &[u8]) -> Role {
     const RANK: &[u8] = b"rank_";
     if name.starts_with(RANK)
         && name.ends_with(CACHE_EXT)
@@ -55,22 +65,35 @@ pub fn role(name: &[u8]) -> Role {
     }
 }
 
-/// The depth of the `<key16>/` directories below the root.
-pub const KEY_DEPTH: usize = 3;
+/// The depth of the folders of cache files in the tree's shape.
+pub fn key_depth() -> usize {
+    shape().key_depth()
+}
+
+/// A FlashInfer version directory: `0.7.2`, `0.6.1.post2`, `unknown`.
+pub fn is_version_dir(name: &[u8]) -> bool {
+    name == b"unknown"
+        || (name.first().is_some_and(u8::is_ascii_digit)
+            && name.contains(&b'.')
+            && name
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(b)))
+}
 
 /// Is `name` the name of a directory of the engine's layout at `depth`
-/// (the root is 0): `<version>` (`0.7.2`, `0.6.1.post2`, `unknown`),
-/// `sm<arch>` (`sm90`, `sm121`), `<key16>` (16 lowercase hex digits)?
+/// (the root is 0), in the tree's shape? SGLang's: `<version>` (`0.7.2`,
+/// `0.6.1.post2`, `unknown`), `sm<arch>` (`sm90`, `sm121`), `<key16>` (16
+/// lowercase hex digits).
 pub fn is_layout_dir(depth: usize, name: &[u8]) -> bool {
+    match shape() {
+        Shape::Sglang => sglang_layout_dir(depth, name),
+        s => super::layout_vllm::is_layout_dir(s, depth, name),
+    }
+}
+
+fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
     match depth {
-        0 => {
-            name == b"unknown"
-                || (name.first().is_some_and(u8::is_ascii_digit)
-                    && name.contains(&b'.')
-                    && name
-                        .iter()
-                        .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(b)))
-        }
+        0 => is_version_dir(name),
         1 => {
             name.len() > 2
                 && name.len() <= 8
@@ -92,8 +115,10 @@ pub fn is_layout_dir(depth: usize, name: &[u8]) -> bool {
 /// directory, `runs/`, keepwrap's `.keepwrap/` at the root)? What is not is
 /// left alone, and reported.
 pub fn is_engines(depth: usize, name: &[u8], kind: Kind) -> bool {
-    if depth < KEY_DEPTH {
+    if depth < key_depth() {
         return (depth == 0 && name == crate::STATE_DIR.as_bytes())
+            || (kind == Kind::Dir
+                && super::layout_vllm::is_engines_unwalked(shape(), depth, name))
             || (matches!(kind, Kind::Dir | Kind::Symlink) && is_layout_dir(depth, name));
     }
     match role(name) {
@@ -201,7 +226,7 @@ pub struct DirView<'a> {
     pub untrusted: Option<&'a Untrusted>,
     /// The parent directory and this directory's name in it (None for the root).
     pub parent: Option<(BorrowedFd<'a>, &'a [u8])>,
-    /// 0 for the root, [`KEY_DEPTH`] for a `<key16>/` directory.
+    /// 0 for the root, [`key_depth`] for a folder of cache files.
     pub depth: usize,
 }
 
@@ -209,7 +234,7 @@ impl DirView<'_> {
     /// What an entry called `name` is here: its [`role`] in a `<key16>/`
     /// directory, [`Role::Other`] anywhere else.
     pub fn role(&self, name: &[u8]) -> Role {
-        if self.depth == KEY_DEPTH {
+        if self.depth == key_depth() {
             role(name)
         } else {
             Role::Other

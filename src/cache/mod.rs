@@ -6,7 +6,8 @@
 //! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
 //! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
 //! that shape are judged (`runs/` is left alone); anything else under the
-//! root is never touched, and reported once.
+//! root is never touched, and reported once. A vLLM launch's tree has
+//! vLLM's shape instead (`layout_vllm`: `<sha256>/autotune_configs*.json`).
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
@@ -34,6 +35,7 @@ pub mod fsx;
 mod json;
 mod judge;
 mod layout;
+pub mod layout_vllm;
 mod prune;
 pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
@@ -108,7 +110,7 @@ pub fn is_cache_file(rel: &Path) -> bool {
             }
             depth += 1;
         } else {
-            return depth == layout::KEY_DEPTH && layout::role(name) == layout::Role::Cache;
+            return depth == layout::key_depth() && layout::role(name) == layout::Role::Cache;
         }
     }
     false

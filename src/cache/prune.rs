@@ -161,8 +161,9 @@ pub fn prune(
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
         warn!(
-            "left {n} {} under the cache root untouched: not the engine's autotune cache (first: {first}); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
-            if n == 1 { "entry" } else { "entries" }
+            "left {n} {} under the cache root untouched: not the engine's autotune cache (first: {first}); {}",
+            if n == 1 { "entry" } else { "entries" },
+            layout::shape().root_hint()
         );
     }
     let r = &st.report;
@@ -218,7 +219,7 @@ impl State<'_, '_> {
                 }
             }
         }
-        if dir.depth < layout::KEY_DEPTH {
+        if dir.depth < layout::key_depth() {
             // Above the rank files: only links where the engine would find
             // a directory of its layout.
             for e in &listing.ents {

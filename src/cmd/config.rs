@@ -64,10 +64,30 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 }
 
 /// The cache root a run would guard, and what it came from.
-fn root_setting(run: &Settings, cache_dir: &Setting, env: &[(OsString, OsString)]) -> Setting {
-    let root = crate::root::place::root_from(run.cache_dir.as_deref(), env);
+fn root_setting(
+    run: &Settings,
+    cache_dir: &Setting,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Setting {
+    let vllm = run.fingerprint.profile.resolve_for(command, env)
+        == crate::launch::fingerprint::ProfileName::Vllm;
+    let root = if vllm {
+        crate::keeper::vllm::root(run.cache_dir.as_deref(), env).ok()
+    } else {
+        crate::root::place::root_from(run.cache_dir.as_deref(), env)
+    };
+    let vllm_var = [
+        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "VLLM_CACHE_ROOT",
+        "XDG_CACHE_HOME",
+    ]
+    .into_iter()
+    .find(|v| crate::root::place::is_set(env, v));
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
+    } else if vllm {
+        ("default", Some(vllm_var.unwrap_or("HOME").to_string()))
     } else if crate::root::place::is_set(env, "SGLANG_CACHE_DIR") {
         ("default", Some("SGLANG_CACHE_DIR".to_string()))
     } else {
@@ -94,7 +114,7 @@ pub fn print(
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut all = settings(cmd, matches);
     let cache_dir = all.iter().find(|s| s.name == "cache-dir");
-    let root = cache_dir.map(|c| root_setting(run, c, &env));
+    let root = cache_dir.map(|c| root_setting(run, c, command, &env));
     all.extend(root);
     all.push(Setting {
         name: "log".into(),
@@ -120,6 +140,14 @@ pub fn print(
             value: Some(resolved),
             source,
             origin: done.and_then(|d| d.origin.clone()),
+            variable: None,
+        });
+        let profile = all.iter().find(|s| s.name == "profile");
+        all.push(Setting {
+            name: "profile-for-command".into(),
+            value: Some(launch.profile().as_str().to_string()),
+            source: profile.map_or("default", |p| p.source),
+            origin: profile.and_then(|p| p.origin.clone()),
             variable: None,
         });
     }

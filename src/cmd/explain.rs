@@ -30,7 +30,7 @@ pub fn print(root: Option<PathBuf>, opts: &Options, command: &[OsString]) -> Exi
     out.push_str(&format!(
         "this launch: {} ({} profile)",
         short(&fp),
-        opts.profile.as_str()
+        launch.profile().as_str()
     ));
     match &own {
         Some(r) => out.push_str(&format!(

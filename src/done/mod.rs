@@ -2,6 +2,7 @@
 
 pub mod owner;
 pub mod progress;
+pub mod vllm;
 pub mod watch;
 
 use std::ffi::OsString;
@@ -63,6 +64,12 @@ pub enum Done {
     Quiet(Duration),
     /// The child exits 0.
     Exit,
+    /// A headless vLLM node: the first 200 from the head's endpoint (another
+    /// process, on another node: trusted as given).
+    HeadHealth(Endpoint),
+    /// A headless vLLM node without the head's address: every one of these
+    /// rank files (names) has landed, then none for this long.
+    RankFiles(Vec<String>, Duration),
 }
 
 impl DoneRule {
@@ -70,11 +77,18 @@ impl DoneRule {
     /// inside a shell wrapper, its config file included).
     pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
         match self {
+            DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
+                Some(v) => vllm::auto_done(v),
+                None => Ok(Done::Exit),
+            },
             DoneRule::Auto if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
             DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
-            DoneRule::Health(None) => Ok(Done::Health(Endpoint::of_launch(launch))),
+            DoneRule::Health(None) => match launch.vllm() {
+                Some(v) => vllm::auto_done(v),
+                None => Ok(Done::Health(Endpoint::of_launch(launch))),
+            },
             DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),
             DoneRule::Quiet(d) => Ok(Done::Quiet(*d)),
         }
@@ -91,6 +105,17 @@ impl std::fmt::Display for Done {
                 humantime::format_duration(*d)
             ),
             Done::Exit => write!(f, "when the command exits 0"),
+            Done::HeadHealth(ep) => write!(
+                f,
+                "when GET {ep} (the head's API server; this node is headless) first answers 200"
+            ),
+            Done::RankFiles(names, d) => write!(
+                f,
+                "when this headless node's {} rank files ({}) have landed and no cache file has for {}",
+                names.len(),
+                names.join(", "),
+                humantime::format_duration(*d)
+            ),
         }
     }
 }

@@ -12,6 +12,7 @@
 pub mod explain;
 pub mod policy;
 mod settings;
+pub mod vllm;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
@@ -33,7 +34,7 @@ use crate::done::owner;
 use crate::done::watch::{self, Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
-use crate::launch::fingerprint::Launch;
+use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::root::lock::{self, CacheLock, LockError};
 use crate::root::running::{self, Identity, Marker, Runs, Seen, State, Verdict, Why};
 use crate::root::stats::Stats;
@@ -137,10 +138,25 @@ impl Keeper {
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
         let fingerprint = launch.fingerprint().to_string();
-        let Some(root) = cache_root(args, env) else {
-            tracing::warn!(
-                "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
-            );
+        let profile = launch.profile();
+        let root = if profile == ProfileName::Vllm {
+            vllm::root(args.cache_dir.as_deref(), env)
+                .map_err(|e| {
+                    tracing::warn!(
+                        "no cache root: {e}; the launch goes on without keeping the cache"
+                    )
+                })
+                .ok()
+        } else {
+            let root = cache_root(args, env);
+            if root.is_none() {
+                tracing::warn!(
+                    "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+                );
+            }
+            root
+        };
+        let Some(root) = root else {
             return Prepared::default();
         };
         crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
@@ -157,9 +173,10 @@ impl Keeper {
         tracing::info!(
             "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
             short(&fingerprint),
-            args.fingerprint.profile.as_str(),
+            profile.as_str(),
             root.display()
         );
+        vllm::note_managed_store(&launch, env);
         if !ensure_root(&root) {
             return Prepared::default();
         }
@@ -175,13 +192,17 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = Share::new(
-            &args.share,
-            &launch,
-            argv,
-            args.unifies(),
-            args.store_max_age,
-        );
+        let share = if profile == ProfileName::Vllm {
+            vllm::share(&args.share, &launch, args.store_max_age)
+        } else {
+            Share::new(
+                &args.share,
+                &launch,
+                argv,
+                args.unifies(profile),
+                args.store_max_age,
+            )
+        };
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -288,14 +309,15 @@ impl Keeper {
             launched,
             kept,
             session: None,
-            unify: args.unifies(),
+            unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: args.fingerprint.profile.as_str(),
+            profile: profile.as_str(),
             inputs,
             share,
         };
         keeper.take_share_union();
+        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept();
         let after_start: Box<dyn FnOnce() + Send> = Box::new(move || {
             if let Some(job) = after_start {
@@ -344,7 +366,17 @@ impl Keeper {
         let Some(share) = self.share.as_ref() else {
             return;
         };
-        if let Some(signed) = share.take_union(&self.root, &self.fingerprint) {
+        let taken = if self.profile == ProfileName::Vllm.as_str() {
+            // vLLM: each node keeps its own ranks' files; a node whose
+            // cache is empty takes its own back from a complete set.
+            if !self.kept.is_empty() {
+                return;
+            }
+            vllm::take_own(share, &self.root, &self.fingerprint)
+        } else {
+            share.take_union(&self.root, &self.fingerprint)
+        };
+        if let Some(signed) = taken {
             // keepwrap's own writes are not landings of the engine.
             self.watcher.read();
             self.kept = signed;
@@ -368,6 +400,23 @@ impl Keeper {
             }
             Done::Quiet(d) => Rule::Quiet(*d),
             Done::Exit => Rule::Exit,
+            Done::HeadHealth(endpoint) => {
+                self.probe = Some(Probe::new(
+                    endpoint.clone(),
+                    self.probe_interval,
+                    self.probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::RankFiles(_, d) => Rule::Quiet(*d),
+        };
+        let policy = match &self.done {
+            Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
+            Done::RankFiles(names, _) => {
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+            }
+            _ => Policy::new(rule, self.launched),
         };
         let committer = Committer {
             root: self.root.clone(),
@@ -383,7 +432,7 @@ impl Keeper {
             settle_at: None,
         };
         self.session = Some(Session {
-            policy: Policy::new(rule, self.launched),
+            policy,
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
@@ -465,8 +514,10 @@ impl Keeper {
         // No other probe until this one's answer is judged.
         probe.defer(now);
         let url = probe.endpoint().to_string();
+        // A headless node probes the head: another process by design.
+        let head = matches!(self.done, Done::HeadHealth(_));
         let report = match probe.addr() {
-            Some(addr) if owner::is_local(addr) => s.worker.run(Job::Owner {
+            Some(addr) if owner::is_local(addr) && !head => s.worker.run(Job::Owner {
                 addr,
                 name: !s.named,
                 at: now,

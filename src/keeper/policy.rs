@@ -104,6 +104,36 @@ pub struct Policy {
     foreign_said: bool,
     /// Cache files that landed after done.
     late: BTreeSet<PathBuf>,
+    /// A headless node (vLLM `--headless`): its exit says nothing about
+    /// tuning, so an exit 0 neither makes tuning done nor signs what
+    /// landed after done.
+    headless: bool,
+    /// With a quiet window: the file names that must all have landed (or
+    /// be present from the start) before the window can close.
+    expect: Option<Expect>,
+}
+
+/// The rank files a quiet window waits for, and those seen so far.
+#[derive(Debug, Default)]
+struct Expect {
+    names: BTreeSet<String>,
+    seen: BTreeSet<String>,
+}
+
+impl Expect {
+    fn see(&mut self, files: &[PathBuf]) {
+        for f in files {
+            if let Some(n) = f.file_name().and_then(|n| n.to_str()) {
+                if self.names.contains(n) {
+                    self.seen.insert(n.to_string());
+                }
+            }
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.seen.len() == self.names.len()
+    }
 }
 
 /// A signal's name (`SIGTERM`), or its number.
@@ -129,7 +159,29 @@ impl Policy {
             other: false,
             foreign_said: false,
             late: BTreeSet::new(),
+            headless: false,
+            expect: None,
         }
+    }
+
+    /// A headless node: an exit 0 is never tuning done. With `expect`
+    /// (file names), a quiet window closes only once every one of them has
+    /// landed; `present` are the cache files there from the start (kept for
+    /// this launch), which count as landed at the launch.
+    pub fn headless(mut self, expect: Option<Vec<String>>, present: &[PathBuf]) -> Policy {
+        self.headless = true;
+        if let Some(names) = expect {
+            let mut e = Expect {
+                names: names.into_iter().collect(),
+                seen: BTreeSet::new(),
+            };
+            e.see(present);
+            if e.complete() {
+                self.last_landing = Some(self.launched);
+            }
+            self.expect = Some(e);
+        }
+        self
     }
 
     /// Still waiting for done, and able to reach it while the engine runs.
@@ -144,6 +196,9 @@ impl Policy {
 
     /// When the quiet window closes, if it is the rule and open.
     pub fn deadline(&self) -> Option<Instant> {
+        if self.expect.as_ref().is_some_and(|e| !e.complete()) {
+            return None;
+        }
         match (self.rule, self.last_landing) {
             (Rule::Quiet(d), Some(t)) if self.waiting() => Some(t.checked_add(d).unwrap_or(t)),
             _ => None,
@@ -192,7 +247,12 @@ impl Policy {
             return;
         }
         match self.phase {
-            Phase::Tuning => self.last_landing = Some(at),
+            Phase::Tuning => {
+                if let Some(e) = self.expect.as_mut() {
+                    e.see(&files);
+                }
+                self.last_landing = Some(at);
+            }
             Phase::Done => {
                 let first = self.late.is_empty();
                 self.late.extend(files);
@@ -252,6 +312,10 @@ impl Policy {
                         "not signing: the engine ended with status {ended} after keepwrap forwarded {}: a stop is never tuning done",
                         signal_name(sig)
                     )));
+                } else if self.headless && ended.succeeded() {
+                    out.push(Action::Info(
+                        "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning".to_string(),
+                    ));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
                     out.push(Action::Info(format!(
                         "tuning is done: the command exited 0 ({} after the launch)",
@@ -274,6 +338,10 @@ impl Policy {
                     out.push(Action::Info(format!(
                         "not signing the {n} cache files that landed after tuning was done: the engine ended with status {ended} after keepwrap forwarded {}; {keep}",
                         signal_name(sig)
+                    )));
+                } else if ended.succeeded() && self.headless {
+                    out.push(Action::Info(format!(
+                        "not signing the {n} cache files that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {keep}"
                     )));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });

@@ -91,16 +91,15 @@ pub enum UnifyMode {
 }
 
 impl Settings {
-    /// Whether this launch unifies rank files.
-    pub fn unifies(&self) -> bool {
+    /// Whether a launch fingerprinted with `profile` (resolved) unifies
+    /// rank files.
+    pub fn unifies(&self, profile: ProfileName) -> bool {
         match self.unify {
             UnifyMode::On => true,
             UnifyMode::Off => false,
-            // Both profiles front an SGLang engine, whose stock gate needs it.
-            UnifyMode::Auto => matches!(
-                self.fingerprint.profile,
-                ProfileName::Sglang | ProfileName::Seed
-            ),
+            // The SGLang profiles front an SGLang engine, whose stock gate
+            // needs it; vLLM's gate passes per-rank files as they are.
+            UnifyMode::Auto => matches!(profile, ProfileName::Sglang | ProfileName::Seed),
         }
     }
 }

@@ -301,7 +301,7 @@ impl Command {
     /// that cannot be read but mentions `python` or `sglang`. Everything
     /// else (`bash`, `sleep`, `nvidia-smi`, a script) is only supervised.
     pub fn is_engine(&self) -> bool {
-        if self.server.is_some() {
+        if self.server.is_some() || vllm::recognise(&self.argv).is_some() {
             return true;
         }
         let words = strings(&self.argv);

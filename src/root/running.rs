@@ -69,6 +69,18 @@ pub const RANK_FLAGS: [&str; 4] = [
     "--dp-rank",
 ];
 
+/// [`RANK_FLAGS`] and vLLM's short aliases of the first three, for a vLLM
+/// launch.
+pub const VLLM_RANK_FLAGS: [&str; 7] = [
+    "--node-rank",
+    "--data-parallel-rank",
+    "--data-parallel-start-rank",
+    "--dp-rank",
+    "-r",
+    "-dpn",
+    "-dpr",
+];
+
 /// What a launch on the root is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -124,13 +136,18 @@ impl Identity {
         env: &[(OsString, OsString)],
         node_local: &[String],
     ) -> Identity {
-        let ranks = rank_values(argv);
+        let flags: &[&'static str] = if launch.vllm().is_some() {
+            &VLLM_RANK_FLAGS
+        } else {
+            &RANK_FLAGS
+        };
+        let ranks = rank_values(argv, flags);
         // `--node-rank` is left out of the cluster fingerprint already; the
         // data-parallel ranks only when present (rarely: a second pass).
         let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
             let mut opts = opts.clone();
             opts.ignored_args
-                .extend(RANK_FLAGS.iter().map(|f| f.to_string()));
+                .extend(flags.iter().map(|f| f.to_string()));
             Launch::new(&opts, argv, env).cluster_fingerprint(node_local)
         } else {
             launch.cluster_fingerprint(node_local)
@@ -159,7 +176,7 @@ impl Identity {
 
 /// `(flag, value)` of each rank flag in `argv` (the last one wins), up to a
 /// bare `--`.
-fn rank_values(argv: &[OsString]) -> Vec<(&'static str, String)> {
+fn rank_values(argv: &[OsString], flags: &[&'static str]) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = Vec::new();
     let mut i = 1;
     while i < argv.len() {
@@ -167,7 +184,7 @@ fn rank_values(argv: &[OsString]) -> Vec<(&'static str, String)> {
         if tok == "--" {
             break;
         }
-        for flag in RANK_FLAGS {
+        for &flag in flags {
             let value = if tok == flag {
                 i += 1;
                 argv.get(i).map(|v| v.to_string_lossy().into_owned())
@@ -789,7 +806,7 @@ mod tests {
         .map(OsString::from)
         .collect();
         assert_eq!(
-            rank_values(&argv),
+            rank_values(&argv, &RANK_FLAGS),
             vec![
                 ("--data-parallel-rank", "3".to_string()),
                 ("--node-rank", "1".to_string())

@@ -167,9 +167,11 @@ fn checked_path(path: &str) -> Option<(&str, &str)> {
         None => ("", path),
     };
     let plain = |c: &str| !c.is_empty() && !c.starts_with('.');
+    // vLLM's file names are judged by the tree's shape (is_cache_file).
+    let sglang = cache::layout_vllm::shape() == cache::layout_vllm::Shape::Sglang;
     if !path.split('/').all(plain)
         || !cache::is_cache_file(Path::new(path))
-        || RankId::from_file_name(name).is_none()
+        || (sglang && RankId::from_file_name(name).is_none())
     {
         return None;
     }
@@ -178,7 +180,7 @@ fn checked_path(path: &str) -> Option<(&str, &str)> {
 
 /// Open (creating as needed) the directory `rel` below `base`, one component
 /// at a time, never following a symlink.
-fn mkdirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
+pub(crate) fn mkdirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
     let mut cur = base.try_clone_to_owned()?;
     for comp in rel.split('/').filter(|c| !c.is_empty()) {
         match mkdirat(cur.as_fd(), comp, Mode::from_bits_truncate(0o755)) {
@@ -460,17 +462,29 @@ pub enum Gathered {
 /// there, take the union of each cache directory (`me` is this node's rank).
 /// An error means the share itself cannot be read.
 pub fn gather(share: &Path, cluster: &str, me: Node) -> io::Result<Gathered> {
+    Ok(match gather_nodes(share, cluster, me)? {
+        Err(missing) => Gathered::Incomplete(missing),
+        Ok(nodes) => Gathered::Complete(union_of(nodes, me.rank)),
+    })
+}
+
+/// Every node's verified publication of `cluster`, or the nodes whose
+/// publication is missing or does not verify, with why.
+#[allow(clippy::type_complexity)]
+pub fn gather_nodes(
+    share: &Path,
+    cluster: &str,
+    me: Node,
+) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, String)>>> {
     let share_fd = open_share(share)?;
     let cluster_dir = match fsx::open_dir_at(share_fd.as_fd(), TOP)
         .and_then(|top| fsx::open_dir_at(top.as_fd(), cluster))
     {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(Gathered::Incomplete(
-                (0..me.nnodes)
-                    .map(|r| (r, "no manifest".to_string()))
-                    .collect(),
-            ))
+            return Ok(Err((0..me.nnodes)
+                .map(|r| (r, "no manifest".to_string()))
+                .collect()))
         }
         Err(e) => return Err(e),
     };
@@ -490,9 +504,9 @@ pub fn gather(share: &Path, cluster: &str, me: Node) -> io::Result<Gathered> {
         }
     }
     if !missing.is_empty() {
-        return Ok(Gathered::Incomplete(missing));
+        return Ok(Err(missing));
     }
-    Ok(Gathered::Complete(union_of(nodes, me.rank)))
+    Ok(Ok(nodes))
 }
 
 /// The union, per cache directory, of every node's rank files. Where two
@@ -540,7 +554,7 @@ pub fn union_of(nodes: Vec<NodeFiles>, me: u32) -> Vec<DirUnion> {
 
 /// Run `f` on a short-lived thread and wait at most `timeout` for it. `None`
 /// on timeout (the thread is abandoned). Runs inline if no thread starts.
-fn bounded<T: Send + 'static>(
+pub(crate) fn bounded<T: Send + 'static>(
     timeout: Duration,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
@@ -593,7 +607,18 @@ impl Share {
             );
             return None;
         }
-        let node = match node_of(argv) {
+        Share::for_node(args, launch, node_of(argv), max_age)
+    }
+
+    /// [`Share::new`] for a launch whose place among the nodes is `node`.
+    pub fn for_node(
+        args: &Settings,
+        launch: &Launch,
+        node: Result<Node, String>,
+        max_age: Duration,
+    ) -> Option<Share> {
+        let dir = args.dir.clone()?;
+        let node = match node {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("share: {e}; the share {} is not used", dir.display());
@@ -691,6 +716,11 @@ impl Share {
                 None
             }
         }
+    }
+
+    /// The share directory, this launch's cluster fingerprint and place.
+    pub fn parts(&self) -> (&Path, &str, Node, Duration) {
+        (&self.dir, &self.cluster, self.node, self.timeout)
     }
 
     /// At commit: publish this node's signed rank files (in the background;

@@ -788,7 +788,9 @@ impl Store {
             ));
         }
         if let Some(dir) = &set.dir {
-            if set.checked.len() == set.set.members.len() {
+            // A directory right below the root (vLLM's `<sha256>/` under
+            // VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR) moves file by file.
+            if set.checked.len() == set.set.members.len() && dir.contains('/') {
                 return self.stash_dir(root, set, dir);
             }
         }

@@ -56,7 +56,7 @@ fn every_empty_variable_is_the_same_as_unset() {
         assert_eq!(entry["source"], "default", "{name}: {entry}");
     }
     assert_eq!(cfg["grace"]["value"], "5s");
-    assert_eq!(cfg["profile"]["value"], "sglang");
+    assert_eq!(cfg["profile"]["value"], "auto");
     assert_eq!(cfg["log"]["value"], "info");
     // And a launch runs: the child's status is the launch's.
     let mut cmd = kw(home.path());
@@ -78,7 +78,7 @@ fn an_invalid_variable_is_a_usage_error_naming_it_and_its_value() {
         ("KEEPWRAP_UNIFY", "sometimes"),
         ("KEEPWRAP_KILL_GROUP", "maybe"),
         ("KEEPWRAP_DISABLE", "2"),
-        ("KEEPWRAP_PROFILE", "vllm"),
+        ("KEEPWRAP_PROFILE", "trtllm"),
         ("KEEPWRAP_STORE_MAX_SIZE", "big"),
         ("KEEPWRAP_DONE", "later"),
         ("KEEPWRAP_LOG_FORMAT", "yaml"),

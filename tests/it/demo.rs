@@ -108,3 +108,55 @@ fn the_demo_says_it_is_building_before_the_build() {
     let ran = f.stderr.find("cargo ran").expect(&f.stderr);
     assert!(building < ran, "{}", f.stderr);
 }
+
+#[test]
+fn the_vllm_demo_reuses_restores_and_never_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("examples/demo-vllm.sh"));
+    common::without_keepwrap_env(&mut cmd);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("VLLM_") || k.starts_with("FAKE_") || k.starts_with("FLASHINFER_") {
+            cmd.env_remove(k);
+        }
+    }
+    let f = output(
+        cmd.env("KEEPWRAP_BIN", BIN)
+            .env("DEMO_DIR", dir.path())
+            .env("TUNE_MS", "2")
+            .env("KEEPWRAP_PROBE_INTERVAL", "50ms"),
+    );
+    assert_eq!(f.code, 0, "{}\n{}", f.stdout.join("\n"), f.stderr);
+    let out = f.stdout.join("\n");
+    let sections: Vec<&str> = out.split("== boot ").skip(1).collect();
+    assert_eq!(sections.len(), 7, "{out}");
+    for s in &sections[..6] {
+        assert!(s.contains("\nkeepwrap: launch fingerprint "), "{s}");
+        assert!(s.contains("(vllm profile)"), "{s}");
+    }
+    assert!(
+        sections[3].contains("\nkeepwrap: restored 2 cache files of this launch from the store")
+    );
+    assert!(sections[5].contains("hangs every warm boot of a MoE model"));
+    let rows: Vec<&String> = f
+        .stdout
+        .iter()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| boot"))
+        .collect();
+    assert_eq!(rows.len(), 7, "{out}");
+    let starts = [
+        "| 1 (cold) | 0.33.0 | (unset) | 48 |",
+        "| 2 (same launch) | 0.33.0 | (unset) | 0 |",
+        "| 3 (VLLM_* changed) | 0.33.0 | latency | 48 |",
+        "| 4 (back to boot 1) | 0.33.0 | (unset) | 0 |",
+        "| 5 (cold) | 0.31.0 | (unset) | 48 |",
+        "| 6 (warm) | 0.31.0 | (unset) | 48 |",
+        "| 7 (warm, --disable) | 0.31.0 | (unset) | - | exit 89: hung |",
+    ];
+    for (row, start) in rows.iter().zip(starts) {
+        assert!(row.starts_with(start), "{row}");
+    }
+    assert!(rows[1].ends_with("| reused 2 cache files signed for this launch |"));
+    assert!(rows[3].ends_with("| reused 2 cache files signed for this launch |"));
+}

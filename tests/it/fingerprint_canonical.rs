@@ -235,6 +235,14 @@ fn canonical_json_equals_python_json_dumps_in_every_style() {
         Tree::Map(vec![(b"a".to_vec(), Tree::List(vec![]))]),
     ]));
     trees.push(Tree::Str("\u{10FFFF}\u{80}\u{10FFFF}".as_bytes().to_vec()));
+    // Doubles exactly halfway between two shortest decimal strings: Python
+    // picks the even last digit, Rust's `{:e}` rounds up.
+    trees.push(Tree::List(vec![
+        Tree::Float(f64::from_bits(0xc318_6ebb_328c_5aa5)), // -1719287431763625.25
+        Tree::Float(f64::from_bits(0x4318_6ebb_328c_5aa5)),
+        Tree::Float(0.5),
+        Tree::Float(2.5e-320),
+    ]));
     trees.push(Tree::Map(
         [
             &b"\x80"[..],

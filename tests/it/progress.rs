@@ -6,12 +6,14 @@ use crate::common;
 use common::*;
 
 /// The `landed` lines of a launch whose engine saves `ranks` rank files
-/// `passes` times, and how long the launch took.
+/// `passes` times, and how long the launch took. Each file is written
+/// whole and renamed into place, as FlashInfer saves it: a reader never sees
+/// it half written.
 fn landed_lines(ranks: usize, passes: usize) -> (Vec<String>, std::time::Duration) {
     let h = tempfile::tempdir().unwrap();
     let root = h.path().join("root");
     let script = format!(
-        "d=\"$0/0.7.2/sm90/0123456789abcdef\"; mkdir -p \"$d\"; for p in $(seq {passes}); do i=0; while [ $i -lt {ranks} ]; do printf '{{\"_metadata\": {{}}, \"k%s\": 1}}' $p > \"$d/rank_tp${{i}}_pp0_dp0.json\"; i=$((i+1)); done; sleep 0.2; done"
+        "d=\"$0/0.7.2/sm90/0123456789abcdef\"; mkdir -p \"$d\"; for p in $(seq {passes}); do i=0; while [ $i -lt {ranks} ]; do printf '{{\"_metadata\": {{}}, \"k%s\": 1}}' $p > \"$d/.w$i\"; mv \"$d/.w$i\" \"$d/rank_tp${{i}}_pp0_dp0.json\"; i=$((i+1)); done; sleep 0.2; done"
     );
     let t0 = std::time::Instant::now();
     let f = output(

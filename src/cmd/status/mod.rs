@@ -46,11 +46,15 @@ pub fn run(
             }
         }
     }
-    let fp = (!command.is_empty()).then(|| {
+    let launch = (!command.is_empty()).then(|| {
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        Launch::new(opts, command, &env).fingerprint().to_string()
+        Launch::new(opts, command, &env)
     });
+    let fp = launch.as_ref().map(|l| l.fingerprint().to_string());
     let mut report = report(&root, fp.as_deref(), verify);
+    if let Some(l) = &launch {
+        crate::keeper::vllm::plan_shared_files(&mut report, l);
+    }
     report["store_max_size"] = json!(store_max_size);
     let text = if json_out {
         let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");

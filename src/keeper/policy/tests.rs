@@ -492,3 +492,77 @@ mod properties {
         }
     }
 }
+
+/// A headless vLLM node: its exit 0 is never tuning done, and what lands
+/// after done is not signed at its exit 0; with expected rank files, the
+/// quiet window closes only once all of them are there.
+#[test]
+fn a_headless_node() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let exit0 = |ms| Event::ChildEnded {
+        at: at(ms),
+        ended: Ended::Exited(0),
+    };
+    let has = |acts: &[Action], text: &str| {
+        acts.iter()
+            .any(|a| matches!(a, Action::Info(l) if l.contains(text)))
+    };
+    // waiting for the head: an exit 0 on its own is not done
+    let mut p = Policy::new(Rule::Health, t0).headless(None, &[]);
+    let acts = p.on(exit0(900));
+    assert!(
+        has(&acts, "a headless node exited 0 before tuning was done"),
+        "{acts:?}"
+    );
+    assert!(!acts.contains(&Action::SignDone));
+    // done by the head's 200, a late file, then exit 0: not signed
+    let mut p = Policy::new(Rule::Health, t0).headless(None, &[]);
+    assert!(p
+        .on(Event::ProbeOk {
+            at: at(100),
+            url: URL.into(),
+            owner: Owner::Remote
+        })
+        .contains(&Action::SignDone));
+    p.on(Event::Landed {
+        at: at(200),
+        files: vec![PathBuf::from("h/autotune_configs_dp0_rank1.json")],
+    });
+    let acts = p.on(exit0(300));
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::SignLate { .. })),
+        "{acts:?}"
+    );
+    assert!(
+        has(&acts, "a headless node's exit 0 says nothing about tuning"),
+        "{acts:?}"
+    );
+    // expected files: one of two landed, the window does not close
+    let names = vec![
+        "autotune_configs_dp1_rank2.json".to_string(),
+        "autotune_configs_dp1_rank3.json".to_string(),
+    ];
+    let mut p = Policy::new(QUIET, t0).headless(Some(names.clone()), &[]);
+    assert_eq!(p.deadline(), None);
+    p.on(Event::Landed {
+        at: at(100),
+        files: vec![PathBuf::from("h/autotune_configs_dp1_rank2.json")],
+    });
+    assert_eq!(p.deadline(), None);
+    assert!(p.on(Event::Tick(at(5000))).is_empty());
+    p.on(Event::Landed {
+        at: at(6000),
+        files: vec![PathBuf::from("h/autotune_configs_dp1_rank3.json")],
+    });
+    assert_eq!(p.deadline(), Some(at(6500)));
+    assert!(p.on(Event::Tick(at(6500))).contains(&Action::SignDone));
+    // present from the start (kept): the window runs from the launch
+    let kept: Vec<PathBuf> = names
+        .iter()
+        .map(|n| PathBuf::from(format!("h/{n}")))
+        .collect();
+    let mut p = Policy::new(QUIET, t0).headless(Some(names), &kept);
+    assert_eq!(p.deadline(), Some(at(500)));
+    assert!(p.on(Event::Tick(at(500))).contains(&Action::SignDone));
+}

@@ -31,18 +31,45 @@ use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
+    /// vllm for a vLLM server launch, else sglang
+    Auto,
     /// What a user of a stock SGLang image wants
     Sglang,
     /// Bit for bit the seed's launch_fingerprint()
     Seed,
+    /// What a user of a stock vLLM image wants
+    Vllm,
 }
 
 impl ProfileName {
     pub fn as_str(self) -> &'static str {
         match self {
+            ProfileName::Auto => "auto",
             ProfileName::Sglang => "sglang",
             ProfileName::Seed => "seed",
+            ProfileName::Vllm => "vllm",
         }
+    }
+
+    /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
+    /// through `env`, or inside a readable shell wrapper), else `sglang`.
+    /// Any other profile is itself.
+    pub fn resolve(self, command: &launch::Command) -> ProfileName {
+        match self {
+            ProfileName::Auto if launch::vllm::recognise(&command.argv).is_some() => {
+                ProfileName::Vllm
+            }
+            ProfileName::Auto => ProfileName::Sglang,
+            p => p,
+        }
+    }
+
+    /// [`ProfileName::resolve`] for a command and its environment.
+    pub fn resolve_for(self, argv: &[OsString], env: &[(OsString, OsString)]) -> ProfileName {
+        if self != ProfileName::Auto {
+            return self;
+        }
+        self.resolve(&launch::analyze(argv, env))
     }
 }
 
@@ -57,6 +84,7 @@ pub struct Options {
 
 mod profiles;
 mod text;
+pub mod vllm;
 
 pub use profiles::*;
 use text::*;
@@ -153,6 +181,8 @@ pub struct Launch {
     canonical: Option<Canonical>,
     /// The `sglang` profile fingerprints the canonical launch.
     canonical_payload: bool,
+    /// A vLLM server launch (`vllm` profile).
+    vllm: Option<vllm::VllmLaunch>,
     ignored: Ignored,
     fingerprint: Fingerprint,
 }
@@ -163,9 +193,10 @@ impl Launch {
     /// model directory) are read from the current directory, which the
     /// engine inherits.
     pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
-        let prof = profile(opts.profile);
-        let seed = opts.profile == ProfileName::Seed;
         let command = launch::analyze(argv, env);
+        let name = opts.profile.resolve(&command);
+        let prof = profile(name);
+        let seed = name == ProfileName::Seed;
 
         // Environment: the first occurrence of a name wins, as with getenv()
         // and Python's os.environ; assignments inside a shell wrapper come
@@ -207,10 +238,17 @@ impl Launch {
                 .find(|(k, _)| k.as_bytes() == name.as_bytes())
                 .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned())
         };
+        let is_vllm = name == ProfileName::Vllm;
         let canonical = command
             .server
             .as_ref()
+            .filter(|_| !is_vllm)
             .map(|s| Canonical::new(s, Path::new("."), &lookup));
+        let vllm = if is_vllm {
+            vllm::VllmLaunch::new(&command.argv, &command.wrapper, Path::new("."), &lookup)
+        } else {
+            None
+        };
 
         let mut env: Vec<EnvVar> = env
             .into_iter()
@@ -231,6 +269,9 @@ impl Launch {
             .iter()
             .map(|(f, k)| (f.to_string(), *k))
             .collect();
+        if is_vllm {
+            ignored.extend(vllm_ignored_args());
+        }
         for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
             let flag = if flag.starts_with('-') {
                 flag.clone()
@@ -259,7 +300,8 @@ impl Launch {
         mark_secrets(&mut args);
 
         let mut launch = Launch {
-            profile: opts.profile,
+            profile: name,
+            vllm,
             args,
             env,
             canonical_payload: !seed && canonical.is_some(),
@@ -283,6 +325,10 @@ impl Launch {
                 py_str(e.name.as_bytes()),
                 Value::String(py_str(e.value.as_bytes())),
             );
+        }
+        if let Some(v) = &self.vllm {
+            let payload = vllm::payload(v, env_json);
+            return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         let payload = match (&self.canonical, self.canonical_payload) {
             (Some(c), true) => {
@@ -323,6 +369,16 @@ impl Launch {
     /// The SGLang server launch in canonical form, if the command is one.
     pub fn canonical(&self) -> Option<&Canonical> {
         self.canonical.as_ref()
+    }
+
+    /// The vLLM server launch, if the command is one (`vllm` profile).
+    pub fn vllm(&self) -> Option<&vllm::VllmLaunch> {
+        self.vllm.as_ref()
+    }
+
+    /// The profile this launch was fingerprinted with (`auto` resolved).
+    pub fn profile(&self) -> ProfileName {
+        self.profile
     }
 
     /// Lines to log once at the launch: a config file that cannot be used, a
@@ -393,6 +449,16 @@ impl Launch {
                 env.insert(name, Value::String(env_value_hash(e)));
             }
         }
+        if let Some(v) = &self.vllm {
+            let (argv, ignored) = v.redacted_argv();
+            return json!({
+                "profile": self.profile.as_str(),
+                "argv": argv,
+                "env": env,
+                "ignored_args": ignored,
+                "volatile_env": volatile,
+            });
+        }
         if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
             let mut launch = c.to_json(&|g| self.ignored.contains(g));
             launch["args"] = c
@@ -461,6 +527,11 @@ impl Launch {
         let canonical = self.canonical.as_ref().filter(|_| self.canonical_payload);
         match canonical {
             Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, false),
+            None if self.vllm.is_some() => {
+                if let Some(v) = &self.vllm {
+                    v.explain(&mut out, false);
+                }
+            }
             None => {
                 if let Wrapper::Unreadable(why) = self.command.wrapper {
                     let _ = writeln!(out, "shell unreadable: {why}");
@@ -480,6 +551,11 @@ impl Launch {
         }
         match canonical {
             Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, true),
+            None if self.vllm.is_some() => {
+                if let Some(v) = &self.vllm {
+                    v.explain(&mut out, true);
+                }
+            }
             None => {
                 for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
                     let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
@@ -492,6 +568,21 @@ impl Launch {
         let _ = writeln!(out, "{}", self.fingerprint);
         out
     }
+}
+
+/// The `vllm` profile's ignored arguments for a command that is no vLLM
+/// server launch (exact names): the front-end and per-node arguments.
+fn vllm_ignored_args() -> impl Iterator<Item = (String, ArgKind)> {
+    use launch::vllm::{Takes, FRONT_END_ARGS, PER_NODE_ARGS};
+    FRONT_END_ARGS.iter().chain(PER_NODE_ARGS).flat_map(|a| {
+        let kind = match a.takes {
+            Takes::Nothing => ArgKind::Flag,
+            _ => ArgKind::Value,
+        };
+        std::iter::once(a.long)
+            .chain(a.short)
+            .map(move |f| (f.to_string(), kind))
+    })
 }
 
 /// `keepwrap fingerprint`: print the fingerprint (and with `explain` the

@@ -148,11 +148,23 @@ pub const SGLANG: Profile = Profile {
     ignored_args: SGLANG_IGNORED_ARGS,
 };
 
-/// The fixed part of profile `name`.
+/// The `vllm` profile: `VLLM_*` and `FLASHINFER_*` minus vLLM's volatile
+/// names; the front-end and per-node arguments are left out by the vLLM
+/// launch's canonical form (see `fingerprint::vllm`).
+pub const VLLM: Profile = Profile {
+    name: ProfileName::Vllm,
+    env_prefixes: crate::launch::vllm::ENV_PREFIXES,
+    volatile_env: crate::launch::vllm::VOLATILE_ENV,
+    volatile_env_tp4: &[],
+    ignored_args: &[],
+};
+
+/// The fixed part of profile `name` (`auto` before it is resolved: sglang).
 pub fn profile(name: ProfileName) -> &'static Profile {
     match name {
-        ProfileName::Sglang => &SGLANG,
+        ProfileName::Sglang | ProfileName::Auto => &SGLANG,
         ProfileName::Seed => &SEED,
+        ProfileName::Vllm => &VLLM,
     }
 }
 

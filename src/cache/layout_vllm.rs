@@ -1,0 +1,186 @@
+//! The shape of the tree keepwrap guards: SGLang's (`<version>/sm<arch>/<key16>/rank_*.json`)
+//! or vLLM's, whose names are disjoint from SGLang's.
+//!
+//! vLLM (0.27.1 and later) keeps FlashInfer's tactics in
+//! `$VLLM_CACHE_ROOT/flashinfer_autotune_cache/<flashinfer version>/<arch>/<sha256>/`
+//! ([`Shape::VllmTree`], the root being `.../flashinfer_autotune_cache`),
+//! or right in `$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR/<sha256>/`
+//! ([`Shape::VllmFlat`]). In a `<sha256>/` folder the engine's files are
+//! `autotune_configs_dp<D>_rank<R>.json` (layout C), `autotune_configs.json`
+//! (layout A), `autotune_config.json` (layout B), their temp files, and
+//! keepwrap's `<stem>.launch` sidecars. With the override variable, a
+//! one-rank launch on 0.33.0 keeps FlashInfer's managed store in `v2/`
+//! beside the folders: it is the engine's, and keepwrap never walks into it.
+//!
+//! One process keeps one launch's cache, so the shape is set once, before
+//! any cache work, by [`set_shape`]; until then (and in every unit test of
+//! the cache module) it is SGLang's.
+
+use std::sync::OnceLock;
+
+use crate::launch::vllm::{self as facts, FileKind};
+
+use super::layout::{Role, CACHE_EXT, SIDECAR_EXT};
+
+/// Which engine's cache tree the root holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `<version>/sm<arch>/<key16>/rank_*.json`
+    Sglang,
+    /// `<flashinfer version>/<arch>/<sha256>/autotune_configs*.json`
+    VllmTree,
+    /// `<sha256>/autotune_configs*.json` (`VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`)
+    VllmFlat,
+}
+
+static SHAPE: OnceLock<Shape> = OnceLock::new();
+
+/// Set the shape of the tree for this process (the first call wins).
+pub fn set_shape(shape: Shape) {
+    let _ = SHAPE.set(shape);
+}
+
+/// The shape of the tree this process guards (SGLang's unless set).
+pub fn shape() -> Shape {
+    SHAPE.get().copied().unwrap_or(Shape::Sglang)
+}
+
+/// The managed store's directory in a [`Shape::VllmFlat`] root.
+pub const MANAGED_STORE_DIR: &[u8] = b"v2";
+
+impl Shape {
+    /// The depth of the folders that hold the files (the root is 0).
+    pub fn key_depth(self) -> usize {
+        match self {
+            Shape::Sglang | Shape::VllmTree => 3,
+            Shape::VllmFlat => 1,
+        }
+    }
+
+    /// What the user should check when entries of another shape are found.
+    pub fn root_hint(self) -> &'static str {
+        match self {
+            Shape::Sglang => "is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
+            Shape::VllmTree | Shape::VllmFlat => "is --cache-dir vLLM's autotune cache directory ($VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else $VLLM_CACHE_ROOT/flashinfer_autotune_cache)?",
+        }
+    }
+}
+
+/// `<sha256 hex>`: vLLM's folder of one engine configuration.
+pub fn is_hash_dir(name: &[u8]) -> bool {
+    name.len() == 64
+        && name
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// FlashInfer's `<arch>` level: compute capabilities `_`-joined, each
+/// digits with an optional letter (`90a`, `100a_120f`, `80`).
+pub fn is_arch_dir(name: &[u8]) -> bool {
+    name.len() <= 64
+        && !name.is_empty()
+        && name.split(|&b| b == b'_').all(|cc| {
+            let digits = cc.iter().take_while(|b| b.is_ascii_digit()).count();
+            digits > 0
+                && (cc.len() == digits
+                    || (cc.len() == digits + 1 && cc[digits].is_ascii_lowercase()))
+        })
+}
+
+/// Is `name` a directory of vLLM's layout at `depth` in a root of `shape`?
+pub fn is_layout_dir(shape: Shape, depth: usize, name: &[u8]) -> bool {
+    match (shape, depth) {
+        (Shape::VllmFlat, 0) | (Shape::VllmTree, 2) => is_hash_dir(name),
+        (Shape::VllmTree, 0) => super::layout::is_version_dir(name),
+        (Shape::VllmTree, 1) => is_arch_dir(name),
+        _ => false,
+    }
+}
+
+/// What a file name in a `<sha256>/` folder makes it.
+pub fn role(name: &[u8]) -> Role {
+    let Ok(s) = std::str::from_utf8(name) else {
+        return Role::Other;
+    };
+    if let Some(stem) = s.strip_suffix(std::str::from_utf8(SIDECAR_EXT).unwrap_or(".launch")) {
+        let cache = format!(
+            "{stem}{}",
+            std::str::from_utf8(CACHE_EXT).unwrap_or(".json")
+        );
+        return match facts::file_kind(&cache) {
+            Some(FileKind::Rank { .. } | FileKind::Shared | FileKind::LayoutB) => Role::Sidecar,
+            _ => Role::Other,
+        };
+    }
+    match facts::file_kind(s) {
+        Some(FileKind::Rank { .. } | FileKind::Shared | FileKind::LayoutB) => Role::Cache,
+        Some(FileKind::Temp) => Role::AutotunerTmp,
+        None if super::fsx::is_keepwrap_tmp(name) => Role::KeepwrapTmp,
+        None => Role::Other,
+    }
+}
+
+/// The root's own entries that are the engine's without being walked: the
+/// managed store of a [`Shape::VllmFlat`] root.
+pub fn is_engines_unwalked(shape: Shape, depth: usize, name: &[u8]) -> bool {
+    shape == Shape::VllmFlat && depth == 0 && name == MANAGED_STORE_DIR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn names_of_the_vllm_tree() {
+        assert!(is_layout_dir(Shape::VllmTree, 0, b"0.7.2.post1"));
+        assert!(is_layout_dir(Shape::VllmTree, 1, b"90a"));
+        assert!(is_layout_dir(Shape::VllmTree, 1, b"90a_100a_120f"));
+        assert!(is_layout_dir(Shape::VllmTree, 1, b"80"));
+        assert!(!is_layout_dir(Shape::VllmTree, 1, b"sm90"));
+        assert!(!is_layout_dir(Shape::VllmTree, 1, b"90ab"));
+        assert!(!is_layout_dir(Shape::VllmTree, 1, b"_90a"));
+        assert!(is_layout_dir(Shape::VllmTree, 2, H.as_bytes()));
+        assert!(!is_layout_dir(Shape::VllmTree, 2, &H.as_bytes()[..16]));
+        assert!(!is_layout_dir(Shape::VllmTree, 0, H.as_bytes()));
+        assert!(is_layout_dir(Shape::VllmFlat, 0, H.as_bytes()));
+        assert!(!is_layout_dir(Shape::VllmFlat, 0, b"v2"));
+        assert!(!is_layout_dir(Shape::VllmFlat, 1, H.as_bytes()));
+        assert!(!is_layout_dir(Shape::Sglang, 0, H.as_bytes()));
+        assert_eq!(Shape::VllmFlat.key_depth(), 1);
+        assert_eq!(Shape::VllmTree.key_depth(), 3);
+    }
+
+    #[test]
+    fn roles_of_vllm_files() {
+        for n in [
+            "autotune_configs_dp0_rank0.json",
+            "autotune_configs_dp1_rank3.json",
+            "autotune_configs.json",
+            "autotune_config.json",
+        ] {
+            assert_eq!(role(n.as_bytes()), Role::Cache, "{n}");
+            let sc = n.replace(".json", ".launch");
+            assert_eq!(role(sc.as_bytes()), Role::Sidecar, "{sc}");
+        }
+        for n in [
+            ".autotune_configs.json.x1y2.tmp",
+            ".autotuner_abc.tmp",
+            ".autotune_q.tmp",
+        ] {
+            assert_eq!(role(n.as_bytes()), Role::AutotunerTmp, "{n}");
+        }
+        assert_eq!(role(b".keepwrap-x.tmp"), Role::KeepwrapTmp);
+        for n in [
+            "rank_tp0_pp0_dp0.json",
+            "autotune_configs_dp00_rank0.json",
+            "manifest.json",
+            "x.launch",
+            "autotune_configs_dp0_rank0.json.bak",
+        ] {
+            assert_eq!(role(n.as_bytes()), Role::Other, "{n}");
+        }
+        assert_eq!(role(b"\xff.json"), Role::Other);
+    }
+}

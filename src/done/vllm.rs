@@ -1,0 +1,139 @@
+//! `--done auto` for a vLLM launch: the first `200` of `/health` on the API
+//! node; for a headless node, the head's `/health` when the launch names it,
+//! else this node's rank files landed and quiet (never its exit 0).
+
+use super::{Done, Endpoint};
+use crate::launch::fingerprint::vllm::VllmLaunch;
+use crate::launch::vllm as facts;
+
+/// vLLM's default API port.
+pub const DEFAULT_PORT: u16 = 8000;
+
+/// `--done auto` for a vLLM server launch: the first 200 from `/health` on
+/// its `--host`/`--port` (8000; loopback for a wildcard bind). A server on
+/// a Unix socket (`--uds`) cannot be probed: Err says what to give.
+pub fn auto_done(v: &VllmLaunch) -> Result<Done, String> {
+    let sizes = v.sizes();
+    if sizes.headless {
+        return headless_done(v, &sizes);
+    }
+    if v.option("--uds").is_some() {
+        return Err(
+            "a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION".into(),
+        );
+    }
+    Ok(Done::Health(health(
+        v.option("--host").as_deref().unwrap_or("127.0.0.1"),
+        v,
+    )))
+}
+
+/// `/health` on `host` (a wildcard bind probed on loopback) and the
+/// launch's `--port` (8000).
+fn health(host: &str, v: &VllmLaunch) -> Endpoint {
+    let host = match host {
+        "0.0.0.0" | "" => "127.0.0.1".to_string(),
+        "::" | "[::]" => "[::1]".to_string(),
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+        h => h.to_string(),
+    };
+    let port = v
+        .option("--port")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(DEFAULT_PORT);
+    Endpoint {
+        host,
+        port,
+        path: "/health".into(),
+    }
+}
+
+/// How long a headless node's rank files must be quiet once they have all
+/// landed: every local rank saves once, after a barrier, so they land
+/// together and nothing follows.
+pub const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `--done auto` for a headless node (`--headless`), which serves nothing:
+/// the head's `/health` when its address is in the launch (`--master-addr`
+/// for TP/PP across nodes, `--data-parallel-address` for DP; the port is
+/// this launch's `--port`, else 8000: the API node's as the launch says
+/// it), else this node's expected rank files (layout C) landed and quiet.
+/// Never its exit 0.
+fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, String> {
+    let head = v
+        .option("--master-addr")
+        .or_else(|| v.option("--data-parallel-address"));
+    if let Some(addr) = head {
+        return Ok(Done::HeadHealth(health(&addr, v)));
+    }
+    match sizes.local_rank_files() {
+        Some(names) if !names.is_empty() => Ok(Done::RankFiles(names, HEADLESS_QUIET)),
+        _ => Err(
+            "a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::Wrapper;
+    use std::ffi::OsString;
+    use std::path::Path;
+
+    fn launch(args: &str) -> VllmLaunch {
+        let argv: Vec<OsString> = args.split_whitespace().map(OsString::from).collect();
+        VllmLaunch::new(&argv, &Wrapper::Direct, Path::new("/nonexistent"), &|_| {
+            None
+        })
+        .unwrap()
+    }
+
+    fn done(args: &str) -> Result<Done, String> {
+        auto_done(&launch(args))
+    }
+
+    #[test]
+    fn done_rules() {
+        let health = |host: &str, port: u16| {
+            Done::Health(Endpoint {
+                host: host.into(),
+                port,
+                path: "/health".into(),
+            })
+        };
+        assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
+        assert_eq!(
+            done("vllm serve m --host 0.0.0.0 --port=9000"),
+            Ok(health("127.0.0.1", 9000))
+        );
+        assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
+        assert!(done("vllm serve m --uds /tmp/s").is_err());
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
+            Ok(Done::HeadHealth(Endpoint {
+                host: "10.0.0.1".into(),
+                port: 8001,
+                path: "/health".into(),
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
+            Ok(Done::HeadHealth(Endpoint {
+                host: "10.0.0.1".into(),
+                port: 8000,
+                path: "/health".into(),
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
+            Ok(Done::RankFiles(
+                (4..8)
+                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / 2))
+                    .collect(),
+                HEADLESS_QUIET
+            ))
+        );
+        assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
+    }
+}

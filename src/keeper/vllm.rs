@@ -1,0 +1,385 @@
+//! The cache side of a vLLM launch, where it differs from SGLang's: where
+//! the cache is (and so the shape of the tree), when tuning is done, and the
+//! shared file of vLLM 0.27.1-0.31.x, which hangs every warm boot of a MoE
+//! model under more than one rank when it is kept.
+//!
+//! Everything else is the same machinery: prune keeps a set signed for this
+//! launch whole or removes it whole (layout C's per-rank files are kept as
+//! they are: vLLM's gate passes disjoint expert-parallel files, so they need
+//! no union), the store keeps other launches' sets, sign signs what is there
+//! at done, and a warm boot that writes nothing is a reuse.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::cache::layout_vllm::{set_shape, Shape};
+use crate::launch::fingerprint::vllm::VllmLaunch;
+use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
+use crate::share::{gather_nodes, Node, Share};
+
+/// The root keepwrap guards for a vLLM launch, and the shape of its tree
+/// (set for the process): `--cache-dir` if given, else vLLM's own
+/// (`$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`, else
+/// `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, ...). The folders sit right
+/// in the root when `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
+/// `<flashinfer version>/<arch>/`. Err: why there is none.
+pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+    let computed = facts::autotune_root(env);
+    let flat = matches!(computed, Ok(AutotuneRoot::Override(_)));
+    set_shape(if flat {
+        Shape::VllmFlat
+    } else {
+        Shape::VllmTree
+    });
+    if let Some(dir) = cache_dir {
+        return Ok(dir.to_path_buf());
+    }
+    match computed {
+        Ok(r) => Ok(r.path().to_path_buf()),
+        Err(e) => Err(format!("cannot tell vLLM's cache directory: {e}")),
+    }
+}
+
+/// The root for a subcommand (`status`, `explain`): vLLM's when the
+/// profile is `vllm`, else SGLang's.
+pub fn root_for(
+    profile: ProfileName,
+    cache_dir: Option<&Path>,
+    env: &[(OsString, OsString)],
+) -> Option<PathBuf> {
+    if profile == ProfileName::Vllm {
+        return root(cache_dir, env).ok();
+    }
+    crate::root::place::root_from(cache_dir, env)
+}
+
+/// The bytes of the model's `config.json`, when the model is a local
+/// directory (16 MiB at most; never a FIFO or a device).
+fn model_config(v: &VllmLaunch) -> Option<Vec<u8>> {
+    let (m, _) = v.model.as_ref()?;
+    let f = crate::launch::open_regular(&Path::new(m).join("config.json")).ok()?;
+    let mut bytes = Vec::new();
+    f.take(16 << 20).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// `autotune_configs.json` (layout A) or `autotune_config.json` (layout B):
+/// one file for every rank.
+fn is_shared_name(name: &str) -> bool {
+    facts::file_kind(name).is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB))
+}
+
+/// Why a kept shared file would hang this launch, or why it is safe.
+enum Verdict {
+    Remove(String),
+    Keep(String),
+}
+
+fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
+    let world = v.sizes().world();
+    let moe = facts::launch_moe(v.merged_args(), model_config(v).as_deref());
+    let why_moe = match &moe {
+        Moe::Yes { key, experts } => format!("a MoE model: {key} = {experts}"),
+        Moe::Unsure(why) => format!("maybe a MoE model ({why}): treated as one"),
+        Moe::Dense => "a dense model (its config.json names no experts)".to_string(),
+    };
+    match world {
+        Some(1) => Verdict::Keep("a one-rank launch".into()),
+        Some(w) if !moe.treat_as_moe() => Verdict::Keep(format!("{why_moe}, {w} ranks")),
+        Some(w) => Verdict::Remove(format!("{why_moe}, {w} ranks")),
+        None if !moe.treat_as_moe() => Verdict::Keep(why_moe),
+        None => Verdict::Remove(format!(
+            "{why_moe}; the number of ranks cannot be read from the launch"
+        )),
+    }
+}
+
+/// `status -- COMMAND`: the shared files the launch would keep but removes
+/// before the start ([`before_start`]) are shown as removed, with why.
+pub fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
+    let Some(v) = launch.vllm() else {
+        return;
+    };
+    let Verdict::Remove(why) = shared_file_verdict(v) else {
+        return;
+    };
+    let mut moved = 0u64;
+    if let Some(rows) = report["files"].as_array_mut() {
+        for row in rows {
+            let shared = row["path"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next())
+                .is_some_and(is_shared_name);
+            if shared && row["action"] == "keep" {
+                row["action"] = "remove".into();
+                row["why"] = format!(
+                    "vLLM 0.27.1-0.31.x's shared file hangs a warm boot of a MoE model under more than one rank ({why})"
+                )
+                .into();
+                moved += 1;
+            }
+        }
+    }
+    let plan = &mut report["plan"];
+    if let (Some(keep), Some(remove)) = (plan["keep"].as_u64(), plan["remove"].as_u64()) {
+        plan["keep"] = (keep - moved.min(keep)).into();
+        plan["remove"] = (remove + moved).into();
+    }
+}
+
+/// Before the engine starts: the shared `autotune_configs.json` (and
+/// `autotune_config.json`) of vLLM 0.27.1-0.31.x that prune kept (or the
+/// store restored) for this launch is removed when the launch runs a MoE
+/// model under more than one rank (or might: when unsure, remove), since
+/// holding only rank 0's MoE tactics it hangs every warm boot; kept for a
+/// dense model or one rank. One line per file says which and why.
+pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
+    let Some(v) = launch.vllm() else {
+        return;
+    };
+    let shared = |p: &PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(is_shared_name)
+    };
+    if !kept.iter().any(shared) {
+        return;
+    }
+    let verdict = shared_file_verdict(v);
+    kept.retain(|p| {
+        if !shared(p) {
+            return true;
+        }
+        match &verdict {
+            Verdict::Keep(why) => {
+                tracing::info!(
+                    "kept {}: vLLM 0.27.1-0.31.x's one shared cache file hangs only a MoE model under more than one rank, and this is {why}",
+                    p.display()
+                );
+                true
+            }
+            Verdict::Remove(why) => {
+                let sidecar = p.with_extension("launch");
+                let gone = [p, &sidecar].iter().all(|f| {
+                    match std::fs::remove_file(root.join(f)) {
+                        Ok(()) => true,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                        Err(e) => {
+                            tracing::warn!("cannot remove {}: {e}", f.display());
+                            false
+                        }
+                    }
+                });
+                if gone {
+                    tracing::info!(
+                        "removed {}: vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})",
+                        p.display()
+                    );
+                }
+                !gone
+            }
+        }
+    });
+}
+
+/// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later
+/// keep its tactics in FlashInfer's managed store, not in a rank file. That
+/// store is left alone, and one line says so: with one rank no tuning group
+/// can desynchronise, FlashInfer keys each entry by its exact shape and the
+/// environment (so another launch finds its own shapes or tunes them), and
+/// a bad entry is a miss, never an error. Keeping it per launch would move a
+/// directory FlashInfer shares between launches by design.
+pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
+    let Some(v) = launch.vllm() else {
+        return;
+    };
+    let s = v.sizes();
+    if s.world() != Some(1) || s.pp != Some(1) || s.nnodes != Some(1) {
+        return;
+    }
+    let store = facts::managed_store_root(env)
+        .map(|p| p.join("v2").display().to_string())
+        .unwrap_or_else(|e| format!("unknown: {e}"));
+    tracing::info!(
+        "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss"
+    );
+}
+
+/// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
+/// R` (TP/PP across nodes), or for data parallelism across nodes
+/// `-dp D -dpl L` with `-dpr S` (or `-dpn S`): node S/L of D/L.
+pub fn node(v: &VllmLaunch) -> Result<Node, String> {
+    let s = v.sizes();
+    let n = |x: Option<u64>, what: &str| {
+        x.and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| format!("{what} cannot be read from the launch"))
+    };
+    let (nnodes, rank) = match (s.nnodes, s.dp_size_local) {
+        (Some(nn), _) if nn > 1 => (n(s.nnodes, "--nnodes")?, n(s.node_rank, "--node-rank")?),
+        (_, Some(local)) if local > 0 && s.dp.is_some_and(|d| d > local && d % local == 0) => {
+            let start = s.dp_start_rank.or(s.dp_rank).unwrap_or(0);
+            (
+                n(s.dp.map(|d| d / local), "--data-parallel-size")?,
+                n(Some(start / local), "--data-parallel-start-rank")?,
+            )
+        }
+        _ => (1, 0),
+    };
+    if rank >= nnodes {
+        return Err(format!("node {rank} is out of range for {nnodes} nodes"));
+    }
+    Ok(Node { nnodes, rank })
+}
+
+/// The share of a vLLM launch (`--share DIR`): each node publishes its own
+/// ranks' signed files; no union is ever taken (vLLM's gate passes
+/// per-rank files as they are).
+pub fn share(
+    args: &crate::share::Settings,
+    launch: &Launch,
+    max_age: std::time::Duration,
+) -> Option<Share> {
+    let v = launch.vllm()?;
+    Share::for_node(args, launch, node(v), max_age)
+}
+
+/// Before the engine starts, on a node that kept nothing: when every node
+/// of this launch has a verified publication, write this node's own
+/// published rank files back in place and sign them. Never a partial set:
+/// one node missing, or one file that does not verify, and nothing is
+/// taken (one line says which). The files signed, if any.
+pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+    let (dir, cluster, me, timeout) = share.parts();
+    let (d, c) = (dir.to_path_buf(), cluster.to_string());
+    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me)) {
+        None => {
+            tracing::warn!(
+                "share: reading {} took more than {}; single-node behaviour",
+                dir.display(),
+                humantime::format_duration(timeout)
+            );
+            return None;
+        }
+        Some(Err(e)) => {
+            tracing::warn!(
+                "share: cannot read {}: {e}; single-node behaviour",
+                dir.display()
+            );
+            return None;
+        }
+        Some(Ok(Err(missing))) => {
+            let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
+            let why: Vec<String> = missing
+                .iter()
+                .map(|(r, w)| format!("node {r}: {w}"))
+                .collect();
+            tracing::info!(
+                "share: not every node has published: node {} of {} ({}); single-node behaviour",
+                which.join(", "),
+                me.nnodes,
+                why.join("; ")
+            );
+            return None;
+        }
+        Some(Ok(Ok(nodes))) => nodes,
+    };
+    let own = nodes.into_iter().find(|n| n.rank == me.rank)?;
+    if own.files.is_empty() {
+        return None;
+    }
+    let written = own
+        .files
+        .iter()
+        .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
+    if let Err(e) = written {
+        tracing::warn!("share: cannot write this node's rank files: {e}; single-node behaviour");
+        return None;
+    }
+    match crate::cache::sign(root, fingerprint) {
+        Ok(r) if r.failed == 0 && !r.signed.is_empty() => {
+            tracing::info!(
+                "share: restored this node's {} rank files from the share, published with every other node's for this launch ({} nodes), and signed them",
+                own.files.len(),
+                me.nnodes
+            );
+            Some(r.signed)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!("share: cannot sign {}: {e}", root.display());
+            None
+        }
+    }
+}
+
+/// Write `bytes` at `rel` below `root` atomically (a temp file renamed
+/// over it), creating its directories; never through a symlink.
+fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use crate::cache::fsx;
+    use std::os::fd::AsFd;
+    let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let root_fd = fsx::open_root(root)?;
+    let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
+    let tmp = fsx::write_temp_at(dfd.as_fd(), bytes, 0o644, true)?;
+    let target = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL in a name"))?;
+    let linked = fsx::link_onto_at(dfd.as_fd(), &tmp, &target);
+    let _ = fsx::unlink_at(dfd.as_fd(), tmp.as_slice());
+    linked?;
+    fsx::fsync_dir(dfd.as_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::Wrapper;
+
+    fn launch(args: &str) -> VllmLaunch {
+        let argv: Vec<OsString> = args.split_whitespace().map(OsString::from).collect();
+        VllmLaunch::new(&argv, &Wrapper::Direct, Path::new("/nonexistent"), &|_| {
+            None
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn nodes() {
+        let node = |a: &str| node(&launch(a));
+        assert_eq!(node("vllm serve m -tp 2"), Ok(Node { nnodes: 1, rank: 0 }));
+        assert_eq!(
+            node("vllm serve m -tp 4 --nnodes 2 --node-rank 1 --headless"),
+            Ok(Node { nnodes: 2, rank: 1 })
+        );
+        assert_eq!(
+            node("vllm serve m -dp 4 -dpl 2 -dpr 2 --headless"),
+            Ok(Node { nnodes: 2, rank: 1 })
+        );
+        assert_eq!(
+            node("vllm serve m -dp 4 -dpl 2"),
+            Ok(Node { nnodes: 2, rank: 0 })
+        );
+        assert!(node("vllm serve m -tp 4 --nnodes 2 --node-rank 2").is_err());
+    }
+
+    #[test]
+    fn the_shared_file_is_removed_when_in_doubt() {
+        let remove = |a: &str| matches!(shared_file_verdict(&launch(a)), Verdict::Remove(_));
+        // no config.json (a hub name or a missing directory): treated as MoE
+        assert!(remove("vllm serve m -tp 2"));
+        assert!(remove("vllm serve m -tp 2 -ep"));
+        assert!(!remove("vllm serve m"));
+        assert!(!remove("vllm serve m -tp 1 -dp 1"));
+        assert!(remove("vllm serve m -tp x"));
+        // a dense config.json
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), r#"{"hidden_size": 64}"#).unwrap();
+        let m = dir.path().display().to_string();
+        assert!(!remove(&format!("vllm serve {m} -tp 4")));
+        assert!(remove(&format!("vllm serve {m} -tp 4 -ep")));
+        std::fs::write(dir.path().join("config.json"), r#"{"num_experts": 8}"#).unwrap();
+        assert!(remove(&format!("vllm serve {m} -tp 4")));
+        assert!(!remove(&format!("vllm serve {m}")));
+    }
+}

@@ -1,0 +1,361 @@
+//! The fingerprint of a vLLM server launch (`vllm` profile): its engine
+//! arguments in canonical form minus the front-end and per-node ones, the
+//! bytes of its `--config` file, what the fingerprint covers of its model
+//! (the `config.json`, as for SGLang), and the profile's environment.
+//!
+//! Canonical form of the engine arguments, as vLLM's parser reads them:
+//! `--long_name` is `--long-name`; `--flag=value` is `--flag value` (when
+//! the value does not start with `-`); a short alias is its long name
+//! (`-tp` is `--tensor-parallel-size`); `vllm serve MODEL` is `--model MODEL`
+//! (the serve command moves `--model` there itself). Otherwise the order is
+//! kept: without vLLM's whole argument table, two launches agree only when
+//! their tokens do (a reordering costs one tuning boot, never a wrong
+//! cache).
+//!
+//! PAYLOAD = `{"vllm": {"entry", "args", "models", "config"?}, "env": ENV}`.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use super::{is_secret_name, redacted_hash};
+use crate::launch::canonical::py_str;
+use crate::launch::vllm::{self as facts, ArgRole, Entrypoint, ParallelSizes};
+use crate::launch::{config, model, Wrapper};
+
+/// One canonical engine argument.
+#[derive(Debug, Clone)]
+struct Tok {
+    text: OsString,
+    role: ArgRole,
+    /// The value of a secret-named flag (shown only as a hash).
+    secret: bool,
+}
+
+/// A vLLM server launch, understood.
+#[derive(Debug, Clone)]
+pub struct VllmLaunch {
+    pub entry: Entrypoint,
+    pub wrapper: Wrapper,
+    toks: Vec<Tok>,
+    /// `--config FILE`: the path as written, and the sha256 of its bytes
+    /// (None: unreadable).
+    pub config: Option<(String, Option<String>)>,
+    /// The model's value and what the fingerprint records of it.
+    pub model: Option<(String, Value)>,
+    /// The engine arguments with the config file's keys in front (as vLLM
+    /// inserts them): what the parallel sizes and the port are read from.
+    merged: Vec<OsString>,
+}
+
+/// vLLM's short aliases (`vllm/engine/arg_utils.py`): a canonical launch
+/// spells each by its long name, so `-tp 2` is `--tensor-parallel-size 2`.
+const SHORT_ALIASES: &[(&str, &str)] = &[
+    ("-tp", "--tensor-parallel-size"),
+    ("-pp", "--pipeline-parallel-size"),
+    ("-dp", "--data-parallel-size"),
+    ("-dpn", "--data-parallel-rank"),
+    ("-dpr", "--data-parallel-start-rank"),
+    ("-dpl", "--data-parallel-size-local"),
+    ("-dpa", "--data-parallel-address"),
+    ("-dpp", "--data-parallel-rpc-port"),
+    ("-dph", "--data-parallel-hybrid-lb"),
+    ("-dpe", "--data-parallel-external-lb"),
+    ("-ep", "--enable-expert-parallel"),
+    ("-pcp", "--prefill-context-parallel-size"),
+    ("-n", "--nnodes"),
+    ("-r", "--node-rank"),
+    ("-q", "--quantization"),
+    ("-asc", "--api-server-count"),
+];
+
+fn long_name(short: &[u8]) -> Option<&'static str> {
+    SHORT_ALIASES
+        .iter()
+        .find(|(s, _)| s.as_bytes() == short)
+        .map(|(_, l)| *l)
+}
+
+/// `--flag=value` as vLLM's parser sees it: the canonical name and the value.
+fn split_attached(tok: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    if !tok.starts_with(b"--") {
+        return None;
+    }
+    let eq = tok.iter().position(|&c| c == b'=')?;
+    Some((facts::canonical_flag(&tok[..eq]), &tok[eq + 1..]))
+}
+
+/// The engine arguments in canonical form, `--config` and its value taken
+/// out (returned apart).
+fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Option<OsString>) {
+    let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
+    let mut config = None;
+    let mut i = 0;
+    if entry == Entrypoint::Serve
+        && args
+            .first()
+            .is_some_and(|a| !a.as_bytes().starts_with(b"-"))
+    {
+        out.push("--model".into());
+        out.push(args[0].clone());
+        i = 1;
+    }
+    while i < args.len() {
+        let b = args[i].as_bytes();
+        if let Some((name, value)) = split_attached(b) {
+            if name == b"--config" {
+                config = Some(OsStr::from_bytes(value).to_os_string());
+            } else if value.starts_with(b"-") {
+                let mut t = name;
+                t.push(b'=');
+                t.extend_from_slice(value);
+                out.push(OsString::from_vec(t));
+            } else {
+                out.push(OsString::from_vec(name));
+                out.push(OsStr::from_bytes(value).to_os_string());
+            }
+            i += 1;
+            continue;
+        }
+        let name = if b.starts_with(b"--") {
+            facts::canonical_flag(b)
+        } else if let Some(long) = long_name(b) {
+            long.as_bytes().to_vec()
+        } else {
+            b.to_vec()
+        };
+        if name == b"--config" {
+            config = args.get(i + 1).cloned();
+            i += 2;
+            continue;
+        }
+        out.push(OsString::from_vec(name));
+        i += 1;
+    }
+    (out, config)
+}
+
+impl VllmLaunch {
+    /// Understand the vLLM launch `argv` (the command keepwrap runs, or the
+    /// one inside a shell wrapper), reading files relative to `cwd` and the
+    /// hub cache from `env`. None when `argv` is no vLLM server launch.
+    pub fn new(
+        argv: &[OsString],
+        wrapper: &Wrapper,
+        cwd: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<VllmLaunch> {
+        let l = facts::recognise(argv)?;
+        let (canon, config_path) = canonical_tokens(l.args(argv), l.entrypoint);
+        let roles = facts::arg_roles(&canon);
+        let mut toks: Vec<Tok> = canon
+            .into_iter()
+            .zip(roles)
+            .map(|(text, role)| Tok {
+                text,
+                role,
+                secret: false,
+            })
+            .collect();
+        for i in 0..toks.len() {
+            let t = toks[i].text.as_bytes();
+            let flag =
+                |b: &[u8]| b.starts_with(b"-") && is_secret_name(&String::from_utf8_lossy(b));
+            // `--api-key=-x` stays one token: all of it is the secret's
+            if t.contains(&b'=') && flag(t) {
+                toks[i].secret = true;
+            } else if i > 0
+                && flag(toks[i - 1].text.as_bytes())
+                && !toks[i - 1].text.as_bytes().contains(&b'=')
+            {
+                toks[i].secret = !t.starts_with(b"--");
+            }
+        }
+        let mut merged = Vec::new();
+        let config = config_path.map(|p| {
+            let (outcome, sha) = config::read(&cwd.join(Path::new(&p)));
+            if let config::Outcome::Args(a) = outcome {
+                merged.extend(a.into_iter().map(OsString::from));
+            }
+            (py_str(p.as_bytes()), sha)
+        });
+        merged.extend(toks.iter().map(|t| t.text.clone()));
+        let value = |flag: &str| last_value(&merged, flag);
+        let model = value("--model").map(|m| {
+            let desc = model::describe(&m, value("--revision").as_deref(), cwd, env);
+            (m, desc)
+        });
+        Some(VllmLaunch {
+            entry: l.entrypoint,
+            wrapper: wrapper.clone(),
+            toks,
+            config,
+            model,
+            merged,
+        })
+    }
+
+    /// The engine's parallel sizes and node placement (config file included).
+    pub fn sizes(&self) -> ParallelSizes {
+        ParallelSizes::from_args(&self.merged)
+    }
+
+    /// The value of engine option `flag` (config file included; the command
+    /// line wins), as vLLM reads it.
+    pub fn option(&self, flag: &str) -> Option<String> {
+        last_value(&self.merged, flag)
+    }
+
+    /// The engine arguments, config file included (for the MoE decision).
+    pub fn merged_args(&self) -> &[OsString] {
+        &self.merged
+    }
+
+    fn entry_words(&self) -> &'static [&'static str] {
+        match self.entry {
+            Entrypoint::Serve => &["vllm", "serve"],
+            Entrypoint::ApiServer => &["python", "-m", "vllm.entrypoints.openai.api_server"],
+        }
+    }
+
+    /// The `"vllm"` part of the payload.
+    pub fn to_json(&self) -> Value {
+        let args: Vec<Value> = self
+            .toks
+            .iter()
+            .filter(|t| t.role == ArgRole::Launch)
+            .map(|t| Value::String(py_str(t.text.as_bytes())))
+            .collect();
+        let mut models = Map::new();
+        if let Some((_, desc)) = &self.model {
+            models.insert("--model".into(), desc.clone());
+        }
+        let mut m = Map::new();
+        m.insert(
+            "entry".into(),
+            match self.entry {
+                Entrypoint::Serve => "serve",
+                Entrypoint::ApiServer => "api_server",
+            }
+            .into(),
+        );
+        m.insert("args".into(), args.into());
+        m.insert("models".into(), models.into());
+        if let Some((_, sha)) = &self.config {
+            m.insert(
+                "config".into(),
+                sha.clone().unwrap_or_else(|| "unreadable".into()).into(),
+            );
+        }
+        Value::Object(m)
+    }
+
+    fn shown(t: &Tok) -> String {
+        if t.secret {
+            redacted_hash(t.text.as_bytes())
+        } else {
+            py_str(t.text.as_bytes())
+        }
+    }
+
+    /// `(argv, ignored)` for the redacted inputs: the entry words and the
+    /// canonical arguments that count, and those left out.
+    pub fn redacted_argv(&self) -> (Vec<Value>, Vec<Value>) {
+        let argv = self
+            .entry_words()
+            .iter()
+            .map(|w| Value::String(w.to_string()))
+            .chain(
+                self.toks
+                    .iter()
+                    .filter(|t| t.role == ArgRole::Launch)
+                    .map(|t| Value::String(Self::shown(t))),
+            )
+            .collect();
+        let ignored = self
+            .toks
+            .iter()
+            .filter(|t| t.role != ArgRole::Launch)
+            .map(|t| Value::String(Self::shown(t)))
+            .collect();
+        (argv, ignored)
+    }
+
+    /// The `--explain` lines before the environment (`ignored` false) or
+    /// after it (`ignored` true).
+    pub fn explain(&self, out: &mut String, ignored: bool) {
+        let quote = |t: &Tok| {
+            if t.secret {
+                redacted_hash(t.text.as_bytes())
+            } else {
+                super::text::quote(t.text.as_bytes())
+            }
+        };
+        if ignored {
+            for t in self.toks.iter().filter(|t| t.role != ArgRole::Launch) {
+                let why = match t.role {
+                    ArgRole::FrontEnd => "front end",
+                    _ => "per node",
+                };
+                let _ = writeln!(out, "ignored-arg {} ({why})", quote(t));
+            }
+            return;
+        }
+        let entry = match self.entry {
+            Entrypoint::Serve => "vllm serve",
+            Entrypoint::ApiServer => "vllm.entrypoints.openai.api_server",
+        };
+        let inside = if self.wrapper == Wrapper::Shell {
+            " (inside a shell command)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "launch {entry}{inside}, arguments in the order given");
+        for t in self.toks.iter().filter(|t| t.role == ArgRole::Launch) {
+            let _ = writeln!(out, "arg {}", quote(t));
+        }
+        if let Some((path, sha)) = &self.config {
+            let h = match sha {
+                Some(s) => format!("<sha256:{}>", &s[..12.min(s.len())]),
+                None => "unreadable".into(),
+            };
+            let _ = writeln!(
+                out,
+                "config {} {h} (its contents count)",
+                super::text::quote_str(path)
+            );
+        }
+        if let Some((_, desc)) = &self.model {
+            let _ = writeln!(out, "model --model {}", model::explain(desc));
+        }
+    }
+}
+
+/// The value of the last `FLAG VALUE` / `FLAG=VALUE` in `args` (canonical
+/// flag names), as text.
+fn last_value(args: &[OsString], flag: &str) -> Option<String> {
+    let mut found = None;
+    for (i, a) in args.iter().enumerate() {
+        let b = a.as_bytes();
+        match split_attached(b) {
+            Some((name, v)) if name == flag.as_bytes() => {
+                found = Some(String::from_utf8_lossy(v).into_owned());
+            }
+            None if facts::canonical_flag(b) == flag.as_bytes() => {
+                found = args
+                    .get(i + 1)
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// `json!` helper kept local: the payload of a vLLM launch.
+pub fn payload(v: &VllmLaunch, env: Map<String, Value>) -> Value {
+    json!({ "vllm": v.to_json(), "env": env })
+}

@@ -1,0 +1,727 @@
+//! keepwrap in front of the fake vLLM engine (`examples/fake_vllm.py`,
+//! launched as `vllm serve MODEL ...` through `examples/bin/vllm`): the
+//! `vllm` profile end to end. Each boot is a server launch; the test waits
+//! (with a deadline) for keepwrap's outcome line, then stops it with TERM as
+//! an orchestrator would.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Finished, Running, BIN};
+use nix::sys::signal::Signal;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The lines that end a launch's tuning, one of which every boot logs.
+const OUTCOMES: [&str; 5] = [
+    "tuned and signed",
+    "reused ",
+    "nothing to keep",
+    "not signing",
+    "nothing signed",
+];
+
+/// `keepwrap` with nothing of the caller's vLLM, FlashInfer, fake or
+/// keepwrap settings, HOME in `home`, `vllm` on PATH, and collectives that
+/// give up after 20 s.
+fn hermetic(home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if ["VLLM_", "FLASHINFER_", "FAKE_", "KEEPWRAP_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let path = format!(
+        "{}:{}",
+        common::repo().join("examples/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    cmd.env_remove("XDG_CACHE_HOME")
+        .env("HOME", home)
+        .env("PATH", path)
+        .env("FAKE_DIST_TIMEOUT_S", "20");
+    cmd
+}
+
+/// `keepwrap KW -- COMMAND` ([`hermetic`]) with `env` added.
+fn kw_cmd(home: &Path, kw: &[&str], command: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = hermetic(home);
+    cmd.args(kw)
+        .arg("--")
+        .args(command)
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// `keepwrap KW -- vllm serve /models/fake-moe --tune-ms 2 ARGS`
+fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = vec!["vllm", "serve", "/models/fake-moe", "--tune-ms", "2"];
+    command.extend_from_slice(args);
+    kw_cmd(home, kw, &command, env)
+}
+
+/// Wait for keepwrap's outcome line, then stop the launch with TERM.
+fn until_outcome(r: Running) -> Finished {
+    common::wait_for("keepwrap's outcome line", DEADLINE, || {
+        let err = r.stderr();
+        OUTCOMES.iter().any(|o| err.contains(o)).then_some(())
+    });
+    r.guard.signal(Signal::SIGTERM);
+    r.finish(DEADLINE)
+}
+
+/// One server boot on a free port: wait for the outcome line, then TERM.
+fn serve(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    serve_with(home, &[], args, env)
+}
+
+fn serve_with(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let port = common::free_port().to_string();
+    let mut all = vec!["--port", &port];
+    all.extend_from_slice(args);
+    until_outcome(Running::spawn(&mut kw_vllm(home, kw, &all, env)))
+}
+
+/// vLLM's default cache root under `home`.
+fn root(home: &Path) -> PathBuf {
+    home.join(".cache/vllm/flashinfer_autotune_cache")
+}
+
+fn tactics_of(f: &Finished) -> std::collections::BTreeMap<u64, String> {
+    f.tactics()
+}
+
+#[test]
+fn layout_c_keeps_each_rank_file_and_a_warm_boot_tunes_nothing() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    let cold = serve(home.path(), &args, &[]);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.log()[0].contains("(vllm profile)"), "{}", cold.stderr);
+    assert!(
+        cold.logged("tuned and signed 2 cache files"),
+        "{}",
+        cold.stderr
+    );
+    assert!(cold.tuned_by_rank().values().all(|&t| t > 0));
+    // per-rank files as the engine wrote them (no union), each signed
+    let files = common::cache_files(&root(home.path()));
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "autotune_configs_dp0_rank0.json",
+            "autotune_configs_dp0_rank1.json"
+        ]
+    );
+    let bytes: Vec<Vec<u8>> = files
+        .iter()
+        .map(|p| std::fs::read(root(home.path()).join(p)).unwrap())
+        .collect();
+    assert_ne!(
+        bytes[0], bytes[1],
+        "expert-parallel ranks keep their own files"
+    );
+    assert_eq!(common::sidecars(&root(home.path())).len(), 2);
+
+    let warm = serve(home.path(), &args, &[]);
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+    assert!(
+        warm.logged("reused 2 cache files signed for this launch"),
+        "{}",
+        warm.stderr
+    );
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert_eq!(tactics_of(&warm), tactics_of(&cold));
+    // the warm boot wrote nothing, and the files are the ones signed
+    let after: Vec<Vec<u8>> = files
+        .iter()
+        .map(|p| std::fs::read(root(home.path()).join(p)).unwrap())
+        .collect();
+    assert_eq!(after, bytes);
+}
+
+#[test]
+fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    let other = [("VLLM_FLASHINFER_MOE_BACKEND", "latency")];
+    let a = serve(home.path(), &args, &[]);
+    assert!(a.logged("tuned and signed 2"), "{}", a.stderr);
+    // the engine's own key ignores the variable: same folder, and without
+    // keepwrap it would reuse A's tactics; keepwrap stores A's set instead
+    let b = serve(home.path(), &args, &other);
+    assert!(b.logged("stored "), "{}", b.stderr);
+    assert!(
+        b.logged("differs in: env VLLM_FLASHINFER_MOE_BACKEND added"),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        b.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        b.stdout
+    );
+    assert!(b.logged("tuned and signed 2"), "{}", b.stderr);
+    let a2 = serve(home.path(), &args, &[]);
+    assert!(
+        a2.logged("restored 2 cache files of this launch from the store"),
+        "{}",
+        a2.stderr
+    );
+    assert!(a2.logged("reused 2 cache files"), "{}", a2.stderr);
+    assert_eq!(a2.tuned(), 0, "{:#?}", a2.stdout);
+    assert_eq!(tactics_of(&a2), tactics_of(&a));
+    let b2 = serve(home.path(), &args, &other);
+    assert_eq!(b2.tuned(), 0, "{:#?}", b2.stdout);
+    assert_eq!(tactics_of(&b2), tactics_of(&b));
+}
+
+#[test]
+fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    let layout_a = [("FAKE_VLLM_LAYOUT", "A")];
+    let cold = serve(home.path(), &args, &layout_a);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(
+        cold.logged("tuned and signed 1 cache files"),
+        "{}",
+        cold.stderr
+    );
+    // status says it too, before any launch
+    let st = common::output(&mut kw_vllm(home.path(), &["status"], &args, &layout_a));
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains("this launch would keep 0, restore 0, store 0 and remove 1 cache files"),
+        "{out}"
+    );
+    assert!(
+        out.contains("shared file hangs a warm boot of a MoE model"),
+        "{out}"
+    );
+    for boot in 0..2 {
+        let warm = serve(home.path(), &args, &layout_a);
+        assert_eq!(warm.code, 0, "boot {boot}: {}", warm.stderr);
+        assert!(warm.events("hang").is_empty(), "{:#?}", warm.stdout);
+        let line = warm
+            .log()
+            .into_iter()
+            .find(|l| l.contains("removed ") && l.contains("autotune_configs.json"))
+            .unwrap_or_else(|| panic!("no removal line:\n{}", warm.stderr))
+            .to_string();
+        for says in [
+            "hangs every warm boot of a MoE model",
+            "57423",
+            "fixed in vLLM 0.32.0",
+            "2 ranks",
+        ] {
+            assert!(line.contains(says), "{says}: {line}");
+        }
+        assert!(warm.tuned_by_rank().values().all(|&t| t > 0));
+        assert!(warm.logged("tuned and signed 1"), "{}", warm.stderr);
+    }
+    // the file keepwrap signed is what hangs the engine without keepwrap
+    let mut bare = kw_vllm(
+        home.path(),
+        &["--disable"],
+        &["-tp", "2", "-ep", "--offline"],
+        &layout_a,
+    );
+    let f = Running::spawn(&mut bare).finish(DEADLINE);
+    assert_eq!(f.code, 89, "{}", f.stderr);
+    assert!(!f.events("hang").is_empty());
+}
+
+#[test]
+fn layout_a_keeps_the_shared_file_for_a_dense_model() {
+    let home = common::home();
+    let model = home.path().join("dense");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("config.json"),
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}"#,
+    )
+    .unwrap();
+    let m = model.to_str().unwrap();
+    let args = ["--model", m, "-tp", "2"];
+    let layout_a = [("FAKE_VLLM_LAYOUT", "A")];
+    let cold = serve(home.path(), &args, &layout_a);
+    assert!(cold.logged("tuned and signed 1"), "{}", cold.stderr);
+    let warm = serve(home.path(), &args, &layout_a);
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+    assert!(
+        warm.logged("hangs only a MoE model under more than one rank, and this is a dense model"),
+        "{}",
+        warm.stderr
+    );
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+}
+
+#[test]
+fn the_api_server_entry_point_is_a_vllm_launch_too() {
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let examples = common::repo().join("examples");
+    let run = || {
+        let command = [
+            "python3",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            "/models/fake-moe",
+            "--tune-ms",
+            "2",
+            "-tp",
+            "2",
+            "--port",
+            &port,
+        ];
+        let mut cmd = kw_cmd(home.path(), &[], &command, &[]);
+        cmd.env("PYTHONPATH", &examples);
+        until_outcome(Running::spawn(&mut cmd))
+    };
+    let cold = run();
+    assert!(cold.log()[0].contains("(vllm profile)"), "{}", cold.stderr);
+    assert!(
+        cold.log()[0].contains(&format!("GET http://127.0.0.1:{port}/health")),
+        "{}",
+        cold.stderr
+    );
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    let warm = run();
+    assert!(warm.logged("reused 2"), "{}", warm.stderr);
+    assert_eq!(warm.tuned(), 0);
+}
+
+#[test]
+fn a_crash_mid_tune_leaves_nothing_trusted() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    // rank 1 dies while saving: rank 0's file and a partial temp file stay
+    let crashed = serve(home.path(), &args, &[("FAKE_VLLM_CRASH", "1:save")]);
+    assert_ne!(crashed.code, 0);
+    assert!(
+        crashed.logged("not signing: the engine exited with status"),
+        "{}",
+        crashed.stderr
+    );
+    assert!(common::sidecars(&root(home.path())).is_empty());
+    let next = serve(home.path(), &args, &[]);
+    assert!(next.logged("no sidecar (unsigned)"), "{}", next.stderr);
+    assert!(
+        next.logged("FlashInfer temp file left by a crash"),
+        "{}",
+        next.stderr
+    );
+    assert!(
+        next.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        next.stdout
+    );
+    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+}
+
+#[test]
+fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let args = ["-tp", "2", "-ep", "--tune-ms", "150", "--port", &port];
+    let mut r = Running::spawn(&mut kw_vllm(home.path(), &[], &args, &[]));
+    // the first rank file lands; the other rank is still tuning
+    r.wait_stderr("landed ", DEADLINE);
+    let kw = r.guard.pid().as_raw();
+    let engine = common::children_of(kw);
+    r.guard.signal(Signal::SIGKILL);
+    for pid in engine {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let f = r.finish(DEADLINE);
+    assert_eq!(f.code, 128 + 9);
+    common::wait_until_nothing_holds(&root(home.path()), DEADLINE);
+    assert!(common::sidecars(&root(home.path())).is_empty());
+    let next = serve(home.path(), &["-tp", "2", "-ep"], &[]);
+    assert!(next.logged("no sidecar (unsigned)"), "{}", next.stderr);
+    assert!(
+        next.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        next.stdout
+    );
+    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+}
+
+#[test]
+fn a_one_rank_launch_leaves_the_managed_store_alone_and_says_so() {
+    let home = common::home();
+    let cold = serve(home.path(), &[], &[]);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.logged("FlashInfer's managed store"), "{}", cold.stderr);
+    let store = home.path().join(".cache/flashinfer/autotune/v2");
+    let before = common::cache_files(&store);
+    assert!(!before.is_empty(), "the fake wrote its managed store");
+    let warm = serve(home.path(), &[], &[]);
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert_eq!(common::cache_files(&store), before);
+    assert!(common::sidecars(&store).is_empty());
+}
+
+/// One boot of a two-node launch (`-tp 2` across two nodes, one rank each):
+/// node 0 serves, node 1 is headless; each node has its own home (cache
+/// root) and both the share. Waits for both outcome lines, then stops both.
+fn two_nodes(homes: &[PathBuf; 2], share: &Path, extra: &[&str]) -> [Finished; 2] {
+    let port = common::free_port().to_string();
+    let master = common::free_port().to_string();
+    let share_arg = format!("--share={}", share.display());
+    let start = |rank: usize| {
+        let r = rank.to_string();
+        let mut args = vec![
+            "-tp",
+            "2",
+            "-ep",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            &r,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            &master,
+            "--port",
+            &port,
+        ];
+        if rank == 1 {
+            args.push("--headless");
+        }
+        args.extend_from_slice(extra);
+        Running::spawn(&mut kw_vllm(&homes[rank], &[&share_arg], &args, &[]))
+    };
+    let mut nodes = [start(1), start(0)];
+    for n in nodes.iter_mut() {
+        common::wait_for("both nodes' outcome lines", DEADLINE, || {
+            OUTCOMES
+                .iter()
+                .any(|o| n.stderr().contains(o))
+                .then_some(())
+        });
+    }
+    for n in &nodes {
+        n.guard.signal(Signal::SIGTERM);
+    }
+    let [headless, head] = nodes;
+    [head.finish(DEADLINE), headless.finish(DEADLINE)]
+}
+
+#[test]
+fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
+    let tmp = common::home();
+    let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
+    let share = tmp.path().join("share");
+    for d in homes.iter().chain([&share]) {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.log()[0].contains("(the head's API server; this node is headless)"),
+        "{}",
+        headless.stderr
+    );
+    for (n, f) in [&head, &headless].iter().enumerate() {
+        assert_eq!(f.code, 0, "node {n}: {}", f.stderr);
+        assert!(
+            f.logged("tuned and signed 1 cache files"),
+            "node {n}: {}",
+            f.stderr
+        );
+        assert!(
+            f.logged("share: published 1 rank files as node"),
+            "node {n}: {}",
+            f.stderr
+        );
+    }
+    let tuned = head.tuned() + headless.tuned();
+    assert!(tuned > 0);
+
+    // the same launch again: each node reuses its own rank's file
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    for (n, f) in [&head, &headless].iter().enumerate() {
+        assert!(f.logged("reused 1 cache files"), "node {n}: {}", f.stderr);
+    }
+    assert_eq!(head.tuned() + headless.tuned(), 0);
+
+    // node 1 comes back with an empty cache (a new pod): it restores its
+    // own rank's file from the share, and nothing is tuned
+    std::fs::remove_dir_all(&homes[1]).unwrap();
+    std::fs::create_dir_all(&homes[1]).unwrap();
+    let [head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.logged("share: restored this node's 1 rank files from the share"),
+        "{}",
+        headless.stderr
+    );
+    assert!(
+        headless.logged("reused 1 cache files"),
+        "{}",
+        headless.stderr
+    );
+    assert_eq!(head.tuned() + headless.tuned(), 0, "{:#?}", headless.stdout);
+
+    // without node 0's publication the set is not complete: nothing is
+    // taken, and the world re-tunes
+    std::fs::remove_dir_all(&homes[1]).unwrap();
+    std::fs::create_dir_all(&homes[1]).unwrap();
+    let published: Vec<PathBuf> = std::fs::read_dir(share.join("keepwrap"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("node0"))
+        .collect();
+    for p in &published {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let [_head, headless] = two_nodes(&homes, &share, &[]);
+    assert!(
+        headless.logged("share: not every node has published: node 0 of 2"),
+        "{}",
+        headless.stderr
+    );
+    assert!(headless.tuned() > 0, "{:#?}", headless.stdout);
+}
+
+#[test]
+fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet() {
+    let tmp = common::home();
+    let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
+    let port = common::free_port().to_string();
+    let rpc = common::free_port().to_string();
+    let share = tmp.path().join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    let share_arg = format!("--share={}", share.display());
+    let boot = || {
+        let start = |rank: usize| {
+            let mut args = vec![
+                "-dp", "2", "-dpl", "1", "-ep", "-dpp", &rpc, "--port", &port,
+            ];
+            if rank == 1 {
+                args.extend(["-dpr", "1", "--headless"]);
+            }
+            Running::spawn(&mut kw_vllm(&homes[rank], &[&share_arg], &args, &[]))
+        };
+        let mut nodes = [start(1), start(0)];
+        for n in nodes.iter_mut() {
+            common::wait_for("both outcome lines", DEADLINE, || {
+                OUTCOMES
+                    .iter()
+                    .any(|o| n.stderr().contains(o))
+                    .then_some(())
+            });
+        }
+        for n in &nodes {
+            n.guard.signal(Signal::SIGTERM);
+        }
+        let [headless, head] = nodes;
+        [head.finish(DEADLINE), headless.finish(DEADLINE)]
+    };
+    let [head, headless] = boot();
+    assert!(
+        headless.log()[0].contains(
+            "when this headless node's 1 rank files (autotune_configs_dp1_rank1.json) have landed"
+        ),
+        "{}",
+        headless.stderr
+    );
+    assert!(head.logged("tuned and signed 1"), "{}", head.stderr);
+    assert!(headless.logged("tuned and signed 1"), "{}", headless.stderr);
+    // data parallelism across nodes: node = start rank / local size
+    assert!(
+        headless.logged("share: published 1 rank files as node 1 of 2"),
+        "{}",
+        headless.stderr
+    );
+    assert!(
+        head.logged("share: published 1 rank files as node 0 of 2"),
+        "{}",
+        head.stderr
+    );
+    let [head, headless] = boot();
+    assert!(
+        headless.logged("reused 1 cache files"),
+        "{}",
+        headless.stderr
+    );
+    assert_eq!(head.tuned() + headless.tuned(), 0);
+}
+
+#[test]
+fn a_headless_nodes_exit_0_is_never_tuning_done() {
+    let home = common::home();
+    // node 1 of a two-node launch whose head never comes: it exits 0 on
+    // TERM while waiting, and nothing it wrote is signed
+    let port = common::free_port().to_string();
+    let master = common::free_port().to_string();
+    let args = [
+        "-tp",
+        "2",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        &master,
+        "--port",
+        &port,
+        "--headless",
+    ];
+    let mut r = Running::spawn(&mut kw_vllm(home.path(), &[], &args, &[]));
+    r.wait_stdout("the fake's start event", DEADLINE, |l| {
+        l.contains("\"event\": \"start\"")
+    });
+    r.guard.signal(Signal::SIGTERM);
+    let f = r.finish(DEADLINE);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(f.logged("not signing"), "{}", f.stderr);
+    assert!(common::sidecars(&root(home.path())).is_empty());
+}
+
+#[test]
+fn status_and_explain_read_a_vllm_launch() {
+    let home = common::home();
+    let cold = serve(home.path(), &["-tp", "2", "-ep"], &[]);
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    let launch = |sub: &str, tp: &str| {
+        let mut cmd = kw_vllm(
+            home.path(),
+            &[sub],
+            &["--port", "9999", "-tp", tp, "-ep"],
+            &[],
+        );
+        common::output(&mut cmd)
+    };
+    let st = launch("status", "2");
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains(&format!("cache root {}", root(home.path()).display())),
+        "{out}"
+    );
+    assert_eq!(
+        st.stdout
+            .iter()
+            .filter(
+                |l| l.contains("signed for this launch") && l.contains("autotune_configs_dp0_rank")
+            )
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains("this launch would keep 2, restore 0, store 0 and remove 0 cache files"),
+        "{out}"
+    );
+    // without a command, --profile vllm selects vLLM's root
+    let mut cmd = hermetic(home.path());
+    cmd.args(["status", "--profile", "vllm"]);
+    let st = common::output(&mut cmd);
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains(&format!("cache root {}", root(home.path()).display())),
+        "{out}"
+    );
+    assert!(out.contains("totals: 2 signed"), "{out}");
+    let ex = launch("explain", "4");
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    let out = ex.stdout.join("\n");
+    assert!(out.contains("(vllm profile): never signed"), "{out}");
+    assert!(out.contains("arg --tensor-parallel-size 2 -> 4"), "{out}");
+}
+
+#[test]
+fn one_changed_rank_file_prunes_the_whole_set() {
+    let home = common::home();
+    let args = ["-tp", "2", "-ep"];
+    let cold = serve(home.path(), &args, &[]);
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    // rank 1's file replaced after signing (another writer, a peer's copy)
+    let files = common::cache_files(&root(home.path()));
+    let rank1 = root(home.path()).join(&files[1]);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&rank1).unwrap()).unwrap();
+    v.as_object_mut()
+        .unwrap()
+        .insert("planted".into(), serde_json::json!([0, 1]));
+    std::fs::write(&rank1, serde_json::to_vec(&v).unwrap()).unwrap();
+    let next = serve(home.path(), &args, &[]);
+    assert!(next.logged("changed after signing"), "{}", next.stderr);
+    assert!(next.logged("set incomplete"), "{}", next.stderr);
+    assert!(next.logged("prune: kept 0,"), "{}", next.stderr);
+    // the whole group re-tunes from scratch: no rank loads part of a set
+    assert!(
+        next.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        next.stdout
+    );
+    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+}
+
+#[test]
+fn the_override_directory_holds_the_folders_and_the_managed_store_is_left_alone() {
+    let home = common::home();
+    let dir = home.path().join("autotune");
+    let env = [("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir.to_str().unwrap())];
+    let cold = serve(home.path(), &["-tp", "2"], &env);
+    assert!(
+        cold.log()[0].contains(&format!("cache root {};", dir.display())),
+        "{}",
+        cold.stderr
+    );
+    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    // the folders sit right in the root: <sha256>/autotune_configs_dp0_rank*.json
+    let files = common::cache_files(&dir);
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(
+        files.iter().all(|f| f.components().count() == 2),
+        "{files:?}"
+    );
+    // a one-rank launch on the same root writes FlashInfer's store in v2/
+    let one = serve(home.path(), &[], &env);
+    assert!(one.logged("FlashInfer's managed store"), "{}", one.stderr);
+    assert!(dir.join("v2").is_dir());
+    let warm = serve(home.path(), &["-tp", "2"], &env);
+    assert!(warm.logged("reused 2"), "{}", warm.stderr);
+    assert_eq!(warm.tuned(), 0);
+    // v2/ is the engine's: neither judged nor reported as something else
+    assert!(!warm.logged("untouched"), "{}", warm.stderr);
+    assert!(common::sidecars(&dir.join("v2")).is_empty());
+    let one = serve(home.path(), &[], &env);
+    assert_eq!(one.tuned(), 0, "{:#?}", one.stdout);
+}
+
+#[test]
+fn the_config_file_gives_the_port_and_the_sizes() {
+    let home = common::home();
+    let port = common::free_port();
+    std::fs::write(
+        home.path().join("serve.yaml"),
+        format!("port: {port}\ntensor-parallel-size: 2\n"),
+    )
+    .unwrap();
+    let cfg = home.path().join("serve.yaml");
+    let mut cmd = kw_vllm(home.path(), &[], &["--config", cfg.to_str().unwrap()], &[]);
+    let f = until_outcome(Running::spawn(&mut cmd));
+    assert!(
+        f.log()[0].contains(&format!("GET http://127.0.0.1:{port}/health")),
+        "{}",
+        f.stderr
+    );
+    assert!(f.logged("tuned and signed 2"), "{}", f.stderr);
+}
