@@ -6,9 +6,15 @@
 # goal: keepwrap --keep always -- true (cache keeping on) within 1.5x tini -s
 # on a first and a repeat boot with 1,000 launches already made on the root,
 # --disable within 1.2x, resident memory within 4 MiB (cache keeping on).
+# Beside each median: the CPU time per run (user + system of the whole
+# process tree, hyperfine's mean), which another load on the machine
+# inflates far less than the wall time; and the load average, before and
+# after. When the x86_64 musl target is installed, the static binary the
+# Dockerfile ships is measured too (rows marked "static").
 #
 #   bash bench/entrypoint.sh            # needs hyperfine, tini, dumb-init, catatonit
 #   RUNS=100 LAUNCHES=200 bash bench/entrypoint.sh    # a quicker, rougher run
+#   STATIC=0 bash bench/entrypoint.sh   # without the static build
 #
 # Run it on an otherwise idle machine.
 set -euo pipefail
@@ -40,6 +46,16 @@ RUNS=${RUNS:-300}
 LAUNCHES=${LAUNCHES:-1000}
 cargo build --release --quiet
 KW="$PWD/target/release/keepwrap"
+# The static binary of Dockerfile.snippet (musl, linked by rust-lld).
+musl=x86_64-unknown-linux-musl
+KWS=
+if [ "${STATIC:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ] \
+  && rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+  CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld \
+    cargo build --release --quiet --locked --target "$musl"
+  KWS="$PWD/target/$musl/release/keepwrap"
+fi
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 TRUE=$(command -v true)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -71,6 +87,13 @@ benches=(
   "dumb-init true|$TRUE|dumb-init $TRUE"
   "catatonit -- true|$TRUE|catatonit -- $TRUE"
 )
+if [ -n "$KWS" ]; then
+  benches+=(
+    "keepwrap --keep always -- true (static, empty root)|rm -rf $work/root|$KWS --keep always -- $TRUE"
+    "keepwrap --keep always -- true (static, repeat boot, $LAUNCHES launches on the root)|$(fresh repeat)|$KWS --keep always -- $TRUE"
+    "keepwrap --disable -- true (static)|$TRUE|$KWS --disable -- $TRUE"
+  )
+fi
 # hyperfine pairs the i-th --prepare and the i-th -n with the i-th command.
 names=(); prepares=(); commands=()
 for b in "${benches[@]}"; do
@@ -98,24 +121,42 @@ t1=$(ticks)
 mem="$(field VmRSS "$kw") $(field VmHWM "$kw") $(field RssAnon "$kw") $(field RssFile "$kw") $tini_rss"
 wait "$kw" "$tn"
 size=$(stat -c %s "$KW")
+# The same for the static binary (its C library is inside it).
+static="- - - - -"
+if [ -n "$KWS" ]; then
+  rm -rf "$work/root"
+  "$KWS" --keep always -- sleep 3 2>/dev/null &
+  kw=$!
+  for _ in $(seq 100); do [ -n "$(cat /proc/$kw/task/*/children 2>/dev/null)" ] && break; sleep 0.05; done
+  sleep 0.5
+  static="$(field VmRSS "$kw") $(field VmHWM "$kw") $(field RssAnon "$kw") $(field RssFile "$kw") $(stat -c %s "$KWS")"
+  wait "$kw"
+fi
 
-python3 - "$work/startup.json" "$((t1 - t0))" "$size" "$markers" $mem <<'PY'
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$work/startup.json" "$((t1 - t0))" "$size" "$markers" "$load_before" "$load_after" $mem $static <<'PY'
 import json, sys
 results = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
 idle, size, markers = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rss, hwm, anon, file, tini_rss = (int(v) for v in sys.argv[5:10])
-tini = results["tini -s -- true"]["median"]
+load_before, load_after = sys.argv[5], sys.argv[6]
+rss, hwm, anon, file, tini_rss = (int(v) for v in sys.argv[7:12])
+static = None if sys.argv[12] == "-" else [int(v) for v in sys.argv[12:17]]
+tini = results["tini -s -- true"]
 goals = {"keepwrap --keep always": 1.5, "keepwrap --disable": 1.2}
-print("| command | median | mean ± σ | median vs `tini -s` | goal |")
-print("|---|---|---|---|---|")
+def cpu(r):
+    return r["user"] + r["system"]
+print("| command | median | mean ± σ | median vs `tini -s` | goal | CPU per run | CPU vs `tini -s` |")
+print("|---|---|---|---|---|---|---|")
 for name, r in results.items():
-    ratio = r["median"] / tini
+    ratio = r["median"] / tini["median"]
     goal = next((g for k, g in goals.items() if name.startswith(k)), None)
     verdict = f"<= {goal}x: {'met' if ratio <= goal else 'NOT met'}" if goal else ""
     print(f"| `{name}` | {r['median'] * 1e3:.2f} ms | {r['mean'] * 1e3:.2f} ± {r['stddev'] * 1e3:.2f} ms "
-          f"| {ratio:.2f}x | {verdict} |")
+          f"| {ratio:.2f}x | {verdict} | {cpu(r) * 1e3:.2f} ms | {cpu(r) / cpu(tini):.2f}x |")
 print()
-print(f"(after the earlier launches the root holds {markers} files; {len(next(iter(results.values()))['times'])} runs each)")
+print(f"(after the earlier launches the root holds {markers} files; {len(next(iter(results.values()))['times'])} runs each; "
+      f"load average {load_before} before, {load_after} after)")
 print()
 print("| keepwrap supervising an idle child | value | goal |")
 print("|---|---|---|")
@@ -125,4 +166,10 @@ print(f"| of which anonymous / file-backed (binary, libc) | {anon / 1024:.2f} Mi
 print(f"| tini's VmRSS, for scale | {tini_rss / 1024:.2f} MiB | |")
 print(f"| keepwrap binary size | {size / 2**20:.2f} MiB | |")
 print(f"| CPU time over 10 s of an idle child | {idle} ticks | 0 |")
+if static:
+    s_rss, s_hwm, s_anon, s_file, s_size = static
+    print(f"| static build: VmRSS / peak VmHWM | {s_rss / 1024:.2f} MiB / {s_hwm / 1024:.2f} MiB "
+          f"| <= 4 MiB: {'met' if s_hwm <= 4096 else 'NOT met'} |")
+    print(f"| static build: anonymous / file-backed | {s_anon / 1024:.2f} MiB / {s_file / 1024:.2f} MiB | |")
+    print(f"| static build: binary size | {s_size / 2**20:.2f} MiB | |")
 PY

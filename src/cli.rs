@@ -64,7 +64,10 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
+// Each subcommand's arguments are defined only when that subcommand is
+// used (or help is asked for): a launch does not pay for them at start.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Sub {
     /// Evict stored sets of other launches from the store, under the lock:
     /// every one (--all), those unused for longer than --older-than, or one
@@ -420,7 +423,16 @@ pub fn command() -> clap::Command {
     fn walk(cmd: clap::Command) -> clap::Command {
         cmd.mut_args(unset_empty).mut_subcommands(walk)
     }
-    walk(Cli::command())
+    let mut cmd = Cli::command();
+    let any_empty = std::env::vars_os()
+        .any(|(name, value)| value.is_empty() && name.as_encoded_bytes().starts_with(b"KEEPWRAP_"));
+    if !any_empty {
+        return cmd;
+    }
+    // Define the deferred subcommands' arguments, so that the walk reaches
+    // them too.
+    cmd.build();
+    walk(cmd)
 }
 
 /// Say what a parse error means for keepwrap's users, and return status 2
@@ -570,8 +582,8 @@ fn attach_dashed_values(argv: Vec<OsString>) -> Vec<OsString> {
 /// Parse the command line, run what it asks, and return the exit status.
 pub fn main() -> ExitCode {
     let argv = attach_dashed_values(std::env::args_os().collect());
-    let cmd = command();
-    let matches = match cmd.clone().try_get_matches_from(&argv) {
+    let mut cmd = command();
+    let matches = match cmd.try_get_matches_from_mut(&argv) {
         Ok(m) => m,
         Err(e) => return parse_error(&cmd, &argv, e),
     };

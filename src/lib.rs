@@ -28,6 +28,8 @@
 //! - [`signals`]: which signals keepwrap handles, the mask every thread
 //!   blocks, how a process ended;
 //! - [`digest`]: sha256 hex and the [`digest::Fingerprint`];
+//! - [`events`]: the catalogue of every event keepwrap logs, with its
+//!   fields;
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
 //! - [`clock`]: deadlines that saturate, durations, the time in seconds;
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`);
@@ -52,6 +54,7 @@ pub mod clock;
 pub mod cmd;
 pub mod digest;
 pub mod done;
+pub mod events;
 pub mod failpoint;
 pub mod keeper;
 pub mod launch;

@@ -1,6 +1,9 @@
-//! Log lines on stderr. In text form every line starts with `keepwrap:` so a
+//! Log lines on stderr. Every line is an event of the catalogue in
+//! [`crate::events`]. In text form every line starts with `keepwrap:` so a
 //! user can grep for it among the engine's own output; warnings and errors
-//! say so after the prefix. The level comes from `-v`/`-q`, else
+//! say so after the prefix, and the line shows the event's message only. In
+//! JSON form every line is one object: `timestamp`, `level`, `message`, and
+//! the event's fields beside them (`event`, `files`, `path`, ...). The level comes from `-v`/`-q`, else
 //! `KEEPWRAP_LOG` (a level, or levels by target such as
 //! `warn,keepwrap::done=debug`), else `info`.
 //!
@@ -14,6 +17,7 @@
 use std::fmt;
 
 use clap::ValueEnum;
+use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
@@ -39,12 +43,12 @@ where
 {
     fn format_event(
         &self,
-        ctx: &FmtContext<'_, S, N>,
+        _ctx: &FmtContext<'_, S, N>,
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut text = String::new();
-        ctx.format_fields(Writer::new(&mut text), event)?;
+        let mut text = Message::default();
+        event.record(&mut text);
         w.write_str("keepwrap: ")?;
         match *event.metadata().level() {
             Level::ERROR => w.write_str("error: ")?,
@@ -52,8 +56,30 @@ where
             Level::DEBUG | Level::TRACE => w.write_str("debug: ")?,
             Level::INFO => {}
         }
-        escape_into(&mut w, &text)?;
+        escape_into(&mut w, &text.0)?;
         writeln!(w)
+    }
+}
+
+/// The message of an event, without its fields: a text line reads as the
+/// operator's sentence, which already names every value that matters to a
+/// reader; the fields (the event's name, counts, paths, fingerprints) are
+/// for machines, in `--log-format json`.
+#[derive(Default)]
+struct Message(String);
+
+impl Visit for Message {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            use fmt::Write;
+            let _ = write!(self.0, "{value:?}");
+        }
     }
 }
 
@@ -89,22 +115,7 @@ pub fn escape_into(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     out.write_str(rest)
 }
 
-/// A path for a log line: bytes that are not UTF-8 as `\xNN` (control
-/// characters are escaped by the line formatter).
-pub struct Shown<'a>(pub &'a std::path::Path);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use std::os::unix::ffi::OsStrExt;
-        for chunk in self.0.as_os_str().as_bytes().utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            for byte in chunk.invalid() {
-                write!(f, "\\x{byte:02x}")?;
-            }
-        }
-        Ok(())
-    }
-}
+pub use crate::events::Shown;
 
 /// The levels, quietest first, as `-q`/`-v` step through them.
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
@@ -227,14 +238,13 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
             .json()
             .with_current_span(false)
             .with_target(false)
+            .flatten_event(true)
             .finish()
             .with(filter)
             .try_init(),
     };
     if let Some(raw) = &level.unknown {
-        tracing::warn!(
-            "KEEPWRAP_LOG={raw:?} is not a log level (off, error, warn, info, debug, trace) nor a filter such as keepwrap=debug: logging at info"
-        );
+        crate::events::supervisor::unknown_log_level(raw);
     }
 }
 

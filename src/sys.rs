@@ -2,18 +2,16 @@
 //! root denies `unsafe_code` everywhere else). What needs it: raw system
 //! calls the C library or nix do not offer as keepwrap needs them (signals
 //! 32 and 33, which the C library reserves and refuses; `renameat2` in the
-//! static musl build), the setup of the child between `fork` and `exec`,
-//! and plain C structs built from zeroes.
+//! static musl build), starting the child in keepwrap's memory until it
+//! calls `exec`, and plain C structs built from zeroes.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, SigSet, SigmaskHow};
-use nix::unistd::{self, Pid};
+use nix::sys::signal::SigSet;
 
 /// The size of the kernel's signal mask, which `rt_sigprocmask` and
 /// `rt_sigaction` take: 64 signals, one bit each.
@@ -129,6 +127,22 @@ pub fn renameat2_noreplace(
     to_dir: BorrowedFd<'_>,
     to: &CStr,
 ) -> io::Result<()> {
+    renameat2(from_dir, from, to_dir, to, libc::RENAME_NOREPLACE)
+}
+
+/// `renameat2(dir, a, dir, b, RENAME_EXCHANGE)`: `a` and `b` swap places
+/// atomically (both must exist).
+pub fn renameat2_exchange(dir: BorrowedFd<'_>, a: &CStr, b: &CStr) -> io::Result<()> {
+    renameat2(dir, a, dir, b, libc::RENAME_EXCHANGE)
+}
+
+fn renameat2(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: libc::c_uint,
+) -> io::Result<()> {
     // SAFETY: both paths are NUL-terminated C strings that outlive the call;
     // the descriptors are borrowed for its duration.
     let rc = unsafe {
@@ -138,7 +152,7 @@ pub fn renameat2_noreplace(
             from.as_ptr(),
             to_dir.as_raw_fd(),
             to.as_ptr(),
-            libc::RENAME_NOREPLACE,
+            flags,
         )
     };
     if rc == -1 {
@@ -170,41 +184,156 @@ pub fn flock_range(kind: libc::c_short, start: i64, len: i64) -> libc::flock {
     fl
 }
 
-/// Make `cmd`'s child, between `fork` and `exec`: the leader of a process
-/// group of its own, the terminal's foreground group if keepwrap holds the
-/// foreground, every signal `1..=signal_max` but KILL and STOP at its
-/// default action (what the caller ignored must not reach the engine), and
-/// no signal blocked.
-pub fn child_setup(cmd: &mut Command, signal_max: i32) {
-    // SAFETY: the closure runs in the child between fork and exec, where
-    // only async-signal-safe functions may run: it calls tcgetpgrp,
-    // getpgrp, setpgid, tcsetpgrp, getpid, the raw rt_sigaction (through
-    // `set_disposition`) and the C library's sigprocmask (through nix), all of
-    // them async-signal-safe, and allocates nothing (an `io::Error` made
-    // from an errno holds no heap memory; the closure captures one i32).
+/// Start `argv` (`argv[0]` looked up in `PATH` by `execvp`) as a child
+/// that shares keepwrap's memory until it calls exec: `clone` with
+/// `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does, so that no page table
+/// is copied and nothing is copied on write afterwards. Before exec the
+/// child becomes the leader of a process group of its own, takes the
+/// terminal's foreground if keepwrap holds it, sets every signal
+/// `1..=signal_max` but KILL and STOP to its default action (what the
+/// caller ignored must not reach the engine) and blocks none. The calling
+/// thread resumes once the child has exec'd (its pid) or failed (the errno
+/// of the failed step; the child is reaped).
+pub fn spawn_shared(argv: &[CString], signal_max: i32) -> io::Result<libc::pid_t> {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let shared = ChildArgs {
+        argv: ptrs.as_ptr(),
+        signal_max,
+        error: AtomicI32::new(0),
+    };
+    // The child's stack: execvp keeps its path buffer there, and, for a
+    // script without `#!`, the shell's argv (a pointer per argument). Not
+    // zeroed: the child touches only the pages it uses.
+    let mut stack: Vec<u128> = Vec::with_capacity((CHILD_STACK + 8 * ptrs.len()) / 16);
+    // SAFETY: `top` is the 16-byte aligned end of an allocation that
+    // outlives the child's use of it: with CLONE_VFORK this thread is
+    // suspended until the child has called exec (which replaces its memory)
+    // or exited. The child runs `child_main` on that stack with `shared`,
+    // which also outlives it; `child_main` makes only async-signal-safe
+    // system calls, allocates nothing and never returns into keepwrap's
+    // code (it execs or `_exit`s). Only this thread is suspended; the
+    // others never touch `stack` or `shared`.
+    let pid = unsafe {
+        let top = stack
+            .as_mut_ptr()
+            .add(stack.capacity())
+            .cast::<libc::c_void>();
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&shared as *const ChildArgs)
+                .cast_mut()
+                .cast::<libc::c_void>(),
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match shared.error.load(Ordering::SeqCst) {
+        0 => Ok(pid),
+        errno => {
+            // It exited without exec: reap it here.
+            let mut status = 0;
+            // SAFETY: `status` is a valid, writable int for the call.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && Errno::last() == Errno::EINTR
+            {
+            }
+            Err(io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// Stack for the child of [`spawn_shared`] between `clone` and exec,
+/// beside 8 bytes per argument.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// What the child of [`spawn_shared`] reads, and where it leaves an error.
+struct ChildArgs {
+    /// NUL-terminated, with the program first.
+    argv: *const *const libc::c_char,
+    signal_max: i32,
+    /// The errno of the step that failed; 0 while nothing failed.
+    error: AtomicI32,
+}
+
+/// The child of [`spawn_shared`], on its own stack in keepwrap's memory.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` that `spawn_shared` keeps alive
+    // until this child has exec'd or exited.
+    let shared = unsafe { &*arg.cast::<ChildArgs>() };
+    let failed = |errno: i32| -> libc::c_int {
+        shared.error.store(errno.max(1), Ordering::SeqCst);
+        // SAFETY: _exit ends this child only (no CLONE_THREAD), running
+        // nothing of keepwrap's.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: system calls on integers: fd 0 (tcgetpgrp and tcsetpgrp fail
+    // cleanly, EBADF or ENOTTY, when it is closed or not a terminal) and
+    // this process.
     unsafe {
-        cmd.pre_exec(move || {
-            // SAFETY: nothing in the child closes fd 0 before exec; it is
-            // only passed to tcgetpgrp and tcsetpgrp, which fail cleanly
-            // (EBADF, ENOTTY) when keepwrap was started with it closed or
-            // not a terminal.
-            let stdin = BorrowedFd::borrow_raw(0);
-            // Hand the terminal over only when keepwrap holds its foreground
-            // (not when it was started in the background of a shell).
-            let foreground = unistd::tcgetpgrp(stdin) == Ok(unistd::getpgrp());
-            unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(io::Error::from)?;
-            if foreground {
-                // TTOU is still blocked here, so the new group may do this.
-                let _ = unistd::tcsetpgrp(stdin, unistd::getpid());
-            }
-            for sig in 1..=signal_max {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    set_disposition(sig, libc::SIG_DFL);
-                }
-            }
-            signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-                .map_err(io::Error::from)?;
-            Ok(())
-        });
+        // Hand the terminal over only when keepwrap holds its foreground
+        // (not when it was started in the background of a shell).
+        let foreground = libc::tcgetpgrp(0) == libc::getpgrp();
+        if libc::setpgid(0, 0) != 0 {
+            return failed(Errno::last_raw());
+        }
+        if foreground {
+            // TTOU is still blocked here, so the new group may do this.
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+    }
+    for sig in 1..=shared.signal_max {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            set_disposition(sig, libc::SIG_DFL);
+        }
+    }
+    let empty: u64 = 0;
+    // SAFETY: rt_sigprocmask with a valid mask of KERNEL_SIGSET_SIZE bytes
+    // and no old mask asked for.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null::<u64>(),
+            KERNEL_SIGSET_SIZE,
+        )
+    };
+    if rc != 0 {
+        return failed(Errno::last_raw());
+    }
+    // SAFETY: argv is NUL-terminated, its strings too, and `spawn_shared`
+    // keeps them alive; execvp returns only on failure.
+    unsafe { libc::execvp(*shared.argv, shared.argv) };
+    failed(Errno::last_raw())
+}
+
+/// Is any child of this process left, running or a zombie not yet reaped
+/// (`waitid` with `WNOWAIT`: nothing is reaped)? Children of every thread
+/// count, whatever signal they report their end with.
+pub fn any_child_nowait() -> nix::Result<bool> {
+    // SAFETY: `siginfo_t` is plain data; all zeroes is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a valid, writable siginfo_t for the call.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        match Errno::last() {
+            Errno::EINTR => continue,
+            Errno::ECHILD => return Ok(false),
+            e => return Err(e),
+        }
     }
 }

@@ -695,5 +695,5 @@ pub fn warn_state_file(shown: &str, e: &io::Error, then: &str) {
         return;
     }
     warned.push(shown.to_string());
-    tracing::warn!("ignored {shown}: {e}; {then}");
+    crate::events::cache::state_file_ignored(shown, e, then);
 }

@@ -11,7 +11,6 @@ use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::dir::{Dir, Type};
-use tracing::warn;
 
 use super::fsx::{self, Kind};
 pub use super::layout_vllm::{shape, Shape};
@@ -251,11 +250,7 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                warn!(
-                    "cannot read directory {}: {}",
-                    Rel(rel, b""),
-                    std::io::Error::from(e)
-                );
+                crate::events::cache::cannot_read_dir(Rel(rel, b""), std::io::Error::from(e));
                 return false;
             }
         };
@@ -296,7 +291,7 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
                     Err(err) => {
                         // Gone meanwhile, most likely; a File is judged and
                         // its open fails with the reason.
-                        tracing::debug!("cannot stat {}: {}", Rel(rel, &cname), err);
+                        crate::events::cache::cannot_stat(Rel(rel, &cname), err);
                     }
                 }
             }
@@ -342,7 +337,7 @@ fn walk_dir(
             ))
         }),
         Err(e) => {
-            warn!("cannot stat directory {}: {}", Rel(rel, b""), e);
+            crate::events::cache::cannot_stat_dir(Rel(rel, b""), e);
             return;
         }
     };
@@ -350,11 +345,7 @@ fn walk_dir(
     let mut dir = match Dir::from_fd(fd) {
         Ok(d) => d,
         Err(e) => {
-            warn!(
-                "cannot read directory {}: {}",
-                Rel(rel, b""),
-                std::io::Error::from(e)
-            );
+            crate::events::cache::cannot_read_dir(Rel(rel, b""), std::io::Error::from(e));
             return;
         }
     };
@@ -384,7 +375,7 @@ fn walk_dir(
             Ok(c) => c,
             Err(err) => {
                 if err.raw_os_error() != Some(libc_enoent()) {
-                    warn!("cannot open directory {}: {}", Rel(rel, name), err);
+                    crate::events::cache::cannot_open_dir(Rel(rel, name), err);
                 }
                 continue;
             }

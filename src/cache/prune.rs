@@ -7,8 +7,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use tracing::{debug, info, warn};
-
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
@@ -160,42 +158,10 @@ pub fn prune(
     }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
-        warn!(
-            "left {n} {} under the cache root untouched: not the engine's autotune cache (first: {first}); {}",
-            if n == 1 { "entry" } else { "entries" },
-            layout::shape().root_hint()
-        );
+        crate::events::cache::untouched(n, first, layout::shape().root_hint());
     }
     let r = &st.report;
-    if r.stored > 0 {
-        info!(
-            "prune: kept {}, stored {}, removed {} cache files and {} leftovers{}",
-            r.kept.len(),
-            r.stored,
-            r.removed,
-            r.leftovers,
-            if r.left > 0 {
-                format!(", left {} that could not be removed", r.left)
-            } else {
-                String::new()
-            }
-        );
-    } else if r.left > 0 {
-        info!(
-            "prune: kept {}, removed {} cache files and {} leftovers, left {} that could not be removed",
-            r.kept.len(),
-            r.removed,
-            r.leftovers,
-            r.left
-        );
-    } else {
-        info!(
-            "prune: kept {}, removed {} cache files and {} leftovers",
-            r.kept.len(),
-            r.removed,
-            r.leftovers
-        );
-    }
+    crate::events::cache::pruned(r.kept.len(), r.stored, r.removed, r.leftovers, r.left);
     Ok((st.report, job))
 }
 
@@ -242,10 +208,7 @@ impl State<'_, '_> {
             match dir.role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
-                        warn!(
-                            "left {}: a directory named *.json, which keepwrap does not remove",
-                            Rel(dir.rel, name)
-                        );
+                        crate::events::cache::left_directory(Rel(dir.rel, name));
                         self.report.left += 1;
                         whole = false;
                         pure = false;
@@ -309,7 +272,7 @@ impl State<'_, '_> {
                     Act::Cache(reason) => self.log_removed(dir.rel, name, reason),
                     Act::Leftover(why) => {
                         self.report.leftovers += 1;
-                        info!("removed {}: {}", Rel(dir.rel, name), why);
+                        crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
                     }
                 }
             }
@@ -351,7 +314,7 @@ impl State<'_, '_> {
             self.trash = match Trash::open(root) {
                 Ok(t) => TrashState::Open(t),
                 Err(e) => {
-                    warn!("cannot use .keepwrap/trash ({e}): removing files one by one");
+                    crate::events::cache::trash_unusable(e);
                     TrashState::Unavailable
                 }
             };
@@ -362,10 +325,7 @@ impl State<'_, '_> {
         match t.take(parent, name) {
             Ok(()) => true,
             Err(e) => {
-                debug!(
-                    "cannot move {} to .keepwrap/trash ({e}): removing files one by one",
-                    Rel(rel, b"")
-                );
+                crate::events::cache::trash_move_failed(Rel(rel, b""), e);
                 false
             }
         }
@@ -374,9 +334,9 @@ impl State<'_, '_> {
     fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
         self.report.removed += 1;
         if matches!(reason, Reason::Untrusted(_)) {
-            warn!("removed {}: {}", Rel(rel, name), reason);
+            crate::events::cache::removed_untrusted(Rel(rel, name), reason);
         } else {
-            info!("removed {}: {}", Rel(rel, name), reason);
+            crate::events::cache::removed(Rel(rel, name), reason);
         }
     }
 
@@ -384,9 +344,9 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                info!("removed {}: {}", Rel(dir.rel, name), why);
+                crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
             }
-            Err(e) => warn!("cannot remove {} ({}): {}", Rel(dir.rel, name), why, e),
+            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
         }
     }
 
@@ -405,12 +365,9 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                warn!(
-                    "removed {}: {why} (its target is left alone)",
-                    Rel(dir.rel, name)
-                );
+                crate::events::cache::removed_symlink(Rel(dir.rel, name), why);
             }
-            Err(e) => warn!("cannot remove {} ({why}): {e}", Rel(dir.rel, name)),
+            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
         }
     }
 
@@ -420,7 +377,7 @@ impl State<'_, '_> {
             Ok(()) => self.log_removed(rel, name, reason),
             Err(e) => {
                 self.report.left += 1;
-                warn!("cannot remove {} ({}): {}", Rel(rel, name), reason, e);
+                crate::events::cache::cannot_remove(Rel(rel, name), reason, e);
                 return;
             }
         }
@@ -428,7 +385,7 @@ impl State<'_, '_> {
         let sname = &self.sname[..self.sname.len() - 1];
         if let Err(e) = fsx::unlink_at(fd, sname) {
             if e.raw_os_error() != Some(nix::errno::Errno::EISDIR as i32) {
-                warn!("cannot remove {}: {}", Rel(rel, sname), e);
+                crate::events::cache::cannot_remove_sidecar(Rel(rel, sname), e);
             }
         }
     }
@@ -527,11 +484,7 @@ impl State<'_, '_> {
         for ((path, _), verdict) in cands.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    if self.report.kept.len() < PER_FILE_LINES {
-                        info!("kept {path}: signed for this launch");
-                    } else {
-                        debug!("kept {path}: signed for this launch");
-                    }
+                    crate::events::cache::kept(path, self.report.kept.len() < PER_FILE_LINES);
                     self.report.kept.push(PathBuf::from(path));
                 }
                 Some(mut reason) => {
@@ -574,7 +527,11 @@ impl State<'_, '_> {
             }
             Err(e) => {
                 self.report.left += 1;
-                warn!("cannot remove {path} ({reason}): open directory {parent}: {e}");
+                crate::events::cache::cannot_remove(
+                    path,
+                    reason,
+                    format_args!("open directory {parent}: {e}"),
+                );
             }
         }
     }
@@ -720,25 +677,16 @@ impl State<'_, '_> {
         match stash(root.as_fd(), &set) {
             Ok(()) => {
                 for m in &set.set.members {
-                    if self.report.stored < PER_FILE_LINES {
-                        info!(
-                            "stored {}: signed for another launch (fingerprint {fp8}...)",
-                            m.path
-                        );
-                    } else {
-                        debug!(
-                            "stored {}: signed for another launch (fingerprint {fp8}...)",
-                            m.path
-                        );
-                    }
+                    crate::events::cache::stored(
+                        &m.path,
+                        &fp8,
+                        self.report.stored < PER_FILE_LINES,
+                    );
                     self.report.stored += 1;
                 }
             }
             Err(e) => {
-                warn!(
-                    "cannot store the {} cache files signed for launch {fp8}...: {e}; removing them",
-                    set.set.members.len()
-                );
+                crate::events::cache::cannot_store(set.set.members.len(), &fp8, e);
                 for m in &set.set.members {
                     self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.clone()));
                 }
@@ -816,10 +764,7 @@ fn check_file(
 /// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
 fn more_lines(n: usize, what: &str) {
     if n > PER_FILE_LINES {
-        info!(
-            "{what} {} more cache files (KEEPWRAP_LOG=debug lists each)",
-            n - PER_FILE_LINES
-        );
+        crate::events::cache::more_files(what, n - PER_FILE_LINES);
     }
 }
 

@@ -8,8 +8,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tracing::{debug, info, warn};
-
 use super::fsx::{self, split, Kind};
 use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
@@ -77,21 +75,24 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
             match e.kind {
                 Kind::File => {}
                 Kind::Dir => {
-                    debug!("not signed {rel}: a directory");
+                    crate::events::cache::not_signed_directory(rel);
                     continue;
                 }
                 k => {
-                    info!("not signed {rel}: not a regular file ({})", k.name());
+                    crate::events::cache::not_signed(
+                        rel,
+                        format_args!("not a regular file ({})", k.name()),
+                    );
                     unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
             }
             if let Some(u) = dir.untrusted {
-                warn!("not signed {rel}: {}", u.0);
+                crate::events::cache::not_signed_unsafe(rel, &u.0);
                 continue;
             }
             let Some(path) = rel.to_string_exact() else {
-                warn!("not signed {rel}: the path is not UTF-8");
+                crate::events::cache::not_signed_unsafe(rel, "the path is not UTF-8");
                 unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             };
@@ -112,12 +113,15 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
                 match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true, known.as_ref()) {
                     Ok(h) => h,
                     Err(Unsignable::Io(e)) => {
-                        warn!("not signed {rel}: cannot read it ({e})");
+                        crate::events::cache::not_signed_unsafe(
+                            rel,
+                            format_args!("cannot read it ({e})"),
+                        );
                         unsignable.get_or_insert_with(|| rel.to_string());
                         continue;
                     }
                     Err(Unsignable::Json(e)) => {
-                        info!("not signed {rel}: {}", e.into_reason());
+                        crate::events::cache::not_signed(rel, e.into_reason());
                         unsignable.get_or_insert_with(|| rel.to_string());
                         continue;
                     }
@@ -137,10 +141,7 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
                 stamps.truncate(first);
                 knowns.truncate(first);
                 racy.retain(|&i| i < first);
-                warn!(
-                    "not signed the {dropped} other cache files of {}: {bad} cannot be signed, and trusting part of a directory's rank files would give a partial hit",
-                    Rel(dir.rel, b"")
-                );
+                crate::events::cache::dir_not_signed(dropped, Rel(dir.rel, b""), &bad);
             }
         }
     });
@@ -361,10 +362,7 @@ fn stamp_racy(
     }
     let wait = latest.saturating_sub(sidecar::now_ns());
     if wait > SETTLE_WAIT_NS {
-        debug!(
-            "not stamping {} cache files: their change times settle in {wait} ns",
-            racy.len()
-        );
+        crate::events::cache::not_stamping(racy.len(), wait);
         return;
     }
     if wait > 0 {
@@ -428,7 +426,7 @@ fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Res
             crate::failpoint::hit("sign");
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
-            warn!("cannot fsync directory {parent}: {e}");
+            crate::events::cache::cannot_fsync_dir(parent, e);
         }
         i = end;
     }

@@ -8,7 +8,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-use tracing::{debug, warn};
 
 use super::fsx;
 
@@ -37,19 +36,24 @@ impl Trash {
 /// Remove everything in the trash below the open root. Returns how many
 /// entries went.
 pub fn empty_at(root: BorrowedFd<'_>) -> usize {
-    let Ok(state) = fsx::open_state_dir_at(root, STATE_DIR, None) else {
-        return 0;
-    };
-    let Ok(trash) = fsx::open_state_dir_at(state.as_fd(), TRASH_DIR, None) else {
-        return 0;
-    };
-    let n = fsx::remove_contents(trash.as_fd(), &mut |name, e| {
-        warn!(
-            "cannot remove .keepwrap/trash/{}: {e}",
-            super::layout::Rel(b"", name)
-        );
+    match open_existing(root) {
+        Some(trash) => empty_trash_dir(trash.as_fd()),
+        None => 0,
+    }
+}
+
+/// The trash below the open root, if there is one.
+fn open_existing(root: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let state = fsx::open_state_dir_at(root, STATE_DIR, None).ok()?;
+    fsx::open_state_dir_at(state.as_fd(), TRASH_DIR, None).ok()
+}
+
+/// Remove everything in the open trash directory.
+fn empty_trash_dir(trash: BorrowedFd<'_>) -> usize {
+    let n = fsx::remove_contents(trash, &mut |name, e| {
+        crate::events::cache::trash_remove_failed(super::layout::Rel(b"", name), e);
     });
-    debug!("emptied .keepwrap/trash: {n} entries");
+    crate::events::cache::trash_emptied(n);
     n
 }
 
@@ -99,6 +103,11 @@ impl Drop for TrashJob {
 /// Empty the trash in a background thread that blocks every signal (so a
 /// signal meant for the supervisor is never delivered to it).
 pub fn spawn_empty(root: OwnedFd) {
+    // No trash, no thread.
+    let Some(trash) = open_existing(root.as_fd()) else {
+        return;
+    };
+    drop(root);
     let mut old = SigSet::empty();
     let blocked = pthread_sigmask(
         SigmaskHow::SIG_SETMASK,
@@ -110,7 +119,7 @@ pub fn spawn_empty(root: OwnedFd) {
         .name("keepwrap-trash".into())
         .spawn(move || {
             crate::signals::block_signals_in_thread();
-            empty_at(root.as_fd());
+            empty_trash_dir(trash.as_fd());
         });
     if blocked {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
@@ -118,6 +127,6 @@ pub fn spawn_empty(root: OwnedFd) {
         crate::signals::block_signals_in_thread();
     }
     if let Err(e) = spawned {
-        warn!("cannot start the thread that empties .keepwrap/trash: {e}");
+        crate::events::cache::trash_thread_failed(e);
     }
 }

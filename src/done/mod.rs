@@ -309,13 +309,13 @@ impl Probe {
             ProbeState::Connecting { deadline, .. } | ProbeState::Reading { deadline, .. }
                 if now >= deadline && !ready =>
             {
-                tracing::debug!("health probe of {} timed out", self.endpoint);
+                crate::events::done::probe_timed_out(&self.endpoint);
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
             ProbeState::Connecting { stream, deadline } if ready => match stream.take_error() {
                 Ok(None) => self.send(stream, deadline),
                 Ok(Some(e)) | Err(e) => {
-                    tracing::debug!("health probe of {}: {e}", self.endpoint);
+                    crate::events::done::probe_failed(&self.endpoint, e);
                     (ProbeState::Idle, ProbeResult::NotYet)
                 }
             },
@@ -340,7 +340,7 @@ impl Probe {
             None => match self.endpoint.socket_addr() {
                 Ok(a) => *self.addr.insert(a),
                 Err(e) => {
-                    tracing::debug!("health probe: cannot resolve {}: {e}", self.endpoint.host);
+                    crate::events::done::probe_unresolved(&self.endpoint.host, e);
                     return (ProbeState::Idle, ProbeResult::NotYet);
                 }
             },
@@ -358,7 +358,7 @@ impl Probe {
         ) {
             Ok(fd) => fd,
             Err(e) => {
-                tracing::debug!("health probe: socket: {e}");
+                crate::events::done::probe_socket_failed(e);
                 return (ProbeState::Idle, ProbeResult::NotYet);
             }
         };
@@ -371,7 +371,7 @@ impl Probe {
                 ProbeResult::Pending,
             ),
             Err(e) => {
-                tracing::debug!("health probe of {}: {e}", self.endpoint);
+                crate::events::done::probe_failed(&self.endpoint, e);
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
         }
@@ -396,7 +396,7 @@ impl Probe {
             ),
             Ok(_) => (ProbeState::Idle, ProbeResult::NotYet),
             Err(e) => {
-                tracing::debug!("health probe of {}: {e}", self.endpoint);
+                crate::events::done::probe_failed(&self.endpoint, e);
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
         }
@@ -430,7 +430,7 @@ impl Probe {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    tracing::debug!("health probe of {}: {e}", self.endpoint);
+                    crate::events::done::probe_failed(&self.endpoint, e);
                     return (ProbeState::Idle, ProbeResult::NotYet);
                 }
             }
@@ -438,7 +438,7 @@ impl Probe {
         match status_code(&buf) {
             Some(200) => (ProbeState::Idle, ProbeResult::Ready),
             status => {
-                tracing::debug!("health probe of {}: status {status:?}", self.endpoint);
+                crate::events::done::probe_status(&self.endpoint, status);
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
         }

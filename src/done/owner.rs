@@ -194,9 +194,7 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     let tables = started.elapsed();
     let deadline = Instant::now() + SCAN_BUDGET;
     let tree = engine_tree(deadline);
-    tracing::debug!(
-        "sockets listening for {to}: inodes {inodes:?} (socket tables read in {tables:?}); the engine's tree: pids {tree:?}"
-    );
+    crate::events::done::port_listeners(to, &inodes, tables, &tree);
     let mut found = HashSet::new();
     for &pid in &tree {
         holds(pid, &inodes, &mut found, deadline);

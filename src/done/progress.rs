@@ -75,24 +75,17 @@ pub fn landed(root: &Path, landed: &[PathBuf], at: Duration) {
         let mut p = PROGRESS.lock().unwrap_or_else(|e| e.into_inner());
         p.get_or_insert_with(Progress::default).note(landed, at)
     };
-    let t = at.as_secs_f64();
     for line in lines {
         match line {
             Line::File(rel) => {
                 let entries = crate::cache::entry_count(&root.join(&rel))
                     .map_or_else(|why| why.to_string(), |n| format!("{n} entries"));
-                tracing::info!(
-                    "landed {} ({entries}, {t:.1} s after the launch)",
-                    crate::logging::Shown(&rel)
-                );
+                crate::events::done::landed(&rel, &entries, at);
             }
-            Line::Switch { distinct } => tracing::info!(
-                "landed {distinct} distinct cache files ({t:.1} s after the launch): from now on one line every {} s sums up the landings",
-                EVERY.as_secs()
-            ),
-            Line::Sum { landed, distinct } => tracing::info!(
-                "landed {landed} more cache files ({distinct} distinct so far, {t:.1} s after the launch)"
-            ),
+            Line::Switch { distinct } => crate::events::done::landed_summing(distinct, at, EVERY),
+            Line::Sum { landed, distinct } => {
+                crate::events::done::landed_more(landed, distinct, at)
+            }
         }
     }
 }

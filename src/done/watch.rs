@@ -153,10 +153,7 @@ impl Watcher {
             // 0700): prune and sign cannot read it either, so nothing in it
             // is signed. Watch the rest rather than give up on the launch.
             Err(e) if !rel.as_os_str().is_empty() => {
-                tracing::warn!(
-                    "cannot watch {}: {e}; nothing in it will be signed",
-                    rel.display()
-                );
+                crate::events::done::cannot_watch_dir(&rel, e);
                 return Ok(());
             }
             Err(e) => {
@@ -172,10 +169,7 @@ impl Watcher {
                 return Ok(())
             }
             Err(e) if !rel.as_os_str().is_empty() => {
-                tracing::warn!(
-                    "cannot list {}: {e}; nothing in it will be signed",
-                    rel.display()
-                );
+                crate::events::done::cannot_list_dir(&rel, e);
                 return Ok(());
             }
             Err(e) => {
@@ -233,7 +227,7 @@ impl Watcher {
                 self.add_tree(PathBuf::new(), &mut landed)
             };
             if let Err(e) = walked {
-                tracing::warn!("{e}");
+                crate::events::done::watch_error(e);
             }
         }
         while self.armed() {
@@ -242,10 +236,7 @@ impl Watcher {
                 Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
-                    tracing::warn!(
-                        "reading inotify events for {} failed: {e}; rescanning",
-                        self.root.display()
-                    );
+                    crate::events::done::inotify_read_failed(&self.root, e);
                     rescan = true;
                     break;
                 }
@@ -266,7 +257,7 @@ impl Watcher {
                 if ev.mask.contains(AddWatchFlags::IN_ISDIR) {
                     if !skipped_dir(name) {
                         if let Err(e) = self.add_tree(rel, &mut landed) {
-                            tracing::warn!("{e}");
+                            crate::events::done::watch_error(e);
                         }
                     }
                 } else if ev
@@ -278,12 +269,9 @@ impl Watcher {
             }
         }
         if rescan {
-            tracing::info!(
-                "the inotify queue overflowed: rescanning {}",
-                self.root.display()
-            );
+            crate::events::done::inotify_overflow(&self.root);
             if let Err(e) = self.add_tree(PathBuf::new(), &mut landed) {
-                tracing::warn!("{e}");
+                crate::events::done::watch_error(e);
             }
         }
         let mut seen = HashSet::new();

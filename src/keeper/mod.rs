@@ -77,10 +77,6 @@ pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathB
     crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
 /// What [`Keeper::prepare`] hands to the supervisor.
 #[derive(Default)]
 pub struct Prepared {
@@ -124,10 +120,6 @@ const WAIT_POLL: Duration = Duration::from_millis(200);
 /// How often a waiting launch says it still waits.
 const WAIT_PROGRESS: Duration = Duration::from_secs(60);
 
-/// The advice for two launches that meet on one root.
-const ROOT_PER_POD: &str =
-    "give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR for what the nodes of a multi-node launch have in common";
-
 impl Keeper {
     /// Fingerprint the launch, make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
@@ -141,18 +133,12 @@ impl Keeper {
         let profile = launch.profile();
         let root = if profile == ProfileName::Vllm {
             vllm::root(args.cache_dir.as_deref(), env)
-                .map_err(|e| {
-                    tracing::warn!(
-                        "no cache root: {e}; the launch goes on without keeping the cache"
-                    )
-                })
+                .map_err(crate::events::vllm::no_vllm_cache_root)
                 .ok()
         } else {
             let root = cache_root(args, env);
             if root.is_none() {
-                tracing::warn!(
-                    "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
-                );
+                crate::events::keeper::no_cache_root();
             }
             root
         };
@@ -161,21 +147,16 @@ impl Keeper {
         };
         crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
         for line in launch.warnings() {
-            tracing::warn!("{line}");
+            crate::events::keeper::launch_warning(&line);
         }
         let done = match args.done.resolve(&launch) {
             Ok(done) => done,
             Err(e) => {
-                tracing::warn!("{e}; the launch goes on without keeping the cache");
+                crate::events::keeper::done_rule_unusable(e);
                 return Prepared::default();
             }
         };
-        tracing::info!(
-            "launch fingerprint {} ({} profile); cache root {}; tuning is done {done}",
-            short(&fingerprint),
-            profile.as_str(),
-            root.display()
-        );
+        crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
         vllm::note_managed_store(&launch, env);
         if !ensure_root(&root) {
             return Prepared::default();
@@ -183,10 +164,9 @@ impl Keeper {
         let runs = match Runs::open(&root) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(
-                    "cannot open {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
-                    root.display(),
-                    running::RUNNING_DIR
+                crate::events::keeper::cannot_open_running(
+                    &root.join(STATE_DIR).join(running::RUNNING_DIR),
+                    e,
                 );
                 return Prepared::default();
             }
@@ -206,10 +186,7 @@ impl Keeper {
         let store = match Store::open(&root) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(
-                    "cannot open the store {STATE_DIR}/ in {}: {e}; cache files of other launches are removed, not stored",
-                    root.display()
-                );
+                crate::events::keeper::store_unusable(STATE_DIR, &root, e);
                 None
             }
         };
@@ -222,10 +199,9 @@ impl Keeper {
         let marker = match runs.register(&id, state) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(
-                    "cannot leave this launch's marker in {}/{STATE_DIR}/{}: {e}; the launch goes on without keeping the cache",
-                    root.display(),
-                    running::RUNNING_DIR
+                crate::events::keeper::cannot_leave_marker(
+                    &root.join(STATE_DIR).join(running::RUNNING_DIR),
+                    e,
                 );
                 return Prepared::default();
             }
@@ -251,10 +227,7 @@ impl Keeper {
         let (mut kept, removed, stored, trash) = match pruned {
             Ok((report, trash)) => (report.kept, report.removed, report.stored, trash),
             Err(e) => {
-                tracing::warn!(
-                    "cannot prune {}: {e}; the launch goes on, and nothing it writes will be signed",
-                    root.display()
-                );
+                crate::events::keeper::cannot_prune(&root, e);
                 return Prepared::hands_off(marker);
             }
         };
@@ -265,14 +238,16 @@ impl Keeper {
             if kept.is_empty() {
                 if let Some(r) = s.restore(&fingerprint) {
                     restored = r.paths.len();
-                    tracing::info!(
-                        "restored {restored} cache files of this launch from the store (signed {})",
-                        store::ago(r.signed_at, now)
+                    crate::events::keeper::restored(
+                        restored,
+                        &fingerprint,
+                        store::ago(r.signed_at, now),
                     );
                     kept = r.paths;
                 }
             }
-            if kept.is_empty() {
+            // Nothing to compare with before any launch signed: no thread.
+            if kept.is_empty() && s.has_records() {
                 after_start = Some(explain_later(&root, &fingerprint, &inputs));
             } else {
                 s.touch(&fingerprint);
@@ -293,7 +268,7 @@ impl Keeper {
         let watcher = match Watcher::new(&root) {
             Ok(w) => w,
             Err(e) => {
-                tracing::warn!("{e}; the launch goes on, and nothing it writes will be signed");
+                crate::events::keeper::watch_failed(e);
                 return Prepared::hands_off(marker);
             }
         };
@@ -349,14 +324,8 @@ impl Keeper {
         }
         self.watcher.read();
         match cache::sign(&self.root, &self.fingerprint) {
-            Ok(r) => tracing::info!(
-                "signed {} unified cache files for this launch",
-                r.signed.len()
-            ),
-            Err(e) => tracing::warn!(
-                "cannot sign {}: {e}; the next launch will tune again",
-                self.root.display()
-            ),
+            Ok(r) => crate::events::keeper::signed_unified(r.signed.len(), &self.fingerprint),
+            Err(e) => crate::events::keeper::cannot_sign(&self.root, e),
         }
     }
 
@@ -656,6 +625,7 @@ impl Keeper {
         let Some(s) = self.session.as_mut() else {
             return;
         };
+        s.worker.engine_gone();
         s.worker.wait();
         self.take_finished();
         self.feed(Event::ChildEnded {
@@ -689,7 +659,7 @@ struct Session {
 /// What the worker is asked to do.
 enum Job {
     /// One `keepwrap:` line at info level.
-    Log(String),
+    Log(crate::events::policy::Note),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {
@@ -755,8 +725,8 @@ struct Committer {
 impl Committer {
     fn run(&mut self, job: Job) -> Option<Report> {
         match job {
-            Job::Log(line) => {
-                tracing::info!("{line}");
+            Job::Log(note) => {
+                note.log();
                 None
             }
             Job::Landed { files, after } => {
@@ -805,10 +775,7 @@ impl Committer {
         let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(
-                    "cannot sign {}: {e}; the next launch will tune again",
-                    self.root.display()
-                );
+                crate::events::keeper::cannot_sign(&self.root, e);
                 return Vec::new();
             }
         };
@@ -816,9 +783,7 @@ impl Committer {
         self.publish(&report);
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
-            tracing::info!(
-                "signed again at exit: {n} cache files, with the {late} that landed after tuning was done"
-            );
+            crate::events::keeper::signed_again(n, late, &self.fingerprint);
             if let Some(s) = &self.store {
                 if n > 0 && report.failed == 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
@@ -833,16 +798,14 @@ impl Committer {
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
-                tracing::info!(
-                    "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again"
-                );
+                crate::events::keeper::nothing_signed(present);
             } else {
-                tracing::info!("nothing to keep: the engine wrote no autotune cache");
+                crate::events::keeper::nothing_to_keep();
             }
         } else if reused {
-            tracing::info!("reused {n} cache files signed for this launch");
+            crate::events::keeper::reused(n, &self.fingerprint);
         } else {
-            tracing::info!("tuned and signed {n} cache files");
+            crate::events::keeper::signed(n, &self.fingerprint);
         }
         if let Some(s) = &self.store {
             if n > 0 && report.failed == 0 {
@@ -914,9 +877,9 @@ impl Committer {
         let Ok(_lock) = self.commit_lock() else {
             return;
         };
-        if let Err(e) = cache::restamp(&self.root, &self.fingerprint) {
-            tracing::debug!("cannot record the stamps of the files just signed: {e}");
-        }
+        // Best effort: without the stamps the next launch reads and hashes
+        // those files instead.
+        let _ = cache::restamp(&self.root, &self.fingerprint);
     }
 
     /// Before keepwrap exits: write the statistics this launch gathered
@@ -938,7 +901,15 @@ impl Committer {
 /// reported through a socket in the supervisor's poll set, so that the loop
 /// keeps forwarding signals and reaping meanwhile. When the thread cannot
 /// start, the jobs run in the loop (late, but the launch goes on).
+///
+/// The thread starts with the first job that needs it while the engine
+/// runs: log lines before it are written in the loop (nothing is queued
+/// ahead of them), and once the engine has ended the jobs of a launch that
+/// never needed the thread run in the loop, which has nothing else to do
+/// then (a command that exits at once starts no thread).
 struct Worker {
+    /// The committer until the thread starts.
+    idle: Option<Committer>,
     jobs: Option<mpsc::Sender<Job>>,
     results: Option<mpsc::Receiver<Report>>,
     /// Readable when a result is queued.
@@ -953,7 +924,33 @@ struct Worker {
 
 impl Worker {
     fn start(committer: Committer) -> Worker {
+        Worker {
+            idle: Some(committer),
+            jobs: None,
+            results: None,
+            wake: None,
+            thread: None,
+            inline: None,
+            busy: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    /// The engine has ended: a thread that never started is not needed
+    /// any more.
+    fn engine_gone(&mut self) {
+        if let Some(c) = self.idle.take() {
+            self.inline = Some(c);
+        }
+    }
+
+    /// Start the thread with the idle committer.
+    fn spawn_thread(&mut self) {
+        let Some(committer) = self.idle.take() else {
+            return;
+        };
         let mut w = Worker {
+            idle: None,
             jobs: None,
             results: None,
             wake: None,
@@ -965,11 +962,10 @@ impl Worker {
         let (wake, wake_tx) = match UnixStream::pair() {
             Ok(pair) => pair,
             Err(e) => {
-                tracing::warn!(
-                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
-                );
+                crate::events::keeper::commit_worker_failed(e);
                 w.inline = Some(committer);
-                return w;
+                *self = w;
+                return;
             }
         };
         let _ = wake.set_nonblocking(true);
@@ -1006,13 +1002,13 @@ impl Worker {
                 w.thread = Some(thread);
             }
             Err(e) => {
-                tracing::warn!(
-                    "cannot start the commit worker ({e}): signing runs in the supervisor loop"
-                );
+                crate::events::keeper::commit_worker_failed(e);
                 w.inline = Some(committer);
             }
         }
-        w
+        w.busy = self.busy;
+        w.ready = std::mem::take(&mut self.ready);
+        *self = w;
     }
 
     fn busy(&self) -> bool {
@@ -1026,6 +1022,13 @@ impl Worker {
     /// Run `job`: on the thread (the result comes through [`finished`]), or
     /// here and now without one (the result is returned).
     fn run(&mut self, job: Job) -> Option<Report> {
+        if self.idle.is_some() {
+            if let Job::Log(note) = &job {
+                note.log();
+                return None;
+            }
+            self.spawn_thread();
+        }
         if let Some(c) = self.inline.as_mut() {
             return c.run(job);
         }
@@ -1073,6 +1076,7 @@ impl Worker {
     /// No more jobs: let the thread finish what it has (the share's
     /// publication included) and end.
     fn stop(&mut self) {
+        self.engine_gone();
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -1094,7 +1098,7 @@ fn explain_later(
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
             if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
-                tracing::info!("{line}");
+                crate::events::keeper::no_cache(&fingerprint, &line);
             }
         }
     })
@@ -1113,7 +1117,6 @@ fn wait_turn(
 ) -> (Option<CacheLock>, Turn) {
     let started = Instant::now();
     let deadline = started.checked_add(args.wait_for_tuning);
-    let limit = humantime::format_duration(args.wait_for_tuning);
     let mut waited_for: Option<String> = None;
     loop {
         let lock = match store {
@@ -1127,10 +1130,7 @@ fn wait_turn(
         let other = match running::verdict(me, &seen) {
             Verdict::Go => {
                 if let Some(other) = waited_for {
-                    tracing::info!(
-                        "{other} is done tuning; this launch goes on after waiting {}",
-                        secs(started.elapsed())
-                    );
+                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
                 }
                 return (lock, Turn::Go);
             }
@@ -1141,16 +1141,12 @@ fn wait_turn(
             Verdict::Wait(other) => other.clone(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            tracing::warn!(
-                "gave up waiting {limit} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files"
-            );
+            crate::events::keeper::gave_up_waiting(&other, args.wait_for_tuning);
             return (lock, Turn::HandsOff);
         }
         drop(lock);
         if waited_for.is_none() {
-            tracing::info!(
-                "waiting up to {limit} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files"
-            );
+            crate::events::keeper::waiting_for_other(&other, args.wait_for_tuning);
         }
         waited_for = Some(other.who());
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
@@ -1165,11 +1161,10 @@ fn wait_turn(
             match running::verdict(me, &seen) {
                 Verdict::Wait(o) => {
                     if now >= next_progress {
-                        tracing::info!(
-                            "still waiting for {o} to finish tuning ({} of {limit})",
-                            humantime::format_duration(Duration::from_secs(
-                                started.elapsed().as_secs()
-                            ))
+                        crate::events::keeper::still_waiting(
+                            o,
+                            started.elapsed(),
+                            args.wait_for_tuning,
                         );
                         next_progress = now + WAIT_PROGRESS;
                     }
@@ -1183,20 +1178,10 @@ fn wait_turn(
 /// The one line a launch that goes on hands-off logs, naming the launch in
 /// its way and the topology that works.
 fn hands_off_line(why: Why, other: &Seen) {
-    let then = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
     match why {
-        Why::Peer => tracing::warn!(
-            "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {then}, and so does that one; {ROOT_PER_POD}"
-        ),
-        Why::Orphan => tracing::warn!(
-            "{other} left its engine running on this cache root when keepwrap was killed: {then}, so that nothing is removed under that engine and nothing it writes is signed"
-        ),
-        Why::HandsOff => tracing::warn!(
-            "{other} is using this cache root: {then}, so that neither removes nor signs the other's files; {ROOT_PER_POD}"
-        ),
-        Why::OtherLaunch => tracing::warn!(
-            "{other} is using this cache root: this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is), so that neither removes nor signs the other's files; {ROOT_PER_POD}"
-        ),
+        Why::Peer => crate::events::keeper::peer_on_root(other),
+        Why::Orphan => crate::events::keeper::orphan_on_root(other),
+        Why::HandsOff | Why::OtherLaunch => crate::events::keeper::other_on_root(other),
     }
 }
 
@@ -1218,14 +1203,11 @@ fn take_lock(s: &Store, timeout: Duration, fingerprint: &str, then: &str) -> Opt
     ) {
         Ok(l) => Some(l),
         Err(LockError::TimedOut(who)) => {
-            tracing::warn!(
-                "gave up waiting {} for the cache lock {STATE_DIR}/lock ({what}), held by {who}: {after}",
-                humantime::format_duration(timeout)
-            );
+            crate::events::keeper::lock_gave_up(timeout, what, who, after);
             None
         }
         Err(LockError::Io(e)) => {
-            tracing::warn!("cannot take the cache lock {STATE_DIR}/lock ({what}): {e}: {after}");
+            crate::events::keeper::lock_failed(what, e, after);
             None
         }
     }
@@ -1245,33 +1227,21 @@ fn ensure_root(root: &Path) -> bool {
     match std::fs::symlink_metadata(root) {
         Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
         Ok(_) => {
-            tracing::warn!(
-                "cache root {} is not a directory; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::root_not_a_directory(root);
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
             Ok(()) => {
-                tracing::info!(
-                    "cache root {} did not exist (first boot): created it",
-                    root.display()
-                );
+                crate::events::keeper::root_created(root);
                 true
             }
             Err(e) => {
-                tracing::warn!(
-                    "cannot create cache root {}: {e}; the launch goes on without keeping the cache",
-                    root.display()
-                );
+                crate::events::keeper::cannot_create_root(root, e);
                 false
             }
         },
         Err(e) => {
-            tracing::warn!(
-                "cannot use cache root {}: {e}; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::cannot_use_root(root, e);
             false
         }
     }
@@ -1282,10 +1252,7 @@ fn writable(root: &Path) -> bool {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(root) {
         Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
-            tracing::warn!(
-                "cache root {} is on a read-only file system; the launch goes on without keeping the cache",
-                root.display()
-            );
+            crate::events::keeper::root_read_only(root);
             false
         }
         _ => true,

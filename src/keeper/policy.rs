@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::done::owner::Owner;
+pub use crate::events::policy::Note;
 use crate::signals::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
@@ -74,7 +75,7 @@ pub enum Action {
     /// [`Event::OtherLaunch`].
     LookForOthers,
     /// One `keepwrap:` line at info level.
-    Info(String),
+    Info(Note),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,10 +145,6 @@ pub fn signal_name(signo: i32) -> String {
     }
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
 impl Policy {
     pub fn new(rule: Rule, launched: Instant) -> Policy {
         Policy {
@@ -215,11 +212,10 @@ impl Policy {
             Event::Tick(now) => {
                 if let (Some(end), Rule::Quiet(d)) = (self.deadline(), self.rule) {
                     if now >= end {
-                        out.push(Action::Info(format!(
-                            "tuning is done: no cache file landed for {} ({} after the launch)",
-                            humantime::format_duration(d),
-                            secs(now.saturating_duration_since(self.launched))
-                        )));
+                        out.push(Action::Info(Note::DoneQuiet {
+                            quiet: d,
+                            after: now.saturating_duration_since(self.launched),
+                        }));
                         self.done(&mut out);
                     }
                 }
@@ -232,9 +228,7 @@ impl Policy {
             Event::OtherLaunch(who) => {
                 if !self.other {
                     self.other = true;
-                    out.push(Action::Info(format!(
-                        "not signing: {who} used this cache root while this launch ran; their rank files may be mixed"
-                    )));
+                    out.push(Action::Info(Note::OtherLaunch { other: who }));
                 }
             }
             Event::ChildEnded { at, ended } => self.ended(at, ended, &mut out),
@@ -258,9 +252,7 @@ impl Policy {
                 self.late.extend(files);
                 if !self.other {
                     if first {
-                        out.push(Action::Info(
-                            "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own".to_string(),
-                        ));
+                        out.push(Action::Info(Note::LateLanding));
                     }
                     out.push(Action::LookForOthers);
                 }
@@ -275,18 +267,16 @@ impl Policy {
         }
         match owner {
             Owner::Engine | Owner::Remote => {
-                out.push(Action::Info(format!(
-                    "tuning is done: GET {url} answered 200 {} after the launch",
-                    secs(at.saturating_duration_since(self.launched))
-                )));
+                out.push(Action::Info(Note::DoneHealth {
+                    url,
+                    after: at.saturating_duration_since(self.launched),
+                }));
                 self.done(out);
             }
             Owner::Foreign(who) => {
                 if !self.foreign_said {
                     self.foreign_said = true;
-                    out.push(Action::Info(format!(
-                        "not done yet: GET {url} answered 200, but the port is served by {who}, not by the engine; waiting for the engine's own server"
-                    )));
+                    out.push(Action::Info(Note::NotDoneForeign { url, owner: who }));
                 }
                 out.push(Action::ProbeAgain);
             }
@@ -308,24 +298,21 @@ impl Policy {
                 if self.other {
                     // Said when it was seen.
                 } else if let Some(sig) = self.stopped {
-                    out.push(Action::Info(format!(
-                        "not signing: the engine ended with status {ended} after keepwrap forwarded {}: a stop is never tuning done",
-                        signal_name(sig)
-                    )));
+                    out.push(Action::Info(Note::NotSigningStopped {
+                        status: ended.to_string(),
+                        signal: signal_name(sig),
+                    }));
                 } else if self.headless && ended.succeeded() {
-                    out.push(Action::Info(
-                        "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning".to_string(),
-                    ));
+                    out.push(Action::Info(Note::NotSigningHeadless));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
-                    out.push(Action::Info(format!(
-                        "tuning is done: the command exited 0 ({} after the launch)",
-                        secs(at.saturating_duration_since(self.launched))
-                    )));
+                    out.push(Action::Info(Note::DoneExit {
+                        after: at.saturating_duration_since(self.launched),
+                    }));
                     out.push(Action::SignDone);
                 } else {
-                    out.push(Action::Info(format!(
-                        "not signing: the engine exited with status {ended} before tuning was done"
-                    )));
+                    out.push(Action::Info(Note::NotSigningEarly {
+                        status: ended.to_string(),
+                    }));
                 }
             }
             Phase::Done => {
@@ -333,22 +320,21 @@ impl Policy {
                 if n == 0 || self.other {
                     return;
                 }
-                let keep = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
                 if let Some(sig) = self.stopped {
-                    out.push(Action::Info(format!(
-                        "not signing the {n} cache files that landed after tuning was done: the engine ended with status {ended} after keepwrap forwarded {}; {keep}",
-                        signal_name(sig)
-                    )));
+                    out.push(Action::Info(Note::LateNotSignedStopped {
+                        late: n,
+                        status: ended.to_string(),
+                        signal: signal_name(sig),
+                    }));
                 } else if ended.succeeded() && self.headless {
-                    out.push(Action::Info(format!(
-                        "not signing the {n} cache files that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {keep}"
-                    )));
+                    out.push(Action::Info(Note::LateNotSignedHeadless { late: n }));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });
                 } else {
-                    out.push(Action::Info(format!(
-                        "not signing the {n} cache files that landed after tuning was done: the engine ended abnormally with status {ended}; {keep}"
-                    )));
+                    out.push(Action::Info(Note::LateNotSignedAbnormal {
+                        late: n,
+                        status: ended.to_string(),
+                    }));
                 }
             }
         }

@@ -62,6 +62,17 @@ pub enum KeepMode {
     Never,
 }
 
+impl NotKept {
+    /// Why, as one word for the `supervising_only` event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NotKept::Disabled => "disabled",
+            NotKept::Never => "keep_never",
+            NotKept::NotAnEngine(_) => "not_an_engine",
+        }
+    }
+}
+
 impl Settings {
     /// Whether to keep the cache of `command` run with `env`, or why not.
     pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), NotKept> {

@@ -154,29 +154,23 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         }
         match &verdict {
             Verdict::Keep(why) => {
-                tracing::info!(
-                    "kept {}: vLLM 0.27.1-0.31.x's one shared cache file hangs only a MoE model under more than one rank, and this is {why}",
-                    p.display()
-                );
+                crate::events::vllm::kept_shared_file(p, why);
                 true
             }
             Verdict::Remove(why) => {
                 let sidecar = p.with_extension("launch");
-                let gone = [p, &sidecar].iter().all(|f| {
-                    match std::fs::remove_file(root.join(f)) {
+                let gone = [p, &sidecar]
+                    .iter()
+                    .all(|f| match std::fs::remove_file(root.join(f)) {
                         Ok(()) => true,
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                         Err(e) => {
-                            tracing::warn!("cannot remove {}: {e}", f.display());
+                            crate::events::vllm::cannot_remove_shared_file(f, e);
                             false
                         }
-                    }
-                });
+                    });
                 if gone {
-                    tracing::info!(
-                        "removed {}: vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})",
-                        p.display()
-                    );
+                    crate::events::vllm::removed_shared_file(p, why);
                 }
                 !gone
             }
@@ -202,9 +196,7 @@ pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     let store = facts::managed_store_root(env)
         .map(|p| p.join("v2").display().to_string())
         .unwrap_or_else(|e| format!("unknown: {e}"));
-    tracing::info!(
-        "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss"
-    );
+    crate::events::vllm::managed_store(&store);
 }
 
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
@@ -255,18 +247,11 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
     let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me)) {
         None => {
-            tracing::warn!(
-                "share: reading {} took more than {}; single-node behaviour",
-                dir.display(),
-                humantime::format_duration(timeout)
-            );
+            crate::events::share::share_slow(dir, timeout);
             return None;
         }
         Some(Err(e)) => {
-            tracing::warn!(
-                "share: cannot read {}: {e}; single-node behaviour",
-                dir.display()
-            );
+            crate::events::share::share_unreadable(dir, e);
             return None;
         }
         Some(Ok(Err(missing))) => {
@@ -275,12 +260,7 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
                 .iter()
                 .map(|(r, w)| format!("node {r}: {w}"))
                 .collect();
-            tracing::info!(
-                "share: not every node has published: node {} of {} ({}); single-node behaviour",
-                which.join(", "),
-                me.nnodes,
-                why.join("; ")
-            );
+            crate::events::share::share_incomplete(&which.join(", "), me.nnodes, &why.join("; "));
             return None;
         }
         Some(Ok(Ok(nodes))) => nodes,
@@ -294,21 +274,17 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
         .iter()
         .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
     if let Err(e) = written {
-        tracing::warn!("share: cannot write this node's rank files: {e}; single-node behaviour");
+        crate::events::vllm::share_cannot_write_own(e);
         return None;
     }
     match crate::cache::sign(root, fingerprint) {
         Ok(r) if r.failed == 0 && !r.signed.is_empty() => {
-            tracing::info!(
-                "share: restored this node's {} rank files from the share, published with every other node's for this launch ({} nodes), and signed them",
-                own.files.len(),
-                me.nnodes
-            );
+            crate::events::vllm::share_restored_own(own.files.len(), me.nnodes);
             Some(r.signed)
         }
         Ok(_) => None,
         Err(e) => {
-            tracing::warn!("share: cannot sign {}: {e}", root.display());
+            crate::events::share::share_cannot_sign(root, e);
             None
         }
     }

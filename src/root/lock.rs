@@ -4,11 +4,10 @@
 //! the file, so a waiter can say whom it waits for.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
-
-use crate::STATE_DIR;
 
 /// Held until dropped.
 pub struct CacheLock {
@@ -30,13 +29,17 @@ pub enum LockError {
     Io(std::io::Error),
 }
 
-/// The host name (in a pod: the pod's name), `?` when unknown.
+/// The host name (in a pod: the pod's name), `?` when unknown. Read once.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "?".to_string())
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "?".to_string())
+    })
+    .clone()
 }
 
 fn holder(file: &mut File) -> String {
@@ -83,10 +86,7 @@ pub fn acquire(
                     return Err(LockError::TimedOut(who));
                 }
                 if !logged {
-                    tracing::info!(
-                        "waiting up to {} for the cache lock {STATE_DIR}/lock, held by {who}",
-                        humantime::format_duration(timeout)
-                    );
+                    crate::events::root::lock_waiting(timeout, &who);
                     logged = true;
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -100,15 +100,13 @@ pub fn acquire(
         std::process::id(),
         hostname()
     );
+    // The file is empty unless its last holder died holding it: write,
+    // then cut what is left of a longer line.
     let _ = file
-        .set_len(0)
-        .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
-        .and_then(|()| file.write_all(line.as_bytes()));
+        .write_all_at(line.as_bytes(), 0)
+        .and_then(|()| file.set_len(line.len() as u64));
     if logged {
-        tracing::info!(
-            "took the cache lock after waiting {:.1} s",
-            start.elapsed().as_secs_f64()
-        );
+        crate::events::root::lock_taken(start.elapsed());
     }
     Ok(CacheLock { file })
 }

@@ -83,11 +83,7 @@ pub fn warn_cache_dir(cache_dir: Option<&Path>, argv: &[OsString], env: &[(OsStr
     if let (Some(dir), Some((engine, from))) =
         (cache_dir, outside_engine_cache(cache_dir, argv, env))
     {
-        tracing::warn!(
-            "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))",
-            dir.display(),
-            engine.display()
-        );
+        crate::events::root::cache_dir_not_engines(dir, &engine, from);
     }
 }
 

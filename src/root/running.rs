@@ -48,7 +48,6 @@ use nix::sys::stat::Mode;
 use crate::cache::fsx::{self, Kind};
 use crate::digest::short;
 use crate::launch::fingerprint::{self, Launch};
-use crate::STATE_DIR;
 
 /// The directory of the markers, below `.keepwrap/`.
 pub const RUNNING_DIR: &str = "running";
@@ -264,6 +263,15 @@ impl Seen {
     }
 }
 
+impl crate::events::keeper::OtherLaunch for Seen {
+    fn fingerprint(&self) -> &str {
+        &self.id.fingerprint
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 impl std::fmt::Display for Seen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = match (self.life, self.state) {
@@ -449,8 +457,9 @@ impl Runs {
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
         let (seen, strays, foreign) = scan_dir(self.dir.as_fd());
         for (name, uid) in foreign {
-            tracing::warn!(
-                "ignored the marker {STATE_DIR}/{RUNNING_DIR}/{name}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone"
+            crate::events::root::foreign_marker(
+                &format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR),
+                uid,
             );
         }
         tidy(self.dir.as_fd(), &seen, &strays, None);
@@ -473,13 +482,32 @@ impl Runs {
             .map(File::from)
             .map_err(io::Error::from)
         };
-        let shared = open(OFlag::O_CREAT | OFlag::O_EXCL)?;
-        let result = (|| {
+        let lock = |shared: &File| -> io::Result<File> {
             lock_byte(shared.as_fd(), ALIVE_BYTE)?;
             let own = open(OFlag::empty())?;
             lock_byte(own.as_fd(), KEEPWRAP_BYTE)?;
+            Ok(own)
+        };
+        // The file of an ended launch when there is one (no inode created),
+        // else a new one.
+        let reused = claim_spare(self.dir.as_fd(), &tmp)
+            .and_then(|f| lock(&f).ok().map(|own| (f, own)))
+            .or_else(|| {
+                let _ = fsx::unlink_at(self.dir.as_fd(), tmp.as_str());
+                None
+            });
+        let (shared, own) = match reused {
+            Some(pair) => (pair.0, Some(pair.1)),
+            None => (open(OFlag::O_CREAT | OFlag::O_EXCL)?, None),
+        };
+        let result = (|| {
+            let own = match own {
+                Some(own) => own,
+                None => lock(&shared)?,
+            };
             let line = line(state, id, started);
             shared.write_all_at(&line, 0)?;
+            shared.set_len(line.len() as u64)?;
             fsx::rename_at(self.dir.as_fd(), tmp.as_str(), name.as_str())?;
             Ok(own)
         })();
@@ -499,6 +527,44 @@ impl Runs {
             }
         }
     }
+}
+
+/// The name an ended launch's marker file is left under, emptied and
+/// unlocked, for the next launch to take instead of creating a file (at
+/// most one; scans never read it as a marker, and unlike the other dot
+/// files it is not removed when old: a launch that cannot use it removes
+/// it).
+const SPARE: &std::ffi::CStr = c".spare";
+
+/// Take the spare marker file under the private name `tmp`: the open file,
+/// if it is a regular file of this user with one link; else it is removed
+/// and None.
+fn claim_spare(dir: BorrowedFd<'_>, tmp: &str) -> Option<File> {
+    fsx::rename_at(dir, SPARE, tmp).ok()?;
+    let file = openat(
+        dir,
+        tmp,
+        OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+    .map(File::from);
+    let euid = nix::unistd::geteuid().as_raw();
+    let usable = file.as_ref().is_some_and(|f| {
+        nix::sys::stat::fstat(f).is_ok_and(|st| {
+            let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode)
+                & nix::sys::stat::SFlag::S_IFMT;
+            kind == nix::sys::stat::SFlag::S_IFREG
+                && st.st_nlink == 1
+                && st.st_uid == euid
+                && st.st_size as u64 <= MAX_MARKER
+        })
+    });
+    if !usable {
+        let _ = fsx::unlink_at(dir, tmp);
+        return None;
+    }
+    file
 }
 
 fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
@@ -534,7 +600,8 @@ fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
     let mut buf = Vec::new();
     for (name, kind) in entries {
         if name.starts_with(b".") {
-            if kind == Kind::File {
+            // The spare is kept whatever its age (see `claim_spare`).
+            if kind == Kind::File && name.as_slice() != SPARE.to_bytes() {
                 strays.push(name);
             }
             continue;
@@ -656,9 +723,9 @@ impl Marker {
     pub fn set_state(&self, state: State) {
         self.state.set(state);
         if let Err(e) = self.shared.write_all_at(state.word(), 0) {
-            tracing::warn!(
-                "cannot update this launch's marker {STATE_DIR}/{RUNNING_DIR}/{}: {e}",
-                self.name
+            crate::events::root::cannot_update_marker(
+                &format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name),
+                e,
             );
         }
     }
@@ -696,8 +763,23 @@ impl Marker {
             FdFlag::FD_CLOEXEC
         };
         if let Err(e) = fcntl(self.shared.as_fd(), FcntlArg::F_SETFD(flags)) {
-            tracing::warn!("cannot pass this launch's marker to the engine: {e}");
+            crate::events::root::cannot_pass_marker(e);
         }
+    }
+}
+
+impl Marker {
+    /// Empty this launch's marker file and leave it as the spare for the
+    /// next launch, unless there is one already. Its locks go when this
+    /// process and the engine's last holder exit; a launch that takes it
+    /// while they still hold it finds it locked and makes a new one.
+    fn leave_spare(&self) -> bool {
+        let Ok(name) = std::ffi::CString::new(self.name.as_str()) else {
+            return false;
+        };
+        self.shared.set_len(0).is_ok()
+            && crate::sys::renameat2_noreplace(self.dir.as_fd(), &name, self.dir.as_fd(), SPARE)
+                .is_ok()
     }
 }
 
@@ -719,7 +801,7 @@ impl Drop for Marker {
             };
             let bytes = line(State::Ended, &self.id, self.started);
             let _ = fsx::write_atomic_at_with(dir, &name, &bytes, 0o644, false);
-        } else {
+        } else if !self.leave_spare() {
             let _ = fsx::unlink_at(dir, self.name.as_str());
         }
         tidy(dir, &seen, &strays, Some(&self.name));
@@ -838,8 +920,58 @@ mod tests {
         assert!(m.others().is_empty(), "a launch does not see itself");
         drop(m);
         assert!(runs.scan().is_empty());
+        // Its file is left empty as the spare, and nothing else.
         let dir = root.path().join(".keepwrap/running");
-        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
+        assert_eq!(names(&dir), [".spare"]);
+        assert_eq!(std::fs::metadata(dir.join(".spare")).unwrap().len(), 0);
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(".keepwrap/running");
+        let me = id(&"f".repeat(64), &"b".repeat(64), "-");
+        let register = || {
+            Runs::open(root.path())
+                .unwrap()
+                .register(&me, State::Tuning)
+                .unwrap()
+        };
+        drop(register());
+        let spare = std::fs::metadata(dir.join(".spare")).unwrap().ino();
+        // Taken: the same file, under the marker's name, alive and full.
+        let m = register();
+        assert_eq!(names(&dir), std::slice::from_ref(&m.name));
+        assert_eq!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
+        let seen = Runs::open(root.path()).unwrap().scan();
+        assert_eq!(
+            (seen.len(), seen[0].life, seen[0].state),
+            (1, Life::Alive, State::Tuning)
+        );
+        drop(m);
+        // A straggler of the engine still holds the spare's byte 0: the
+        // next launch makes a new file and the spare goes.
+        let straggler = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(".spare"))
+            .unwrap();
+        lock_byte(straggler.as_fd(), ALIVE_BYTE).unwrap();
+        let m = register();
+        assert_eq!(names(&dir), std::slice::from_ref(&m.name));
+        assert_ne!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
+        assert_eq!(Runs::open(root.path()).unwrap().scan()[0].life, Life::Alive);
+        drop(m);
+        drop(straggler);
     }
 
     #[test]

@@ -6,7 +6,11 @@
 //! the file once, at the end, under the lock ([`Stats::flush`]), and only
 //! when something was counted. Statistics need no durability: the file is
 //! replaced atomically (a reader sees the old or the new counts) but never
-//! fsynced.
+//! fsynced. The new counts are written into a spare file,
+//! `.keepwrap/.stats.json.spare`, which then swaps places with
+//! `stats.json` (`renameat2` with `RENAME_EXCHANGE`): after the first
+//! launch no file is created or deleted for the statistics (on ext4
+//! without a journal, creating an inode scans the recently deleted ones).
 
 use std::os::fd::BorrowedFd;
 use std::sync::Mutex;
@@ -14,6 +18,9 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 const FILE: &str = "stats.json";
+/// The file the next counts are written into before it swaps places with
+/// [`FILE`]: it holds the previous counts.
+const SPARE: &std::ffi::CStr = c".stats.json.spare";
 
 /// What this launch counted and has not written yet: counters to add, and
 /// the boot to credit ([`credit_boot`]).
@@ -129,6 +136,41 @@ pub fn credit_boot(
     }
 }
 
+/// Write `bytes` into the spare file (created the first time: never
+/// through a symlink, never a file with another link or of another user)
+/// and swap it with the statistics file; the first time, rename it there.
+fn swap_in(state: BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    use std::os::unix::fs::FileExt;
+    let fd = openat(
+        state,
+        SPARE,
+        OFlag::O_WRONLY
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )?;
+    let st = fstat(&fd)?;
+    let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
+    if !regular || st.st_nlink != 1 || st.st_uid != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other("not a spare statistics file"));
+    }
+    let file = std::fs::File::from(fd);
+    file.write_all_at(bytes, 0)?;
+    file.set_len(bytes.len() as u64)?;
+    drop(file);
+    match crate::sys::renameat2_exchange(state, SPARE, c"stats.json") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::cache::fsx::rename_at(state, SPARE, FILE)
+        }
+        r => r,
+    }
+}
+
 impl Stats {
     /// The statistics of the state directory `state`: none yet when the
     /// file is missing; a file that is not a regular file (never followed,
@@ -157,7 +199,13 @@ impl Stats {
     pub fn save(&self, state: BorrowedFd<'_>) -> std::io::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("stats serialize");
         bytes.push(b'\n');
-        crate::cache::fsx::write_atomic_at_with(state, c"stats.json", &bytes, 0o644, false)
+        match swap_in(state, &bytes) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                let _ = crate::cache::fsx::unlink_at(state, SPARE);
+                crate::cache::fsx::write_atomic_at_with(state, c"stats.json", &bytes, 0o644, false)
+            }
+        }
     }
 
     /// Load, change, save (call under the lock).
@@ -170,7 +218,7 @@ impl Stats {
         if let Err(e) = s.save(state) {
             // Best effort: a full or read-only disk has been warned about
             // by the cache work itself.
-            tracing::debug!("cannot write {}/{FILE}: {e}", crate::STATE_DIR);
+            crate::events::root::cannot_write_stats(FILE, e);
         }
     }
 

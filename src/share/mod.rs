@@ -242,7 +242,7 @@ pub fn collect(root: &Path, signed: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
             .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE));
         match read {
             Ok(_) => out.push((path.to_string(), bytes)),
-            Err(e) => tracing::warn!("share: not publishing {path}: cannot read it ({e})"),
+            Err(e) => crate::events::share::share_not_publishing(path, e),
         }
     }
     out
@@ -361,10 +361,7 @@ pub fn remove_old(share: &Path, max_age: Duration) -> usize {
             let _ = std::fs::remove_file(path.join(MANIFEST));
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => removed += 1,
-                Err(e) => tracing::warn!(
-                    "share: cannot remove the old publication {}: {e}",
-                    path.display()
-                ),
+                Err(e) => crate::events::share::share_cannot_remove_old(&path, e),
             }
         }
         let _ = std::fs::remove_dir(cluster.path());
@@ -601,10 +598,7 @@ impl Share {
     ) -> Option<Share> {
         let dir = args.dir.clone()?;
         if !unify {
-            tracing::info!(
-                "share: --unify off: the share {} is not used",
-                dir.display()
-            );
+            crate::events::share::share_unify_off(&dir);
             return None;
         }
         Share::for_node(args, launch, node_of(argv), max_age)
@@ -621,25 +615,16 @@ impl Share {
         let node = match node {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!("share: {e}; the share {} is not used", dir.display());
+                crate::events::share::share_unusable(&dir, e);
                 return None;
             }
         };
         if node.nnodes == 1 {
-            tracing::info!(
-                "share: --nnodes is 1 (a single-node launch): the share {} is not used",
-                dir.display()
-            );
+            crate::events::share::share_single_node(&dir);
             return None;
         }
         let cluster = String::from(launch.cluster_fingerprint(&args.node_local()));
-        tracing::info!(
-            "share: cluster fingerprint {} (node {} of {}); share {}",
-            short(&cluster),
-            node.rank,
-            node.nnodes,
-            dir.display()
-        );
+        crate::events::share::share_cluster(&cluster, node.rank, node.nnodes, &dir);
         Some(Share {
             dir,
             cluster,
@@ -660,18 +645,11 @@ impl Share {
         let started = Instant::now();
         let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node)) {
             None => {
-                tracing::warn!(
-                    "share: reading {} took more than {}; single-node behaviour",
-                    self.dir.display(),
-                    humantime::format_duration(self.timeout)
-                );
+                crate::events::share::share_slow(&self.dir, self.timeout);
                 return None;
             }
             Some(Err(e)) => {
-                tracing::warn!(
-                    "share: cannot read {}: {e}; single-node behaviour",
-                    self.dir.display()
-                );
+                crate::events::share::share_unreadable(&self.dir, e);
                 return None;
             }
             Some(Ok(g)) => g,
@@ -683,11 +661,10 @@ impl Share {
                     .iter()
                     .map(|(r, w)| format!("node {r}: {w}"))
                     .collect();
-                tracing::info!(
-                    "share: not every node has published: node {} of {} ({}); single-node behaviour",
-                    which.join(", "),
+                crate::events::share::share_incomplete(
+                    &which.join(", "),
                     self.node.nnodes,
-                    why.join("; ")
+                    &why.join("; "),
                 );
                 return None;
             }
@@ -697,22 +674,18 @@ impl Share {
         for d in &dirs {
             wrote += apply(root, d);
         }
-        tracing::debug!("share: union taken in {:?}", started.elapsed());
+        crate::events::share::share_union_taken(started.elapsed());
         if wrote == 0 {
             return None;
         }
         match cache::sign(root, fingerprint) {
             Ok(r) if r.failed == 0 => {
-                tracing::info!(
-                    "share: signed {} cache files holding the union of {} nodes for this launch",
-                    r.signed.len(),
-                    self.node.nnodes
-                );
+                crate::events::share::share_signed(r.signed.len(), self.node.nnodes, fingerprint);
                 Some(r.signed)
             }
             Ok(_) => None,
             Err(e) => {
-                tracing::warn!("share: cannot sign {}: {e}", root.display());
+                crate::events::share::share_cannot_sign(root, e);
                 None
             }
         }
@@ -749,7 +722,7 @@ impl Share {
                 job()
             }) {
             Ok(h) => self.running = Some(h),
-            Err(e) => tracing::warn!("share: cannot start publishing: {e}; the launch goes on"),
+            Err(e) => crate::events::share::share_publish_not_started(e),
         }
     }
 
@@ -768,11 +741,7 @@ impl Share {
                     None => return,
                 }
             } else if Instant::now() >= deadline {
-                tracing::warn!(
-                    "share: publishing to {} did not finish within {}; the launch goes on",
-                    self.dir.display(),
-                    humantime::format_duration(self.timeout)
-                );
+                crate::events::share::share_publish_slow(&self.dir, self.timeout);
                 return;
             } else {
                 std::thread::sleep(Duration::from_millis(5));
@@ -783,28 +752,21 @@ impl Share {
 
 fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
     match publish_to(dir, p) {
-        Ok(written) => tracing::info!(
-            "share: published {} rank files as node {} of {} ({} rewritten) to {}",
+        Ok(written) => crate::events::share::share_published(
             p.files.len(),
             p.node.rank,
             p.node.nnodes,
             written,
-            dir.display()
+            dir,
         ),
         Err(e) => {
-            tracing::warn!(
-                "share: cannot publish to {}: {e}; the launch goes on",
-                dir.display()
-            );
+            crate::events::share::share_cannot_publish(dir, e);
             return;
         }
     }
     let removed = remove_old(dir, max_age);
     if removed > 0 {
-        tracing::info!(
-            "share: removed {removed} node publications older than {}",
-            humantime::format_duration(max_age)
-        );
+        crate::events::share::share_old_removed(removed, max_age);
     }
 }
 
@@ -814,7 +776,7 @@ fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
 fn apply(root: &Path, d: &DirUnion) -> usize {
     let u = match &d.outcome {
         Outcome::Leave(reason) => {
-            tracing::info!("share: {}: {reason}", d.dir);
+            crate::events::share::share_left(&d.dir, reason);
             return 0;
         }
         Outcome::Unified(u) => u,
@@ -859,27 +821,21 @@ fn apply(root: &Path, d: &DirUnion) -> usize {
     })();
     match res {
         Ok(0) => {
-            tracing::info!(
-                "share: {}: this node's {} rank files already hold the union of {} nodes ({} entries)",
-                d.dir,
-                names.len(),
-                d.nodes,
-                u.entries
-            );
+            crate::events::share::share_already_union(&d.dir, names.len(), d.nodes, u.entries);
             0
         }
         Ok(n) => {
-            tracing::info!(
-                "share: {}: wrote the union of {} nodes' rank files to {n} rank files here: {} entries each, {} conflicting",
-                d.dir,
+            crate::events::share::share_union_written(
+                &d.dir,
                 d.nodes,
+                n,
                 u.entries,
-                u.conflicts.len()
+                u.conflicts.len(),
             );
             n
         }
         Err(e) => {
-            tracing::warn!("share: {}: cannot write the union: {e}", d.dir);
+            crate::events::share::share_cannot_write_union(&d.dir, e);
             0
         }
     }

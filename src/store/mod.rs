@@ -51,7 +51,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{info, warn};
 
 use crate::cache::fsx::split;
 use crate::cache::{self, fsx, ForeignSet, Member, SetManifest};
@@ -180,7 +179,6 @@ pub struct Restored {
 }
 
 use crate::clock::now_secs;
-use crate::digest::short;
 
 fn is_fp(name: &str) -> bool {
     cache::is_sha256_hex(name)
@@ -560,9 +558,9 @@ impl Store {
             // A tree's manifest is written before any member moves; a flat
             // directory without one is put back by its launch's manifest.
             if holds_rank_files(dir.as_fd()) {
-                warn!(
-                    "recovery: an interrupted store of launch {} has no manifest to put it back by; its files are removed",
-                    short(fp)
+                crate::events::store::recovery_store_failed(
+                    fp,
+                    "it has no manifest to put it back by",
                 );
             }
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
@@ -571,14 +569,8 @@ impl Store {
         if man.flat {
             drop(dir);
             match self.unstage_flat(self.store.as_fd(), name, &man, inside) {
-                Ok(k) => info!(
-                    "recovery: moved {k} files of an interrupted store of launch {} back in place",
-                    short(fp)
-                ),
-                Err(e) => warn!(
-                    "recovery: cannot move the files of an interrupted store of launch {} back in place: {e}; they are removed",
-                    short(fp)
-                ),
+                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
+                Err(e) => crate::events::store::recovery_store_failed(fp, e),
             }
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             let _ = fsx::fsync_dir(self.store.as_fd());
@@ -587,21 +579,11 @@ impl Store {
         let root = Side::tree(self.root_fd.as_fd());
         let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
         if !taken.is_empty() {
-            warn!(
-                "recovery: an interrupted store of launch {} cannot go back in place ({} is taken); its files are removed",
-                short(fp),
-                taken[0]
-            );
+            crate::events::store::recovery_store_taken(fp, &taken[0]);
         } else {
             match move_members(Side::tree(dir.as_fd()), root, &man.members) {
-                Ok(k) => info!(
-                    "recovery: moved {k} files of an interrupted store of launch {} back in place",
-                    short(fp)
-                ),
-                Err(e) => warn!(
-                    "recovery: cannot move the files of an interrupted store of launch {} back in place: {e}; they are removed",
-                    short(fp)
-                ),
+                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
+                Err(e) => crate::events::store::recovery_store_failed(fp, e),
             }
         }
         let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
@@ -676,18 +658,12 @@ impl Store {
             drop(dir);
             match self.unstage_flat(self.state.as_fd(), name, &man, inside) {
                 Ok(k) => {
-                    info!(
-                        "recovery: moved the last {k} files of an interrupted restore of launch {} in place",
-                        short(fp)
-                    );
+                    crate::events::store::recovery_restore_finished(fp, k);
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
-                Err(e) => warn!(
-                    "recovery: cannot finish an interrupted restore of launch {}: {e}; putting it back in the store",
-                    short(fp)
-                ),
+                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
             }
             self.unrestore(name, &man);
             return;
@@ -697,25 +673,15 @@ impl Store {
         if taken.is_empty() {
             match move_members(Side::tree(dir.as_fd()), root, &man.members) {
                 Ok(k) => {
-                    info!(
-                        "recovery: moved the last {k} files of an interrupted restore of launch {} in place",
-                        short(fp)
-                    );
+                    crate::events::store::recovery_restore_finished(fp, k);
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
-                Err(e) => warn!(
-                    "recovery: cannot finish an interrupted restore of launch {}: {e}; putting it back in the store",
-                    short(fp)
-                ),
+                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
             }
         } else {
-            warn!(
-                "recovery: an interrupted restore of launch {} cannot finish ({} is taken); putting it back in the store",
-                short(fp),
-                taken[0]
-            );
+            crate::events::store::recovery_restore_taken(fp, &taken[0]);
         }
         self.unrestore(name, &man);
     }
@@ -933,10 +899,7 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 let trash = format!("trash-{}", fsx::unique_name());
                 fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
-                info!(
-                    "store: the newer set of launch {} replaces the one stored",
-                    short(fp)
-                );
+                crate::events::store::store_replaced(fp);
                 crate::failpoint::hit("store");
                 let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
                 fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
@@ -1029,44 +992,33 @@ impl Store {
         let man = self.manifest(fp)?;
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
         if man.fingerprint != fp {
-            warn!(
-                "store: the entry {} names another launch; removed it",
-                short(fp)
-            );
+            crate::events::store::entry_misnamed(fp);
             self.delete_entry(fp);
             return None;
         }
         // From: a set another user could have planted or edited is not
         // trusted, whatever its sidecars say.
         if let Some(why) = self.untrusted_in_entry(fp, &man) {
-            warn!(
-                "store: not restoring the stored set of this launch: {why}; removed it, the launch tunes"
-            );
+            crate::events::store::entry_untrusted(fp, why);
             self.delete_entry(fp);
             return None;
         }
         // Every byte as signed: a rank file edited in the store (its size
         // unchanged) is never loaded by the engine.
         if let Err(why) = self.verify(dir.as_fd(), &man) {
-            warn!(
-                "store: the stored set of this launch is not intact ({why}); removed it, the launch tunes"
-            );
+            crate::events::store::entry_not_intact(fp, why);
             self.delete_entry(fp);
             return None;
         }
         // Into: never a directory another user can write.
         if let Some((parent, why)) = self.untrusted_destination(&man) {
-            warn!(
-                "store: not restoring the stored set of this launch into {parent}: {why}; it stays in the store"
-            );
+            crate::events::store::restore_destination_untrusted(fp, parent, why);
             return None;
         }
         let root = Side::tree(self.root_fd.as_fd());
         let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.members);
         if let Some(t) = taken.first() {
-            warn!(
-                "store: cannot restore the stored set of this launch: {t} is in the way; it stays in the store"
-            );
+            crate::events::store::restore_in_the_way(fp, t);
             return None;
         }
         drop(dir);
@@ -1077,7 +1029,7 @@ impl Store {
             self.state.as_fd(),
             restoring.as_str(),
         ) {
-            warn!("store: cannot restore the stored set of this launch: {e}");
+            crate::events::store::cannot_restore(fp, e);
             return None;
         }
         crate::failpoint::hit("store");
@@ -1086,9 +1038,7 @@ impl Store {
             // any, is of a set of this launch prune did not keep), then the
             // directory in place.
             if let Err(e) = self.unstage_flat(self.state.as_fd(), &restoring, &man, true) {
-                warn!(
-                    "store: cannot restore the stored set of this launch: {e}; it stays in the store"
-                );
+                crate::events::store::restore_move_failed(fp, e);
                 self.unrestore(&restoring, &man);
                 return None;
             }
@@ -1102,9 +1052,7 @@ impl Store {
         }
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         if let Err(e) = move_members(Side::tree(dir.as_fd()), root, &man.members) {
-            warn!(
-                "store: cannot restore the stored set of this launch: {e}; it stays in the store"
-            );
+            crate::events::store::restore_move_failed(fp, e);
             drop(dir);
             self.unrestore(&restoring, &man);
             return None;
@@ -1246,12 +1194,13 @@ impl Store {
         self.delete_entry(fp);
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
         cache::remove_manifest(self.root_fd.as_fd(), fp);
-        info!(
-            "evicted the stored set of launch {} ({} files, {}, last used {}): {why}",
-            short(fp),
+        crate::events::store::evicted(
+            fp,
             e.manifest.members.len(),
+            e.bytes,
             size_text(e.bytes),
-            ago(used, now)
+            ago(used, now),
+            why,
         );
     }
 
@@ -1289,6 +1238,12 @@ impl Store {
         )
     }
 
+    /// Is there any launch record (did a launch ever sign on this root)?
+    pub fn has_records(&self) -> bool {
+        fsx::list_dir(self.launches.as_fd())
+            .is_ok_and(|list| list.iter().any(|(name, _)| name.ends_with(b".json")))
+    }
+
     /// Every launch record.
     pub fn records(&self) -> Vec<LaunchRecord> {
         let Ok(list) = fsx::list_dir(self.launches.as_fd()) else {
@@ -1318,7 +1273,7 @@ impl Store {
             files,
         };
         if let Err(e) = write_json(self.launches.as_fd(), &format!("{fp}.json"), &rec) {
-            warn!("cannot write the launch record of {}: {e}", short(fp));
+            crate::events::store::cannot_write_record(fp, e);
         }
     }
 

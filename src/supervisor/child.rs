@@ -1,9 +1,9 @@
 //! The child: spawn it with a clean signal state, forward signals to it,
 //! reap every zombie in one place, and turn its end into an exit status.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
-use std::process::Command;
+use std::os::unix::ffi::OsStrExt;
 
 use nix::errno::Errno;
 use nix::sys::signal::{self, Signal};
@@ -25,7 +25,7 @@ pub fn become_subreaper() {
         return;
     }
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        tracing::warn!("cannot become a child subreaper ({e}): orphans of the engine will not be reaped by keepwrap");
+        crate::events::supervisor::cannot_become_subreaper(e);
     }
 }
 
@@ -59,21 +59,30 @@ impl SpawnError {
 /// Spawn `argv` in its own process group, with the caller's working
 /// directory, environment and stdio, default signal dispositions and an
 /// empty signal mask. Under a terminal the child's group gets the
-/// foreground, so Ctrl-C reaches it.
+/// foreground, so Ctrl-C reaches it. The program is looked up in `PATH`
+/// as `execvp` does (it is what runs it).
+///
+/// The child shares keepwrap's memory until it calls exec
+/// ([`crate::sys::spawn_shared`]: `clone` with `CLONE_VM | CLONE_VFORK`, as
+/// `posix_spawn` does): no copy of keepwrap's page tables, no copy-on-write
+/// faults after it, no pipe to learn whether the exec worked, and this
+/// thread resumes once the exec has succeeded or failed.
 pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
     // What ran before (threads started through the C library) may have
     // unblocked 32 and 33: block them again for the rest of the launch.
     block_signals_in_thread();
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    crate::sys::child_setup(&mut cmd, SIGNAL_MAX);
-    match cmd.spawn() {
-        Ok(child) => Ok(Pid::from_raw(child.id() as i32)),
-        Err(error) => Err(SpawnError {
-            program: argv[0].clone(),
-            error,
-        }),
-    }
+    let fail = |error: io::Error| SpawnError {
+        program: argv[0].clone(),
+        error,
+    };
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    crate::sys::spawn_shared(&args, SIGNAL_MAX)
+        .map(Pid::from_raw)
+        .map_err(fail)
 }
 
 /// Send `sig` to the child, or to its whole process group.
@@ -91,7 +100,7 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     };
     match crate::sys::kill(target, signo) {
         Ok(_) | Err(Errno::ESRCH) => {}
-        Err(e) => tracing::warn!("cannot forward {} to {target}: {e}", signal_name(signo)),
+        Err(e) => crate::events::supervisor::cannot_forward(signal_name(signo), target, e),
     }
 }
 
@@ -127,11 +136,21 @@ pub fn reap(main: Pid) -> Option<Ended> {
                 Errno::EINTR => {}
                 Errno::ECHILD => return ended,
                 e => {
-                    tracing::warn!("waitpid failed: {e}");
+                    crate::events::supervisor::waitpid_failed(e);
                     return ended;
                 }
             },
         }
+    }
+}
+
+/// Has keepwrap any child left, running or not yet reaped (reparented
+/// orphans included)? One `waitid` that reaps nothing.
+pub fn any_children() -> bool {
+    match crate::sys::any_child_nowait() {
+        Ok(any) => any,
+        // Unknown: look at /proc instead.
+        Err(_) => !children().is_empty(),
     }
 }
 

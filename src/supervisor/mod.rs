@@ -23,7 +23,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
 use crate::clock;
-use crate::keeper::{Keeper, Prepared};
+use crate::keeper::{KeepMode, Keeper, Prepared};
 use child::Ended;
 
 /// While waiting for the rest of a process group to go, how often to look.
@@ -34,23 +34,29 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let signals = match child::block_signals() {
         Ok(set) => set,
         Err(e) => {
-            tracing::error!("cannot block signals: {e}");
+            crate::events::supervisor::cannot_block_signals(e);
             return ExitCode::from(1);
         }
     };
     let sfd = match SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
         Ok(fd) => fd,
         Err(e) => {
-            tracing::error!("cannot open a signalfd: {e}");
+            crate::events::supervisor::cannot_open_signalfd(e);
             return ExitCode::from(1);
         }
     };
     child::become_subreaper();
 
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // The environment matters only to a launch that may keep the cache.
+    let env: Vec<(OsString, OsString)> = if args.cache.disable || args.cache.keep == KeepMode::Never
+    {
+        Vec::new()
+    } else {
+        std::env::vars_os().collect()
+    };
     let prepared = match args.cache.keeps(&command, &env) {
         Err(line) => {
-            tracing::info!("{line}");
+            crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
         Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
@@ -71,10 +77,10 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let pid = match spawned {
         Ok(pid) => pid,
         Err(e) => {
-            tracing::error!(
-                "cannot run '{}': {}",
+            crate::events::supervisor::cannot_run(
                 e.program.to_string_lossy(),
-                e.reason()
+                e.reason(),
+                e.exit_code(),
             );
             return ExitCode::from(e.exit_code());
         }
@@ -153,16 +159,14 @@ fn prepare_interruptibly(
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
-                tracing::error!("poll failed: {e}");
+                crate::events::supervisor::poll_failed(e);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
         if let Ok(Some(info)) = sfd.read_signal() {
             if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
                 let code = 128 + sig as i32;
-                tracing::info!(
-                    "received {sig} before the engine started: exiting with {code} without starting it"
-                );
+                crate::events::supervisor::stopped_before_start(sig, code);
                 return Err(ExitCode::from(code as u8));
             }
         }
@@ -185,7 +189,7 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
             job()
         })
     {
-        tracing::debug!("cannot start a thread for the explanation: {e}");
+        crate::events::supervisor::explain_thread_failed(e);
     }
 }
 
@@ -200,10 +204,7 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
             k.tick(now);
         }
         if kill_at.is_some_and(|at| now >= at) {
-            tracing::warn!(
-                "the engine is still running {} after TERM/INT: killing its process group",
-                humantime::format_duration(args.kill_after.unwrap_or_default())
-            );
+            crate::events::supervisor::kill_after(args.kill_after.unwrap_or_default());
             child::forward(pid, Signal::SIGKILL, true);
             kill_at = None;
         }
@@ -227,7 +228,7 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
         match poll(&mut fds, timeout_until(deadline, now)) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
-                tracing::error!("poll failed: {e}");
+                crate::events::supervisor::poll_failed(e);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -290,14 +291,11 @@ fn dispatch_signals(
 /// reap everything. Signals that arrive meanwhile still reach the group.
 fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
     child::reap(pid);
-    let leftovers = || child::group_alive(pid) || !child::children().is_empty();
+    let leftovers = || child::group_alive(pid) || child::any_children();
     if !leftovers() {
         return;
     }
-    tracing::info!(
-        "the engine exited; sending TERM to what is left of its process group ({} grace)",
-        humantime::format_duration(args.grace)
-    );
+    crate::events::supervisor::drain_term(args.grace);
     terminate_all(pid, libc::SIGTERM);
     let deadline = clock::after(Instant::now(), args.grace);
     loop {
@@ -321,10 +319,7 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
             }
         }
     }
-    tracing::warn!(
-        "processes of the engine outlived the {} grace: sending KILL",
-        humantime::format_duration(args.grace)
-    );
+    crate::events::supervisor::drain_kill(args.grace);
     terminate_all(pid, libc::SIGKILL);
     // KILL cannot be caught: wait for the kernel to finish them, boundedly.
     let deadline = clock::after(Instant::now(), Duration::from_secs(2));

@@ -561,7 +561,7 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
     let root_fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) => {
-            tracing::warn!("cannot unify rank files under {}: {e}", root.display());
+            crate::events::unify::cannot_unify_root(root.display(), e);
             return report;
         }
     };
@@ -572,17 +572,10 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
             Ok(false) => {}
             // Every other directory would fail the same way: one warning.
             Err(e) if no_room(&e) => {
-                tracing::warn!(
-                    "cannot unify the rank files of {}: {e}; left them and the {} other directories as they are",
-                    dir.display(),
-                    total - n - 1
-                );
+                crate::events::unify::unify_no_room(dir.display(), e, total - n - 1);
                 break;
             }
-            Err(e) => tracing::warn!(
-                "cannot unify the rank files of {}: {e}; left as they are",
-                dir.display()
-            ),
+            Err(e) => crate::events::unify::unify_failed(dir.display(), e),
         }
     }
     report
@@ -605,7 +598,7 @@ fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<boo
     // Never rewrite files another user can swap or planted: they are not
     // signed either.
     if let Some(why) = cache::untrusted_dir(root, dir)? {
-        tracing::info!("{}: left as they are: {why}", dir.display());
+        crate::events::unify::unify_left(dir.display(), format_args!("left as they are: {why}"));
         return Ok(false);
     }
     let dfd = fsx::open_dir_path(root, dir)?;
@@ -623,17 +616,13 @@ fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<boo
     }
     let unified = match unify(&files) {
         Outcome::Leave(reason) => {
-            tracing::info!("{}: {reason}", dir.display());
+            crate::events::unify::unify_left(dir.display(), reason);
             return Ok(false);
         }
         Outcome::Unified(u) => u,
     };
     if unified.already_identical {
-        tracing::debug!(
-            "{}: the {} rank files are already one union",
-            dir.display(),
-            files.len()
-        );
+        crate::events::unify::already_unified(dir.display(), files.len());
         return Ok(false);
     }
     // The union is one content: written once (a temp file, fsynced), then
@@ -658,21 +647,19 @@ fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<boo
     let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
     linked?;
     fsx::fsync_dir(dfd.as_fd())?;
-    tracing::info!(
-        "unified {} rank files in {}: {} entries each, {} conflicting",
-        files.len(),
+    crate::events::unify::unified(
         dir.display(),
+        files.len(),
         unified.entries,
-        unified.conflicts.len()
+        unified.conflicts.len(),
     );
     for c in unified.conflicts.iter().take(CONFLICT_LINES) {
-        tracing::info!("{}: {c}", dir.display());
+        crate::events::unify::unify_conflict(dir.display(), c);
     }
     if unified.conflicts.len() > CONFLICT_LINES {
-        tracing::info!(
-            "{}: and {} more conflicting entries",
+        crate::events::unify::unify_more_conflicts(
             dir.display(),
-            unified.conflicts.len() - CONFLICT_LINES
+            unified.conflicts.len() - CONFLICT_LINES,
         );
     }
     Ok(true)

@@ -432,6 +432,8 @@ fn a_cache_dir_outside_the_engine_directory_warns() {
     let elsewhere = home.path().join("elsewhere");
     let run = |dir: &Path| {
         boot(kw(home.path()).arg("--cache-dir").arg(dir).args([
+            "--log-format",
+            "json",
             "--keep",
             "always",
             "--done",
@@ -445,17 +447,11 @@ fn a_cache_dir_outside_the_engine_directory_warns() {
     };
     let f = run(&elsewhere);
     assert_eq!(f.code, 0, "{}", f.stderr);
-    let w = warnings(&f);
+    let w = f.warnings();
     assert_eq!(w.len(), 1, "{}", f.stderr);
-    assert!(
-        w[0].contains(&format!(
-            "--cache-dir {} is not under the engine's cache directory {}",
-            elsewhere.display(),
-            engine.display()
-        )),
-        "{}",
-        w[0]
-    );
+    assert_eq!(w[0]["event"], "cache_dir_not_engines", "{}", f.stderr);
+    assert_eq!(w[0]["dir"], elsewhere.to_str().unwrap(), "{}", f.stderr);
+    assert_eq!(w[0]["engine"], engine.to_str().unwrap(), "{}", f.stderr);
     let f = run(&engine);
-    assert!(!f.stderr.contains("warning"), "{}", f.stderr);
+    assert!(f.warnings().is_empty(), "{}", f.stderr);
 }

@@ -289,8 +289,21 @@ fn a_missing_command_exits_127_and_an_unexecutable_one_126_naming_it() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("keepwrap: error: cannot run 'keepwrap-no-such-command': not found"),
+    let e = common::events_named(&err, "cannot_run");
+    assert_eq!(e.len(), 1, "{err}");
+    assert_eq!(
+        (
+            &e[0]["level"],
+            &e[0]["program"],
+            &e[0]["reason"],
+            &e[0]["status"]
+        ),
+        (
+            &"ERROR".into(),
+            &"keepwrap-no-such-command".into(),
+            &"not found".into(),
+            &127.into()
+        ),
         "{err}"
     );
     let file = env.path("plain-file");
@@ -300,10 +313,17 @@ fn a_missing_command_exits_127_and_an_unexecutable_one_126_naming_it() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    let e = common::events_named(&err, "cannot_run");
+    assert_eq!(e.len(), 1, "{err}");
+    assert_eq!(e[0]["program"], file.to_str().unwrap(), "{err}");
     assert!(
-        err.contains(&format!("cannot run '{}': not executable", file.display())),
+        e[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not executable"),
         "{err}"
     );
+    assert_eq!(e[0]["status"], 126, "{err}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! Proven end to end with the fake engine.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::Path;
 
@@ -42,11 +43,11 @@ fn with_keepwrap_the_stock_gate_keeps_the_unified_files_and_tunes_nothing() {
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_STOCK));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
     assert!(
-        b1.logged("unified 4 rank files in 0.7.2/sm121/"),
+        b1.logged_with("unified", json!({"files": 4})),
         "{}",
         b1.stderr
     );
-    assert!(b1.logged("tuned and signed 4 cache files"));
+    assert!(b1.logged_with("signed", json!({"files": 4})));
     assert!(all_identical(&root));
 
     let mut tactics = Vec::new();
@@ -63,7 +64,7 @@ fn with_keepwrap_the_stock_gate_keeps_the_unified_files_and_tunes_nothing() {
             .iter()
             .all(|p| p["gate"] == "kept" && p["hit"].as_u64().unwrap() > 0));
         assert!(
-            b.logged("reused 4 cache files signed for this launch"),
+            b.logged_with("reused", json!({"files": 4})),
             "boot {n}: {}",
             b.stderr
         );
@@ -113,7 +114,7 @@ fn files_signed_without_unify_are_unified_before_the_next_boot_starts() {
     ));
     assert_eq!((b.code, b.tuned()), (0, 0), "{}", b.stderr);
     assert!(
-        b.logged("signed 4 unified cache files for this launch"),
+        b.logged_with("signed_unified", json!({"files": 4})),
         "{}",
         b.stderr
     );
@@ -153,7 +154,14 @@ fn mixed_metadata_and_records_files_are_left_as_they_are() {
     cmd.env("FAKE_METADATA_RANK1_CUDA_VERSION", "12.9");
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged(": left as they are: their _metadata differ (rank_tp0_pp0_dp0.json vs rank_tp1_pp0_dp0.json)"), "{}", b.stderr);
+    assert!(
+        b.logged_with(
+            "unify_left",
+            json!({"reason": "left as they are: their _metadata differ (rank_tp0_pp0_dp0.json vs rank_tp1_pp0_dp0.json)"})
+        ),
+        "{}",
+        b.stderr
+    );
     assert!(!all_identical(&cache_root(h.path())));
 
     let h = home();
@@ -164,7 +172,10 @@ fn mixed_metadata_and_records_files_are_left_as_they_are() {
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged("has _records (a single-writer file)"),
+        b.events_named("unify_left").iter().any(|e| e["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("has _records (a single-writer file)")),
         "{}",
         b.stderr
     );
@@ -180,7 +191,10 @@ fn a_directory_with_one_rank_file_is_left_with_a_reason() {
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(": left as they are: only one rank file (rank_tp0_pp0_dp0.json)"),
+        b.logged_with(
+            "unify_left",
+            json!({"reason": "left as they are: only one rank file (rank_tp0_pp0_dp0.json)"})
+        ),
         "{}",
         b.stderr
     );
@@ -197,6 +211,7 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
     let gen = repo().join("tests/py/flashinfer_files.py");
     let mut cmd = std::process::Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", &root)
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_LOG");
     cmd.arg("--")
         .arg("python3")
@@ -207,13 +222,19 @@ fn conflicting_entries_keep_the_lowest_ranks_value_and_are_logged() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(
-            "unified 3 rank files in 0.7.2/sm121/0123456789abcdef: 13 entries each, 2 conflicting"
-        ),
+        b.logged_with("unified", json!({"files": 3})),
         "{}",
         b.stderr
     );
-    let conflicts: Vec<_> = b.log().into_iter().filter(|l| l.contains("differs between rank files: kept rank_tp0_pp0_dp0.json's value over rank_tp0_pp1_dp0.json, rank_tp1_pp0_dp0.json")).collect();
+    let conflicts: Vec<_> = b
+        .events_named("unify_conflict")
+        .into_iter()
+        .filter(|e| {
+            e["conflict"].as_str().unwrap().ends_with(
+                "differs between rank files: kept rank_tp0_pp0_dp0.json's value over rank_tp0_pp1_dp0.json, rank_tp1_pp0_dp0.json",
+            )
+        })
+        .collect();
     assert_eq!(conflicts.len(), 2, "{}", b.stderr);
     let tp0: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("rank_tp1_pp0_dp0.json")).unwrap()).unwrap();
@@ -238,7 +259,11 @@ fn unified_rank_files_share_one_inode_and_a_save_of_one_rank_leaves_the_others_a
     let root = cache_root(h.path());
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_STOCK));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
-    assert!(b1.logged("tuned and signed 4 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 4})),
+        "{}",
+        b1.stderr
+    );
     let files = cache_files(&root);
     assert_eq!(files.len(), 4);
     let meta: Vec<_> = files
@@ -261,7 +286,7 @@ fn unified_rank_files_share_one_inode_and_a_save_of_one_rank_leaves_the_others_a
          e = {{k: v for k, v in d.items() if not k.startswith('_')}}\n\
          e['(\"new\", \"shape\")'] = ['R', 1]\n\
          print(fe.save_configs(p, e, env))\n",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines"),
         root.join(&files[0]),
     );
     let out = std::process::Command::new("python3")

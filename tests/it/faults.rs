@@ -18,6 +18,7 @@
 
 use crate::common;
 use crate::harden;
+use serde_json::json;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,7 +117,7 @@ fn engine_kill_trial(home: &Path, trial: &Trial, seed: u64) {
     let b1 = kw.finish(Duration::from_secs(60));
     assert_no_panic(&b1.stderr, &ctx);
     // "tuning is done:" (the first line says "tuning is done when ...").
-    let done = b1.logged("tuning is done:");
+    let done = b1.has_event("tuning_done");
     assert!(
         b1.code == 137 || (b1.code == 0 && done),
         "{ctx}: keepwrap exits with the engine's status: {}\n{}",
@@ -156,7 +157,7 @@ fn next_boot_keeps_all_or_nothing(home: &Path, args: &[&str], tp: u32, ctx: &str
         b1.stderr,
         b2.stderr
     );
-    if b1.logged("tuned and signed") || b1.logged("reused") {
+    if b1.has_event("signed") || b1.has_event("reused") {
         assert!(
             reused_all,
             "{ctx}: a set signed at done is reused whole: tuned {tuned:?}\n{}\n{}",
@@ -258,7 +259,7 @@ fn term_trial(home: &Path, trial: &Trial, seed: u64) -> bool {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut kw = Running::spawn(&mut keepwrap_engine(home, &[], &args));
     // From the first rank file on disk: TERM finds a half-tuned set.
-    kw.wait_stderr("keepwrap: landed ", Duration::from_secs(30));
+    kw.wait_event("landed", Duration::from_secs(30));
     sleep_ms(trial.delay_ms);
     kw.guard.signal(Signal::SIGTERM);
     let b1 = kw.finish(Duration::from_secs(60));
@@ -270,8 +271,8 @@ fn term_trial(home: &Path, trial: &Trial, seed: u64) -> bool {
         b1.code,
         b1.stderr
     );
-    let stopped = b1.logged("a stop is never tuning done");
-    let done = b1.logged("tuning is done:");
+    let stopped = b1.has_event("not_signing_stopped");
+    let done = b1.has_event("tuning_done");
     for (id, set) in whole_sets(&root) {
         assert!(
             done || before.contains_key(&id),
@@ -334,7 +335,7 @@ fn prune_template(launches: usize, dirs: usize) -> tempfile::TempDir {
     install_writer(base.path());
     let l = boot(&mut writer_launch(base.path(), "L", 1, None));
     assert_eq!(l.code, 0, "{}", l.stderr);
-    assert!(l.logged("tuned and signed 4 cache files"), "{}", l.stderr);
+    assert!(l.logged_with("signed", json!({"files": 4})), "{}", l.stderr);
     for n in 0..launches {
         let other = scratch();
         install_writer(other.path());
@@ -395,8 +396,8 @@ fn after_a_kill_in_prune(
     let next = boot(&mut writer_launch(base, "L", 1, None));
     assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
     assert!(
-        next.logged("prune: kept 4, ")
-            && next.logged("reused 4 cache files signed for this launch"),
+        next.logged_with("pruned", json!({"kept": 4}))
+            && next.logged_with("reused", json!({"files": 4})),
         "{ctx}: nothing good lost\n{}\n{}",
         killed.stderr,
         next.stderr
@@ -448,13 +449,11 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
     let c = boot(&mut writer_launch(calib.path(), "L", 1, None));
     let full = t0.elapsed();
     assert!(
-        c.logged(&format!(
-            "prune: kept 4, stored {OTHERS}, removed 0 cache files"
-        )),
+        c.logged_with("pruned", json!({"kept": 4, "stored": OTHERS, "removed": 0})),
         "{}",
         c.stderr
     );
-    assert!(c.logged("reused 4 cache files signed for this launch"));
+    assert!(c.logged_with("reused", json!({"files": 4})));
 
     let start = Instant::now();
     let mut mid_prune = 0;
@@ -470,7 +469,7 @@ fn sigkill_of_keepwrap_during_prune_trusts_nothing_in_part_and_keeps_the_good_se
         sleep_ms(delay);
         let _ = kill(kw.guard.pid(), Signal::SIGKILL);
         let killed = kw.finish(Duration::from_secs(30));
-        if !killed.logged("prune: kept") && killed.logged("launch fingerprint") {
+        if !killed.has_event("pruned") && killed.has_event("launch") {
             mid_prune += 1;
         }
         after_a_kill_in_prune(base.path(), &killed, &good, OTHERS, &ctx);
@@ -499,18 +498,18 @@ fn after_a_kill_in_commit(base: &Path, killed: &Finished, dirs: usize, ctx: &str
     wait_until_nothing_holds(&root, Duration::from_secs(30));
     let next = boot(&mut writer_launch(base, "L", dirs, Some("written")));
     assert_eq!(next.code, 0, "{ctx}\n{}", next.stderr);
-    let reused = next.logged(&format!("prune: kept {files}, "));
+    let reused = next.logged_with("pruned", json!({"kept": files}));
     assert!(
-        reused || next.logged("prune: kept 0, "),
+        reused || next.logged_with("pruned", json!({"kept": 0})),
         "{ctx}: all or nothing is kept\n{}\n{}",
         killed.stderr,
         next.stderr
     );
     if reused {
-        assert!(next.logged(&format!("reused {files} cache files")), "{ctx}");
+        assert!(next.logged_with("reused", json!({"files": files})), "{ctx}");
     } else {
         assert!(
-            next.logged(&format!("tuned and signed {files} cache files")),
+            next.logged_with("signed", json!({"files": files})),
             "{ctx}\n{}",
             next.stderr
         );
@@ -541,11 +540,11 @@ fn sigkill_of_keepwrap_during_unify_and_commit_trusts_all_or_nothing() {
     let c = kw.finish(Duration::from_secs(60));
     let commit = t0.elapsed();
     assert!(
-        c.logged(&format!("tuned and signed {files} cache files")),
+        c.logged_with("signed", json!({"files": files})),
         "{}",
         c.stderr
     );
-    assert!(c.logged("unified 4 rank files in "));
+    assert!(c.logged_with("unified", json!({"files": 4})));
 
     let start = Instant::now();
     let (mut kept_all, mut kept_none) = (0, 0);
@@ -685,11 +684,11 @@ fn crashed(killed: &Finished, ctx: &str) -> bool {
 
 // ---- a cache root keepwrap cannot use: the launch goes on, one warning ----
 
-/// The `keepwrap: warning:` lines.
-fn warnings(f: &Finished) -> Vec<&str> {
-    f.log()
-        .into_iter()
-        .filter(|l| l.starts_with("keepwrap: warning: "))
+/// The names of a run's warnings, in order.
+fn warnings(f: &Finished) -> Vec<String> {
+    f.warnings()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -730,13 +729,13 @@ fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
     let dangling = h.path().join("dangling");
     std::os::unix::fs::symlink(h.path().join("nowhere"), &dangling).unwrap();
     let cases: [(&str, PathBuf, &str); 3] = [
-        ("a file", file.clone(), "is not a directory"),
+        ("a file", file.clone(), "root_not_a_directory"),
         (
             "below a file (cannot be created)",
             file.join("autotune"),
-            "cache root",
+            "cannot_use_root",
         ),
-        ("a dangling symlink", dangling, "is not a directory"),
+        ("a dangling symlink", dangling, "root_not_a_directory"),
     ];
     for (what, root, needle) in cases {
         let b = boot(keepwrap(&root).args(["--done", "exit", "--", "sh", "-c", "exit 7"]));
@@ -744,7 +743,7 @@ fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
         let w = warnings(&b);
         assert_eq!(w.len(), 1, "{what}: one warning: {}", b.stderr);
         assert!(
-            w[0].contains(needle) && w[0].contains("the launch goes on"),
+            w[0] == needle && b.logged_with(needle, json!({"root": root.to_str().unwrap()})),
             "{what}: {}",
             w[0]
         );
@@ -768,10 +767,16 @@ fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
     // The writer cannot write on a read-only root, and says so; its status
     // is the launch's.
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("not signing"), "{}", b.stderr);
+    assert!(
+        !b.log_events()
+            .iter()
+            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+        "{}",
+        b.stderr
+    );
     let w = warnings(&b);
     assert_eq!(w.len(), 1, "one warning: {}", b.stderr);
-    assert!(w[0].contains("is on a read-only file system"), "{}", w[0]);
+    assert_eq!(w[0], "root_read_only", "{}", b.stderr);
 }
 
 #[test]
@@ -794,6 +799,7 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
     let mut cmd = Command::new("unshare");
     cmd.current_dir(base.path())
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("KEEPWRAP_CACHE_DIR", &root)
         .args([
             "--mount",
@@ -814,18 +820,26 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
         "one warning for unify and one for sign at most: {}",
         b.stderr
     );
+    let w = b.warnings();
     assert!(
-        w.iter().all(|l| l.contains("No space left on device")),
+        w.iter().all(|e| e["error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device")),
         "{}",
         b.stderr
     );
+    let last = w.last().unwrap();
     assert!(
-        w.last().unwrap().contains("cannot sign")
-            && w.last().unwrap().contains("will not be trusted"),
+        last["event"] == "cannot_sign"
+            && last["error"]
+                .as_str()
+                .unwrap()
+                .contains("will not be trusted"),
         "{}",
         b.stderr
     );
-    assert!(!b.logged("tuned and signed"), "{}", b.stderr);
+    assert!(!b.has_event("signed"), "{}", b.stderr);
     assert_eq!(cache_files(&copy).len(), 8, "the engine's files are there");
     assert!(whole_sets(&copy).is_empty(), "nothing trusted");
 }
@@ -865,7 +879,11 @@ fn killed_while_signing_a_grown_set(base: &Path) -> String {
         write(GROWN_DIRS[2], 2)
     );
     let b1 = boot(&mut sh_in(base, &script));
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     std::fs::write(base.join("grow"), "").unwrap();
     let sidecar = root.join(GROWN_DIRS[0]).join("rank_tp0_pp0_dp0.launch");
     let before = std::fs::read(&sidecar).unwrap();
@@ -878,8 +896,16 @@ fn killed_while_signing_a_grown_set(base: &Path) -> String {
         Some(before),
         "the crash point is after the first sidecar of the grown set"
     );
-    assert!(killed.logged("prune: kept 2, "), "{}", killed.stderr);
-    assert!(!killed.logged("signed 3"), "{}", killed.stderr);
+    assert!(
+        killed.logged_with("pruned", json!({"kept": 2})),
+        "{}",
+        killed.stderr
+    );
+    assert!(
+        !killed.logged_with("signed", json!({"files": 3})),
+        "{}",
+        killed.stderr
+    );
     script
 }
 
@@ -893,11 +919,15 @@ fn sigkill_of_keepwrap_between_sidecars_of_a_grown_set_keeps_the_set_signed_befo
     let b3 = boot(&mut sh_in(t.path(), &script));
     assert_eq!(b3.code, 0, "{}", b3.stderr);
     assert!(
-        b3.logged("prune: kept 2, "),
+        b3.logged_with("pruned", json!({"kept": 2})),
         "a whole signed set was lost to a crash in a later sign:\n{}",
         b3.stderr
     );
-    assert!(b3.logged("tuned and signed 3 cache files"), "{}", b3.stderr);
+    assert!(
+        b3.logged_with("signed", json!({"files": 3})),
+        "{}",
+        b3.stderr
+    );
 }
 
 #[test]
@@ -908,14 +938,14 @@ fn a_grown_set_left_by_a_sign_killed_midway_is_stored_whole_and_restored() {
     // Another launch on the root stores the set, the launch comes back.
     let other = boot(&mut sh_in(t.path(), "true"));
     assert!(
-        other.logged("prune: kept 0, stored 2, "),
+        other.logged_with("pruned", json!({"kept": 0, "stored": 2})),
         "{}",
         other.stderr
     );
     let back = boot(&mut sh_in(t.path(), &script));
     assert_eq!(back.code, 0, "{}", back.stderr);
     assert!(
-        back.logged("restored 2 cache files of this launch from the store"),
+        back.logged_with("restored", json!({"files": 2})),
         "{}\n{}",
         other.stderr,
         back.stderr

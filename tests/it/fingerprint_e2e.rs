@@ -4,6 +4,7 @@
 //! is no engine leaves the cache root alone.
 
 use crate::common;
+use serde_json::json;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -23,11 +24,12 @@ fn kw(home: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.current_dir(cwd)
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_CACHE_DIR")
         .env_remove("KEEPWRAP_KEEP")
         .env_remove("KEEPWRAP_DONE")
         .env("SGLANG_CACHE_DIR", home.join("sglang"))
-        .env("PYTHONPATH", repo().join("examples"))
+        .env("PYTHONPATH", repo().join("tests/fixtures/engines"))
         .env("FAKE_DIST_TIMEOUT_S", "20");
     cmd
 }
@@ -38,10 +40,14 @@ fn serve(home: &Path, cwd: &Path, command: &[&str], env: &[(&str, &str)]) -> Fin
     let mut cmd = kw(home, cwd);
     cmd.envs(env.iter().copied()).arg("--").args(command);
     let mut run = Running::spawn(&mut cmd);
-    run.wait_stderr("tuning is done", DEADLINE);
-    wait_for("the signing line", DEADLINE, || {
-        let e = run.stderr();
-        (e.contains("tuned and signed") || e.contains("reused") || e.contains("nothing"))
+    run.wait_event("tuning_done", DEADLINE);
+    wait_for("the signing event", DEADLINE, || {
+        run.log_events()
+            .iter()
+            .any(|e| {
+                ["signed", "reused", "nothing_to_keep", "nothing_signed"]
+                    .contains(&e["event"].as_str().unwrap())
+            })
             .then_some(())
     });
     run.guard.signal(Signal::SIGTERM);
@@ -74,7 +80,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let first = serve(&home, &cwd, &argv, &[]);
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(
-        first.logged(&format!("GET http://127.0.0.1:{port}/health")),
+        first.logged_with(
+            "launch",
+            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
+        ),
         "the port from the config file is probed: {}",
         first.stderr
     );
@@ -82,7 +91,7 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let same = serve(&home, &cwd, &argv, &[]);
     assert_eq!(same.tuned(), 0, "{}", same.stderr);
     assert!(same.hit() > 0);
-    assert!(same.logged("reused"), "{}", same.stderr);
+    assert!(same.has_event("reused"), "{}", same.stderr);
 
     write(512);
     let edited = serve(&home, &cwd, &argv, &[]);
@@ -93,7 +102,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     );
     assert_eq!(edited.hit(), 0, "no partial hit: {}", edited.stderr);
     assert!(
-        edited.logged("differs in: arg --chunked-prefill-size 256 -> 512"),
+        edited.events_named("no_cache").iter().any(|e| e["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("differs in: arg --chunked-prefill-size 256 -> 512")),
         "{}",
         edited.stderr
     );
@@ -140,7 +152,7 @@ fn reordering_and_respelling_flags_reuses() {
     );
     // through `env`, reordered and respelled: the same launch
     assert_eq!(b.tuned(), 0, "{}", b.stderr);
-    assert!(b.logged("reused"), "{}", b.stderr);
+    assert!(b.has_event("reused"), "{}", b.stderr);
     let c = serve(
         &home,
         t.path(),
@@ -156,7 +168,7 @@ fn reordering_and_respelling_flags_reuses() {
     );
     assert_eq!(c.tuned(), 0, "a reordering reuses: {}", c.stderr);
     assert!(c.hit() > 0);
-    assert!(c.logged("reused"), "{}", c.stderr);
+    assert!(c.has_event("reused"), "{}", c.stderr);
 
     // `explain` compares canonical forms: a reordering is no difference,
     // a changed value is named.
@@ -202,16 +214,19 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
     let script =
         "exec python3 -m sglang.launch_server --model-path /models/fake-moe --tp 2 --port $PORT";
     let run = serve(&home, t.path(), &["sh", "-c", script], &[("PORT", &port)]);
-    let want = format!("tuning is done when GET http://127.0.0.1:{port}/health first answers 200");
-    assert!(run.logged(&want), "{}", run.stderr);
+    let url = format!("http://127.0.0.1:{port}/health");
+    let want = format!("when GET {url} first answers 200");
     assert!(
-        run.logged(&format!(
-            "tuning is done: GET http://127.0.0.1:{port}/health answered 200"
-        )),
+        run.logged_with("launch", json!({"done": want})),
         "{}",
         run.stderr
     );
-    assert!(run.logged("tuned and signed"), "{}", run.stderr);
+    assert!(
+        run.logged_with("tuning_done", json!({"rule": "health", "url": url})),
+        "{}",
+        run.stderr
+    );
+    assert!(run.has_event("signed"), "{}", run.stderr);
     assert!(run.tuned() > 0);
 
     // The same launch written directly reuses what the wrapper signed.
@@ -226,23 +241,24 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
         &[],
     );
     assert_eq!(direct.tuned(), 0, "{}", direct.stderr);
-    assert!(direct.logged("reused"), "{}", direct.stderr);
+    assert!(direct.has_event("reused"), "{}", direct.stderr);
 
     // A string it cannot read: fingerprinted as written, done at exit.
     let piped = boot(kw(&home, t.path()).args(["--", "sh", "-c", "python3 -c pass | cat"]));
     assert_eq!(piped.code, 0, "{}", piped.stderr);
     assert!(
-        piped.logged("the shell command cannot be read safely (a shell operator"),
+        piped.events_named("launch_warning").iter().any(|e| {
+            let m = e["message"].as_str().unwrap();
+            m.starts_with("the shell command cannot be read safely (a shell operator")
+                && m.ends_with(
+                    "tuning will be judged done only at exit unless --done health=URL is given",
+                )
+        }),
         "{}",
         piped.stderr
     );
     assert!(
-        piped.logged("tuning will be judged done only at exit unless --done health=URL is given"),
-        "{}",
-        piped.stderr
-    );
-    assert!(
-        piped.logged("tuning is done when the command exits 0"),
+        piped.logged_with("launch", json!({"done": "when the command exits 0"})),
         "{}",
         piped.stderr
     );
@@ -294,7 +310,7 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         &["--tp", "2", "--offline"],
     ));
     assert_eq!(engine.code, 0, "{}", engine.stderr);
-    assert!(engine.logged("tuned and signed"), "{}", engine.stderr);
+    assert!(engine.has_event("signed"), "{}", engine.stderr);
     let root = cache_root(&home);
     let before = snapshot(&root);
     assert!(before.len() > 3);
@@ -314,14 +330,20 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{command:?}: {err}");
-        assert!(
-            err.contains("is no engine launch (--keep auto): supervising only"),
+        // One event: supervising only, as no engine launch.
+        let events = common::log_events(&err);
+        assert_eq!(events.len(), 1, "one line: {err}");
+        assert_eq!(
+            (&events[0]["event"], &events[0]["reason"]),
+            (&"supervising_only".into(), &"not_an_engine".into()),
             "{command:?}: {err}"
         );
-        assert_eq!(
-            err.lines().filter(|l| l.starts_with("keepwrap:")).count(),
-            1,
-            "one line: {err}"
+        assert!(
+            events[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("is no engine launch (--keep auto): supervising only"),
+            "{command:?}: {err}"
         );
         assert_eq!(snapshot(&root), before, "{command:?} touched the root");
     }
@@ -331,7 +353,9 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         .args(["--keep", "never", "--", "bash", "-c", "true"])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--keep never"));
+    let events = common::log_events(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["reason"], "keep_never");
     assert_eq!(snapshot(&root), before);
     let out = kw(&home, t.path())
         .env("KEEPWRAP_KEEP", "always")
@@ -357,6 +381,10 @@ fn offline_engine_scripts_are_kept() {
         "2",
     ]));
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.logged("tuned and signed"), "{}", run.stderr);
-    assert!(run.logged("when the command exits 0"), "{}", run.stderr);
+    assert!(run.has_event("signed"), "{}", run.stderr);
+    assert!(
+        run.logged_with("launch", json!({"done": "when the command exits 0"})),
+        "{}",
+        run.stderr
+    );
 }

@@ -1,10 +1,11 @@
 //! Keeping the autotune cache, end to end with the fake engine of
-//! `examples/`: prune what a launch must not load, watch the engine tune,
+//! `tests/fixtures/engines/`: prune what a launch must not load, watch the engine tune,
 //! sign the set when tuning is done, and reuse it on the next identical
 //! launch. Every promise is checked from the outside: what the engine
 //! tuned and loaded, what keepwrap logged, what is on disk.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,12 +35,13 @@ fn the_same_launch_twice_reuses_every_file_and_tunes_nothing() {
     assert!(!root.exists());
     let b1 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
-    assert!(b1.logged(&format!(
-        "cache root {} did not exist (first boot): created it",
-        root.display()
-    )));
+    assert!(b1.logged_with("root_created", json!({"root": root.to_str().unwrap()})));
     assert!(b1.tuned() > 0);
-    assert!(b1.logged("tuned and signed 4 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 4})),
+        "{}",
+        b1.stderr
+    );
     assert_eq!(cache_files(&root).len(), 4);
     assert_eq!(sidecars(&root).len(), 4);
 
@@ -55,7 +57,7 @@ fn the_same_launch_twice_reuses_every_file_and_tunes_nothing() {
     );
     assert_eq!(b2.tactics(), b1.tactics(), "the tactics are boot 1's");
     assert!(
-        b2.logged("reused 4 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 4})),
         "{}",
         b2.stderr
     );
@@ -71,14 +73,15 @@ fn each_rank_file_is_logged_as_it_lands() {
             .strip_prefix(cache_root(h.path()))
             .unwrap()
             .to_path_buf();
-        let line = b
-            .log()
+        let landed = b
+            .events_named("landed")
             .into_iter()
-            .find(|l| l.contains(&format!("landed {} (", rel.display())))
-            .unwrap_or_else(|| panic!("no landing line for {}: {}", rel.display(), b.stderr));
+            .find(|e| e["path"] == rel.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no landing event for {}: {}", rel.display(), b.stderr));
         assert!(
-            line.contains(" entries, ") && line.contains(" s after the launch)"),
-            "{line}"
+            landed["entries"].as_str().unwrap().ends_with(" entries")
+                && landed["after_s"].as_f64().unwrap() > 0.0,
+            "{landed}"
         );
     }
 }
@@ -94,13 +97,20 @@ fn a_fingerprinted_argument_change_removes_every_cache_and_retunes_all() {
     // Without keepwrap this boot would load boot 1's files: a partial hit.
     assert_eq!(b2.code, 0, "{}", b2.stderr);
     assert_eq!(b2.hit(), 0, "nothing of the other launch was loaded");
-    let removed = b2
-        .log()
-        .into_iter()
-        .filter(|l| l.contains(": signed for another launch (fingerprint "))
-        .count();
-    assert_eq!(removed, 4, "{}", b2.stderr);
-    assert!(b2.logged("tuned and signed 4 cache files"));
+    // Stored whole, or removed: none is kept.
+    let gone = b2.events_named("stored").len()
+        + b2.events_named("removed")
+            .iter()
+            .filter(|e| {
+                e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("signed for another launch (fingerprint ")
+            })
+            .count();
+    assert_eq!(gone, 4, "{}", b2.stderr);
+    assert!(!b2.has_event("kept"), "{}", b2.stderr);
+    assert!(b2.logged_with("signed", json!({"files": 4})));
 }
 
 #[test]
@@ -146,10 +156,10 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     ));
     assert_ne!(b1.code, 0);
     assert!(
-        b1.logged(&format!(
-            "not signing: the engine exited with status {} ",
-            b1.code
-        )),
+        b1.events_named("not_signing_early_exit")
+            .iter()
+            .any(|e| e["status"].as_str().unwrap().split(' ').next()
+                == Some(b1.code.to_string().as_str())),
         "{}",
         b1.stderr
     );
@@ -162,7 +172,13 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
     assert_eq!(b2.code, 0, "no rank got a partial hit: {}", b2.stderr);
     assert_eq!(b2.hit(), 0, "everything tuned again");
-    assert!(b2.logged(": no sidecar (unsigned)"), "{}", b2.stderr);
+    assert!(
+        b2.events_named("removed")
+            .iter()
+            .any(|e| e["reason"] == "no sidecar (unsigned)"),
+        "{}",
+        b2.stderr
+    );
 }
 
 #[test]
@@ -196,9 +212,9 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
         assert_eq!(b2.hit(), 0, "{what}: no rank loads any of the set");
         let rel = victim.strip_prefix(&root).unwrap();
         assert!(
-            b2.log()
+            b2.events_named("removed")
                 .iter()
-                .any(|l| l.contains(&format!("removed {}: ", rel.display()))),
+                .any(|e| e["path"] == rel.to_str().unwrap()),
             "{what}: {}",
             b2.stderr
         );
@@ -220,11 +236,7 @@ fn an_engine_that_writes_no_cache_leaves_nothing_to_keep() {
         &["--tp", "2", "--offline", "--disable-flashinfer-autotune"],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(
-        b.logged("nothing to keep: the engine wrote no autotune cache"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("nothing_to_keep"), "{}", b.stderr);
 }
 
 #[test]
@@ -237,7 +249,7 @@ fn the_exit_status_stays_the_engines() {
     ));
     assert_eq!(b.code, 7);
     assert!(
-        b.logged("not signing: the engine exited with status 7 before tuning was done"),
+        b.logged_with("not_signing_early_exit", json!({"status": "7"})),
         "{}",
         b.stderr
     );
@@ -267,8 +279,9 @@ fn server(h: &Path, kw_args: &[&str], port: u16) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("KEEPWRAP_CACHE_DIR")
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("SGLANG_CACHE_DIR", h.join("sglang"))
-        .env("PYTHONPATH", repo().join("examples"))
+        .env("PYTHONPATH", repo().join("tests/fixtures/engines"))
         .env("FAKE_DIST_TIMEOUT_S", "20")
         .args(kw_args)
         .args([
@@ -301,13 +314,11 @@ fn a_server_launch_is_signed_when_health_first_answers_200_and_reused_next_boot(
     let root = cache_root(h.path());
     let port = free_port();
     let mut s = Running::spawn(&mut server(h.path(), &[], port));
-    s.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(30));
-    let stderr = s.stderr();
-    assert!(
-        stderr.contains(&format!(
-            "tuning is done: GET http://127.0.0.1:{port}/health answered 200"
-        )),
-        "{stderr}"
+    s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(30));
+    s.wait_event_with(
+        "tuning_done",
+        json!({"rule": "health", "url": format!("http://127.0.0.1:{port}/health")}),
+        Duration::from_secs(5),
     );
     assert_eq!(sidecars(&root).len(), 2, "signed while the server runs");
     s.guard.signal(Signal::SIGTERM);
@@ -315,10 +326,7 @@ fn a_server_launch_is_signed_when_health_first_answers_200_and_reused_next_boot(
     assert_eq!(b1.code, 0, "the fake exits 0 on TERM");
 
     let mut s = Running::spawn(&mut server(h.path(), &[], port));
-    s.wait_stderr(
-        "reused 2 cache files signed for this launch",
-        Duration::from_secs(30),
-    );
+    s.wait_event_with("reused", json!({"files": 2}), Duration::from_secs(30));
     s.guard.signal(Signal::SIGTERM);
     let b2 = s.finish(Duration::from_secs(20));
     assert_eq!((b2.code, b2.tuned()), (0, 0), "{}", b2.stderr);
@@ -333,11 +341,12 @@ fn a_quiet_window_marks_tuning_done() {
         &["--done", "quiet=300ms"],
         free_port(),
     ));
-    s.wait_stderr(
-        "tuning is done: no cache file landed for 300ms",
+    s.wait_event_with(
+        "tuning_done",
+        json!({"rule": "quiet", "quiet_s": 0.3}),
         Duration::from_secs(30),
     );
-    s.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(5));
+    s.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(5));
     s.guard.signal(Signal::SIGTERM);
     assert_eq!(s.finish(Duration::from_secs(20)).code, 0);
 }
@@ -355,7 +364,7 @@ fn a_server_that_dies_before_ready_signs_nothing() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0);
     assert!(
-        b.logged("not signing: the engine exited with status 0 before tuning was done"),
+        b.logged_with("not_signing_early_exit", json!({"status": "0"})),
         "{}",
         b.stderr
     );
@@ -377,10 +386,10 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
     );
     assert_eq!(b.code, 0);
     assert!(
-        b.logged(&format!(
-            "warning: cache root {} is not a directory; the launch goes on",
-            file.display()
-        )),
+        b.logged_with(
+            "root_not_a_directory",
+            json!({"root": file.to_str().unwrap()})
+        ),
         "{}",
         b.stderr
     );
@@ -417,10 +426,7 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged(&format!(
-            "warning: cache root {} is on a read-only file system",
-            ro.display()
-        )),
+        b.logged_with("root_read_only", json!({"root": ro.to_str().unwrap()})),
         "{}",
         b.stderr
     );
@@ -440,29 +446,25 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
             "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    a.wait_stderr("tuned and signed 4 cache files", Duration::from_secs(60));
+    a.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
     // B, another launch, starts while A runs on the same cache root.
     let b = boot(&mut keepwrap_engine(
         h.path(),
         &[],
         &[EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
     ));
-    a.wait_stderr(
-        "used this cache root while this launch ran",
-        Duration::from_secs(30),
-    );
+    a.wait_event("not_signing_other_launch", Duration::from_secs(30));
     a.guard.signal(Signal::SIGTERM);
     let a = a.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged("is using this cache root: this launch goes on without keeping the cache")
-            && b.logged("SGLANG_CACHE_DIR=/cache/$(POD_NAME)"),
+        b.has_event("other_on_root") && b.logged("SGLANG_CACHE_DIR=/cache/$(POD_NAME)"),
         "{}",
         b.stderr
     );
-    assert!(!b.logged("prune:"), "{}", b.stderr);
+    assert!(!b.has_event("pruned"), "{}", b.stderr);
     assert!(
-        a.logged("not signing: launch ") && a.logged("their rank files may be mixed"),
+        a.has_event("not_signing_other_launch") && a.has_event("not_signing_other_launch"),
         "A does not sign again what B wrote: {}",
         a.stderr
     );
@@ -474,7 +476,7 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
             "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    next.wait_stderr("tuned and signed 4 cache files", Duration::from_secs(60));
+    next.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
     next.guard.signal(Signal::SIGTERM);
     let next = next.finish(Duration::from_secs(60));
     assert_eq!(next.hit(), 0, "{}", next.stderr);

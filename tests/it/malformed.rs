@@ -430,19 +430,29 @@ fn every_planted_malformed_input_gets_one_line_and_is_not_trusted() {
         let what = c.name;
         assert_eq!(b.code, 0, "{what}: the launch goes on: {}", b.stderr);
         assert_no_panic(&b.stderr, what);
-        let lines: Vec<&str> = b
-            .log()
+        let naming: Vec<serde_json::Value> = b
+            .log_events()
             .into_iter()
-            .filter(|l| l.contains(&format!(" {}", c.names)))
+            .filter(|e| e["path"] == c.names.as_str())
             .collect();
         assert_eq!(
-            lines.len(),
+            naming.len(),
             1,
-            "{what}: one line names the file: {}",
+            "{what}: one event names the file: {}",
             b.stderr
         );
-        assert!(lines[0].contains(c.says), "{what}: {}", lines[0]);
-        assert!(b.logged("prune: kept 0, "), "{what}: {}", b.stderr);
+        assert!(
+            naming[0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(c.says)),
+            "{what}: {}",
+            naming[0]
+        );
+        assert!(
+            b.logged_with("pruned", json!({"kept": 0})),
+            "{what}: {}",
+            b.stderr
+        );
         let left = std::fs::symlink_metadata(root.join(&c.names)).is_ok();
         assert_eq!(left, c.stays, "{what}: removed unless a directory");
         assert!(whole_sets(&root).is_empty(), "{what}: nothing trusted");
@@ -498,12 +508,19 @@ fn malformed_files_the_engine_writes_are_not_signed_nor_their_siblings() {
         assert_eq!(b.code, 0, "{what}: {}", b.stderr);
         assert_no_panic(&b.stderr, what);
         assert!(
-            b.logged(&format!("not signed {DIR}/rank_tp1_pp0_dp0.json: {says}")),
+            ["not_signed", "not_signed_unsafe"]
+                .iter()
+                .any(|n| b.events_named(n).iter().any(|e| e["path"]
+                    == format!("{DIR}/rank_tp1_pp0_dp0.json").as_str()
+                    && e["reason"].as_str().unwrap().starts_with(says))),
             "{what}: {}",
             b.stderr
         );
         assert!(
-            b.logged(&format!("not signed the 1 other cache files of {DIR}/: ")),
+            b.logged_with(
+                "dir_not_signed",
+                json!({"files": 1, "dir": format!("{DIR}/")})
+            ),
             "{what}: {}",
             b.stderr
         );
@@ -558,25 +575,41 @@ fn permission_denied_is_logged_and_not_trusted() {
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "permission denied");
     assert!(
-        b.logged(&format!("removed {RANK0}: unreadable (Permission denied")),
+        b.events_named("removed").iter().any(|e| e["path"] == RANK0
+            && e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("unreadable (Permission denied")),
         "{}",
         b.stderr
     );
     assert!(
-        b.logged(&format!(
-            "removed {r1}: sidecar unreadable (Permission denied"
-        )),
+        b.events_named("removed")
+            .iter()
+            .any(|e| e["path"] == r1.as_str()
+                && e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("sidecar unreadable (Permission denied")),
         "{}",
         b.stderr
     );
     assert!(
-        b.logged(&format!(
-            "warning: cannot open directory {locked}: Permission denied"
-        )),
+        b.events_named("cannot_open_dir")
+            .iter()
+            .any(|e| e["dir"] == locked
+                && e["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Permission denied")),
         "{}",
         b.stderr
     );
-    assert!(b.logged("prune: kept 0, "), "{}", b.stderr);
+    assert!(b.logged_with("pruned", json!({"kept": 0})), "{}", b.stderr);
     // The unreadable directory does not stop keeping the rest.
-    assert!(!b.logged("the launch goes on, and nothing"), "{}", b.stderr);
+    assert!(
+        !b.has_event("cannot_prune") && !b.has_event("watch_failed"),
+        "{}",
+        b.stderr
+    );
 }

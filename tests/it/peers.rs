@@ -5,6 +5,7 @@
 //! launch markers are read safely and removed once nobody needs them.
 
 use crate::common;
+use serde_json::json;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -21,6 +22,17 @@ const EP4_OFFLINE: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--o
 
 /// Marker files left in `<root>/.keepwrap/running`.
 fn markers(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = running_dir(root)
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every name in `.keepwrap/running`: the markers, the spare file an ended
+/// launch leaves for the next one (`.spare`), any temp file.
+fn running_dir(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(root.join(".keepwrap/running"))
         .into_iter()
         .flatten()
@@ -62,33 +74,24 @@ fn a_replica_started_while_the_first_tunes_waits_then_reuses_its_set() {
         )
     };
     let mut a = Running::spawn(&mut arm("1500"));
-    a.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    a.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let b = boot(&mut arm("1500"));
     let a = a.finish(Duration::from_secs(60));
     assert_eq!((a.code, b.code), (0, 0), "{}\n{}", a.stderr, b.stderr);
-    assert!(a.logged("tuned and signed 4 cache files"), "{}", a.stderr);
+    assert!(a.logged_with("signed", json!({"files": 4})), "{}", a.stderr);
     assert!(
-        b.logged("waiting up to 30m for launch ")
-            && b.logged("to finish tuning on this cache root before starting the engine"),
+        b.logged_with("waiting_for_other", json!({"limit_s": 1800.0})),
         "{}",
         b.stderr
     );
-    assert!(
-        b.logged("is done tuning; this launch goes on after waiting"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("other_done_tuning"), "{}", b.stderr);
     assert_eq!(b.tuned(), 0, "the replica tunes nothing: {}", b.stderr);
     assert_eq!(
         b.tactics(),
         a.tactics(),
         "the replica uses the first one's tactics"
     );
-    assert!(
-        b.logged("reused 4 cache files signed for this launch"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.logged_with("reused", json!({"files": 4})), "{}", b.stderr);
     assert_eq!(sidecars(&root).len(), 4);
 }
 
@@ -117,23 +120,24 @@ fn a_replica_starts_once_the_first_is_done_and_signs_nothing_while_it_runs() {
         )
     };
     let mut a = Running::spawn(&mut server(free_port(), "1000"));
-    a.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    a.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let mut b = Running::spawn(&mut server(free_port(), "1000"));
-    b.wait_stderr("waiting up to 30m for launch ", Duration::from_secs(30));
-    a.wait_stderr("tuned and signed 2 cache files", Duration::from_secs(60));
-    b.wait_stderr(
-        "is done tuning; this launch goes on",
-        Duration::from_secs(30),
+    b.wait_event("waiting_for_other", Duration::from_secs(30));
+    a.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(60));
+    b.wait_event("other_done_tuning", Duration::from_secs(30));
+    b.wait_event_with(
+        "tuning_done",
+        json!({"rule": "health"}),
+        Duration::from_secs(60),
     );
-    b.wait_stderr("tuning is done: GET", Duration::from_secs(60));
     b.guard.signal(Signal::SIGTERM);
     a.guard.signal(Signal::SIGTERM);
     let b = b.finish(Duration::from_secs(30));
     let a = a.finish(Duration::from_secs(30));
     assert_eq!(b.tuned(), 0, "{}", b.stderr);
-    assert!(b.logged("prune: kept 2"), "{}", b.stderr);
+    assert!(b.logged_with("pruned", json!({"kept": 2})), "{}", b.stderr);
     assert!(
-        b.logged("not signing: launch ") && b.logged("used this cache root while this launch ran"),
+        b.has_event("not_signing_other_launch") && b.has_event("not_signing_other_launch"),
         "the first replica is alive and may still write: {}",
         b.stderr
     );
@@ -152,7 +156,7 @@ fn the_wait_is_bounded_then_the_launch_goes_on_hands_off() {
         &[],
         &[EP4_OFFLINE, &["--load-ms", "5000"]].concat(),
     ));
-    a.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    a.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let b = boot(&mut keepwrap_engine(
         h.path(),
         &["--wait-for-tuning", "1s"],
@@ -161,21 +165,16 @@ fn the_wait_is_bounded_then_the_launch_goes_on_hands_off() {
     let a = a.finish(Duration::from_secs(60));
     assert_eq!((a.code, b.code), (0, 0), "{}\n{}", a.stderr, b.stderr);
     assert!(
-        b.logged("warning: gave up waiting 1s (--wait-for-tuning) for launch ")
-            && b.logged("this launch goes on hands-off: it prunes nothing and signs nothing"),
+        b.logged_with("gave_up_waiting", json!({"limit_s": 1.0})),
         "{}",
         b.stderr
     );
     assert!(
-        !b.logged("prune:"),
+        !b.has_event("pruned"),
         "hands-off prunes nothing: {}",
         b.stderr
     );
-    assert!(
-        a.logged("used this cache root while this launch ran"),
-        "{}",
-        a.stderr
-    );
+    assert!(a.has_event("not_signing_other_launch"), "{}", a.stderr);
     assert!(sidecars(&root).is_empty(), "nothing signed");
     // Once both are gone, nothing of theirs is kept and no marker is left.
     let next = boot(&mut keepwrap_engine(h.path(), &[], EP4_OFFLINE));
@@ -205,16 +204,17 @@ fn term_while_waiting_for_another_launch_exits_143_without_starting_the_engine()
         &[],
         &[EP4_OFFLINE, &["--load-ms", "20000"]].concat(),
     ));
-    a.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    a.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let mark = h.path().join("started");
     let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
-    b.wait_stderr("waiting up to 30m for launch ", Duration::from_secs(30));
+    b.wait_event("waiting_for_other", Duration::from_secs(30));
     b.guard.signal(Signal::SIGTERM);
     let b = b.finish(Duration::from_secs(5));
     assert_eq!(b.code, 143, "{}", b.stderr);
     assert!(
-        b.logged(
-            "received SIGTERM before the engine started: exiting with 143 without starting it"
+        b.logged_with(
+            "stopped_before_start",
+            json!({"signal": "SIGTERM", "status": 143})
         ),
         "{}",
         b.stderr
@@ -241,8 +241,9 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
         lock.lock().unwrap();
         let mark = h.path().join("started");
         let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
-        b.wait_stderr(
-            "waiting up to 1m for the cache lock",
+        b.wait_event_with(
+            "lock_waiting",
+            json!({"timeout_s": 60.0}),
             Duration::from_secs(30),
         );
         b.guard.signal(sig);
@@ -267,7 +268,13 @@ fn what_the_lock_holder_wrote_never_forges_a_log_line() {
     lock.write_all(b"pid 1 \x1b[2J\nkeepwrap: forged line\n")
         .unwrap();
     lock.lock().unwrap();
-    let f = boot(keepwrap(&root).args(["--lock-timeout", "300ms", "--", "true"]));
+    // The text form: what an operator reads.
+    let f = boot(keepwrap(&root).env("KEEPWRAP_LOG_FORMAT", "text").args([
+        "--lock-timeout",
+        "300ms",
+        "--",
+        "true",
+    ]));
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(!f.stderr.contains('\x1b'), "{:?}", f.stderr);
     assert!(
@@ -309,24 +316,20 @@ fn nodes_of_one_multi_node_launch_on_one_root_never_wait_and_keep_nothing() {
         )
     };
     let mut n0 = Running::spawn(&mut node("0"));
-    n0.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    n0.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     // Node 0 cannot finish tuning without node 1: a wait would deadlock.
     let n1 = Running::spawn(&mut node("1")).finish(Duration::from_secs(60));
     let n0 = n0.finish(Duration::from_secs(60));
     assert_eq!((n0.code, n1.code), (0, 0), "{}\n{}", n0.stderr, n1.stderr);
-    assert!(!n1.logged("before starting the engine"), "{}", n1.stderr);
+    assert!(!n1.has_event("waiting_for_other"), "{}", n1.stderr);
     assert!(
-        n1.logged("is another node or data-parallel rank of this multi-node launch on the same cache root")
+        n1.has_event("peer_on_root")
             && n1.logged("give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR"),
         "{}",
         n1.stderr
     );
-    assert!(!n1.logged("prune:"), "{}", n1.stderr);
-    assert!(
-        n0.logged("used this cache root while this launch ran"),
-        "{}",
-        n0.stderr
-    );
+    assert!(!n1.has_event("pruned"), "{}", n1.stderr);
+    assert!(n0.has_event("not_signing_other_launch"), "{}", n0.stderr);
     assert!(sidecars(&root).is_empty(), "nothing signed");
 }
 
@@ -348,15 +351,11 @@ fn data_parallel_ranks_of_one_deployment_never_wait_for_each_other() {
         cmd
     };
     let mut r0 = Running::spawn(&mut rank("0"));
-    r0.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    r0.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let r1 = boot(&mut rank("1"));
     let r0 = r0.finish(Duration::from_secs(60));
     assert_eq!((r0.code, r1.code), (0, 0), "{}\n{}", r0.stderr, r1.stderr);
-    assert!(
-        r1.logged("is another node or data-parallel rank of this multi-node launch"),
-        "{}",
-        r1.stderr
-    );
+    assert!(r1.has_event("peer_on_root"), "{}", r1.stderr);
 }
 
 /// Start a server-mode launch, wait until its engine started, and SIGKILL
@@ -416,13 +415,9 @@ fn an_orphaned_engine_still_owns_the_root_nothing_is_pruned_or_signed_under_it()
         ],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(b.has_event("orphan_on_root"), "{}", b.stderr);
     assert!(
-        b.logged("left its engine running on this cache root when keepwrap was killed"),
-        "{}",
-        b.stderr
-    );
-    assert!(
-        !b.logged("prune:"),
+        !b.has_event("pruned"),
         "nothing pruned under the orphan: {}",
         b.stderr
     );
@@ -436,7 +431,7 @@ fn an_orphaned_engine_still_owns_the_root_nothing_is_pruned_or_signed_under_it()
     end_orphan(engine);
     let c = boot_offline(h.path());
     assert!(
-        c.code == 0 && c.logged("prune:") && c.logged("signed"),
+        c.code == 0 && c.has_event("pruned") && c.has_event("signed"),
         "{}",
         c.stderr
     );
@@ -467,21 +462,24 @@ fn markers_of_ended_launches_are_removed() {
         let f = boot(keepwrap(&root).args(["--", "true"]));
         assert_eq!(f.code, 0, "{}", f.stderr);
     }
-    assert_eq!(markers(&root), Vec::<String>::new());
+    // Nothing but the one spare file the launches passed on.
+    assert_eq!(running_dir(&root), [".spare"]);
     // A launch that ran alongside a longer one stays visible to it until
     // that one ends (it must not sign), then nothing is left.
     let go = h.path().join("go");
     let wait = format!("while [ ! -e {} ]; do sleep 0.05; done", go.display());
     let mut a = Running::spawn(keepwrap(&root).args(["--", "sh", "-c", &wait]));
-    a.wait_stderr("prune: kept 0", Duration::from_secs(30));
+    a.wait_event_with("pruned", json!({"kept": 0}), Duration::from_secs(30));
     let b = boot(keepwrap(&root).args(["--wait-for-tuning", "0s", "--", "true"]));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_eq!(markers(&root).len(), 2, "{:?}", markers(&root));
     std::fs::write(&go, "").unwrap();
     let a = a.finish(Duration::from_secs(30));
     assert!(
-        a.logged("not signing: launch ")
-            && a.logged("ended) used this cache root while this launch ran"),
+        a.has_event("not_signing_other_launch")
+            && a.events_named("not_signing_other_launch")
+                .iter()
+                .any(|e| e["other"].as_str().unwrap().ends_with("ended)")),
         "{}",
         a.stderr
     );
@@ -506,7 +504,8 @@ fn descendants_of_the_engine_share_its_hold_and_nothing_is_held_after_the_exit()
     assert_eq!(markers(&root), Vec::<String>::new());
     let next = boot(keepwrap(&root).args(["--", "true"]));
     assert!(
-        next.logged("prune: kept 0") && !next.logged("warning"),
+        next.logged_with("pruned", json!({"kept": 0}))
+            && !next.log_events().iter().any(|e| e["level"] == "WARN"),
         "{}",
         next.stderr
     );
@@ -526,7 +525,7 @@ fn a_fifo_or_a_link_to_dev_zero_among_the_markers_does_not_stop_the_start() {
     symlink("/dev/zero", dir.join("2-2")).unwrap();
     let f = boot(keepwrap(&root).args(["--", "true"]));
     assert_eq!(f.code, 0, "{}", f.stderr);
-    assert!(f.logged("prune: kept 0"), "{}", f.stderr);
+    assert!(f.logged_with("pruned", json!({"kept": 0})), "{}", f.stderr);
     // Planted entries are not markers: left alone.
     assert!(dir.join("1-1").exists() && dir.join("2-2").is_symlink());
 }
@@ -553,7 +552,7 @@ fn the_nearest_signed_launch_is_explained_after_the_engine_started() {
     let h = home();
     let root = cache_root(h.path());
     let first = boot(&mut keepwrap_engine(h.path(), &[], EP4_OFFLINE));
-    assert!(first.logged("tuned and signed"), "{}", first.stderr);
+    assert!(first.has_event("signed"), "{}", first.stderr);
     // 60,000 arguments; the engine writes its start line to keepwrap's
     // stderr, so the order of the two lines is the order of events.
     let log = h.path().join("log");
@@ -617,13 +616,13 @@ fn replicas_at_random_offsets(trials: usize, seed: u64) {
             done.iter().map(ctx).collect::<Vec<_>>().join("\n---\n")
         );
         assert!(
-            tuners[0].logged("tuned and signed 4 cache files"),
+            tuners[0].logged_with("signed", json!({"files": 4})),
             "{}",
             ctx(tuners[0])
         );
         for f in &done {
             assert!(
-                !f.logged("used this cache root while this launch ran"),
+                !f.has_event("not_signing_other_launch"),
                 "the replicas ran one after the other: {}",
                 ctx(f)
             );
@@ -662,11 +661,7 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],
     ));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(
-        b.logged("left its engine running on this cache root"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("orphan_on_root"), "{}", b.stderr);
     assert!(
         sidecars(&root).is_empty(),
         "the orphan's files are never signed"
@@ -679,7 +674,7 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],
     ));
     assert!(
-        c.code == 0 && c.logged("removed ") && c.tuned() > 0,
+        c.code == 0 && c.has_event("removed") && c.tuned() > 0,
         "{}",
         c.stderr
     );

@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::harden;
+use serde_json::json;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -79,8 +80,9 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
     kw.wait_stdout("the half set", Duration::from_secs(20), |l| {
         l == "mark half"
     });
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(1)),
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(1))}),
         Duration::from_secs(10),
     );
     kw.guard.signal(Signal::SIGTERM);
@@ -96,13 +98,14 @@ fn rule1_an_offline_run_stopped_by_term_signs_nothing_even_when_it_exits_0() {
         b.stderr
     );
     assert!(
-        b.logged(
-            "not signing: the engine ended with status 0 after keepwrap forwarded SIGTERM: a stop is never tuning done"
+        b.logged_with(
+            "not_signing_stopped",
+            json!({"status": "0", "signal": "SIGTERM"})
         ),
         "{}",
         b.stderr
     );
-    assert!(!b.logged("tuning is done:"), "{}", b.stderr);
+    assert!(!b.has_event("tuning_done"), "{}", b.stderr);
     assert!(
         next_boot_keeps(&root, &["--done", "exit"], &steps).is_empty(),
         "the next launch keeps nothing of the stopped run"
@@ -117,15 +120,16 @@ fn rule1_a_quiet_window_after_a_stop_is_not_done() {
     // window), writing nothing more.
     let steps = ["onterm:0", "write:0", "wait"];
     let mut kw = Running::spawn(&mut staged(&root, &["--done", "quiet=2s"], &steps));
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(0)),
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(0))}),
         Duration::from_secs(20),
     );
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
     assert!(sidecar_paths(&root).is_empty(), "{}", b.stderr);
-    assert!(b.logged("a stop is never tuning done"), "{}", b.stderr);
+    assert!(b.has_event("not_signing_stopped"), "{}", b.stderr);
 }
 
 /// An HTTP server in the test process answering 200 to every request on a
@@ -202,42 +206,47 @@ fn rule2_a_200_from_another_process_on_the_port_is_not_done() {
         "50ms",
     ];
     let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
-    kw.wait_stderr("not done yet: GET", Duration::from_secs(20));
-    kw.wait_stderr(
-        &format!("landed {DIR}/{}", rank(1)),
+    kw.wait_event("port_not_engines", Duration::from_secs(20));
+    kw.wait_event_with(
+        "landed",
+        json!({"path": format!("{DIR}/{}", rank(1))}),
         Duration::from_secs(20),
     );
     let early = kw.stderr();
     drop(foreign);
-    kw.wait_stderr("tuned and signed", Duration::from_secs(20));
+    kw.wait_event("signed", Duration::from_secs(20));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
-    assert!(!early.contains("tuning is done:"), "{early}");
+    assert!(
+        common::events_named(common::complete_lines(&early), "tuning_done").is_empty(),
+        "{early}"
+    );
     let me = std::process::id();
     assert!(
-        b.logged(&format!(
-            "not done yet: GET {url} answered 200, but the port is served by pid {me} ("
-        )),
+        b.events_named("port_not_engines")
+            .iter()
+            .any(|e| e["url"] == url.as_str()
+                && e["owner"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("pid {me} ("))),
         "{}",
         b.stderr
     );
     assert_eq!(
-        b.log()
-            .iter()
-            .filter(|l| l.contains("not done yet"))
-            .count(),
+        b.events_named("port_not_engines").len(),
         1,
         "said once: {}",
         b.stderr
     );
     assert!(
-        b.logged("tuned and signed 2 cache files"),
+        b.logged_with("signed", json!({"files": 2})),
         "the whole set, signed once the engine's own server answered: {}",
         b.stderr
     );
     assert!(b.stdout.iter().any(|l| l == "mark serving"));
     assert!(
-        !b.logged("landed after tuning was done"),
+        !b.has_event("late_landing"),
         "keepwrap's own rewrites (unify) are not landings: {}",
         b.stderr
     );
@@ -262,11 +271,11 @@ fn late_landing(late: &str, end: &str) -> (Finished, Vec<String>) {
     ];
     let b = boot(&mut staged(&root, &kw_args, &steps));
     assert!(
-        b.logged("tuning is done: no cache file landed for 400ms"),
+        b.logged_with("tuning_done", json!({"rule": "quiet", "quiet_s": 0.4})),
         "{}",
         b.stderr
     );
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let kept = next_boot_keeps(&root, &kw_args, &steps);
     (b, kept)
 }
@@ -282,14 +291,11 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
         "a mixed set was kept: {kept:?}\n{}",
         b.stderr
     );
+    assert!(b.has_event("late_landing"), "{}", b.stderr);
     assert!(
-        b.logged("a cache file landed after tuning was done: what lands now is provisional"),
-        "{}",
-        b.stderr
-    );
-    assert!(
-        b.logged(
-            "not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL)"
+        b.logged_with(
+            "late_not_signed_abnormal",
+            json!({"late": 1, "status": "137 (killed by SIGKILL)"})
         ),
         "{}",
         b.stderr
@@ -308,7 +314,10 @@ fn rule2_a_term_keepwrap_did_not_forward_is_an_abnormal_end() {
         b.stderr
     );
     assert!(
-        b.logged("the engine ended abnormally with status 143 (killed by SIGTERM);"),
+        b.logged_with(
+            "late_not_signed_abnormal",
+            json!({"status": "143 (killed by SIGTERM)"})
+        ),
         "{}",
         b.stderr
     );
@@ -325,7 +334,7 @@ fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
         b.stderr
     );
     assert!(
-        b.logged("the engine ended abnormally with status 3;"),
+        b.logged_with("late_not_signed_abnormal", json!({"status": "3"})),
         "{}",
         b.stderr
     );
@@ -337,9 +346,7 @@ fn rule2_what_lands_after_done_is_signed_when_the_engine_exits_0_on_its_own() {
     assert_eq!(b.code, 0);
     assert_eq!(kept, vec![rank(0), rank(1), rank(2)], "{}", b.stderr);
     assert!(
-        b.logged(
-            "signed again at exit: 3 cache files, with the 1 that landed after tuning was done"
-        ),
+        b.logged_with("signed_again", json!({"files": 3, "late": 1})),
         "{}",
         b.stderr
     );
@@ -364,14 +371,15 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
     kw.wait_stdout("the late write", Duration::from_secs(20), |l| {
         l == "mark late"
     });
-    kw.wait_stderr("what lands now is provisional", Duration::from_secs(10));
+    kw.wait_event("late_landing", Duration::from_secs(10));
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     assert!(
-        b.logged(
-            "not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"
+        b.logged_with(
+            "late_not_signed_stopped",
+            json!({"late": 1, "status": "0", "signal": "SIGTERM"})
         ),
         "{}",
         b.stderr
@@ -411,15 +419,16 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // signals on any machine.
     cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "30");
     let mut kw = Running::spawn(&mut cmd);
-    kw.wait_stderr(
-        "tuning is done: no cache file landed",
+    kw.wait_event_with(
+        "tuning_done",
+        json!({"rule": "quiet"}),
         Duration::from_secs(30),
     );
     let received = || lines(&got);
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
     let mut during = Vec::new();
-    while !kw.stderr().contains("tuned and signed") {
+    while !kw.log_events().iter().any(|e| e["event"] == "signed") {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);
@@ -431,9 +440,9 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     }
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(30));
-    assert!(b.logged("tuned and signed 8 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 8})), "{}", b.stderr);
     assert!(
-        b.logged("unified 8 rank files"),
+        b.logged_with("unified", json!({"files": 8})),
         "the sign unified the files: {}",
         b.stderr
     );

@@ -5,11 +5,11 @@ use crate::common;
 
 use common::*;
 
-/// The `landed` lines of a launch whose engine saves `ranks` rank files
+/// The `landed*` events of a launch whose engine saves `ranks` rank files
 /// `passes` times, and how long the launch took. Each file is written
 /// whole and renamed into place, as FlashInfer saves it: a reader never sees
 /// it half written.
-fn landed_lines(ranks: usize, passes: usize) -> (Vec<String>, std::time::Duration) {
+fn landed_events(ranks: usize, passes: usize) -> (Vec<serde_json::Value>, std::time::Duration) {
     let h = tempfile::tempdir().unwrap();
     let root = h.path().join("root");
     let script = format!(
@@ -22,52 +22,47 @@ fn landed_lines(ranks: usize, passes: usize) -> (Vec<String>, std::time::Duratio
             .arg(&root),
     );
     assert_eq!(f.code, 0, "{}", f.stderr);
-    assert!(
-        f.stderr.contains("keepwrap: tuned and signed"),
-        "{}",
-        f.stderr
-    );
-    let lines = f
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("keepwrap: landed "))
-        .map(str::to_string)
+    assert!(f.has_event("signed"), "{}", f.stderr);
+    let events = f
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"].as_str().unwrap().starts_with("landed"))
         .collect();
-    (lines, t0.elapsed())
+    (events, t0.elapsed())
+}
+
+fn named<'a>(events: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|e| e["event"] == name).collect()
 }
 
 #[test]
 fn a_small_launch_gets_a_line_per_landing() {
-    let (lines, _) = landed_lines(8, 2);
+    let (events, _) = landed_events(8, 2);
     // Every landing is seen (a file written twice in one read may fold).
-    assert!(lines.len() >= 8 && lines.len() <= 16, "{lines:#?}");
-    assert!(lines.iter().all(|l| l.contains(" entries, ")), "{lines:#?}");
+    let files = named(&events, "landed");
+    assert_eq!(files.len(), events.len(), "{events:#?}");
+    assert!(files.len() >= 8 && files.len() <= 16, "{events:#?}");
+    assert!(
+        files
+            .iter()
+            .all(|e| e["entries"].as_str().unwrap().ends_with(" entries")
+                && e["path"].as_str().unwrap().ends_with(".json")
+                && e["after_s"].is_f64()),
+        "{events:#?}"
+    );
 }
 
 #[test]
 fn a_large_launch_is_summed_up() {
-    let (lines, took) = landed_lines(100, 3);
-    let per_file = lines.iter().filter(|l| l.contains(".json (")).count();
-    assert_eq!(per_file, keepwrap::done::progress::PER_FILE, "{lines:#?}");
-    let switch: Vec<&String> = lines
-        .iter()
-        .filter(|l| l.contains("distinct cache files (") && l.contains("sums up the landings"))
-        .collect();
-    assert_eq!(switch.len(), 1, "{lines:#?}");
-    assert!(switch[0].starts_with(&format!(
-        "keepwrap: landed {} distinct cache files",
-        keepwrap::done::progress::PER_FILE + 1
-    )));
+    let (events, took) = landed_events(100, 3);
+    let per_file = keepwrap::done::progress::PER_FILE;
+    assert_eq!(named(&events, "landed").len(), per_file, "{events:#?}");
+    let switch = named(&events, "landed_summing");
+    assert_eq!(switch.len(), 1, "{events:#?}");
+    assert_eq!(switch[0]["distinct"], per_file + 1);
     // At most one summing line per 10 s (the run takes about a second).
-    let sums = lines
-        .iter()
-        .filter(|l| l.contains(" more cache files ("))
-        .count();
+    let sums = named(&events, "landed_more").len();
     let bound = 1 + (took.as_secs() / 10) as usize;
-    assert!(sums <= bound, "{took:?}: {lines:#?}");
-    assert_eq!(
-        lines.len(),
-        keepwrap::done::progress::PER_FILE + 1 + sums,
-        "{lines:#?}"
-    );
+    assert!(sums <= bound, "{took:?}: {events:#?}");
+    assert_eq!(events.len(), per_file + 1 + sums, "{events:#?}");
 }

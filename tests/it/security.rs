@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::harden;
+use serde_json::json;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
@@ -67,7 +68,7 @@ fn a_sidecar_planted_as_a_symlink_is_replaced_by_sign_never_written_through() {
     ));
     let b = sh_launch(t.path(), &script);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let side = t.path().join(format!("root/{DIR}/rank_tp0_pp0_dp0.launch"));
     assert!(!is_symlink(&side), "the link was replaced by the sidecar");
     assert_untouched(&target, "sign");
@@ -109,16 +110,23 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "symlinks");
     assert!(
-        b.logged("warning: removed 0.7.2/sm121/bbbbbbbbbbbbbbbb: a symlink to a directory"),
+        b.events_named("removed_symlink").iter().any(|e| e["path"]
+            == "0.7.2/sm121/bbbbbbbbbbbbbbbb"
+            && e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("a symlink to a directory")),
         "{}",
         b.stderr
     );
-    assert!(b.logged(&format!(
-        "removed {DIR}/rank_tp0_pp0_dp0.json: not a regular file (symlink)"
-    )));
-    assert!(b.logged(&format!(
-        "removed {DIR}/rank_tp1_pp0_dp0.json: sidecar unreadable (a symlink)"
-    )));
+    assert!(b.logged_with(
+        "removed",
+        json!({"path": format!("{DIR}/rank_tp0_pp0_dp0.json"), "reason": "not a regular file (symlink)"})
+    ));
+    assert!(b.logged_with(
+        "removed",
+        json!({"path": format!("{DIR}/rank_tp1_pp0_dp0.json"), "reason": "sidecar unreadable (a symlink)"})
+    ));
     for rel in [
         "0.7.2/sm121/bbbbbbbbbbbbbbbb".to_string(),
         format!("{DIR}/rank_tp0_pp0_dp0.json"),
@@ -151,9 +159,10 @@ fn rank_files_the_engine_leaves_as_symlinks_are_neither_unified_nor_signed() {
     ));
     let b = sh_launch(t.path(), &script);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged(&format!(
-        "not signed {DIR}/rank_tp2_pp0_dp0.json: not a regular file (symlink)"
-    )));
+    assert!(b.logged_with(
+        "not_signed",
+        json!({"path": format!("{DIR}/rank_tp2_pp0_dp0.json"), "reason": "not a regular file (symlink)"})
+    ));
     assert!(sidecar_paths(&t.path().join("root")).is_empty());
     assert_untouched(&target, "unify and sign");
 }
@@ -166,10 +175,14 @@ fn a_cache_root_that_is_a_symlink_is_the_users_choice_and_kept() {
     symlink(&real, t.path().join("root")).unwrap();
     let script = two_ranks_then("true");
     let b1 = sh_launch(t.path(), &script);
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     let b2 = sh_launch(t.path(), &script);
     assert!(
-        b2.logged("reused 2 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 2})),
         "{}",
         b2.stderr
     );
@@ -205,7 +218,7 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
         let rank0 = std::fs::read_to_string(dir.join("rank_tp0_pp0_dp0.json")).unwrap();
         if trusted {
             assert!(
-                b1.logged("tuned and signed 2 cache files"),
+                b1.logged_with("signed", json!({"files": 2})),
                 "{what}: {}",
                 b1.stderr
             );
@@ -216,16 +229,24 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
             "{what}: not rewritten by unify"
         );
         assert!(
-            b1.logged(&format!(
-                "{DIR}: left as they are: in a directory another user can write"
-            )),
+            b1.events_named("unify_left").iter().any(|e| e["dir"] == DIR
+                && e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("left as they are: in a directory another user can write")),
             "{what}: {}",
             b1.stderr
         );
         assert!(
-            b1.logged(&format!(
-                "warning: not signed {DIR}/rank_tp0_pp0_dp0.json: in a directory another user can write"
-            )),
+            b1.events_named("not_signed_unsafe")
+                .iter()
+                .any(
+                    |e| e["path"] == format!("{DIR}/rank_tp0_pp0_dp0.json").as_str()
+                        && e["reason"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("in a directory another user can write")
+                ),
             "{what}: {}",
             b1.stderr
         );
@@ -243,13 +264,21 @@ fn files_in_a_directory_another_user_can_write_are_not_trusted_nor_rewritten() {
         put_manifest(&root, &forged_manifest(&fp, &rel, &bytes));
         let b2 = sh_launch(t.path(), &script);
         assert!(
-            b2.logged(&format!(
-                "warning: removed {rel}: in a directory another user can write"
-            )),
+            b2.events_named("removed_untrusted")
+                .iter()
+                .any(|e| e["path"] == rel.as_str()
+                    && e["reason"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("in a directory another user can write")),
             "{what}: {}",
             b2.stderr
         );
-        assert!(b2.logged("prune: kept 0, "), "{what}: {}", b2.stderr);
+        assert!(
+            b2.logged_with("pruned", json!({"kept": 0})),
+            "{what}: {}",
+            b2.stderr
+        );
     }
 }
 
@@ -262,9 +291,8 @@ fn a_root_another_user_can_write_trusts_nothing_below_it() {
     let b = sh_launch(t.path(), &two_ranks_then("true"));
     assert_eq!(b.code, 0);
     assert!(
-        b.logged(
-            "in a directory another user can write (.: world-writable without the sticky bit)"
-        ),
+        b.log_events().iter().any(|e| e["reason"]
+            == "in a directory another user can write (.: world-writable without the sticky bit)"),
         "{}",
         b.stderr
     );
@@ -344,7 +372,7 @@ fn no_env_value_nor_secret_argument_appears_in_any_file_or_log_line() {
     // Tune, unify and sign; reuse; another launch (prune); JSON logs;
     // debug logs.
     let b = run(&[], ep("2048"));
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     run(&[], ep("2048"));
     run(&["--log-format", "json"], ep("1024"));
     run(&[], ep("2048"));
@@ -445,7 +473,10 @@ fn a_live_marker_another_user_planted_never_stops_the_prune() {
         b.stderr
     );
     assert!(
-        b.logged("ignored the marker .keepwrap/running/4242-1: owned by another user (uid 65534)"),
+        b.logged_with(
+            "foreign_marker",
+            json!({"marker": ".keepwrap/running/4242-1", "uid": 65534})
+        ),
         "{}",
         b.stderr
     );
@@ -475,7 +506,13 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
     let script = two_ranks_then(
         "f=$(printf 'rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\033[31m.json'); printf '{}' > \"$d/$f\"",
     );
-    let b = sh_launch(t.path(), &script);
+    // The text form: one event, one line, whatever a name holds.
+    let b = boot(
+        keepwrap(&root)
+            .env("KEEPWRAP_LOG_FORMAT", "text")
+            .current_dir(t.path())
+            .args(["--done", "exit", "--", "sh", "-c", &script]),
+    );
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(!b.stderr.is_empty());
     for line in b.stderr.lines() {
@@ -513,23 +550,25 @@ fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
 }
 
-/// How many warning lines a run logged, leaving out the one that says the
+/// How many warnings a run logged, leaving out the one that says the
 /// stand-in `sh -c` engine's script is fingerprinted as written.
 fn warning_count(b: &Finished) -> usize {
-    b.log()
+    b.warnings()
         .iter()
-        .filter(|l| {
-            l.contains("warning:") && !l.contains("the shell command cannot be read safely")
-        })
+        .filter(|e| e["event"] != "launch_warning")
         .count()
 }
 
-/// The warning lines of a run that mention `needle`.
-fn warnings_about<'a>(b: &'a Finished, needle: &str) -> Vec<&'a str> {
-    b.log()
+/// The warnings of a run named `event`.
+fn warnings_named(b: &Finished, event: &str) -> Vec<serde_json::Value> {
+    b.warnings()
         .into_iter()
-        .filter(|l| l.starts_with("keepwrap: warning: ") && l.contains(needle))
+        .filter(|e| e["event"] == event)
         .collect()
+}
+
+fn error(e: &serde_json::Value) -> &str {
+    e["error"].as_str().unwrap()
 }
 
 #[test]
@@ -540,10 +579,15 @@ fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
     mkfifo(&state.join("stats.json"));
     let b = sh_launch(t.path(), &two_ranks_then("true"));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
-    let w = warnings_about(&b, ".keepwrap/stats.json");
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+    let w = warnings_named(&b, "state_file_ignored");
     assert_eq!(w.len(), 1, "{}", b.stderr);
-    assert!(w[0].contains("a FIFO, not a regular file"), "{}", w[0]);
+    assert_eq!(w[0]["file"], ".keepwrap/stats.json");
+    assert!(
+        error(&w[0]).contains("a FIFO, not a regular file"),
+        "{}",
+        w[0]
+    );
     assert_eq!(warning_count(&b), 1, "{}", b.stderr);
 }
 
@@ -561,11 +605,15 @@ fn a_lock_planted_as_a_fifo_or_a_link_to_dev_zero_is_never_opened_through() {
         }
         let b = sh_launch(t.path(), &two_ranks_then("exit 7"));
         assert_eq!(b.code, 7, "{what}: the exit status passes: {}", b.stderr);
-        let w = warnings_about(&b, ".keepwrap/lock");
+        let w = warnings_named(&b, "lock_failed");
         assert_eq!(w.len(), 1, "{what}: {}", b.stderr);
         assert!(
-            w[0].contains(&format!("{what}, not a regular file"))
-                && w[0].ends_with("the launch goes on without keeping the cache"),
+            error(&w[0]).contains(&format!("{what}, not a regular file"))
+                && w[0]["what"] == "launch"
+                && w[0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("the launch goes on without keeping the cache"),
             "{what}: {}",
             w[0]
         );
@@ -585,7 +633,11 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
     let root = t.path().join("root");
     let script = two_ranks_then("true");
     let b1 = sh_launch(t.path(), &script);
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     let fp = fingerprint_of(&["sh", "-c", &script]);
     // This launch's record, and the manifest of a stored set of another.
     let record = root.join(format!(".keepwrap/launches/{fp}.json"));
@@ -598,7 +650,7 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
     let b2 = sh_launch(t.path(), &script);
     assert_eq!(b2.code, 0, "{}", b2.stderr);
     assert!(
-        b2.logged("reused 2 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 2})),
         "{}",
         b2.stderr
     );
@@ -606,9 +658,16 @@ fn store_records_planted_as_links_to_dev_zero_are_ignored_with_one_warning_each(
         format!(".keepwrap/launches/{fp}.json"),
         format!(".keepwrap/store/{}/.set.json", "ab".repeat(32)),
     ] {
-        let w = warnings_about(&b2, &shown);
+        let w: Vec<_> = warnings_named(&b2, "state_file_ignored")
+            .into_iter()
+            .filter(|e| e["file"] == shown.as_str())
+            .collect();
         assert_eq!(w.len(), 1, "{shown}: {}", b2.stderr);
-        assert!(w[0].contains("a symlink, not a regular file"), "{}", w[0]);
+        assert!(
+            error(&w[0]).contains("a symlink, not a regular file"),
+            "{}",
+            w[0]
+        );
     }
     assert_eq!(warning_count(&b2), 2, "{}", b2.stderr);
 }
@@ -623,10 +682,10 @@ fn a_state_directory_that_is_a_symlink_is_never_written_through() {
     symlink(&elsewhere, root.join(".keepwrap")).unwrap();
     let b = sh_launch(t.path(), &two_ranks_then("exit 5"));
     assert_eq!(b.code, 5, "the exit status passes: {}", b.stderr);
-    let w = warnings_about(&b, ".keepwrap");
+    let w = warnings_named(&b, "cannot_open_running");
     assert_eq!(w.len(), 1, "{}", b.stderr);
     assert!(
-        w[0].contains(".keepwrap is a symlink, which keepwrap does not follow"),
+        error(&w[0]).contains(".keepwrap is a symlink, which keepwrap does not follow"),
         "{}",
         w[0]
     );
@@ -695,7 +754,7 @@ fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
         "byte for byte the same: {}",
         b.stderr
     );
-    let warnings: Vec<&str> = b
+    let warnings: Vec<String> = b
         .log()
         .into_iter()
         .filter(|l| l.contains("warning:"))
@@ -704,7 +763,10 @@ fn a_cache_dir_pointed_at_a_model_directory_leaves_every_file_of_it_alone() {
         "keepwrap: warning: left 7 entries under the cache root untouched: not the engine's autotune cache (first: 1_Pooling); is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?"
     ], "{}", b.stderr);
     assert!(
-        b.logged("prune: kept 0, removed 0 cache files and 0 leftovers"),
+        b.logged_with(
+            "pruned",
+            json!({"kept": 0, "stored": 0, "removed": 0, "leftovers": 0, "left": 0})
+        ),
         "{}",
         b.stderr
     );
@@ -748,7 +810,10 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
         format!("{DIR}/rank_tp1_pp0_dp0_gpuGPU-1234.json"),
     ] {
         assert!(
-            b.logged(&format!("removed {rel}: no sidecar (unsigned)")),
+            b.logged_with(
+                "removed",
+                json!({"path": rel, "reason": "no sidecar (unsigned)"})
+            ),
             "{}",
             b.stderr
         );
@@ -769,21 +834,19 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
             b.stderr
         );
         assert!(
-            !b.log().iter().any(|l| l.contains(&format!("removed {f}"))),
+            !b.log_events().iter().any(|e| e["path"] == f.as_str()),
             "{}",
             b.stderr
         );
     }
-    let warnings: Vec<&str> = b
-        .log()
-        .into_iter()
-        .filter(|l| l.contains("warning:"))
-        .collect();
+    let warnings = b.warnings();
     assert_eq!(warnings.len(), 1, "{}", b.stderr);
     // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
-    assert!(
-        warnings[0].starts_with("keepwrap: warning: left 6 entries under the cache root untouched: not the engine's autotune cache (first: rank_tp0_pp0_dp0.json); "),
+    assert_eq!(warnings[0]["event"], "untouched", "{}", b.stderr);
+    assert_eq!(warnings[0]["entries"], 6, "{}", b.stderr);
+    assert_eq!(
+        warnings[0]["first"], "rank_tp0_pp0_dp0.json",
         "{}",
-        warnings[0]
+        b.stderr
     );
 }

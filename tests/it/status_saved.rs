@@ -3,6 +3,7 @@
 //! `status --verify` failing on a file whose bytes changed.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::Path;
 use std::process::Command;
@@ -36,10 +37,14 @@ fn status(home: &Path, args: &[&str]) -> Finished {
 fn status_says_what_the_cache_saved() {
     let h = tempfile::tempdir().unwrap();
     let b1 = boot(&mut launch(h.path()));
-    assert!(b1.logged("tuned and signed 2 cache files"), "{}", b1.stderr);
+    assert!(
+        b1.logged_with("signed", json!({"files": 2})),
+        "{}",
+        b1.stderr
+    );
     let b2 = boot(&mut launch(h.path()));
     assert!(
-        b2.logged("reused 2 cache files signed for this launch"),
+        b2.logged_with("reused", json!({"files": 2})),
         "{}",
         b2.stderr
     );
@@ -90,7 +95,7 @@ fn status_says_what_the_cache_saved() {
     );
     let b3 = boot(&mut launch(h.path()));
     assert!(
-        b3.logged("reused 2 cache files signed for this launch"),
+        b3.logged_with("reused", json!({"files": 2})),
         "{}",
         b3.stderr
     );
@@ -166,13 +171,8 @@ fn two_stored_sets(home: &Path) -> Vec<String> {
     let mut fps = Vec::new();
     for chunked in ["1024", "2048", "4096"] {
         let b = boot(&mut engine(home, &["--chunked-prefill-size", chunked]));
-        assert!(b.logged("tuned and signed 2 cache files"), "{}", b.stderr);
-        let fp = b
-            .log()
-            .iter()
-            .find_map(|l| l.strip_prefix("keepwrap: launch fingerprint "))
-            .map(|l| l[..8].to_string())
-            .unwrap();
+        assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+        let fp = b.event("launch")["fingerprint"].as_str().unwrap()[..8].to_string();
         fps.push(fp);
     }
     let stored = stored(home);

@@ -1,10 +1,11 @@
 //! Every launch keeps its own tactics: whole sets signed for other launches
 //! go to the store and come back with their launch; eviction; `status`,
 //! `explain` and statistics; secrets never written or logged. End to end
-//! with the fake engine of `examples/` and with tiny Python "engines" that
+//! with the fake engine of `tests/fixtures/engines/` and with tiny Python "engines" that
 //! write one file (fast, for eviction).
 
 use crate::common;
+use serde_json::json;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -53,28 +54,37 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     assert!(b1.tuned() > 0);
     let b2 = boot(&mut keepwrap_engine(h.path(), &[], &arm("4096")));
     assert_eq!((b2.code, b2.hit()), (0, 0), "{}", b2.stderr);
-    assert_eq!(
-        b2.log()
-            .iter()
-            .filter(|l| l.starts_with("keepwrap: stored 0.7.2/sm121/")
-                && l.contains(": signed for another launch (fingerprint "))
-            .count(),
-        4,
+    let stored = b2.events_named("stored");
+    assert_eq!(stored.len(), 4, "{}", b2.stderr);
+    let fp_a = b1.event("launch")["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for s in &stored {
+        assert!(
+            s["path"].as_str().unwrap().starts_with("0.7.2/sm121/"),
+            "{s}"
+        );
+        assert_eq!(s["fingerprint"], fp_a[..8], "{s}");
+    }
+    assert!(
+        b2.logged_with(
+            "pruned",
+            json!({"kept": 0, "stored": 4, "removed": 0, "leftovers": 0, "left": 0})
+        ),
         "{}",
         b2.stderr
     );
+    // The explanation an operator reads.
+    let line = b2.event("no_cache")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(
-        b2.logged("prune: kept 0, stored 4, removed 0 cache files and 0 leftovers"),
-        "{}",
-        b2.stderr
-    );
-    let line = b2
-        .log()
-        .into_iter()
-        .find(|l| l.contains("no cache for this launch; the nearest signed launch ("))
-        .unwrap_or_else(|| panic!("no explain line: {}", b2.stderr));
-    assert!(
-        line.ends_with(" ago) differs in: arg --chunked-prefill-size 2048 -> 4096"),
+        line.starts_with(&format!(
+            "no cache for this launch; the nearest signed launch ({}..., ",
+            &fp_a[..8]
+        )) && line.ends_with(" ago) differs in: arg --chunked-prefill-size 2048 -> 4096"),
         "{line}"
     );
     assert_eq!(store_entries(&root).len(), 1);
@@ -82,24 +92,15 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     let b3 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
     assert_eq!(b3.code, 0, "{}", b3.stderr);
     assert!(
-        b3.logged("restored 4 cache files of this launch from the store (signed "),
+        b3.logged_with("restored", json!({"files": 4})),
         "{}",
         b3.stderr
     );
     assert_eq!(b3.tuned(), 0, "boot 3 tunes nothing: {}", b3.stderr);
     assert_eq!(b3.tactics(), b1.tactics(), "boot 3 uses boot 1's tactics");
-    assert!(b3.logged("reused 4 cache files signed for this launch"));
+    assert!(b3.logged_with("reused", json!({"files": 4})));
     // B is in the store now, A in place.
-    let fp8 = |b: &Finished| {
-        let l = b
-            .log()
-            .into_iter()
-            .find(|l| l.contains("launch fingerprint "))
-            .unwrap()
-            .to_string();
-        let i = l.find("launch fingerprint ").unwrap() + "launch fingerprint ".len();
-        l[i..i + 8].to_string()
-    };
+    let fp8 = |b: &Finished| b.event("launch")["fingerprint"].as_str().unwrap()[..8].to_string();
     let entries = store_entries(&root);
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0][..8], fp8(&b2));
@@ -215,19 +216,17 @@ fn eviction_by_size_is_least_recently_used_first_and_a_restore_counts_as_a_use()
         assert_eq!(b.code, 0, "{}", b.stderr);
         if i == 3 {
             assert!(
-                b.logged("restored 1 cache files of this launch from the store"),
+                b.logged_with("restored", json!({"files": 1})),
                 "{}",
                 b.stderr
             );
         }
-        for l in b.log() {
-            if let Some(rest) = l.strip_prefix("keepwrap: evicted the stored set of launch ") {
-                assert!(
-                    l.ends_with("the store is over --store-max-size 250.0 KiB"),
-                    "{l}"
-                );
-                evicted.push(rest[..8].to_string());
-            }
+        for e in b.events_named("evicted") {
+            assert_eq!(
+                e["reason"], "the store is over --store-max-size 250.0 KiB",
+                "{e}"
+            );
+            evicted.push(e["fingerprint"].as_str().unwrap()[..8].to_string());
         }
         age_records(&root, 10, None);
     }
@@ -254,19 +253,18 @@ fn eviction_by_age() {
     age_records(&root, 31 * 86400, Some(&fa));
     // 40 days: kept.
     let b = tiny(&root, "c", 10, &["--store-max-age", "40days"]);
-    assert!(!b.logged("evicted"), "{}", b.stderr);
+    assert!(!b.has_event("evicted"), "{}", b.stderr);
     let b = tiny(&root, "d", 10, &[]);
-    let line = b
-        .log()
-        .into_iter()
-        .find(|l| l.contains("evicted the stored set of launch "))
-        .unwrap_or_else(|| panic!("{}", b.stderr));
+    let e = b.event("evicted");
     assert!(
-        line.starts_with(&format!(
-            "keepwrap: evicted the stored set of launch {fa}... (1 files, "
-        )) && line
-            .ends_with(", last used 31 days ago): unused for longer than --store-max-age 30days"),
-        "{line}"
+        e["fingerprint"].as_str().unwrap().starts_with(fa.as_str())
+            && e["files"] == 1
+            && e["reason"] == "unused for longer than --store-max-age 30days"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains(", last used 31 days ago): "),
+        "{e}"
     );
     assert_eq!(store_entries(&root).len(), 2, "b and c stay");
     let records = std::fs::read_dir(state(&root).join("launches")).unwrap();
@@ -284,13 +282,23 @@ fn unsigned_changed_or_corrupt_files_are_deleted_not_stored() {
     std::fs::write(&f, "{\"pad\": \"changed\"}").unwrap();
     let b = tiny(&root, "b", 10, &[]);
     assert!(
-        b.logged(&format!(
-            "removed {TINY_DIR}/rank_tp0_pp0_dp0.json: signed for another launch (fingerprint "
-        )),
+        b.events_named("removed").iter().any(|e| e["path"]
+            == format!("{TINY_DIR}/rank_tp0_pp0_dp0.json").as_str()
+            && e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("signed for another launch (fingerprint ")),
         "{}",
         b.stderr
     );
-    assert!(b.logged("), changed after signing (size "), "{}", b.stderr);
+    assert!(
+        b.events_named("removed").iter().any(|e| e["reason"]
+            .as_str()
+            .unwrap()
+            .contains("), changed after signing (size ")),
+        "{}",
+        b.stderr
+    );
     assert!(
         store_entries(&root).is_empty(),
         "nothing untrusted enters the store"
@@ -377,24 +385,34 @@ fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
     let b = tiny(&root, "b", 10, &["--lock-timeout", "300ms"]);
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(
-        b.logged("waiting up to 300ms for the cache lock .keepwrap/lock, held by the test (pid 1)"),
+        b.logged_with(
+            "lock_waiting",
+            json!({"timeout_s": 0.3, "holder": "the test (pid 1)"})
+        ),
         "{}",
         b.stderr
     );
     assert!(
-        b.logged("warning: gave up waiting 300ms for the cache lock .keepwrap/lock (launch), held by the test (pid 1): the launch goes on without keeping the cache"),
+        b.logged_with(
+            "lock_gave_up",
+            json!({"timeout_s": 0.3, "what": "launch", "holder": "the test (pid 1)"})
+        ),
         "{}",
         b.stderr
     );
     assert!(
-        !b.logged("prune:"),
+        !b.has_event("pruned"),
         "the cache is not touched: {}",
         b.stderr
     );
     assert!(store_entries(&root).is_empty(), "a's set was not stored");
     drop(lock);
     let b = tiny(&root, "b", 10, &[]);
-    assert!(b.logged("prune: kept 0, stored 1,"), "{}", b.stderr);
+    assert!(
+        b.logged_with("pruned", json!({"kept": 0, "stored": 1})),
+        "{}",
+        b.stderr
+    );
 }
 
 // ---- the store obeys the same trust as the live tree ----
@@ -424,11 +442,12 @@ fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
     std::fs::write(&f, &after).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
-        b.logged(&format!(
-            "warning: store: the stored set of this launch is not intact ({TINY_DIR}/rank_tp0_pp0_dp0.json: changed after signing); removed it, the launch tunes"
-        )),
+        b.logged_with(
+            "entry_not_intact",
+            json!({"reason": format!("{TINY_DIR}/rank_tp0_pp0_dp0.json: changed after signing")})
+        ),
         "{}",
         b.stderr
     );
@@ -457,15 +476,17 @@ fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
         }
         let b = tiny(&root, "a", 100, &[]);
         assert_eq!(b.code, 0, "{what}: {}", b.stderr);
-        assert!(!b.logged("restored "), "{what}: {}", b.stderr);
-        let warned: Vec<&str> = b
-            .log()
-            .into_iter()
-            .filter(|l| {
-                l.starts_with("keepwrap: warning: store: not restoring the stored set of this launch: in a directory another user can write (")
-            })
-            .collect();
+        assert!(!b.has_event("restored"), "{what}: {}", b.stderr);
+        let warned = b.events_named("entry_untrusted");
         assert_eq!(warned.len(), 1, "{what}: {}", b.stderr);
+        assert!(
+            warned[0]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("in a directory another user can write ("),
+            "{what}: {}",
+            b.stderr
+        );
         assert!(!entry.exists(), "{what}: the entry is removed");
     }
 }
@@ -480,11 +501,15 @@ fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
-        b.logged(&format!(
-            "warning: store: not restoring the stored set of this launch into {TINY_DIR}: in a directory another user can write (0.7.2/sm121: world-writable without the sticky bit); it stays in the store"
-        )),
+        b.logged_with(
+            "restore_destination_untrusted",
+            json!({
+                "dir": TINY_DIR,
+                "reason": "in a directory another user can write (0.7.2/sm121: world-writable without the sticky bit)"
+            })
+        ),
         "{}",
         b.stderr
     );
@@ -500,10 +525,12 @@ fn a_store_another_user_can_write_is_not_used() {
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
     let b = tiny(&root, "a", 100, &[]);
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(!b.logged("restored "), "{}", b.stderr);
+    assert!(!b.has_event("restored"), "{}", b.stderr);
     assert!(
-        b.logged("warning: cannot open the store .keepwrap/ in ")
-            && b.logged(": store is a directory another user can write (world-writable without the sticky bit); "),
+        b.events_named("store_unusable").iter().any(|e| e["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("store is a directory another user can write (world-writable without the sticky bit)")),
         "{}",
         b.stderr
     );

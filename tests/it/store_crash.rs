@@ -45,6 +45,7 @@ fn wrapper(dir: &Path) -> PathBuf {
 fn launch(w: &Path, cache: &Path, prefill: &str, noop: Option<&str>, tp: &str) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_CACHE_DIR")
         .env("SGLANG_CACHE_DIR", cache)
         .env("FAKE_DIST_TIMEOUT_S", "20")
@@ -168,14 +169,7 @@ fn locate(root: &Path, set: &Set) -> Result<Vec<String>, String> {
 }
 
 fn fp_of(b: &Finished) -> String {
-    let l = b
-        .log()
-        .into_iter()
-        .find(|l| l.contains("launch fingerprint "))
-        .unwrap()
-        .to_string();
-    let i = l.find("launch fingerprint ").unwrap() + "launch fingerprint ".len();
-    l[i..i + 8].to_string()
+    b.event("launch")["fingerprint"].as_str().unwrap()[..8].to_string()
 }
 
 /// Arms 1, 2, 3 signed on one cache root (`tpl`): 1 and 2 in the store,
@@ -363,11 +357,7 @@ fn a_launch_beside_the_orphaned_engine_of_a_killed_keepwrap_leaves_every_set_whe
     assert_eq!(killed.code, 128 + 9);
     let b = boot(&mut launch(&w, &cache, ARMS[1], Some("exit"), "4"));
     assert_eq!(b.code, 0, "{}", b.stderr);
-    assert!(
-        b.logged("left its engine running on this cache root when keepwrap was killed"),
-        "{}",
-        b.stderr
-    );
+    assert!(b.has_event("orphan_on_root"), "{}", b.stderr);
     for (s, want) in sets.iter().zip(["place", "store", "store"]) {
         assert_eq!(locate(&root, s).unwrap(), [want], "{}", b.stderr);
     }
@@ -393,21 +383,25 @@ fn eight_launches_racing_on_one_root_each_log_an_outcome_and_tear_nothing() {
     for r in runs.drain(..) {
         let b = r.finish(Duration::from_secs(120));
         let outcome = b
-            .log()
+            .log_events()
             .into_iter()
-            .find(|l| {
+            .map(|e| e["event"].as_str().unwrap().to_string())
+            .find(|e| {
                 [
-                    "reused ",
-                    "tuned and signed ",
-                    "nothing to keep",
-                    "not signing:",
-                    "gave up waiting",
-                    "goes on without keeping the cache",
+                    "reused",
+                    "signed",
+                    "nothing_to_keep",
+                    "not_signing_other_launch",
+                    "not_signing_stopped",
+                    "not_signing_early_exit",
+                    "gave_up_waiting",
+                    "lock_gave_up",
+                    "other_on_root",
+                    "peer_on_root",
+                    "orphan_on_root",
                 ]
-                .iter()
-                .any(|o| l.contains(o))
-            })
-            .map(str::to_string);
+                .contains(&e.as_str())
+            });
         assert!(outcome.is_some(), "no outcome line: {}", b.stderr);
         outcomes.push((b.code, outcome.unwrap()));
     }

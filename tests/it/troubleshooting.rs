@@ -1,30 +1,17 @@
-//! The troubleshooting reference (docs/troubleshooting.md) lists every line keepwrap logs,
-//! with the severity it is logged at: this test reads every log call in
-//! `src/` (`tracing::info!`, `warn!`, `error!`, `debug!`, `trace!`), takes
-//! the longest fixed piece of its message (the text between format
-//! arguments), and requires a code span of the reference that contains it
-//! and starts with the call's severity (`error: `, `warning: `, `debug: `, or
-//! none for an info line). Messages made only of format arguments (`"{e}"`)
-//! are composed elsewhere and have no fixed text to match.
+//! The troubleshooting reference comes from the catalogue of events
+//! (`src/events/`): no log call lives elsewhere in `src/`; every event the
+//! catalogue logs has exactly one row of the reference, keyed by its name
+//! in the `Event` column, at the levels it is logged at; no row names an
+//! event that does not exist; and the row's `Line` column holds the fixed
+//! text of the event's message, so that the wording a user greps for is
+//! the wording keepwrap writes.
 
 use crate::common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug)]
-struct Call {
-    at: String,
-    level: &'static str,
-    message: String,
-}
-
-const MACROS: [(&str, &str); 5] = [
-    ("info!", "info"),
-    ("warn!", "warn"),
-    ("error!", "error"),
-    ("debug!", "debug"),
-    ("trace!", "debug"),
-];
+const LEVELS: [&str; 5] = ["info", "warn", "error", "debug", "trace"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -37,27 +24,25 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The string literal at the start of `s` (after whitespace): plain or raw,
-/// with `\` line continuations folded as Rust folds them.
-fn literal(s: &str) -> Option<String> {
-    let s = s.trim_start();
+/// The string literal at the start of `s`: its value (plain or raw, with
+/// `\` line continuations folded as Rust folds them) and its length in `s`.
+fn literal(s: &str) -> Option<(String, usize)> {
     if let Some(rest) = s.strip_prefix('r') {
         let hashes = rest.len() - rest.trim_start_matches('#').len();
         let body = rest[hashes..].strip_prefix('"')?;
-        let end = body.find(&format!("\"{}", "#".repeat(hashes)))?;
-        return Some(body[..end].to_string());
+        let close = format!("\"{}", "#".repeat(hashes));
+        let end = body.find(&close)?;
+        return Some((body[..end].to_string(), 1 + hashes + 1 + end + close.len()));
     }
     let body = s.strip_prefix('"')?;
     let mut out = String::new();
-    let mut chars = body.chars();
-    while let Some(c) = chars.next() {
+    let mut chars = body.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
         match c {
-            '"' => return Some(out),
-            '\\' => match chars.next()? {
+            '"' => return Some((out, i + 2)),
+            '\\' => match chars.next()?.1 {
                 '\n' => {
-                    let rest: String = chars.clone().collect();
-                    let skip = rest.len() - rest.trim_start().len();
-                    for _ in 0..rest[..skip].chars().count() {
+                    while chars.peek().is_some_and(|(_, c)| c.is_whitespace()) {
                         chars.next();
                     }
                 }
@@ -70,10 +55,84 @@ fn literal(s: &str) -> Option<String> {
     None
 }
 
-/// Every log call with a literal message, in every file of `src/`.
-fn log_calls() -> Vec<Call> {
+/// One log call: where, its level, its event name, its message literal.
+#[derive(Debug)]
+struct Call {
+    at: String,
+    level: &'static str,
+    event: Option<String>,
+    message: Option<String>,
+}
+
+/// The arguments of the macro call whose `(` is at the start of `s`, up to
+/// the matching `)`, with string literals kept whole.
+fn call_args(s: &str) -> &str {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < s.len() {
+        let rest = &s[i..];
+        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
+            if let Some((_, len)) = literal(rest) {
+                i += len;
+                continue;
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[1..i];
+                }
+            }
+            _ => {}
+        }
+        i += c.len_utf8();
+    }
+    &s[1..]
+}
+
+/// The event name (`event = "name"`) and the message (the first literal
+/// that is not a field's value) of a call's arguments.
+fn event_and_message(args: &str) -> (Option<String>, Option<String>) {
+    let mut event = None;
+    let mut message = None;
+    let mut i = 0;
+    while i < args.len() {
+        let rest = &args[i..];
+        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
+            // A raw string only where `r` starts a token.
+            let token_start = args[..i]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            if token_start {
+                if let Some((value, len)) = literal(rest) {
+                    let before = args[..i].trim_end();
+                    if before.ends_with(':') {
+                        // `target: "..."`: not the message.
+                    } else if let Some(field) = before.strip_suffix('=') {
+                        if field.trim_end().ends_with("event") && event.is_none() {
+                            event = Some(value);
+                        }
+                    } else if message.is_none() {
+                        message = Some(value);
+                    }
+                    i += len;
+                    continue;
+                }
+            }
+        }
+        i += rest.chars().next().unwrap().len_utf8();
+    }
+    (event, message)
+}
+
+/// Every `tracing` log call in the files under `dir`.
+fn log_calls(dir: &Path) -> Vec<Call> {
     let mut files = Vec::new();
-    rust_files(&common::repo().join("src"), &mut files);
+    rust_files(dir, &mut files);
     files.sort();
     let mut calls = Vec::new();
     for f in files {
@@ -83,25 +142,25 @@ fn log_calls() -> Vec<Call> {
             .unwrap()
             .display()
             .to_string();
-        for (mac, level) in MACROS {
-            for (at, _) in text.match_indices(mac) {
+        for level in LEVELS {
+            let mac = format!("{level}!");
+            for (at, _) in text.match_indices(&mac) {
                 // A whole name (`warn!`, `tracing::warn!`), not `prewarn!`.
                 let before = text[..at].chars().last();
                 if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
                     continue;
                 }
                 let after = text[at + mac.len()..].trim_start();
-                let Some(args) = after.strip_prefix('(') else {
+                if !after.starts_with('(') {
                     continue;
-                };
-                let line = text[..at].matches('\n').count() + 1;
-                if let Some(message) = literal(args) {
-                    calls.push(Call {
-                        at: format!("{rel}:{line}"),
-                        level,
-                        message,
-                    });
                 }
+                let (event, message) = event_and_message(call_args(after));
+                calls.push(Call {
+                    at: format!("{rel}:{}", text[..at].matches('\n').count() + 1),
+                    level: if level == "trace" { "debug" } else { level },
+                    event,
+                    message,
+                });
             }
         }
     }
@@ -144,82 +203,196 @@ fn fixed_text(message: &str) -> Option<String> {
         .max_by_key(|p| p.chars().count())
 }
 
-/// The code spans of the troubleshooting reference (docs/troubleshooting.md).
-fn reference_spans() -> Vec<String> {
-    let readme = std::fs::read_to_string(common::repo().join("docs/troubleshooting.md")).unwrap();
-    let start = readme
-        .find("# Troubleshooting")
-        .expect("docs/troubleshooting.md: # Troubleshooting");
-    let section = &readme[start..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
-    let mut spans = Vec::new();
-    for line in section.lines().filter(|l| l.starts_with('|')) {
-        let parts: Vec<&str> = line.split('`').collect();
-        spans.extend(parts.iter().skip(1).step_by(2).map(|s| s.to_string()));
+/// The catalogue: every event name, with the levels it is logged at and
+/// the messages it is logged with.
+fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
+    let mut out: BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> = BTreeMap::new();
+    let mut unnamed = Vec::new();
+    for call in log_calls(&common::repo().join("src/events")) {
+        let Some(event) = call.event else {
+            unnamed.push(call.at);
+            continue;
+        };
+        let entry = out.entry(event).or_default();
+        entry.0.insert(call.level);
+        entry.1.extend(call.message);
     }
-    spans
+    assert!(
+        unnamed.is_empty(),
+        "log calls without an `event = \"name\"` field: {unnamed:?}"
+    );
+    out
 }
 
-fn severity(span: &str) -> &'static str {
-    if span.starts_with("error: ") {
-        "error"
-    } else if span.starts_with("warning: ") {
-        "warn"
-    } else if span.starts_with("debug: ") {
-        "debug"
-    } else {
-        "info"
+/// The troubleshooting reference: `docs/troubleshooting.md`, or the
+/// README's section while it lives there.
+fn reference() -> String {
+    let docs = common::repo().join("docs/troubleshooting.md");
+    if let Ok(text) = std::fs::read_to_string(docs) {
+        return text;
     }
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    let start = readme
+        .find("## Troubleshooting")
+        .expect("README: ## Troubleshooting");
+    let section = &readme[start..];
+    section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)].to_string()
+}
+
+/// A row of a table of the reference whose header has an `Event` column.
+/// A row whose Event cell reads ``see `name` `` shows another form of an
+/// event keyed elsewhere (a vLLM launch's first line, say): its event must
+/// exist, and its own row is the one keyed by its name.
+#[derive(Debug)]
+struct Row {
+    events: Vec<String>,
+    levels: BTreeSet<String>,
+    line: String,
+    see: bool,
+}
+
+fn cells(line: &str) -> Vec<String> {
+    line.trim()
+        .trim_matches('|')
+        .split(" | ")
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+fn rows(reference: &str) -> Vec<Row> {
+    let mut out = Vec::new();
+    let mut columns: Option<(usize, usize, usize)> = None;
+    for line in reference.lines() {
+        if !line.starts_with('|') {
+            columns = None;
+            continue;
+        }
+        let c = cells(line);
+        if line.starts_with("|---") {
+            continue;
+        }
+        if columns.is_none() {
+            let find = |name: &str| c.iter().position(|x| x == name);
+            columns = match (find("Event"), find("Level"), find("Line")) {
+                (Some(e), Some(l), Some(t)) => Some((e, l, t)),
+                _ => Some((usize::MAX, 0, 0)),
+            };
+            continue;
+        }
+        let (e, l, t) = columns.unwrap();
+        if e == usize::MAX {
+            continue;
+        }
+        let names = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        out.push(Row {
+            events: names(&c[e]),
+            levels: c[l].split(',').map(|x| x.trim().to_string()).collect(),
+            line: c[t].clone(),
+            see: c[e].starts_with("see "),
+        });
+    }
+    out
 }
 
 #[test]
-fn the_scanner_reads_the_calls_it_must() {
-    // The scanner itself: it finds calls across lines and in every form.
-    let calls = log_calls();
+fn no_log_call_outside_the_events_catalogue() {
+    let events = common::repo().join("src/events");
+    let outside: Vec<String> = log_calls(&common::repo().join("src"))
+        .into_iter()
+        .filter(|c| !c.at.starts_with("src/events/"))
+        .map(|c| c.at)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "log calls outside {}: {outside:?}",
+        events.display()
+    );
+}
+
+#[test]
+fn the_catalogue_reader_reads_every_call() {
+    let calls = log_calls(&common::repo().join("src/events"));
     assert!(calls.len() >= 100, "{} calls", calls.len());
     for level in ["info", "warn", "error", "debug"] {
         assert!(calls.iter().any(|c| c.level == level), "{level}");
     }
     assert_eq!(
+        event_and_message(
+            "\n target: T, event = \"signed\", files, fingerprint, \"tuned and \\\n    signed {files} cache files\"\n"
+        ),
+        (
+            Some("signed".to_string()),
+            Some("tuned and signed {files} cache files".to_string())
+        )
+    );
+    assert_eq!(
+        event_and_message("event = \"x\", rule = \"health\", url = %u, r#\"say \"hi\"\"#"),
+        (Some("x".to_string()), Some("say \"hi\"".to_string()))
+    );
+    assert_eq!(call_args("(a, \"(\", f(b)) tail"), "a, \"(\", f(b)");
+    assert_eq!(
         fixed_text("prune: kept {}, removed {} cache files and {} leftovers").as_deref(),
         Some("cache files and")
     );
-    assert_eq!(fixed_text("{e}"), None);
-    assert_eq!(fixed_text("removed {}: {}"), None);
-    assert_eq!(
-        literal("\n    \"a \\\n     b {x}\", x)").as_deref(),
-        Some("a b {x}")
-    );
-    assert_eq!(
-        literal(" r#\"say \"hi\"\"#)").as_deref(),
-        Some("say \"hi\"")
-    );
+    assert_eq!(fixed_text("{self}"), None);
 }
 
 #[test]
-fn every_log_line_is_in_the_troubleshooting_reference_at_its_severity() {
-    let spans = reference_spans();
-    assert!(spans.len() >= 50, "{} spans", spans.len());
-    let mut missing = Vec::new();
-    let mut wrong = Vec::new();
-    for call in log_calls() {
-        let Some(fixed) = fixed_text(&call.message) else {
-            continue;
-        };
-        let found: Vec<&String> = spans.iter().filter(|s| s.contains(&fixed)).collect();
-        if found.is_empty() {
-            missing.push(format!("{} {}: {:?}", call.at, call.level, call.message));
-        } else if !found.iter().any(|s| severity(s) == call.level) {
-            wrong.push(format!(
-                "{} is logged at {} but the reference says {:?}: {:?}",
-                call.at, call.level, found[0], call.message
-            ));
+fn every_event_has_one_row_in_the_troubleshooting_reference_at_its_level() {
+    let catalogue = catalogue();
+    let rows = rows(&reference());
+    assert!(rows.len() >= 50, "{} rows keyed by event", rows.len());
+    let mut problems = Vec::new();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for row in &rows {
+        if row.events.is_empty() {
+            problems.push(format!("a row names no event: {}", row.line));
+        }
+        for name in &row.events {
+            let Some((levels, messages)) = catalogue.get(name) else {
+                problems.push(format!(
+                    "the row of `{name}` names no event of the catalogue"
+                ));
+                continue;
+            };
+            if row.see {
+                continue;
+            }
+            *seen.entry(name).or_default() += 1;
+            let levels: BTreeSet<String> = levels.iter().map(|l| l.to_string()).collect();
+            if levels != row.levels {
+                problems.push(format!(
+                    "`{name}` is logged at {levels:?}, its row says {:?}",
+                    row.levels
+                ));
+            }
+            for m in messages {
+                if let Some(fixed) = fixed_text(m) {
+                    if !row.line.contains(&fixed) {
+                        problems.push(format!(
+                            "the row of `{name}` does not show {fixed:?} (message {m:?})"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for name in catalogue.keys() {
+        match seen.get(name.as_str()) {
+            Some(1) => {}
+            Some(n) => problems.push(format!("`{name}` has {n} rows")),
+            None => problems.push(format!("`{name}` has no row")),
         }
     }
     assert!(
-        missing.is_empty() && wrong.is_empty(),
-        "log lines missing from the troubleshooting reference (docs/troubleshooting.md):\n{}\n\nat another severity:\n{}",
-        missing.join("\n"),
-        wrong.join("\n")
+        problems.is_empty(),
+        "the troubleshooting reference and the catalogue of events differ:\n{}",
+        problems.join("\n")
     );
 }

@@ -1,10 +1,11 @@
-//! keepwrap in front of the fake vLLM engine (`examples/fake_vllm.py`,
-//! launched as `vllm serve MODEL ...` through `examples/bin/vllm`): the
+//! keepwrap in front of the fake vLLM engine (`tests/fixtures/engines/fake_vllm.py`,
+//! launched as `vllm serve MODEL ...` through `tests/fixtures/engines/bin/vllm`): the
 //! `vllm` profile end to end. Each boot is a server launch; the test waits
 //! (with a deadline) for keepwrap's outcome line, then stops it with TERM as
 //! an orchestrator would.
 
 use crate::common;
+use serde_json::json;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,14 +16,14 @@ use nix::sys::signal::Signal;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The lines that end a launch's tuning, one of which every boot logs.
-const OUTCOMES: [&str; 5] = [
-    "tuned and signed",
-    "reused ",
-    "nothing to keep",
-    "not signing",
-    "nothing signed",
-];
+/// The events that end a launch's tuning, one of which every boot logs
+/// (or one of the `not_signing*`).
+const OUTCOMES: [&str; 4] = ["signed", "reused", "nothing_to_keep", "nothing_signed"];
+
+fn is_outcome(e: &serde_json::Value) -> bool {
+    let name = e["event"].as_str().unwrap();
+    OUTCOMES.contains(&name) || name.starts_with("not_signing")
+}
 
 /// `keepwrap` with nothing of the caller's vLLM, FlashInfer, fake or
 /// keepwrap settings, HOME in `home`, `vllm` on PATH, and collectives that
@@ -40,10 +41,11 @@ fn hermetic(home: &Path) -> Command {
     }
     let path = format!(
         "{}:{}",
-        common::repo().join("examples/bin").display(),
+        common::repo().join("tests/fixtures/engines/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     cmd.env_remove("XDG_CACHE_HOME")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("HOME", home)
         .env("PATH", path)
         .env("FAKE_DIST_TIMEOUT_S", "20");
@@ -70,8 +72,7 @@ fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Com
 /// Wait for keepwrap's outcome line, then stop the launch with TERM.
 fn until_outcome(r: Running) -> Finished {
     common::wait_for("keepwrap's outcome line", DEADLINE, || {
-        let err = r.stderr();
-        OUTCOMES.iter().any(|o| err.contains(o)).then_some(())
+        r.log_events().iter().any(is_outcome).then_some(())
     });
     r.guard.signal(Signal::SIGTERM);
     r.finish(DEADLINE)
@@ -104,9 +105,9 @@ fn layout_c_keeps_each_rank_file_and_a_warm_boot_tunes_nothing() {
     let args = ["-tp", "2", "-ep"];
     let cold = serve(home.path(), &args, &[]);
     assert_eq!(cold.code, 0, "{}", cold.stderr);
-    assert!(cold.log()[0].contains("(vllm profile)"), "{}", cold.stderr);
+    assert_eq!(cold.event("launch")["profile"], "vllm", "{}", cold.stderr);
     assert!(
-        cold.logged("tuned and signed 2 cache files"),
+        cold.logged_with("signed", json!({"files": 2})),
         "{}",
         cold.stderr
     );
@@ -137,7 +138,7 @@ fn layout_c_keeps_each_rank_file_and_a_warm_boot_tunes_nothing() {
     let warm = serve(home.path(), &args, &[]);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
     assert!(
-        warm.logged("reused 2 cache files signed for this launch"),
+        warm.logged_with("reused", json!({"files": 2})),
         "{}",
         warm.stderr
     );
@@ -157,13 +158,16 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
     let args = ["-tp", "2", "-ep"];
     let other = [("VLLM_FLASHINFER_MOE_BACKEND", "latency")];
     let a = serve(home.path(), &args, &[]);
-    assert!(a.logged("tuned and signed 2"), "{}", a.stderr);
+    assert!(a.logged_with("signed", json!({"files": 2})), "{}", a.stderr);
     // the engine's own key ignores the variable: same folder, and without
     // keepwrap it would reuse A's tactics; keepwrap stores A's set instead
     let b = serve(home.path(), &args, &other);
-    assert!(b.logged("stored "), "{}", b.stderr);
+    assert!(b.has_event("stored"), "{}", b.stderr);
     assert!(
-        b.logged("differs in: env VLLM_FLASHINFER_MOE_BACKEND added"),
+        b.events_named("no_cache").iter().any(|e| e["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("differs in: env VLLM_FLASHINFER_MOE_BACKEND added")),
         "{}",
         b.stderr
     );
@@ -172,14 +176,18 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
         "{:#?}",
         b.stdout
     );
-    assert!(b.logged("tuned and signed 2"), "{}", b.stderr);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
     let a2 = serve(home.path(), &args, &[]);
     assert!(
-        a2.logged("restored 2 cache files of this launch from the store"),
+        a2.logged_with("restored", json!({"files": 2})),
         "{}",
         a2.stderr
     );
-    assert!(a2.logged("reused 2 cache files"), "{}", a2.stderr);
+    assert!(
+        a2.logged_with("reused", json!({"files": 2})),
+        "{}",
+        a2.stderr
+    );
     assert_eq!(a2.tuned(), 0, "{:#?}", a2.stdout);
     assert_eq!(tactics_of(&a2), tactics_of(&a));
     let b2 = serve(home.path(), &args, &other);
@@ -195,7 +203,7 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
     let cold = serve(home.path(), &args, &layout_a);
     assert_eq!(cold.code, 0, "{}", cold.stderr);
     assert!(
-        cold.logged("tuned and signed 1 cache files"),
+        cold.logged_with("signed", json!({"files": 1})),
         "{}",
         cold.stderr
     );
@@ -215,10 +223,17 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
         assert_eq!(warm.code, 0, "boot {boot}: {}", warm.stderr);
         assert!(warm.events("hang").is_empty(), "{:#?}", warm.stdout);
         let line = warm
-            .log()
+            .events_named("removed_shared_file")
             .into_iter()
-            .find(|l| l.contains("removed ") && l.contains("autotune_configs.json"))
-            .unwrap_or_else(|| panic!("no removal line:\n{}", warm.stderr))
+            .find(|e| {
+                e["path"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("autotune_configs.json")
+            })
+            .unwrap_or_else(|| panic!("no removal event:\n{}", warm.stderr))["message"]
+            .as_str()
+            .unwrap()
             .to_string();
         for says in [
             "hangs every warm boot of a MoE model",
@@ -229,7 +244,11 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
             assert!(line.contains(says), "{says}: {line}");
         }
         assert!(warm.tuned_by_rank().values().all(|&t| t > 0));
-        assert!(warm.logged("tuned and signed 1"), "{}", warm.stderr);
+        assert!(
+            warm.logged_with("signed", json!({"files": 1})),
+            "{}",
+            warm.stderr
+        );
     }
     // the file keepwrap signed is what hangs the engine without keepwrap
     let mut bare = kw_vllm(
@@ -257,11 +276,17 @@ fn layout_a_keeps_the_shared_file_for_a_dense_model() {
     let args = ["--model", m, "-tp", "2"];
     let layout_a = [("FAKE_VLLM_LAYOUT", "A")];
     let cold = serve(home.path(), &args, &layout_a);
-    assert!(cold.logged("tuned and signed 1"), "{}", cold.stderr);
+    assert!(
+        cold.logged_with("signed", json!({"files": 1})),
+        "{}",
+        cold.stderr
+    );
     let warm = serve(home.path(), &args, &layout_a);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
     assert!(
-        warm.logged("hangs only a MoE model under more than one rank, and this is a dense model"),
+        warm.events_named("kept_shared_file")
+            .iter()
+            .any(|e| e["reason"].as_str().unwrap().starts_with("a dense model")),
         "{}",
         warm.stderr
     );
@@ -272,7 +297,7 @@ fn layout_a_keeps_the_shared_file_for_a_dense_model() {
 fn the_api_server_entry_point_is_a_vllm_launch_too() {
     let home = common::home();
     let port = common::free_port().to_string();
-    let examples = common::repo().join("examples");
+    let engines = common::repo().join("tests/fixtures/engines");
     let run = || {
         let command = [
             "python3",
@@ -288,19 +313,30 @@ fn the_api_server_entry_point_is_a_vllm_launch_too() {
             &port,
         ];
         let mut cmd = kw_cmd(home.path(), &[], &command, &[]);
-        cmd.env("PYTHONPATH", &examples);
+        cmd.env("PYTHONPATH", &engines);
         until_outcome(Running::spawn(&mut cmd))
     };
     let cold = run();
-    assert!(cold.log()[0].contains("(vllm profile)"), "{}", cold.stderr);
+    assert_eq!(cold.event("launch")["profile"], "vllm", "{}", cold.stderr);
     assert!(
-        cold.log()[0].contains(&format!("GET http://127.0.0.1:{port}/health")),
+        cold.event("launch")["done"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GET http://127.0.0.1:{port}/health")),
         "{}",
         cold.stderr
     );
-    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
     let warm = run();
-    assert!(warm.logged("reused 2"), "{}", warm.stderr);
+    assert!(
+        warm.logged_with("reused", json!({"files": 2})),
+        "{}",
+        warm.stderr
+    );
     assert_eq!(warm.tuned(), 0);
 }
 
@@ -312,15 +348,23 @@ fn a_crash_mid_tune_leaves_nothing_trusted() {
     let crashed = serve(home.path(), &args, &[("FAKE_VLLM_CRASH", "1:save")]);
     assert_ne!(crashed.code, 0);
     assert!(
-        crashed.logged("not signing: the engine exited with status"),
+        crashed.has_event("not_signing_early_exit"),
         "{}",
         crashed.stderr
     );
     assert!(common::sidecars(&root(home.path())).is_empty());
     let next = serve(home.path(), &args, &[]);
-    assert!(next.logged("no sidecar (unsigned)"), "{}", next.stderr);
     assert!(
-        next.logged("FlashInfer temp file left by a crash"),
+        next.events_named("removed")
+            .iter()
+            .any(|e| e["reason"] == "no sidecar (unsigned)"),
+        "{}",
+        next.stderr
+    );
+    assert!(
+        next.events_named("removed_leftover")
+            .iter()
+            .any(|e| e["reason"] == "FlashInfer temp file left by a crash"),
         "{}",
         next.stderr
     );
@@ -329,7 +373,11 @@ fn a_crash_mid_tune_leaves_nothing_trusted() {
         "{:#?}",
         next.stdout
     );
-    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+    assert!(
+        next.logged_with("signed", json!({"files": 2})),
+        "{}",
+        next.stderr
+    );
 }
 
 #[test]
@@ -339,7 +387,7 @@ fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
     let args = ["-tp", "2", "-ep", "--tune-ms", "150", "--port", &port];
     let mut r = Running::spawn(&mut kw_vllm(home.path(), &[], &args, &[]));
     // the first rank file lands; the other rank is still tuning
-    r.wait_stderr("landed ", DEADLINE);
+    r.wait_event("landed", DEADLINE);
     let kw = r.guard.pid().as_raw();
     let engine = common::children_of(kw);
     r.guard.signal(Signal::SIGKILL);
@@ -352,13 +400,23 @@ fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
     common::wait_until_nothing_holds(&root(home.path()), DEADLINE);
     assert!(common::sidecars(&root(home.path())).is_empty());
     let next = serve(home.path(), &["-tp", "2", "-ep"], &[]);
-    assert!(next.logged("no sidecar (unsigned)"), "{}", next.stderr);
+    assert!(
+        next.events_named("removed")
+            .iter()
+            .any(|e| e["reason"] == "no sidecar (unsigned)"),
+        "{}",
+        next.stderr
+    );
     assert!(
         next.tuned_by_rank().values().all(|&t| t > 0),
         "{:#?}",
         next.stdout
     );
-    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+    assert!(
+        next.logged_with("signed", json!({"files": 2})),
+        "{}",
+        next.stderr
+    );
 }
 
 #[test]
@@ -366,7 +424,7 @@ fn a_one_rank_launch_leaves_the_managed_store_alone_and_says_so() {
     let home = common::home();
     let cold = serve(home.path(), &[], &[]);
     assert_eq!(cold.code, 0, "{}", cold.stderr);
-    assert!(cold.logged("FlashInfer's managed store"), "{}", cold.stderr);
+    assert!(cold.has_event("managed_store"), "{}", cold.stderr);
     let store = home.path().join(".cache/flashinfer/autotune/v2");
     let before = common::cache_files(&store);
     assert!(!before.is_empty(), "the fake wrote its managed store");
@@ -409,10 +467,7 @@ fn two_nodes(homes: &[PathBuf; 2], share: &Path, extra: &[&str]) -> [Finished; 2
     let mut nodes = [start(1), start(0)];
     for n in nodes.iter_mut() {
         common::wait_for("both nodes' outcome lines", DEADLINE, || {
-            OUTCOMES
-                .iter()
-                .any(|o| n.stderr().contains(o))
-                .then_some(())
+            n.log_events().iter().any(is_outcome).then_some(())
         });
     }
     for n in &nodes {
@@ -432,19 +487,22 @@ fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
     }
     let [head, headless] = two_nodes(&homes, &share, &[]);
     assert!(
-        headless.log()[0].contains("(the head's API server; this node is headless)"),
+        headless.event("launch")["done"]
+            .as_str()
+            .unwrap()
+            .contains("(the head's API server; this node is headless)"),
         "{}",
         headless.stderr
     );
     for (n, f) in [&head, &headless].iter().enumerate() {
         assert_eq!(f.code, 0, "node {n}: {}", f.stderr);
         assert!(
-            f.logged("tuned and signed 1 cache files"),
+            f.logged_with("signed", json!({"files": 1})),
             "node {n}: {}",
             f.stderr
         );
         assert!(
-            f.logged("share: published 1 rank files as node"),
+            f.logged_with("share_published", json!({"files": 1})),
             "node {n}: {}",
             f.stderr
         );
@@ -455,7 +513,11 @@ fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
     // the same launch again: each node reuses its own rank's file
     let [head, headless] = two_nodes(&homes, &share, &[]);
     for (n, f) in [&head, &headless].iter().enumerate() {
-        assert!(f.logged("reused 1 cache files"), "node {n}: {}", f.stderr);
+        assert!(
+            f.logged_with("reused", json!({"files": 1})),
+            "node {n}: {}",
+            f.stderr
+        );
     }
     assert_eq!(head.tuned() + headless.tuned(), 0);
 
@@ -465,12 +527,12 @@ fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
     std::fs::create_dir_all(&homes[1]).unwrap();
     let [head, headless] = two_nodes(&homes, &share, &[]);
     assert!(
-        headless.logged("share: restored this node's 1 rank files from the share"),
+        headless.logged_with("share_restored_own", json!({"files": 1})),
         "{}",
         headless.stderr
     );
     assert!(
-        headless.logged("reused 1 cache files"),
+        headless.logged_with("reused", json!({"files": 1})),
         "{}",
         headless.stderr
     );
@@ -489,7 +551,7 @@ fn two_nodes_with_a_headless_node_keep_reuse_and_restore_through_the_share() {
     }
     let [_head, headless] = two_nodes(&homes, &share, &[]);
     assert!(
-        headless.logged("share: not every node has published: node 0 of 2"),
+        headless.logged_with("share_incomplete", json!({"missing": "0", "nodes": 2})),
         "{}",
         headless.stderr
     );
@@ -518,10 +580,7 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
         let mut nodes = [start(1), start(0)];
         for n in nodes.iter_mut() {
             common::wait_for("both outcome lines", DEADLINE, || {
-                OUTCOMES
-                    .iter()
-                    .any(|o| n.stderr().contains(o))
-                    .then_some(())
+                n.log_events().iter().any(is_outcome).then_some(())
             });
         }
         for n in &nodes {
@@ -532,28 +591,45 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
     };
     let [head, headless] = boot();
     assert!(
-        headless.log()[0].contains(
+        headless.event("launch")["done"]
+            .as_str()
+            .unwrap()
+            .starts_with(
             "when this headless node's 1 rank files (autotune_configs_dp1_rank1.json) have landed"
         ),
         "{}",
         headless.stderr
     );
-    assert!(head.logged("tuned and signed 1"), "{}", head.stderr);
-    assert!(headless.logged("tuned and signed 1"), "{}", headless.stderr);
+    assert!(
+        head.logged_with("signed", json!({"files": 1})),
+        "{}",
+        head.stderr
+    );
+    assert!(
+        headless.logged_with("signed", json!({"files": 1})),
+        "{}",
+        headless.stderr
+    );
     // data parallelism across nodes: node = start rank / local size
     assert!(
-        headless.logged("share: published 1 rank files as node 1 of 2"),
+        headless.logged_with(
+            "share_published",
+            json!({"files": 1, "node": 1, "nodes": 2})
+        ),
         "{}",
         headless.stderr
     );
     assert!(
-        head.logged("share: published 1 rank files as node 0 of 2"),
+        head.logged_with(
+            "share_published",
+            json!({"files": 1, "node": 0, "nodes": 2})
+        ),
         "{}",
         head.stderr
     );
     let [head, headless] = boot();
     assert!(
-        headless.logged("reused 1 cache files"),
+        headless.logged_with("reused", json!({"files": 1})),
         "{}",
         headless.stderr
     );
@@ -589,7 +665,13 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
     r.guard.signal(Signal::SIGTERM);
     let f = r.finish(DEADLINE);
     assert_eq!(f.code, 0, "{}", f.stderr);
-    assert!(f.logged("not signing"), "{}", f.stderr);
+    assert!(
+        f.log_events()
+            .iter()
+            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+        "{}",
+        f.stderr
+    );
     assert!(common::sidecars(&root(home.path())).is_empty());
 }
 
@@ -597,7 +679,11 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
 fn status_and_explain_read_a_vllm_launch() {
     let home = common::home();
     let cold = serve(home.path(), &["-tp", "2", "-ep"], &[]);
-    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
     let launch = |sub: &str, tp: &str| {
         let mut cmd = kw_vllm(
             home.path(),
@@ -651,7 +737,11 @@ fn one_changed_rank_file_prunes_the_whole_set() {
     let home = common::home();
     let args = ["-tp", "2", "-ep"];
     let cold = serve(home.path(), &args, &[]);
-    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
     // rank 1's file replaced after signing (another writer, a peer's copy)
     let files = common::cache_files(&root(home.path()));
     let rank1 = root(home.path()).join(&files[1]);
@@ -661,16 +751,39 @@ fn one_changed_rank_file_prunes_the_whole_set() {
         .insert("planted".into(), serde_json::json!([0, 1]));
     std::fs::write(&rank1, serde_json::to_vec(&v).unwrap()).unwrap();
     let next = serve(home.path(), &args, &[]);
-    assert!(next.logged("changed after signing"), "{}", next.stderr);
-    assert!(next.logged("set incomplete"), "{}", next.stderr);
-    assert!(next.logged("prune: kept 0,"), "{}", next.stderr);
+    let reasons: Vec<String> = next
+        .events_named("removed")
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("changed after signing")),
+        "{}",
+        next.stderr
+    );
+    assert!(
+        reasons.iter().any(|r| r.starts_with("set incomplete")),
+        "{}",
+        next.stderr
+    );
+    assert!(
+        next.logged_with("pruned", json!({"kept": 0})),
+        "{}",
+        next.stderr
+    );
     // the whole group re-tunes from scratch: no rank loads part of a set
     assert!(
         next.tuned_by_rank().values().all(|&t| t > 0),
         "{:#?}",
         next.stdout
     );
-    assert!(next.logged("tuned and signed 2"), "{}", next.stderr);
+    assert!(
+        next.logged_with("signed", json!({"files": 2})),
+        "{}",
+        next.stderr
+    );
 }
 
 #[test]
@@ -680,11 +793,15 @@ fn the_override_directory_holds_the_folders_and_the_managed_store_is_left_alone(
     let env = [("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir.to_str().unwrap())];
     let cold = serve(home.path(), &["-tp", "2"], &env);
     assert!(
-        cold.log()[0].contains(&format!("cache root {};", dir.display())),
+        cold.event("launch")["root"] == dir.to_str().unwrap(),
         "{}",
         cold.stderr
     );
-    assert!(cold.logged("tuned and signed 2"), "{}", cold.stderr);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
     // the folders sit right in the root: <sha256>/autotune_configs_dp0_rank*.json
     let files = common::cache_files(&dir);
     assert_eq!(files.len(), 2, "{files:?}");
@@ -694,13 +811,17 @@ fn the_override_directory_holds_the_folders_and_the_managed_store_is_left_alone(
     );
     // a one-rank launch on the same root writes FlashInfer's store in v2/
     let one = serve(home.path(), &[], &env);
-    assert!(one.logged("FlashInfer's managed store"), "{}", one.stderr);
+    assert!(one.has_event("managed_store"), "{}", one.stderr);
     assert!(dir.join("v2").is_dir());
     let warm = serve(home.path(), &["-tp", "2"], &env);
-    assert!(warm.logged("reused 2"), "{}", warm.stderr);
+    assert!(
+        warm.logged_with("reused", json!({"files": 2})),
+        "{}",
+        warm.stderr
+    );
     assert_eq!(warm.tuned(), 0);
     // v2/ is the engine's: neither judged nor reported as something else
-    assert!(!warm.logged("untouched"), "{}", warm.stderr);
+    assert!(!warm.has_event("untouched"), "{}", warm.stderr);
     assert!(common::sidecars(&dir.join("v2")).is_empty());
     let one = serve(home.path(), &[], &env);
     assert_eq!(one.tuned(), 0, "{:#?}", one.stdout);
@@ -719,9 +840,12 @@ fn the_config_file_gives_the_port_and_the_sizes() {
     let mut cmd = kw_vllm(home.path(), &[], &["--config", cfg.to_str().unwrap()], &[]);
     let f = until_outcome(Running::spawn(&mut cmd));
     assert!(
-        f.log()[0].contains(&format!("GET http://127.0.0.1:{port}/health")),
+        f.event("launch")["done"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GET http://127.0.0.1:{port}/health")),
         "{}",
         f.stderr
     );
-    assert!(f.logged("tuned and signed 2"), "{}", f.stderr);
+    assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
 }

@@ -1,6 +1,7 @@
 //! Prune's decisions, file by file.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn signed_for_this_launch_is_kept() {
@@ -12,12 +13,9 @@ fn signed_for_this_launch_is_kept() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 2, "{logs}");
     assert_eq!(r.removed, 0);
+    assert!(logs.has("kept", json!({"path": rank(0)})), "{logs}");
     assert!(
-        logs.contains(&format!("kept {}: signed for this launch", rank(0))),
-        "{logs}"
-    );
-    assert!(
-        logs.contains("prune: kept 2, removed 0 cache files and 0 leftovers"),
+        logs.has("pruned", json!({"kept": 2, "removed": 0, "leftovers": 0})),
         "{logs}"
     );
     assert!(exists(t.path(), &rank(0)) && exists(t.path(), &sidecar_of(&rank(1))));
@@ -29,7 +27,7 @@ fn no_sidecar_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 1));
     assert!(
-        logs.contains(&format!("removed {}: no sidecar (unsigned)", rank(0))),
+        logs.said("removed", &rank(0), "no sidecar (unsigned)"),
         "{logs}"
     );
     assert!(!exists(t.path(), &rank(0)));
@@ -42,10 +40,11 @@ fn other_fingerprint_is_removed_with_its_sidecar() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains(&format!(
-            "removed {}: signed for another launch (fingerprint 8c01d2e4...)",
-            rank(0)
-        )),
+        logs.said(
+            "removed",
+            &rank(0),
+            "signed for another launch (fingerprint 8c01d2e4...)"
+        ),
         "{logs}"
     );
     assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &sidecar_of(&rank(0))));
@@ -64,16 +63,13 @@ fn bytes_changed_after_signing_are_removed() {
     put(t.path(), &rank(1), &body("longer"));
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2));
-    let line0 = format!("removed {}: changed after signing (sha256 ", rank(0));
     assert!(
-        logs.contains(&line0) && logs.contains("... != signed "),
+        logs.said("removed", &rank(0), "changed after signing (sha256 ")
+            && logs.says("... != signed "),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!(
-            "removed {}: changed after signing (size ",
-            rank(1)
-        )),
+        logs.said("removed", &rank(1), "changed after signing (size "),
         "{logs}"
     );
 }
@@ -86,10 +82,7 @@ fn invalid_json_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains(&format!(
-            "removed {}: not valid JSON (EOF while parsing",
-            rank(0)
-        )),
+        logs.said("removed", &rank(0), "not valid JSON (EOF while parsing"),
         "{logs}"
     );
 }
@@ -102,10 +95,7 @@ fn not_an_object_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains(&format!(
-            "removed {}: not a JSON object (an array)",
-            rank(0)
-        )),
+        logs.said("removed", &rank(0), "not a JSON object (an array)"),
         "{logs}"
     );
 }
@@ -117,7 +107,7 @@ fn garbage_sidecar_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains(&format!("removed {}: sidecar is not valid (", rank(0))),
+        logs.said("removed", &rank(0), "sidecar is not valid ("),
         "{logs}"
     );
     assert!(!exists(t.path(), &sidecar_of(&rank(0))));
@@ -135,7 +125,7 @@ fn future_sidecar_format_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains("sidecar format 3 is newer than this keepwrap's (2)"),
+        logs.says("sidecar format 3 is newer than this keepwrap's (2)"),
         "{logs}"
     );
 }
@@ -152,7 +142,7 @@ fn old_sidecar_format_is_removed() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.contains("sidecar format 1 is older than this keepwrap's (2)"),
+        logs.says("sidecar format 1 is older than this keepwrap's (2)"),
         "{logs}"
     );
 }
@@ -169,7 +159,7 @@ fn tampered_set_manifest_is_not_trusted() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 2);
     assert!(
-        logs.contains("set incomplete (set manifest not valid (id does not match its members))"),
+        logs.says("set incomplete (set manifest not valid (id does not match its members))"),
         "{logs}"
     );
 }
@@ -181,10 +171,7 @@ fn a_set_without_its_manifest_is_not_trusted() {
     fs::remove_file(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
-    assert!(
-        logs.contains("set incomplete (set manifest missing)"),
-        "{logs}"
-    );
+    assert!(logs.says("set incomplete (set manifest missing)"), "{logs}");
 }
 
 #[test]
@@ -201,7 +188,7 @@ fn a_manifest_of_a_newer_set_breaks_the_older_one() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
-        logs.contains("set incomplete (set manifest names another set)"),
+        logs.says("set incomplete (set manifest names another set)"),
         "{logs}"
     );
 }
@@ -232,10 +219,11 @@ fn sidecar_copied_beside_another_file_is_not_trusted() {
     .unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 0, "{logs}");
-    assert!(logs.contains(&format!(
-        "removed {}: sidecar is not valid (signed for another file",
-        rank(1)
-    )));
+    assert!(logs.said(
+        "removed",
+        &rank(1),
+        "sidecar is not valid (signed for another file"
+    ));
 }
 
 #[test]
@@ -248,17 +236,23 @@ fn leftovers_are_removed() {
     put(t.path(), &format!("{DIR}/notes.txt"), "mine");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed, r.leftovers), (1, 0, 3), "{logs}");
-    assert!(logs.contains(&format!(
-        "removed {DIR}/rank_tp9_pp0_dp0.launch: orphan sidecar (no cache file beside)"
-    )));
-    assert!(logs.contains(&format!(
-        "removed {DIR}/.autotuner_abc123.tmp: FlashInfer temp file left by a crash"
-    )));
-    assert!(logs.contains(&format!(
-        "removed {DIR}/.keepwrap-1-2-3.tmp: keepwrap temp file left by a crash"
-    )));
+    assert!(logs.said(
+        "removed",
+        &format!("{DIR}/rank_tp9_pp0_dp0.launch"),
+        "orphan sidecar (no cache file beside)"
+    ));
+    assert!(logs.said(
+        "removed",
+        &format!("{DIR}/.autotuner_abc123.tmp"),
+        "FlashInfer temp file left by a crash"
+    ));
+    assert!(logs.said(
+        "removed",
+        &format!("{DIR}/.keepwrap-1-2-3.tmp"),
+        "keepwrap temp file left by a crash"
+    ));
     assert!(
-        logs.contains("prune: kept 1, removed 0 cache files and 3 leftovers"),
+        logs.has("pruned", json!({"kept": 1, "removed": 0, "leftovers": 3})),
         "{logs}"
     );
     assert!(exists(t.path(), &format!("{DIR}/notes.txt")));

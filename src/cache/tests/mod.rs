@@ -40,19 +40,66 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
     }
 }
 
-/// Run `f` with log lines captured.
-fn capture<R>(f: impl FnOnce() -> R) -> (R, String) {
+/// Run `f` with its log events captured, as `--log-format json` writes
+/// them.
+fn capture<R>(f: impl FnOnce() -> R) -> (R, Logged) {
     let logs = Logs::default();
     let sub = tracing_subscriber::fmt()
         .with_writer(logs.clone())
-        .with_ansi(false)
+        .json()
+        .flatten_event(true)
         .without_time()
         .with_target(false)
         .with_max_level(tracing::Level::DEBUG)
         .finish();
     let r = tracing::subscriber::with_default(sub, f);
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-    (r, text)
+    let events = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (r, Logged(events))
+}
+
+/// The events a run logged.
+struct Logged(Vec<serde_json::Value>);
+
+impl Logged {
+    /// An event whose name starts with `name` (`removed` also finds
+    /// `removed_untrusted` and `removed_leftover`) about `path`, with a
+    /// reason that starts with `reason`.
+    fn said(&self, name: &str, path: &str, reason: &str) -> bool {
+        self.0.iter().any(|e| {
+            e["event"].as_str().is_some_and(|n| n.starts_with(name))
+                && e["path"] == path
+                && e["reason"].as_str().is_some_and(|r| r.starts_with(reason))
+        })
+    }
+
+    /// An event named `name` with every field of `fields` at that value.
+    fn has(&self, name: &str, fields: serde_json::Value) -> bool {
+        self.0.iter().any(|e| {
+            e["event"] == name && fields.as_object().unwrap().iter().all(|(k, v)| &e[k] == v)
+        })
+    }
+
+    /// An event whose reason or error holds `part`.
+    fn says(&self, part: &str) -> bool {
+        self.0.iter().any(|e| {
+            ["reason", "error"]
+                .iter()
+                .any(|k| e[*k].as_str().is_some_and(|v| v.contains(part)))
+        })
+    }
+}
+
+impl std::fmt::Display for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for e in &self.0 {
+            writeln!(f, "{e}")?;
+        }
+        Ok(())
+    }
 }
 
 fn rank(i: u32) -> String {
@@ -134,7 +181,7 @@ fn exists(root: &Path, rel: &str) -> bool {
     fs::symlink_metadata(root.join(rel)).is_ok()
 }
 
-fn prune_logged(root: &Path, fp: &str) -> (PruneReport, String) {
+fn prune_logged(root: &Path, fp: &str) -> (PruneReport, Logged) {
     let (r, logs) = capture(|| prune(root, fp));
     (r.unwrap(), logs)
 }

@@ -10,19 +10,19 @@ fn set_with_a_member_missing_is_removed_whole() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
-        logs.contains(&format!(
-            "removed {}: set incomplete ({}: missing)",
-            rank(0),
-            rank(1)
-        )),
+        logs.said(
+            "removed",
+            &rank(0),
+            &format!("set incomplete ({}: missing)", rank(1))
+        ),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!(
-            "removed {}: set incomplete ({}: missing)",
-            rank(2),
-            rank(1)
-        )),
+        logs.said(
+            "removed",
+            &rank(2),
+            &format!("set incomplete ({}: missing)", rank(1))
+        ),
         "{logs}"
     );
     assert!(!exists(t.path(), &rank(0)) && !exists(t.path(), &rank(2)));
@@ -38,15 +38,15 @@ fn set_with_a_member_changed_is_removed_whole() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
     assert!(
-        logs.contains(&format!("removed {}: changed after signing", rank(2))),
+        logs.said("removed", &rank(2), "changed after signing"),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!(
-            "removed {}: set incomplete ({}: not trusted)",
-            rank(0),
-            rank(2)
-        )),
+        logs.said(
+            "removed",
+            &rank(0),
+            &format!("set incomplete ({}: not trusted)", rank(2))
+        ),
         "{logs}"
     );
 }
@@ -168,10 +168,11 @@ fn a_manifest_vouches_only_for_sidecars_that_name_it() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
-        logs.contains(&format!(
-            "removed {}: set incomplete (set manifest names another set)",
-            rank(0)
-        )),
+        logs.said(
+            "removed",
+            &rank(0),
+            "set incomplete (set manifest names another set)"
+        ),
         "{logs}"
     );
 }

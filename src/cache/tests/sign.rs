@@ -1,6 +1,7 @@
 //! Signing.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn sign_twice_without_change_writes_nothing() {
@@ -46,17 +47,26 @@ fn sign_skips_what_is_not_a_json_object() {
     // partial hit next boot otherwise); other directories are signed.
     assert_eq!(s.signed, vec![PathBuf::from(OTHER_RANK)], "{logs}");
     assert!(
-        logs.contains(&format!("not signed the 1 other cache files of {DIR}/: ")),
+        logs.has(
+            "dir_not_signed",
+            json!({"files": 1, "dir": format!("{DIR}/")})
+        ),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!("not signed {DIR}/rank_bad.json: not valid JSON (")),
+        logs.said(
+            "not_signed",
+            &format!("{DIR}/rank_bad.json"),
+            "not valid JSON ("
+        ),
         "{logs}"
     );
     assert!(
-        logs.contains(&format!(
-            "not signed {DIR}/rank_list.json: not a JSON object (an array)"
-        )),
+        logs.said(
+            "not_signed",
+            &format!("{DIR}/rank_list.json"),
+            "not a JSON object (an array)"
+        ),
         "{logs}"
     );
 }

@@ -1,6 +1,7 @@
 //! State files under `.keepwrap/`.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn state_files_are_read_only_when_regular_and_small() {
@@ -93,16 +94,20 @@ fn kept_lines_past_sixteen_are_debug_with_one_summary() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 20);
     let kept = |level: &str| {
-        logs.lines()
-            .filter(|l| l.contains(level) && l.contains(": signed for this launch"))
+        logs.0
+            .iter()
+            .filter(|e| e["event"] == "kept" && e["level"] == level)
             .count()
     };
     assert_eq!((kept("INFO"), kept("DEBUG")), (16, 4), "{logs}");
     assert!(
-        logs.contains("kept 4 more cache files (KEEPWRAP_LOG=debug lists each)"),
+        logs.has("more_files", json!({"what": "kept", "files": 4})),
         "{logs}"
     );
-    assert!(logs.contains("prune: kept 20, removed 0"), "{logs}");
+    assert!(
+        logs.has("pruned", json!({"kept": 20, "removed": 0})),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -133,10 +138,7 @@ fn an_edit_that_keeps_size_and_modification_time_is_caught_by_the_change_time() 
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
-        logs.contains(&format!(
-            "removed {}: changed after signing (sha256 ",
-            rank(0)
-        )),
+        logs.said("removed", &rank(0), "changed after signing (sha256 "),
         "{logs}"
     );
 }

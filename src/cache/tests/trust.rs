@@ -1,6 +1,7 @@
 //! Directories other users can write.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn world_writable_dir_is_untrusted() {
@@ -11,10 +12,14 @@ fn world_writable_dir_is_untrusted() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 1));
     assert!(
-        logs.contains(&format!(
-            "WARN removed {}: in a directory another user can write ({DIR}: world-writable without the sticky bit)",
-            rank(0)
-        )),
+        logs.has(
+            "removed_untrusted",
+            json!({
+                "level": "WARN",
+                "path": rank(0),
+                "reason": format!("in a directory another user can write ({DIR}: world-writable without the sticky bit)")
+            })
+        ),
         "{logs}"
     );
 }
@@ -30,7 +35,7 @@ fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1, "{logs}");
     assert!(
-        logs.contains("(0.6.18: world-writable without the sticky bit)"),
+        logs.says("(0.6.18: world-writable without the sticky bit)"),
         "{logs}"
     );
     // sign refuses too
@@ -38,10 +43,11 @@ fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
     let (s, logs) = capture(|| sign(t.path(), FP).unwrap());
     assert!(s.signed.is_empty());
     assert!(
-        logs.contains(&format!(
-            "not signed {}: in a directory another user can write",
-            rank(0)
-        )),
+        logs.said(
+            "not_signed",
+            &rank(0),
+            "in a directory another user can write"
+        ),
         "{logs}"
     );
 }
@@ -57,5 +63,5 @@ fn dir_owned_by_another_user_is_untrusted() {
     std::os::unix::fs::chown(&d, Some(12345), None).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
-    assert!(logs.contains("owned by another user"), "{logs}");
+    assert!(logs.says("owned by another user"), "{logs}");
 }

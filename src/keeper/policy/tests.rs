@@ -98,7 +98,7 @@ fn matches(got: &Action, want: &A) -> bool {
         | (Action::ProbeAgain, A::Again)
         | (Action::LookForOthers, A::Look) => true,
         (Action::SignLate { late }, A::Late(n)) => late == n,
-        (Action::Info(line), A::Log(text)) => line.contains(text),
+        (Action::Info(note), A::Log(text)) => note.to_string().contains(text),
         _ => false,
     }
 }
@@ -506,7 +506,7 @@ fn a_headless_node() {
     };
     let has = |acts: &[Action], text: &str| {
         acts.iter()
-            .any(|a| matches!(a, Action::Info(l) if l.contains(text)))
+            .any(|a| matches!(a, Action::Info(l) if l.to_string().contains(text)))
     };
     // waiting for the head: an exit 0 on its own is not done
     let mut p = Policy::new(Rule::Health, t0).headless(None, &[]);

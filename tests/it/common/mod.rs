@@ -22,12 +22,39 @@ pub fn helper(name: &str) -> PathBuf {
 /// `keepwrap` with its cache root in `cache` (so tests never touch $HOME).
 /// The stand-in engines of the tests are shell scripts: `KEEPWRAP_KEEP=always`
 /// keeps their caches as an engine's (`--keep auto` would only supervise them).
+/// Logs are JSON events, for [`log_events`]; a test of the wording
+/// operators read sets `KEEPWRAP_LOG_FORMAT=text`.
 pub fn keepwrap(cache: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("KEEPWRAP_CACHE_DIR", cache);
     cmd.env("KEEPWRAP_KEEP", "always");
     cmd.env_remove("KEEPWRAP_LOG");
+    cmd.env("KEEPWRAP_LOG_FORMAT", "json");
     cmd
+}
+
+/// keepwrap's log events in `stderr`: the lines `--log-format json`
+/// writes, each a JSON object with an `event` field. Other lines (the
+/// engine's own) are skipped; a keepwrap line that is not valid JSON
+/// panics.
+pub fn log_events(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"timestamp\""))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l}"))
+        })
+        .filter(|v| v.get("event").is_some())
+        .collect()
+}
+
+/// The events named `name` in `stderr` ([`log_events`]).
+pub fn events_named(stderr: &str, name: &str) -> Vec<serde_json::Value> {
+    log_events(stderr)
+        .into_iter()
+        .filter(|v| v["event"] == name)
+        .collect()
 }
 
 /// Poll `f` until it returns `Some`, or panic with `what` at the deadline.
@@ -202,6 +229,43 @@ impl Running {
         }
     }
 
+    /// keepwrap's events so far (whole lines only).
+    pub fn log_events(&self) -> Vec<serde_json::Value> {
+        log_events(complete_lines(&self.stderr()))
+    }
+
+    /// Wait until keepwrap logged event `name` (JSON logs); the event.
+    pub fn wait_event(&mut self, name: &str, timeout: Duration) -> serde_json::Value {
+        self.wait_event_where(name, timeout, |_| true)
+    }
+
+    /// Wait until keepwrap logged event `name` with `pred` true of it.
+    pub fn wait_event_where(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_for(&format!("event {name} on stderr"), timeout, || {
+            self.drain();
+            let err = self.stderr();
+            events_named(complete_lines(&err), name)
+                .into_iter()
+                .find(|e| pred(e))
+        })
+    }
+
+    /// Wait until keepwrap logged event `name` with every field of
+    /// `fields` at that value.
+    pub fn wait_event_with(
+        &mut self,
+        name: &str,
+        fields: serde_json::Value,
+        timeout: Duration,
+    ) -> serde_json::Value {
+        self.wait_event_where(name, timeout, |e| has_fields(e, &fields))
+    }
+
     /// Wait until stderr contains `needle`.
     pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) {
         wait_for(&format!("'{needle}' on stderr"), timeout, || {
@@ -251,7 +315,7 @@ impl Running {
     }
 }
 
-/// The fake engine of `examples/`: what its JSON lines say about one boot.
+/// The fake engine of `tests/fixtures/engines/`: what its JSON lines say about one boot.
 impl Finished {
     pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
         self.stdout
@@ -300,29 +364,96 @@ impl Finished {
             .collect()
     }
 
-    /// The `keepwrap:` lines of stderr.
-    pub fn log(&self) -> Vec<&str> {
+    /// keepwrap's lines as an operator reads them: the `keepwrap:` lines
+    /// of text logs, and the events of JSON logs shown the same way
+    /// (`keepwrap: warning: ` and the message).
+    pub fn log(&self) -> Vec<String> {
         self.stderr
             .lines()
-            .filter(|l| l.starts_with("keepwrap:"))
+            .filter_map(|l| {
+                if l.starts_with("keepwrap:") {
+                    return Some(l.to_string());
+                }
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                v.get("event")?;
+                let prefix = match v["level"].as_str()? {
+                    "ERROR" => "error: ",
+                    "WARN" => "warning: ",
+                    "DEBUG" | "TRACE" => "debug: ",
+                    _ => "",
+                };
+                Some(format!("keepwrap: {prefix}{}", v["message"].as_str()?))
+            })
             .collect()
     }
 
     pub fn logged(&self, needle: &str) -> bool {
         self.log().iter().any(|l| l.contains(needle))
     }
+
+    /// keepwrap's events, from JSON logs.
+    pub fn log_events(&self) -> Vec<serde_json::Value> {
+        log_events(&self.stderr)
+    }
+
+    /// keepwrap's events named `name`.
+    pub fn events_named(&self, name: &str) -> Vec<serde_json::Value> {
+        events_named(&self.stderr, name)
+    }
+
+    /// Did keepwrap log event `name`?
+    pub fn has_event(&self, name: &str) -> bool {
+        !self.events_named(name).is_empty()
+    }
+
+    /// Did keepwrap log event `name` with every field of `fields` (a JSON
+    /// object) at that value?
+    pub fn logged_with(&self, name: &str, fields: serde_json::Value) -> bool {
+        self.events_named(name)
+            .iter()
+            .any(|e| has_fields(e, &fields))
+    }
+
+    /// keepwrap's warnings: its events at level WARN.
+    pub fn warnings(&self) -> Vec<serde_json::Value> {
+        self.log_events()
+            .into_iter()
+            .filter(|e| e["level"] == "WARN")
+            .collect()
+    }
+
+    /// Does an event named `name` have field `field` starting with `prefix`
+    /// (and `path`, when given, equal to it)?
+    pub fn logged_starting(&self, name: &str, field: &str, prefix: &str) -> bool {
+        self.events_named(name)
+            .iter()
+            .any(|e| e[field].as_str().is_some_and(|v| v.starts_with(prefix)))
+    }
+
+    /// The one event named `name`, or a panic naming what was logged.
+    pub fn event(&self, name: &str) -> serde_json::Value {
+        let mut found = self.events_named(name);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one {name} event; logged:\n{}",
+            self.stderr
+        );
+        found.remove(0)
+    }
 }
 
 pub fn fake_engine() -> PathBuf {
-    repo().join("examples/fake_engine.py")
+    repo().join("tests/fixtures/engines/fake_engine.py")
 }
 
-/// `keepwrap [kw_args] -- python3 examples/fake_engine.py --model-path
+/// `keepwrap [kw_args] -- python3 tests/fixtures/engines/fake_engine.py --model-path
 /// /models/m [engine_args]`, with `SGLANG_CACHE_DIR=<home>/sglang` so the
 /// default cache root applies.
 pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env_remove("KEEPWRAP_CACHE_DIR")
         .env("SGLANG_CACHE_DIR", home.join("sglang"))
         .env("FAKE_DIST_TIMEOUT_S", "20")
@@ -520,4 +651,18 @@ pub fn has_need(ok: bool, need: &str) -> bool {
         eprintln!("not run: needs {need}");
     }
     ok
+}
+
+/// `s` up to its last newline: a line still being written is not read.
+pub fn complete_lines(s: &str) -> &str {
+    &s[..s.rfind('\n').map_or(0, |i| i + 1)]
+}
+
+/// Has `event` every field of `fields` (a JSON object) at that value?
+pub fn has_fields(event: &serde_json::Value, fields: &serde_json::Value) -> bool {
+    fields
+        .as_object()
+        .expect("fields: a JSON object")
+        .iter()
+        .all(|(k, v)| &event[k] == v)
 }

@@ -294,6 +294,7 @@ pub fn writer_launch(base: &Path, tag: &str, n: usize, marker: Option<&str>) -> 
     let mut cmd = Command::new(BIN);
     cmd.current_dir(base)
         .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("KEEPWRAP_CACHE_DIR", base.join("root"))
         .args([
             "--keep",

@@ -1,0 +1,158 @@
+//! Events of the done side: the health probe, who serves the probed port,
+//! the watch of the cache tree, and the tuning progress (`landed`).
+
+use std::fmt::{Debug, Display};
+use std::time::Duration;
+
+use super::secs;
+use super::Shown;
+
+const TARGET: &str = "keepwrap::done";
+
+// ---- the health probe (debug: one line per probe) ----
+
+pub fn probe_timed_out(url: impl Display) {
+    tracing::debug!(target: TARGET, event = "probe_timed_out", url = %url, "health probe of {url} timed out");
+}
+
+pub fn probe_failed(url: impl Display, error: impl Display) {
+    tracing::debug!(
+        target: TARGET,
+        event = "probe_failed",
+        url = %url,
+        error = %error,
+        "health probe of {url}: {error}"
+    );
+}
+
+pub fn probe_status(url: impl Display, status: Option<u16>) {
+    tracing::debug!(
+        target: TARGET,
+        event = "probe_status",
+        url = %url,
+        status,
+        "health probe of {url}: status {status:?}"
+    );
+}
+
+pub fn probe_unresolved(host: impl Display, error: impl Display) {
+    tracing::debug!(
+        target: TARGET,
+        event = "probe_unresolved",
+        host = %host,
+        error = %error,
+        "health probe: cannot resolve {host}: {error}"
+    );
+}
+
+pub fn probe_socket_failed(error: impl Display) {
+    tracing::debug!(
+        target: TARGET,
+        event = "probe_socket_failed",
+        error = %error,
+        "health probe: socket: {error}"
+    );
+}
+
+/// Which sockets listen on the probed address, and the engine's processes.
+pub fn port_listeners(to: impl Display, inodes: impl Debug, tables: Duration, tree: impl Debug) {
+    tracing::debug!(
+        target: TARGET,
+        event = "port_listeners",
+        address = %to,
+        inodes = ?inodes,
+        pids = ?tree,
+        "sockets listening for {to}: inodes {inodes:?} (socket tables read in {tables:?}); the engine's tree: pids {tree:?}"
+    );
+}
+
+// ---- the watch ----
+
+pub fn cannot_watch_dir(path: &std::path::Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_watch_dir",
+        path = %Shown(path),
+        error = %error,
+        "cannot watch {}: {error}; nothing in it will be signed",
+        Shown(path)
+    );
+}
+
+pub fn cannot_list_dir(path: &std::path::Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "cannot_list_dir",
+        path = %Shown(path),
+        error = %error,
+        "cannot list {}: {error}; nothing in it will be signed",
+        Shown(path)
+    );
+}
+
+/// The cache root itself cannot be watched or listed any more.
+pub fn watch_error(error: impl Display) {
+    tracing::warn!(target: TARGET, event = "watch_error", error = %error, "{error}");
+}
+
+pub fn inotify_read_failed(root: &std::path::Path, error: impl Display) {
+    tracing::warn!(
+        target: TARGET,
+        event = "inotify_read_failed",
+        root = %Shown(root),
+        error = %error,
+        "reading inotify events for {} failed: {error}; rescanning",
+        Shown(root)
+    );
+}
+
+pub fn inotify_overflow(root: &std::path::Path) {
+    tracing::info!(
+        target: TARGET,
+        event = "inotify_overflow",
+        root = %Shown(root),
+        "the inotify queue overflowed: rescanning {}",
+        Shown(root)
+    );
+}
+
+// ---- progress ----
+
+/// The engine saved a cache file (`entries` counts them, or says why not).
+pub fn landed(path: &std::path::Path, entries: &str, after: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "landed",
+        path = %Shown(path),
+        entries,
+        after_s = secs(after),
+        "landed {} ({entries}, {:.1} s after the launch)",
+        Shown(path),
+        secs(after)
+    );
+}
+
+/// From now on landings are summed up every `every`.
+pub fn landed_summing(distinct: usize, after: Duration, every: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "landed_summing",
+        distinct,
+        after_s = secs(after),
+        "landed {distinct} distinct cache files ({:.1} s after the launch): from now on one line every {} s sums up the landings",
+        secs(after),
+        every.as_secs()
+    );
+}
+
+pub fn landed_more(landed: usize, distinct: usize, after: Duration) {
+    tracing::info!(
+        target: TARGET,
+        event = "landed_more",
+        landed,
+        distinct,
+        after_s = secs(after),
+        "landed {landed} more cache files ({distinct} distinct so far, {:.1} s after the launch)",
+        secs(after)
+    );
+}

@@ -1,0 +1,168 @@
+//! The two log formats: `--log-format json` writes one JSON object per
+//! line, each an event of the catalogue with its fields; the text format
+//! shows the message alone after `keepwrap:`, as an operator reads it.
+
+use crate::common::{self, output, BIN};
+
+use std::path::Path;
+use std::process::Command;
+
+const DIR: &str = "0.7.2/sm121/0123456789abcdef";
+
+/// A launch whose engine (a script file, so that no `sh -c` string is
+/// warned about) saves two rank files as FlashInfer does, with
+/// `--log-format FORMAT`, no keepwrap variable of the caller's.
+fn launch(root: &Path, format: &str) -> Command {
+    let script = root.with_extension("sh");
+    std::fs::write(
+        &script,
+        format!(
+            "d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${{r}}_pp0_dp0.json\"; done\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(BIN);
+    common::without_keepwrap_env(&mut cmd)
+        .args(["--log-format", format, "--keep", "always", "--done", "exit"])
+        .arg("--cache-dir")
+        .arg(root)
+        .arg("--")
+        .arg("sh")
+        .arg(&script)
+        .arg(root);
+    cmd
+}
+
+/// Every line of `stderr` as a JSON object, or a panic naming the line.
+fn objects(stderr: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    stderr
+        .lines()
+        .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(serde_json::Value::Object(o)) => o,
+            other => panic!("not a JSON object ({other:?}): {l}"),
+        })
+        .collect()
+}
+
+fn named<'a>(
+    events: &'a [serde_json::Map<String, serde_json::Value>],
+    name: &str,
+) -> Vec<&'a serde_json::Map<String, serde_json::Value>> {
+    events.iter().filter(|e| e["event"] == name).collect()
+}
+
+#[test]
+fn json_logs_are_one_event_per_line_with_its_fields() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let tuned = output(&mut launch(&root, "json"));
+    assert_eq!(tuned.code, 0, "{}", tuned.stderr);
+    let events = objects(&tuned.stderr);
+    for e in &events {
+        for key in ["timestamp", "level", "message", "event"] {
+            assert!(e[key].is_string(), "{key} in {e:?}");
+        }
+        assert!(!e["message"].as_str().unwrap().starts_with("keepwrap:"));
+    }
+    // The first event names the launch: its whole fingerprint, its
+    // profile, its root.
+    let first = &events[0];
+    assert_eq!(first["event"], "launch");
+    assert_eq!(first["level"], "INFO");
+    let fp = first["fingerprint"].as_str().unwrap();
+    assert!(
+        fp.len() == 64 && fp.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{fp}"
+    );
+    assert_eq!(first["profile"], "sglang");
+    assert_eq!(first["root"], root.to_str().unwrap());
+    assert!(first["message"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("launch fingerprint {}... ", &fp[..8])));
+    let pruned = named(&events, "pruned");
+    assert_eq!(pruned.len(), 1, "{}", tuned.stderr);
+    assert_eq!(pruned[0]["kept"], 0);
+    assert_eq!(pruned[0]["removed"], 0);
+    let done = named(&events, "tuning_done");
+    assert_eq!(done.len(), 1, "{}", tuned.stderr);
+    assert_eq!(done[0]["rule"], "exit");
+    assert!(done[0]["after_s"].as_f64().unwrap() >= 0.0);
+    let signed = named(&events, "signed");
+    assert_eq!(signed.len(), 1, "{}", tuned.stderr);
+    assert_eq!(signed[0]["files"], 2);
+    assert_eq!(signed[0]["fingerprint"], fp);
+    assert_eq!(signed[0]["message"], "tuned and signed 2 cache files");
+
+    // The same launch again: both files kept, each named by its path.
+    let reused = output(&mut launch(&root, "json"));
+    assert_eq!(reused.code, 0, "{}", reused.stderr);
+    let events = objects(&reused.stderr);
+    let kept: Vec<&str> = named(&events, "kept")
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            format!("{DIR}/rank_tp0_pp0_dp0.json"),
+            format!("{DIR}/rank_tp1_pp0_dp0.json")
+        ]
+    );
+    let r = named(&events, "reused");
+    assert_eq!(r.len(), 1, "{}", reused.stderr);
+    assert_eq!(r[0]["files"], 2);
+    assert!(named(&events, "signed").is_empty());
+}
+
+#[test]
+fn a_warning_in_json_carries_its_level_and_error() {
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let b = output(&mut launch(&file, "json"));
+    assert_ne!(b.code, -1, "{}", b.stderr);
+    let events = objects(&b.stderr);
+    let w = named(&events, "root_not_a_directory");
+    assert_eq!(w.len(), 1, "{}", b.stderr);
+    assert_eq!(w[0]["level"], "WARN");
+    assert_eq!(w[0]["root"], file.to_str().unwrap());
+}
+
+#[test]
+fn text_logs_show_the_message_alone_as_operators_read_it() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let b = output(&mut launch(&root, "text"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines: Vec<&str> = b.stderr.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.starts_with("keepwrap: ")),
+        "{}",
+        b.stderr
+    );
+    // No field is appended after the message.
+    assert!(!b.stderr.contains("event="), "{}", b.stderr);
+    assert!(!b.stderr.contains("fingerprint="), "{}", b.stderr);
+    // The first line names the fingerprint, the profile, the root and the
+    // done rule.
+    let first = lines[0];
+    assert!(
+        first.starts_with("keepwrap: launch fingerprint ")
+            && first.ends_with(&format!(
+                "... (sglang profile); cache root {}; tuning is done when the command exits 0",
+                root.display()
+            )),
+        "{first}"
+    );
+    assert!(lines.contains(&"keepwrap: tuned and signed 2 cache files"));
+    // The same launch in JSON says the same messages.
+    let json_root = t.path().join("json");
+    let j = output(&mut launch(&json_root, "json"));
+    let messages: Vec<String> = objects(&j.stderr)
+        .iter()
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(messages.len(), lines.len(), "{}\n{}", b.stderr, j.stderr);
+    assert!(messages.contains(&"tuned and signed 2 cache files".to_string()));
+}
