@@ -303,11 +303,7 @@ fn restore(
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(
-    root: &Path,
-    fingerprint: &str,
-    inputs: &serde_json::Value,
-) -> AfterStart {
+fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> AfterStart {
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {

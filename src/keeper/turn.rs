@@ -106,7 +106,12 @@ fn hands_off_line(why: Why, other: &Seen) {
 
 /// Take the cache root's lock for this launch; None when it timed out or
 /// failed (logged: `then` says what the launch does without it).
-pub(super) fn take_lock(s: &Store, timeout: Duration, fingerprint: &str, then: &str) -> Option<CacheLock> {
+pub(super) fn take_lock(
+    s: &Store,
+    timeout: Duration,
+    fingerprint: &str,
+    then: &str,
+) -> Option<CacheLock> {
     let (after, what) = if then == "signs" {
         ("nothing is signed, the next launch tunes again", "commit")
     } else {
@@ -128,4 +133,3 @@ pub(super) fn take_lock(s: &Store, timeout: Duration, fingerprint: &str, then: &
         }
     }
 }
-
