@@ -388,7 +388,7 @@ fn parse_probe_duration(s: &str) -> Result<Duration, String> {
 
 /// `--done`: a rule, whose quiet window is at least [`MIN_QUIET`].
 fn parse_done(s: &str) -> Result<DoneRule, String> {
-    match DoneRule::parse(s)? {
+    match DoneRule::parse(s).map_err(|e| e.to_string())? {
         DoneRule::Quiet(d) if d < MIN_QUIET => Err(format!(
             "'{s}' is too short a quiet window: at least 100ms, or tuning would be done at the first cache file that lands"
         )),

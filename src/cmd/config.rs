@@ -157,7 +157,7 @@ fn command_settings(
     let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, env);
     let resolved = match run.done.resolve(&launch) {
         Ok(d) => format!("tuning is done {d}"),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     let source = done.map_or("default", |d| d.source);
     let done = Setting {
