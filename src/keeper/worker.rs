@@ -19,6 +19,7 @@ use super::commit::{Committer, Job, Report};
 /// ahead of them), and once the engine has ended the jobs of a launch that
 /// never needed the thread run in the loop, which has nothing else to do
 /// then (a command that exits at once starts no thread).
+#[derive(Default)]
 pub(super) struct Worker {
     /// The committer until the thread starts.
     idle: Option<Committer>,
@@ -38,13 +39,7 @@ impl Worker {
     pub(super) fn start(committer: Committer) -> Worker {
         Worker {
             idle: Some(committer),
-            jobs: None,
-            results: None,
-            wake: None,
-            thread: None,
-            inline: None,
-            busy: 0,
-            ready: Vec::new(),
+            ..Worker::default()
         }
     }
 
@@ -61,16 +56,7 @@ impl Worker {
         let Some(committer) = self.idle.take() else {
             return;
         };
-        let mut w = Worker {
-            idle: None,
-            jobs: None,
-            results: None,
-            wake: None,
-            thread: None,
-            inline: None,
-            busy: 0,
-            ready: Vec::new(),
-        };
+        let mut w = Worker::default();
         let (wake, wake_tx) = match UnixStream::pair() {
             Ok(pair) => pair,
             Err(e) => {
