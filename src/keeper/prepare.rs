@@ -60,7 +60,7 @@ impl Keeper {
         // Held until the engine is spawned (end of this function).
         let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root) {
             Ok(turn) => turn,
-            Err(prepared) => return prepared,
+            Err(prepared) => return *prepared,
         };
         let inputs = launch.redacted_inputs();
         let Some(mut pruned) = prune(&root, &fingerprint, store.as_ref()) else {
@@ -216,7 +216,7 @@ fn take_turn(
     store: Option<&Store>,
     id: &Identity,
     root: &Path,
-) -> Result<(Option<CacheLock>, Marker), Prepared> {
+) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
     let (lock, turn) = wait_turn(args, &runs, store, id);
     let state = match turn {
         Turn::Go => State::Tuning,
@@ -226,11 +226,11 @@ fn take_turn(
         Ok(m) => m,
         Err(e) => {
             crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
-            return Err(Prepared::default());
+            return Err(Box::default());
         }
     };
     if let Turn::HandsOff = turn {
-        return Err(Prepared::hands_off(marker));
+        return Err(Box::new(Prepared::hands_off(marker)));
     }
     Ok((lock, marker))
 }
