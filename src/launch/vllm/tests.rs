@@ -400,7 +400,11 @@ fn parallel_sizes_and_local_files() {
     assert_eq!(external.local_ranks(), Some(6..8));
     let dp_all = p(&["/m", "-tp", "2", "-dp", "2"]);
     assert_eq!(dp_all.local_ranks(), Some(0..4));
+}
 
+#[test]
+fn parallel_sizes_take_the_last_spelling_and_refuse_to_guess() {
+    let p = |v: &[&str]| ParallelSizes::from_args(&os(v));
     // the last occurrence wins; a disabling spelling after -ep turns it off
     assert_eq!(p(&["-tp", "2", "-tp", "8"]).tp, Some(8));
     assert!(!p(&["-ep", "--no-enable-expert-parallel"]).expert_parallel);
