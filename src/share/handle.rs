@@ -15,8 +15,8 @@ use crate::launch::fingerprint::Launch;
 use crate::unify::{Outcome, RankId};
 
 use super::{
-    bounded, collect, cstring, gather, mkdirs, node_of, publish_to, remove_old, DirUnion, Gathered,
-    Node, Publication, Settings,
+    bounded, collect, cstring, gather, mkdirs, node_of, publish_to, remove_old, report_incomplete,
+    DirUnion, Gathered, Node, Publication, Settings,
 };
 
 /// The share of one launch.
@@ -49,10 +49,10 @@ impl Share {
     }
 
     /// [`Share::new`] for a launch whose place among the nodes is `node`.
-    pub fn for_node(
+    pub fn for_node<E: std::fmt::Display>(
         args: &Settings,
         launch: &Launch,
-        node: Result<Node, String>,
+        node: Result<Node, E>,
         max_age: Duration,
     ) -> Option<Share> {
         let dir = args.dir.clone()?;
@@ -100,16 +100,7 @@ impl Share {
         };
         let dirs = match gathered {
             Gathered::Incomplete(missing) => {
-                let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
-                let why: Vec<String> = missing
-                    .iter()
-                    .map(|(r, w)| format!("node {r}: {w}"))
-                    .collect();
-                crate::events::share::share_incomplete(
-                    &which.join(", "),
-                    self.node.nnodes,
-                    &why.join("; "),
-                );
+                report_incomplete(&missing, self.node.nnodes);
                 return None;
             }
             Gathered::Complete(dirs) => dirs,

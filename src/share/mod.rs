@@ -114,9 +114,20 @@ pub struct Node {
     pub rank: u32,
 }
 
+/// Why `--nnodes` and `--node-rank` do not give this node's place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error("{flag} has no value")]
+    NoValue { flag: &'static str },
+    #[error("{flag} {value} is not a number")]
+    NotANumber { flag: &'static str, value: String },
+    #[error("--node-rank {rank} is out of range for --nnodes {nnodes}")]
+    OutOfRange { rank: u32, nnodes: u32 },
+}
+
 /// `--nnodes` (default 1) and `--node-rank` (default 0) from the command
 /// (`FLAG VALUE` or `FLAG=VALUE`, the last one wins, up to a bare `--`).
-pub fn node_of(argv: &[OsString]) -> Result<Node, String> {
+pub fn node_of(argv: &[OsString]) -> Result<Node, NodeError> {
     let (mut nnodes, mut rank) = (1u32, 0u32);
     let mut i = 1;
     while i < argv.len() {
@@ -124,31 +135,30 @@ pub fn node_of(argv: &[OsString]) -> Result<Node, String> {
         if tok == b"--" {
             break;
         }
-        for (flag, slot) in [(&b"--nnodes"[..], &mut nnodes), (b"--node-rank", &mut rank)] {
-            let value = if tok == flag {
+        for (flag, slot) in [("--nnodes", &mut nnodes), ("--node-rank", &mut rank)] {
+            let name = flag.as_bytes();
+            let value = if tok == name {
                 i += 1;
                 argv.get(i).map(|v| v.as_bytes())
-            } else if tok.len() > flag.len() && tok.starts_with(flag) && tok[flag.len()] == b'=' {
-                Some(&tok[flag.len() + 1..])
+            } else if tok.len() > name.len() && tok.starts_with(name) && tok[name.len()] == b'=' {
+                Some(&tok[name.len() + 1..])
             } else {
                 continue;
             };
-            let name = String::from_utf8_lossy(flag);
-            let value = value.ok_or_else(|| format!("{name} has no value"))?;
+            let value = value.ok_or(NodeError::NoValue { flag })?;
             *slot = std::str::from_utf8(value)
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .ok_or_else(|| {
-                    format!("{name} {} is not a number", String::from_utf8_lossy(value))
+                .ok_or_else(|| NodeError::NotANumber {
+                    flag,
+                    value: String::from_utf8_lossy(value).into_owned(),
                 })?;
             break;
         }
         i += 1;
     }
     if nnodes == 0 || rank >= nnodes {
-        return Err(format!(
-            "--node-rank {rank} is out of range for --nnodes {nnodes}"
-        ));
+        return Err(NodeError::OutOfRange { rank, nnodes });
     }
     Ok(Node { nnodes, rank })
 }

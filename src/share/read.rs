@@ -5,6 +5,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::cache::{self, fsx};
 use crate::digest::{sha256_hex, short};
@@ -14,14 +15,44 @@ use super::{
     MAX_MANIFEST, TOP,
 };
 
-pub(super) fn read_manifest(node_dir: BorrowedFd<'_>) -> Result<Manifest, String> {
+/// Why a node counts as not published: its manifest or one of its files is
+/// missing, unreadable, or does not match.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotPublished {
+    #[error("no manifest")]
+    NoManifest,
+    #[error("cannot open its directory ({0})")]
+    CannotOpenDir(Arc<io::Error>),
+    #[error("cannot read its manifest ({0})")]
+    CannotReadManifest(Arc<io::Error>),
+    #[error("its manifest is not valid ({0})")]
+    InvalidManifest(Arc<serde_json::Error>),
+    #[error("manifest format {0} (this keepwrap reads {MANIFEST_FORMAT})")]
+    Format(u32),
+    /// The manifest is another node's, or another cluster's (its
+    /// fingerprint's first digits).
+    #[error("its manifest is for node {rank} of {nnodes} of cluster {cluster}")]
+    OtherNode {
+        rank: u32,
+        nnodes: u32,
+        cluster: String,
+    },
+    #[error("its manifest lists a bad path {0:?}")]
+    BadPath(String),
+    #[error("{path}: cannot read it ({error})")]
+    CannotReadFile { path: String, error: Arc<io::Error> },
+    #[error("{0}: its bytes differ from the manifest (a publication in progress?)")]
+    Differs(String),
+}
+
+pub(super) fn read_manifest(node_dir: BorrowedFd<'_>) -> Result<Manifest, NotPublished> {
     let mut buf = Vec::new();
     match fsx::read_at(node_dir, MANIFEST, &mut buf, MAX_MANIFEST) {
         Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err("no manifest".into()),
-        Err(e) => return Err(format!("cannot read its manifest ({e})")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
+        Err(e) => return Err(NotPublished::CannotReadManifest(Arc::new(e))),
     }
-    serde_json::from_slice(&buf).map_err(|e| format!("its manifest is not valid ({e})"))
+    serde_json::from_slice(&buf).map_err(|e| NotPublished::InvalidManifest(Arc::new(e)))
 }
 
 /// One node's verified publication: its rank files, path and bytes.
@@ -33,40 +64,40 @@ pub struct NodeFiles {
 
 /// Read node `rank`'s publication and verify it. The error says why the
 /// node counts as not published.
-fn read_node(cluster_dir: BorrowedFd<'_>, cluster: &str, node: Node) -> Result<NodeFiles, String> {
+fn read_node(
+    cluster_dir: BorrowedFd<'_>,
+    cluster: &str,
+    node: Node,
+) -> Result<NodeFiles, NotPublished> {
     let dir = match fsx::open_dir_at(cluster_dir, format!("node{}", node.rank).as_str()) {
         Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err("no manifest".into()),
-        Err(e) => return Err(format!("cannot open its directory ({e})")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
+        Err(e) => return Err(NotPublished::CannotOpenDir(Arc::new(e))),
     };
     let m = read_manifest(dir.as_fd())?;
     if m.format != MANIFEST_FORMAT {
-        return Err(format!(
-            "manifest format {} (this keepwrap reads {MANIFEST_FORMAT})",
-            m.format
-        ));
+        return Err(NotPublished::Format(m.format));
     }
     if m.cluster_fingerprint != cluster || m.node_rank != node.rank || m.nnodes != node.nnodes {
-        return Err(format!(
-            "its manifest is for node {} of {} of cluster {}",
-            m.node_rank,
-            m.nnodes,
-            short(&m.cluster_fingerprint)
-        ));
+        return Err(NotPublished::OtherNode {
+            rank: m.node_rank,
+            nnodes: m.nnodes,
+            cluster: short(&m.cluster_fingerprint).to_string(),
+        });
     }
     let mut files = Vec::with_capacity(m.files.len());
     for f in &m.files {
-        let (sub, name) = checked_path(&f.path)
-            .ok_or_else(|| format!("its manifest lists a bad path {:?}", f.path))?;
+        let (sub, name) =
+            checked_path(&f.path).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
         let mut bytes = Vec::new();
         fsx::open_dir_path(dir.as_fd(), Path::new(sub))
             .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE))
-            .map_err(|e| format!("{}: cannot read it ({e})", f.path))?;
+            .map_err(|e| NotPublished::CannotReadFile {
+                path: f.path.clone(),
+                error: Arc::new(e),
+            })?;
         if bytes.len() as u64 != f.size || sha256_hex(&bytes) != f.sha256 {
-            return Err(format!(
-                "{}: its bytes differ from the manifest (a publication in progress?)",
-                f.path
-            ));
+            return Err(NotPublished::Differs(f.path.clone()));
         }
         files.push((f.path.clone(), bytes));
     }
@@ -80,7 +111,7 @@ fn read_node(cluster_dir: BorrowedFd<'_>, cluster: &str, node: Node) -> Result<N
 #[derive(Debug, Clone)]
 pub enum Gathered {
     /// Some nodes' publications are missing or do not verify: `(node, why)`.
-    Incomplete(Vec<(u32, String)>),
+    Incomplete(Vec<(u32, NotPublished)>),
     /// Every node verified: the union of each cache directory.
     Complete(Vec<DirUnion>),
 }
@@ -102,7 +133,7 @@ pub fn gather_nodes(
     share: &Path,
     cluster: &str,
     me: Node,
-) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, String)>>> {
+) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, NotPublished)>>> {
     let share_fd = open_share(share)?;
     let cluster_dir = match fsx::open_dir_at(share_fd.as_fd(), TOP)
         .and_then(|top| fsx::open_dir_at(top.as_fd(), cluster))
@@ -110,7 +141,7 @@ pub fn gather_nodes(
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Err((0..me.nnodes)
-                .map(|r| (r, "no manifest".to_string()))
+                .map(|r| (r, NotPublished::NoManifest))
                 .collect()))
         }
         Err(e) => return Err(e),
@@ -134,4 +165,14 @@ pub fn gather_nodes(
         return Ok(Err(missing));
     }
     Ok(Ok(nodes))
+}
+
+/// Say which nodes have not published, and why (one line).
+pub fn report_incomplete(missing: &[(u32, NotPublished)], nnodes: u32) {
+    let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
+    let why: Vec<String> = missing
+        .iter()
+        .map(|(r, w)| format!("node {r}: {w}"))
+        .collect();
+    crate::events::share::share_incomplete(&which.join(", "), nnodes, &why.join("; "));
 }

@@ -57,7 +57,7 @@ pub fn status(share: &Path) -> io::Result<Vec<NodePublication>> {
         for (rank, path) in nodes {
             let m = fsx::open_root(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|fd| read_manifest(fd.as_fd()));
+                .and_then(|fd| read_manifest(fd.as_fd()).map_err(|e| e.to_string()));
             out.push(match m {
                 Ok(m) => NodePublication {
                     problem: (m.cluster_fingerprint != cluster || m.node_rank != rank)

@@ -14,8 +14,17 @@ fn node_of_reads_both_spellings() {
         node_of(&os(&["p", "--nnodes", "4", "--node-rank=3"])),
         Ok(Node { nnodes: 4, rank: 3 })
     );
-    assert!(node_of(&os(&["p", "--nnodes", "2", "--node-rank", "2"])).is_err());
-    assert!(node_of(&os(&["p", "--nnodes", "x"])).is_err());
+    let err = |v: &[&str]| node_of(&os(v)).unwrap_err().to_string();
+    assert_eq!(
+        err(&["p", "--nnodes", "2", "--node-rank", "2"]),
+        "--node-rank 2 is out of range for --nnodes 2"
+    );
+    assert_eq!(err(&["p", "--nnodes", "x"]), "--nnodes x is not a number");
+    assert_eq!(err(&["p", "--node-rank"]), "--node-rank has no value");
+    assert_eq!(
+        err(&["p", "--nnodes=0"]),
+        "--node-rank 0 is out of range for --nnodes 0"
+    );
     assert_eq!(
         node_of(&os(&["p", "--", "--nnodes", "4"])),
         Ok(Node { nnodes: 1, rank: 0 })
@@ -148,7 +157,12 @@ fn a_file_that_does_not_match_its_manifest_is_not_published() {
         Gathered::Incomplete(m) => {
             assert_eq!(m.len(), 1);
             assert_eq!(m[0].0, 1);
-            assert!(m[0].1.contains("differ from the manifest"), "{}", m[0].1);
+            assert!(matches!(&m[0].1, NotPublished::Differs(_)), "{}", m[0].1);
+            assert!(
+                m[0].1.to_string().contains("differ from the manifest"),
+                "{}",
+                m[0].1
+            );
         }
         g => panic!("{g:?}"),
     }
