@@ -3,7 +3,7 @@
 //! unambiguous abbreviations) and the order of groups stop mattering.
 //!
 //! The rules follow Python's `argparse` (3.10 to 3.12) over SGLang's own
-//! table ([`super::table::OPTIONS`]):
+//! table (`table::OPTIONS`):
 //! - a token is an option when it starts with `-`, unless it is a negative
 //!   number (`-1`, `-.5`) or contains a space; a known option matches
 //!   exactly, as `OPTION=VALUE`, or as the unique prefix of one option

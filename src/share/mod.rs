@@ -36,6 +36,9 @@
 //! a hung mount cannot stall the start nor the supervisor loop (the thread
 //! is abandoned; a syscall stuck on a hard NFS mount may still keep the
 //! process from exiting until the mount answers).
+//!
+//! [`Launch::cluster_fingerprint`]: crate::launch::fingerprint::Launch::cluster_fingerprint
+//! [`unify::unify`]: crate::unify::unify
 
 mod dir;
 mod handle;

@@ -16,6 +16,8 @@
 //! ASCII), and a sentinel pair is made of non-ASCII bytes only: a pair always
 //! reaches [`Formatter::write_string_fragment`] whole.
 //!
+//! [`Formatter::write_string_fragment`]: serde_json::ser::Formatter::write_string_fragment
+//!
 //! Keys sort by Python code point order over the decoded string
 //! ([`py_cmp`]): a lone surrogate sorts by its value (U+DC80..U+DCFF, between
 //! U+D7FF and U+E000), not by the bytes of its sentinel.

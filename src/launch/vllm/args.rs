@@ -154,7 +154,7 @@ fn find_arg(token: &[u8]) -> Option<(ArgRole, &'static Arg, bool)> {
     None
 }
 
-/// The role of each of a launch's engine arguments (see [`Launch::args`]):
+/// The role of each of a launch's engine arguments (see [`Launch::args`](super::Launch::args)):
 /// a listed flag and its value(s) are [`ArgRole::FrontEnd`] or
 /// [`ArgRole::PerNode`], everything else [`ArgRole::Launch`]. A value is
 /// the next argument unless that starts with `--` (a missing value: the
