@@ -37,7 +37,7 @@ def ts(line):
 def trial():
     with tempfile.TemporaryDirectory() as home:
         env = dict(os.environ, SGLANG_CACHE_DIR=os.path.join(home, "sglang"), KEEPWRAP_LOG_FORMAT="json",
-                   PYTHONPATH=os.path.join(ROOT, "examples"))
+                   PYTHONPATH=os.path.join(ROOT, "tests", "fixtures", "engines"))
         env.pop("KEEPWRAP_CACHE_DIR", None)
         cmd = [KW, "--probe-interval", "50ms", "--", "python3", "-m", "sglang.launch_server",
                "--model-path", "/models/fake-moe", "--tp", "4", "--ep", "4", "--gate", "stock",

@@ -22,7 +22,7 @@ work=${DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/keepwrap-demo.XXXXXX")}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 echo "demo: logs and cache in $work (kept)" >&2
-export SGLANG_CACHE_DIR="$work/sglang" PYTHONPATH="$PWD/examples${PYTHONPATH:+:$PYTHONPATH}"
+export SGLANG_CACHE_DIR="$work/sglang" PYTHONPATH="$PWD/tests/fixtures/engines${PYTHONPATH:+:$PYTHONPATH}"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 tune_ms=${TUNE_MS:-40}
 rows=()

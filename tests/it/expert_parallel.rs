@@ -286,7 +286,7 @@ fn unified_rank_files_share_one_inode_and_a_save_of_one_rank_leaves_the_others_a
          e = {{k: v for k, v in d.items() if not k.startswith('_')}}\n\
          e['(\"new\", \"shape\")'] = ['R', 1]\n\
          print(fe.save_configs(p, e, env))\n",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines"),
         root.join(&files[0]),
     );
     let out = std::process::Command::new("python3")

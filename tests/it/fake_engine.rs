@@ -1,4 +1,4 @@
-//! Drives `python3 examples/fake_engine.py` directly (no keepwrap) and checks that the fake
+//! Drives `python3 tests/fixtures/engines/fake_engine.py` directly (no keepwrap) and checks that the fake
 //! reproduces the engine facts keepwrap relies on, including the bug keepwrap fixes
 //! (SGLang 40320: the stock entry gate drops every rank's cache under expert parallelism).
 
@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 const TUNE_MS: &str = "2";
 
 fn engine_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fake_engine.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines/fake_engine.py")
 }
 
 /// A running fake launch in its own process group; dropping it kills the whole group.

@@ -1,4 +1,4 @@
-//! Drives `examples/fake_vllm.py` with python3 (once through `keepwrap
+//! Drives `tests/fixtures/engines/fake_vllm.py` with python3 (once through `keepwrap
 //! --disable`, which only supervises) and checks that the fake reproduces what
 //! vLLM does with FlashInfer's autotune cache, the bugs keepwrap must fix
 //! included: the warm-boot hang of layout A under expert parallelism, and the
@@ -20,7 +20,7 @@ use serde_json::Value;
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn fake() -> PathBuf {
-    common::repo().join("examples/fake_vllm.py")
+    common::repo().join("tests/fixtures/engines/fake_vllm.py")
 }
 
 /// A command with nothing of the caller's vLLM, FlashInfer or fake settings,
@@ -38,7 +38,7 @@ fn hermetic(mut cmd: Command, home: &Path) -> Command {
     cmd
 }
 
-/// `python3 examples/fake_vllm.py serve /models/fake-moe ARGS...`
+/// `python3 tests/fixtures/engines/fake_vllm.py serve /models/fake-moe ARGS...`
 fn serve(home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new("python3");
     cmd.arg(fake())
@@ -427,10 +427,10 @@ fn cache_root_and_launch_shapes_follow_vllm() {
     // Every launch shape reaches the same engine: `vllm serve` on PATH,
     // the api_server module, the CLI module, `--model` in serve, a --config
     // file, underscores in flag names.
-    let examples = common::repo().join("examples");
+    let engines = common::repo().join("tests/fixtures/engines");
     let path = format!(
         "{}:{}",
-        examples.join("bin").display(),
+        engines.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let yaml = h.join("serve.yaml");
@@ -469,7 +469,7 @@ fn cache_root_and_launch_shapes_follow_vllm() {
         let mut c = Command::new(argv[0]);
         c.args(&argv[1..]).args(["--offline", "--tune-ms", "2"]);
         let mut c = hermetic(c, h);
-        c.env("PATH", &path).env("PYTHONPATH", &examples);
+        c.env("PATH", &path).env("PYTHONPATH", &engines);
         let f = Running::spawn(&mut c).finish(DEADLINE);
         assert_eq!(f.code, 0, "{argv:?}: {}", f.stderr);
         assert_eq!(start(&f)["world"], 2, "{argv:?}");
@@ -736,10 +736,10 @@ fn crash_mid_tune_saves_nothing_crash_mid_save_leaves_a_partial_temp() {
 #[test]
 fn keepwrap_disable_passes_the_hang_through() {
     let home = tempfile::tempdir().unwrap();
-    let examples = common::repo().join("examples");
+    let engines = common::repo().join("tests/fixtures/engines");
     let path = format!(
         "{}:{}",
-        examples.join("bin").display(),
+        engines.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let run = |code| {

@@ -29,7 +29,7 @@ fn kw(home: &Path, cwd: &Path) -> Command {
         .env_remove("KEEPWRAP_KEEP")
         .env_remove("KEEPWRAP_DONE")
         .env("SGLANG_CACHE_DIR", home.join("sglang"))
-        .env("PYTHONPATH", repo().join("examples"))
+        .env("PYTHONPATH", repo().join("tests/fixtures/engines"))
         .env("FAKE_DIST_TIMEOUT_S", "20");
     cmd
 }

@@ -1,5 +1,5 @@
 //! Keeping the autotune cache, end to end with the fake engine of
-//! `examples/`: prune what a launch must not load, watch the engine tune,
+//! `tests/fixtures/engines/`: prune what a launch must not load, watch the engine tune,
 //! sign the set when tuning is done, and reuse it on the next identical
 //! launch. Every promise is checked from the outside: what the engine
 //! tuned and loaded, what keepwrap logged, what is on disk.
@@ -281,7 +281,7 @@ fn server(h: &Path, kw_args: &[&str], port: u16) -> Command {
         .env_remove("KEEPWRAP_LOG")
         .env("KEEPWRAP_LOG_FORMAT", "json")
         .env("SGLANG_CACHE_DIR", h.join("sglang"))
-        .env("PYTHONPATH", repo().join("examples"))
+        .env("PYTHONPATH", repo().join("tests/fixtures/engines"))
         .env("FAKE_DIST_TIMEOUT_S", "20")
         .args(kw_args)
         .args([

@@ -1,7 +1,7 @@
 //! Every launch keeps its own tactics: whole sets signed for other launches
 //! go to the store and come back with their launch; eviction; `status`,
 //! `explain` and statistics; secrets never written or logged. End to end
-//! with the fake engine of `examples/` and with tiny Python "engines" that
+//! with the fake engine of `tests/fixtures/engines/` and with tiny Python "engines" that
 //! write one file (fast, for eviction).
 
 use crate::common;

@@ -1,5 +1,5 @@
-//! keepwrap in front of the fake vLLM engine (`examples/fake_vllm.py`,
-//! launched as `vllm serve MODEL ...` through `examples/bin/vllm`): the
+//! keepwrap in front of the fake vLLM engine (`tests/fixtures/engines/fake_vllm.py`,
+//! launched as `vllm serve MODEL ...` through `tests/fixtures/engines/bin/vllm`): the
 //! `vllm` profile end to end. Each boot is a server launch; the test waits
 //! (with a deadline) for keepwrap's outcome line, then stops it with TERM as
 //! an orchestrator would.
@@ -41,7 +41,7 @@ fn hermetic(home: &Path) -> Command {
     }
     let path = format!(
         "{}:{}",
-        common::repo().join("examples/bin").display(),
+        common::repo().join("tests/fixtures/engines/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     cmd.env_remove("XDG_CACHE_HOME")
@@ -297,7 +297,7 @@ fn layout_a_keeps_the_shared_file_for_a_dense_model() {
 fn the_api_server_entry_point_is_a_vllm_launch_too() {
     let home = common::home();
     let port = common::free_port().to_string();
-    let examples = common::repo().join("examples");
+    let engines = common::repo().join("tests/fixtures/engines");
     let run = || {
         let command = [
             "python3",
@@ -313,7 +313,7 @@ fn the_api_server_entry_point_is_a_vllm_launch_too() {
             &port,
         ];
         let mut cmd = kw_cmd(home.path(), &[], &command, &[]);
-        cmd.env("PYTHONPATH", &examples);
+        cmd.env("PYTHONPATH", &engines);
         until_outcome(Running::spawn(&mut cmd))
     };
     let cold = run();

@@ -315,7 +315,7 @@ impl Running {
     }
 }
 
-/// The fake engine of `examples/`: what its JSON lines say about one boot.
+/// The fake engine of `tests/fixtures/engines/`: what its JSON lines say about one boot.
 impl Finished {
     pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
         self.stdout
@@ -444,10 +444,10 @@ impl Finished {
 }
 
 pub fn fake_engine() -> PathBuf {
-    repo().join("examples/fake_engine.py")
+    repo().join("tests/fixtures/engines/fake_engine.py")
 }
 
-/// `keepwrap [kw_args] -- python3 examples/fake_engine.py --model-path
+/// `keepwrap [kw_args] -- python3 tests/fixtures/engines/fake_engine.py --model-path
 /// /models/m [engine_args]`, with `SGLANG_CACHE_DIR=<home>/sglang` so the
 /// default cache root applies.
 pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> Command {
