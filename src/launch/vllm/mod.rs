@@ -7,16 +7,22 @@
 //! `kernel_warmup.py`, `vllm/envs.py`, `vllm/engine/arg_utils.py`,
 //! `vllm/utils/argparse_utils.py`, `vllm/entrypoints/common/cli_args.py`).
 //!
-//! - [`recognise`]: is a command a vLLM server launch, and where its engine
-//!   arguments start;
-//! - [`autotune_root`], [`managed_store_root`], [`arch_component`]: where
-//!   vLLM and FlashInfer keep the tactics, from the child's environment;
-//! - [`Layout`], [`FileKind`]: which files each vLLM release writes;
-//! - [`arg_roles`], [`FRONT_END_ARGS`], [`PER_NODE_ARGS`], [`VOLATILE_ENV`]:
-//!   what must not enter a vLLM launch's fingerprint;
-//! - [`ParallelSizes`]: the world, and which ranks' files a node writes;
-//! - [`moe_from_config`], [`launch_moe`]: whether a launch runs MoE layers,
-//!   decided conservatively.
+//! A file each:
+//!
+//! - `recognise.rs`, [`recognise`]: is a command a vLLM server launch, and
+//!   where its engine arguments start;
+//! - `roots.rs`, [`autotune_root`], [`managed_store_root`],
+//!   [`arch_component`]: where vLLM and FlashInfer keep the tactics, from the
+//!   child's environment;
+//! - `files.rs`, [`Layout`], [`FileKind`]: which files each vLLM release
+//!   writes;
+//! - `args.rs`, [`arg_roles`], [`FRONT_END_ARGS`], [`PER_NODE_ARGS`], and
+//!   `env.rs`, [`VOLATILE_ENV`]: what must not enter a vLLM launch's
+//!   fingerprint;
+//! - `parallel.rs`, [`ParallelSizes`]: the world, and which ranks' files a
+//!   node writes;
+//! - `moe.rs`, [`moe_from_config`], [`launch_moe`]: whether a launch runs MoE
+//!   layers, decided conservatively.
 
 mod args;
 mod env;
