@@ -37,14 +37,14 @@ mod judge;
 mod layout;
 pub mod layout_vllm;
 mod prune;
-pub use prune::{Stash, MAX_CACHE_FILE, MAX_SIDECAR};
+pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
 mod survey;
 pub use survey::{survey, FileInfo, FileState};
 mod trash;
 
-pub use trash::{empty_trash, TRASH_DIR};
+pub use trash::{empty_trash, TrashJob, TRASH_DIR};
 
 #[cfg(test)]
 mod tests;
@@ -53,8 +53,8 @@ pub use crate::digest::sha256_hex;
 pub use json::{json_object_entries, META_KEYS};
 pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
-    is_sha256_hex, open_sets, read_manifest, remove_manifest, set_id, write_manifest, Member,
-    SetManifest, SetRecord, Sidecar, Stamp,
+    is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
+    validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
 };
 
 /// What prune did, for the summary line and the outcome line.
@@ -87,6 +87,10 @@ pub struct SignReport {
     /// first failed write and returns the error (the set is then incomplete,
     /// and the next prune trusts none of it).
     pub failed: usize,
+    /// With [`sign_unsettled`]: members were signed without their stamp
+    /// (their change time was too fresh to vouch for them); at this wall
+    /// clock time (ns) it has settled, and [`restamp`] can record it.
+    pub settle_at: Option<i64>,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
@@ -117,13 +121,18 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, true, None)
+    prune::prune(root, fingerprint, Empty::Background, None).map(|(r, _)| r)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
 /// false (tests; a one-shot `keepwrap prune` command).
 pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, background, None)
+    let empty = if background {
+        Empty::Background
+    } else {
+        Empty::Now
+    };
+    prune::prune(root, fingerprint, empty, None).map(|(r, _)| r)
 }
 
 /// A whole set signed for another launch, still in place, to be stored.
@@ -169,14 +178,42 @@ pub fn prune_stashing(
     fingerprint: &str,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, true, Some(stash))
+    prune::prune(root, fingerprint, Empty::Background, Some(stash)).map(|(r, _)| r)
+}
+
+/// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
+/// returned job to empty: a launch runs it once the engine has started, so
+/// that the engine never waits for blocks to be freed. A job dropped
+/// without running empties the trash in a background thread.
+pub fn prune_then_empty(
+    root: &Path,
+    fingerprint: &str,
+    stash: Option<prune::Stash<'_>>,
+) -> io::Result<(PruneReport, TrashJob)> {
+    prune::prune(root, fingerprint, Empty::Later, stash)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.
 /// Writes nothing when the same set is already recorded (`unchanged`). A
 /// missing root gives an empty, unchanged report.
 pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
-    sign::sign(root, fingerprint)
+    sign::sign(root, fingerprint, sign::Settle::Wait)
+}
+
+/// [`sign`] without waiting for the change times of files written just
+/// now to settle: those members are signed without a stamp (the next
+/// prune reads and hashes them), and the report says when [`restamp`] can
+/// record their stamps.
+pub fn sign_unsettled(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+    sign::sign(root, fingerprint, sign::Settle::Later)
+}
+
+/// Record the stamps of the members of this launch's signed set that have
+/// none (their change times settled since): each read and hashed again,
+/// and only a file whose bytes are still the ones signed gets one. Writes
+/// nothing when the files present are not exactly that set any more.
+pub fn restamp(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+    sign::sign(root, fingerprint, sign::Settle::Restamp)
 }
 
 /// Why the directory `rel` below the open root (or the root itself, or a

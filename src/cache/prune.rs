@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, SetRecord, Sidecar, Stamp};
-use super::trash::{self, Trash};
+use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
 /// Moves a whole set signed for another launch out of the tree (into the
@@ -59,6 +60,11 @@ struct State<'f, 's> {
     untouched_first: Option<String>,
     /// The set manifests read, by fingerprint (each read and checked once).
     manifests: Manifests,
+    /// `.keepwrap/sets`, opened once (None inside: there is none).
+    sets: Option<Option<OwnedFd>>,
+    /// The directory above the last set's (relative path): sets of one
+    /// such directory follow each other.
+    updir: Option<(String, Rc<OwnedFd>)>,
 }
 
 struct Foreign {
@@ -79,18 +85,31 @@ enum TrashState {
     Unavailable,
 }
 
-/// `background`: empty the trash in a background thread (else now, before
-/// returning). `stash`: where whole sets of other launches go (None: they
+/// When the trash is emptied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Empty {
+    /// Before returning.
+    Now,
+    /// In a background thread started before returning.
+    Background,
+    /// When the returned [`TrashJob`] runs (after the engine's start).
+    Later,
+}
+
+/// `empty`: when the trash is emptied (with [`Empty::Later`], the returned
+/// job does it). `stash`: where whole sets of other launches go (None: they
 /// are removed like the rest).
 pub fn prune(
     root: &Path,
     fingerprint: &str,
-    background: bool,
+    empty: Empty,
     stash: Option<Stash<'_>>,
-) -> io::Result<PruneReport> {
+) -> io::Result<(PruneReport, TrashJob)> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PruneReport::default()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok((PruneReport::default(), TrashJob::none()))
+        }
         Err(e) => {
             return Err(io::Error::new(
                 e.kind(),
@@ -122,14 +141,19 @@ pub fn prune(
         untouched: 0,
         untouched_first: None,
         manifests: Manifests::new(),
+        sets: None,
+        updir: None,
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
-        if background {
-            trash::spawn_empty(root);
-        } else {
-            trash::empty_at(root.as_fd());
+        match empty {
+            Empty::Now => {
+                trash::empty_at(root.as_fd());
+            }
+            Empty::Background => trash::spawn_empty(root),
+            Empty::Later => job = TrashJob::of(root),
         }
     }
     if let Some(first) = &st.untouched_first {
@@ -138,7 +162,7 @@ pub fn prune(
     }
     let r = &st.report;
     crate::events::cache::pruned(r.kept.len(), r.stored, r.removed, r.leftovers, r.left);
-    Ok(st.report)
+    Ok((st.report, job))
 }
 
 fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
@@ -414,24 +438,9 @@ impl State<'_, '_> {
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
         if foreign {
-            // Its bytes are read only once its set is whole by the sidecars
-            // (a set is stored or removed whole: one changed member is
-            // enough to know). The size is checked now, from the inode.
-            let fp8 = crate::digest::short(&sc.fingerprint).digits().to_string();
-            let size = match fsx::lstat_at(dir.fd, cstr_buf(&mut self.cname, name)) {
-                Ok(st) => st.st_size.max(0) as u64,
-                Err(e) => {
-                    let why = Box::new(Reason::Unreadable(e.to_string()));
-                    return Some(Reason::OtherLaunchBad(fp8, why));
-                }
-            };
-            if size != sc.size {
-                let why = Box::new(Reason::SizeChanged {
-                    now: size,
-                    signed: sc.size,
-                });
-                return Some(Reason::OtherLaunchBad(fp8, why));
-            }
+            // Its bytes (or its stamp) are checked only once its set is
+            // whole by the sidecars (a set is stored or removed whole: one
+            // changed member is enough to know).
             self.foreign.push(Foreign {
                 path,
                 sc,
@@ -443,18 +452,9 @@ impl State<'_, '_> {
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
         // Anything else is read and hashed.
-        let verdict = match fsx::open_regular_at(dir.fd, cstr_buf(&mut self.cname, name)) {
-            Err(e) => Err(Reason::Unreadable(e.to_string())),
-            Ok((_, st)) if stamped(&sc, &st) => Ok(()),
-            Ok((mut file, st)) => {
-                match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
-                    Err(e) => Err(Reason::Unreadable(e.to_string())),
-                    Ok(()) => judge::judge_bytes(&sc, &self.cbuf),
-                }
-            }
-        };
+        let verdict = check_file(dir.fd, cstr_buf(&mut self.cname, name), &sc, &mut self.cbuf);
         match verdict {
-            Ok(()) => {
+            Ok(_) => {
                 self.cands.push((path, sc));
                 None
             }
@@ -510,7 +510,9 @@ impl State<'_, '_> {
         if self.manifests.contains_key(fp) {
             return;
         }
-        let sets = sidecar::open_sets(root.as_fd(), false).ok();
+        let sets = self
+            .sets
+            .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok());
         let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
         self.manifests.insert(fp.to_string(), m);
     }
@@ -597,7 +599,7 @@ impl State<'_, '_> {
         for (i, f) in files.iter().enumerate() {
             let (p, name) = split(&f.path);
             if open.as_ref().is_none_or(|(q, _)| *q != p) {
-                match fsx::open_dir_path(root.as_fd(), Path::new(p)) {
+                match self.open_rel(root, p) {
                     Ok(d) => open = Some((p, d)),
                     Err(e) => {
                         failed = Some((i, Reason::Unreadable(e.to_string())));
@@ -606,17 +608,7 @@ impl State<'_, '_> {
                 }
             }
             let Some((_, d)) = &open else { break };
-            let verdict = match fsx::open_regular_at(d.as_fd(), name) {
-                Err(e) => Err(Reason::Unreadable(e.to_string())),
-                Ok((_, st)) if stamped(&f.sc, &st) => Ok(FileId::of(&st)),
-                Ok((mut file, st)) => {
-                    match fsx::read_open(&mut file, &st, &mut self.cbuf, MAX_CACHE_FILE) {
-                        Err(e) => Err(Reason::Unreadable(e.to_string())),
-                        Ok(()) => judge::judge_bytes(&f.sc, &self.cbuf).map(|()| FileId::of(&st)),
-                    }
-                }
-            };
-            match verdict {
+            match check_file(d.as_fd(), name.as_bytes(), &f.sc, &mut self.cbuf) {
                 Ok(id) => checked.push([id, f.sidecar_id]),
                 Err(reason) => {
                     failed = Some((i, reason));
@@ -702,10 +694,33 @@ impl State<'_, '_> {
         }
     }
 
+    /// The directory `up` (relative to the root), kept open for the next
+    /// set.
+    fn up_dir(&mut self, root: &OwnedFd, up: &str) -> io::Result<Rc<OwnedFd>> {
+        if let Some((p, fd)) = &self.updir {
+            if p == up {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = Rc::new(fsx::open_dir_path(root.as_fd(), Path::new(up))?);
+        self.updir = Some((up.to_string(), fd.clone()));
+        Ok(fd)
+    }
+
+    /// Open the directory `rel` (relative to the root) from the one above it.
+    fn open_rel(&mut self, root: &OwnedFd, rel: &str) -> io::Result<OwnedFd> {
+        let (up, name) = split(rel);
+        if up.is_empty() {
+            return fsx::open_dir_path(root.as_fd(), Path::new(rel));
+        }
+        let upfd = self.up_dir(root, up)?;
+        fsx::open_dir_at(upfd.as_fd(), name)
+    }
+
     /// Move the directory at `rel` (relative to the root) into the trash.
     fn trash_path(&mut self, root: &OwnedFd, rel: &str) -> bool {
         let (p, name) = split(rel);
-        let Ok(parent) = fsx::open_dir_path(root.as_fd(), Path::new(p)) else {
+        let Ok(parent) = self.up_dir(root, p) else {
             return false;
         };
         let mut shown = rel.as_bytes().to_vec();
@@ -720,6 +735,30 @@ impl State<'_, '_> {
 /// signed, and were a JSON object.
 fn stamped(sc: &Sidecar, st: &nix::sys::stat::FileStat) -> bool {
     sc.stat.is_some_and(|s| s == Stamp::of(st)) && st.st_size.max(0) as u64 == sc.size
+}
+
+/// Check the cache file `name` of `dir` against its sidecar `sc`: the very
+/// file hashed at signing (its stamp, from one `lstat`: no open), else its
+/// bytes (read, hashed, a JSON object). The identity of the file checked.
+fn check_file(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    sc: &Sidecar,
+    buf: &mut Vec<u8>,
+) -> Result<FileId, Reason> {
+    if let Ok(st) = fsx::lstat_at(dir, name) {
+        if Kind::from_mode(st.st_mode) == Kind::File && stamped(sc, &st) {
+            return Ok(FileId::of(&st));
+        }
+    }
+    match fsx::open_regular_at(dir, name) {
+        Err(e) => Err(Reason::Unreadable(e.to_string())),
+        Ok((_, st)) if stamped(sc, &st) => Ok(FileId::of(&st)),
+        Ok((mut file, st)) => match fsx::read_open(&mut file, &st, buf, MAX_CACHE_FILE) {
+            Err(e) => Err(Reason::Unreadable(e.to_string())),
+            Ok(()) => judge::judge_bytes(sc, buf).map(|()| FileId::of(&st)),
+        },
+    }
 }
 
 /// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.

@@ -16,7 +16,19 @@ use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
 use super::SignReport;
 use crate::SIDECAR_FORMAT;
 
-pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+/// What sign does with files whose change time is too fresh to vouch for
+/// them (see [`Stamp::settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Wait (at most [`SETTLE_WAIT_NS`]) and stamp them.
+    Wait,
+    /// Sign them without a stamp; the report says when they settle.
+    Later,
+    /// Only record the stamps of the set already signed.
+    Restamp,
+}
+
+pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignReport> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -45,6 +57,8 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     // Per member: its sidecar, when it is one signed for this launch.
     let mut knowns: Vec<Option<Sidecar>> = Vec::new();
     let mut racy: Vec<usize> = Vec::new();
+    // When the last of them settles.
+    let mut settle_at = i64::MIN;
     let mut hashed = Hashed::default();
     let mut buf = Vec::new();
     let mut sbuf = Vec::new();
@@ -114,6 +128,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                 };
             if !stamp.settled(now) {
                 racy.push(members.len());
+                settle_at = settle_at.max(stamp.settled_at());
             }
             stamps.push(stamp.settled(now).then_some(stamp));
             knowns.push(known);
@@ -133,14 +148,17 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     // Files changed (or unified) just now: their change time is not settled
     // yet, so a change in the same clock tick could keep it. Wait (at most
     // SETTLE_WAIT) until it is, then hash them again to record their stamp.
-    stamp_racy(
-        &root_fd,
-        &members,
-        &mut stamps,
-        &racy,
-        &mut hashed,
-        &mut buf,
-    );
+    if settle == Settle::Wait {
+        stamp_racy(
+            &root_fd,
+            &members,
+            &mut stamps,
+            &racy,
+            &mut hashed,
+            &mut buf,
+        );
+    }
+    let settle_at = (settle == Settle::Later && !racy.is_empty()).then_some(settle_at);
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
     let members: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
@@ -154,6 +172,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
             unchanged: true,
             set_id: id,
             failed: 0,
+            settle_at: None,
         });
     }
 
@@ -189,10 +208,30 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
                     unchanged: true,
                     set_id: id,
                     failed: 0,
+                    settle_at,
                 });
             }
             write_sidecars(&root_fd, &restamp, members.len())?;
+            if settle == Settle::Restamp {
+                return Ok(SignReport {
+                    signed,
+                    unchanged: true,
+                    set_id: id,
+                    failed: 0,
+                    settle_at: None,
+                });
+            }
             true
+        }
+        // Not the set signed: a restamp writes nothing.
+        None if settle == Settle::Restamp => {
+            return Ok(SignReport {
+                signed,
+                unchanged: false,
+                set_id: id,
+                failed: 0,
+                settle_at: None,
+            });
         }
         // 3b. Every sidecar, one directory at a time, then the manifest:
         // until the manifest names this set, no member is trusted.
@@ -240,6 +279,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
         unchanged,
         set_id: id,
         failed: 0,
+        settle_at,
     })
 }
 

@@ -70,6 +70,36 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
     }
 }
 
+/// The trash of a cache root, to be emptied once the engine has started:
+/// [`TrashJob::run`] empties it; dropped without running, a background
+/// thread does.
+pub struct TrashJob(Option<OwnedFd>);
+
+impl TrashJob {
+    pub fn none() -> TrashJob {
+        TrashJob(None)
+    }
+
+    pub(super) fn of(root: OwnedFd) -> TrashJob {
+        TrashJob(Some(root))
+    }
+
+    /// Empty the trash now, on this thread.
+    pub fn run(mut self) {
+        if let Some(root) = self.0.take() {
+            empty_at(root.as_fd());
+        }
+    }
+}
+
+impl Drop for TrashJob {
+    fn drop(&mut self) {
+        if let Some(root) = self.0.take() {
+            spawn_empty(root);
+        }
+    }
+}
+
 /// Empty the trash in a background thread that blocks every signal (so a
 /// signal meant for the supervisor is never delivered to it).
 pub fn spawn_empty(root: OwnedFd) {

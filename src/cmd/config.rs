@@ -116,7 +116,23 @@ pub fn print(
     let cache_dir = all.iter().find(|s| s.name == "cache-dir");
     let root = cache_dir.map(|c| root_setting(run, c, command, &env));
     all.extend(root);
-    all.push(Setting {
+    all.push(log_setting(level));
+    if !command.is_empty() {
+        let for_command = command_settings(&all, run, command, &env);
+        all.extend(for_command);
+    }
+    crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
+    if json {
+        print_json(&all);
+    } else {
+        print_text(&all);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The log filter, and what it came from.
+fn log_setting(level: &LogLevel) -> Setting {
+    Setting {
         name: "log".into(),
         value: Some(level.filter.clone()),
         source: level.source,
@@ -126,66 +142,78 @@ pub fn print(
             _ => None,
         },
         variable: Some("KEEPWRAP_LOG".into()),
-    });
-    if !command.is_empty() {
-        let done = all.iter().find(|s| s.name == "done");
-        let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, &env);
-        let resolved = match run.done.resolve(&launch) {
-            Ok(d) => format!("tuning is done {d}"),
-            Err(e) => e,
-        };
-        let source = done.map_or("default", |d| d.source);
-        all.push(Setting {
-            name: "done-for-command".into(),
-            value: Some(resolved),
-            source,
-            origin: done.and_then(|d| d.origin.clone()),
-            variable: None,
-        });
-        let profile = all.iter().find(|s| s.name == "profile");
-        all.push(Setting {
-            name: "profile-for-command".into(),
-            value: Some(launch.profile().as_str().to_string()),
-            source: profile.map_or("default", |p| p.source),
-            origin: profile.and_then(|p| p.origin.clone()),
-            variable: None,
-        });
     }
-    crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
-    if json {
-        let mut obj = Map::new();
-        for s in &all {
-            let mut entry = Map::new();
-            entry.insert(
-                "value".into(),
-                s.value.clone().map_or(Value::Null, Value::String),
-            );
-            entry.insert("source".into(), json!(s.source));
-            if let Some(o) = &s.origin {
-                entry.insert("from".into(), json!(o));
-            }
-            if let Some(v) = &s.variable {
-                entry.insert("variable".into(), json!(v));
-            }
-            obj.insert(s.name.clone(), Value::Object(entry));
-        }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&Value::Object(obj)).unwrap_or_default()
+}
+
+/// For a launch named after `--`: the done rule and the profile it
+/// resolves to, each from where the setting it resolves came from.
+fn command_settings(
+    all: &[Setting],
+    run: &Settings,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> [Setting; 2] {
+    let done = all.iter().find(|s| s.name == "done");
+    let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, env);
+    let resolved = match run.done.resolve(&launch) {
+        Ok(d) => format!("tuning is done {d}"),
+        Err(e) => e.to_string(),
+    };
+    let source = done.map_or("default", |d| d.source);
+    let done = Setting {
+        name: "done-for-command".into(),
+        value: Some(resolved),
+        source,
+        origin: done.and_then(|d| d.origin.clone()),
+        variable: None,
+    };
+    let profile = all.iter().find(|s| s.name == "profile");
+    let profile = Setting {
+        name: "profile-for-command".into(),
+        value: Some(launch.profile().as_str().to_string()),
+        source: profile.map_or("default", |p| p.source),
+        origin: profile.and_then(|p| p.origin.clone()),
+        variable: None,
+    };
+    [done, profile]
+}
+
+/// One object per setting: its value, source, and where it came from.
+fn print_json(all: &[Setting]) {
+    let mut obj = Map::new();
+    for s in all {
+        let mut entry = Map::new();
+        entry.insert(
+            "value".into(),
+            s.value.clone().map_or(Value::Null, Value::String),
         );
-    } else {
-        let tags: Vec<String> = all
-            .iter()
-            .map(|s| match &s.origin {
-                Some(o) => format!("({} {o})", s.source),
-                None => format!("({})", s.source),
-            })
-            .collect();
-        let width = tags.iter().map(String::len).max().unwrap_or(0);
-        for (s, tag) in all.iter().zip(&tags) {
-            let value = s.value.as_deref().unwrap_or("(off)");
-            println!("{tag:width$}  {} = {value}", s.name);
+        entry.insert("source".into(), json!(s.source));
+        if let Some(o) = &s.origin {
+            entry.insert("from".into(), json!(o));
         }
+        if let Some(v) = &s.variable {
+            entry.insert("variable".into(), json!(v));
+        }
+        obj.insert(s.name.clone(), Value::Object(entry));
     }
-    ExitCode::SUCCESS
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&Value::Object(obj)).unwrap_or_default()
+    );
+}
+
+/// One line per setting: `(source origin)  name = value`, aligned.
+fn print_text(all: &[Setting]) {
+    let tags: Vec<String> = all
+        .iter()
+        .map(|s| match &s.origin {
+            Some(o) => format!("({} {o})", s.source),
+            None => format!("({})", s.source),
+        })
+        .collect();
+    let width = tags.iter().map(String::len).max().unwrap_or(0);
+    for (s, tag) in all.iter().zip(&tags) {
+        let value = s.value.as_deref().unwrap_or("(off)");
+        println!("{tag:width$}  {} = {value}", s.name);
+    }
 }

@@ -34,16 +34,9 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         );
         return ExitCode::SUCCESS;
     };
-    let launch = match &which {
-        Evict::Launch(prefix) => {
-            let p = prefix.to_ascii_lowercase();
-            if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
-                return ExitCode::from(EXIT_USAGE);
-            }
-            Some(p)
-        }
-        _ => None,
+    let launch = match launch_prefix(&which) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
     let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
@@ -56,25 +49,8 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         }
     };
     let now = now_secs();
-    if let Some(p) = &launch {
-        let matching: Vec<String> = store
-            .entries()
-            .into_iter()
-            .map(|e| e.manifest.fingerprint)
-            .filter(|fp| fp.starts_with(p.as_str()))
-            .collect();
-        if matching.len() != 1 {
-            eprintln!(
-                "keepwrap: error: {} stored sets match {p}{}",
-                matching.len(),
-                if matching.is_empty() {
-                    ""
-                } else {
-                    ": give more digits"
-                }
-            );
-            return ExitCode::FAILURE;
-        }
+    if launch.as_deref().is_some_and(|p| !matches_one(&store, p)) {
+        return ExitCode::FAILURE;
     }
     let why = match &which {
         Evict::All => "keepwrap evict --all".to_string(),
@@ -102,4 +78,44 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         size_text(left.iter().map(|e| e.bytes).sum())
     );
     ExitCode::SUCCESS
+}
+
+/// The fingerprint prefix a `keepwrap evict FINGERPRINT` names, in lower
+/// case; Err (said on stderr) when it is not one.
+fn launch_prefix(which: &Evict) -> Result<Option<String>, ExitCode> {
+    match which {
+        Evict::Launch(prefix) => {
+            let p = prefix.to_ascii_lowercase();
+            if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
+                return Err(ExitCode::from(EXIT_USAGE));
+            }
+            Ok(Some(p))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether exactly one stored set's fingerprint starts with `prefix` (said
+/// on stderr when not).
+fn matches_one(store: &Store, prefix: &str) -> bool {
+    let matching: Vec<String> = store
+        .entries()
+        .into_iter()
+        .map(|e| e.manifest.fingerprint)
+        .filter(|fp| fp.starts_with(prefix))
+        .collect();
+    if matching.len() != 1 {
+        eprintln!(
+            "keepwrap: error: {} stored sets match {prefix}{}",
+            matching.len(),
+            if matching.is_empty() {
+                ""
+            } else {
+                ": give more digits"
+            }
+        );
+        return false;
+    }
+    true
 }

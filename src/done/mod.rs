@@ -15,7 +15,28 @@ use nix::errno::Errno;
 use nix::poll::PollFlags;
 use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
 
+use crate::clock::DurationError;
 use crate::launch::fingerprint::Launch;
+
+/// Why a `--done` rule cannot be used, for this launch or at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DoneError {
+    #[error("'{0}' is not a done rule: use auto, health, health=URL, quiet=DURATION or exit")]
+    NotARule(String),
+    /// `quiet=` and a text that is not a duration.
+    #[error(transparent)]
+    Quiet(#[from] DurationError),
+    /// A health URL that cannot be probed: the URL and why.
+    #[error("health URL '{0}': {1}")]
+    Url(String, &'static str),
+    /// `auto` for a vLLM server on a Unix socket.
+    #[error("a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION")]
+    UnixSocket,
+    /// `auto` for a headless vLLM node that names neither its head nor
+    /// its ranks.
+    #[error("a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
+    HeadlessUnknown,
+}
 
 /// `--done`: when keepwrap considers the engine's tuning finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +53,7 @@ pub enum DoneRule {
 }
 
 impl DoneRule {
-    pub fn parse(s: &str) -> Result<DoneRule, String> {
+    pub fn parse(s: &str) -> Result<DoneRule, DoneError> {
         let s = s.trim();
         let (name, value) = match s.split_once('=') {
             Some((n, v)) => (n, Some(v)),
@@ -45,12 +66,8 @@ impl DoneRule {
             ("health", Some(url)) => {
                 Endpoint::parse(url).map(|_| DoneRule::Health(Some(url.to_string())))
             }
-            ("quiet", Some(d)) => crate::clock::parse_duration(d)
-                .map(DoneRule::Quiet)
-                .map_err(|e| e.to_string()),
-            _ => Err(format!(
-                "'{s}' is not a done rule: use auto, health, health=URL, quiet=DURATION or exit"
-            )),
+            ("quiet", Some(d)) => Ok(DoneRule::Quiet(crate::clock::parse_duration(d)?)),
+            _ => Err(DoneError::NotARule(s.to_string())),
         }
     }
 }
@@ -75,7 +92,7 @@ pub enum Done {
 impl DoneRule {
     /// Resolve `auto` and a bare `health` against the launch (the command
     /// inside a shell wrapper, its config file included).
-    pub fn resolve(&self, launch: &Launch) -> Result<Done, String> {
+    pub fn resolve(&self, launch: &Launch) -> Result<Done, DoneError> {
         match self {
             DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
                 Some(v) => vllm::auto_done(v),
@@ -177,8 +194,8 @@ impl Endpoint {
     }
 
     /// `http://HOST[:PORT][/PATH]`.
-    pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let bad = |why: &str| format!("health URL '{url}': {why}");
+    pub fn parse(url: &str) -> Result<Endpoint, DoneError> {
+        let bad = |why: &'static str| DoneError::Url(url.to_string(), why);
         let rest = url
             .strip_prefix("http://")
             .ok_or_else(|| bad("only http:// URLs can be probed"))?;
@@ -549,6 +566,7 @@ mod tests {
         );
         assert!(Endpoint::parse("https://x/health")
             .unwrap_err()
+            .to_string()
             .contains("only http://"));
         assert!(Endpoint::parse("http://x:99999/").is_err());
     }
@@ -562,6 +580,7 @@ mod tests {
         assert_eq!(DoneRule::parse("health").unwrap(), DoneRule::Health(None));
         assert!(DoneRule::parse("later")
             .unwrap_err()
+            .to_string()
             .contains("auto, health"));
         assert!(DoneRule::parse("health=https://x").is_err());
     }

@@ -2,7 +2,7 @@
 //! node; for a headless node, the head's `/health` when the launch names it,
 //! else this node's rank files landed and quiet (never its exit 0).
 
-use super::{Done, Endpoint};
+use super::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::vllm as facts;
 
@@ -12,15 +12,13 @@ pub const DEFAULT_PORT: u16 = 8000;
 /// `--done auto` for a vLLM server launch: the first 200 from `/health` on
 /// its `--host`/`--port` (8000; loopback for a wildcard bind). A server on
 /// a Unix socket (`--uds`) cannot be probed: Err says what to give.
-pub fn auto_done(v: &VllmLaunch) -> Result<Done, String> {
+pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
     let sizes = v.sizes();
     if sizes.headless {
         return headless_done(v, &sizes);
     }
     if v.option("--uds").is_some() {
-        return Err(
-            "a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION".into(),
-        );
+        return Err(DoneError::UnixSocket);
     }
     Ok(Done::Health(health(
         v.option("--host").as_deref().unwrap_or("127.0.0.1"),
@@ -59,7 +57,7 @@ pub const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5
 /// this launch's `--port`, else 8000: the API node's as the launch says
 /// it), else this node's expected rank files (layout C) landed and quiet.
 /// Never its exit 0.
-fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, String> {
+fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, DoneError> {
     let head = v
         .option("--master-addr")
         .or_else(|| v.option("--data-parallel-address"));
@@ -68,9 +66,7 @@ fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, S
     }
     match sizes.local_rank_files() {
         Some(names) if !names.is_empty() => Ok(Done::RankFiles(names, HEADLESS_QUIET)),
-        _ => Err(
-            "a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health".into(),
-        ),
+        _ => Err(DoneError::HeadlessUnknown),
     }
 }
 
@@ -89,7 +85,7 @@ mod tests {
         .unwrap()
     }
 
-    fn done(args: &str) -> Result<Done, String> {
+    fn done(args: &str) -> Result<Done, DoneError> {
         auto_done(&launch(args))
     }
 

@@ -19,13 +19,18 @@ use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::share::{gather_nodes, report_incomplete, Node, Share};
 
+/// Why a vLLM launch has no cache root keepwrap can name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot tell vLLM's cache directory: {0}")]
+pub struct NoVllmRoot(#[from] facts::RootError);
+
 /// The root keepwrap guards for a vLLM launch, and the shape of its tree
 /// (set for the process): `--cache-dir` if given, else vLLM's own
 /// (`$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`, else
 /// `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, ...). The folders sit right
 /// in the root when `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
 /// `<flashinfer version>/<arch>/`. Err: why there is none.
-pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, NoVllmRoot> {
     let computed = facts::autotune_root(env);
     let flat = matches!(computed, Ok(AutotuneRoot::Override(_)));
     set_shape(if flat {
@@ -36,10 +41,7 @@ pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<Pa
     if let Some(dir) = cache_dir {
         return Ok(dir.to_path_buf());
     }
-    match computed {
-        Ok(r) => Ok(r.path().to_path_buf()),
-        Err(e) => Err(format!("cannot tell vLLM's cache directory: {e}")),
-    }
+    Ok(computed?.path().to_path_buf())
 }
 
 /// The root for a subcommand (`status`, `explain`): vLLM's when the

@@ -10,11 +10,25 @@
 //! .keepwrap/stats.json            statistics (src/stats.rs)
 //! .keepwrap/launches/<fp>.json    a signed launch: redacted inputs, times
 //! .keepwrap/store/<fp>/.set.json  a stored set's manifest
-//! .keepwrap/store/<fp>/<path>     its files and sidecars, at their paths
+//! .keepwrap/store/<fp>/<name>     a flat entry: the set's one directory,
+//!                                 its files and sidecars
+//! .keepwrap/store/<fp>/<path>     a tree entry: its files and sidecars at
+//!                                 their paths
 //! .keepwrap/store/<fp>.in-<id>/   a set being stored (staging)
 //! .keepwrap/restoring-<fp>/       a set being restored
 //! .keepwrap/trash-<id>/           an entry being deleted
 //! ```
+//!
+//! A set that is the whole content of one directory (the usual case: one
+//! `<key16>` directory of rank files) is stored flat: the directory itself
+//! moves into the store with one rename, and the launch's set manifest
+//! (`.keepwrap/sets/<fp>.json`, format 2) moves into it as its `.set.json`;
+//! nothing is created, so storing costs two renames whatever the file
+//! system's inode allocator does. Any other set is stored as a tree, file
+//! by file, with a manifest of its own (format 1: the layout of earlier
+//! versions, still read and restored as it always was). Which one an entry
+//! is, its manifest says: a format-2 set manifest is flat, a format-1
+//! store manifest a tree; anything else is not trusted.
 //!
 //! Crash safety: a set enters the store through a staging directory that
 //! is renamed to `store/<fp>` only once every member is inside; a restore
@@ -24,6 +38,9 @@
 //! the set again), restoring rolls FORWARD, trash is deleted. A move never
 //! replaces an existing entry (`RENAME_NOREPLACE`); when a path is taken by
 //! a file that is not the set's, the set is not put together from parts.
+//! A flat staging or restoring directory without its `.set.json` (the
+//! directory moved, the manifest not yet) is put back or in place by the
+//! launch's set manifest in `.keepwrap/sets/`.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -36,13 +53,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::fsx::split;
-use crate::cache::{self, fsx, ForeignSet, Member};
+use crate::cache::{self, fsx, ForeignSet, Member, SetManifest};
 use crate::launch::canonical::{self, Style};
 use crate::STATE_DIR;
 
 /// The manifest inside a stored set's directory.
 const MANIFEST: &str = ".set.json";
 const FORMAT: u32 = 1;
+/// The format of a flat entry's manifest: the launch's set manifest.
+const FLAT_FORMAT: u32 = crate::SIDECAR_FORMAT;
 const DIR_MODE: u32 = 0o755;
 
 /// How much the store may hold.
@@ -61,6 +80,71 @@ pub struct Manifest {
     pub signed_at: u64,
     pub stored_at: u64,
     pub members: Vec<Member>,
+    /// A flat entry: the members are directly in the entry's directory
+    /// (they share one directory in the tree). Not written: a flat entry's
+    /// manifest is the launch's set manifest.
+    #[serde(skip)]
+    pub flat: bool,
+}
+
+impl Manifest {
+    /// The one directory (relative to the root) every member is in, for a
+    /// flat entry.
+    fn origin(&self) -> Option<&str> {
+        let first = split(&self.members.first()?.path).0;
+        (!first.is_empty() && self.members.iter().all(|m| split(&m.path).0 == first))
+            .then_some(first)
+    }
+}
+
+/// A directory holding members: at their paths below it (the cache tree,
+/// a tree entry), or all of them directly in it (a flat entry).
+#[derive(Clone, Copy)]
+struct Side<'a> {
+    fd: BorrowedFd<'a>,
+    flat: bool,
+}
+
+/// The directory a member's files are in: the side's own, or one below it.
+enum Held<'a> {
+    Here(BorrowedFd<'a>),
+    Below(OwnedFd),
+}
+
+impl Held<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Held::Here(fd) => *fd,
+            Held::Below(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl<'a> Side<'a> {
+    fn tree(fd: BorrowedFd<'a>) -> Side<'a> {
+        Side { fd, flat: false }
+    }
+
+    fn of(fd: BorrowedFd<'a>, man: &Manifest) -> Side<'a> {
+        Side { fd, flat: man.flat }
+    }
+
+    /// Where the files of the member at `path` are: only for a path shaped
+    /// like the engine's cache, so that the store never moves anything else.
+    fn dir(&self, path: &str) -> Option<Held<'a>> {
+        if self.flat {
+            return cache::is_cache_file(Path::new(path)).then_some(Held::Here(self.fd));
+        }
+        member_dir(self.fd, path).map(Held::Below)
+    }
+
+    /// [`Side::dir`], creating the missing directories of a tree.
+    fn ensure(&self, path: &str) -> io::Result<Held<'a>> {
+        if self.flat {
+            return Ok(Held::Here(self.fd));
+        }
+        fsx::ensure_dir_path(self.fd, Path::new(split(path).0), DIR_MODE).map(Held::Below)
+    }
 }
 
 /// A signed launch (`launches/<fp>.json`): what went into its fingerprint
@@ -131,6 +215,11 @@ pub struct Store {
     state: OwnedFd,
     store: OwnedFd,
     launches: OwnedFd,
+    /// `.keepwrap/sets`, opened (created) when first needed.
+    sets: std::cell::OnceCell<Option<OwnedFd>>,
+    /// The directory above the last set stored flat (relative path): sets
+    /// of one such directory follow each other.
+    updir: std::cell::RefCell<Option<(String, std::sync::Arc<OwnedFd>)>>,
     /// Something moved into the store and is not fsynced yet.
     unsynced: std::cell::Cell<bool>,
 }
@@ -148,40 +237,50 @@ fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
 /// Move the files of `members` found under `from` to the same paths under
 /// `to`. Returns the number of files moved, or the first error (files moved
 /// before it stay moved). Directories fsynced once each.
-fn move_members(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) -> io::Result<usize> {
+fn move_members(from: Side<'_>, to: Side<'_>, members: &[Member]) -> io::Result<usize> {
     let mut moved = 0;
-    let mut touched: BTreeMap<String, (OwnedFd, OwnedFd)> = BTreeMap::new();
+    let mut touched: BTreeMap<String, Held<'_>> = BTreeMap::new();
     for m in members {
         let (parent, name) = split(&m.path);
-        let Some(src) = member_dir(from, &m.path) else {
+        let Some(src) = from.dir(&m.path) else {
             continue;
         };
         let [json, launch] = names(name);
-        let any = fsx::exists_at(src.as_fd(), json.as_c_str())
-            || fsx::exists_at(src.as_fd(), launch.as_c_str());
+        let any = fsx::exists_at(src.fd(), json.as_c_str())
+            || fsx::exists_at(src.fd(), launch.as_c_str());
         if !any {
             continue;
         }
-        let dst = fsx::ensure_dir_path(to, Path::new(parent), DIR_MODE)?;
+        let dst = to.ensure(&m.path)?;
         for n in [&json, &launch] {
-            if fsx::exists_at(src.as_fd(), n.as_c_str()) {
-                fsx::rename_noreplace(src.as_fd(), n.as_c_str(), dst.as_fd(), n.as_c_str())?;
+            if fsx::exists_at(src.fd(), n.as_c_str()) {
+                fsx::rename_noreplace(src.fd(), n.as_c_str(), dst.fd(), n.as_c_str())?;
                 moved += 1;
                 crate::failpoint::hit("store");
             }
         }
-        touched.entry(parent.to_string()).or_insert((src, dst));
+        touched.entry(parent.to_string()).or_insert(dst);
     }
     // Each rename is atomic in the file system's journal: a file is in one
     // directory or the other even after a power loss. fsync only for
     // durability, once per destination directory.
-    for (_, dst) in touched.values() {
-        let _ = fsx::fsync_dir(dst.as_fd());
+    for dst in touched.values() {
+        let _ = fsx::fsync_dir(dst.fd());
     }
     Ok(moved)
 }
 
-/// The directories (relative) that hold the members of a set, once each.
+/// The directories (relative to the entry) that hold the members of a
+/// stored set, once each.
+fn entry_parents(man: &Manifest) -> Vec<&str> {
+    if man.flat {
+        return vec![""];
+    }
+    member_parents(man)
+}
+
+/// The directories (relative to the root) that hold the members of a set,
+/// once each.
 fn member_parents(man: &Manifest) -> Vec<&str> {
     let mut parents: Vec<&str> = man.members.iter().map(|m| split(&m.path).0).collect();
     parents.sort_unstable();
@@ -190,18 +289,18 @@ fn member_parents(man: &Manifest) -> Vec<&str> {
 }
 
 /// Files of `members` under `from` whose path under `to` is taken.
-fn conflicts(from: BorrowedFd<'_>, to: BorrowedFd<'_>, members: &[Member]) -> Vec<String> {
+fn conflicts(from: Side<'_>, to: Side<'_>, members: &[Member]) -> Vec<String> {
     let mut out = Vec::new();
     for m in members {
-        let Some(src) = member_dir(from, &m.path) else {
+        let Some(src) = from.dir(&m.path) else {
             continue;
         };
-        let dst = member_dir(to, &m.path);
+        let dst = to.dir(&m.path);
         for n in names(split(&m.path).1) {
-            if fsx::exists_at(src.as_fd(), n.as_c_str())
+            if fsx::exists_at(src.fd(), n.as_c_str())
                 && dst
                     .as_ref()
-                    .is_some_and(|d| fsx::exists_at(d.as_fd(), n.as_c_str()))
+                    .is_some_and(|d| fsx::exists_at(d.fd(), n.as_c_str()))
             {
                 out.push(m.path.clone());
             }
@@ -262,6 +361,69 @@ fn write_json_with<T: Serialize>(
     Ok(())
 }
 
+/// The manifest of a flat entry, from the launch's set manifest `m` (checked
+/// whole: its id is the hash of its members): None unless every member is
+/// in one directory.
+fn flat_manifest(m: SetManifest, stored_at: u64) -> Option<Manifest> {
+    let man = Manifest {
+        format: FLAT_FORMAT,
+        fingerprint: m.fingerprint,
+        set_id: m.id,
+        signed_at: m.signed_at,
+        stored_at,
+        members: m.members,
+        flat: true,
+    };
+    man.origin().is_some().then_some(man)
+}
+
+/// The manifest of the entry (or staging, or restoring directory) `dir`
+/// (`shown` for the log): a format-1 store manifest (a tree entry) or a
+/// format-2 set manifest whose members share one directory (a flat entry).
+/// None when there is none; any other is not used, with one warning.
+fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manifest> {
+    let v: Value = read_json(dir, shown, MANIFEST)?;
+    let bad = |why: String| {
+        fsx::warn_state_file(
+            &format!("{shown}/{MANIFEST}"),
+            &io::Error::new(io::ErrorKind::InvalidData, why),
+            "it is not used",
+        );
+        None
+    };
+    match v.get("format").and_then(Value::as_u64) {
+        Some(f) if f == u64::from(FORMAT) => match serde_json::from_value::<Manifest>(v) {
+            Ok(m) => Some(m),
+            Err(e) => bad(format!("not valid: {e}")),
+        },
+        Some(f) if f == u64::from(FLAT_FORMAT) => {
+            let m = match serde_json::from_value::<SetManifest>(v) {
+                Ok(m) => m,
+                Err(e) => return bad(format!("not valid: {e}")),
+            };
+            if let Err(e) = cache::validate_manifest(&m, &m.fingerprint.clone()) {
+                return bad(format!("not valid: {e}"));
+            }
+            // Stored when its manifest moved in (nothing changes it since).
+            let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
+            flat_manifest(m, stored_at)
+                .or_else(|| bad("its members are not in one directory".into()))
+        }
+        f => bad(format!("format {f:?}, which this version does not read")),
+    }
+}
+
+/// Does `dir` hold a cache file or sidecar directly (a flat set's
+/// directory, not a tree)?
+fn holds_rank_files(dir: BorrowedFd<'_>) -> bool {
+    fsx::list_dir(dir).is_ok_and(|list| {
+        list.iter().any(|(n, _)| {
+            let n = String::from_utf8_lossy(n);
+            n.starts_with("rank_") && (n.ends_with(".json") || n.ends_with(".launch"))
+        })
+    })
+}
+
 impl Store {
     /// Open (creating) `<root>/.keepwrap/` and its directories. The root
     /// must exist.
@@ -276,6 +438,8 @@ impl Store {
             state,
             store,
             launches,
+            sets: std::cell::OnceCell::new(),
+            updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
         })
     }
@@ -292,6 +456,8 @@ impl Store {
             state,
             store,
             launches,
+            sets: std::cell::OnceCell::new(),
+            updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
         })
     }
@@ -339,28 +505,141 @@ impl Store {
         n
     }
 
+    /// The directory `up` below `root`, kept open for the next set.
+    fn up_dir(&self, root: BorrowedFd<'_>, up: &str) -> io::Result<std::sync::Arc<OwnedFd>> {
+        let mut cached = self.updir.borrow_mut();
+        if let Some((p, fd)) = cached.as_ref() {
+            if p == up {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = std::sync::Arc::new(fsx::open_dir_path(root, Path::new(up))?);
+        *cached = Some((up.to_string(), fd.clone()));
+        Ok(fd)
+    }
+
+    /// `.keepwrap/sets`, opened (and created) once.
+    fn sets(&self) -> io::Result<BorrowedFd<'_>> {
+        self.sets
+            .get_or_init(|| cache::open_sets(self.root_fd.as_fd(), true).ok())
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or_else(|| io::Error::other(format!("cannot open {STATE_DIR}/sets")))
+    }
+
+    /// The manifest of a flat staging or restoring directory `dir` of
+    /// launch `fp`: its own `.set.json`, or, when the directory moved and
+    /// its manifest not yet, the launch's set manifest. The bool: it is
+    /// inside.
+    fn flat_or_tree_manifest(
+        &self,
+        dir: BorrowedFd<'_>,
+        shown: &str,
+        fp: &str,
+    ) -> Option<(Manifest, bool)> {
+        if let Some(man) = read_manifest_at(dir, shown) {
+            return Some((man, true));
+        }
+        if !holds_rank_files(dir) {
+            return None;
+        }
+        let sets = self.sets().ok();
+        let m = cache::read_manifest(sets, fp).ok()?;
+        flat_manifest(m, now_secs()).map(|man| (man, false))
+    }
+
     /// A set was being stored: put every member back at its path.
     fn recover_staging(&self, name: &str, fp: &str) {
         let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), name) else {
             return;
         };
         let shown = format!("{STATE_DIR}/store/{name}");
-        let Some(man) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
-            // The manifest is written before any member moves.
+        let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
+            // A tree's manifest is written before any member moves; a flat
+            // directory without one is put back by its launch's manifest.
+            if holds_rank_files(dir.as_fd()) {
+                crate::events::store::recovery_store_failed(
+                    fp,
+                    "it has no manifest to put it back by",
+                );
+            }
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             return;
         };
-        let taken = conflicts(dir.as_fd(), self.root_fd.as_fd(), &man.members);
+        if man.flat {
+            drop(dir);
+            match self.unstage_flat(self.store.as_fd(), name, &man, inside) {
+                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
+                Err(e) => crate::events::store::recovery_store_failed(fp, e),
+            }
+            let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+            let _ = fsx::fsync_dir(self.store.as_fd());
+            return;
+        }
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
         if !taken.is_empty() {
             crate::events::store::recovery_store_taken(fp, &taken[0]);
         } else {
-            match move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
+            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
                 Ok(k) => crate::events::store::recovery_store_undone(fp, k),
                 Err(e) => crate::events::store::recovery_store_failed(fp, e),
             }
         }
         let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
         let _ = fsx::fsync_dir(self.store.as_fd());
+    }
+
+    /// Put the flat directory `name` of `parent` (staging, restoring) back
+    /// at its place in the tree, its manifest (`inside` it) back among the
+    /// set manifests: the directory with one rename, or, when its place is
+    /// taken by a directory, file by file unless a file is in the way.
+    /// Returns the number of files moved.
+    fn unstage_flat(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &str,
+        man: &Manifest,
+        inside: bool,
+    ) -> io::Result<usize> {
+        let origin = man
+            .origin()
+            .ok_or_else(|| io::Error::other("the set is not in one directory"))?;
+        let dir = fsx::open_dir_at(parent, name)?;
+        if inside {
+            let to = cache::manifest_name(&man.fingerprint);
+            let sets = self.sets()?;
+            if fsx::rename_between(dir.as_fd(), MANIFEST, sets, to.as_str()).is_err() {
+                let _ = fsx::unlink_at(dir.as_fd(), MANIFEST);
+            }
+            crate::failpoint::hit("store");
+        }
+        let (up, base) = split(origin);
+        let dst = fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(up), DIR_MODE)?;
+        // An empty directory left at its place (its files removed one by
+        // one) does not stand in the way.
+        let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
+        match fsx::rename_noreplace(parent, name, dst.as_fd(), base) {
+            Ok(()) => {
+                let _ = fsx::fsync_dir(dst.as_fd());
+                Ok(man.members.len() * 2)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let from = Side {
+                    fd: dir.as_fd(),
+                    flat: true,
+                };
+                let root = Side::tree(self.root_fd.as_fd());
+                if let Some(t) = conflicts(from, root, &man.members).first() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{t} is taken"),
+                    ));
+                }
+                move_members(from, root, &man.members)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A set was being restored: finish moving it in place; if a path is
@@ -370,14 +649,29 @@ impl Store {
             return;
         };
         let shown = format!("{STATE_DIR}/{name}");
-        let Some(man) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
+        let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
             // Every member moved out: only the empty directories are left.
             let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
             return;
         };
-        let taken = conflicts(dir.as_fd(), self.root_fd.as_fd(), &man.members);
+        if man.flat {
+            drop(dir);
+            match self.unstage_flat(self.state.as_fd(), name, &man, inside) {
+                Ok(k) => {
+                    crate::events::store::recovery_restore_finished(fp, k);
+                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    let _ = fsx::fsync_dir(self.state.as_fd());
+                    return;
+                }
+                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
+            }
+            self.unrestore(name, &man);
+            return;
+        }
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
         if taken.is_empty() {
-            match move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
+            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
                 Ok(k) => {
                     crate::events::store::recovery_restore_finished(fp, k);
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
@@ -392,12 +686,13 @@ impl Store {
         self.unrestore(name, &man);
     }
 
-    /// Move the members already in place back into `restoring-<fp>` and
-    /// return it to `store/<fp>`.
+    /// Move the members already in place back into `restoring-<fp>` (and a
+    /// flat set's manifest) and return it to `store/<fp>`.
     fn unrestore(&self, name: &str, man: &Manifest) {
         let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
             return;
         };
+        let side = Side::of(dir.as_fd(), man);
         // Only files the set does not hold any more, and only when they are
         // its bytes (the cache file) or its sidecar.
         let placed: Vec<Member> = man
@@ -405,13 +700,21 @@ impl Store {
             .iter()
             .filter(|m| {
                 let [json, _] = names(split(&m.path).1);
-                let held = member_dir(dir.as_fd(), &m.path)
-                    .is_some_and(|d| fsx::exists_at(d.as_fd(), json.as_c_str()));
+                let held = side
+                    .dir(&m.path)
+                    .is_some_and(|d| fsx::exists_at(d.fd(), json.as_c_str()));
                 !held && self.in_place_matches(m)
             })
             .cloned()
             .collect();
-        let _ = move_members(self.root_fd.as_fd(), dir.as_fd(), &placed);
+        let _ = move_members(Side::tree(self.root_fd.as_fd()), side, &placed);
+        if man.flat && !fsx::exists_at(dir.as_fd(), MANIFEST) {
+            if let Ok(sets) = self.sets() {
+                let from = cache::manifest_name(&man.fingerprint);
+                let _ = fsx::rename_noreplace(sets, from.as_str(), dir.as_fd(), MANIFEST);
+            }
+        }
+        drop(dir);
         match fsx::rename_noreplace(
             self.state.as_fd(),
             name,
@@ -466,10 +769,12 @@ impl Store {
             signed_at: set.signed_at,
             stored_at: now_secs(),
             members: set.set.members.clone(),
+            flat: false,
         };
+        let (from, to) = (Side::tree(root), Side::tree(dir.as_fd()));
         let res = write_json(dir.as_fd(), MANIFEST, &man)
             .and_then(|()| fsx::fsync_dir(self.store.as_fd()))
-            .and_then(|()| move_members(root, dir.as_fd(), &man.members).map(|_| ()))
+            .and_then(|()| move_members(from, to, &man.members).map(|_| ()))
             .and_then(|()| {
                 // What enters the store is what was signed: a file the
                 // engine replaced meanwhile does not.
@@ -479,7 +784,7 @@ impl Store {
             .and_then(|()| self.install(&staging, &set.fingerprint));
         if let Err(e) = res {
             // Back in place, whatever was moved.
-            let _ = move_members(dir.as_fd(), root, &man.members);
+            let _ = move_members(to, from, &man.members);
             let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
             return Err(e);
         }
@@ -488,11 +793,13 @@ impl Store {
 
     /// [`Store::stash`] of a set that is the whole content of directory
     /// `dir` (its members and their sidecars), its bytes just checked by
-    /// prune: the directory moves into the staging directory with one
-    /// rename. Crash safety as for a set moved file by file: the manifest
-    /// is in the staging directory before the directory moves, and the
-    /// recovery moves every member back to its path (recreating `dir`).
-    /// Nothing is fsynced here: [`Store::sync`] once after prune.
+    /// prune, as a flat entry: the directory moves into the store as the
+    /// staging directory, then the launch's set manifest moves into it as
+    /// its `.set.json`, then the staging directory becomes `store/<fp>`:
+    /// three renames, nothing created. A crash after the first rename
+    /// leaves a staging directory without `.set.json`, which recovery puts
+    /// back by the set manifest still in `.keepwrap/sets`. Nothing is
+    /// fsynced here: [`Store::sync`] once after prune.
     fn stash_dir(&self, root: BorrowedFd<'_>, set: &ForeignSet, dir: &str) -> io::Result<()> {
         let (parent, name) = split(dir);
         if name.is_empty() || parent.is_empty() {
@@ -501,40 +808,44 @@ impl Store {
                 "not a directory below the root",
             ));
         }
-        let staging = format!("{}.in-{}", set.fingerprint, fsx::unique_name());
-        let sdir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
+        let fp = set.fingerprint.as_str();
         let man = Manifest {
-            format: FORMAT,
-            fingerprint: set.fingerprint.clone(),
+            format: FLAT_FORMAT,
+            fingerprint: fp.to_string(),
             set_id: set.set.id.clone(),
             signed_at: set.signed_at,
             stored_at: now_secs(),
             members: set.set.members.clone(),
+            flat: true,
         };
-        let drop_staging = |e: io::Error| {
-            let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
-            e
-        };
-        write_json_with(sdir.as_fd(), MANIFEST, &man, false).map_err(drop_staging)?;
-        let src = fsx::open_dir_path(root, Path::new(parent)).map_err(drop_staging)?;
-        let dst = fsx::ensure_dir_path(sdir.as_fd(), Path::new(parent), DIR_MODE)
-            .map_err(drop_staging)?;
-        fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name).map_err(drop_staging)?;
+        if man.origin() != Some(dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the set is not the content of one directory",
+            ));
+        }
+        let sets = self.sets()?;
+        let staging = format!("{fp}.in-{}", fsx::unique_name());
+        let src = self.up_dir(root, parent)?;
+        fsx::rename_noreplace(src.as_fd(), name, self.store.as_fd(), staging.as_str())?;
         self.unsynced.set(true);
         crate::failpoint::hit("store");
-        // What moved is what prune checked, and nothing else.
-        let res = fsx::open_dir_at(dst.as_fd(), name)
-            .and_then(|moved| {
-                self.same_as_checked(moved.as_fd(), set)
-                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
-            })
-            .and_then(|()| self.install_with(&staging, &set.fingerprint, false));
+        let res = fsx::open_dir_at(self.store.as_fd(), staging.as_str()).and_then(|moved| {
+            // What moved is what prune checked, and nothing else.
+            self.same_as_checked(moved.as_fd(), set)
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+            let from = cache::manifest_name(fp);
+            fsx::rename_noreplace(sets, from.as_str(), moved.as_fd(), MANIFEST)?;
+            crate::failpoint::hit("store");
+            self.install_with(&staging, fp, false)
+        });
         if let Err(e) = res {
             // Back in place: the directory whole, else file by file.
-            if fsx::rename_noreplace(dst.as_fd(), name, src.as_fd(), name).is_err() {
-                let _ = move_members(sdir.as_fd(), root, &man.members);
-            }
-            return Err(drop_staging(e));
+            let inside = fsx::open_dir_at(self.store.as_fd(), staging.as_str())
+                .is_ok_and(|d| fsx::exists_at(d.as_fd(), MANIFEST));
+            let _ = self.unstage_flat(self.store.as_fd(), &staging, &man, inside);
+            let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
+            return Err(e);
         }
         Ok(())
     }
@@ -570,6 +881,9 @@ impl Store {
         if self.unsynced.replace(false) {
             let _ = fsx::fsync_dir(self.store.as_fd());
             let _ = fsx::fsync_dir(self.state.as_fd());
+            if let Some(Some(sets)) = self.sets.get() {
+                let _ = fsx::fsync_dir(sets.as_fd());
+            }
         }
     }
 
@@ -581,14 +895,17 @@ impl Store {
 
     /// [`Store::install`]; the store directory fsynced only with `sync`.
     fn install_with(&self, staging: &str, fp: &str, sync: bool) -> io::Result<()> {
-        if fsx::exists_at(self.store.as_fd(), fp) {
-            let trash = format!("trash-{}", fsx::unique_name());
-            fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
-            crate::events::store::store_replaced(fp);
-            crate::failpoint::hit("store");
-            let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+        match fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let trash = format!("trash-{}", fsx::unique_name());
+                fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
+                crate::events::store::store_replaced(fp);
+                crate::failpoint::hit("store");
+                let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+                fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
+            }
+            res => res?,
         }
-        fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
         crate::failpoint::hit("store");
         if sync {
             fsx::fsync_dir(self.store.as_fd())?;
@@ -602,7 +919,7 @@ impl Store {
             return None;
         }
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
-        read_json(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"), MANIFEST)
+        read_manifest_at(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"))
     }
 
     /// Is the set under `dir` whole and intact: every member's bytes as
@@ -615,18 +932,36 @@ impl Store {
         if cache::set_id(&man.fingerprint, &man.members) != man.set_id {
             return Err("the manifest does not list the members of its set".into());
         }
+        if man.flat {
+            // The directory moves back whole: nothing in it but the set.
+            let list = fsx::list_dir(dir).map_err(|e| e.to_string())?;
+            let ours = |n: &[u8]| {
+                n == MANIFEST.as_bytes()
+                    || man
+                        .members
+                        .iter()
+                        .any(|m| names(split(&m.path).1).iter().any(|x| x.as_bytes() == n))
+            };
+            if let Some((n, _)) = list.iter().find(|(n, _)| !ours(n)) {
+                return Err(format!("{} is not the set's", String::from_utf8_lossy(n)));
+            }
+        }
+        let side = Side::of(dir, man);
         let mut buf = Vec::new();
         for m in &man.members {
-            let d = member_dir(dir, &m.path).ok_or_else(|| format!("{}: missing", m.path))?;
+            let d = side
+                .dir(&m.path)
+                .ok_or_else(|| format!("{}: missing", m.path))?;
+            let d = d.fd();
             let [json, launch] = names(split(&m.path).1);
-            fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
+            fsx::read_at(d, json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
                 .map_err(|e| format!("{}: {e}", m.path))?;
             if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
                 return Err(format!("{}: changed after signing", m.path));
             }
             cache::json_object_entries(&buf)
                 .map_err(|_| format!("{}: not a JSON object", m.path))?;
-            fsx::read_at(d.as_fd(), launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
+            fsx::read_at(d, launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
@@ -680,7 +1015,8 @@ impl Store {
             crate::events::store::restore_destination_untrusted(fp, parent, why);
             return None;
         }
-        let taken = conflicts(dir.as_fd(), self.root_fd.as_fd(), &man.members);
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.members);
         if let Some(t) = taken.first() {
             crate::events::store::restore_in_the_way(fp, t);
             return None;
@@ -697,8 +1033,25 @@ impl Store {
             return None;
         }
         crate::failpoint::hit("store");
+        if man.flat {
+            // Its manifest back among the set manifests (the one there, if
+            // any, is of a set of this launch prune did not keep), then the
+            // directory in place.
+            if let Err(e) = self.unstage_flat(self.state.as_fd(), &restoring, &man, true) {
+                crate::events::store::restore_move_failed(fp, e);
+                self.unrestore(&restoring, &man);
+                return None;
+            }
+            let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
+            self.unsynced.set(true);
+            self.sync();
+            return Some(Restored {
+                paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
+                signed_at: man.signed_at,
+            });
+        }
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
-        if let Err(e) = move_members(dir.as_fd(), self.root_fd.as_fd(), &man.members) {
+        if let Err(e) = move_members(Side::tree(dir.as_fd()), root, &man.members) {
             crate::events::store::restore_move_failed(fp, e);
             drop(dir);
             self.unrestore(&restoring, &man);
@@ -716,7 +1069,7 @@ impl Store {
     /// above it, up to `.keepwrap`) another user can write, by the rule the
     /// cache tree is judged by ([`cache::untrusted_dir`]).
     fn untrusted_in_entry(&self, fp: &str, man: &Manifest) -> Option<String> {
-        member_parents(man).into_iter().find_map(|parent| {
+        entry_parents(man).into_iter().find_map(|parent| {
             let rel = Path::new("store").join(fp).join(parent);
             match cache::untrusted_dir(self.state.as_fd(), &rel) {
                 Ok(why) => why,
@@ -773,15 +1126,16 @@ impl Store {
                 continue;
             };
             let shown = format!("{STATE_DIR}/store/{name}");
-            let Some(manifest) = read_json::<Manifest>(dir.as_fd(), &shown, MANIFEST) else {
+            let Some(manifest) = read_manifest_at(dir.as_fd(), &shown) else {
                 continue;
             };
+            let side = Side::of(dir.as_fd(), &manifest);
             let mut bytes = 0;
             for m in &manifest.members {
                 bytes += m.size;
-                if let Some(d) = member_dir(dir.as_fd(), &m.path) {
+                if let Some(d) = side.dir(&m.path) {
                     let [_, launch] = names(split(&m.path).1);
-                    if let Ok(st) = fsx::lstat_at(d.as_fd(), launch.as_c_str()) {
+                    if let Ok(st) = fsx::lstat_at(d.fd(), launch.as_c_str()) {
                         bytes += st.st_size.max(0) as u64;
                     }
                 }

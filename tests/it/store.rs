@@ -424,7 +424,7 @@ fn a_stored(root: &Path) -> PathBuf {
         assert_eq!(b.code, 0, "{}", b.stderr);
     }
     let entry = state(root).join("store").join(fp_of_tiny("a", 100));
-    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
     entry
 }
 
@@ -433,7 +433,7 @@ fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
     let entry = a_stored(&root);
-    let f = entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json");
+    let f = entry.join("rank_tp0_pp0_dp0.json");
     let before = std::fs::read(&f).unwrap();
     let after = String::from_utf8(before.clone())
         .unwrap()
@@ -457,20 +457,10 @@ fn a_stored_rank_file_edited_without_changing_its_size_is_not_restored() {
 #[test]
 fn a_set_is_never_restored_from_a_store_directory_another_user_can_write() {
     // (what, directory below the entry, mode, owner)
-    let cases: [(&str, &str, u32, Option<u32>); 3] = [
+    // (A set of one directory is stored flat: the entry is that directory.)
+    let cases: [(&str, &str, u32, Option<u32>); 2] = [
         ("the entry world-writable", "", 0o777, None),
-        (
-            "a directory of the entry owned by another user",
-            "0.7.2/sm121",
-            0o755,
-            Some(65534),
-        ),
-        (
-            "the entry's rank directory world-writable",
-            TINY_DIR,
-            0o777,
-            None,
-        ),
+        ("the entry owned by another user", "", 0o755, Some(65534)),
     ];
     for (what, below, mode, owner) in cases {
         if owner.is_some() && !common::has_need(is_root(), &format!("root to chown ({what})")) {
@@ -523,7 +513,7 @@ fn a_set_is_never_restored_into_a_directory_another_user_can_write() {
         "{}",
         b.stderr
     );
-    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
 }
 
 #[test]
@@ -544,5 +534,5 @@ fn a_store_another_user_can_write_is_not_used() {
         "{}",
         b.stderr
     );
-    assert!(entry.join(TINY_DIR).join("rank_tp0_pp0_dp0.json").is_file());
+    assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
 }

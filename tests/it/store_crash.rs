@@ -144,9 +144,15 @@ fn locate(root: &Path, set: &Set) -> Result<Vec<String>, String> {
     }
     let mut used = Vec::new();
     for (rel, want) in &set.files {
+        // In place at its path; out of place at its path (a tree entry) or
+        // by its name (a flat entry: the set's one directory).
+        let name = Path::new(rel).file_name().unwrap();
         let found: Vec<&String> = bases
             .iter()
-            .filter(|(_, b)| sha(&b.join(rel)).as_deref() == Some(want.as_str()))
+            .filter(|(n, b)| {
+                let at = |p: PathBuf| sha(&p).as_deref() == Some(want.as_str());
+                at(b.join(rel)) || (n != "place" && at(b.join(name)))
+            })
             .map(|(n, _)| n)
             .collect();
         match found.len() {
@@ -195,9 +201,23 @@ fn signed_arms(w: &Path, tpl: &Path) -> Vec<Set> {
                 .unwrap();
             (e.clone(), root.join(".keepwrap/store").join(e))
         };
+        // A flat entry holds the files of its one directory by name.
+        let prefix = if i == 2 {
+            String::new()
+        } else {
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(base.join(".set.json")).unwrap()).unwrap();
+            let first = m["members"][0]["path"].as_str().unwrap();
+            if base.join(first).exists() {
+                String::new()
+            } else {
+                format!("{}/", Path::new(first).parent().unwrap().display())
+            }
+        };
         let files: BTreeMap<String, String> = files(&base)
             .into_iter()
             .filter(|(k, _)| !k.starts_with(".keepwrap") && !k.starts_with(".set.json"))
+            .map(|(k, v)| (format!("{prefix}{k}"), v))
             .collect();
         assert_eq!(files.len(), 8, "4 rank files and 4 sidecars");
         sets.push(Set { fp, files });
@@ -408,7 +428,13 @@ fn eight_launches_racing_on_one_root_each_log_an_outcome_and_tear_nothing() {
         let fp = e.file_name().to_string_lossy().into_owned();
         assert_eq!(m["fingerprint"], fp.as_str());
         for mem in m["members"].as_array().unwrap() {
-            let p = e.path().join(mem["path"].as_str().unwrap());
+            let rel = Path::new(mem["path"].as_str().unwrap());
+            // A flat entry (a set manifest, format 2) holds them by name.
+            let p = if m["format"] == 2 {
+                e.path().join(rel.file_name().unwrap())
+            } else {
+                e.path().join(rel)
+            };
             assert_eq!(
                 sha(&p).as_deref(),
                 mem["sha256"].as_str(),

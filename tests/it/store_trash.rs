@@ -63,13 +63,22 @@ fn a_whole_set_moves_with_its_directory_and_comes_back() {
     let r = prune(root, &store);
     assert_eq!((r.stored, r.removed), (4, 0));
     assert!(!root.join("0.7.2/sm121/00000000000000aa").exists());
-    let stored = root.join(format!(".keepwrap/store/{a}/0.7.2/sm121/00000000000000aa"));
-    assert_eq!(fs::read_dir(&stored).unwrap().count(), 8);
+    // Stored flat: the directory itself, with the set's manifest.
+    let stored = root.join(format!(".keepwrap/store/{a}"));
+    assert_eq!(fs::read_dir(&stored).unwrap().count(), 9);
+    assert!(stored.join(".set.json").is_file());
+    assert!(!root.join(format!(".keepwrap/sets/{a}.json")).exists());
     let back = store.restore(&a).expect("restored");
     assert_eq!(back.paths.len(), 4);
     assert!(root
         .join("0.7.2/sm121/00000000000000aa/rank_tp3_pp0_dp0.json")
         .is_file());
+    // The set's manifest back in place: the set is whole for its launch.
+    assert!(root.join(format!(".keepwrap/sets/{a}.json")).is_file());
+    assert_eq!(
+        fs::read_dir(root.join(".keepwrap/store")).unwrap().count(),
+        0
+    );
 }
 
 #[test]

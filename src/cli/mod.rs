@@ -1,0 +1,144 @@
+//! The command line: `keepwrap [OPTIONS] -- COMMAND [ARGS...]` and the
+//! subcommands. Every option also reads a `KEEPWRAP_*` variable, so that a
+//! Dockerfile can configure the entrypoint.
+//!
+//! `args.rs` defines the arguments, `parse.rs` turns the process's
+//! arguments into them (and explains a parse error); here, each
+//! subcommand is handed to the module that runs it.
+
+mod args;
+mod parse;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::FromArgMatches;
+
+pub use args::{
+    CleanCmd, Cli, ConfigCmd, EvictCmd, ExplainCmd, FingerprintArgs, FingerprintCmd, RootArgs,
+    RunArgs, ShareArgs, ShareStatusCmd, StatusCmd, Sub, MIN_PROBE, MIN_QUIET,
+};
+pub use parse::command;
+
+pub use crate::clock::{parse_duration, MAX_DURATION};
+use crate::launch::fingerprint;
+use crate::logging;
+
+pub use crate::cmd::EXIT_USAGE;
+
+use parse::{attach_dashed_values, parse_error, usage_error};
+
+/// Parse the command line, run what it asks, and return the exit status.
+pub fn main() -> ExitCode {
+    let argv = attach_dashed_values(std::env::args_os().collect());
+    let mut cmd = command();
+    let matches = match cmd.try_get_matches_from_mut(&argv) {
+        Ok(m) => m,
+        Err(e) => return parse_error(&cmd, &argv, e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return parse_error(&cmd, &argv, e),
+    };
+    let level = logging::level(
+        cli.verbose,
+        cli.quiet,
+        std::env::var("KEEPWRAP_LOG").ok().as_deref(),
+    );
+    logging::init_with(cli.log_format, &level);
+    if cli.show_config {
+        return crate::cmd::config::print(
+            &cmd,
+            &matches,
+            &cli.run.settings().cache,
+            &level,
+            &cli.command,
+            false,
+        );
+    }
+    match cli.subcommand {
+        Some(Sub::Evict(cmd)) => evict(cmd),
+        Some(Sub::Clean(cmd)) => crate::cmd::evict::evict(
+            cmd.root.cache_dir.as_deref(),
+            cmd.root.lock_timeout,
+            crate::cmd::evict::Evict::All,
+        ),
+        Some(Sub::Config(c)) => crate::cmd::config::print(
+            &cmd,
+            &matches,
+            &cli.run.settings().cache,
+            &level,
+            &c.command,
+            c.json,
+        ),
+        Some(Sub::ShareStatus(cmd)) if cmd.json => {
+            crate::cmd::share_status::share_status_json(&cmd.share)
+        }
+        Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
+        Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
+        Some(Sub::Status(cmd)) => status(cmd),
+        Some(Sub::Explain(cmd)) => explain(cmd),
+        None => {
+            if cli.command.is_empty() {
+                return usage_error("no COMMAND after `--`: what should keepwrap run?");
+            }
+            crate::supervisor::run(&cli.run.settings(), cli.command)
+        }
+    }
+}
+
+/// `keepwrap evict`.
+fn evict(cmd: EvictCmd) -> ExitCode {
+    let which = match (cmd.all, cmd.older_than, cmd.fingerprint) {
+        (_, Some(d), _) => crate::cmd::evict::Evict::OlderThan(d),
+        (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
+        _ => crate::cmd::evict::Evict::All,
+    };
+    crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+}
+
+/// `keepwrap fingerprint`.
+fn print_fingerprint(cmd: FingerprintCmd) -> ExitCode {
+    if cmd.command.is_empty() {
+        return usage_error(
+            "no COMMAND after `--`: keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]",
+        );
+    }
+    fingerprint::print(&cmd.fingerprint.options(), &cmd.command, cmd.explain)
+}
+
+/// `keepwrap status`, then the share's when `--share` names one.
+fn status(cmd: StatusCmd) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+    let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+    let code = crate::cmd::status::run(
+        root,
+        &cmd.fingerprint.options(),
+        &cmd.command,
+        cmd.json,
+        cmd.zero,
+        cmd.verify,
+        cmd.store_max_size,
+    );
+    match &cmd.share {
+        Some(dir) if code == ExitCode::SUCCESS => {
+            println!("\nshare {}:", dir.display());
+            crate::share::print_status(dir)
+        }
+        _ => code,
+    }
+}
+
+/// `keepwrap explain`.
+fn explain(cmd: ExplainCmd) -> ExitCode {
+    if cmd.command.is_empty() {
+        return usage_error(
+            "no COMMAND after `--`: keepwrap explain [OPTIONS] -- COMMAND [ARGS...]",
+        );
+    }
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
+    let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+    crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
+}

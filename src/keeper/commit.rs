@@ -1,0 +1,270 @@
+//! The commit work of one launch, as the worker runs it: log lines and
+//! landings in order, unify, hash and sign, the lock, the store's record
+//! and statistics, the share's publication.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::cache;
+use crate::done::owner;
+use crate::done::watch::{self, Stamp};
+use crate::keeper::policy::Owner;
+use crate::root::lock::CacheLock;
+use crate::root::stats::Stats;
+use crate::share::Share;
+use crate::store::Store;
+use crate::unify;
+
+use super::turn::take_lock;
+
+/// What the worker is asked to do.
+pub(super) enum Job {
+    /// One `keepwrap:` line at info level.
+    Log(crate::events::policy::Note),
+    /// Log the tuning progress of the cache files that landed (each is
+    /// parsed to count its entries).
+    Landed {
+        files: Vec<PathBuf>,
+        after: Duration,
+    },
+    /// Unify and sign every cache file present (`files`: those the watch
+    /// knows of).
+    Sign { kind: SignKind, files: Vec<PathBuf> },
+    /// Who serves the loopback address `addr`, which answered `url` with
+    /// 200 at `at`; `name`: name another owner.
+    Owner {
+        addr: std::net::SocketAddr,
+        name: bool,
+        at: Instant,
+        url: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum SignKind {
+    /// Tuning is done.
+    Done,
+    /// At a clean exit, with this many files that landed after done.
+    Late(usize),
+}
+
+/// What the worker reports.
+pub(super) enum Report {
+    /// A sign finished: the cache files as it left them; `done`: it was
+    /// the sign at done.
+    Signed {
+        stamps: Vec<(PathBuf, Stamp)>,
+        done: bool,
+    },
+    /// Who served a probe's 200.
+    Owner {
+        at: Instant,
+        url: String,
+        owner: Owner,
+    },
+}
+
+/// The commit work, off the supervisor loop: unify, hash and sign, the
+/// lock, the store's record and statistics, the share's publication.
+pub(super) struct Committer {
+    pub(super) root: PathBuf,
+    pub(super) fingerprint: String,
+    /// When the launch started (the statistics credit a boot's tuning time).
+    pub(super) launched: Instant,
+    /// Cache files prune kept (signed for this launch), relative to root.
+    pub(super) kept: Vec<PathBuf>,
+    pub(super) unify: bool,
+    pub(super) store: Option<Store>,
+    pub(super) lock_timeout: Duration,
+    pub(super) profile: &'static str,
+    pub(super) inputs: serde_json::Value,
+    pub(super) share: Option<Share>,
+    /// When the members signed without a stamp settle ([`Committer::settle`]).
+    pub(super) settle_at: Option<i64>,
+}
+
+impl Committer {
+    pub(super) fn run(&mut self, job: Job) -> Option<Report> {
+        match job {
+            Job::Log(note) => {
+                note.log();
+                None
+            }
+            Job::Landed { files, after } => {
+                crate::done::progress::landed(&self.root, &files, after);
+                None
+            }
+            Job::Sign { kind, files } => {
+                let signed = self.sign(kind, &files);
+                let stamps = files
+                    .iter()
+                    .chain(&signed)
+                    .filter_map(|rel| {
+                        let meta = std::fs::symlink_metadata(self.root.join(rel)).ok()?;
+                        Some((rel.clone(), watch::stamp(&meta)))
+                    })
+                    .collect();
+                Some(Report::Signed {
+                    stamps,
+                    done: matches!(kind, SignKind::Done),
+                })
+            }
+            Job::Owner {
+                addr,
+                name,
+                at,
+                url,
+            } => Some(Report::Owner {
+                at,
+                url,
+                owner: owner::owner_of(addr, name),
+            }),
+        }
+    }
+
+    /// Unify, then sign every cache file present as one set, and say how
+    /// this boot went. The files signed.
+    fn sign(&mut self, kind: SignKind, files: &[PathBuf]) -> Vec<PathBuf> {
+        if self.unify {
+            unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path));
+        }
+        let Ok(_lock) = self.commit_lock() else {
+            return Vec::new();
+        };
+        // Files unify just wrote are signed at once, their stamps recorded
+        // once their change times settle (settle, after the report).
+        let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::events::keeper::cannot_sign(&self.root, e);
+                return Vec::new();
+            }
+        };
+        self.settle_at = report.settle_at;
+        self.publish(&report);
+        let n = report.signed.len();
+        if let SignKind::Late(late) = kind {
+            crate::events::keeper::signed_again(n, late, &self.fingerprint);
+            if let Some(s) = &self.store {
+                if n > 0 && report.failed == 0 && !report.unchanged {
+                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                }
+            }
+            return report.signed;
+        }
+        let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
+        if n == 0 {
+            let present = files
+                .iter()
+                .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
+                .count();
+            if present > 0 {
+                crate::events::keeper::nothing_signed(present);
+            } else {
+                crate::events::keeper::nothing_to_keep();
+            }
+        } else if reused {
+            crate::events::keeper::reused(n, &self.fingerprint);
+        } else {
+            crate::events::keeper::signed(n, &self.fingerprint);
+        }
+        if let Some(s) = &self.store {
+            if n > 0 && report.failed == 0 {
+                if report.unchanged && s.record(&self.fingerprint).is_some() {
+                    s.touch(&self.fingerprint);
+                } else {
+                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                }
+            }
+            Stats::record(|st| {
+                if reused {
+                    st.reuses += 1;
+                } else if n > 0 {
+                    st.tunes += 1;
+                }
+            });
+            crate::root::stats::credit_boot(
+                s.state_fd(),
+                &self.fingerprint,
+                reused,
+                n,
+                self.launched,
+            );
+            Stats::flush(s.state_fd());
+        }
+        report.signed
+    }
+
+    /// Multi-node: publish the signed rank files into the share.
+    fn publish(&mut self, report: &cache::SignReport) {
+        if report.failed == 0 && !report.signed.is_empty() {
+            if let Some(share) = self.share.as_mut() {
+                share.publish(&self.root, &report.signed);
+            }
+        }
+    }
+
+    /// The lock for a commit: Ok(None) without a store; Err when it timed
+    /// out (logged: nothing is signed). Other holders keep it for
+    /// milliseconds, so the wait is short.
+    fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
+        match &self.store {
+            None => Ok(None),
+            Some(s) => take_lock(
+                s,
+                self.lock_timeout.min(COMMIT_LOCK_WAIT),
+                &self.fingerprint,
+                "signs",
+            )
+            .map(Some)
+            .ok_or(()),
+        }
+    }
+
+    /// Record the stamps of the members the last sign could not stamp, once
+    /// their change times have settled (a wait of at most about 100 ms), so
+    /// that the next launch trusts them without reading them.
+    pub(super) fn settle(&mut self) {
+        let Some(at) = self.settle_at.take() else {
+            return;
+        };
+        let wait = at.saturating_sub(cache::now_ns());
+        if wait > 1_000_000_000 {
+            return;
+        }
+        if wait > 0 {
+            std::thread::sleep(Duration::from_nanos(wait as u64));
+        }
+        let Ok(_lock) = self.commit_lock() else {
+            return;
+        };
+        // Best effort: without the stamps the next launch reads and hashes
+        // those files instead.
+        let _ = cache::restamp(&self.root, &self.fingerprint);
+    }
+
+    /// Before keepwrap exits: write the statistics this launch gathered
+    /// (once, under the lock), and let the share's publication finish.
+    pub(super) fn finish(&mut self) {
+        self.settle();
+        if let (Some(s), true) = (&self.store, Stats::pending()) {
+            if let Ok(_lock) = self.commit_lock() {
+                Stats::flush(s.state_fd());
+            }
+        }
+        if let Some(share) = self.share.as_mut() {
+            share.finish();
+        }
+    }
+}
+
+/// Longest wait for the lock at commit, whatever `--lock-timeout` says.
+const COMMIT_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
+    let mut a: Vec<&Path> = a.iter().map(PathBuf::as_path).collect();
+    let mut b: Vec<&Path> = b.iter().map(PathBuf::as_path).collect();
+    a.sort();
+    b.sort();
+    a == b
+}

@@ -1,0 +1,365 @@
+//! Before the engine starts, in order: find the cache root and the done
+//! rule, take this launch's turn on the root and leave its marker, prune
+//! what it must not load (stashing other launches' sets in the store),
+//! bring its own set back from the store, start the watch, take the
+//! share's union. Each step that fails logs why and the launch goes on,
+//! hands-off or without a keeper.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::cache::{self, PruneReport};
+use crate::done::watch::Watcher;
+use crate::done::Done;
+use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::root::lock::CacheLock;
+use crate::root::running::{self, Identity, Marker, Runs, State};
+use crate::root::stats::Stats;
+use crate::share::Share;
+use crate::store::{self, Store};
+use crate::unify;
+use crate::STATE_DIR;
+
+use super::turn::{wait_turn, Turn};
+use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
+
+/// Work run after the engine's spawn.
+type AfterStart = Box<dyn FnOnce() + Send>;
+
+impl Keeper {
+    /// Fingerprint the launch, make sure the root exists, wait for any other
+    /// launch on the root that is still tuning, prune what this launch must
+    /// not load, and start watching. No keeper when the cache cannot be kept
+    /// this time (the reason is logged); the launch goes on.
+    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+        let launched = Instant::now();
+        let opts = args.fingerprint.clone();
+        let launch = Launch::new(&opts, argv, env);
+        let fingerprint = launch.fingerprint().to_string();
+        let profile = launch.profile();
+        let Some((root, done)) = locate(args, &launch, argv, env) else {
+            return Prepared::default();
+        };
+        let runs = match Runs::open(&root) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::events::keeper::cannot_open_running(&running_dir(&root), e);
+                return Prepared::default();
+            }
+        };
+        let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
+        let share = share_of(args, &launch, argv);
+        let store = match Store::open(&root) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                crate::events::keeper::store_unusable(STATE_DIR, &root, e);
+                None
+            }
+        };
+        // Held until the engine is spawned (end of this function).
+        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root) {
+            Ok(turn) => turn,
+            Err(prepared) => return *prepared,
+        };
+        let inputs = launch.redacted_inputs();
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
+            return Prepared::hands_off(marker);
+        };
+        let after_start = match &store {
+            Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
+            None => None,
+        };
+        let watcher = match Watcher::new(&root) {
+            Ok(w) => w,
+            Err(e) => {
+                crate::events::keeper::watch_failed(e);
+                return Prepared::hands_off(marker);
+            }
+        };
+        let mut keeper = Keeper {
+            marker,
+            root,
+            fingerprint,
+            done,
+            watcher,
+            probe: None,
+            probe_interval: args.probe_interval,
+            probe_timeout: args.probe_timeout,
+            launched,
+            kept: pruned.kept,
+            session: None,
+            unify: args.unifies(profile),
+            store,
+            lock_timeout: args.lock_timeout,
+            profile: profile.as_str(),
+            inputs,
+            share,
+        };
+        keeper.take_share_union();
+        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
+        keeper.unify_kept();
+        let after_start: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Some(job) = after_start {
+                job();
+            }
+            trash.run();
+        });
+        Prepared {
+            keeper: Some(keeper),
+            marker: None,
+            after_start: Some(after_start),
+        }
+    }
+
+    /// Files kept for this launch but signed without being unified (e.g.
+    /// with `--unify off`): unify them now and sign the result, so that the
+    /// engine's gate agrees on this very boot.
+    fn unify_kept(&mut self) {
+        if !self.unify || self.kept.len() < 2 {
+            return;
+        }
+        if unify::unify_tree(&self.root, self.kept.iter().map(PathBuf::as_path)).rewritten == 0 {
+            return;
+        }
+        self.watcher.read();
+        match cache::sign(&self.root, &self.fingerprint) {
+            Ok(r) => crate::events::keeper::signed_unified(r.signed.len(), &self.fingerprint),
+            Err(e) => crate::events::keeper::cannot_sign(&self.root, e),
+        }
+    }
+
+    /// Multi-node: when every node has published, write the union of all
+    /// nodes' rank files over this node's and sign them (see [`Share`]).
+    fn take_share_union(&mut self) {
+        let Some(share) = self.share.as_ref() else {
+            return;
+        };
+        let taken = if self.profile == ProfileName::Vllm.as_str() {
+            // vLLM: each node keeps its own ranks' files; a node whose
+            // cache is empty takes its own back from a complete set.
+            if !self.kept.is_empty() {
+                return;
+            }
+            vllm::take_own(share, &self.root, &self.fingerprint)
+        } else {
+            share.take_union(&self.root, &self.fingerprint)
+        };
+        if let Some(signed) = taken {
+            // keepwrap's own writes are not landings of the engine.
+            self.watcher.read();
+            self.kept = signed;
+        }
+    }
+}
+
+/// The cache root (created on a first boot) and the done rule of this
+/// launch, with the launch's line and its warnings logged; None (logged)
+/// when the cache cannot be kept.
+fn locate(
+    args: &Settings,
+    launch: &Launch,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Option<(PathBuf, Done)> {
+    let profile = launch.profile();
+    let root = if profile == ProfileName::Vllm {
+        vllm::root(args.cache_dir.as_deref(), env)
+            .map_err(crate::events::vllm::no_vllm_cache_root)
+            .ok()
+    } else {
+        let root = cache_root(args, env);
+        if root.is_none() {
+            crate::events::keeper::no_cache_root();
+        }
+        root
+    };
+    let root = root?;
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+    for line in launch.warnings() {
+        crate::events::keeper::launch_warning(&line);
+    }
+    let done = match args.done.resolve(launch) {
+        Ok(done) => done,
+        Err(e) => {
+            crate::events::keeper::done_rule_unusable(e);
+            return None;
+        }
+    };
+    let fingerprint = launch.fingerprint().to_string();
+    crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+    vllm::note_managed_store(launch, env);
+    ensure_root(&root).then_some((root, done))
+}
+
+/// `<root>/.keepwrap/running`: the launches' markers.
+fn running_dir(root: &Path) -> PathBuf {
+    root.join(STATE_DIR).join(running::RUNNING_DIR)
+}
+
+/// Multi-node launches: the share every node mounts.
+fn share_of(args: &Settings, launch: &Launch, argv: &[OsString]) -> Option<Share> {
+    let profile = launch.profile();
+    if profile == ProfileName::Vllm {
+        vllm::share(&args.share, launch, args.store_max_age)
+    } else {
+        Share::new(
+            &args.share,
+            launch,
+            argv,
+            args.unifies(profile),
+            args.store_max_age,
+        )
+    }
+}
+
+/// Wait for this launch's turn on the root and leave its marker: the lock
+/// (held while the engine is prepared) and the marker when this launch
+/// keeps the cache, else what it goes on with (hands-off, or no marker).
+fn take_turn(
+    args: &Settings,
+    runs: Runs,
+    store: Option<&Store>,
+    id: &Identity,
+    root: &Path,
+) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
+    let (lock, turn) = wait_turn(args, &runs, store, id);
+    let state = match turn {
+        Turn::Go => State::Tuning,
+        Turn::HandsOff => State::HandsOff,
+    };
+    let marker = match runs.register(id, state) {
+        Ok(m) => m,
+        Err(e) => {
+            crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
+            return Err(Box::default());
+        }
+    };
+    if let Turn::HandsOff = turn {
+        return Err(Box::new(Prepared::hands_off(marker)));
+    }
+    Ok((lock, marker))
+}
+
+/// Remove what this launch must not load, other launches' whole sets into
+/// the store when there is one; None (logged) when the root cannot be
+/// pruned. The trash the prune filled is emptied once the engine has
+/// started (the returned job, run after the spawn).
+fn prune(
+    root: &Path,
+    fingerprint: &str,
+    store: Option<&Store>,
+) -> Option<(PruneReport, cache::TrashJob)> {
+    let pruned = match store {
+        Some(s) => {
+            s.recover();
+            let r =
+                cache::prune_then_empty(root, fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
+            s.sync();
+            r
+        }
+        None => cache::prune_then_empty(root, fingerprint, None),
+    };
+    match pruned {
+        Ok(pruned) => Some(pruned),
+        Err(e) => {
+            crate::events::keeper::cannot_prune(root, e);
+            None
+        }
+    }
+}
+
+/// With nothing kept, bring this launch's set back from the store; then
+/// evict past the store's limits and count the launch. The line that says
+/// why a launch has no cache, when it needs computing, to run after the
+/// spawn.
+fn restore(
+    args: &Settings,
+    s: &Store,
+    root: &Path,
+    fingerprint: &str,
+    inputs: &serde_json::Value,
+    pruned: &mut PruneReport,
+) -> Option<AfterStart> {
+    let now = crate::clock::now_secs();
+    let mut restored = 0;
+    if pruned.kept.is_empty() {
+        if let Some(r) = s.restore(fingerprint) {
+            restored = r.paths.len();
+            crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
+            pruned.kept = r.paths;
+        }
+    }
+    let mut after_start = None;
+    // Nothing to compare with before any launch signed: no thread.
+    if pruned.kept.is_empty() && s.has_records() {
+        after_start = Some(explain_later(root, fingerprint, inputs));
+    } else {
+        s.touch(fingerprint);
+    }
+    let limits = store::Limits {
+        max_size: args.store_max_size,
+        max_age: args.store_max_age,
+    };
+    let evicted = s.evict(limits, now);
+    let (removed, stored) = (pruned.removed, pruned.stored);
+    Stats::record(|st| {
+        st.launches += 1;
+        st.removed += removed as u64;
+        st.stored += stored as u64;
+        st.restored += restored as u64;
+        st.evicted += evicted as u64;
+    });
+    after_start
+}
+
+/// The line a launch with no cache logs, computed off the start path: with
+/// many arguments the comparison takes time the engine must not wait for.
+fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> AfterStart {
+    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
+    Box::new(move || {
+        if let Some(s) = Store::open_existing(&root) {
+            if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
+                crate::events::keeper::no_cache(&fingerprint, &line);
+            }
+        }
+    })
+}
+
+/// A missing root is the normal first boot: create it. Anything else that
+/// makes it unusable is a warning, and the launch goes on.
+fn ensure_root(root: &Path) -> bool {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
+        Ok(_) => {
+            crate::events::keeper::root_not_a_directory(root);
+            false
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
+            Ok(()) => {
+                crate::events::keeper::root_created(root);
+                true
+            }
+            Err(e) => {
+                crate::events::keeper::cannot_create_root(root, e);
+                false
+            }
+        },
+        Err(e) => {
+            crate::events::keeper::cannot_use_root(root, e);
+            false
+        }
+    }
+}
+
+/// A root on a read-only file system can be neither pruned nor signed.
+fn writable(root: &Path) -> bool {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    match statvfs(root) {
+        Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
+            crate::events::keeper::root_read_only(root);
+            false
+        }
+        _ => true,
+    }
+}

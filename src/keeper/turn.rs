@@ -1,0 +1,135 @@
+//! A launch's turn on a shared root: under the cache lock, look at the
+//! other launches (the verdict is [`running::verdict`]'s), go on, go on
+//! hands-off, or wait for one that is still tuning.
+
+use std::time::{Duration, Instant};
+
+use crate::digest::short;
+use crate::root::lock::{self, CacheLock, LockError};
+use crate::root::running::{self, Identity, Runs, Seen, Verdict, Why};
+use crate::store::Store;
+
+use super::Settings;
+
+/// Whether this launch may keep the cache, once the other launches on the
+/// root have been looked at.
+pub(super) enum Turn {
+    Go,
+    HandsOff,
+}
+
+/// How often a waiting launch looks at the other launches again.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+/// How often a waiting launch says it still waits.
+const WAIT_PROGRESS: Duration = Duration::from_secs(60);
+
+/// Look at the other launches on the root under the cache lock: go on, go
+/// on hands-off, or wait (bounded by `--wait-for-tuning`) for one that is
+/// still tuning, then look again. Returns the lock (held, when there is a
+/// store and it was taken) and the turn. Runs before the engine starts, off
+/// the supervisor's thread: a TERM ends the wait at once.
+pub(super) fn wait_turn(
+    args: &Settings,
+    runs: &Runs,
+    store: Option<&Store>,
+    me: &Identity,
+) -> (Option<CacheLock>, Turn) {
+    let started = Instant::now();
+    let deadline = started.checked_add(args.wait_for_tuning);
+    let mut waited_for: Option<String> = None;
+    loop {
+        let lock = match store {
+            Some(s) => match take_lock(s, args.lock_timeout, &me.fingerprint, "launches") {
+                Some(l) => Some(l),
+                None => return (None, Turn::HandsOff),
+            },
+            None => None,
+        };
+        let seen = runs.scan_and_tidy();
+        let other = match running::verdict(me, &seen) {
+            Verdict::Go => {
+                if let Some(other) = waited_for {
+                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
+                }
+                return (lock, Turn::Go);
+            }
+            Verdict::HandsOff(why, other) => {
+                hands_off_line(why, other);
+                return (lock, Turn::HandsOff);
+            }
+            Verdict::Wait(other) => other.clone(),
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            crate::events::keeper::gave_up_waiting(&other, args.wait_for_tuning);
+            return (lock, Turn::HandsOff);
+        }
+        drop(lock);
+        if waited_for.is_none() {
+            crate::events::keeper::waiting_for_other(&other, args.wait_for_tuning);
+        }
+        waited_for = Some(other.who());
+        let mut next_progress = Instant::now() + WAIT_PROGRESS;
+        // Look again, without the lock, until that launch is done or gone.
+        loop {
+            std::thread::sleep(WAIT_POLL);
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let seen = runs.scan();
+            match running::verdict(me, &seen) {
+                Verdict::Wait(o) => {
+                    if now >= next_progress {
+                        crate::events::keeper::still_waiting(
+                            o,
+                            started.elapsed(),
+                            args.wait_for_tuning,
+                        );
+                        next_progress = now + WAIT_PROGRESS;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// The one line a launch that goes on hands-off logs, naming the launch in
+/// its way and the topology that works.
+fn hands_off_line(why: Why, other: &Seen) {
+    match why {
+        Why::Peer => crate::events::keeper::peer_on_root(other),
+        Why::Orphan => crate::events::keeper::orphan_on_root(other),
+        Why::HandsOff | Why::OtherLaunch => crate::events::keeper::other_on_root(other),
+    }
+}
+
+/// Take the cache root's lock for this launch; None when it timed out or
+/// failed (logged: `then` says what the launch does without it).
+pub(super) fn take_lock(
+    s: &Store,
+    timeout: Duration,
+    fingerprint: &str,
+    then: &str,
+) -> Option<CacheLock> {
+    let (after, what) = if then == "signs" {
+        ("nothing is signed, the next launch tunes again", "commit")
+    } else {
+        ("the launch goes on without keeping the cache", "launch")
+    };
+    match lock::acquire(
+        s.state_fd(),
+        timeout,
+        &format!("launch {}", short(fingerprint)),
+    ) {
+        Ok(l) => Some(l),
+        Err(LockError::TimedOut(who)) => {
+            crate::events::keeper::lock_gave_up(timeout, what, who, after);
+            None
+        }
+        Err(LockError::Io(e)) => {
+            crate::events::keeper::lock_failed(what, e, after);
+            None
+        }
+    }
+}

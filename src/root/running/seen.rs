@@ -1,0 +1,329 @@
+//! What the markers say and what a launch makes of them: who a launch is
+//! ([`Identity`]), what it is doing ([`State`]), a launch seen on the root
+//! ([`Seen`]), the text of a marker, and the [`verdict`] of a launch about
+//! to start. Decisions over values: the markers' files are `marker.rs`'s.
+
+use std::ffi::OsString;
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::digest::short;
+use crate::launch::fingerprint::{self, Launch};
+
+use super::{RANK_FLAGS, VLLM_RANK_FLAGS};
+
+/// What a launch on the root is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Its engine may still be tuning.
+    Tuning,
+    /// Tuning is done (its set was signed, or could not be).
+    Done,
+    /// It keeps nothing, and never says when its engine is done.
+    HandsOff,
+    /// It has ended (kept only to tell later launches that it ran).
+    Ended,
+}
+
+impl State {
+    /// The first word of the marker: all of one length, so that a state
+    /// change is one small write at offset 0.
+    pub(super) fn word(self) -> &'static [u8; 8] {
+        match self {
+            State::Tuning => b"tuning  ",
+            State::Done => b"done    ",
+            State::HandsOff => b"handsoff",
+            State::Ended => b"ended   ",
+        }
+    }
+
+    fn parse(word: &str) -> State {
+        match word {
+            "done" => State::Done,
+            "handsoff" => State::HandsOff,
+            "ended" => State::Ended,
+            // Anything else (a torn read) is the cautious reading.
+            _ => State::Tuning,
+        }
+    }
+}
+
+/// Who a launch is, as other launches on the root compare it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub fingerprint: String,
+    /// The cluster fingerprint without the node and data-parallel ranks.
+    pub peer_key: String,
+    /// The values of [`RANK_FLAGS`] (`-` when none is given).
+    pub rank: String,
+}
+
+impl Identity {
+    /// The identity of `launch` (made from `argv` and `env` with `opts`).
+    pub fn of(
+        launch: &Launch,
+        opts: &fingerprint::Options,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+        node_local: &[String],
+    ) -> Identity {
+        let flags: &[&'static str] = if launch.vllm().is_some() {
+            &VLLM_RANK_FLAGS
+        } else {
+            &RANK_FLAGS
+        };
+        let ranks = rank_values(argv, flags);
+        // `--node-rank` is left out of the cluster fingerprint already; the
+        // data-parallel ranks only when present (rarely: a second pass).
+        let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
+            let mut opts = opts.clone();
+            opts.ignored_args
+                .extend(flags.iter().map(|f| f.to_string()));
+            Launch::new(&opts, argv, env).cluster_fingerprint(node_local)
+        } else {
+            launch.cluster_fingerprint(node_local)
+        };
+        let rank = if ranks.is_empty() {
+            "-".to_string()
+        } else {
+            ranks
+                .iter()
+                .map(|(f, v)| format!("{}={}", f.trim_start_matches('-'), token(v)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        Identity {
+            fingerprint: launch.fingerprint().to_string(),
+            peer_key: peer_key.into(),
+            rank,
+        }
+    }
+
+    /// Another node or data-parallel rank of the same multi-node launch.
+    pub fn is_peer_of(&self, other: &Identity) -> bool {
+        self.peer_key == other.peer_key && self.rank != other.rank
+    }
+}
+
+/// `(flag, value)` of each rank flag in `argv` (the last one wins), up to a
+/// bare `--`.
+pub(super) fn rank_values(
+    argv: &[OsString],
+    flags: &[&'static str],
+) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let tok = argv[i].to_string_lossy();
+        if tok == "--" {
+            break;
+        }
+        for &flag in flags {
+            let value = if tok == flag {
+                i += 1;
+                argv.get(i).map(|v| v.to_string_lossy().into_owned())
+            } else {
+                tok.strip_prefix(flag)
+                    .and_then(|r| r.strip_prefix('='))
+                    .map(str::to_string)
+            };
+            if let Some(v) = value {
+                out.retain(|(f, _)| *f != flag);
+                out.push((flag, v));
+                break;
+            }
+        }
+        i += 1;
+    }
+    out.sort();
+    out
+}
+
+/// A value as one whitespace-free token of the marker line.
+pub(super) fn token(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=,.-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Is the launch that wrote a marker alive?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    Ended,
+    /// keepwrap is alive.
+    Alive,
+    /// keepwrap is gone, a process of its engine still holds the marker.
+    Orphaned,
+}
+
+/// A launch seen on the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub name: String,
+    pub pid: u32,
+    pub id: Identity,
+    /// Nanoseconds since the epoch.
+    pub started: u128,
+    pub state: State,
+    pub life: Life,
+    /// The host (pod) it runs on, as it said (`?` when unknown).
+    pub host: String,
+}
+
+impl Seen {
+    pub fn live(&self) -> bool {
+        self.life != Life::Ended
+    }
+
+    /// `launch 8c01d2e4... (pid 42 on host pod-a)`
+    pub fn who(&self) -> String {
+        format!(
+            "launch {} (pid {} on host {})",
+            short(&self.id.fingerprint),
+            self.pid,
+            self.host
+        )
+    }
+
+    /// `2026-12-01T07:00:00Z`
+    pub fn since(&self) -> String {
+        let t = UNIX_EPOCH + Duration::from_nanos(self.started.min(u64::MAX as u128) as u64);
+        humantime::format_rfc3339_seconds(t).to_string()
+    }
+}
+
+impl crate::events::keeper::OtherLaunch for Seen {
+    fn fingerprint(&self) -> &str {
+        &self.id.fingerprint
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match (self.life, self.state) {
+            (Life::Ended, _) | (_, State::Ended) => "ended".to_string(),
+            (Life::Orphaned, _) => format!(
+                "its keepwrap is gone, its engine still runs; started {}",
+                self.since()
+            ),
+            (Life::Alive, State::Tuning) => format!("tuning since {}", self.since()),
+            (Life::Alive, State::Done) => format!("running, started {}", self.since()),
+            (Life::Alive, State::HandsOff) => {
+                format!(
+                    "running without keeping the cache, started {}",
+                    self.since()
+                )
+            }
+        };
+        write!(
+            f,
+            "launch {} (pid {} on host {}, {what})",
+            short(&self.id.fingerprint),
+            self.pid,
+            self.host
+        )
+    }
+}
+
+/// Why a launch goes on without keeping the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Another node or data-parallel rank of this multi-node launch.
+    Peer,
+    /// An engine whose keepwrap was killed.
+    Orphan,
+    /// A launch that keeps nothing itself.
+    HandsOff,
+    /// A launch of another fingerprint, done tuning, still running.
+    OtherLaunch,
+}
+
+/// What a launch about to start does about the launches on its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// Nobody is in the way: prune, start, sign as usual.
+    Go,
+    /// A launch is still tuning: wait for it.
+    Wait(&'a Seen),
+    /// Go on without keeping the cache (no prune, no sign).
+    HandsOff(Why, &'a Seen),
+}
+
+/// Decide, from the launches seen on the root, whether `me` may start now.
+/// Peers of a multi-node launch are never waited for (they need each other
+/// to finish tuning); neither are orphaned or hands-off engines, which never
+/// say when they are done.
+pub fn verdict<'a>(me: &Identity, seen: &'a [Seen]) -> Verdict<'a> {
+    let live: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.live() && s.state != State::Ended)
+        .collect();
+    if let Some(s) = live.iter().find(|s| me.is_peer_of(&s.id)) {
+        return Verdict::HandsOff(Why::Peer, s);
+    }
+    if let Some(s) = live.iter().find(|s| s.life == Life::Orphaned) {
+        return Verdict::HandsOff(Why::Orphan, s);
+    }
+    if let Some(s) = live.iter().find(|s| s.state == State::HandsOff) {
+        return Verdict::HandsOff(Why::HandsOff, s);
+    }
+    if let Some(s) = live.iter().find(|s| s.state == State::Tuning) {
+        return Verdict::Wait(s);
+    }
+    if let Some(s) = live.iter().find(|s| s.id.fingerprint != me.fingerprint) {
+        return Verdict::HandsOff(Why::OtherLaunch, s);
+    }
+    Verdict::Go
+}
+
+/// `(identity, start, state, host, legacy)` of a marker's text.
+pub(super) fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, String, bool)> {
+    let pid_ok = name
+        .split_once('-')
+        .is_some_and(|(p, s)| p.parse::<u32>().is_ok() && s.parse::<u128>().is_ok());
+    if !pid_ok {
+        return None;
+    }
+    let f: Vec<&str> = text.split_whitespace().collect();
+    // Only what keepwrap writes: hex digests and plain tokens (a planted
+    // marker never puts control characters into a log line).
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let plain = |s: &str| token(s) == s;
+    match f.as_slice() {
+        [state, fp, started, peer, rank, host]
+            if hex(fp) && hex(peer) && plain(rank) && plain(host) =>
+        {
+            Some((
+                Identity {
+                    fingerprint: fp.to_string(),
+                    peer_key: peer.to_string(),
+                    rank: rank.to_string(),
+                },
+                started.parse().ok()?,
+                State::parse(state),
+                host.to_string(),
+                false,
+            ))
+        }
+        [fp, started] if hex(fp) => Some((
+            Identity {
+                fingerprint: fp.to_string(),
+                peer_key: String::new(),
+                rank: "-".to_string(),
+            },
+            started.parse().ok()?,
+            State::HandsOff,
+            "?".to_string(),
+            true,
+        )),
+        _ => None,
+    }
+}

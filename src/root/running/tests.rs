@@ -1,0 +1,218 @@
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use crate::launch::fingerprint::{self, Launch};
+
+use super::marker::{line, lock_byte, ALIVE_BYTE};
+use super::seen::{parse, rank_values};
+use super::*;
+
+fn id(fp: &str, peer: &str, rank: &str) -> Identity {
+    Identity {
+        fingerprint: fp.into(),
+        peer_key: peer.into(),
+        rank: rank.into(),
+    }
+}
+
+fn seen(i: Identity, state: State, life: Life) -> Seen {
+    Seen {
+        name: "1-1".into(),
+        pid: 1,
+        id: i,
+        started: 1,
+        state,
+        life,
+        host: "h".into(),
+    }
+}
+
+#[test]
+fn verdicts() {
+    let me = id("a", "k", "-");
+    let rows = [
+        (seen(id("a", "k", "-"), State::Tuning, Life::Alive), "wait"),
+        (seen(id("b", "x", "-"), State::Tuning, Life::Alive), "wait"),
+        (seen(id("a", "k", "-"), State::Done, Life::Alive), "go"),
+        (seen(id("b", "x", "-"), State::Done, Life::Alive), "other"),
+        (seen(id("a", "k", "-"), State::Tuning, Life::Ended), "go"),
+        (
+            seen(id("a", "k", "-"), State::Done, Life::Orphaned),
+            "orphan",
+        ),
+        (
+            seen(id("a", "k", "-"), State::Tuning, Life::Orphaned),
+            "orphan",
+        ),
+        (
+            seen(id("a", "k", "-"), State::HandsOff, Life::Alive),
+            "handsoff",
+        ),
+        (
+            seen(id("c", "k", "node-rank=1"), State::Tuning, Life::Alive),
+            "peer",
+        ),
+        (seen(id("a", "k", "-"), State::Ended, Life::Alive), "go"),
+    ];
+    for (s, want) in rows {
+        let list = [s.clone()];
+        let got = match verdict(&me, &list) {
+            Verdict::Go => "go",
+            Verdict::Wait(_) => "wait",
+            Verdict::HandsOff(Why::Peer, _) => "peer",
+            Verdict::HandsOff(Why::Orphan, _) => "orphan",
+            Verdict::HandsOff(Why::HandsOff, _) => "handsoff",
+            Verdict::HandsOff(Why::OtherLaunch, _) => "other",
+        };
+        assert_eq!(got, want, "{s:?}");
+    }
+}
+
+#[test]
+fn rank_flags_in_both_spellings() {
+    let argv: Vec<OsString> = [
+        "x",
+        "--node-rank",
+        "1",
+        "--data-parallel-rank=3",
+        "--",
+        "--dp-rank",
+        "9",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    assert_eq!(
+        rank_values(&argv, &RANK_FLAGS),
+        vec![
+            ("--data-parallel-rank", "3".to_string()),
+            ("--node-rank", "1".to_string())
+        ]
+    );
+}
+
+#[test]
+fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
+    let root = tempfile::tempdir().unwrap();
+    let me = id(&"f".repeat(64), &"b".repeat(64), "-");
+    let m = Runs::open(root.path())
+        .unwrap()
+        .register(&me, State::Tuning)
+        .unwrap();
+    let runs = Runs::open(root.path()).unwrap();
+    let seen = runs.scan();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].life, seen[0].state, &seen[0].id),
+        (Life::Alive, State::Tuning, &me)
+    );
+    assert_eq!(
+        verdict(&id("f00d", "beef", "-"), &seen),
+        Verdict::Wait(&seen[0])
+    );
+    m.mark_done();
+    assert_eq!(runs.scan()[0].state, State::Done);
+    assert!(m.others().is_empty(), "a launch does not see itself");
+    drop(m);
+    assert!(runs.scan().is_empty());
+    // Its file is left empty as the spare, and nothing else.
+    let dir = root.path().join(".keepwrap/running");
+    assert_eq!(names(&dir), [".spare"]);
+    assert_eq!(std::fs::metadata(dir.join(".spare")).unwrap().len(), 0);
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
+    use std::os::unix::fs::MetadataExt;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(".keepwrap/running");
+    let me = id(&"f".repeat(64), &"b".repeat(64), "-");
+    let register = || {
+        Runs::open(root.path())
+            .unwrap()
+            .register(&me, State::Tuning)
+            .unwrap()
+    };
+    drop(register());
+    let spare = std::fs::metadata(dir.join(".spare")).unwrap().ino();
+    // Taken: the same file, under the marker's name, alive and full.
+    let m = register();
+    assert_eq!(names(&dir), std::slice::from_ref(&m.name));
+    assert_eq!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
+    let seen = Runs::open(root.path()).unwrap().scan();
+    assert_eq!(
+        (seen.len(), seen[0].life, seen[0].state),
+        (1, Life::Alive, State::Tuning)
+    );
+    drop(m);
+    // A straggler of the engine still holds the spare's byte 0: the
+    // next launch makes a new file and the spare goes.
+    let straggler = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(".spare"))
+        .unwrap();
+    lock_byte(straggler.as_fd(), ALIVE_BYTE).unwrap();
+    let m = register();
+    assert_eq!(names(&dir), std::slice::from_ref(&m.name));
+    assert_ne!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
+    assert_eq!(Runs::open(root.path()).unwrap().scan()[0].life, Life::Alive);
+    drop(m);
+    drop(straggler);
+}
+
+#[test]
+fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
+    let of = |args: &[&str]| {
+        let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
+            .iter()
+            .chain(args)
+            .map(OsString::from)
+            .collect();
+        let opts = fingerprint::Options {
+            profile: fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let launch = Launch::new(&opts, &argv, &[]);
+        Identity::of(&launch, &opts, &argv, &[], &[])
+    };
+    let n0 = of(&["--nnodes", "2", "--node-rank", "0"]);
+    let n1 = of(&["--nnodes", "2", "--node-rank=1"]);
+    assert_ne!(n0.fingerprint, n1.fingerprint);
+    assert!(n0.is_peer_of(&n1) && n1.is_peer_of(&n0));
+    assert!(
+        !n0.is_peer_of(&of(&["--nnodes", "2", "--node-rank", "0"])),
+        "a replica"
+    );
+    let d0 = of(&["--data-parallel-rank", "0"]);
+    let d1 = of(&["--data-parallel-rank", "1"]);
+    assert!(d0.is_peer_of(&d1));
+    assert!(!d0.is_peer_of(&of(&["--data-parallel-rank", "1", "--tp", "4"])));
+    assert!(!of(&[]).is_peer_of(&of(&[])));
+}
+
+#[test]
+fn a_marker_line_round_trips() {
+    let i = id(&"f".repeat(64), &"b".repeat(64), "node-rank=1");
+    let l = line(State::Done, &i, 42);
+    let (j, started, state, _host, legacy) =
+        parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
+    assert_eq!((j, started, state, legacy), (i, 42, State::Done, false));
+    assert!(parse("junk", "tuning a 1 b c").is_none());
+    let planted = format!("tuning {} 1 {} \u{1b}[2J h", "a".repeat(64), "b".repeat(64));
+    assert!(parse("7-42", &planted).is_none(), "control characters");
+    assert!(parse("7-42", "tuning \u{e9}\u{e9}\u{e9}\u{e9}\u{e9} 1 b - h").is_none());
+    let legacy = format!("{} 42", "c".repeat(64));
+    assert_eq!(parse("7-42", &legacy).unwrap().2, State::HandsOff);
+}
