@@ -17,7 +17,7 @@ use crate::cache::layout_vllm::{set_shape, Shape};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
-use crate::share::{gather_nodes, Node, Share};
+use crate::share::{gather_nodes, report_incomplete, Node, Share};
 
 /// Why a vLLM launch has no cache root keepwrap can name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -257,12 +257,7 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
             return None;
         }
         Some(Ok(Err(missing))) => {
-            let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
-            let why: Vec<String> = missing
-                .iter()
-                .map(|(r, w)| format!("node {r}: {w}"))
-                .collect();
-            crate::events::share::share_incomplete(&which.join(", "), me.nnodes, &why.join("; "));
+            report_incomplete(&missing, me.nnodes);
             return None;
         }
         Some(Ok(Ok(nodes))) => nodes,

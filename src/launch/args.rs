@@ -3,7 +3,7 @@
 //! unambiguous abbreviations) and the order of groups stop mattering.
 //!
 //! The rules follow Python's `argparse` (3.10 to 3.12) over SGLang's own
-//! table ([`super::table::OPTIONS`]):
+//! table (`table::OPTIONS`):
 //! - a token is an option when it starts with `-`, unless it is a negative
 //!   number (`-1`, `-.5`) or contains a space; a known option matches
 //!   exactly, as `OPTION=VALUE`, or as the unique prefix of one option
@@ -196,15 +196,6 @@ pub fn parse(tokens: &[String]) -> Parsed {
     let mut groups: Vec<Group> = Vec::new();
     let mut ordered = false;
     let mut i = 0;
-    let take_values = |i: &mut usize, max: usize, out: &mut Vec<String>| {
-        while out.len() < max && *i < tokens.len() && tokens[*i] != "--" {
-            if classify(&tokens[*i]) != Token::Value {
-                break;
-            }
-            out.push(tokens[*i].clone());
-            *i += 1;
-        }
-    };
     while i < tokens.len() {
         let tok = &tokens[i];
         if tok == "--" {
@@ -222,7 +213,7 @@ pub fn parse(tokens: &[String]) -> Parsed {
             Token::Value => {
                 let head = if groups.is_empty() { POSITIONAL } else { STRAY };
                 let mut values = vec![tok.clone()];
-                take_values(&mut i, usize::MAX, &mut values);
+                take_values(tokens, &mut i, usize::MAX, &mut values);
                 groups.push(Group {
                     key: head.into(),
                     head: head.into(),
@@ -232,49 +223,13 @@ pub fn parse(tokens: &[String]) -> Parsed {
                 ordered = true;
             }
             Token::Known(o, explicit) => {
-                let mut values = Vec::new();
-                let mut head = o.canonical.to_string();
-                let name = tok.split_once('=').map_or(tok.as_str(), |(n, _)| n);
-                if EXACT_SPELLING.contains(&o.option) && name != o.option {
-                    // SGLang also looks for this exact token: another
-                    // spelling is another launch, kept in order
-                    head = name.to_string();
-                    ordered = true;
-                }
-                match explicit {
-                    Some(v) => {
-                        if o.nargs == Nargs::Switch {
-                            // argparse: "ignored explicit argument"
-                            head.push('=');
-                            ordered = true;
-                        }
-                        values.push(v.to_string());
-                    }
-                    None => {
-                        let max = match o.nargs {
-                            Nargs::Switch => 0,
-                            Nargs::One | Nargs::Optional => 1,
-                            Nargs::Star | Nargs::Plus => usize::MAX,
-                        };
-                        take_values(&mut i, max, &mut values);
-                        if values.is_empty() && matches!(o.nargs, Nargs::One | Nargs::Plus) {
-                            // argparse: "expected one argument"
-                            ordered = true;
-                        }
-                    }
-                }
-                groups.push(Group {
-                    key: o.dest.to_string(),
-                    head,
-                    values,
-                    known: true,
-                });
+                groups.push(known_group(tokens, &mut i, tok, o, explicit, &mut ordered));
             }
             Token::Unknown(name, explicit) => {
                 let mut values = Vec::new();
                 match explicit {
                     Some(v) => values.push(v.to_string()),
-                    None => take_values(&mut i, usize::MAX, &mut values),
+                    None => take_values(tokens, &mut i, usize::MAX, &mut values),
                 }
                 groups.push(Group {
                     key: name.to_string(),
@@ -287,23 +242,88 @@ pub fn parse(tokens: &[String]) -> Parsed {
         }
     }
     if !ordered {
-        // Keep the last group of each attribute, then order by attribute.
-        let mut last: HashMap<&str, usize> = HashMap::with_capacity(groups.len());
-        for (i, g) in groups.iter().enumerate() {
-            last.insert(g.key.as_str(), i);
-        }
-        let keep: Vec<bool> = (0..groups.len())
-            .map(|i| last.get(groups[i].key.as_str()) == Some(&i))
-            .collect();
-        let mut kept: Vec<Group> = groups
-            .into_iter()
-            .zip(keep)
-            .filter_map(|(g, k)| k.then_some(g))
-            .collect();
-        kept.sort_by(|a, b| a.key.cmp(&b.key));
-        groups = kept;
+        groups = last_of_each(groups);
     }
     Parsed { groups, ordered }
+}
+
+/// Up to `max` values from `tokens[*i..]`, up to the next option or `--`.
+fn take_values(tokens: &[String], i: &mut usize, max: usize, out: &mut Vec<String>) {
+    while out.len() < max && *i < tokens.len() && tokens[*i] != "--" {
+        if classify(&tokens[*i]) != Token::Value {
+            break;
+        }
+        out.push(tokens[*i].clone());
+        *i += 1;
+    }
+}
+
+/// The group of known option `o` spelt `tok` (its values from `explicit`
+/// or the tokens after it, `*i` moved past them); sets `ordered` where
+/// argparse or SGLang would see the spelling or the order.
+fn known_group(
+    tokens: &[String],
+    i: &mut usize,
+    tok: &str,
+    o: &'static Opt,
+    explicit: Option<&str>,
+    ordered: &mut bool,
+) -> Group {
+    let mut values = Vec::new();
+    let mut head = o.canonical.to_string();
+    let name = tok.split_once('=').map_or(tok, |(n, _)| n);
+    if EXACT_SPELLING.contains(&o.option) && name != o.option {
+        // SGLang also looks for this exact token: another
+        // spelling is another launch, kept in order
+        head = name.to_string();
+        *ordered = true;
+    }
+    match explicit {
+        Some(v) => {
+            if o.nargs == Nargs::Switch {
+                // argparse: "ignored explicit argument"
+                head.push('=');
+                *ordered = true;
+            }
+            values.push(v.to_string());
+        }
+        None => {
+            let max = match o.nargs {
+                Nargs::Switch => 0,
+                Nargs::One | Nargs::Optional => 1,
+                Nargs::Star | Nargs::Plus => usize::MAX,
+            };
+            take_values(tokens, i, max, &mut values);
+            if values.is_empty() && matches!(o.nargs, Nargs::One | Nargs::Plus) {
+                // argparse: "expected one argument"
+                *ordered = true;
+            }
+        }
+    }
+    Group {
+        key: o.dest.to_string(),
+        head,
+        values,
+        known: true,
+    }
+}
+
+/// The last group of each attribute, ordered by attribute.
+fn last_of_each(groups: Vec<Group>) -> Vec<Group> {
+    let mut last: HashMap<&str, usize> = HashMap::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        last.insert(g.key.as_str(), i);
+    }
+    let keep: Vec<bool> = (0..groups.len())
+        .map(|i| last.get(groups[i].key.as_str()) == Some(&i))
+        .collect();
+    let mut kept: Vec<Group> = groups
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(g, k)| k.then_some(g))
+        .collect();
+    kept.sort_by(|a, b| a.key.cmp(&b.key));
+    kept
 }
 
 /// The table entry a flag named on keepwrap's command line stands for

@@ -30,6 +30,36 @@ const MAX_DEPTH: usize = 64;
 /// hundreds of MiB for a file within [`MAX_BYTES`].
 const MAX_NODES: usize = 100_000;
 
+/// Why a config file is no YAML mapping this module reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unparsable {
+    #[error("larger than {MAX_BYTES} bytes")]
+    TooLarge,
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("a YAML 1.1 line break (NEL, LS or PS)")]
+    Yaml11LineBreak,
+    /// The parser's error, as it words it.
+    #[error("not YAML: {0}")]
+    NotYaml(String),
+    #[error("more than {MAX_NODES} YAML values")]
+    TooManyValues,
+    #[error("more than one YAML document")]
+    SeveralDocuments,
+    #[error("YAML aliases are not read")]
+    Alias,
+    #[error("YAML anchors and tags are not read")]
+    AnchorOrTag,
+    #[error("nested deeper than {MAX_DEPTH}")]
+    TooDeep,
+    #[error("unbalanced YAML")]
+    Unbalanced,
+    #[error("the file is not a mapping of option names to values")]
+    NotAMapping,
+    #[error("a key is not a string")]
+    KeyNotAString,
+}
+
 /// What reading the config file gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -40,7 +70,7 @@ pub enum Outcome {
     /// The file is no YAML mapping this module reads (the reason): anchors,
     /// tags, several documents, not a mapping, not YAML, too large. The
     /// fingerprint then covers the file's bytes.
-    Unparsable(String),
+    Unparsable(Unparsable),
 }
 
 /// Read `path` and convert it. Returns the outcome and the sha256 of the
@@ -64,22 +94,16 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     }
     let hash = hex::encode(hasher.finalize());
     if bytes.len() as u64 > MAX_BYTES {
-        return (
-            Outcome::Unparsable(format!("larger than {MAX_BYTES} bytes")),
-            Some(hash),
-        );
+        return (Outcome::Unparsable(Unparsable::TooLarge), Some(hash));
     }
     let Ok(text) = std::str::from_utf8(&bytes) else {
-        return (Outcome::Unparsable("not UTF-8".into()), Some(hash));
+        return (Outcome::Unparsable(Unparsable::NotUtf8), Some(hash));
     };
     // PyYAML (YAML 1.1) breaks lines at NEL, LS and PS, which YAML 1.2
     // parsers read as characters: "x<NEL>y" is "x y" to SGLang, yet
     // "x\u{85}y" to this module, the very string `"x\Ny"` means
     if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
-        return (
-            Outcome::Unparsable("a YAML 1.1 line break (NEL, LS or PS)".into()),
-            Some(hash),
-        );
+        return (Outcome::Unparsable(Unparsable::Yaml11LineBreak), Some(hash));
     }
     let outcome = match parse(text) {
         Ok(node) => to_args(&node).map_or_else(Outcome::Unparsable, Outcome::Args),
@@ -97,7 +121,7 @@ enum Node {
 }
 
 /// Parse one YAML document (an empty stream is an empty mapping).
-fn parse(text: &str) -> Result<Node, String> {
+fn parse(text: &str) -> Result<Node, Unparsable> {
     let mut stack: Vec<Node> = Vec::new();
     // a mapping's pending key, per open mapping
     let mut keys: Vec<Option<Node>> = Vec::new();
@@ -105,37 +129,37 @@ fn parse(text: &str) -> Result<Node, String> {
     let mut docs = 0;
     let mut nodes = 0;
     for ev in Parser::new_from_str(text) {
-        let (ev, _) = ev.map_err(|e| format!("not YAML: {e}"))?;
+        let (ev, _) = ev.map_err(|e| Unparsable::NotYaml(e.to_string()))?;
         if matches!(
             ev,
             Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
         ) {
             nodes += 1;
             if nodes > MAX_NODES {
-                return Err(format!("more than {MAX_NODES} YAML values"));
+                return Err(Unparsable::TooManyValues);
             }
         }
         let node = match ev {
             Event::DocumentStart(_) => {
                 docs += 1;
                 if docs > 1 {
-                    return Err("more than one YAML document".into());
+                    return Err(Unparsable::SeveralDocuments);
                 }
                 continue;
             }
-            Event::Alias(_) => return Err("YAML aliases are not read".into()),
+            Event::Alias(_) => return Err(Unparsable::Alias),
             Event::Scalar(v, style, anchor, tag) => {
                 if anchor != 0 || tag.is_some() {
-                    return Err("YAML anchors and tags are not read".into());
+                    return Err(Unparsable::AnchorOrTag);
                 }
                 Node::Scalar(v.into_owned(), style == ScalarStyle::Plain)
             }
             Event::SequenceStart(anchor, ref tag) | Event::MappingStart(anchor, ref tag) => {
                 if anchor != 0 || tag.is_some() {
-                    return Err("YAML anchors and tags are not read".into());
+                    return Err(Unparsable::AnchorOrTag);
                 }
                 if stack.len() >= MAX_DEPTH {
-                    return Err(format!("nested deeper than {MAX_DEPTH}"));
+                    return Err(Unparsable::TooDeep);
                 }
                 if matches!(ev, Event::MappingStart(..)) {
                     stack.push(Node::Map(Vec::new()));
@@ -149,7 +173,7 @@ fn parse(text: &str) -> Result<Node, String> {
                 keys.pop();
                 match stack.pop() {
                     Some(n) => n,
-                    None => return Err("unbalanced YAML".into()),
+                    None => return Err(Unparsable::Unbalanced),
                 }
             }
             _ => continue,
@@ -159,14 +183,14 @@ fn parse(text: &str) -> Result<Node, String> {
             Some(Node::Seq(items)) => items.push(node),
             Some(Node::Map(pairs)) => {
                 let Some(slot) = keys.last_mut() else {
-                    return Err("unbalanced YAML".into());
+                    return Err(Unparsable::Unbalanced);
                 };
                 match slot.take() {
                     None => *slot = Some(node),
                     Some(k) => pairs.push((k, node)),
                 }
             }
-            Some(Node::Scalar(..)) => return Err("unbalanced YAML".into()),
+            Some(Node::Scalar(..)) => return Err(Unparsable::Unbalanced),
         }
     }
     Ok(root.unwrap_or(Node::Map(Vec::new())))
@@ -310,16 +334,16 @@ fn json_of(py: &Py) -> Option<Value> {
 }
 
 /// `ConfigArgumentMerger._convert_config_to_args`.
-fn to_args(root: &Node) -> Result<Vec<String>, String> {
+fn to_args(root: &Node) -> Result<Vec<String>, Unparsable> {
     let Py::Dict(pairs) = to_py(root) else {
-        return Err("the file is not a mapping of option names to values".into());
+        return Err(Unparsable::NotAMapping);
     };
     // a Python dict: a repeated key keeps its first place and its last value
     let mut dict: Vec<(&str, &Py)> = Vec::with_capacity(pairs.len());
     let mut place = std::collections::HashMap::with_capacity(pairs.len());
     for (k, v) in &pairs {
         let Py::Str(key) = k else {
-            return Err("a key is not a string".into());
+            return Err(Unparsable::KeyNotAString);
         };
         match place.get(key.as_str()) {
             Some(&i) => dict[i] = (key.as_str(), v),
@@ -374,7 +398,7 @@ fn to_args(root: &Node) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
 
-    fn args(yaml: &str) -> Result<Vec<String>, String> {
+    fn args(yaml: &str) -> Result<Vec<String>, Unparsable> {
         to_args(&parse(yaml)?)
     }
 
@@ -440,18 +464,18 @@ mod tests {
 
     #[test]
     fn refuses_what_sglang_cannot_use() {
-        assert!(args("- a\n- b").is_err());
-        assert!(args("a: &x 1\nb: *x").is_err());
-        assert!(args("a: 1\n---\nb: 2").is_err());
-        assert!(args("a: [1").is_err());
-        assert!(args("1: x").is_err());
+        assert_eq!(args("- a\n- b"), Err(Unparsable::NotAMapping));
+        assert_eq!(args("a: &x 1\nb: *x"), Err(Unparsable::AnchorOrTag));
+        assert_eq!(args("a: 1\n---\nb: 2"), Err(Unparsable::SeveralDocuments));
+        assert!(matches!(args("a: [1"), Err(Unparsable::NotYaml(_))));
+        assert_eq!(args("1: x"), Err(Unparsable::KeyNotAString));
         // a repeated key: its first place, its last value
         assert_eq!(
             args("a: 1\nb: 2\na: [3, 4]\n'a': 5").unwrap(),
             ["--a", "5", "--b", "2"]
         );
         let deep = "[".repeat(200) + &"]".repeat(200);
-        assert!(args(&format!("a: {deep}")).is_err());
+        assert_eq!(args(&format!("a: {deep}")), Err(Unparsable::TooDeep));
     }
 
     proptest::proptest! {

@@ -100,38 +100,54 @@ fn strings(argv: &[OsString]) -> Vec<String> {
 pub fn server_of(argv: &[String]) -> Option<Server> {
     let argv0 = argv.first()?;
     if base(argv0) == "sglang" && argv.get(1).is_some_and(|a| a == "serve") {
-        // sglang.cli.serve: `--model-type X` selects the backend and is taken
-        // out; a first positional argument is the model path.
-        let mut rest = Vec::new();
-        let mut model_type = None;
-        let mut i = 2;
-        while i < argv.len() {
-            let a = &argv[i];
-            if a == "--model-type" {
-                model_type = Some(argv.get(i + 1).cloned().unwrap_or_default());
-                i += 2;
-                continue;
-            }
-            if let Some(v) = a.strip_prefix("--model-type=") {
-                model_type = Some(v.to_string());
-            } else {
-                rest.push(a.clone());
-            }
-            i += 1;
-        }
-        if rest.first().is_some_and(|a| !a.starts_with('-')) {
-            rest.insert(0, "--model-path".into());
-        }
-        return Some(Server {
-            entry: Entry::Serve,
-            python_opts: Vec::new(),
-            model_type,
-            args: rest,
-        });
+        return Some(sglang_serve(&argv[2..]));
     }
     if !is_python(argv0) {
         return None;
     }
+    python_server(argv)
+}
+
+/// `sglang serve ARGS` (sglang.cli.serve): `--model-type X` selects the
+/// backend and is taken out; a first positional argument is the model path.
+fn sglang_serve(args: &[String]) -> Server {
+    let mut rest = Vec::new();
+    let mut model_type = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--model-type" {
+            model_type = Some(args.get(i + 1).cloned().unwrap_or_default());
+            i += 2;
+            continue;
+        }
+        if let Some(v) = a.strip_prefix("--model-type=") {
+            model_type = Some(v.to_string());
+        } else {
+            rest.push(a.clone());
+        }
+        i += 1;
+    }
+    if rest.first().is_some_and(|a| !a.starts_with('-')) {
+        rest.insert(0, "--model-path".into());
+    }
+    Server {
+        entry: Entry::Serve,
+        python_opts: Vec::new(),
+        model_type,
+        args: rest,
+    }
+}
+
+/// `python [OPTIONS] -m sglang.launch_server ARGS` (or the module's script),
+/// Python's own options read as Python reads them.
+fn python_server(argv: &[String]) -> Option<Server> {
+    let launch_server = |python_opts: Vec<String>, args: &[String]| Server {
+        entry: Entry::LaunchServer,
+        python_opts,
+        model_type: None,
+        args: args.to_vec(),
+    };
     let mut opts = Vec::new();
     let mut i = 1;
     while i < argv.len() {
@@ -167,12 +183,8 @@ pub fn server_of(argv: &[String]) -> Option<Server> {
                 (rest, i + 1)
             };
             if ch == 'm' {
-                return (value == "sglang.launch_server").then(|| Server {
-                    entry: Entry::LaunchServer,
-                    python_opts: opts,
-                    model_type: None,
-                    args: argv.get(next..).unwrap_or_default().to_vec(),
-                });
+                return (value == "sglang.launch_server")
+                    .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
             }
             opts.push(format!("-{ch}"));
             opts.push(value.to_string());
@@ -181,19 +193,10 @@ pub fn server_of(argv: &[String]) -> Option<Server> {
         } else {
             // a script
             let server = a.ends_with("sglang/launch_server.py");
-            return server.then(|| Server {
-                entry: Entry::LaunchServer,
-                python_opts: opts,
-                model_type: None,
-                args: argv[i + 1..].to_vec(),
-            });
+            return server.then(|| launch_server(opts, &argv[i + 1..]));
         };
-        return (target == Some("sglang.launch_server")).then(|| Server {
-            entry: Entry::LaunchServer,
-            python_opts: opts,
-            model_type: None,
-            args: argv.get(next..).unwrap_or_default().to_vec(),
-        });
+        return (target == Some("sglang.launch_server"))
+            .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
     }
     None
 }

@@ -139,26 +139,211 @@ pub fn split(
     env: &dyn Fn(&str) -> Option<String>,
     positional: &[String],
 ) -> Result<Simple, &'static str> {
-    let chars = join_lines(script);
-    let mut words: Vec<(String, Option<usize>)> = Vec::new();
-    let mut cur = String::new();
-    // the word exists (it has content or quotes)
-    let mut started = false;
-    // byte position of the first unquoted `=` when everything before it was
-    // plain unquoted name characters
-    let mut eq: Option<usize> = None;
-    let mut plain_so_far = true;
-    let mut i = 0;
+    let words = Splitter {
+        chars: join_lines(script),
+        i: 0,
+        env,
+        positional,
+        words: Vec::new(),
+        cur: String::new(),
+        started: false,
+        eq: None,
+        plain_so_far: true,
+    }
+    .words()?;
+    simple(words)
+}
 
-    fn expand(
-        chars: &[char],
-        i: &mut usize,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Option<String>, &'static str> {
-        // chars[*i] is just after `$`
-        let name: String = match chars.get(*i) {
+/// The word splitter's state: where it is in the script, the words so far
+/// and the word being read.
+struct Splitter<'a> {
+    chars: Vec<char>,
+    i: usize,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    positional: &'a [String],
+    /// each word with the byte position of its assignment `=`, if any
+    words: Vec<(String, Option<usize>)>,
+    cur: String,
+    /// the word exists (it has content or quotes)
+    started: bool,
+    /// byte position of the first unquoted `=` when everything before it
+    /// was plain unquoted name characters
+    eq: Option<usize>,
+    plain_so_far: bool,
+}
+
+impl Splitter<'_> {
+    /// Every word of the script, or why it is refused.
+    fn words(mut self) -> Result<Vec<(String, Option<usize>)>, &'static str> {
+        while let Some(&c) = self.chars.get(self.i) {
+            match c {
+                ' ' | '\t' => self.blank(),
+                '\n' => {
+                    if self.chars[self.i..].iter().all(|c| c.is_whitespace()) {
+                        break;
+                    }
+                    return Err("more than one line");
+                }
+                '\'' => self.single_quoted()?,
+                '"' if self.at_all_positional() => self.all_positional(),
+                '"' => self.double_quoted()?,
+                '\\' => self.backslash()?,
+                '$' => self.unquoted_expansion()?,
+                '|' | '&' | ';' | '<' | '>' | '(' | ')' => {
+                    return Err("a shell operator (|, &&, ;, redirection, subshell)")
+                }
+                '`' => return Err("command substitution"),
+                '*' | '?' | '[' => return Err("a glob pattern"),
+                '{' | '}' => return Err("brace expansion"),
+                // bash also expands `NAME=~...` in arguments: any unquoted ~
+                '~' => return Err("a tilde"),
+                '#' if !self.started => return Err("a comment"),
+                _ => self.plain(c),
+            }
+        }
+        if self.started {
+            self.words.push((self.cur, self.eq));
+        }
+        Ok(self.words)
+    }
+
+    /// A blank ends the word being read, if any.
+    fn blank(&mut self) {
+        if self.started {
+            self.words.push((std::mem::take(&mut self.cur), self.eq));
+        }
+        self.started = false;
+        self.eq = None;
+        self.plain_so_far = true;
+        self.i += 1;
+    }
+
+    /// `'...'`: every character as it is.
+    fn single_quoted(&mut self) -> Result<(), &'static str> {
+        let i = self.i;
+        let end = self.chars[i + 1..]
+            .iter()
+            .position(|&c| c == '\'')
+            .ok_or("an unterminated quote")?;
+        self.cur.extend(&self.chars[i + 1..i + 1 + end]);
+        self.started = true;
+        self.plain_so_far = false;
+        self.i += end + 2;
+        Ok(())
+    }
+
+    /// A whole-word `"$@"` at the start of a word.
+    fn at_all_positional(&self) -> bool {
+        let i = self.i;
+        !self.started
+            && self.chars[i..].starts_with(&['"', '$', '@', '"'])
+            && self.chars.get(i + 4).is_none_or(|c| c.is_whitespace())
+    }
+
+    /// `"$@"`: the positional parameters, one word each.
+    fn all_positional(&mut self) {
+        self.words
+            .extend(self.positional.iter().map(|p| (p.clone(), None)));
+        self.i += 4;
+    }
+
+    /// `"..."`: backslash escapes and `$NAME` expansions, not split.
+    fn double_quoted(&mut self) -> Result<(), &'static str> {
+        self.i += 1;
+        self.started = true;
+        self.plain_so_far = false;
+        loop {
+            match self.chars.get(self.i) {
+                None => return Err("an unterminated quote"),
+                Some('"') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                Some('\\') => match self.chars.get(self.i + 1) {
+                    Some(&n @ ('$' | '`' | '"' | '\\')) => {
+                        self.cur.push(n);
+                        self.i += 2;
+                    }
+                    Some('\n') => self.i += 2,
+                    _ => {
+                        self.cur.push('\\');
+                        self.i += 1;
+                    }
+                },
+                Some('`') => return Err("command substitution"),
+                Some('$') => {
+                    self.i += 1;
+                    match self.expand()? {
+                        Some(v) => self.cur.push_str(&v),
+                        None => self.cur.push('$'),
+                    }
+                }
+                Some(&c) => {
+                    self.cur.push(c);
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    /// An unquoted backslash: the next character as it is, or a line
+    /// continuation.
+    fn backslash(&mut self) -> Result<(), &'static str> {
+        match self.chars.get(self.i + 1) {
+            Some('\n') => self.i += 2,
+            Some(&n) => {
+                self.cur.push(n);
+                self.started = true;
+                self.plain_so_far = false;
+                self.i += 2;
+            }
+            None => return Err("a trailing backslash"),
+        }
+        Ok(())
+    }
+
+    /// An unquoted `$NAME`: refused when its value would be split or
+    /// globbed.
+    fn unquoted_expansion(&mut self) -> Result<(), &'static str> {
+        self.i += 1;
+        match self.expand()? {
+            Some(v) => {
+                if v.chars().any(|c| " \t\n*?[".contains(c)) {
+                    return Err("an unquoted variable whose value would be split or globbed");
+                }
+                if !v.is_empty() {
+                    self.started = true;
+                }
+                self.cur.push_str(&v);
+            }
+            None => {
+                self.cur.push('$');
+                self.started = true;
+            }
+        }
+        self.plain_so_far = false;
+        Ok(())
+    }
+
+    /// Any other character: part of the word, and maybe its assignment `=`.
+    fn plain(&mut self, c: char) {
+        if c == '=' && self.eq.is_none() && self.plain_so_far && self.started {
+            self.eq = Some(self.cur.len());
+        } else if !is_name_char(c) || (!self.started && !is_name_start(c)) {
+            self.plain_so_far = false;
+        }
+        self.cur.push(c);
+        self.started = true;
+        self.i += 1;
+    }
+
+    /// The value of the expansion just after a `$`: `None` for a literal
+    /// `$`, an error for a form this splitter does not expand.
+    fn expand(&mut self) -> Result<Option<String>, &'static str> {
+        let chars = &self.chars;
+        let name: String = match chars.get(self.i) {
             Some('{') => {
-                let start = *i + 1;
+                let start = self.i + 1;
                 let mut j = start;
                 while j < chars.len() && is_name_char(chars[j]) {
                     j += 1;
@@ -166,16 +351,16 @@ pub fn split(
                 if j == start || !is_name_start(chars[start]) || chars.get(j) != Some(&'}') {
                     return Err("a ${...} form other than ${NAME}");
                 }
-                *i = j + 1;
+                self.i = j + 1;
                 chars[start..j].iter().collect()
             }
             Some(&c) if is_name_start(c) => {
-                let start = *i;
+                let start = self.i;
                 let mut j = start;
                 while j < chars.len() && is_name_char(chars[j]) {
                     j += 1;
                 }
-                *i = j;
+                self.i = j;
                 chars[start..j].iter().collect()
             }
             Some('(') => return Err("command substitution"),
@@ -185,138 +370,13 @@ pub fn split(
             }
             _ => return Ok(None), // a literal `$`
         };
-        env(&name).map(Some).ok_or("an unset variable")
+        (self.env)(&name).map(Some).ok_or("an unset variable")
     }
+}
 
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            ' ' | '\t' => {
-                if started {
-                    words.push((std::mem::take(&mut cur), eq));
-                }
-                started = false;
-                eq = None;
-                plain_so_far = true;
-                i += 1;
-            }
-            '\n' => {
-                if chars[i..].iter().all(|c| c.is_whitespace()) {
-                    break;
-                }
-                return Err("more than one line");
-            }
-            '\'' => {
-                let end = chars[i + 1..]
-                    .iter()
-                    .position(|&c| c == '\'')
-                    .ok_or("an unterminated quote")?;
-                cur.extend(&chars[i + 1..i + 1 + end]);
-                started = true;
-                plain_so_far = false;
-                i += end + 2;
-            }
-            '"' if !started
-                && chars[i..].starts_with(&['"', '$', '@', '"'])
-                && chars.get(i + 4).is_none_or(|c| c.is_whitespace()) =>
-            {
-                // "$@": the positional parameters, one word each
-                words.extend(positional.iter().map(|p| (p.clone(), None)));
-                i += 4;
-            }
-            '"' => {
-                i += 1;
-                started = true;
-                plain_so_far = false;
-                loop {
-                    match chars.get(i) {
-                        None => return Err("an unterminated quote"),
-                        Some('"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some('\\') => match chars.get(i + 1) {
-                            Some(&n @ ('$' | '`' | '"' | '\\')) => {
-                                cur.push(n);
-                                i += 2;
-                            }
-                            Some('\n') => i += 2,
-                            _ => {
-                                cur.push('\\');
-                                i += 1;
-                            }
-                        },
-                        Some('`') => return Err("command substitution"),
-                        Some('$') => {
-                            i += 1;
-                            match expand(&chars, &mut i, env)? {
-                                Some(v) => cur.push_str(&v),
-                                None => cur.push('$'),
-                            }
-                        }
-                        Some(&c) => {
-                            cur.push(c);
-                            i += 1;
-                        }
-                    }
-                }
-            }
-            '\\' => match chars.get(i + 1) {
-                Some('\n') => i += 2,
-                Some(&n) => {
-                    cur.push(n);
-                    started = true;
-                    plain_so_far = false;
-                    i += 2;
-                }
-                None => return Err("a trailing backslash"),
-            },
-            '$' => {
-                i += 1;
-                match expand(&chars, &mut i, env)? {
-                    Some(v) => {
-                        if v.chars().any(|c| " \t\n*?[".contains(c)) {
-                            return Err(
-                                "an unquoted variable whose value would be split or globbed",
-                            );
-                        }
-                        if !v.is_empty() {
-                            started = true;
-                        }
-                        cur.push_str(&v);
-                    }
-                    None => {
-                        cur.push('$');
-                        started = true;
-                    }
-                }
-                plain_so_far = false;
-            }
-            '|' | '&' | ';' | '<' | '>' | '(' | ')' => {
-                return Err("a shell operator (|, &&, ;, redirection, subshell)")
-            }
-            '`' => return Err("command substitution"),
-            '*' | '?' | '[' => return Err("a glob pattern"),
-            '{' | '}' => return Err("brace expansion"),
-            // bash also expands `NAME=~...` in arguments: any unquoted ~
-            '~' => return Err("a tilde"),
-            '#' if !started => return Err("a comment"),
-            _ => {
-                if c == '=' && eq.is_none() && plain_so_far && started {
-                    eq = Some(cur.len());
-                } else if !is_name_char(c) || (!started && !is_name_start(c)) {
-                    plain_so_far = false;
-                }
-                cur.push(c);
-                started = true;
-                i += 1;
-            }
-        }
-    }
-    if started {
-        words.push((cur, eq));
-    }
-
+/// The simple command of `words`: its leading assignments, and its argv
+/// without an `exec` prefix.
+fn simple(words: Vec<(String, Option<usize>)>) -> Result<Simple, &'static str> {
     let mut assigns = Vec::new();
     let mut it = words.into_iter().peekable();
     while let Some((w, Some(p))) = it.peek() {

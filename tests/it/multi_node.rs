@@ -479,7 +479,7 @@ fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
             keepwrap::share::Gathered::Incomplete(why) => {
                 if why
                     .iter()
-                    .any(|(_, w)| w.contains("differ from the manifest"))
+                    .any(|(_, w)| matches!(w, keepwrap::share::NotPublished::Differs(_)))
                 {
                     refused += 1;
                 }

@@ -16,7 +16,6 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -209,30 +208,6 @@ impl Launch {
             .filter(|(k, _)| seen.insert(k.as_bytes()))
             .collect();
 
-        let prefixes: Vec<&[u8]> = prof
-            .env_prefixes
-            .iter()
-            .map(|p| p.as_bytes())
-            .chain(
-                opts.env_prefixes
-                    .iter()
-                    .filter(|p| !p.is_empty())
-                    .map(|p| p.as_bytes()),
-            )
-            .collect();
-        let tp4 = env
-            .iter()
-            .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
-        let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
-        if tp4 {
-            volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
-        }
-        volatile.extend(
-            opts.volatile_env
-                .iter()
-                .filter(|n| !n.is_empty())
-                .map(|n| n.as_bytes()),
-        );
         let lookup = |name: &str| {
             env.iter()
                 .find(|(k, _)| k.as_bytes() == name.as_bytes())
@@ -249,55 +224,16 @@ impl Launch {
         } else {
             None
         };
-
-        let mut env: Vec<EnvVar> = env
-            .into_iter()
-            .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
-            .map(|(k, v)| EnvVar {
-                name: k.clone(),
-                value: v.clone(),
-                volatile: volatile.contains(k.as_bytes()),
-            })
-            .collect();
-        env.sort_by_cached_key(|e| {
-            canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
-        });
+        let env = selected_env(prof, opts, env);
 
         // Arguments.
-        let mut ignored: Vec<(String, ArgKind)> = prof
-            .ignored_args
-            .iter()
-            .map(|(f, k)| (f.to_string(), *k))
-            .collect();
-        if is_vllm {
-            ignored.extend(vllm_ignored_args());
-        }
-        for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
-            let flag = if flag.starts_with('-') {
-                flag.clone()
-            } else {
-                format!("--{flag}")
-            };
-            // the profile's entry wins: a known switch never swallows a token
-            if !ignored.iter().any(|(f, _)| *f == flag) {
-                ignored.push((flag, ArgKind::Value));
-            }
-        }
+        let ignored = ignored_flags(prof, opts, is_vllm);
         let words = if seed || matches!(command.wrapper, Wrapper::Direct | Wrapper::Unreadable(_)) {
             argv
         } else {
             &command.argv[..]
         };
-        let mut args: Vec<Arg> = words
-            .iter()
-            .map(|a| Arg {
-                raw: a.clone(),
-                ignored: false,
-                secret: Secret::No,
-            })
-            .collect();
-        mark_ignored(&mut args, &ignored);
-        mark_secrets(&mut args);
+        let args = marked_args(words, &ignored);
 
         let mut launch = Launch {
             profile: name,
@@ -428,146 +364,89 @@ impl Launch {
     pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
         self.payload_hash(node_local, true)
     }
+}
 
-    /// The inputs with every environment value hashed and secret-named
-    /// flags' values redacted:
-    /// `{"profile", "argv" or "launch", "env", "ignored_args",
-    /// "volatile_env"}`. `argv` is the fingerprinted argv (`launch`: the
-    /// canonical server launch, groups `[OPTION, VALUE...]`),
-    /// `ignored_args` what the profile left out, `env` maps name to
-    /// `<sha256:...>` (or `<redacted sha256:...>` for a secret-named
-    /// variable). Strings are in [`canonical::py_str`] form: write them with
-    /// [`canonical`], not plain serde_json.
-    pub fn redacted_inputs(&self) -> Value {
-        let mut env = Map::new();
-        let mut volatile = Vec::new();
-        for e in &self.env {
-            let name = py_str(e.name.as_bytes());
-            if e.volatile {
-                volatile.push(Value::String(name));
-            } else {
-                env.insert(name, Value::String(env_value_hash(e)));
-            }
-        }
-        if let Some(v) = &self.vllm {
-            let (argv, ignored) = v.redacted_argv();
-            return json!({
-                "profile": self.profile.as_str(),
-                "argv": argv,
-                "env": env,
-                "ignored_args": ignored,
-                "volatile_env": volatile,
-            });
-        }
-        if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
-            let mut launch = c.to_json(&|g| self.ignored.contains(g));
-            launch["args"] = c
-                .parsed
-                .groups
+/// The variables of `env` (first occurrences only) whose name starts with
+/// one of the profile's or the user's prefixes, each marked volatile or
+/// not, in Python's key order.
+fn selected_env(prof: &Profile, opts: &Options, env: Vec<&(OsString, OsString)>) -> Vec<EnvVar> {
+    let prefixes: Vec<&[u8]> = prof
+        .env_prefixes
+        .iter()
+        .map(|p| p.as_bytes())
+        .chain(
+            opts.env_prefixes
                 .iter()
-                .filter(|g| !self.ignored.contains(g))
-                .map(|g| Value::from(redacted_group(g)))
-                .collect();
-            let ignored: Vec<Value> = c
-                .parsed
-                .groups
-                .iter()
-                .filter(|g| self.ignored.contains(g))
-                .map(|g| Value::from(redacted_group(g)))
-                .collect();
-            return json!({
-                "profile": self.profile.as_str(),
-                "launch": launch,
-                "env": env,
-                "ignored_args": ignored,
-                "volatile_env": volatile,
-            });
-        }
-        let argv: Vec<Value> = self
-            .args
+                .filter(|p| !p.is_empty())
+                .map(|p| p.as_bytes()),
+        )
+        .collect();
+    let tp4 = env
+        .iter()
+        .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
+    let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
+    if tp4 {
+        volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
+    }
+    volatile.extend(
+        opts.volatile_env
             .iter()
-            .filter(|a| !a.ignored)
-            .map(|a| Value::String(redacted_arg(a)))
-            .collect();
-        let ignored: Vec<Value> = self
-            .args
-            .iter()
-            .filter(|a| a.ignored)
-            .map(|a| Value::String(redacted_arg(a)))
-            .collect();
-        json!({
-            "profile": self.profile.as_str(),
-            "argv": argv,
-            "env": env,
-            "ignored_args": ignored,
-            "volatile_env": volatile,
+            .filter(|n| !n.is_empty())
+            .map(|n| n.as_bytes()),
+    );
+    let mut env: Vec<EnvVar> = env
+        .into_iter()
+        .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
+        .map(|(k, v)| EnvVar {
+            name: k.clone(),
+            value: v.clone(),
+            volatile: volatile.contains(k.as_bytes()),
         })
-    }
+        .collect();
+    env.sort_by_cached_key(|e| {
+        canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
+    });
+    env
+}
 
-    /// The `--explain` text: one input per line, then the fingerprint.
-    ///
-    /// ```text
-    /// profile sglang
-    /// argv 0 "python"
-    /// argv 5 "--api-key=" <redacted sha256:0123456789ab>
-    /// env "SGLANG_X" <sha256:0123456789ab>
-    /// ignored-arg 7 "--port"
-    /// ignored-arg 8 "30000"
-    /// volatile-env "SGLANG_RUN_ID"
-    /// 0123...cdef
-    /// ```
-    ///
-    /// An SGLang server launch (`sglang` profile) shows its canonical form
-    /// instead of argv lines: `launch`, `arg` groups, `config`, `model`, and
-    /// `ignored-arg` groups. Strings are JSON (Python `ensure_ascii` form),
-    /// numbers are argv indices, environment values appear only as hashes.
-    pub fn explain(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "profile {}", self.profile.as_str());
-        let canonical = self.canonical.as_ref().filter(|_| self.canonical_payload);
-        match canonical {
-            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, false),
-            None if self.vllm.is_some() => {
-                if let Some(v) = &self.vllm {
-                    v.explain(&mut out, false);
-                }
-            }
-            None => {
-                if let Wrapper::Unreadable(why) = self.command.wrapper {
-                    let _ = writeln!(out, "shell unreadable: {why}");
-                }
-                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
-                    let _ = writeln!(out, "argv {i} {}", explain_arg(a));
-                }
-            }
-        }
-        for e in self.env.iter().filter(|e| !e.volatile) {
-            let _ = writeln!(
-                out,
-                "env {} {}",
-                quote(e.name.as_bytes()),
-                env_value_hash(e)
-            );
-        }
-        match canonical {
-            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, true),
-            None if self.vllm.is_some() => {
-                if let Some(v) = &self.vllm {
-                    v.explain(&mut out, true);
-                }
-            }
-            None => {
-                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
-                    let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
-                }
-            }
-        }
-        for e in self.env.iter().filter(|e| e.volatile) {
-            let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
-        }
-        let _ = writeln!(out, "{}", self.fingerprint);
-        out
+/// The arguments the profile and the user leave out (`--FLAG` for a bare
+/// name), the profile's entry first.
+fn ignored_flags(prof: &Profile, opts: &Options, is_vllm: bool) -> Vec<(String, ArgKind)> {
+    let mut ignored: Vec<(String, ArgKind)> = prof
+        .ignored_args
+        .iter()
+        .map(|(f, k)| (f.to_string(), *k))
+        .collect();
+    if is_vllm {
+        ignored.extend(vllm_ignored_args());
     }
+    for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
+        let flag = if flag.starts_with('-') {
+            flag.clone()
+        } else {
+            format!("--{flag}")
+        };
+        // the profile's entry wins: a known switch never swallows a token
+        if !ignored.iter().any(|(f, _)| *f == flag) {
+            ignored.push((flag, ArgKind::Value));
+        }
+    }
+    ignored
+}
+
+/// The command's words, each marked ignored and secret or not.
+fn marked_args(words: &[OsString], ignored: &[(String, ArgKind)]) -> Vec<Arg> {
+    let mut args: Vec<Arg> = words
+        .iter()
+        .map(|a| Arg {
+            raw: a.clone(),
+            ignored: false,
+            secret: Secret::No,
+        })
+        .collect();
+    mark_ignored(&mut args, ignored);
+    mark_secrets(&mut args);
+    args
 }
 
 /// The `vllm` profile's ignored arguments for a command that is no vLLM

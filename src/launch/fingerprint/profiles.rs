@@ -171,6 +171,8 @@ pub fn profile(name: ProfileName) -> &'static Profile {
 /// Variables left out of the cluster fingerprint by default (see
 /// [`Launch::cluster_fingerprint`]): selected by the `sglang` profile, yet
 /// they legitimately differ between the nodes of one launch.
+///
+/// [`Launch::cluster_fingerprint`]: super::Launch::cluster_fingerprint
 /// `SGLANG_CACHE_DIR`: where this node keeps its cache; `NCCL_SOCKET_IFNAME`
 /// and `NCCL_IB_HCA`: the names of this node's network interfaces and HCAs.
 /// (`SGLANG_HOST_IP` is volatile already.)

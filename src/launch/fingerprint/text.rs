@@ -1,13 +1,16 @@
-//! What `--explain` and the redacted inputs show of a launch: argv lines,
-//! the canonical server launch's lines, with secrets and environment values
-//! only as hashes; and which argv tokens a profile leaves out.
+//! What `--explain` and the redacted inputs show of a launch ([`Launch::explain`],
+//! [`Launch::redacted_inputs`]): argv lines, the canonical server launch's
+//! lines, with secrets and environment values only as hashes; and which argv
+//! tokens a profile leaves out.
 
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
-use super::{is_secret_name, redacted_hash, value_hash, Arg, ArgKind, EnvVar, Ignored, Secret};
+use super::{
+    is_secret_name, redacted_hash, value_hash, Arg, ArgKind, EnvVar, Ignored, Launch, Secret,
+};
 use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args::Group, Canonical, Wrapper};
 
@@ -212,5 +215,147 @@ pub(super) fn env_value_hash(e: &EnvVar) -> String {
         redacted_hash(e.value.as_bytes())
     } else {
         value_hash(e.value.as_bytes())
+    }
+}
+
+impl Launch {
+    /// The inputs with every environment value hashed and secret-named
+    /// flags' values redacted:
+    /// `{"profile", "argv" or "launch", "env", "ignored_args",
+    /// "volatile_env"}`. `argv` is the fingerprinted argv (`launch`: the
+    /// canonical server launch, groups `[OPTION, VALUE...]`),
+    /// `ignored_args` what the profile left out, `env` maps name to
+    /// `<sha256:...>` (or `<redacted sha256:...>` for a secret-named
+    /// variable). Strings are in [`canonical::py_str`] form: write them with
+    /// [`canonical`], not plain serde_json.
+    pub fn redacted_inputs(&self) -> Value {
+        let mut env = Map::new();
+        let mut volatile = Vec::new();
+        for e in &self.env {
+            let name = py_str(e.name.as_bytes());
+            if e.volatile {
+                volatile.push(Value::String(name));
+            } else {
+                env.insert(name, Value::String(env_value_hash(e)));
+            }
+        }
+        if let Some(v) = &self.vllm {
+            let (argv, ignored) = v.redacted_argv();
+            return json!({
+                "profile": self.profile.as_str(),
+                "argv": argv,
+                "env": env,
+                "ignored_args": ignored,
+                "volatile_env": volatile,
+            });
+        }
+        if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
+            let mut launch = c.to_json(&|g| self.ignored.contains(g));
+            launch["args"] = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| !self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            let ignored: Vec<Value> = c
+                .parsed
+                .groups
+                .iter()
+                .filter(|g| self.ignored.contains(g))
+                .map(|g| Value::from(redacted_group(g)))
+                .collect();
+            return json!({
+                "profile": self.profile.as_str(),
+                "launch": launch,
+                "env": env,
+                "ignored_args": ignored,
+                "volatile_env": volatile,
+            });
+        }
+        let argv: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| !a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        let ignored: Vec<Value> = self
+            .args
+            .iter()
+            .filter(|a| a.ignored)
+            .map(|a| Value::String(redacted_arg(a)))
+            .collect();
+        json!({
+            "profile": self.profile.as_str(),
+            "argv": argv,
+            "env": env,
+            "ignored_args": ignored,
+            "volatile_env": volatile,
+        })
+    }
+
+    /// The `--explain` text: one input per line, then the fingerprint.
+    ///
+    /// ```text
+    /// profile sglang
+    /// argv 0 "python"
+    /// argv 5 "--api-key=" <redacted sha256:0123456789ab>
+    /// env "SGLANG_X" <sha256:0123456789ab>
+    /// ignored-arg 7 "--port"
+    /// ignored-arg 8 "30000"
+    /// volatile-env "SGLANG_RUN_ID"
+    /// 0123...cdef
+    /// ```
+    ///
+    /// An SGLang server launch (`sglang` profile) shows its canonical form
+    /// instead of argv lines: `launch`, `arg` groups, `config`, `model`, and
+    /// `ignored-arg` groups. Strings are JSON (Python `ensure_ascii` form),
+    /// numbers are argv indices, environment values appear only as hashes.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "profile {}", self.profile.as_str());
+        let canonical = self.canonical.as_ref().filter(|_| self.canonical_payload);
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, false),
+            None if self.vllm.is_some() => {
+                if let Some(v) = &self.vllm {
+                    v.explain(&mut out, false);
+                }
+            }
+            None => {
+                if let Wrapper::Unreadable(why) = self.command.wrapper {
+                    let _ = writeln!(out, "shell unreadable: {why}");
+                }
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
+                    let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+                }
+            }
+        }
+        for e in self.env.iter().filter(|e| !e.volatile) {
+            let _ = writeln!(
+                out,
+                "env {} {}",
+                quote(e.name.as_bytes()),
+                env_value_hash(e)
+            );
+        }
+        match canonical {
+            Some(c) => explain_canonical(&mut out, c, &self.command.wrapper, &self.ignored, true),
+            None if self.vllm.is_some() => {
+                if let Some(v) = &self.vllm {
+                    v.explain(&mut out, true);
+                }
+            }
+            None => {
+                for (i, a) in self.args.iter().enumerate().filter(|(_, a)| a.ignored) {
+                    let _ = writeln!(out, "ignored-arg {i} {}", explain_arg(a));
+                }
+            }
+        }
+        for e in self.env.iter().filter(|e| e.volatile) {
+            let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
+        }
+        let _ = writeln!(out, "{}", self.fingerprint);
+        out
     }
 }

@@ -1,0 +1,72 @@
+//! The share's directory, opened without following a link: names checked
+//! before they are used, directories made one component at a time.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::stat::{mkdirat, Mode};
+
+use crate::cache::{self, fsx};
+use crate::unify::RankId;
+
+pub(super) fn cstring(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a name"))
+}
+
+/// `(dir, name)` of a published path that is safe to use: plain relative
+/// components (no `.`, `..`, hidden or empty ones), a cache file, and a rank
+/// file name.
+pub(super) fn checked_path(path: &str) -> Option<(&str, &str)> {
+    let (dir, name) = match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    };
+    let plain = |c: &str| !c.is_empty() && !c.starts_with('.');
+    // vLLM's file names are judged by the tree's shape (is_cache_file).
+    let sglang = cache::layout_vllm::shape() == cache::layout_vllm::Shape::Sglang;
+    if !path.split('/').all(plain)
+        || !cache::is_cache_file(Path::new(path))
+        || (sglang && RankId::from_file_name(name).is_none())
+    {
+        return None;
+    }
+    Some((dir, name))
+}
+
+/// Open (creating as needed) the directory `rel` below `base`, one component
+/// at a time, never following a symlink.
+pub(crate) fn mkdirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
+    let mut cur = base.try_clone_to_owned()?;
+    for comp in rel.split('/').filter(|c| !c.is_empty()) {
+        match mkdirat(cur.as_fd(), comp, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::Error::from(e).kind(),
+                    format!("mkdir {comp}: {e}"),
+                ))
+            }
+        }
+        cur = fsx::open_dir_at(cur.as_fd(), comp)?;
+    }
+    Ok(cur)
+}
+
+/// Open the share directory itself (a final symlink is followed, as for the
+/// cache root). A missing share is said plainly: it is usually a mount that
+/// is not there.
+pub(super) fn open_share(share: &Path) -> io::Result<OwnedFd> {
+    fsx::open_root(share).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            io::Error::new(
+                e.kind(),
+                "the share directory does not exist (not mounted?)",
+            )
+        } else {
+            e
+        }
+    })
+}

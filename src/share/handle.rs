@@ -1,0 +1,277 @@
+//! The launch's side: the share of one launch, which takes the union before
+//! the engine starts and publishes this node's files at commit, each on a
+//! thread bounded by `--share-timeout`.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::cache::{self, fsx};
+use crate::launch::fingerprint::Launch;
+use crate::unify::{Outcome, RankId};
+
+use super::{
+    bounded, collect, cstring, gather, mkdirs, node_of, publish_to, remove_old, report_incomplete,
+    DirUnion, Gathered, Node, Publication, Settings,
+};
+
+/// The share of one launch.
+pub struct Share {
+    dir: PathBuf,
+    cluster: String,
+    node: Node,
+    max_age: Duration,
+    timeout: Duration,
+    running: Option<JoinHandle<()>>,
+    pending: Option<Publication>,
+}
+
+impl Share {
+    /// The share of this launch, or `None` (with one line saying why) when
+    /// there is none to use.
+    pub fn new(
+        args: &Settings,
+        launch: &Launch,
+        argv: &[OsString],
+        unify: bool,
+        max_age: Duration,
+    ) -> Option<Share> {
+        let dir = args.dir.clone()?;
+        if !unify {
+            crate::events::share::share_unify_off(&dir);
+            return None;
+        }
+        Share::for_node(args, launch, node_of(argv), max_age)
+    }
+
+    /// [`Share::new`] for a launch whose place among the nodes is `node`.
+    pub fn for_node<E: std::fmt::Display>(
+        args: &Settings,
+        launch: &Launch,
+        node: Result<Node, E>,
+        max_age: Duration,
+    ) -> Option<Share> {
+        let dir = args.dir.clone()?;
+        let node = match node {
+            Ok(n) => n,
+            Err(e) => {
+                crate::events::share::share_unusable(&dir, e);
+                return None;
+            }
+        };
+        if node.nnodes == 1 {
+            crate::events::share::share_single_node(&dir);
+            return None;
+        }
+        let cluster = String::from(launch.cluster_fingerprint(&args.node_local()));
+        crate::events::share::share_cluster(&cluster, node.rank, node.nnodes, &dir);
+        Some(Share {
+            dir,
+            cluster,
+            node,
+            max_age,
+            timeout: args.share_timeout,
+            running: None,
+            pending: None,
+        })
+    }
+
+    /// Before the engine starts: when every node's publication verifies,
+    /// write the union of each cache directory over this node's rank files
+    /// and sign the cache for `fingerprint`. Returns the signed files when
+    /// anything was signed; `None` means single-node behaviour (said why).
+    pub fn take_union(&self, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+        let (share, cluster, node) = (self.dir.clone(), self.cluster.clone(), self.node);
+        let started = Instant::now();
+        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node)) {
+            None => {
+                crate::events::share::share_slow(&self.dir, self.timeout);
+                return None;
+            }
+            Some(Err(e)) => {
+                crate::events::share::share_unreadable(&self.dir, e);
+                return None;
+            }
+            Some(Ok(g)) => g,
+        };
+        let dirs = match gathered {
+            Gathered::Incomplete(missing) => {
+                report_incomplete(&missing, self.node.nnodes);
+                return None;
+            }
+            Gathered::Complete(dirs) => dirs,
+        };
+        let mut wrote = 0;
+        for d in &dirs {
+            wrote += apply(root, d);
+        }
+        crate::events::share::share_union_taken(started.elapsed());
+        if wrote == 0 {
+            return None;
+        }
+        match cache::sign(root, fingerprint) {
+            Ok(r) if r.failed == 0 => {
+                crate::events::share::share_signed(r.signed.len(), self.node.nnodes, fingerprint);
+                Some(r.signed)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                crate::events::share::share_cannot_sign(root, e);
+                None
+            }
+        }
+    }
+
+    /// The share directory, this launch's cluster fingerprint and place.
+    pub fn parts(&self) -> (&Path, &str, Node, Duration) {
+        (&self.dir, &self.cluster, self.node, self.timeout)
+    }
+
+    /// At commit: publish this node's signed rank files (in the background;
+    /// a publication still running makes this one wait its turn).
+    pub fn publish(&mut self, root: &Path, signed: &[PathBuf]) {
+        let files = collect(root, signed);
+        let p = Publication {
+            cluster: self.cluster.clone(),
+            node: self.node,
+            files,
+        };
+        if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            self.pending = Some(p);
+            return;
+        }
+        self.spawn(p);
+    }
+
+    fn spawn(&mut self, p: Publication) {
+        let (dir, max_age) = (self.dir.clone(), self.max_age);
+        let job = move || publish_and_clean(&dir, &p, max_age);
+        match std::thread::Builder::new()
+            .name("keepwrap-publish".into())
+            .spawn(move || {
+                crate::signals::block_signals_in_thread();
+                job()
+            }) {
+            Ok(h) => self.running = Some(h),
+            Err(e) => crate::events::share::share_publish_not_started(e),
+        }
+    }
+
+    /// Before keepwrap exits: let the publication finish, at most
+    /// `--share-timeout` (then the launch goes on without it).
+    pub fn finish(&mut self) {
+        let deadline = crate::clock::after(Instant::now(), self.timeout);
+        loop {
+            let busy = self.running.as_ref().is_some_and(|h| !h.is_finished());
+            if !busy {
+                if let Some(h) = self.running.take() {
+                    let _ = h.join();
+                }
+                match self.pending.take() {
+                    Some(p) => self.spawn(p),
+                    None => return,
+                }
+            } else if Instant::now() >= deadline {
+                crate::events::share::share_publish_slow(&self.dir, self.timeout);
+                return;
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
+    match publish_to(dir, p) {
+        Ok(written) => crate::events::share::share_published(
+            p.files.len(),
+            p.node.rank,
+            p.node.nnodes,
+            written,
+            dir,
+        ),
+        Err(e) => {
+            crate::events::share::share_cannot_publish(dir, e);
+            return;
+        }
+    }
+    let removed = remove_old(dir, max_age);
+    if removed > 0 {
+        crate::events::share::share_old_removed(removed, max_age);
+    }
+}
+
+/// Write one directory's union over this node's rank files (those its
+/// manifest lists, and any other rank file there). Returns how many files
+/// were written.
+fn apply(root: &Path, d: &DirUnion) -> usize {
+    let u = match &d.outcome {
+        Outcome::Leave(reason) => {
+            crate::events::share::share_left(&d.dir, reason);
+            return 0;
+        }
+        Outcome::Unified(u) => u,
+    };
+    let mut names: BTreeSet<String> = d.mine.iter().cloned().collect();
+    if let Ok(rd) = std::fs::read_dir(root.join(&d.dir)) {
+        names.extend(
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| RankId::from_file_name(n).is_some()),
+        );
+    }
+    if names.is_empty() {
+        return 0;
+    }
+    let res = (|| -> io::Result<usize> {
+        let root_fd = fsx::open_root(root)?;
+        let dfd = mkdirs(root_fd.as_fd(), &d.dir)?;
+        let mut buf = Vec::new();
+        let stale: Vec<&String> = names
+            .iter()
+            .filter(|name| {
+                !(fsx::read_at(dfd.as_fd(), name.as_str(), &mut buf, cache::MAX_CACHE_FILE).is_ok()
+                    && buf == u.bytes)
+            })
+            .collect();
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        // The union written once, every stale rank path a hard link to it
+        // (as unify does).
+        let union = fsx::write_temp_at(dfd.as_fd(), &u.bytes, 0o644, true)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", stale[0])))?;
+        let linked = stale.iter().try_for_each(|name| {
+            fsx::link_onto_at(dfd.as_fd(), &union, &cstring(name)?)
+                .map_err(|e| io::Error::new(e.kind(), format!("writing {name}: {e}")))
+        });
+        let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
+        linked?;
+        fsx::fsync_dir(dfd.as_fd())?;
+        Ok(stale.len())
+    })();
+    match res {
+        Ok(0) => {
+            crate::events::share::share_already_union(&d.dir, names.len(), d.nodes, u.entries);
+            0
+        }
+        Ok(n) => {
+            crate::events::share::share_union_written(
+                &d.dir,
+                d.nodes,
+                n,
+                u.entries,
+                u.conflicts.len(),
+            );
+            n
+        }
+        Err(e) => {
+            crate::events::share::share_cannot_write_union(&d.dir, e);
+            0
+        }
+    }
+}

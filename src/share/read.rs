@@ -1,0 +1,178 @@
+//! Reading (before the engine starts): every node's manifest and files,
+//! verified against each other; a node that does not verify counts as not
+//! published.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::cache::{self, fsx};
+use crate::digest::{sha256_hex, short};
+
+use super::{
+    checked_path, open_share, union_of, DirUnion, Manifest, Node, MANIFEST, MANIFEST_FORMAT,
+    MAX_MANIFEST, TOP,
+};
+
+/// Why a node counts as not published: its manifest or one of its files is
+/// missing, unreadable, or does not match.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotPublished {
+    #[error("no manifest")]
+    NoManifest,
+    #[error("cannot open its directory ({0})")]
+    CannotOpenDir(Arc<io::Error>),
+    #[error("cannot read its manifest ({0})")]
+    CannotReadManifest(Arc<io::Error>),
+    #[error("its manifest is not valid ({0})")]
+    InvalidManifest(Arc<serde_json::Error>),
+    #[error("manifest format {0} (this keepwrap reads {MANIFEST_FORMAT})")]
+    Format(u32),
+    /// The manifest is another node's, or another cluster's (its
+    /// fingerprint's first digits).
+    #[error("its manifest is for node {rank} of {nnodes} of cluster {cluster}")]
+    OtherNode {
+        rank: u32,
+        nnodes: u32,
+        cluster: String,
+    },
+    #[error("its manifest lists a bad path {0:?}")]
+    BadPath(String),
+    #[error("{path}: cannot read it ({error})")]
+    CannotReadFile { path: String, error: Arc<io::Error> },
+    #[error("{0}: its bytes differ from the manifest (a publication in progress?)")]
+    Differs(String),
+}
+
+pub(super) fn read_manifest(node_dir: BorrowedFd<'_>) -> Result<Manifest, NotPublished> {
+    let mut buf = Vec::new();
+    match fsx::read_at(node_dir, MANIFEST, &mut buf, MAX_MANIFEST) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
+        Err(e) => return Err(NotPublished::CannotReadManifest(Arc::new(e))),
+    }
+    serde_json::from_slice(&buf).map_err(|e| NotPublished::InvalidManifest(Arc::new(e)))
+}
+
+/// One node's verified publication: its rank files, path and bytes.
+#[derive(Debug, Clone)]
+pub struct NodeFiles {
+    pub rank: u32,
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Read node `rank`'s publication and verify it. The error says why the
+/// node counts as not published.
+fn read_node(
+    cluster_dir: BorrowedFd<'_>,
+    cluster: &str,
+    node: Node,
+) -> Result<NodeFiles, NotPublished> {
+    let dir = match fsx::open_dir_at(cluster_dir, format!("node{}", node.rank).as_str()) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
+        Err(e) => return Err(NotPublished::CannotOpenDir(Arc::new(e))),
+    };
+    let m = read_manifest(dir.as_fd())?;
+    if m.format != MANIFEST_FORMAT {
+        return Err(NotPublished::Format(m.format));
+    }
+    if m.cluster_fingerprint != cluster || m.node_rank != node.rank || m.nnodes != node.nnodes {
+        return Err(NotPublished::OtherNode {
+            rank: m.node_rank,
+            nnodes: m.nnodes,
+            cluster: short(&m.cluster_fingerprint).to_string(),
+        });
+    }
+    let mut files = Vec::with_capacity(m.files.len());
+    for f in &m.files {
+        let (sub, name) =
+            checked_path(&f.path).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
+        let mut bytes = Vec::new();
+        fsx::open_dir_path(dir.as_fd(), Path::new(sub))
+            .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE))
+            .map_err(|e| NotPublished::CannotReadFile {
+                path: f.path.clone(),
+                error: Arc::new(e),
+            })?;
+        if bytes.len() as u64 != f.size || sha256_hex(&bytes) != f.sha256 {
+            return Err(NotPublished::Differs(f.path.clone()));
+        }
+        files.push((f.path.clone(), bytes));
+    }
+    Ok(NodeFiles {
+        rank: node.rank,
+        files,
+    })
+}
+
+/// What the share holds for this cluster.
+#[derive(Debug, Clone)]
+pub enum Gathered {
+    /// Some nodes' publications are missing or do not verify: `(node, why)`.
+    Incomplete(Vec<(u32, NotPublished)>),
+    /// Every node verified: the union of each cache directory.
+    Complete(Vec<DirUnion>),
+}
+
+/// Read and verify every node's publication of `cluster`, and when all are
+/// there, take the union of each cache directory (`me` is this node's rank).
+/// An error means the share itself cannot be read.
+pub fn gather(share: &Path, cluster: &str, me: Node) -> io::Result<Gathered> {
+    Ok(match gather_nodes(share, cluster, me)? {
+        Err(missing) => Gathered::Incomplete(missing),
+        Ok(nodes) => Gathered::Complete(union_of(nodes, me.rank)),
+    })
+}
+
+/// Every node's verified publication of `cluster`, or the nodes whose
+/// publication is missing or does not verify, with why.
+#[allow(clippy::type_complexity)]
+pub fn gather_nodes(
+    share: &Path,
+    cluster: &str,
+    me: Node,
+) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, NotPublished)>>> {
+    let share_fd = open_share(share)?;
+    let cluster_dir = match fsx::open_dir_at(share_fd.as_fd(), TOP)
+        .and_then(|top| fsx::open_dir_at(top.as_fd(), cluster))
+    {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Err((0..me.nnodes)
+                .map(|r| (r, NotPublished::NoManifest))
+                .collect()))
+        }
+        Err(e) => return Err(e),
+    };
+    let mut nodes = Vec::with_capacity(me.nnodes as usize);
+    let mut missing = Vec::new();
+    for rank in 0..me.nnodes {
+        let node = Node {
+            nnodes: me.nnodes,
+            rank,
+        };
+        // A publication being replaced fails to verify: read it once more.
+        let read = read_node(cluster_dir.as_fd(), cluster, node)
+            .or_else(|_| read_node(cluster_dir.as_fd(), cluster, node));
+        match read {
+            Ok(n) => nodes.push(n),
+            Err(why) => missing.push((rank, why)),
+        }
+    }
+    if !missing.is_empty() {
+        return Ok(Err(missing));
+    }
+    Ok(Ok(nodes))
+}
+
+/// Say which nodes have not published, and why (one line).
+pub fn report_incomplete(missing: &[(u32, NotPublished)], nnodes: u32) {
+    let which: Vec<String> = missing.iter().map(|(r, _)| r.to_string()).collect();
+    let why: Vec<String> = missing
+        .iter()
+        .map(|(r, w)| format!("node {r}: {w}"))
+        .collect();
+    crate::events::share::share_incomplete(&which.join(", "), nnodes, &why.join("; "));
+}
