@@ -101,6 +101,12 @@ pub fn manifest(root: &Path, fp: &str) -> Option<serde_json::Value> {
 pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
     let mut by_id: BTreeMap<String, SetOnDisk> = BTreeMap::new();
     for p in sidecar_paths(root) {
+        // Only regular files: a planted FIFO may still sit in keepwrap's
+        // trash when the launch has ended (the trash is emptied after the
+        // engine starts, and at the next launch), and reading one blocks.
+        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         let Ok(bytes) = std::fs::read(&p) else {
             continue;
         };
