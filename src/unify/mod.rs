@@ -242,40 +242,7 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
         .collect();
     let unique: Vec<usize> = (0..order.len()).filter(|&i| same[i] == i).collect();
 
-    // Parse each file once; take `_metadata` and `_generation` out of it.
-    let values = parse_all(&unique.iter().map(|&i| order[i].1).collect::<Vec<_>>());
-    let mut parsed: Vec<(usize, Option<Value>, Map<String, Value>)> =
-        Vec::with_capacity(unique.len());
-    for (&i, value) in unique.iter().zip(values) {
-        let file = order[i].1;
-        let value: Value = value.map_err(|e| LeaveReason::NotJson {
-            name: file.name.clone(),
-            error: e.to_string(),
-        })?;
-        let Value::Object(mut map) = value else {
-            return Err(LeaveReason::NotObject {
-                name: file.name.clone(),
-            });
-        };
-        if map.contains_key(RECORDS) {
-            return Err(LeaveReason::HasRecords {
-                name: file.name.clone(),
-            });
-        }
-        // shift_remove keeps the order of the rest, and costs nothing for
-        // keys at the ends, which is where FlashInfer puts these two.
-        let metadata = map.shift_remove(METADATA);
-        map.shift_remove(GENERATION);
-        parsed.push((i, metadata, map));
-    }
-    for (i, metadata, _) in parsed.iter().skip(1) {
-        if *metadata != parsed[0].1 {
-            return Err(LeaveReason::MetadataDiffer {
-                first: order[0].1.name.clone(),
-                other: order[*i].1.name.clone(),
-            });
-        }
-    }
+    let parsed = parse_unique(&order, &unique)?;
 
     // The union: every (key, value, file) in rank order, stably sorted by
     // key, so that the first of each run of one key is the lowest rank's.
@@ -326,6 +293,51 @@ fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
         conflicts,
         already_identical,
     })
+}
+
+/// Parse each of the files `unique` (indices into `order`) once and take
+/// `_metadata` and `_generation` out of it: (index, metadata, the rest).
+/// Every file must be a JSON object without `_records`, and all must agree
+/// on `_metadata`.
+#[allow(clippy::type_complexity)]
+fn parse_unique(
+    order: &[(RankId, &RankFile)],
+    unique: &[usize],
+) -> Result<Vec<(usize, Option<Value>, Map<String, Value>)>, LeaveReason> {
+    let values = parse_all(&unique.iter().map(|&i| order[i].1).collect::<Vec<_>>());
+    let mut parsed: Vec<(usize, Option<Value>, Map<String, Value>)> =
+        Vec::with_capacity(unique.len());
+    for (&i, value) in unique.iter().zip(values) {
+        let file = order[i].1;
+        let value: Value = value.map_err(|e| LeaveReason::NotJson {
+            name: file.name.clone(),
+            error: e.to_string(),
+        })?;
+        let Value::Object(mut map) = value else {
+            return Err(LeaveReason::NotObject {
+                name: file.name.clone(),
+            });
+        };
+        if map.contains_key(RECORDS) {
+            return Err(LeaveReason::HasRecords {
+                name: file.name.clone(),
+            });
+        }
+        // shift_remove keeps the order of the rest, and costs nothing for
+        // keys at the ends, which is where FlashInfer puts these two.
+        let metadata = map.shift_remove(METADATA);
+        map.shift_remove(GENERATION);
+        parsed.push((i, metadata, map));
+    }
+    for (i, metadata, _) in parsed.iter().skip(1) {
+        if *metadata != parsed[0].1 {
+            return Err(LeaveReason::MetadataDiffer {
+                first: order[0].1.name.clone(),
+                other: order[*i].1.name.clone(),
+            });
+        }
+    }
+    Ok(parsed)
 }
 
 /// `serde_json::from_slice` of every file, in order. Building the trees is
