@@ -44,35 +44,12 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
     layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
         survey.dir(dir, listing, fingerprint)
     });
-    let Survey {
-        members,
-        mut stamps,
-        mut knowns,
-        racy,
-        settle_at,
-        mut hashed,
-        mut buf,
-        ..
-    } = survey;
-    // Files changed (or unified) just now: their change time is not settled
-    // yet, so a change in the same clock tick could keep it. Wait (at most
-    // SETTLE_WAIT) until it is, then hash them again to record their stamp.
+    let settle_at =
+        (settle == Settle::Later && !survey.racy.is_empty()).then_some(survey.settle_at);
     if settle == Settle::Wait {
-        stamp_racy(
-            &root_fd,
-            &members,
-            &mut stamps,
-            &racy,
-            &mut hashed,
-            &mut buf,
-        );
+        survey.stamp_racy(&root_fd);
     }
-    let settle_at = (settle == Settle::Later && !racy.is_empty()).then_some(settle_at);
-    let mut order: Vec<usize> = (0..members.len()).collect();
-    order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
-    let members: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
-    let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| stamps[i]).collect();
-    let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| knowns[i].take()).collect();
+    let (members, stamps, knowns) = survey.in_path_order();
     let id = sidecar::set_id(fingerprint, &members);
     let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
     if members.is_empty() {
@@ -240,6 +217,33 @@ impl Survey {
                 crate::events::cache::dir_not_signed(dropped, Rel(dir.rel, b""), &bad);
             }
         }
+    }
+
+    /// Files changed (or unified) just now: their change time is not
+    /// settled yet, so a change in the same clock tick could keep it. Wait
+    /// (at most SETTLE_WAIT) until it is, then hash them again to record
+    /// their stamp.
+    fn stamp_racy(&mut self, root_fd: &OwnedFd) {
+        stamp_racy(
+            root_fd,
+            &self.members,
+            &mut self.stamps,
+            &self.racy,
+            &mut self.hashed,
+            &mut self.buf,
+        );
+    }
+
+    /// The members, their stamps and known sidecars, sorted by path.
+    #[allow(clippy::type_complexity)]
+    fn in_path_order(mut self) -> (Vec<Member>, Vec<Option<Stamp>>, Vec<Option<Sidecar>>) {
+        let members = &self.members;
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
+        let sorted: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
+        let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| self.stamps[i]).collect();
+        let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| self.knowns[i].take()).collect();
+        (sorted, stamps, knowns)
     }
 }
 
