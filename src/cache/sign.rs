@@ -29,42 +29,110 @@ pub enum Settle {
 }
 
 pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignReport> {
-    let fd = match fsx::open_root(root) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(SignReport {
-                unchanged: true,
-                ..SignReport::default()
-            })
+    let Some((fd, root_fd)) = open_root(root)? else {
+        return Ok(SignReport {
+            unchanged: true,
+            ..SignReport::default()
+        });
+    };
+
+    // 1. What is there, read once.
+    let mut survey = Survey {
+        settle_at: i64::MIN,
+        ..Survey::default()
+    };
+    layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
+        survey.dir(dir, listing, fingerprint)
+    });
+    let settle_at =
+        (settle == Settle::Later && !survey.racy.is_empty()).then_some(survey.settle_at);
+    if settle == Settle::Wait {
+        survey.stamp_racy(&root_fd);
+    }
+    let (members, stamps, knowns) = survey.in_path_order();
+    let id = sidecar::set_id(fingerprint, &members);
+    let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
+    if members.is_empty() {
+        return Ok(report(signed, true, id, None));
+    }
+
+    // 2. What is recorded already: the manifest, and each member's sidecar.
+    let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
+    let committed = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint).ok();
+    let manifest_ok = committed.as_ref().is_some_and(|m| m.id == id);
+    let recorded = recorded(&members, &stamps, &knowns, &id);
+
+    let now = SystemTime::now();
+    let signed_at = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let signed_at_utc = humantime::format_rfc3339_seconds(now).to_string();
+    let manifest = SetManifest {
+        format: SIDECAR_FORMAT,
+        keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+        fingerprint: fingerprint.to_string(),
+        id: id.clone(),
+        signed_at,
+        members,
+    };
+    let members = &manifest.members;
+    let unchanged = match recorded {
+        // 3a. The same set on every member: (re)write only the stamps that
+        // changed (a restored file was renamed; a racy one has settled) and
+        // the manifest if it is not there. The set stays whole throughout.
+        Some(restamp) => {
+            if restamp.is_empty() && manifest_ok {
+                return Ok(report(signed, true, id, settle_at));
+            }
+            write_sidecars(&root_fd, &restamp, members.len())?;
+            if settle == Settle::Restamp {
+                return Ok(report(signed, true, id, None));
+            }
+            true
         }
-        Err(e) => {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("open cache root {}: {e}", root.display()),
-            ))
+        // Not the set signed: a restamp writes nothing.
+        None if settle == Settle::Restamp => {
+            return Ok(report(signed, false, id, None));
+        }
+        // 3b. Every sidecar, one directory at a time, then the manifest:
+        // until the manifest names this set, no member is trusted.
+        None => {
+            let all = sidecars_of(&manifest, &stamps, committed.as_ref(), &signed_at_utc);
+            write_sidecars(&root_fd, &all, members.len())?;
+            false
         }
     };
-    let root_fd = fd
-        .try_clone()
-        .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
+    if !manifest_ok || !unchanged {
+        write_set_manifest(&root_fd, &manifest)?;
+    }
+    Ok(report(signed, unchanged, id, settle_at))
+}
 
-    // 1. What is there, read once. A directory holding a cache file that
-    // cannot be signed contributes no member: its rank files are the ranks
-    // of one engine, and trusting some of them is a partial hit next boot.
-    let mut members: Vec<Member> = Vec::new();
-    // Per member: its identity when hashed, if settled (see `Stamp`).
-    let mut stamps: Vec<Option<Stamp>> = Vec::new();
-    // Per member: its sidecar, when it is one signed for this launch.
-    let mut knowns: Vec<Option<Sidecar>> = Vec::new();
-    let mut racy: Vec<usize> = Vec::new();
-    // When the last of them settles.
-    let mut settle_at = i64::MIN;
-    let mut hashed = Hashed::default();
-    let mut buf = Vec::new();
-    let mut sbuf = Vec::new();
-    let mut cname = Vec::new();
-    layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
-        let first = members.len();
+/// What sign found, read once: the members, per member its identity when
+/// hashed if settled (see `Stamp`) and its sidecar when it is one signed
+/// for this launch, the members not settled yet and when the last of them
+/// settles.
+#[derive(Default)]
+struct Survey {
+    members: Vec<Member>,
+    stamps: Vec<Option<Stamp>>,
+    knowns: Vec<Option<Sidecar>>,
+    racy: Vec<usize>,
+    settle_at: i64,
+    hashed: Hashed,
+    buf: Vec<u8>,
+    sbuf: Vec<u8>,
+    cname: Vec<u8>,
+}
+
+impl Survey {
+    /// The members of one directory. A directory holding a cache file
+    /// that cannot be signed contributes no member: its rank files are the
+    /// ranks of one engine, and trusting some of them is a partial hit next
+    /// boot.
+    fn dir(&mut self, dir: &DirView<'_>, listing: &Listing, fingerprint: &str) {
+        let first = self.members.len();
         let mut unsignable: Option<String> = None;
         for e in &listing.ents {
             let name = listing.name(e);
@@ -96,191 +164,168 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
                 unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             };
-            cname.clear();
-            cname.extend_from_slice(name);
-            // Signed for this launch before, and still the very file hashed
+            self.cname.clear();
+            self.cname.extend_from_slice(name);
+            // Signed for this launch before, and still the very file self.hashed
             // then (its stamp): its bytes are the ones recorded.
             let known = listing
                 .find(sidecar_cname(&path[path.len() - name.len()..]).as_bytes())
                 .filter(|e| e.kind == Kind::File)
                 .and_then(|_| {
                     let sname = sidecar_cname(&path[path.len() - name.len()..]);
-                    fsx::read_at(dir.fd, sname.as_c_str(), &mut sbuf, MAX_SIDECAR).ok()?;
-                    judge::judge_sidecar(&sbuf, fingerprint, |p| p == path).ok()
+                    fsx::read_at(dir.fd, sname.as_c_str(), &mut self.sbuf, MAX_SIDECAR).ok()?;
+                    judge::judge_sidecar(&self.sbuf, fingerprint, |p| p == path).ok()
                 });
             let now = sidecar::now_ns();
-            let (sha256, size, stamp) =
-                match hashed.hash(dir.fd, cname.as_slice(), &mut buf, true, known.as_ref()) {
-                    Ok(h) => h,
-                    Err(Unsignable::Io(e)) => {
-                        crate::events::cache::not_signed_unsafe(
-                            rel,
-                            format_args!("cannot read it ({e})"),
-                        );
-                        unsignable.get_or_insert_with(|| rel.to_string());
-                        continue;
-                    }
-                    Err(Unsignable::Json(e)) => {
-                        crate::events::cache::not_signed(rel, e.into_reason());
-                        unsignable.get_or_insert_with(|| rel.to_string());
-                        continue;
-                    }
-                };
+            let (sha256, size, stamp) = match self.hashed.hash(
+                dir.fd,
+                self.cname.as_slice(),
+                &mut self.buf,
+                true,
+                known.as_ref(),
+            ) {
+                Ok(h) => h,
+                Err(Unsignable::Io(e)) => {
+                    crate::events::cache::not_signed_unsafe(
+                        rel,
+                        format_args!("cannot read it ({e})"),
+                    );
+                    unsignable.get_or_insert_with(|| rel.to_string());
+                    continue;
+                }
+                Err(Unsignable::Json(e)) => {
+                    crate::events::cache::not_signed(rel, e.into_reason());
+                    unsignable.get_or_insert_with(|| rel.to_string());
+                    continue;
+                }
+            };
             if !stamp.settled(now) {
-                racy.push(members.len());
-                settle_at = settle_at.max(stamp.settled_at());
+                self.racy.push(self.members.len());
+                self.settle_at = self.settle_at.max(stamp.settled_at());
             }
-            stamps.push(stamp.settled(now).then_some(stamp));
-            knowns.push(known);
-            members.push(Member { path, sha256, size });
+            self.stamps.push(stamp.settled(now).then_some(stamp));
+            self.knowns.push(known);
+            self.members.push(Member { path, sha256, size });
         }
         if let Some(bad) = unsignable {
-            let dropped = members.len() - first;
+            let dropped = self.members.len() - first;
             if dropped > 0 {
-                members.truncate(first);
-                stamps.truncate(first);
-                knowns.truncate(first);
-                racy.retain(|&i| i < first);
+                self.members.truncate(first);
+                self.stamps.truncate(first);
+                self.knowns.truncate(first);
+                self.racy.retain(|&i| i < first);
                 crate::events::cache::dir_not_signed(dropped, Rel(dir.rel, b""), &bad);
             }
         }
-    });
-    // Files changed (or unified) just now: their change time is not settled
-    // yet, so a change in the same clock tick could keep it. Wait (at most
-    // SETTLE_WAIT) until it is, then hash them again to record their stamp.
-    if settle == Settle::Wait {
+    }
+
+    /// Files changed (or unified) just now: their change time is not
+    /// settled yet, so a change in the same clock tick could keep it. Wait
+    /// (at most SETTLE_WAIT) until it is, then hash them again to record
+    /// their stamp.
+    fn stamp_racy(&mut self, root_fd: &OwnedFd) {
         stamp_racy(
-            &root_fd,
-            &members,
-            &mut stamps,
-            &racy,
-            &mut hashed,
-            &mut buf,
+            root_fd,
+            &self.members,
+            &mut self.stamps,
+            &self.racy,
+            &mut self.hashed,
+            &mut self.buf,
         );
     }
-    let settle_at = (settle == Settle::Later && !racy.is_empty()).then_some(settle_at);
-    let mut order: Vec<usize> = (0..members.len()).collect();
-    order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
-    let members: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
-    let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| stamps[i]).collect();
-    let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| knowns[i].take()).collect();
-    let id = sidecar::set_id(fingerprint, &members);
-    let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
-    if members.is_empty() {
-        return Ok(SignReport {
-            signed,
-            unchanged: true,
-            set_id: id,
-            failed: 0,
-            settle_at: None,
-        });
+
+    /// The members, their stamps and known sidecars, sorted by path.
+    #[allow(clippy::type_complexity)]
+    fn in_path_order(mut self) -> (Vec<Member>, Vec<Option<Stamp>>, Vec<Option<Sidecar>>) {
+        let members = &self.members;
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
+        let sorted: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
+        let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| self.stamps[i]).collect();
+        let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| self.knowns[i].take()).collect();
+        (sorted, stamps, knowns)
     }
+}
 
-    // 2. What is recorded already: the manifest, and each member's sidecar.
-    let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
-    let committed = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint).ok();
-    let manifest_ok = committed.as_ref().is_some_and(|m| m.id == id);
-    let recorded = recorded(&members, &stamps, &knowns, &id);
-
-    let now = SystemTime::now();
-    let signed_at = now
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let signed_at_utc = humantime::format_rfc3339_seconds(now).to_string();
-    let manifest = SetManifest {
-        format: SIDECAR_FORMAT,
-        keepwrap: env!("CARGO_PKG_VERSION").to_string(),
-        fingerprint: fingerprint.to_string(),
-        id: id.clone(),
-        signed_at,
-        members,
-    };
-    let members = &manifest.members;
-    let unchanged = match recorded {
-        // 3a. The same set on every member: (re)write only the stamps that
-        // changed (a restored file was renamed; a racy one has settled) and
-        // the manifest if it is not there. The set stays whole throughout.
-        Some(restamp) => {
-            if restamp.is_empty() && manifest_ok {
-                return Ok(SignReport {
-                    signed,
-                    unchanged: true,
-                    set_id: id,
-                    failed: 0,
-                    settle_at,
-                });
-            }
-            write_sidecars(&root_fd, &restamp, members.len())?;
-            if settle == Settle::Restamp {
-                return Ok(SignReport {
-                    signed,
-                    unchanged: true,
-                    set_id: id,
-                    failed: 0,
-                    settle_at: None,
-                });
-            }
-            true
-        }
-        // Not the set signed: a restamp writes nothing.
-        None if settle == Settle::Restamp => {
-            return Ok(SignReport {
-                signed,
-                unchanged: false,
-                set_id: id,
-                failed: 0,
-                settle_at: None,
-            });
-        }
-        // 3b. Every sidecar, one directory at a time, then the manifest:
-        // until the manifest names this set, no member is trusted.
-        None => {
-            let all: Vec<Sidecar> = members
-                .iter()
-                .zip(&stamps)
-                .map(|(m, stamp)| Sidecar {
-                    format: SIDECAR_FORMAT,
-                    keepwrap: env!("CARGO_PKG_VERSION").to_string(),
-                    fingerprint: fingerprint.to_string(),
-                    path: m.path.clone(),
-                    sha256: m.sha256.clone(),
-                    size: m.size,
-                    signed_at,
-                    signed_at_utc: signed_at_utc.clone(),
-                    set: id.clone(),
-                    committed: committed_of(committed.as_ref().filter(|c| c.id != id), m),
-                    stat: *stamp,
-                })
-                .collect();
-            write_sidecars(&root_fd, &all, members.len())?;
-            false
+/// Open the cache root twice (the walk consumes one); None: there is none.
+fn open_root(root: &Path) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
+    let fd = match fsx::open_root(root) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("open cache root {}: {e}", root.display()),
+            ))
         }
     };
-    if !manifest_ok || !unchanged {
-        let sets = sidecar::open_sets(root_fd.as_fd(), true)
-            .and_then(|sets| sidecar::write_manifest(sets.as_fd(), &manifest).map(|()| sets))
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot write the set manifest {}/{}/{}: {e} (the set is incomplete and will not be trusted)",
-                        crate::STATE_DIR,
-                        sidecar::SETS_DIR,
-                        sidecar::manifest_name(fingerprint)
-                    ),
-                )
-            })?;
-        drop(sets);
-        crate::failpoint::hit("sign");
-    }
-    Ok(SignReport {
+    let root_fd = fd
+        .try_clone()
+        .map_err(|e| io::Error::new(e.kind(), format!("dup cache root {}: {e}", root.display())))?;
+    Ok(Some((fd, root_fd)))
+}
+
+fn report(
+    signed: Vec<PathBuf>,
+    unchanged: bool,
+    set_id: String,
+    settle_at: Option<i64>,
+) -> SignReport {
+    SignReport {
         signed,
         unchanged,
-        set_id: id,
+        set_id,
         failed: 0,
         settle_at,
-    })
+    }
+}
+
+/// The sidecar of every member of a set not signed yet.
+fn sidecars_of(
+    manifest: &SetManifest,
+    stamps: &[Option<Stamp>],
+    committed: Option<&SetManifest>,
+    signed_at_utc: &str,
+) -> Vec<Sidecar> {
+    let id = &manifest.id;
+    manifest
+        .members
+        .iter()
+        .zip(stamps)
+        .map(|(m, stamp)| Sidecar {
+            format: SIDECAR_FORMAT,
+            keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+            fingerprint: manifest.fingerprint.clone(),
+            path: m.path.clone(),
+            sha256: m.sha256.clone(),
+            size: m.size,
+            signed_at: manifest.signed_at,
+            signed_at_utc: signed_at_utc.to_string(),
+            set: id.clone(),
+            committed: committed_of(committed.filter(|c| c.id != *id), m),
+            stat: *stamp,
+        })
+        .collect()
+}
+
+/// Write the set manifest: from now on the set is trusted.
+fn write_set_manifest(root_fd: &OwnedFd, manifest: &SetManifest) -> io::Result<()> {
+    let sets = sidecar::open_sets(root_fd.as_fd(), true)
+        .and_then(|sets| sidecar::write_manifest(sets.as_fd(), manifest).map(|()| sets))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot write the set manifest {}/{}/{}: {e} (the set is incomplete and will not be trusted)",
+                    crate::STATE_DIR,
+                    sidecar::SETS_DIR,
+                    sidecar::manifest_name(&manifest.fingerprint)
+                ),
+            )
+        })?;
+    drop(sets);
+    crate::failpoint::hit("sign");
+    Ok(())
 }
 
 /// Longest wait at sign for the change times of files written just now to

@@ -1,0 +1,131 @@
+//! keepwrap's own state files and directories under `<root>/.keepwrap/`.
+
+use super::*;
+
+// ---- keepwrap's state under `<root>/.keepwrap/` ----------------------------
+//
+// Lock, statistics, launch records, store manifests, launch markers, trash:
+// files keepwrap itself wrote, in a directory of the cache root, which
+// anyone who can write the root can plant things in. They are opened
+// without following a symlink and without blocking (a FIFO or a link to
+// `/dev/zero` there must not stop the launch nor eat memory), read up to a
+// cap, and their directories are never created or opened through a
+// symlink nor trusted when another user can write them.
+
+/// The largest state file keepwrap reads (a launch record of 60,000
+/// arguments or a manifest of 10,000 members is about 2 MB).
+pub const STATE_FILE_MAX: u64 = 16 << 20;
+
+/// Open the directory `name` of `dir` as a state directory, creating it
+/// first with mode `create` when given: never through a symlink (an error
+/// saying so), and only when no other user can write it (the rule the cache
+/// tree is judged by, [`super::super::layout::dir_untrusted`]).
+pub fn open_state_dir_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    create: Option<u32>,
+) -> io::Result<OwnedFd> {
+    if let Some(mode) = create {
+        match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        // O_DIRECTORY|O_NOFOLLOW on a symlink: ELOOP or ENOTDIR.
+        Errno::ELOOP | Errno::ENOTDIR => {
+            let what = match lstat_at(dir, name) {
+                Ok(st) if Kind::from_mode(st.st_mode) == Kind::Symlink => {
+                    "a symlink, which keepwrap does not follow"
+                }
+                _ => "not a directory",
+            };
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is {what}"))
+        }
+        e => err(e),
+    })?;
+    let st = stat_fd(fd.as_fd())?;
+    if let Some(why) = super::super::layout::dir_untrusted(&st, nix::unistd::geteuid().as_raw()) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{name} is a directory another user can write ({why})"),
+        ));
+    }
+    Ok(fd)
+}
+
+/// `<root>/.keepwrap/<sub>` (`sub` a single name, or empty for
+/// `.keepwrap` itself), created when missing, each level opened as
+/// [`open_state_dir_at`] opens it. The root itself may be a symlink (the
+/// user's choice of disk).
+pub fn state_dir(root: &Path, sub: &str) -> io::Result<OwnedFd> {
+    let root = open_root(root)?;
+    let state = open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755))?;
+    if sub.is_empty() {
+        return Ok(state);
+    }
+    open_state_dir_at(state.as_fd(), sub, Some(0o755))
+}
+
+/// Read the state file `name` of `dir`, at most `max` bytes: `Ok(None)` when
+/// there is none. A symlink (never followed), a FIFO, a device or a
+/// directory (never opened in a blocking way), or a larger file, is an
+/// error saying which.
+pub fn read_state_file<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    max: u64,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    match read_at(dir, name, &mut buf, max) {
+        Ok(_) => Ok(Some(buf)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{e}, not a regular file"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Open the state file `name` of `dir` for reading and writing (a lock, a
+/// launch marker), creating it (mode 0644) when missing, or only creating
+/// it with `exclusive`: never through a symlink, never blocking on a FIFO,
+/// and an error unless it is a regular file.
+pub fn open_state_file_rw<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    exclusive: bool,
+) -> io::Result<File> {
+    let mut flags = OFlag::O_RDWR
+        | OFlag::O_CREAT
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    if exclusive {
+        flags |= OFlag::O_EXCL;
+    }
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o644));
+    let (fd, _) = regular_or_refuse(fd, ", not a regular file")?;
+    Ok(File::from(fd))
+}
+
+/// Log, once per process and path, that the state file `shown` (relative
+/// to the root, e.g. `.keepwrap/stats.json`) cannot be used, and what the
+/// launch does instead.
+pub fn warn_state_file(shown: &str, e: &io::Error, then: &str) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+    if warned.iter().any(|w| w == shown) {
+        return;
+    }
+    warned.push(shown.to_string());
+    crate::events::cache::state_file_ignored(shown, e, then);
+}

@@ -1,0 +1,307 @@
+//! Prune's second pass: the sets. Files trusted on their own are judged
+//! as sets; sets of other launches are checked byte by byte and stored
+//! whole, or removed.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::*;
+
+impl State<'_, '_> {
+    /// Judge the sets of the files trusted on their own; keep the whole
+    /// ones, remove the others.
+    pub(super) fn resolve(&mut self) {
+        let Some(root) = self.root.take() else { return };
+        let cands = std::mem::take(&mut self.cands);
+        let views: Vec<Candidate<'_>> = cands
+            .iter()
+            .map(|(p, sc)| Candidate {
+                path: p.as_str(),
+                sidecar: sc,
+            })
+            .collect();
+        if !cands.is_empty() {
+            self.load_manifest(&root, self.fingerprint);
+        }
+        let verdicts = judge::resolve_sets(&views, &self.manifests);
+        for ((path, _), verdict) in cands.iter().zip(verdicts) {
+            match verdict {
+                None => {
+                    crate::events::cache::kept(path, self.report.kept.len() < PER_FILE_LINES);
+                    self.report.kept.push(PathBuf::from(path));
+                }
+                Some(mut reason) => {
+                    if let Reason::SetIncomplete { member, why } = &mut reason {
+                        if *why == MemberWhy::NotTrusted
+                            && !self.rejected.iter().any(|r| r == member)
+                            && !exists(root.as_fd(), member)
+                        {
+                            *why = MemberWhy::Missing;
+                        }
+                    }
+                    self.remove_path(&root, path, &reason);
+                }
+            }
+        }
+        more_lines(self.report.kept.len(), "kept");
+        self.resolve_foreign(&root);
+        self.root = Some(root);
+    }
+
+    /// Read and check the set manifest of launch `fp`, once.
+    fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
+        if self.manifests.contains_key(fp) {
+            return;
+        }
+        let sets = self
+            .sets
+            .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok());
+        let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
+        self.manifests.insert(fp.to_string(), m);
+    }
+
+    /// Remove the cache file at `path` (relative to the root).
+    fn remove_path(&mut self, root: &OwnedFd, path: &str, reason: &Reason) {
+        let (parent, name) = split(path);
+        match fsx::open_dir_path(root.as_fd(), Path::new(parent)) {
+            Ok(d) => {
+                let prefix = &path.as_bytes()[..path.len() - name.len()];
+                self.remove(d.as_fd(), prefix, name.as_bytes(), reason);
+            }
+            Err(e) => {
+                self.report.left += 1;
+                crate::events::cache::cannot_remove(
+                    path,
+                    reason,
+                    format_args!("open directory {parent}: {e}"),
+                );
+            }
+        }
+    }
+
+    /// Sets of other launches: store the whole ones, remove the others.
+    fn resolve_foreign(&mut self, root: &OwnedFd) {
+        let foreign = std::mem::take(&mut self.foreign);
+        if foreign.is_empty() {
+            return;
+        }
+        let views: Vec<Candidate<'_>> = foreign
+            .iter()
+            .map(|f| Candidate {
+                path: f.path.as_str(),
+                sidecar: &f.sc,
+            })
+            .collect();
+        let fps: Vec<String> = foreign.iter().map(|f| f.sc.fingerprint.clone()).collect();
+        for fp in fps {
+            self.load_manifest(root, &fp);
+        }
+        let verdicts = judge::resolve_sets(&views, &self.manifests);
+        // The sets whole (one per launch: its manifest's), in the order first seen.
+        let mut sets: Vec<Vec<&Foreign>> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (f, verdict) in foreign.iter().zip(verdicts) {
+            match verdict {
+                None => {
+                    let k = *index.entry(f.sc.fingerprint.as_str()).or_insert_with(|| {
+                        sets.push(Vec::new());
+                        sets.len() - 1
+                    });
+                    sets[k].push(f);
+                }
+                Some(reason) => {
+                    let fp8 = crate::digest::short(&f.sc.fingerprint).digits().to_string();
+                    let reason = Reason::OtherLaunchBad(fp8, Box::new(reason));
+                    self.remove_path(root, &f.path, &reason);
+                }
+            }
+        }
+        let stored_before = self.report.stored;
+        for files in sets {
+            self.store_set(root, &files);
+        }
+        more_lines(self.report.stored - stored_before, "stored");
+    }
+
+    /// A set of another launch, whole by its sidecars: check its bytes, then
+    /// store it (or remove it).
+    fn store_set(&mut self, root: &OwnedFd, files: &[&Foreign]) {
+        let sc = &files[0].sc;
+        let fp8 = crate::digest::short(&sc.fingerprint).digits().to_string();
+        // Its directory, when it holds exactly this set: it moves (to the
+        // store or to the trash) with one rename.
+        let parent = split(&files[0].path).0;
+        let dir = (!parent.is_empty()
+            && files.iter().all(|f| split(&f.path).0 == parent)
+            && self.pure.get(parent) == Some(&files.len()))
+        .then(|| parent.to_string());
+        let checked = match self.check_set(root, files) {
+            Ok(checked) => checked,
+            Err((bad, why)) => return self.drop_set(root, files, dir, &fp8, bad, why),
+        };
+        let Some(Ok(manifest)) = self.manifests.get(&sc.fingerprint) else {
+            // (Not whole without its manifest: resolve_sets said so already.)
+            let why = Reason::SetManifest("missing".into());
+            for f in files {
+                let reason = Reason::OtherLaunchBad(fp8.clone(), Box::new(why.clone()));
+                self.remove_path(root, &f.path, &reason);
+            }
+            return;
+        };
+        let set = ForeignSet {
+            fingerprint: sc.fingerprint.clone(),
+            set: SetRecord {
+                id: manifest.id.clone(),
+                members: manifest.members.clone(),
+            },
+            signed_at: sc.signed_at,
+            dir,
+            checked: files
+                .iter()
+                .zip(checked)
+                .map(|(f, ids)| (f.path.clone(), ids))
+                .collect(),
+        };
+        self.stash_set(root, &set, &fp8);
+    }
+
+    /// The bytes of a set, member by member; the first that fails fails the
+    /// set (its index and why). The identities checked: file, sidecar.
+    fn check_set(
+        &mut self,
+        root: &OwnedFd,
+        files: &[&Foreign],
+    ) -> Result<Vec<[FileId; 2]>, (usize, Reason)> {
+        let mut checked = Vec::with_capacity(files.len());
+        let mut open: Option<(&str, OwnedFd)> = None;
+        for (i, f) in files.iter().enumerate() {
+            let (p, name) = split(&f.path);
+            if open.as_ref().is_none_or(|(q, _)| *q != p) {
+                match self.open_rel(root, p) {
+                    Ok(d) => open = Some((p, d)),
+                    Err(e) => return Err((i, Reason::Unreadable(e.to_string()))),
+                }
+            }
+            let Some((_, d)) = &open else { break };
+            match check_file(d.as_fd(), name.as_bytes(), &f.sc, &mut self.cbuf) {
+                Ok(id) => checked.push([id, f.sidecar_id]),
+                Err(reason) => return Err((i, reason)),
+            }
+        }
+        Ok(checked)
+    }
+
+    /// A set whose member `bad` failed its check: every member goes (its
+    /// directory with one rename when it holds exactly the set).
+    fn drop_set(
+        &mut self,
+        root: &OwnedFd,
+        files: &[&Foreign],
+        dir: Option<String>,
+        fp8: &str,
+        bad: usize,
+        why: Reason,
+    ) {
+        let member = files[bad].path.clone();
+        let reasons: Vec<Reason> = (0..files.len())
+            .map(|i| {
+                let why = if i == bad {
+                    why.clone()
+                } else {
+                    Reason::SetIncomplete {
+                        member: member.clone(),
+                        why: MemberWhy::NotTrusted,
+                    }
+                };
+                Reason::OtherLaunchBad(fp8.to_string(), Box::new(why))
+            })
+            .collect();
+        if let Some(dir) = &dir {
+            if self.trash_path(root, dir) {
+                for (f, reason) in files.iter().zip(&reasons) {
+                    let (p, name) = split(&f.path);
+                    let prefix = &f.path.as_bytes()[..p.len() + 1];
+                    self.log_removed(prefix, name.as_bytes(), reason);
+                }
+                return;
+            }
+        }
+        for (f, reason) in files.iter().zip(&reasons) {
+            self.remove_path(root, &f.path, reason);
+        }
+    }
+
+    /// Hand a whole, checked set to the stash; if that fails, remove it.
+    fn stash_set(&mut self, root: &OwnedFd, set: &ForeignSet, fp8: &str) {
+        let stash = self
+            .stash
+            .as_mut()
+            .expect("foreign files only with a stash");
+        match stash(root.as_fd(), set) {
+            Ok(()) => {
+                for m in &set.set.members {
+                    crate::events::cache::stored(&m.path, fp8, self.report.stored < PER_FILE_LINES);
+                    self.report.stored += 1;
+                }
+            }
+            Err(e) => {
+                crate::events::cache::cannot_store(set.set.members.len(), fp8, e);
+                for m in &set.set.members {
+                    self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.to_string()));
+                }
+            }
+        }
+    }
+
+    /// The directory `up` (relative to the root), kept open for the next
+    /// set.
+    fn up_dir(&mut self, root: &OwnedFd, up: &str) -> io::Result<Rc<OwnedFd>> {
+        if let Some((p, fd)) = &self.updir {
+            if p == up {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = Rc::new(fsx::open_dir_path(root.as_fd(), Path::new(up))?);
+        self.updir = Some((up.to_string(), fd.clone()));
+        Ok(fd)
+    }
+
+    /// Open the directory `rel` (relative to the root) from the one above it.
+    fn open_rel(&mut self, root: &OwnedFd, rel: &str) -> io::Result<OwnedFd> {
+        let (up, name) = split(rel);
+        if up.is_empty() {
+            return fsx::open_dir_path(root.as_fd(), Path::new(rel));
+        }
+        let upfd = self.up_dir(root, up)?;
+        fsx::open_dir_at(upfd.as_fd(), name)
+    }
+
+    /// Move the directory at `rel` (relative to the root) into the trash.
+    fn trash_path(&mut self, root: &OwnedFd, rel: &str) -> bool {
+        let (p, name) = split(rel);
+        let Ok(parent) = self.up_dir(root, p) else {
+            return false;
+        };
+        let mut shown = rel.as_bytes().to_vec();
+        shown.push(b'/');
+        self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
+    }
+}
+
+/// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
+fn more_lines(n: usize, what: &str) {
+    if n > PER_FILE_LINES {
+        crate::events::cache::more_files(what, n - PER_FILE_LINES);
+    }
+}
+
+fn exists(root: BorrowedFd<'_>, rel: &str) -> bool {
+    let (parent, name) = split(rel);
+    match fsx::open_dir_path(root, Path::new(parent)) {
+        Ok(d) => fsx::lstat_at(d.as_fd(), name.as_bytes()).is_ok(),
+        Err(_) => false,
+    }
+}

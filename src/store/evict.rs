@@ -1,0 +1,121 @@
+//! The store's entries, their sizes and use, and eviction.
+
+use super::*;
+
+impl Store {
+    /// Every entry of the store, with its size on disk.
+    pub fn entries(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let Ok(list) = fsx::list_dir(self.store.as_fd()) else {
+            return out;
+        };
+        for (name, kind) in list {
+            let Ok(name) = String::from_utf8(name) else {
+                continue;
+            };
+            if kind != fsx::Kind::Dir || !is_fp(&name) {
+                continue;
+            }
+            let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), name.as_str()) else {
+                continue;
+            };
+            let shown = format!("{STATE_DIR}/store/{name}");
+            let Some(manifest) = read_manifest_at(dir.as_fd(), &shown) else {
+                continue;
+            };
+            let side = Side::of(dir.as_fd(), &manifest);
+            let mut bytes = 0;
+            for m in &manifest.members {
+                bytes += m.size;
+                if let Some(d) = side.dir(&m.path) {
+                    let [_, launch] = names(split(&m.path).1);
+                    if let Ok(st) = fsx::lstat_at(d.fd(), launch.as_c_str()) {
+                        bytes += st.st_size.max(0) as u64;
+                    }
+                }
+            }
+            out.push(Entry { manifest, bytes });
+        }
+        out
+    }
+
+    /// When the launch of a stored set was last used (a restore counts).
+    pub fn last_used(&self, e: &Entry) -> u64 {
+        self.record(&e.manifest.fingerprint)
+            .map(|r| r.last_used)
+            .unwrap_or(e.manifest.stored_at)
+    }
+
+    /// Evict entries unused for longer than `max_age`, then the least
+    /// recently used until the store fits `max_size`. Returns the number of
+    /// entries evicted.
+    pub fn evict(&self, limits: Limits, now: u64) -> usize {
+        let mut entries: Vec<(u64, Entry)> = self
+            .entries()
+            .into_iter()
+            .map(|e| (self.last_used(&e), e))
+            .collect();
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        let mut total: u64 = entries.iter().map(|(_, e)| e.bytes).sum();
+        let mut n = 0;
+        for (used, e) in &entries {
+            let old = now.saturating_sub(*used) > limits.max_age.as_secs();
+            let over = total > limits.max_size;
+            if !old && !over {
+                continue;
+            }
+            let why = if old {
+                format!(
+                    "unused for longer than --store-max-age {}",
+                    humantime::format_duration(limits.max_age)
+                )
+            } else {
+                format!(
+                    "the store is over --store-max-size {}",
+                    size_text(limits.max_size)
+                )
+            };
+            self.evict_entry(e, *used, now, &why);
+            total -= e.bytes;
+            n += 1;
+        }
+        n
+    }
+
+    /// Remove one stored set and its launch record, and say why.
+    pub(super) fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) {
+        let fp = &e.manifest.fingerprint;
+        self.delete_entry(fp);
+        let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
+        cache::remove_manifest(self.root_fd.as_fd(), fp);
+        crate::events::store::evicted(
+            fp,
+            e.manifest.members.len(),
+            e.bytes,
+            size_text(e.bytes),
+            ago(used, now),
+            why,
+        );
+    }
+
+    /// Evict every stored set `pick(entry, last used)` selects, least
+    /// recently used first (call under the lock); the evicted entries.
+    pub fn evict_where(
+        &self,
+        now: u64,
+        why: &str,
+        pick: impl Fn(&Entry, u64) -> bool,
+    ) -> Vec<Entry> {
+        let mut entries: Vec<(u64, Entry)> = self
+            .entries()
+            .into_iter()
+            .map(|e| (self.last_used(&e), e))
+            .filter(|(used, e)| pick(e, *used))
+            .collect();
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        for (used, e) in &entries {
+            self.evict_entry(e, *used, now, why);
+        }
+        entries.into_iter().map(|(_, e)| e).collect()
+    }
+}

@@ -1,0 +1,258 @@
+//! Moving a set's members between the cache tree and an entry, and
+//! reading and writing the store's JSON files.
+
+use super::*;
+
+/// A directory holding members: at their paths below it (the cache tree,
+/// a tree entry), or all of them directly in it (a flat entry).
+#[derive(Clone, Copy)]
+pub(super) struct Side<'a> {
+    pub(super) fd: BorrowedFd<'a>,
+    pub(super) flat: bool,
+}
+
+/// The directory a member's files are in: the side's own, or one below it.
+pub(super) enum Held<'a> {
+    Here(BorrowedFd<'a>),
+    Below(OwnedFd),
+}
+
+impl Held<'_> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Held::Here(fd) => *fd,
+            Held::Below(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl<'a> Side<'a> {
+    pub(super) fn tree(fd: BorrowedFd<'a>) -> Side<'a> {
+        Side { fd, flat: false }
+    }
+
+    pub(super) fn of(fd: BorrowedFd<'a>, man: &Manifest) -> Side<'a> {
+        Side { fd, flat: man.flat }
+    }
+
+    /// Where the files of the member at `path` are: only for a path shaped
+    /// like the engine's cache, so that the store never moves anything else.
+    pub(super) fn dir(&self, path: &str) -> Option<Held<'a>> {
+        if self.flat {
+            return cache::is_cache_file(Path::new(path)).then_some(Held::Here(self.fd));
+        }
+        member_dir(self.fd, path).map(Held::Below)
+    }
+
+    /// [`Side::dir`], creating the missing directories of a tree.
+    pub(super) fn ensure(&self, path: &str) -> io::Result<Held<'a>> {
+        if self.flat {
+            return Ok(Held::Here(self.fd));
+        }
+        fsx::ensure_dir_path(self.fd, Path::new(split(path).0), DIR_MODE).map(Held::Below)
+    }
+}
+
+/// Where a member's two files are, relative to a base directory: only
+/// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
+/// rank_*.json`), so that the store never moves anything else.
+pub(super) fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
+    if !cache::is_cache_file(Path::new(path)) {
+        return None;
+    }
+    fsx::open_dir_path(base, Path::new(split(path).0)).ok()
+}
+
+/// Move the files of `members` found under `from` to the same paths under
+/// `to`. Returns the number of files moved, or the first error (files moved
+/// before it stay moved). Directories fsynced once each.
+pub(super) fn move_members(from: Side<'_>, to: Side<'_>, members: &[Member]) -> io::Result<usize> {
+    let mut moved = 0;
+    let mut touched: BTreeMap<String, Held<'_>> = BTreeMap::new();
+    for m in members {
+        let (parent, name) = split(&m.path);
+        let Some(src) = from.dir(&m.path) else {
+            continue;
+        };
+        let [json, launch] = names(name);
+        let any = fsx::exists_at(src.fd(), json.as_c_str())
+            || fsx::exists_at(src.fd(), launch.as_c_str());
+        if !any {
+            continue;
+        }
+        let dst = to.ensure(&m.path)?;
+        for n in [&json, &launch] {
+            if fsx::exists_at(src.fd(), n.as_c_str()) {
+                fsx::rename_noreplace(src.fd(), n.as_c_str(), dst.fd(), n.as_c_str())?;
+                moved += 1;
+                crate::failpoint::hit("store");
+            }
+        }
+        touched.entry(parent.to_string()).or_insert(dst);
+    }
+    // Each rename is atomic in the file system's journal: a file is in one
+    // directory or the other even after a power loss. fsync only for
+    // durability, once per destination directory.
+    for dst in touched.values() {
+        let _ = fsx::fsync_dir(dst.fd());
+    }
+    Ok(moved)
+}
+
+/// The directories (relative to the entry) that hold the members of a
+/// stored set, once each.
+pub(super) fn entry_parents(man: &Manifest) -> Vec<&str> {
+    if man.flat {
+        return vec![""];
+    }
+    member_parents(man)
+}
+
+/// The directories (relative to the root) that hold the members of a set,
+/// once each.
+pub(super) fn member_parents(man: &Manifest) -> Vec<&str> {
+    let mut parents: Vec<&str> = man.members.iter().map(|m| split(&m.path).0).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    parents
+}
+
+/// Files of `members` under `from` whose path under `to` is taken.
+pub(super) fn conflicts(from: Side<'_>, to: Side<'_>, members: &[Member]) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in members {
+        let Some(src) = from.dir(&m.path) else {
+            continue;
+        };
+        let dst = to.dir(&m.path);
+        for n in names(split(&m.path).1) {
+            if fsx::exists_at(src.fd(), n.as_c_str())
+                && dst
+                    .as_ref()
+                    .is_some_and(|d| fsx::exists_at(d.fd(), n.as_c_str()))
+            {
+                out.push(m.path.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Read the record `name` of `dir` (`shown`: the directory for the log,
+/// `.keepwrap/launches` say). None when there is none; a record that is not
+/// a regular file, too large or not valid JSON is ignored with one warning.
+pub(super) fn read_json<T: for<'de> Deserialize<'de>>(
+    dir: BorrowedFd<'_>,
+    shown: &str,
+    name: &str,
+) -> Option<T> {
+    let warn =
+        |e: &io::Error| fsx::warn_state_file(&format!("{shown}/{name}"), e, "it is not used");
+    let buf = match fsx::read_state_file(dir, name, fsx::STATE_FILE_MAX) {
+        Ok(buf) => buf?,
+        Err(e) => {
+            warn(&e);
+            return None;
+        }
+    };
+    match serde_json::from_slice(&buf) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn(&io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not valid: {e}"),
+            ));
+            None
+        }
+    }
+}
+
+pub(super) fn write_json<T: Serialize>(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    value: &T,
+) -> io::Result<()> {
+    write_json_with(dir, name, value, true)
+}
+
+/// [`write_json`]; with `sync` false, nothing is fsynced (the caller
+/// orders durability itself).
+pub(super) fn write_json_with<T: Serialize>(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    value: &T,
+    sync: bool,
+) -> io::Result<()> {
+    let mut bytes = canonical::to_python_json(value, Style::INDENT2)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    bytes.push(b'\n');
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    fsx::write_atomic_at_with(dir, &name, &bytes, 0o644, sync)?;
+    if sync {
+        fsx::fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The manifest of a flat entry, from the launch's set manifest `m` (checked
+/// whole: its id is the hash of its members): None unless every member is
+/// in one directory.
+pub(super) fn flat_manifest(m: SetManifest, stored_at: u64) -> Option<Manifest> {
+    let man = Manifest {
+        format: FLAT_FORMAT,
+        fingerprint: m.fingerprint,
+        set_id: m.id,
+        signed_at: m.signed_at,
+        stored_at,
+        members: m.members,
+        flat: true,
+    };
+    man.origin().is_some().then_some(man)
+}
+
+/// The manifest of the entry (or staging, or restoring directory) `dir`
+/// (`shown` for the log): a format-1 store manifest (a tree entry) or a
+/// format-2 set manifest whose members share one directory (a flat entry).
+/// None when there is none; any other is not used, with one warning.
+pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manifest> {
+    let v: Value = read_json(dir, shown, MANIFEST)?;
+    let bad = |why: String| {
+        fsx::warn_state_file(
+            &format!("{shown}/{MANIFEST}"),
+            &io::Error::new(io::ErrorKind::InvalidData, why),
+            "it is not used",
+        );
+        None
+    };
+    match v.get("format").and_then(Value::as_u64) {
+        Some(f) if f == u64::from(FORMAT) => match serde_json::from_value::<Manifest>(v) {
+            Ok(m) => Some(m),
+            Err(e) => bad(format!("not valid: {e}")),
+        },
+        Some(f) if f == u64::from(FLAT_FORMAT) => {
+            let m = match serde_json::from_value::<SetManifest>(v) {
+                Ok(m) => m,
+                Err(e) => return bad(format!("not valid: {e}")),
+            };
+            if let Err(e) = cache::validate_manifest(&m, &m.fingerprint.clone()) {
+                return bad(format!("not valid: {e}"));
+            }
+            // Stored when its manifest moved in (nothing changes it since).
+            let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
+            flat_manifest(m, stored_at)
+                .or_else(|| bad("its members are not in one directory".into()))
+        }
+        f => bad(format!("format {f:?}, which this version does not read")),
+    }
+}
+
+/// Does `dir` hold a cache file or sidecar directly (a flat set's
+/// directory, not a tree)?
+pub(super) fn holds_rank_files(dir: BorrowedFd<'_>) -> bool {
+    fsx::list_dir(dir).is_ok_and(|list| {
+        list.iter().any(|(n, _)| {
+            let n = String::from_utf8_lossy(n);
+            n.starts_with("rank_") && (n.ends_with(".json") || n.ends_with(".launch"))
+        })
+    })
+}

@@ -1,0 +1,279 @@
+//! Recovery: finish or undo what a killed keepwrap left halfway.
+
+use super::*;
+
+impl Store {
+    /// Finish or undo what a killed keepwrap left halfway. Run under the
+    /// lock, before prune. Returns the number of sets recovered.
+    pub fn recover(&self) -> usize {
+        let mut n = 0;
+        if let Ok(list) = fsx::list_dir(self.store.as_fd()) {
+            for (name, _) in list {
+                let Ok(name) = String::from_utf8(name) else {
+                    continue;
+                };
+                if let Some((fp, _)) = name.split_once(".in-") {
+                    self.recover_staging(&name, fp);
+                    n += 1;
+                }
+            }
+        }
+        if let Ok(list) = fsx::list_dir(self.state.as_fd()) {
+            for (name, _) in list {
+                let Ok(name) = String::from_utf8(name) else {
+                    continue;
+                };
+                if let Some(fp) = name.strip_prefix("restoring-") {
+                    self.recover_restoring(&name, fp);
+                    n += 1;
+                } else if name.starts_with("trash-") {
+                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                } else if fsx::is_keepwrap_tmp(name.as_bytes()) {
+                    let _ = fsx::unlink_at(self.state.as_fd(), name.as_bytes());
+                }
+            }
+        }
+        n
+    }
+
+    /// The directory `up` below `root`, kept open for the next set.
+    pub(super) fn up_dir(
+        &self,
+        root: BorrowedFd<'_>,
+        up: &str,
+    ) -> io::Result<std::sync::Arc<OwnedFd>> {
+        let mut cached = self.updir.borrow_mut();
+        if let Some((p, fd)) = cached.as_ref() {
+            if p == up {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = std::sync::Arc::new(fsx::open_dir_path(root, Path::new(up))?);
+        *cached = Some((up.to_string(), fd.clone()));
+        Ok(fd)
+    }
+
+    /// `.keepwrap/sets`, opened (and created) once.
+    pub(super) fn sets(&self) -> io::Result<BorrowedFd<'_>> {
+        self.sets
+            .get_or_init(|| cache::open_sets(self.root_fd.as_fd(), true).ok())
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or_else(|| io::Error::other(format!("cannot open {STATE_DIR}/sets")))
+    }
+
+    /// The manifest of a flat staging or restoring directory `dir` of
+    /// launch `fp`: its own `.set.json`, or, when the directory moved and
+    /// its manifest not yet, the launch's set manifest. The bool: it is
+    /// inside.
+    pub(super) fn flat_or_tree_manifest(
+        &self,
+        dir: BorrowedFd<'_>,
+        shown: &str,
+        fp: &str,
+    ) -> Option<(Manifest, bool)> {
+        if let Some(man) = read_manifest_at(dir, shown) {
+            return Some((man, true));
+        }
+        if !holds_rank_files(dir) {
+            return None;
+        }
+        let sets = self.sets().ok();
+        let m = cache::read_manifest(sets, fp).ok()?;
+        flat_manifest(m, now_secs()).map(|man| (man, false))
+    }
+
+    /// A set was being stored: put every member back at its path.
+    pub(super) fn recover_staging(&self, name: &str, fp: &str) {
+        let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), name) else {
+            return;
+        };
+        let shown = format!("{STATE_DIR}/store/{name}");
+        let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
+            // A tree's manifest is written before any member moves; a flat
+            // directory without one is put back by its launch's manifest.
+            if holds_rank_files(dir.as_fd()) {
+                crate::events::store::recovery_store_failed(
+                    fp,
+                    "it has no manifest to put it back by",
+                );
+            }
+            let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+            return;
+        };
+        if man.flat {
+            drop(dir);
+            match self.unstage_flat(self.store.as_fd(), name, &man, inside) {
+                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
+                Err(e) => crate::events::store::recovery_store_failed(fp, e),
+            }
+            let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+            let _ = fsx::fsync_dir(self.store.as_fd());
+            return;
+        }
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
+        if !taken.is_empty() {
+            crate::events::store::recovery_store_taken(fp, &taken[0]);
+        } else {
+            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
+                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
+                Err(e) => crate::events::store::recovery_store_failed(fp, e),
+            }
+        }
+        let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+        let _ = fsx::fsync_dir(self.store.as_fd());
+    }
+
+    /// Put the flat directory `name` of `parent` (staging, restoring) back
+    /// at its place in the tree, its manifest (`inside` it) back among the
+    /// set manifests: the directory with one rename, or, when its place is
+    /// taken by a directory, file by file unless a file is in the way.
+    /// Returns the number of files moved.
+    pub(super) fn unstage_flat(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &str,
+        man: &Manifest,
+        inside: bool,
+    ) -> io::Result<usize> {
+        let origin = man
+            .origin()
+            .ok_or_else(|| io::Error::other("the set is not in one directory"))?;
+        let dir = fsx::open_dir_at(parent, name)?;
+        if inside {
+            let to = cache::manifest_name(&man.fingerprint);
+            let sets = self.sets()?;
+            if fsx::rename_between(dir.as_fd(), MANIFEST, sets, to.as_str()).is_err() {
+                let _ = fsx::unlink_at(dir.as_fd(), MANIFEST);
+            }
+            crate::failpoint::hit("store");
+        }
+        let (up, base) = split(origin);
+        let dst = fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(up), DIR_MODE)?;
+        // An empty directory left at its place (its files removed one by
+        // one) does not stand in the way.
+        let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
+        match fsx::rename_noreplace(parent, name, dst.as_fd(), base) {
+            Ok(()) => {
+                let _ = fsx::fsync_dir(dst.as_fd());
+                Ok(man.members.len() * 2)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let from = Side {
+                    fd: dir.as_fd(),
+                    flat: true,
+                };
+                let root = Side::tree(self.root_fd.as_fd());
+                if let Some(t) = conflicts(from, root, &man.members).first() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{t} is taken"),
+                    ));
+                }
+                move_members(from, root, &man.members)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A set was being restored: finish moving it in place; if a path is
+    /// taken, put it back in the store.
+    pub(super) fn recover_restoring(&self, name: &str, fp: &str) {
+        let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
+            return;
+        };
+        let shown = format!("{STATE_DIR}/{name}");
+        let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
+            // Every member moved out: only the empty directories are left.
+            let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+            return;
+        };
+        if man.flat {
+            drop(dir);
+            match self.unstage_flat(self.state.as_fd(), name, &man, inside) {
+                Ok(k) => {
+                    crate::events::store::recovery_restore_finished(fp, k);
+                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    let _ = fsx::fsync_dir(self.state.as_fd());
+                    return;
+                }
+                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
+            }
+            self.unrestore(name, &man);
+            return;
+        }
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
+        if taken.is_empty() {
+            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
+                Ok(k) => {
+                    crate::events::store::recovery_restore_finished(fp, k);
+                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    let _ = fsx::fsync_dir(self.state.as_fd());
+                    return;
+                }
+                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
+            }
+        } else {
+            crate::events::store::recovery_restore_taken(fp, &taken[0]);
+        }
+        self.unrestore(name, &man);
+    }
+
+    /// Move the members already in place back into `restoring-<fp>` (and a
+    /// flat set's manifest) and return it to `store/<fp>`.
+    pub(super) fn unrestore(&self, name: &str, man: &Manifest) {
+        let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
+            return;
+        };
+        let side = Side::of(dir.as_fd(), man);
+        // Only files the set does not hold any more, and only when they are
+        // its bytes (the cache file) or its sidecar.
+        let placed: Vec<Member> = man
+            .members
+            .iter()
+            .filter(|m| {
+                let [json, _] = names(split(&m.path).1);
+                let held = side
+                    .dir(&m.path)
+                    .is_some_and(|d| fsx::exists_at(d.fd(), json.as_c_str()));
+                !held && self.in_place_matches(m)
+            })
+            .cloned()
+            .collect();
+        let _ = move_members(Side::tree(self.root_fd.as_fd()), side, &placed);
+        if man.flat && !fsx::exists_at(dir.as_fd(), MANIFEST) {
+            if let Ok(sets) = self.sets() {
+                let from = cache::manifest_name(&man.fingerprint);
+                let _ = fsx::rename_noreplace(sets, from.as_str(), dir.as_fd(), MANIFEST);
+            }
+        }
+        drop(dir);
+        match fsx::rename_noreplace(
+            self.state.as_fd(),
+            name,
+            self.store.as_fd(),
+            man.fingerprint.as_str(),
+        ) {
+            Ok(()) => {
+                let _ = fsx::fsync_dir(self.store.as_fd());
+            }
+            Err(_) => {
+                let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+            }
+        }
+        let _ = fsx::fsync_dir(self.state.as_fd());
+    }
+
+    pub(super) fn in_place_matches(&self, m: &Member) -> bool {
+        let Some(d) = member_dir(self.root_fd.as_fd(), &m.path) else {
+            return false;
+        };
+        let [json, _] = names(split(&m.path).1);
+        let mut buf = Vec::new();
+        fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE).is_ok()
+            && buf.len() as u64 == m.size
+            && cache::sha256_hex(&buf) == m.sha256
+    }
+}

@@ -1,0 +1,201 @@
+//! Restoring: a stored set, verified, moves back to its paths.
+
+use super::*;
+
+impl Store {
+    /// The stored set of `fp`, if there is one.
+    pub fn manifest(&self, fp: &str) -> Option<Manifest> {
+        if !is_fp(fp) {
+            return None;
+        }
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
+        read_manifest_at(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"))
+    }
+
+    /// Is the set under `dir` whole and intact: every member's bytes as
+    /// signed and a JSON object, every sidecar signed for its launch in
+    /// this set? Stash checks before a set enters the store, restore before
+    /// it leaves (a same-size edit included).
+    pub(super) fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
+        // The manifest lists the very set its id names (the sidecars are
+        // checked against the id below): never a part of it.
+        if cache::set_id(&man.fingerprint, &man.members) != man.set_id {
+            return Err("the manifest does not list the members of its set".into());
+        }
+        if man.flat {
+            // The directory moves back whole: nothing in it but the set.
+            let list = fsx::list_dir(dir).map_err(|e| e.to_string())?;
+            let ours = |n: &[u8]| {
+                n == MANIFEST.as_bytes()
+                    || man
+                        .members
+                        .iter()
+                        .any(|m| names(split(&m.path).1).iter().any(|x| x.as_bytes() == n))
+            };
+            if let Some((n, _)) = list.iter().find(|(n, _)| !ours(n)) {
+                return Err(format!("{} is not the set's", String::from_utf8_lossy(n)));
+            }
+        }
+        let side = Side::of(dir, man);
+        let mut buf = Vec::new();
+        for m in &man.members {
+            let d = side
+                .dir(&m.path)
+                .ok_or_else(|| format!("{}: missing", m.path))?;
+            let d = d.fd();
+            let [json, launch] = names(split(&m.path).1);
+            fsx::read_at(d, json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE)
+                .map_err(|e| format!("{}: {e}", m.path))?;
+            if buf.len() as u64 != m.size || cache::sha256_hex(&buf) != m.sha256 {
+                return Err(format!("{}: changed after signing", m.path));
+            }
+            cache::json_object_entries(&buf)
+                .map_err(|_| format!("{}: not a JSON object", m.path))?;
+            fsx::read_at(d, launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
+                .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
+            let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
+                .map_err(|r| format!("{}: {r}", m.path))?;
+            if !sc.in_set(&man.set_id) {
+                return Err(format!("{}: signed in another set", m.path));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the stored set of `fp` whole, every member's bytes included (for
+    /// `keepwrap status --verify`): why it is not intact, if it is not.
+    pub fn verify_entry(&self, fp: &str) -> Result<(), String> {
+        let man = self.manifest(fp).ok_or("no readable manifest")?;
+        if man.fingerprint != fp {
+            return Err("its manifest names another launch".into());
+        }
+        if let Some(why) = self.untrusted_in_entry(fp, &man) {
+            return Err(why);
+        }
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp).map_err(|e| e.to_string())?;
+        self.verify(dir.as_fd(), &man)
+    }
+
+    /// Bring the stored set of `fp` back to its paths. None when there is
+    /// none, or it cannot be (logged; a corrupt entry is deleted).
+    pub fn restore(&self, fp: &str) -> Option<Restored> {
+        let man = self.manifest(fp)?;
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
+        if man.fingerprint != fp {
+            crate::events::store::entry_misnamed(fp);
+            self.delete_entry(fp);
+            return None;
+        }
+        // From: a set another user could have planted or edited is not
+        // trusted, whatever its sidecars say.
+        if let Some(why) = self.untrusted_in_entry(fp, &man) {
+            crate::events::store::entry_untrusted(fp, why);
+            self.delete_entry(fp);
+            return None;
+        }
+        // Every byte as signed: a rank file edited in the store (its size
+        // unchanged) is never loaded by the engine.
+        if let Err(why) = self.verify(dir.as_fd(), &man) {
+            crate::events::store::entry_not_intact(fp, why);
+            self.delete_entry(fp);
+            return None;
+        }
+        // Into: never a directory another user can write.
+        if let Some((parent, why)) = self.untrusted_destination(&man) {
+            crate::events::store::restore_destination_untrusted(fp, parent, why);
+            return None;
+        }
+        let root = Side::tree(self.root_fd.as_fd());
+        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.members);
+        if let Some(t) = taken.first() {
+            crate::events::store::restore_in_the_way(fp, t);
+            return None;
+        }
+        drop(dir);
+        let restoring = format!("restoring-{fp}");
+        if let Err(e) = fsx::rename_noreplace(
+            self.store.as_fd(),
+            fp,
+            self.state.as_fd(),
+            restoring.as_str(),
+        ) {
+            crate::events::store::cannot_restore(fp, e);
+            return None;
+        }
+        crate::failpoint::hit("store");
+        if man.flat {
+            // Its manifest back among the set manifests (the one there, if
+            // any, is of a set of this launch prune did not keep), then the
+            // directory in place.
+            if let Err(e) = self.unstage_flat(self.state.as_fd(), &restoring, &man, true) {
+                crate::events::store::restore_move_failed(fp, e);
+                self.unrestore(&restoring, &man);
+                return None;
+            }
+            let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
+            self.unsynced.set(true);
+            self.sync();
+            return Some(Restored {
+                paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
+                signed_at: man.signed_at,
+            });
+        }
+        let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
+        if let Err(e) = move_members(Side::tree(dir.as_fd()), root, &man.members) {
+            crate::events::store::restore_move_failed(fp, e);
+            drop(dir);
+            self.unrestore(&restoring, &man);
+            return None;
+        }
+        drop(dir);
+        let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
+        Some(Restored {
+            paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
+            signed_at: man.signed_at,
+        })
+    }
+
+    /// Why the entry of `fp` is not to be trusted: a directory of it (or
+    /// above it, up to `.keepwrap`) another user can write, by the rule the
+    /// cache tree is judged by ([`cache::untrusted_dir`]).
+    pub(super) fn untrusted_in_entry(&self, fp: &str, man: &Manifest) -> Option<String> {
+        entry_parents(man).into_iter().find_map(|parent| {
+            let rel = Path::new("store").join(fp).join(parent);
+            match cache::untrusted_dir(self.state.as_fd(), &rel) {
+                Ok(why) => why,
+                Err(e) => Some(format!("cannot check {STATE_DIR}/{}: {e}", rel.display())),
+            }
+        })
+    }
+
+    /// The first directory a member would be restored into (its nearest
+    /// existing ancestor: what is missing is created by keepwrap) that
+    /// another user can write, with why.
+    pub(super) fn untrusted_destination(&self, man: &Manifest) -> Option<(String, String)> {
+        member_parents(man).into_iter().find_map(|parent| {
+            let mut at = Path::new(parent);
+            loop {
+                match cache::untrusted_dir(self.root_fd.as_fd(), at) {
+                    Ok(None) => return None,
+                    Ok(Some(why)) => return Some((parent.to_string(), why)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => at = at.parent()?,
+                    Err(e) => {
+                        return Some((
+                            parent.to_string(),
+                            format!("cannot check {}: {e}", at.display()),
+                        ))
+                    }
+                }
+            }
+        })
+    }
+
+    /// Delete the entry of `fp` (atomically gone: renamed to trash first).
+    pub(super) fn delete_entry(&self, fp: &str) {
+        let trash = format!("trash-{}", fsx::unique_name());
+        if fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str()).is_ok() {
+            let _ = fsx::fsync_dir(self.store.as_fd());
+            let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+        }
+    }
+}

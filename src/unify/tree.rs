@@ -1,0 +1,138 @@
+//! Applying a union to a tree: each cache directory's rank files
+//! rewritten atomically, without following a symlink.
+
+use super::*;
+
+/// What unifying the cache directories of a tree did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Directories whose rank files were rewritten as their union.
+    pub rewritten: usize,
+}
+
+/// Unify, directory by directory, the rank files among `files` (paths
+/// relative to `root`): each directory whose files agree on `_metadata` and
+/// carry no `_records` gets the union written over every rank file,
+/// atomically and without following a symlink. One log line per directory
+/// says what happened or why its files were left as they are.
+pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) -> TreeReport {
+    let mut by_dir: BTreeMap<&Path, Vec<&str>> = BTreeMap::new();
+    for rel in files {
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
+        else {
+            continue;
+        };
+        if RankId::from_file_name(name).is_some() {
+            by_dir.entry(dir).or_default().push(name);
+        }
+    }
+    let mut report = TreeReport::default();
+    if by_dir.is_empty() {
+        return report;
+    }
+    let root_fd = match fsx::open_root(root) {
+        Ok(fd) => fd,
+        Err(e) => {
+            crate::events::unify::cannot_unify_root(root.display(), e);
+            return report;
+        }
+    };
+    let total = by_dir.len();
+    for (n, (dir, names)) in by_dir.into_iter().enumerate() {
+        match unify_dir(root_fd.as_fd(), dir, &names) {
+            Ok(true) => report.rewritten += 1,
+            Ok(false) => {}
+            // Every other directory would fail the same way: one warning.
+            Err(e) if no_room(&e) => {
+                crate::events::unify::unify_no_room(dir.display(), e, total - n - 1);
+                break;
+            }
+            Err(e) => crate::events::unify::unify_failed(dir.display(), e),
+        }
+    }
+    report
+}
+
+/// A write failed for want of room or of a writable file system.
+pub(super) fn no_room(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull
+            | io::ErrorKind::QuotaExceeded
+            | io::ErrorKind::ReadOnlyFilesystem
+    )
+}
+
+/// Most conflicts named one per line; the rest are counted.
+const CONFLICT_LINES: usize = 10;
+
+pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<bool> {
+    // Never rewrite files another user can swap or planted: they are not
+    // signed either.
+    if let Some(why) = cache::untrusted_dir(root, dir)? {
+        crate::events::unify::unify_left(dir.display(), format_args!("left as they are: {why}"));
+        return Ok(false);
+    }
+    let dfd = fsx::open_dir_path(root, dir)?;
+    let mut files = Vec::with_capacity(names.len());
+    let mut modes = Vec::with_capacity(names.len());
+    for name in names {
+        let mut bytes = Vec::new();
+        let st = fsx::read_at(dfd.as_fd(), *name, &mut bytes, cache::MAX_CACHE_FILE)
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
+        modes.push(st.st_mode & 0o7777);
+        files.push(RankFile {
+            name: name.to_string(),
+            bytes,
+        });
+    }
+    let unified = match unify(&files) {
+        Outcome::Leave(reason) => {
+            crate::events::unify::unify_left(dir.display(), reason);
+            return Ok(false);
+        }
+        Outcome::Unified(u) => u,
+    };
+    if unified.already_identical {
+        crate::events::unify::already_unified(dir.display(), files.len());
+        return Ok(false);
+    }
+    // The union is one content: written once (a temp file, fsynced), then
+    // every rank path becomes a hard link to it, each atomically (a link
+    // under a temp name renamed onto the rank file). The engine replaces a
+    // rank file by rename (`os.replace` of its own temp file), which gives
+    // that path a new inode and leaves the others' alone. One fsync of the
+    // directory for all the renames.
+    let mode = modes.iter().fold(0o7777, |a, m| a & m);
+    let union = fsx::write_temp_at(dfd.as_fd(), &unified.bytes, mode, true)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", files[0].name)))?;
+    let mut name_buf = Vec::new();
+    let linked = files.iter().try_for_each(|file| {
+        name_buf.clear();
+        name_buf.extend_from_slice(file.name.as_bytes());
+        name_buf.push(0);
+        let cname = CStr::from_bytes_with_nul(&name_buf).map_err(io::Error::other)?;
+        fsx::link_onto_at(dfd.as_fd(), &union, cname)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))
+            .map(|()| crate::failpoint::hit("unify"))
+    });
+    let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
+    linked?;
+    fsx::fsync_dir(dfd.as_fd())?;
+    crate::events::unify::unified(
+        dir.display(),
+        files.len(),
+        unified.entries,
+        unified.conflicts.len(),
+    );
+    for c in unified.conflicts.iter().take(CONFLICT_LINES) {
+        crate::events::unify::unify_conflict(dir.display(), c);
+    }
+    if unified.conflicts.len() > CONFLICT_LINES {
+        crate::events::unify::unify_more_conflicts(
+            dir.display(),
+            unified.conflicts.len() - CONFLICT_LINES,
+        );
+    }
+    Ok(true)
+}
