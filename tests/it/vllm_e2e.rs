@@ -354,13 +354,7 @@ fn a_crash_mid_tune_leaves_nothing_trusted() {
     );
     assert!(common::sidecars(&root(home.path())).is_empty());
     let next = serve(home.path(), &args, &[]);
-    assert!(
-        next.events_named("removed")
-            .iter()
-            .any(|e| e["reason"] == "no sidecar (unsigned)"),
-        "{}",
-        next.stderr
-    );
+    assert_removed_unsigned(&next);
     assert!(
         next.events_named("removed_leftover")
             .iter()
@@ -368,16 +362,7 @@ fn a_crash_mid_tune_leaves_nothing_trusted() {
         "{}",
         next.stderr
     );
-    assert!(
-        next.tuned_by_rank().values().all(|&t| t > 0),
-        "{:#?}",
-        next.stdout
-    );
-    assert!(
-        next.logged_with("signed", json!({"files": 2})),
-        "{}",
-        next.stderr
-    );
+    assert_retuned_and_signed_whole(&next);
 }
 
 #[test]
@@ -400,23 +385,8 @@ fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
     common::wait_until_nothing_holds(&root(home.path()), DEADLINE);
     assert!(common::sidecars(&root(home.path())).is_empty());
     let next = serve(home.path(), &["-tp", "2", "-ep"], &[]);
-    assert!(
-        next.events_named("removed")
-            .iter()
-            .any(|e| e["reason"] == "no sidecar (unsigned)"),
-        "{}",
-        next.stderr
-    );
-    assert!(
-        next.tuned_by_rank().values().all(|&t| t > 0),
-        "{:#?}",
-        next.stdout
-    );
-    assert!(
-        next.logged_with("signed", json!({"files": 2})),
-        "{}",
-        next.stderr
-    );
+    assert_removed_unsigned(&next);
+    assert_retuned_and_signed_whole(&next);
 }
 
 #[test]
@@ -774,16 +744,7 @@ fn one_changed_rank_file_prunes_the_whole_set() {
         next.stderr
     );
     // the whole group re-tunes from scratch: no rank loads part of a set
-    assert!(
-        next.tuned_by_rank().values().all(|&t| t > 0),
-        "{:#?}",
-        next.stdout
-    );
-    assert!(
-        next.logged_with("signed", json!({"files": 2})),
-        "{}",
-        next.stderr
-    );
+    assert_retuned_and_signed_whole(&next);
 }
 
 #[test]
@@ -848,4 +809,29 @@ fn the_config_file_gives_the_port_and_the_sizes() {
         f.stderr
     );
     assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
+}
+
+/// After a crash mid-tune, the next boot removes the unsigned rank files.
+fn assert_removed_unsigned(next: &Finished) {
+    assert!(
+        next.events_named("removed")
+            .iter()
+            .any(|e| e["reason"] == "no sidecar (unsigned)"),
+        "{}",
+        next.stderr
+    );
+}
+
+/// Every rank tuned again and the two rank files signed as one set.
+fn assert_retuned_and_signed_whole(next: &Finished) {
+    assert!(
+        next.tuned_by_rank().values().all(|&t| t > 0),
+        "{:#?}",
+        next.stdout
+    );
+    assert!(
+        next.logged_with("signed", json!({"files": 2})),
+        "{}",
+        next.stderr
+    );
 }
