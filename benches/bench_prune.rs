@@ -184,6 +184,11 @@ fn run(mode: Mode, files: usize, runs: usize) {
         store.sync();
         times.push(t.elapsed());
         cpus.push(process_cpu() - c);
+        if std::env::var_os("BENCH_PAUSE").is_some() {
+            // For `perf record -p`: time to stop it before the clean-up.
+            eprintln!("bench_prune: timed part done");
+            std::thread::sleep(Duration::from_secs(2));
+        }
         // As a launch does once the engine has started.
         trash.run();
         let (want, got) = match mode {

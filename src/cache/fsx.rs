@@ -81,13 +81,29 @@ pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
 /// Open the subdirectory `name` of `dir`; fails on a symlink (`ELOOP`) or a
 /// non-directory (`ENOTDIR`).
 pub fn open_dir_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> io::Result<OwnedFd> {
-    openat(
+    openat_noatime(
         dir,
         name,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
     )
     .map_err(err)
+}
+
+/// `openat` for reading, with `O_NOATIME` where the kernel allows it (the
+/// owner of the file, or `CAP_FOWNER`; else `EPERM`, and the open is tried
+/// again without): reading a sidecar or listing a directory does not
+/// dirty its inode for its access time, which `relatime` does at the first
+/// read after every change (a write to the inode table per file on the
+/// first launch after a sign).
+fn openat_noatime<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    flags: OFlag,
+) -> nix::Result<OwnedFd> {
+    match openat(dir, name, flags | OFlag::O_NOATIME, Mode::empty()) {
+        Err(Errno::EPERM) => openat(dir, name, flags, Mode::empty()),
+        r => r,
+    }
 }
 
 /// Open the directory `rel` (relative, no `..`) below `root`, never
@@ -179,7 +195,7 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
     dir: BorrowedFd<'_>,
     name: &P,
 ) -> io::Result<(File, FileStat)> {
-    let fd = openat(
+    let fd = openat_noatime(
         dir,
         name,
         OFlag::O_RDONLY
@@ -187,7 +203,6 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
             | OFlag::O_NONBLOCK
             | OFlag::O_NOCTTY
             | OFlag::O_CLOEXEC,
-        Mode::empty(),
     );
     let (fd, st) = regular_or_refuse(fd, "")?;
     Ok((File::from(fd), st))

@@ -95,8 +95,9 @@ impl Store {
         self.unsynced.set(true);
         crate::failpoint::hit("store");
         let res = fsx::open_dir_at(self.store.as_fd(), staging.as_str()).and_then(|moved| {
+            let mut moved = nix::dir::Dir::from_fd(moved).map_err(io::Error::from)?;
             // What moved is what prune checked, and nothing else.
-            self.same_as_checked(moved.as_fd(), set)
+            same_as_checked(&mut moved, set)
                 .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
             let from = cache::manifest_name(fp);
             fsx::rename_noreplace(sets, from.as_str(), moved.as_fd(), MANIFEST)?;
@@ -110,34 +111,6 @@ impl Store {
             let _ = self.unstage_flat(self.store.as_fd(), &staging, &man, inside);
             let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
             return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Does the moved directory hold exactly the set's members and their
-    /// sidecars, each the very file prune checked?
-    pub(super) fn same_as_checked(
-        &self,
-        moved: BorrowedFd<'_>,
-        set: &ForeignSet,
-    ) -> Result<(), String> {
-        let list = fsx::list_dir(moved).map_err(|e| e.to_string())?;
-        if list.len() != 2 * set.checked.len() {
-            return Err(format!(
-                "{} entries in the directory, not the {} of the set",
-                list.len(),
-                2 * set.checked.len()
-            ));
-        }
-        for (path, ids) in &set.checked {
-            for (n, want) in names(split(path).1).iter().zip(ids) {
-                let st = fsx::lstat_at(moved, n.as_c_str()).map_err(|e| format!("{path}: {e}"))?;
-                if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File
-                    || cache::FileId::of(&st) != *want
-                {
-                    return Err(format!("{path}: changed after signing"));
-                }
-            }
         }
         Ok(())
     }
@@ -180,4 +153,83 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Does the moved directory hold exactly the set's members and their
+/// sidecars, each the very file prune checked? One listing of the
+/// directory (its entries' names and inode numbers, `getdents`), no `lstat`
+/// by path where the inode numbers agree.
+///
+/// Why that is enough. Prune checked each cache file (its stamp or its
+/// bytes) and read each sidecar, and recorded the inode of each; then the
+/// directory moved into the store by one rename, so that nothing can reach
+/// its files through the cache tree any more. This listing, taken after
+/// the move, sees every name the directory holds:
+/// - a file planted in it, before the move or after it (through the
+///   staging path or a descriptor held open), is an entry that is not the
+///   set's, or one too many: refused;
+/// - a member replaced (by `rename` over it, as the engine saves its
+///   files, or deleted and written anew) is its name bound to another
+///   inode: the new file is created while the old one still holds its
+///   number (a rename over it frees the old inode only when the new one is
+///   in place), so the numbers differ: refused. Where they differ for
+///   another reason (a file system whose listing numbers differ from
+///   `stat`'s, such as some overlay set-ups), the entry is `lstat`ed and
+///   compared whole (inode, size, modification time), as before;
+/// - a member rewritten in place (the same inode) is not seen here; nor
+///   was it when it happened through a descriptor opened before the check,
+///   and nothing in the store is trusted on stash's word: before a set
+///   leaves the store every byte and every sidecar is checked again
+///   ([`Store::verify`]), so such a file never reaches the engine. Only a
+///   process of the same user can write them (a directory another user can
+///   write never reaches the store), and the engine never does: it saves
+///   by rename.
+pub(super) fn same_as_checked(moved: &mut nix::dir::Dir, set: &ForeignSet) -> Result<(), String> {
+    // The expected names, sorted, with the identity checked.
+    let mut want: Vec<(CString, cache::FileId, &str)> = Vec::with_capacity(2 * set.checked.len());
+    for (path, ids) in &set.checked {
+        for (n, id) in names(split(path).1).into_iter().zip(ids) {
+            want.push((n, *id, path.as_str()));
+        }
+    }
+    want.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut seen = vec![false; want.len()];
+    // Entries whose inode number is not the one checked: `lstat`ed after.
+    let mut recheck = Vec::new();
+    for e in moved.iter() {
+        let e = e.map_err(|e| e.to_string())?;
+        let name = e.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let i = want
+            .binary_search_by(|w| w.0.as_c_str().cmp(name))
+            .ok()
+            .filter(|&i| !seen[i])
+            .ok_or_else(|| {
+                format!(
+                    "{} is not the set's",
+                    String::from_utf8_lossy(name.to_bytes())
+                )
+            })?;
+        seen[i] = true;
+        if e.ino() != want[i].1.ino {
+            recheck.push(i);
+        }
+    }
+    let n = seen.iter().filter(|s| **s).count();
+    if n != want.len() {
+        return Err(format!(
+            "{n} entries in the directory, not the {} of the set",
+            want.len()
+        ));
+    }
+    for i in recheck {
+        let (name, id, path) = &want[i];
+        let st = fsx::lstat_at(moved.as_fd(), name.as_c_str()).map_err(|e| format!("{path}: {e}"))?;
+        if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File || cache::FileId::of(&st) != *id {
+            return Err(format!("{path}: changed after signing"));
+        }
+    }
+    Ok(())
 }
