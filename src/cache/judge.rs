@@ -142,26 +142,22 @@ pub fn judge_sidecar_for(
     fingerprint: Option<&str>,
     is_rel: impl Fn(&str) -> bool,
 ) -> Result<Sidecar, Reason> {
-    let head: Head<'_> =
-        serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
-    if head.format > u64::from(SIDECAR_FORMAT) {
-        return Err(Reason::SidecarFuture(head.format));
-    }
-    if head.format == 0 {
-        return Err(Reason::SidecarGarbage("format 0".into()));
-    }
-    if head.format < u64::from(SIDECAR_FORMAT) {
-        return Err(Reason::SidecarOld(head.format));
-    }
-    match head.fingerprint.as_deref() {
-        None => return Err(Reason::SidecarGarbage("no fingerprint".into())),
-        Some(fp) if fingerprint.is_some_and(|want| fp != want) => {
-            return Err(Reason::OtherLaunch(short(fp).digits().to_string()));
+    // One parse in the common case: the whole sidecar, then its format and
+    // launch checked as its head's would be. Only when it does not parse
+    // whole is its head read, to say why as before (its format, its
+    // launch, else the error of the whole parse).
+    let sc = match serde_json::from_slice::<Sidecar>(bytes) {
+        Ok(sc) => {
+            judge_head(u64::from(sc.format), Some(&sc.fingerprint), fingerprint)?;
+            sc
         }
-        Some(_) => {}
-    }
-    let sc: Sidecar =
-        serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+        Err(whole) => {
+            let head: Head<'_> = serde_json::from_slice(bytes)
+                .map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+            judge_head(head.format, head.fingerprint.as_deref(), fingerprint)?;
+            return Err(Reason::SidecarGarbage(whole.to_string()));
+        }
+    };
     if !is_rel(&sc.path) {
         return Err(Reason::SidecarGarbage(format!(
             "signed for another file, {}",
@@ -170,6 +166,49 @@ pub fn judge_sidecar_for(
     }
     sidecar::validate(&sc).map_err(Reason::SidecarGarbage)?;
     Ok(sc)
+}
+
+/// A sidecar's format and launch (`fp`) against the launch `fingerprint`
+/// (None: any).
+fn judge_head(format: u64, fp: Option<&str>, fingerprint: Option<&str>) -> Result<(), Reason> {
+    if format > u64::from(SIDECAR_FORMAT) {
+        return Err(Reason::SidecarFuture(format));
+    }
+    if format == 0 {
+        return Err(Reason::SidecarGarbage("format 0".into()));
+    }
+    if format < u64::from(SIDECAR_FORMAT) {
+        return Err(Reason::SidecarOld(format));
+    }
+    match fp {
+        None => Err(Reason::SidecarGarbage("no fingerprint".into())),
+        Some(fp) if fingerprint.is_some_and(|want| fp != want) => {
+            Err(Reason::OtherLaunch(short(fp).digits().to_string()))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// [`judge_sidecar`] for launch `fingerprint`, and a sidecar of another
+/// launch judged for its own: Ok with the sidecar and whether it is of
+/// another launch, or why not (for another launch,
+/// [`Reason::OtherLaunchBad`]). The bytes are parsed once when well formed.
+pub fn judge_sidecar_or_foreign(
+    bytes: &[u8],
+    fingerprint: &str,
+    is_rel: impl Fn(&str) -> bool,
+) -> Result<(Sidecar, bool), Reason> {
+    match judge_sidecar_for(bytes, None, &is_rel) {
+        Ok(sc) => {
+            let foreign = sc.fingerprint != fingerprint;
+            Ok((sc, foreign))
+        }
+        Err(why) => match judge_sidecar(bytes, fingerprint, &is_rel) {
+            Err(Reason::OtherLaunch(fp8)) => Err(Reason::OtherLaunchBad(fp8, Box::new(why))),
+            Err(reason) => Err(reason),
+            Ok(sc) => Ok((sc, false)),
+        },
+    }
 }
 
 /// Judge the cache file's bytes against its sidecar.

@@ -446,19 +446,15 @@ impl State<'_, '_> {
             let p = p.as_bytes();
             p.len() == dir.rel.len() + name.len() && p.starts_with(dir.rel) && p.ends_with(name)
         };
-        let mut foreign = false;
-        let sc = match judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel) {
-            Ok(sc) => sc,
-            Err(Reason::OtherLaunch(fp8)) if self.stash.is_some() => {
-                // Judge it for its own launch: a whole set may be stored.
-                match judge::judge_sidecar_for(&self.sbuf, None, is_rel) {
-                    Ok(sc) => {
-                        foreign = true;
-                        sc
-                    }
-                    Err(reason) => return Some(Reason::OtherLaunchBad(fp8, Box::new(reason))),
-                }
-            }
+        let judged = if self.stash.is_some() {
+            // One of another launch is judged for its own launch: a whole
+            // set may be stored.
+            judge::judge_sidecar_or_foreign(&self.sbuf, self.fingerprint, is_rel)
+        } else {
+            judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel).map(|sc| (sc, false))
+        };
+        let (sc, foreign) = match judged {
+            Ok(judged) => judged,
             Err(reason) => return Some(reason),
         };
         // judge_sidecar matched the path, so it is UTF-8.

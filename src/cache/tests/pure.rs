@@ -80,6 +80,65 @@ fn entry_count_reads_a_file() {
     );
 }
 
+/// A well-formed sidecar of launch `fp` for `rel`.
+fn sidecar_bytes(fp: &str, rel: &str) -> Vec<u8> {
+    sidecar::to_bytes(&Sidecar {
+        format: crate::SIDECAR_FORMAT,
+        keepwrap: "test".into(),
+        fingerprint: fp.into(),
+        path: rel.into(),
+        sha256: "ab".repeat(32),
+        size: 3,
+        signed_at: 0,
+        signed_at_utc: "1970-01-01T00:00:00Z".into(),
+        set: "cd".repeat(32),
+        committed: None,
+        stat: None,
+    })
+}
+
+#[test]
+fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
+    let rel = rank(0);
+    let is = |p: &str| p == rel;
+    let mine = sidecar_bytes(FP, &rel);
+    let theirs = sidecar_bytes(OTHER, &rel);
+    // This launch's and another's, well formed: the sidecar, and whose.
+    let (sc, foreign) = judge::judge_sidecar_or_foreign(&mine, FP, is).unwrap();
+    assert_eq!((sc.fingerprint.as_str(), foreign), (FP, false));
+    assert_eq!(Ok(sc), judge::judge_sidecar(&mine, FP, is));
+    let (sc, foreign) = judge::judge_sidecar_or_foreign(&theirs, FP, is).unwrap();
+    assert_eq!((sc.fingerprint.as_str(), foreign), (OTHER, true));
+    assert_eq!(Ok(sc), judge::judge_sidecar_for(&theirs, None, is));
+    // Signed for another file: this launch's reason as is, another's
+    // wrapped with its launch.
+    let elsewhere = |_: &str| false;
+    let why = judge::judge_sidecar(&mine, FP, elsewhere).unwrap_err();
+    assert!(matches!(&why, Reason::SidecarGarbage(w) if w.starts_with("signed for another file")));
+    assert_eq!(judge::judge_sidecar_or_foreign(&mine, FP, elsewhere), Err(why.clone()));
+    assert_eq!(
+        judge::judge_sidecar_or_foreign(&theirs, FP, elsewhere),
+        Err(Reason::OtherLaunchBad("8c01d2e4".into(), Box::new(why)))
+    );
+    // Not whole: the head says why (format, launch), else the parse.
+    let head_only = format!("{{\"format\": 2, \"fingerprint\": \"{OTHER}\"}}");
+    assert!(matches!(
+        judge::judge_sidecar_or_foreign(head_only.as_bytes(), FP, is),
+        Err(Reason::OtherLaunchBad(fp8, why)) if fp8 == "8c01d2e4" && matches!(*why, Reason::SidecarGarbage(_))
+    ));
+    assert_eq!(
+        judge::judge_sidecar_or_foreign(b"{\"format\": 7, \"whatever\": []}", FP, is),
+        Err(Reason::SidecarFuture(7))
+    );
+    let old = String::from_utf8(mine.clone()).unwrap().replacen("\"format\": 2", "\"format\": 1", 1);
+    assert_eq!(judge::judge_sidecar(old.as_bytes(), FP, is), Err(Reason::SidecarOld(1)));
+    assert_eq!(judge::judge_sidecar_or_foreign(old.as_bytes(), FP, is), Err(Reason::SidecarOld(1)));
+    assert!(matches!(
+        judge::judge_sidecar_or_foreign(b"{\"format\": 2", FP, is),
+        Err(Reason::SidecarGarbage(_))
+    ));
+}
+
 #[test]
 fn judge_sidecar_order_of_checks() {
     let other = format!("{{\"format\": 2, \"fingerprint\": \"{OTHER}\"}}");
