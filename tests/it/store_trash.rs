@@ -3,6 +3,7 @@
 //! the trash whole, and recovery and the trash leave each other alone.
 
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 use keepwrap::cache;
@@ -119,4 +120,85 @@ fn a_directory_with_something_else_is_stored_file_by_file() {
     assert_eq!(r.stored, 2);
     assert!(root.join("0.7.2/sm121/00000000000000aa/README").is_file());
     assert!(store.manifest(&a).is_some());
+}
+
+/// Prune whose stash first does `meddle` to the set's directory: what
+/// another process could do between prune's check of the set and its move
+/// into the store.
+fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::PruneReport {
+    store.recover();
+    let r = cache::prune_stashing(root, THIS, &mut |fd, set| {
+        meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
+        store.stash(fd, set)
+    })
+    .unwrap();
+    store.sync();
+    r
+}
+
+#[test]
+fn a_member_replaced_after_the_check_is_not_stored() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    // As the engine saves: a new file renamed over the member, here with
+    // the very bytes signed (only the file is another).
+    let r = prune_meddled(root, &store, |dir| {
+        let f = dir.join("rank_tp2_pp0_dp0.json");
+        fs::write(dir.join(".autotuner_x.tmp"), fs::read(&f).unwrap()).unwrap();
+        fs::rename(dir.join(".autotuner_x.tmp"), &f).unwrap();
+    });
+    assert_eq!((r.stored, r.removed), (0, 4));
+    assert!(store.manifest(&a).is_none());
+    assert!(store.entries().is_empty());
+    assert!(!root.join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json").exists());
+}
+
+#[test]
+fn a_file_planted_after_the_check_is_not_stored() {
+    for planted in ["rank_tp9_pp0_dp0.json", "README", ".set.json"] {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let a = fp('a');
+        signed_dir(root, "00000000000000aa", 4, &a);
+        let store = Store::open(root).unwrap();
+        let r = prune_meddled(root, &store, |dir| {
+            fs::write(dir.join(planted), "{}").unwrap();
+        });
+        assert_eq!((r.stored, r.removed), (0, 4), "{planted}");
+        assert!(store.entries().is_empty(), "{planted}");
+        // Put back with the directory: what is not the engine's stays.
+        if planted == "README" {
+            assert!(root.join("0.7.2/sm121/00000000000000aa/README").is_file());
+        }
+    }
+}
+
+#[test]
+fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    // The same inode, other bytes of the same size.
+    prune_meddled(root, &store, |dir| {
+        let f = dir.join("rank_tp2_pp0_dp0.json");
+        let mut bytes = fs::read(&f).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] = b'3';
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+    });
+    // Whether stash saw it or not, the changed file never returns to the
+    // tree: the set is not restored, and no entry of it is left.
+    assert!(store.restore(&a).is_none());
+    assert!(store.entries().is_empty());
+    assert!(!root.join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json").exists());
 }
