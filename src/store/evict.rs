@@ -20,7 +20,7 @@ impl Store {
                 continue;
             };
             let shown = format!("{STATE_DIR}/store/{name}");
-            let Some(manifest) = read_manifest_at(dir.as_fd(), &shown) else {
+            let Some(manifest) = self.entry_manifest(dir.as_fd(), &shown, &name) else {
                 continue;
             };
             let side = Side::of(dir.as_fd(), &manifest);

@@ -9,7 +9,28 @@ impl Store {
             return None;
         }
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
-        read_manifest_at(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"))
+        self.entry_manifest(dir.as_fd(), &format!("{STATE_DIR}/store/{fp}"), fp)
+    }
+
+    /// The manifest of the entry `dir` of launch `fp` (`shown` for the
+    /// log): its `.set.json`, or, when it has none, the launch's set
+    /// manifest (a flat set whose directory moved in and whose manifest
+    /// had not yet when keepwrap was killed). A `.set.json` that is there
+    /// but not used is not replaced by anything: the entry is not used.
+    pub(super) fn entry_manifest(
+        &self,
+        dir: BorrowedFd<'_>,
+        shown: &str,
+        fp: &str,
+    ) -> Option<Manifest> {
+        if let Some(man) = read_manifest_at(dir, shown) {
+            return Some(man);
+        }
+        if fsx::exists_at(dir, MANIFEST) {
+            return None;
+        }
+        self.flat_or_tree_manifest(dir, shown, fp)
+            .map(|(man, _)| man)
     }
 
     /// Is the set under `dir` whole and intact: every member's bytes as

@@ -52,13 +52,18 @@ impl Store {
 
     /// [`Store::stash`] of a set that is the whole content of directory
     /// `dir` (its members and their sidecars), its bytes just checked by
-    /// prune, as a flat entry: the directory moves into the store as the
-    /// staging directory, then the launch's set manifest moves into it as
-    /// its `.set.json`, then the staging directory becomes `store/<fp>`:
-    /// three renames, nothing created. A crash after the first rename
-    /// leaves a staging directory without `.set.json`, which recovery puts
-    /// back by the set manifest still in `.keepwrap/sets`. Nothing is
-    /// fsynced here: [`Store::sync`] once after prune.
+    /// prune, as a flat entry: the directory moves into the store as
+    /// `store/<fp>`, then the launch's set manifest moves into it as its
+    /// `.set.json`: two renames, nothing created. The directory moved whole
+    /// (one rename) is the set whole; a crash between the two leaves an
+    /// entry without `.set.json`, whose manifest is then the launch's set
+    /// manifest still in `.keepwrap/sets` ([`Store::entry_manifest`]), and
+    /// which, like every entry, is checked byte by byte before it leaves
+    /// the store. When the launch has an entry already (an older set), the
+    /// directory moves in as a staging directory, which replaces the entry
+    /// once its manifest is inside (a crash before: recovery puts it back
+    /// by the set manifest). Nothing is fsynced here: [`Store::sync`] once
+    /// after prune.
     pub(super) fn stash_dir(
         &self,
         root: BorrowedFd<'_>,
@@ -89,12 +94,22 @@ impl Store {
             ));
         }
         let sets = self.sets()?;
-        let staging = format!("{fp}.in-{}", fsx::unique_name());
         let src = self.up_dir(root, parent)?;
-        fsx::rename_noreplace(src.as_fd(), name, self.store.as_fd(), staging.as_str())?;
+        // Straight to its entry; through a staging directory when the
+        // launch has one already.
+        let staging = match fsx::rename_noreplace(src.as_fd(), name, self.store.as_fd(), fp) {
+            Ok(()) => None,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let staging = format!("{fp}.in-{}", fsx::unique_name());
+                fsx::rename_noreplace(src.as_fd(), name, self.store.as_fd(), staging.as_str())?;
+                Some(staging)
+            }
+            Err(e) => return Err(e),
+        };
+        let at = staging.as_deref().unwrap_or(fp);
         self.unsynced.set(true);
         crate::failpoint::hit("store");
-        let res = fsx::open_dir_at(self.store.as_fd(), staging.as_str()).and_then(|moved| {
+        let res = fsx::open_dir_at(self.store.as_fd(), at).and_then(|moved| {
             let mut moved = nix::dir::Dir::from_fd(moved).map_err(io::Error::from)?;
             // What moved is what prune checked, and nothing else.
             same_as_checked(&mut moved, set)
@@ -102,14 +117,17 @@ impl Store {
             let from = cache::manifest_name(fp);
             fsx::rename_noreplace(sets, from.as_str(), moved.as_fd(), MANIFEST)?;
             crate::failpoint::hit("store");
-            self.install_with(&staging, fp, false)
+            match &staging {
+                Some(staging) => self.install_with(staging, fp, false),
+                None => Ok(()),
+            }
         });
         if let Err(e) = res {
             // Back in place: the directory whole, else file by file.
-            let inside = fsx::open_dir_at(self.store.as_fd(), staging.as_str())
+            let inside = fsx::open_dir_at(self.store.as_fd(), at)
                 .is_ok_and(|d| fsx::exists_at(d.as_fd(), MANIFEST));
-            let _ = self.unstage_flat(self.store.as_fd(), &staging, &man, inside);
-            let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
+            let _ = self.unstage_flat(self.store.as_fd(), at, &man, inside);
+            let _ = fsx::remove_tree_at(self.store.as_fd(), at.as_bytes());
             return Err(e);
         }
         Ok(())

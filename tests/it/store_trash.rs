@@ -202,3 +202,67 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     assert!(store.entries().is_empty());
     assert!(!root.join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json").exists());
 }
+
+/// A set whose directory moved into the store but whose manifest had not
+/// yet (keepwrap killed between the two renames): its entry's manifest is
+/// its launch's set manifest, still among the set manifests.
+fn killed_between_the_renames(root: &Path, store: &Store, a: &str) {
+    assert_eq!(prune(root, store).stored, 4);
+    let entry = root.join(format!(".keepwrap/store/{a}"));
+    fs::rename(
+        entry.join(".set.json"),
+        root.join(format!(".keepwrap/sets/{a}.json")),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    killed_between_the_renames(root, &store, &a);
+    let entries = store.entries();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].manifest.members.len(), 4);
+    let back = store.restore(&a).expect("restored");
+    assert_eq!(back.paths.len(), 4);
+    for r in 0..4 {
+        assert!(root
+            .join(format!("0.7.2/sm121/00000000000000aa/rank_tp{r}_pp0_dp0.json"))
+            .is_file());
+    }
+    assert!(root.join(format!(".keepwrap/sets/{a}.json")).is_file());
+    assert_eq!(fs::read_dir(root.join(".keepwrap/store")).unwrap().count(), 0);
+    // Whole again for its launch: the next prune of that launch keeps it.
+    store.recover();
+    let r = cache::prune_stashing(root, &a, &mut |fd, set| store.stash(fd, set)).unwrap();
+    assert_eq!((r.kept.len(), r.removed), (4, 0));
+}
+
+#[test]
+fn an_entry_whose_manifest_had_not_moved_in_is_checked_and_evicted_like_any() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    killed_between_the_renames(root, &store, &a);
+    // A member edited in the store: not restored, and the entry goes.
+    let f = root.join(format!(".keepwrap/store/{a}/rank_tp1_pp0_dp0.json"));
+    let mut bytes = fs::read(&f).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] = b'3';
+    fs::write(&f, &bytes).unwrap();
+    assert!(store.restore(&a).is_none());
+    assert!(store.entries().is_empty());
+    // Another: evicted with its manifest.
+    signed_dir(root, "00000000000000aa", 4, &a);
+    killed_between_the_renames(root, &store, &a);
+    let evicted = store.evict_where(0, "test", |_, _| true);
+    assert_eq!(evicted.len(), 1);
+    assert!(!root.join(format!(".keepwrap/store/{a}")).exists());
+    assert!(!root.join(format!(".keepwrap/sets/{a}.json")).exists());
+}
