@@ -244,7 +244,6 @@ impl DirView<'_> {
 fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
     out.names.clear();
     out.ents.clear();
-    let fd = dir.as_fd().try_clone_to_owned();
     let mut pending_unknown = Vec::new();
     for entry in dir.iter() {
         let entry = match entry {
@@ -280,19 +279,17 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
     }
     // File systems without d_type: lstat those entries.
     if !pending_unknown.is_empty() {
-        if let Ok(fd) = fd {
-            let mut cname = Vec::new();
-            for i in pending_unknown {
-                let e = out.ents[i];
-                cname.clear();
-                cname.extend_from_slice(out.name(&e));
-                match fsx::lstat_at(fd.as_fd(), cname.as_slice()) {
-                    Ok(st) => out.ents[i].kind = Kind::from_mode(st.st_mode),
-                    Err(err) => {
-                        // Gone meanwhile, most likely; a File is judged and
-                        // its open fails with the reason.
-                        crate::events::cache::cannot_stat(Rel(rel, &cname), err);
-                    }
+        let mut cname = Vec::new();
+        for i in pending_unknown {
+            let e = out.ents[i];
+            cname.clear();
+            cname.extend_from_slice(out.name(&e));
+            match fsx::lstat_at(dir.as_fd(), cname.as_slice()) {
+                Ok(st) => out.ents[i].kind = Kind::from_mode(st.st_mode),
+                Err(err) => {
+                    // Gone meanwhile, most likely; a File is judged and
+                    // its open fails with the reason.
+                    crate::events::cache::cannot_stat(Rel(rel, &cname), err);
                 }
             }
         }

@@ -38,9 +38,12 @@
 //! the set again), restoring rolls FORWARD, trash is deleted. A move never
 //! replaces an existing entry (`RENAME_NOREPLACE`); when a path is taken by
 //! a file that is not the set's, the set is not put together from parts.
-//! A flat staging or restoring directory without its `.set.json` (the
-//! directory moved, the manifest not yet) is put back or in place by the
-//! launch's set manifest in `.keepwrap/sets/`.
+//! A flat set moves straight to `store/<fp>` (through staging only when
+//! the launch has an entry already): an entry without its `.set.json` (the
+//! directory moved, the manifest not yet) is whole, its manifest the
+//! launch's set manifest in `.keepwrap/sets/`; a flat staging or restoring
+//! directory without its `.set.json` is put back or in place by that
+//! manifest.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
