@@ -10,8 +10,6 @@
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use nix::dir::{Dir, Type};
-
 use super::fsx::{self, Kind};
 pub use super::layout_vllm::{shape, Shape};
 
@@ -241,41 +239,27 @@ impl DirView<'_> {
     }
 }
 
-fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
+fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut Vec<u8>) -> bool {
     out.names.clear();
     out.ents.clear();
     let mut pending_unknown = Vec::new();
-    for entry in dir.iter() {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                crate::events::cache::cannot_read_dir(Rel(rel, b""), std::io::Error::from(e));
-                return false;
-            }
-        };
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let kind = match entry.file_type() {
-            Some(Type::File) => Kind::File,
-            Some(Type::Directory) => Kind::Dir,
-            Some(Type::Symlink) => Kind::Symlink,
-            Some(Type::Fifo) => Kind::Fifo,
-            Some(Type::Socket) => Kind::Socket,
-            Some(Type::CharacterDevice | Type::BlockDevice) => Kind::Device,
-            None => {
-                pending_unknown.push(out.ents.len());
-                Kind::File
-            }
-        };
+    let read = super::dirents::for_each(dir, buf, &mut |e| {
+        let kind = e.kind.unwrap_or_else(|| {
+            pending_unknown.push(out.ents.len());
+            Kind::File
+        });
         let off = out.names.len() as u32;
-        out.names.extend_from_slice(name);
+        out.names.extend_from_slice(e.name);
         out.ents.push(Ent {
             off,
-            len: name.len() as u32,
+            len: e.name.len() as u32,
             kind,
         });
+        true
+    });
+    if let Err(e) = read {
+        crate::events::cache::cannot_read_dir(Rel(rel, b""), e);
+        return false;
     }
     // File systems without d_type: lstat those entries.
     if !pending_unknown.is_empty() {
@@ -284,7 +268,7 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
             let e = out.ents[i];
             cname.clear();
             cname.extend_from_slice(out.name(&e));
-            match fsx::lstat_at(dir.as_fd(), cname.as_slice()) {
+            match fsx::lstat_at(dir, cname.as_slice()) {
                 Ok(st) => out.ents[i].kind = Kind::from_mode(st.st_mode),
                 Err(err) => {
                     // Gone meanwhile, most likely; a File is judged and
@@ -310,20 +294,30 @@ fn read_listing(dir: &mut Dir, rel: &[u8], out: &mut Listing) -> bool {
 pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
-    walk_dir(root, None, &mut rel, None, euid, 0, visit);
+    let mut cx = WalkCx {
+        euid,
+        buf: Vec::new(),
+    };
+    walk_dir(root, None, &mut rel, None, &mut cx, 0, visit);
+}
+
+/// What every directory of a walk shares: who we are, the listing buffer.
+struct WalkCx {
+    euid: u32,
+    buf: Vec<u8>,
 }
 
 fn walk_dir(
-    fd: OwnedFd,
+    dir: OwnedFd,
     parent: Option<(BorrowedFd<'_>, &[u8])>,
     rel: &mut Vec<u8>,
     inherited: Option<&Untrusted>,
-    euid: u32,
+    cx: &mut WalkCx,
     depth: usize,
     visit: &mut dyn FnMut(&DirView<'_>, &Listing),
 ) {
-    let own = match fsx::stat_fd(fd.as_fd()) {
-        Ok(st) => dir_untrusted(&st, euid).map(|why| {
+    let own = match fsx::stat_fd(dir.as_fd()) {
+        Ok(st) => dir_untrusted(&st, cx.euid).map(|why| {
             let shown = if rel.is_empty() {
                 ".".to_string()
             } else {
@@ -339,15 +333,8 @@ fn walk_dir(
         }
     };
     let untrusted = inherited.or(own.as_ref());
-    let mut dir = match Dir::from_fd(fd) {
-        Ok(d) => d,
-        Err(e) => {
-            crate::events::cache::cannot_read_dir(Rel(rel, b""), std::io::Error::from(e));
-            return;
-        }
-    };
     let mut listing = Listing::default();
-    if !read_listing(&mut dir, rel, &mut listing) {
+    if !read_listing(dir.as_fd(), rel, &mut listing, &mut cx.buf) {
         return;
     }
     visit(
@@ -385,7 +372,7 @@ fn walk_dir(
             Some((dir.as_fd(), name)),
             rel,
             untrusted,
-            euid,
+            cx,
             depth + 1,
             visit,
         );

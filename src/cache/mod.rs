@@ -31,6 +31,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+pub mod dirents;
 pub mod fsx;
 mod json;
 mod judge;

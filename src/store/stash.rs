@@ -110,9 +110,8 @@ impl Store {
         self.unsynced.set(true);
         crate::failpoint::hit("store");
         let res = fsx::open_dir_at(self.store.as_fd(), at).and_then(|moved| {
-            let mut moved = nix::dir::Dir::from_fd(moved).map_err(io::Error::from)?;
             // What moved is what prune checked, and nothing else.
-            same_as_checked(&mut moved, set)
+            same_as_checked(moved.as_fd(), set)
                 .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
             let from = cache::manifest_name(fp);
             fsx::rename_noreplace(sets, from.as_str(), moved.as_fd(), MANIFEST)?;
@@ -202,7 +201,7 @@ impl Store {
 ///   process of the same user can write them (a directory another user can
 ///   write never reaches the store), and the engine never does: it saves
 ///   by rename.
-pub(super) fn same_as_checked(moved: &mut nix::dir::Dir, set: &ForeignSet) -> Result<(), String> {
+pub(super) fn same_as_checked(moved: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), String> {
     // The expected names, sorted, with the identity checked.
     let mut want: Vec<(CString, cache::FileId, &str)> = Vec::with_capacity(2 * set.checked.len());
     for (path, ids) in &set.checked {
@@ -214,26 +213,26 @@ pub(super) fn same_as_checked(moved: &mut nix::dir::Dir, set: &ForeignSet) -> Re
     let mut seen = vec![false; want.len()];
     // Entries whose inode number is not the one checked: `lstat`ed after.
     let mut recheck = Vec::new();
-    for e in moved.iter() {
-        let e = e.map_err(|e| e.to_string())?;
-        let name = e.file_name();
-        if name == c"." || name == c".." {
-            continue;
-        }
-        let i = want
-            .binary_search_by(|w| w.0.as_c_str().cmp(name))
+    let mut stranger = None;
+    let mut buf = vec![0; 4096];
+    cache::dirents::for_each(moved, &mut buf, &mut |e| {
+        let found = want
+            .binary_search_by(|w| w.0.as_bytes().cmp(e.name))
             .ok()
-            .filter(|&i| !seen[i])
-            .ok_or_else(|| {
-                format!(
-                    "{} is not the set's",
-                    String::from_utf8_lossy(name.to_bytes())
-                )
-            })?;
+            .filter(|&i| !seen[i]);
+        let Some(i) = found else {
+            stranger = Some(String::from_utf8_lossy(e.name).into_owned());
+            return false;
+        };
         seen[i] = true;
-        if e.ino() != want[i].1.ino {
+        if e.ino != want[i].1.ino {
             recheck.push(i);
         }
+        true
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(name) = stranger {
+        return Err(format!("{name} is not the set's"));
     }
     let n = seen.iter().filter(|s| **s).count();
     if n != want.len() {
@@ -244,7 +243,7 @@ pub(super) fn same_as_checked(moved: &mut nix::dir::Dir, set: &ForeignSet) -> Re
     }
     for i in recheck {
         let (name, id, path) = &want[i];
-        let st = fsx::lstat_at(moved.as_fd(), name.as_c_str()).map_err(|e| format!("{path}: {e}"))?;
+        let st = fsx::lstat_at(moved, name.as_c_str()).map_err(|e| format!("{path}: {e}"))?;
         if fsx::Kind::from_mode(st.st_mode) != fsx::Kind::File || cache::FileId::of(&st) != *id {
             return Err(format!("{path}: changed after signing"));
         }

@@ -1,0 +1,129 @@
+//! Reading a directory with `getdents64` on a descriptor keepwrap holds:
+//! each entry's name, inode number and type, with no `DIR` stream (whose
+//! `fdopendir` and rewind cost four system calls a directory) and no
+//! second descriptor.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use super::fsx::Kind;
+
+/// One entry, as the kernel listed it.
+pub struct Dirent<'a> {
+    pub name: &'a [u8],
+    /// `d_ino`: the inode number the name is bound to.
+    pub ino: u64,
+    /// From `d_type`; None when the file system does not say (`DT_UNKNOWN`).
+    pub kind: Option<Kind>,
+}
+
+/// Buffer size of one `getdents64` call (the C library's).
+const BUF: usize = 32 * 1024;
+
+/// Call `each` for every entry of the open directory `dir` (not `.` nor
+/// `..`), from where its offset is (a descriptor just opened: the start),
+/// in the kernel's order; `each` returns false to stop. `buf` is reused
+/// between calls: of 32 KiB unless it holds 1 KiB or more already (a small
+/// directory needs no more).
+pub fn for_each(
+    dir: BorrowedFd<'_>,
+    buf: &mut Vec<u8>,
+    each: &mut dyn FnMut(&Dirent<'_>) -> bool,
+) -> io::Result<()> {
+    if buf.len() < 1024 {
+        buf.resize(BUF, 0);
+    }
+    loop {
+        let n = crate::sys::getdents64(dir, buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut at = 0;
+        while at < n {
+            let Some(rec) = record(&buf[at..n]) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a malformed directory entry",
+                ));
+            };
+            at += rec.1;
+            let d = rec.0;
+            if d.name != b"." && d.name != b".." && !each(&d) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The `linux_dirent64` at the start of `b` (`d_ino` u64, `d_off` i64,
+/// `d_reclen` u16, `d_type` u8, `d_name` NUL-terminated), and its length.
+fn record(b: &[u8]) -> Option<(Dirent<'_>, usize)> {
+    let ino = u64::from_ne_bytes(b.get(0..8)?.try_into().ok()?);
+    let reclen = usize::from(u16::from_ne_bytes(b.get(16..18)?.try_into().ok()?));
+    let dtype = *b.get(18)?;
+    let name = b.get(19..reclen)?;
+    let name = &name[..name.iter().position(|&c| c == 0)?];
+    let kind = match dtype {
+        libc::DT_REG => Some(Kind::File),
+        libc::DT_DIR => Some(Kind::Dir),
+        libc::DT_LNK => Some(Kind::Symlink),
+        libc::DT_FIFO => Some(Kind::Fifo),
+        libc::DT_SOCK => Some(Kind::Socket),
+        libc::DT_CHR | libc::DT_BLK => Some(Kind::Device),
+        _ => None,
+    };
+    (reclen >= 19).then_some((Dirent { name, ino, kind }, reclen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn lists_every_entry_with_its_inode_and_kind() {
+        let t = tempfile::tempdir().unwrap();
+        let mut want = Vec::new();
+        for i in 0..2000 {
+            // Enough long names for several calls of 32 KiB.
+            let name = format!("rank_tp{i}_pp0_dp0_{}.json", "x".repeat(20));
+            std::fs::write(t.path().join(&name), "{}").unwrap();
+            let ino = std::os::unix::fs::MetadataExt::ino(
+                &std::fs::metadata(t.path().join(&name)).unwrap(),
+            );
+            want.push((name.into_bytes(), ino, Some(Kind::File)));
+        }
+        std::fs::create_dir(t.path().join("sub")).unwrap();
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(t.path().join("sub")).unwrap());
+        want.push((b"sub".to_vec(), ino, Some(Kind::Dir)));
+        std::os::unix::fs::symlink("sub", t.path().join("link")).unwrap();
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(t.path().join("link")).unwrap());
+        want.push((b"link".to_vec(), ino, Some(Kind::Symlink)));
+        let dir = std::fs::File::open(t.path()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = Vec::new();
+        for_each(dir.as_fd(), &mut buf, &mut |d| {
+            got.push((d.name.to_vec(), d.ino, d.kind));
+            true
+        })
+        .unwrap();
+        // d_type is optional: where the file system leaves it out, None.
+        for g in &mut got {
+            if g.2.is_none() {
+                g.2 = want.iter().find(|w| w.0 == g.0).and_then(|w| w.2);
+            }
+        }
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(got, want);
+        // Stopped early: no more calls.
+        let dir = std::fs::File::open(t.path()).unwrap();
+        let mut n = 0;
+        for_each(dir.as_fd(), &mut buf, &mut |_| {
+            n += 1;
+            n < 3
+        })
+        .unwrap();
+        assert_eq!(n, 3);
+    }
+}
