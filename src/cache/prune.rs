@@ -505,9 +505,12 @@ fn check_file(
     sc: &Sidecar,
     buf: &mut Vec<u8>,
 ) -> Result<FileId, Reason> {
-    if let Ok(st) = fsx::lstat_at(dir, name) {
-        if Kind::from_mode(st.st_mode) == Kind::File && stamped(sc, &st) {
-            return Ok(FileId::of(&st));
+    // (No stamp recorded: nothing to compare an `lstat` with.)
+    if sc.stat.is_some() {
+        if let Ok(st) = fsx::lstat_at(dir, name) {
+            if Kind::from_mode(st.st_mode) == Kind::File && stamped(sc, &st) {
+                return Ok(FileId::of(&st));
+            }
         }
     }
     match fsx::open_regular_at(dir, name) {

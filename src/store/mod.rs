@@ -103,10 +103,14 @@ impl Manifest {
     /// The one directory (relative to the root) every member is in, for a
     /// flat entry.
     fn origin(&self) -> Option<&str> {
-        let first = split(&self.members.first()?.path).0;
-        (!first.is_empty() && self.members.iter().all(|m| split(&m.path).0 == first))
-            .then_some(first)
+        origin_of(&self.members)
     }
+}
+
+/// The one directory (relative to the root) every member is in.
+fn origin_of(members: &[Member]) -> Option<&str> {
+    let first = split(&members.first()?.path).0;
+    (!first.is_empty() && members.iter().all(|m| split(&m.path).0 == first)).then_some(first)
 }
 
 /// A signed launch (`launches/<fp>.json`): what went into its fingerprint

@@ -78,16 +78,7 @@ impl Store {
             ));
         }
         let fp = set.fingerprint.as_str();
-        let man = Manifest {
-            format: FLAT_FORMAT,
-            fingerprint: fp.to_string(),
-            set_id: set.set.id.clone(),
-            signed_at: set.signed_at,
-            stored_at: now_secs(),
-            members: set.set.members.clone(),
-            flat: true,
-        };
-        if man.origin() != Some(dir) {
+        if origin_of(&set.set.members) != Some(dir) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "the set is not the content of one directory",
@@ -123,6 +114,15 @@ impl Store {
         });
         if let Err(e) = res {
             // Back in place: the directory whole, else file by file.
+            let man = Manifest {
+                format: FLAT_FORMAT,
+                fingerprint: fp.to_string(),
+                set_id: set.set.id.clone(),
+                signed_at: set.signed_at,
+                stored_at: now_secs(),
+                members: set.set.members.clone(),
+                flat: true,
+            };
             let inside = fsx::open_dir_at(self.store.as_fd(), at)
                 .is_ok_and(|d| fsx::exists_at(d.as_fd(), MANIFEST));
             let _ = self.unstage_flat(self.store.as_fd(), at, &man, inside);

@@ -95,9 +95,8 @@ impl State<'_, '_> {
                 sidecar: &f.sc,
             })
             .collect();
-        let fps: Vec<String> = foreign.iter().map(|f| f.sc.fingerprint.clone()).collect();
-        for fp in fps {
-            self.load_manifest(root, &fp);
+        for f in &foreign {
+            self.load_manifest(root, &f.sc.fingerprint);
         }
         let verdicts = judge::resolve_sets(&views, &self.manifests);
         // The sets whole (one per launch: its manifest's), in the order first seen.
