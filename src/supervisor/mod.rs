@@ -127,13 +127,7 @@ fn stopped_before_start(sig: Signal) -> ! {
 /// Run `job` on a thread of its own, never joined: what it logs comes when
 /// it is ready, and keepwrap's exit does not wait for it.
 fn run_detached(job: Box<dyn FnOnce() + Send>) {
-    if let Err(e) = std::thread::Builder::new()
-        .name("keepwrap-explain".into())
-        .spawn(move || {
-            crate::signals::block_signals_in_thread();
-            job()
-        })
-    {
+    if let Err(e) = crate::signals::spawn("keepwrap-explain", job) {
         crate::events::supervisor::explain_thread_failed(e);
     }
 }
