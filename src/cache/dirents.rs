@@ -94,10 +94,13 @@ mod tests {
             want.push((name.into_bytes(), ino, Some(Kind::File)));
         }
         std::fs::create_dir(t.path().join("sub")).unwrap();
-        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(t.path().join("sub")).unwrap());
+        let ino =
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(t.path().join("sub")).unwrap());
         want.push((b"sub".to_vec(), ino, Some(Kind::Dir)));
         std::os::unix::fs::symlink("sub", t.path().join("link")).unwrap();
-        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(t.path().join("link")).unwrap());
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::symlink_metadata(t.path().join("link")).unwrap(),
+        );
         want.push((b"link".to_vec(), ino, Some(Kind::Symlink)));
         let dir = std::fs::File::open(t.path()).unwrap();
         let mut got = Vec::new();

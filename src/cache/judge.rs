@@ -152,8 +152,8 @@ pub fn judge_sidecar_for(
             sc
         }
         Err(whole) => {
-            let head: Head<'_> = serde_json::from_slice(bytes)
-                .map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
+            let head: Head<'_> =
+                serde_json::from_slice(bytes).map_err(|e| Reason::SidecarGarbage(e.to_string()))?;
             judge_head(head.format, head.fingerprint.as_deref(), fingerprint)?;
             return Err(Reason::SidecarGarbage(whole.to_string()));
         }

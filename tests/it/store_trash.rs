@@ -153,7 +153,9 @@ fn a_member_replaced_after_the_check_is_not_stored() {
     assert_eq!((r.stored, r.removed), (0, 4));
     assert!(store.manifest(&a).is_none());
     assert!(store.entries().is_empty());
-    assert!(!root.join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json").exists());
+    assert!(!root
+        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
+        .exists());
 }
 
 #[test]
@@ -200,7 +202,9 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     // tree: the set is not restored, and no entry of it is left.
     assert!(store.restore(&a).is_none());
     assert!(store.entries().is_empty());
-    assert!(!root.join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json").exists());
+    assert!(!root
+        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
+        .exists());
 }
 
 /// A set whose directory moved into the store but whose manifest had not
@@ -231,11 +235,16 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     assert_eq!(back.paths.len(), 4);
     for r in 0..4 {
         assert!(root
-            .join(format!("0.7.2/sm121/00000000000000aa/rank_tp{r}_pp0_dp0.json"))
+            .join(format!(
+                "0.7.2/sm121/00000000000000aa/rank_tp{r}_pp0_dp0.json"
+            ))
             .is_file());
     }
     assert!(root.join(format!(".keepwrap/sets/{a}.json")).is_file());
-    assert_eq!(fs::read_dir(root.join(".keepwrap/store")).unwrap().count(), 0);
+    assert_eq!(
+        fs::read_dir(root.join(".keepwrap/store")).unwrap().count(),
+        0
+    );
     // Whole again for its launch: the next prune of that launch keeps it.
     store.recover();
     let r = cache::prune_stashing(root, &a, &mut |fd, set| store.stash(fd, set)).unwrap();

@@ -115,7 +115,10 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
     let elsewhere = |_: &str| false;
     let why = judge::judge_sidecar(&mine, FP, elsewhere).unwrap_err();
     assert!(matches!(&why, Reason::SidecarGarbage(w) if w.starts_with("signed for another file")));
-    assert_eq!(judge::judge_sidecar_or_foreign(&mine, FP, elsewhere), Err(why.clone()));
+    assert_eq!(
+        judge::judge_sidecar_or_foreign(&mine, FP, elsewhere),
+        Err(why.clone())
+    );
     assert_eq!(
         judge::judge_sidecar_or_foreign(&theirs, FP, elsewhere),
         Err(Reason::OtherLaunchBad("8c01d2e4".into(), Box::new(why)))
@@ -130,9 +133,18 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
         judge::judge_sidecar_or_foreign(b"{\"format\": 7, \"whatever\": []}", FP, is),
         Err(Reason::SidecarFuture(7))
     );
-    let old = String::from_utf8(mine.clone()).unwrap().replacen("\"format\": 2", "\"format\": 1", 1);
-    assert_eq!(judge::judge_sidecar(old.as_bytes(), FP, is), Err(Reason::SidecarOld(1)));
-    assert_eq!(judge::judge_sidecar_or_foreign(old.as_bytes(), FP, is), Err(Reason::SidecarOld(1)));
+    let old =
+        String::from_utf8(mine.clone())
+            .unwrap()
+            .replacen("\"format\": 2", "\"format\": 1", 1);
+    assert_eq!(
+        judge::judge_sidecar(old.as_bytes(), FP, is),
+        Err(Reason::SidecarOld(1))
+    );
+    assert_eq!(
+        judge::judge_sidecar_or_foreign(old.as_bytes(), FP, is),
+        Err(Reason::SidecarOld(1))
+    );
     assert!(matches!(
         judge::judge_sidecar_or_foreign(b"{\"format\": 2", FP, is),
         Err(Reason::SidecarGarbage(_))
