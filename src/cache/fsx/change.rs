@@ -284,7 +284,7 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Kind)>> {
     // `getdents64` straight into a buffer on the stack: an open, the reads
     // and a close (the C library's `opendir` adds an fstat, two fcntl and a
     // rewind).
-    let mut buf = [0u8; 8192];
+    let mut buf = [0u8; 4096];
     loop {
         let n = crate::sys::getdents64(fd.as_fd(), &mut buf)?;
         if n == 0 {

@@ -164,6 +164,7 @@ impl Runs {
                 started,
                 id: id.clone(),
                 state: std::cell::Cell::new(state),
+                last_scan: std::cell::RefCell::new(None),
             }),
             Err(e) => {
                 let _ = fsx::unlink_at(self.dir.as_fd(), tmp.as_str());
@@ -361,7 +362,28 @@ pub struct Marker {
     started: u128,
     id: Identity,
     state: std::cell::Cell<State>,
+    /// The last scan [`Marker::others`] made, for the drop to reuse while
+    /// it is fresh ([`SCAN_REUSE`]).
+    last_scan: std::cell::RefCell<Option<Scan>>,
 }
+
+/// A scan of the markers' directory: when, the markers (this launch's own
+/// left out) and the unfinished registrations.
+struct Scan {
+    at: std::time::Instant,
+    seen: Vec<Seen>,
+    strays: Vec<Vec<u8>>,
+}
+
+/// How long the drop trusts a scan [`Marker::others`] made instead of
+/// listing the directory again (at exit the commit runs between the two).
+/// A scan that recent is as safe a basis as a new one: every launch live
+/// then that started before this one counts as needing this launch's
+/// marker (at worst an `ended` copy is left that the next launch tidies
+/// away), and a launch that registers after it took its start time after
+/// this one's (registrations take the cache lock), so it needs neither
+/// this marker nor the ended ones the scan saw.
+const SCAN_REUSE: Duration = Duration::from_millis(100);
 
 impl Marker {
     /// Say what this launch is doing now (one write of the first word).
@@ -390,11 +412,18 @@ impl Marker {
     /// started after this one (it ran alongside, and its engine may have
     /// written some of the rank files).
     pub fn others(&self) -> Vec<Seen> {
-        scan_dir(self.dir.as_fd(), Some(&self.name))
-            .0
-            .into_iter()
+        let (seen, strays, _) = scan_dir(self.dir.as_fd(), Some(&self.name));
+        let others = seen
+            .iter()
             .filter(|s| s.live() || s.started >= self.started)
-            .collect()
+            .cloned()
+            .collect();
+        *self.last_scan.borrow_mut() = Some(Scan {
+            at: std::time::Instant::now(),
+            seen,
+            strays,
+        });
+        others
     }
 
     /// Let the next exec inherit the descriptor holding byte 0 (`true`), or
@@ -435,7 +464,13 @@ impl Drop for Marker {
     /// its lock on a file nobody reads).
     fn drop(&mut self) {
         let dir = self.dir.as_fd();
-        let (seen, strays, _) = scan_dir(dir, Some(&self.name));
+        let (seen, strays) = match self.last_scan.take() {
+            Some(s) if s.at.elapsed() < SCAN_REUSE => (s.seen, s.strays),
+            _ => {
+                let (seen, strays, _) = scan_dir(dir, Some(&self.name));
+                (seen, strays)
+            }
+        };
         let needed = seen.iter().any(|s| s.live() && s.started <= self.started);
         if needed {
             let name = match std::ffi::CString::new(self.name.as_str()) {
