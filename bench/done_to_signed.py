@@ -58,10 +58,10 @@ def trial():
                 line = json.loads(raw)
             except ValueError:
                 continue
-            msg = line.get("fields", {}).get("message", "")
-            if msg.startswith("tuning is done: GET"):
+            event = line.get("event")
+            if event == "tuning_done" and probe is None:
                 probe = ts(line)
-            elif msg.startswith("tuned and signed"):
+            elif event == "signed":
                 signed = ts(line)
         p.wait(timeout=60)
         t.join()

@@ -90,6 +90,7 @@ benches=(
 if [ -n "$KWS" ]; then
   benches+=(
     "keepwrap --keep always -- true (static, empty root)|rm -rf $work/root|$KWS --keep always -- $TRUE"
+    "keepwrap --keep always -- true (static, first boot, $LAUNCHES launches on the root)|$(fresh others)|$KWS --keep always -- $TRUE"
     "keepwrap --keep always -- true (static, repeat boot, $LAUNCHES launches on the root)|$(fresh repeat)|$KWS --keep always -- $TRUE"
     "keepwrap --disable -- true (static)|$TRUE|$KWS --disable -- $TRUE"
   )

@@ -62,6 +62,7 @@ pub mod logging;
 pub mod root;
 pub mod share;
 pub mod signals;
+pub mod stops;
 pub mod store;
 pub mod supervisor;
 #[allow(unsafe_code)]

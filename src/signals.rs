@@ -78,6 +78,47 @@ pub fn block_signals_in_thread() {
     let _ = block_handled();
 }
 
+/// Start a thread named `name` that runs `f` with the handled signals
+/// blocked, and block them again in the calling thread: the C library's
+/// first thread start unblocks its own signals (32 and 33 with glibc, 33
+/// and 34 with musl) in the thread that starts it, where they would be
+/// taken and dropped instead of queued for the supervisor's signalfd. Every
+/// thread keepwrap starts, starts here or in [`spawn_scoped`].
+pub fn spawn<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            block_signals_in_thread();
+            f()
+        });
+    block_signals_in_thread();
+    spawned
+}
+
+/// [`spawn`] for a thread of `scope`.
+pub fn spawn_scoped<'scope, 'env, F, T>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: F,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, move || {
+            block_signals_in_thread();
+            f()
+        });
+    block_signals_in_thread();
+    spawned
+}
+
 /// Block the handled signals (again) with the raw system call.
 fn block_handled() -> nix::Result<SigSet> {
     let set = handled_signals();

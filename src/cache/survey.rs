@@ -62,22 +62,31 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
         .clamp(1, 4);
     let chunk = jobs.len().div_ceil(threads).max(1);
     let root_fd = root_fd.as_fd();
+    let survey_part = |part: &[Job]| -> Vec<(FileInfo, Option<Sidecar>)> {
+        part.iter()
+            .flat_map(|job| survey_dir(root_fd, job, verify))
+            .collect()
+    };
+    // One part runs here; the others on threads, or here too when a thread
+    // cannot be started.
     let parts: Vec<Vec<(FileInfo, Option<Sidecar>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .chunks(chunk)
+        let mut chunks = jobs.chunks(chunk);
+        let first = chunks.next().unwrap_or_default();
+        let handles: Vec<_> = chunks
             .map(|part| {
-                s.spawn(move || {
-                    crate::signals::block_signals_in_thread();
-                    part.iter()
-                        .flat_map(|job| survey_dir(root_fd, job, verify))
-                        .collect()
-                })
+                let handle =
+                    crate::signals::spawn_scoped(s, "keepwrap-survey", move || survey_part(part));
+                (part, handle)
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
+        let mut parts = vec![survey_part(first)];
+        for (part, handle) in handles {
+            parts.push(match handle {
+                Ok(h) => h.join().unwrap_or_else(|_| survey_part(part)),
+                Err(_) => survey_part(part),
+            });
+        }
+        parts
     });
     let (mut out, sidecars): (Vec<FileInfo>, Vec<Option<Sidecar>>) =
         parts.into_iter().flatten().unzip();

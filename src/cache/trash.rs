@@ -7,8 +7,6 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-
 use super::fsx;
 
 use crate::STATE_DIR;
@@ -123,24 +121,9 @@ pub fn spawn_empty(root: OwnedFd) {
 /// Empty the open trash directory in a background thread (see
 /// [`spawn_empty`]).
 fn spawn_empty_dir(trash: OwnedFd) {
-    let mut old = SigSet::empty();
-    let blocked = pthread_sigmask(
-        SigmaskHow::SIG_SETMASK,
-        Some(&SigSet::all()),
-        Some(&mut old),
-    )
-    .is_ok();
-    let spawned = std::thread::Builder::new()
-        .name("keepwrap-trash".into())
-        .spawn(move || {
-            crate::signals::block_signals_in_thread();
-            empty_trash_dir(trash.as_fd());
-        });
-    if blocked {
-        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-        // The C library's restore leaves signals 32 and 33 unblocked.
-        crate::signals::block_signals_in_thread();
-    }
+    let spawned = crate::signals::spawn("keepwrap-trash", move || {
+        empty_trash_dir(trash.as_fd());
+    });
     if let Err(e) = spawned {
         crate::events::cache::trash_thread_failed(e);
     }

@@ -26,8 +26,8 @@ const WAIT_PROGRESS: Duration = Duration::from_secs(60);
 /// Look at the other launches on the root under the cache lock: go on, go
 /// on hands-off, or wait (bounded by `--wait-for-tuning`) for one that is
 /// still tuning, then look again. Returns the lock (held, when there is a
-/// store and it was taken) and the turn. Runs before the engine starts, off
-/// the supervisor's thread: a TERM ends the wait at once.
+/// store and it was taken) and the turn. Runs before the engine starts: a
+/// TERM ends the wait at once ([`crate::stops`]).
 pub(super) fn wait_turn(
     args: &Settings,
     runs: &Runs,
@@ -71,7 +71,7 @@ pub(super) fn wait_turn(
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
         // Look again, without the lock, until that launch is done or gone.
         loop {
-            std::thread::sleep(WAIT_POLL);
+            crate::stops::pause(WAIT_POLL);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break;

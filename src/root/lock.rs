@@ -113,7 +113,7 @@ pub fn acquire(
                     crate::events::root::lock_waiting(timeout, &who);
                     logged = true;
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                crate::stops::pause(Duration::from_millis(10));
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
         }

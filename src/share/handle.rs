@@ -150,12 +150,7 @@ impl Share {
     fn spawn(&mut self, p: Publication) {
         let (dir, max_age) = (self.dir.clone(), self.max_age);
         let job = move || publish_and_clean(&dir, &p, max_age);
-        match std::thread::Builder::new()
-            .name("keepwrap-publish".into())
-            .spawn(move || {
-                crate::signals::block_signals_in_thread();
-                job()
-            }) {
+        match crate::signals::spawn("keepwrap-publish", job) {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::share::share_publish_not_started(e),
         }

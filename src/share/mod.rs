@@ -175,14 +175,11 @@ pub(crate) fn bounded<T: Send + 'static>(
     let (tx, rx) = mpsc::sync_channel(1);
     let f = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
     let g = f.clone();
-    let spawned = std::thread::Builder::new()
-        .name("keepwrap-share".into())
-        .spawn(move || {
-            crate::signals::block_signals_in_thread();
-            if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
-                let _ = tx.send(f());
-            }
-        });
+    let spawned = crate::signals::spawn("keepwrap-share", move || {
+        if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
+            let _ = tx.send(f());
+        }
+    });
     match spawned {
         Ok(_) => rx.recv_timeout(timeout).ok(),
         Err(_) => f.lock().ok().and_then(|mut f| f.take()).map(|f| f()),

@@ -9,16 +9,13 @@ mod settings;
 pub use settings::Settings;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
@@ -59,10 +56,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
-        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
-            Ok(p) => p,
-            Err(code) => return code,
-        },
+        Ok(()) => prepare_interruptibly(&args.cache, &command, env),
     };
 
     // The engine inherits the marker's lock: it outlives a `kill -9` of
@@ -105,90 +99,35 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     ExitCode::from(ended.exit_code())
 }
 
-/// The signals that end keepwrap before the engine has started.
-const STOPS: [Signal; 4] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-];
-
-/// Run [`Keeper::prepare`] on a thread while this one waits for it or for a
-/// TERM, INT, HUP or QUIT: a stop signal ends every wait before the start
-/// (the cache lock, the share, another launch still tuning) at once, with
-/// 128+N and without starting the engine. Other signals stay pending and
-/// reach the engine once it runs.
+/// Run [`Keeper::prepare`] on this thread, with TERM, INT, HUP and QUIT
+/// watched ([`crate::stops`]): a stop signal ends every wait before the
+/// start (the cache lock, the share, another launch still tuning) at once,
+/// with 128+N and without starting the engine; one that comes while no
+/// wait runs is seen when the next wait starts or when the preparation
+/// ends, still before the start. Other signals stay pending and reach the
+/// engine once it runs.
 fn prepare_interruptibly(
     args: &crate::keeper::Settings,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
-) -> Result<Prepared, ExitCode> {
-    let mut stops = SigSet::empty();
-    for s in STOPS {
-        stops.add(s);
-    }
-    let inline = |env: Vec<(OsString, OsString)>| Ok(Keeper::prepare(args, command, &env));
-    let Ok(sfd) = SignalFd::with_flags(&stops, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-    else {
-        return inline(env);
-    };
-    let Ok((mut done_tx, done_rx)) = UnixStream::pair() else {
-        return inline(env);
-    };
-    let (tx, rx) = mpsc::sync_channel(1);
-    let (a, c) = (args.clone(), command.to_vec());
-    let spawned = std::thread::Builder::new()
-        .name("keepwrap-prepare".into())
-        .spawn(move || {
-            crate::signals::block_signals_in_thread();
-            let _ = tx.send(Keeper::prepare(&a, &c, &env));
-            let _ = done_tx.write_all(&[1]);
-        });
-    if spawned.is_err() {
-        return Ok(Keeper::prepare(
-            args,
-            command,
-            &std::env::vars_os().collect::<Vec<_>>(),
-        ));
-    }
-    loop {
-        let mut fds = [
-            PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(done_rx.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => {
-                crate::events::supervisor::poll_failed(e);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        if let Ok(Some(info)) = sfd.read_signal() {
-            if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
-                let code = 128 + sig as i32;
-                crate::events::supervisor::stopped_before_start(sig, code);
-                return Err(ExitCode::from(code as u8));
-            }
-        }
-        match rx.try_recv() {
-            Ok(p) => return Ok(p),
-            Err(mpsc::TryRecvError::Empty) => {}
-            // The thread ended without an answer: go on without keeping.
-            Err(mpsc::TryRecvError::Disconnected) => return Ok(Prepared::default()),
-        }
-    }
+) -> Prepared {
+    crate::stops::watch(stopped_before_start);
+    let prepared = Keeper::prepare(args, command, &env);
+    crate::stops::unwatch();
+    prepared
+}
+
+/// A stop signal before the engine started: say so and exit 128+N.
+fn stopped_before_start(sig: Signal) -> ! {
+    let code = 128 + sig as i32;
+    crate::events::supervisor::stopped_before_start(sig, code);
+    std::process::exit(code)
 }
 
 /// Run `job` on a thread of its own, never joined: what it logs comes when
 /// it is ready, and keepwrap's exit does not wait for it.
 fn run_detached(job: Box<dyn FnOnce() + Send>) {
-    if let Err(e) = std::thread::Builder::new()
-        .name("keepwrap-explain".into())
-        .spawn(move || {
-            crate::signals::block_signals_in_thread();
-            job()
-        })
-    {
+    if let Err(e) = crate::signals::spawn("keepwrap-explain", job) {
         crate::events::supervisor::explain_thread_failed(e);
     }
 }

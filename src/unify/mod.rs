@@ -359,12 +359,9 @@ fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
             .chunks(chunk)
             .skip(1)
             .map(|part| {
-                let handle = std::thread::Builder::new()
-                    .name("keepwrap-unify".into())
-                    .spawn_scoped(scope, move || {
-                        crate::signals::block_signals_in_thread();
-                        part.iter().map(parse).collect::<Vec<_>>()
-                    });
+                let handle = crate::signals::spawn_scoped(scope, "keepwrap-unify", move || {
+                    part.iter().map(parse).collect::<Vec<_>>()
+                });
                 (part, handle)
             })
             .collect();

@@ -253,6 +253,46 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
     }
 }
 
+/// A TERM while keepwrap is busy before the start (here: moving another
+/// launch's signed set into the store, a slow disk making every rename
+/// last 400 ms) and not waiting: keepwrap still exits 143 without starting
+/// the engine, and the set it was moving is whole for its own launch.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn a_stop_signal_while_the_cache_is_stashed_still_ends_keepwrap_before_the_start() {
+    let h = home();
+    let root = cache_root(h.path());
+    let a = boot(&mut keepwrap_engine(h.path(), &[], EP4_OFFLINE));
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert!(a.logged_with("signed", json!({"files": 4})), "{}", a.stderr);
+
+    let mark = h.path().join("started");
+    let mut cmd = marked(&root, &mark, &["--keep", "always"]);
+    cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "400");
+    let mut b = Running::spawn(&mut cmd);
+    b.wait_event("launch", Duration::from_secs(30));
+    b.guard.signal(Signal::SIGTERM);
+    let b = b.finish(Duration::from_secs(30));
+    assert_eq!(b.code, 143, "{}", b.stderr);
+    assert!(
+        b.logged_with(
+            "stopped_before_start",
+            json!({"signal": "SIGTERM", "status": 143})
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(!mark.exists(), "the engine was not started");
+
+    let again = boot(&mut keepwrap_engine(h.path(), &[], EP4_OFFLINE));
+    assert_eq!((again.code, again.tuned()), (0, 0), "{}", again.stderr);
+    assert!(
+        again.logged_with("restored", json!({"files": 4})),
+        "{}",
+        again.stderr
+    );
+}
+
 #[test]
 fn what_the_lock_holder_wrote_never_forges_a_log_line() {
     use std::io::Write;
