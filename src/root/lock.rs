@@ -185,7 +185,10 @@ mod tests {
         let l = acquire(state.as_fd(), Duration::from_secs(1), "launch b").unwrap();
         let held = text(&state_path);
         let line = held.trim_end();
-        assert!(line.ends_with("Z)") && line.contains("(launch b, since "), "{held:?}");
+        assert!(
+            line.ends_with("Z)") && line.contains("(launch b, since "),
+            "{held:?}"
+        );
         assert_eq!(held.len(), blank.len());
         drop(l);
         // A fresh file: one line padded to LINE_WIDTH.
