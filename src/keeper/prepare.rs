@@ -307,9 +307,12 @@ fn restore(
         }
     }
     let mut after_start = None;
-    // Nothing to compare with before any launch signed: no thread.
-    if pruned.kept.is_empty() && s.has_records() {
-        after_start = Some(explain_later(root, fingerprint, inputs));
+    // Nothing to compare with before any launch signed: no thread (and no
+    // record of this launch to touch).
+    if pruned.kept.is_empty() {
+        if s.has_records() {
+            after_start = Some(explain_later(root, fingerprint, inputs));
+        }
     } else {
         s.touch(fingerprint);
     }
