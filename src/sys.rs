@@ -196,6 +196,52 @@ pub fn set_thread_nice(nice: i32) {
     }
 }
 
+/// The host name of this UTS namespace (in a pod: the pod's name), as
+/// `uname` gives it: one system call, where `/proc/sys/kernel/hostname`
+/// costs an open, a read and a close. None when `uname` fails.
+pub fn nodename() -> Option<String> {
+    // SAFETY: `utsname` is plain data (arrays of C chars); all zeroes is a
+    // valid value, and `uname` writes into it through a pointer valid for
+    // the call.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: see above.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    // The kernel ends the name with a NUL inside the array; without one
+    // (never seen) the whole array is the name.
+    let bytes: Vec<u8> = u
+        .nodename
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Read entries of the open directory `fd` into `buf` with one
+/// `getdents64` (`struct linux_dirent64` records, back to back): the bytes
+/// filled, 0 at the end of the directory.
+pub fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe `buf`, writable for the
+        // whole call; the kernel writes at most that many bytes into it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        match Errno::result(rc) {
+            Ok(n) => return Ok(n as usize),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+}
+
 /// An `F_OFD_SETLK` request for the `len` bytes at `start`.
 pub fn flock_range(kind: libc::c_short, start: i64, len: i64) -> libc::flock {
     // SAFETY: `flock` is plain data; zero is a valid value of every field

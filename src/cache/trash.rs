@@ -70,7 +70,7 @@ pub fn empty_trash(root: &Path) -> io::Result<usize> {
 
 /// The trash of a cache root, to be emptied once the engine has started:
 /// [`TrashJob::run`] empties it; dropped without running, a background
-/// thread does.
+/// thread does. No job when there is nothing in the trash.
 pub struct TrashJob(Option<OwnedFd>);
 
 impl TrashJob {
@@ -78,22 +78,31 @@ impl TrashJob {
         TrashJob(None)
     }
 
+    /// The job of emptying the trash below the open root: none when there
+    /// is no trash or nothing in it (so that no thread starts for it).
     pub(super) fn of(root: OwnedFd) -> TrashJob {
-        TrashJob(Some(root))
+        let trash = open_existing(root.as_fd())
+            .filter(|t| fsx::list_dir(t.as_fd()).map_or(true, |e| !e.is_empty()));
+        TrashJob(trash)
+    }
+
+    /// Is there anything to empty?
+    pub fn has_work(&self) -> bool {
+        self.0.is_some()
     }
 
     /// Empty the trash now, on this thread.
     pub fn run(mut self) {
-        if let Some(root) = self.0.take() {
-            empty_at(root.as_fd());
+        if let Some(trash) = self.0.take() {
+            empty_trash_dir(trash.as_fd());
         }
     }
 }
 
 impl Drop for TrashJob {
     fn drop(&mut self) {
-        if let Some(root) = self.0.take() {
-            spawn_empty(root);
+        if let Some(trash) = self.0.take() {
+            spawn_empty_dir(trash);
         }
     }
 }
@@ -106,6 +115,12 @@ pub fn spawn_empty(root: OwnedFd) {
         return;
     };
     drop(root);
+    spawn_empty_dir(trash);
+}
+
+/// Empty the open trash directory in a background thread (see
+/// [`spawn_empty`]).
+fn spawn_empty_dir(trash: OwnedFd) {
     let spawned = crate::signals::spawn("keepwrap-trash", move || {
         empty_trash_dir(trash.as_fd());
     });

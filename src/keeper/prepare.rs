@@ -6,6 +6,7 @@
 //! hands-off or without a keeper.
 
 use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,7 +42,9 @@ impl Keeper {
         let Some((root, done)) = locate(args, &launch, argv, env) else {
             return Prepared::default();
         };
-        let runs = match Runs::open(&root) {
+        // The root and its `.keepwrap` are opened once, for the markers
+        // and the store.
+        let (runs, opened) = match open_state(&root) {
             Ok(r) => r,
             Err(e) => {
                 crate::events::keeper::cannot_open_running(&running_dir(&root), e);
@@ -50,7 +53,7 @@ impl Keeper {
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
         let share = share_of(args, &launch, argv);
-        let store = match Store::open(&root) {
+        let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
                 crate::events::keeper::store_unusable(STATE_DIR, &root, e);
@@ -99,16 +102,20 @@ impl Keeper {
         keeper.take_share_union();
         vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept();
-        let after_start: Box<dyn FnOnce() + Send> = Box::new(move || {
-            if let Some(job) = after_start {
-                job();
-            }
-            trash.run();
-        });
+        // Nothing to explain and nothing in the trash: no work, no thread.
+        let after_start: Option<AfterStart> = match (after_start, trash.has_work()) {
+            (None, false) => None,
+            (job, _) => Some(Box::new(move || {
+                if let Some(job) = job {
+                    job();
+                }
+                trash.run();
+            })),
+        };
         Prepared {
             keeper: Some(keeper),
             marker: None,
-            after_start: Some(after_start),
+            after_start,
         }
     }
 
@@ -190,6 +197,15 @@ fn locate(
     crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
     vllm::note_managed_store(launch, env);
     ensure_root(&root).then_some((root, done))
+}
+
+/// Open (creating) `<root>/.keepwrap/running`, never through a symlink:
+/// the markers' directory, with the root and `.keepwrap` as opened.
+fn open_state(root: &Path) -> std::io::Result<(Runs, (OwnedFd, OwnedFd))> {
+    let root_fd = crate::cache::fsx::open_root(root)?;
+    let state = crate::cache::fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, Some(0o755))?;
+    let runs = Runs::open_in(state.as_fd())?;
+    Ok((runs, (root_fd, state)))
 }
 
 /// `<root>/.keepwrap/running`: the launches' markers.
@@ -291,9 +307,12 @@ fn restore(
         }
     }
     let mut after_start = None;
-    // Nothing to compare with before any launch signed: no thread.
-    if pruned.kept.is_empty() && s.has_records() {
-        after_start = Some(explain_later(root, fingerprint, inputs));
+    // Nothing to compare with before any launch signed: no thread (and no
+    // record of this launch to touch).
+    if pruned.kept.is_empty() {
+        if s.has_records() {
+            after_start = Some(explain_later(root, fingerprint, inputs));
+        }
     } else {
         s.touch(fingerprint);
     }

@@ -161,7 +161,11 @@ fn swap_in(state: BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
     }
     let file = std::fs::File::from(fd);
     file.write_all_at(bytes, 0)?;
-    file.set_len(bytes.len() as u64)?;
+    // Cut only what is left of longer counts (counts mostly grow; a
+    // truncation costs ten writes).
+    if st.st_size > bytes.len() as i64 {
+        file.set_len(bytes.len() as u64)?;
+    }
     drop(file);
     match crate::sys::renameat2_exchange(state, SPARE, c"stats.json") {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -196,6 +196,11 @@ impl Store {
     pub fn open(root: &Path) -> io::Result<Store> {
         let root_fd = fsx::open_root(root)?;
         let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, Some(DIR_MODE))?;
+        Store::open_in(root, root_fd, state)
+    }
+
+    /// [`Store::open`] with the root and its `.keepwrap` already open.
+    pub fn open_in(root: &Path, root_fd: OwnedFd, state: OwnedFd) -> io::Result<Store> {
         let store = fsx::open_state_dir_at(state.as_fd(), "store", Some(DIR_MODE))?;
         let launches = fsx::open_state_dir_at(state.as_fd(), "launches", Some(DIR_MODE))?;
         Ok(Store {

@@ -25,19 +25,26 @@ pub fn open_state_dir_at(
     name: &str,
     create: Option<u32>,
 ) -> io::Result<OwnedFd> {
-    if let Some(mode) = create {
-        match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(err(e)),
+    let open = || {
+        openat(
+            dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    // Opened first: it is there at every launch but the first.
+    let opened = match (open(), create) {
+        (Err(Errno::ENOENT), Some(mode)) => {
+            match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(err(e)),
+            }
+            open()
         }
-    }
-    let fd = openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
+        (r, _) => r,
+    };
+    let fd = opened.map_err(|e| match e {
         // O_DIRECTORY|O_NOFOLLOW on a symlink: ELOOP or ENOTDIR.
         Errno::ELOOP | Errno::ENOTDIR => {
             let what = match lstat_at(dir, name) {

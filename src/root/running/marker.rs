@@ -79,15 +79,22 @@ impl Runs {
         Ok(Runs { dir })
     }
 
+    /// [`Runs::open`] below the state directory `state` (`<root>/.keepwrap`)
+    /// already open.
+    pub fn open_in(state: BorrowedFd<'_>) -> io::Result<Runs> {
+        let dir = fsx::open_state_dir_at(state, RUNNING_DIR, Some(0o755))?;
+        Ok(Runs { dir })
+    }
+
     /// Every readable marker, with whether its launch is alive.
     pub fn scan(&self) -> Vec<Seen> {
-        scan_dir(self.dir.as_fd()).0
+        scan_dir(self.dir.as_fd(), None).0
     }
 
     /// [`Runs::scan`], then remove the ended markers no live launch needs
     /// (see [`tidy`]). Under the cache lock.
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
-        let (seen, strays, foreign) = scan_dir(self.dir.as_fd());
+        let (seen, strays, foreign) = scan_dir(self.dir.as_fd(), None);
         for (name, uid) in foreign {
             crate::events::root::foreign_marker(
                 &format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR),
@@ -123,23 +130,28 @@ impl Runs {
         // The file of an ended launch when there is one (no inode created),
         // else a new one.
         let reused = claim_spare(self.dir.as_fd(), &tmp)
-            .and_then(|f| lock(&f).ok().map(|own| (f, own)))
+            .and_then(|(f, size)| lock(&f).ok().map(|own| (f, own, size)))
             .or_else(|| {
                 let _ = fsx::unlink_at(self.dir.as_fd(), tmp.as_str());
                 None
             });
-        let (shared, own) = match reused {
-            Some(pair) => (pair.0, Some(pair.1)),
-            None => (open(OFlag::O_CREAT | OFlag::O_EXCL)?, None),
+        let (shared, own, size) = match reused {
+            Some((f, own, size)) => (f, Some(own), size),
+            None => (open(OFlag::O_CREAT | OFlag::O_EXCL)?, None, 0),
         };
         let result = (|| {
             let own = match own {
                 Some(own) => own,
                 None => lock(&shared)?,
             };
+            // Over the spare's old line, which is cut only when longer (a
+            // truncation costs ten writes): the file is renamed into view
+            // only once it holds exactly this line.
             let line = line(state, id, started);
             shared.write_all_at(&line, 0)?;
-            shared.set_len(line.len() as u64)?;
+            if size > line.len() as u64 {
+                shared.set_len(line.len() as u64)?;
+            }
             fsx::rename_at(self.dir.as_fd(), tmp.as_str(), name.as_str())?;
             Ok(own)
         })();
@@ -152,6 +164,7 @@ impl Runs {
                 started,
                 id: id.clone(),
                 state: std::cell::Cell::new(state),
+                last_scan: std::cell::RefCell::new(None),
             }),
             Err(e) => {
                 let _ = fsx::unlink_at(self.dir.as_fd(), tmp.as_str());
@@ -161,17 +174,16 @@ impl Runs {
     }
 }
 
-/// The name an ended launch's marker file is left under, emptied and
-/// unlocked, for the next launch to take instead of creating a file (at
-/// most one; scans never read it as a marker, and unlike the other dot
-/// files it is not removed when old: a launch that cannot use it removes
-/// it).
+/// The name an ended launch's marker file is left under, unlocked, for the
+/// next launch to take instead of creating a file (at most one; scans never
+/// read it as a marker, whatever it holds, and unlike the other dot files
+/// it is not removed when old: a launch that cannot use it removes it).
 const SPARE: &std::ffi::CStr = c".spare";
 
-/// Take the spare marker file under the private name `tmp`: the open file,
-/// if it is a regular file of this user with one link; else it is removed
-/// and None.
-fn claim_spare(dir: BorrowedFd<'_>, tmp: &str) -> Option<File> {
+/// Take the spare marker file under the private name `tmp`: the open file
+/// and its size, if it is a regular file of this user with one link; else
+/// it is removed and None.
+fn claim_spare(dir: BorrowedFd<'_>, tmp: &str) -> Option<(File, u64)> {
     fsx::rename_at(dir, SPARE, tmp).ok()?;
     let file = openat(
         dir,
@@ -182,21 +194,21 @@ fn claim_spare(dir: BorrowedFd<'_>, tmp: &str) -> Option<File> {
     .ok()
     .map(File::from);
     let euid = nix::unistd::geteuid().as_raw();
-    let usable = file.as_ref().is_some_and(|f| {
-        nix::sys::stat::fstat(f).is_ok_and(|st| {
-            let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode)
-                & nix::sys::stat::SFlag::S_IFMT;
-            kind == nix::sys::stat::SFlag::S_IFREG
-                && st.st_nlink == 1
-                && st.st_uid == euid
-                && st.st_size as u64 <= MAX_MARKER
-        })
+    let usable = file.and_then(|f| {
+        let st = nix::sys::stat::fstat(&f).ok()?;
+        let kind =
+            nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+        let size = u64::try_from(st.st_size).ok()?;
+        (kind == nix::sys::stat::SFlag::S_IFREG
+            && st.st_nlink == 1
+            && st.st_uid == euid
+            && size <= MAX_MARKER)
+            .then_some((f, size))
     });
-    if !usable {
+    if usable.is_none() {
         let _ = fsx::unlink_at(dir, tmp);
-        return None;
     }
-    file
+    usable
 }
 
 pub(super) fn line(state: State, id: &Identity, started: u128) -> Vec<u8> {
@@ -218,8 +230,9 @@ type Foreign = (String, u32);
 /// The markers of the directory (a marker another user owns is not one:
 /// any user can add a file to a shared root's sticky directory, and a
 /// planted live marker would stop the prune), the names of unfinished
-/// registrations, and the markers of other users with their owner.
-fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
+/// registrations, and the markers of other users with their owner. The
+/// marker named `mine` (the caller's own) is not read.
+fn scan_dir(dir: BorrowedFd<'_>, mine: Option<&str>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
     let Ok(entries) = fsx::list_dir(dir) else {
         return (Vec::new(), Vec::new(), Vec::new());
     };
@@ -242,6 +255,9 @@ fn scan_dir(dir: BorrowedFd<'_>) -> (Vec<Seen>, Vec<Vec<u8>>, Vec<Foreign>) {
         let Ok(name) = String::from_utf8(name) else {
             continue;
         };
+        if Some(name.as_str()) == mine {
+            continue;
+        }
         match read_marker(dir, &name, &mut buf, euid) {
             Ok(seen) => out.push(seen),
             Err(Some(uid)) => foreign.push((name, uid)),
@@ -346,7 +362,28 @@ pub struct Marker {
     started: u128,
     id: Identity,
     state: std::cell::Cell<State>,
+    /// The last scan [`Marker::others`] made, for the drop to reuse while
+    /// it is fresh ([`SCAN_REUSE`]).
+    last_scan: std::cell::RefCell<Option<Scan>>,
 }
+
+/// A scan of the markers' directory: when, the markers (this launch's own
+/// left out) and the unfinished registrations.
+struct Scan {
+    at: std::time::Instant,
+    seen: Vec<Seen>,
+    strays: Vec<Vec<u8>>,
+}
+
+/// How long the drop trusts a scan [`Marker::others`] made instead of
+/// listing the directory again (at exit the commit runs between the two).
+/// A scan that recent is as safe a basis as a new one: every launch live
+/// then that started before this one counts as needing this launch's
+/// marker (at worst an `ended` copy is left that the next launch tidies
+/// away), and a launch that registers after it took its start time after
+/// this one's (registrations take the cache lock), so it needs neither
+/// this marker nor the ended ones the scan saw.
+const SCAN_REUSE: Duration = Duration::from_millis(100);
 
 impl Marker {
     /// Say what this launch is doing now (one write of the first word).
@@ -375,11 +412,18 @@ impl Marker {
     /// started after this one (it ran alongside, and its engine may have
     /// written some of the rank files).
     pub fn others(&self) -> Vec<Seen> {
-        scan_dir(self.dir.as_fd())
-            .0
-            .into_iter()
-            .filter(|s| s.name != self.name && (s.live() || s.started >= self.started))
-            .collect()
+        let (seen, strays, _) = scan_dir(self.dir.as_fd(), Some(&self.name));
+        let others = seen
+            .iter()
+            .filter(|s| s.live() || s.started >= self.started)
+            .cloned()
+            .collect();
+        *self.last_scan.borrow_mut() = Some(Scan {
+            at: std::time::Instant::now(),
+            seen,
+            strays,
+        });
+        others
     }
 
     /// Let the next exec inherit the descriptor holding byte 0 (`true`), or
@@ -399,17 +443,17 @@ impl Marker {
 }
 
 impl Marker {
-    /// Empty this launch's marker file and leave it as the spare for the
-    /// next launch, unless there is one already. Its locks go when this
-    /// process and the engine's last holder exit; a launch that takes it
-    /// while they still hold it finds it locked and makes a new one.
+    /// Leave this launch's marker file as the spare for the next launch,
+    /// unless there is one already. It keeps its line (no scan reads the
+    /// spare, and the launch that takes it writes its own line before the
+    /// file is seen again). Its locks go when this process and the engine's
+    /// last holder exit; a launch that takes it while they still hold it
+    /// finds it locked and makes a new one.
     fn leave_spare(&self) -> bool {
         let Ok(name) = std::ffi::CString::new(self.name.as_str()) else {
             return false;
         };
-        self.shared.set_len(0).is_ok()
-            && crate::sys::renameat2_noreplace(self.dir.as_fd(), &name, self.dir.as_fd(), SPARE)
-                .is_ok()
+        crate::sys::renameat2_noreplace(self.dir.as_fd(), &name, self.dir.as_fd(), SPARE).is_ok()
     }
 }
 
@@ -420,10 +464,14 @@ impl Drop for Marker {
     /// its lock on a file nobody reads).
     fn drop(&mut self) {
         let dir = self.dir.as_fd();
-        let (seen, strays, _) = scan_dir(dir);
-        let needed = seen
-            .iter()
-            .any(|s| s.name != self.name && s.live() && s.started <= self.started);
+        let (seen, strays) = match self.last_scan.take() {
+            Some(s) if s.at.elapsed() < SCAN_REUSE => (s.seen, s.strays),
+            _ => {
+                let (seen, strays, _) = scan_dir(dir, Some(&self.name));
+                (seen, strays)
+            }
+        };
+        let needed = seen.iter().any(|s| s.live() && s.started <= self.started);
         if needed {
             let name = match std::ffi::CString::new(self.name.as_str()) {
                 Ok(n) => n,

@@ -116,10 +116,40 @@ fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
     assert!(m.others().is_empty(), "a launch does not see itself");
     drop(m);
     assert!(runs.scan().is_empty());
-    // Its file is left empty as the spare, and nothing else.
+    // Its file is left as the spare, and nothing else.
     let dir = root.path().join(".keepwrap/running");
     assert_eq!(names(&dir), [".spare"]);
-    assert_eq!(std::fs::metadata(dir.join(".spare")).unwrap().len(), 0);
+}
+
+#[test]
+fn a_marker_written_over_a_longer_spare_holds_its_own_line_only() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(".keepwrap/running");
+    let long = id(&"f".repeat(64), &"b".repeat(64), &"node-rank=7,".repeat(20));
+    let short = id(&"e".repeat(64), &"c".repeat(64), "-");
+    let register = |i: &Identity| {
+        Runs::open(root.path())
+            .unwrap()
+            .register(i, State::Tuning)
+            .unwrap()
+    };
+    drop(register(&long));
+    let left = std::fs::read(dir.join(".spare")).unwrap();
+    let m = register(&short);
+    let text = std::fs::read(dir.join(&m.name)).unwrap();
+    assert!(text.len() < left.len(), "the spare held the longer line");
+    let started: u128 = m.name.split('-').nth(1).unwrap().parse().unwrap();
+    assert_eq!(text, line(State::Tuning, &short, started));
+    let seen = Runs::open(root.path()).unwrap().scan();
+    assert_eq!((seen.len(), &seen[0].id), (1, &short));
+    // And the other way: a longer line over a shorter spare.
+    drop(m);
+    let m = register(&long);
+    let started: u128 = m.name.split('-').nth(1).unwrap().parse().unwrap();
+    assert_eq!(
+        std::fs::read(dir.join(&m.name)).unwrap(),
+        line(State::Tuning, &long, started)
+    );
 }
 
 fn names(dir: &Path) -> Vec<String> {
