@@ -162,30 +162,6 @@ fn renameat2(
     }
 }
 
-/// `getdents64(dir, buf)`: the next entries of the open directory `dir`
-/// as `linux_dirent64` records packed in `buf` (see
-/// [`crate::cache::dirents`]); 0 at its end. Without the C library's
-/// `DIR` stream, which costs an `fstat`, two `fcntl` and an `lseek` per
-/// directory.
-pub fn getdents64(dir: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which
-    // is valid for writes of that many for the duration of the call; the
-    // descriptor is borrowed for it.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_getdents64,
-            dir.as_raw_fd(),
-            buf.as_mut_ptr(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 /// Give the calling thread (only it) the nice value `nice`.
 pub fn set_thread_nice(nice: i32) {
     // SAFETY: two system calls on integers: this thread's own id, and the

@@ -17,22 +17,22 @@ pub struct Dirent<'a> {
     pub kind: Option<Kind>,
 }
 
-/// Buffer size of one `getdents64` call (the C library's).
-const BUF: usize = 32 * 1024;
+/// A buffer for [`for_each`] as large as the C library's: a directory of
+/// thousands of entries in a few calls.
+pub fn large_buf() -> Vec<u8> {
+    vec![0; 32 * 1024]
+}
 
 /// Call `each` for every entry of the open directory `dir` (not `.` nor
 /// `..`), from where its offset is (a descriptor just opened: the start),
-/// in the kernel's order; `each` returns false to stop. `buf` is reused
-/// between calls: of 32 KiB unless it holds 1 KiB or more already (a small
-/// directory needs no more).
+/// in the kernel's order; `each` returns false to stop. `buf` takes the
+/// records of one `getdents64` call at a time (4 KiB is plenty for a small
+/// directory; [`large_buf`] for a large one).
 pub fn for_each(
     dir: BorrowedFd<'_>,
-    buf: &mut Vec<u8>,
+    buf: &mut [u8],
     each: &mut dyn FnMut(&Dirent<'_>) -> bool,
 ) -> io::Result<()> {
-    if buf.len() < 1024 {
-        buf.resize(BUF, 0);
-    }
     loop {
         let n = crate::sys::getdents64(dir, buf)?;
         if n == 0 {
@@ -104,7 +104,7 @@ mod tests {
         want.push((b"link".to_vec(), ino, Some(Kind::Symlink)));
         let dir = std::fs::File::open(t.path()).unwrap();
         let mut got = Vec::new();
-        let mut buf = Vec::new();
+        let mut buf = large_buf();
         for_each(dir.as_fd(), &mut buf, &mut |d| {
             got.push((d.name.to_vec(), d.ino, d.kind));
             true

@@ -239,7 +239,7 @@ impl DirView<'_> {
     }
 }
 
-fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut Vec<u8>) -> bool {
+fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u8]) -> bool {
     out.names.clear();
     out.ents.clear();
     let mut pending_unknown = Vec::new();
@@ -296,7 +296,7 @@ pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
     let mut rel = Vec::new();
     let mut cx = WalkCx {
         euid,
-        buf: Vec::new(),
+        buf: super::dirents::large_buf(),
     };
     walk_dir(root, None, &mut rel, None, &mut cx, 0, visit);
 }

@@ -214,7 +214,7 @@ pub(super) fn same_as_checked(moved: BorrowedFd<'_>, set: &ForeignSet) -> Result
     // Entries whose inode number is not the one checked: `lstat`ed after.
     let mut recheck = Vec::new();
     let mut stranger = None;
-    let mut buf = vec![0; 4096];
+    let mut buf = [0u8; 4096];
     cache::dirents::for_each(moved, &mut buf, &mut |e| {
         let found = want
             .binary_search_by(|w| w.0.as_bytes().cmp(e.name))

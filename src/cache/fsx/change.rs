@@ -285,42 +285,18 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Kind)>> {
     // and a close (the C library's `opendir` adds an fstat, two fcntl and a
     // rewind).
     let mut buf = [0u8; 4096];
-    loop {
-        let n = crate::sys::getdents64(fd.as_fd(), &mut buf)?;
-        if n == 0 {
-            break;
-        }
-        let mut at = 0;
-        // linux_dirent64: d_ino (8 bytes), d_off (8), d_reclen (2),
-        // d_type (1), then the name, NUL-terminated.
-        while at + 19 <= n {
-            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-            if reclen < 19 || at + reclen > n {
-                return Err(io::Error::other("malformed directory entry"));
-            }
-            let rec = &buf[at..at + reclen];
-            at += reclen;
-            let raw = &rec[19..];
-            let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let kind = match rec[18] {
-                libc::DT_REG => Kind::File,
-                libc::DT_DIR => Kind::Dir,
-                libc::DT_LNK => Kind::Symlink,
-                libc::DT_FIFO => Kind::Fifo,
-                libc::DT_SOCK => Kind::Socket,
-                libc::DT_CHR | libc::DT_BLK => Kind::Device,
-                // DT_UNKNOWN: a file system without d_type.
-                _ => match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) => Kind::from_mode(st.st_mode),
-                    Err(_) => continue,
-                },
-            };
-            out.push((name.to_vec(), kind));
-        }
-    }
+    crate::cache::dirents::for_each(fd.as_fd(), &mut buf, &mut |e| {
+        let kind = match e.kind {
+            Some(kind) => kind,
+            // DT_UNKNOWN: a file system without d_type.
+            None => match fstatat(dir, e.name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Kind::from_mode(st.st_mode),
+                Err(_) => return true,
+            },
+        };
+        out.push((e.name.to_vec(), kind));
+        true
+    })?;
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
