@@ -182,8 +182,8 @@ impl Store {
 /// directory moved into the store by one rename, so that nothing can reach
 /// its files through the cache tree any more. This listing, taken after
 /// the move, sees every name the directory holds:
-/// - a file planted in it, before the move or after it (through the
-///   staging path or a descriptor held open), is an entry that is not the
+/// - a file planted in it, before the move or after it (through its path
+///   in the store or a descriptor held open), is an entry that is not the
 ///   set's, or one too many: refused;
 /// - a member replaced (by `rename` over it, as the engine saves its
 ///   files, or deleted and written anew) is its name bound to another
@@ -193,14 +193,15 @@ impl Store {
 ///   another reason (a file system whose listing numbers differ from
 ///   `stat`'s, such as some overlay set-ups), the entry is `lstat`ed and
 ///   compared whole (inode, size, modification time), as before;
-/// - a member rewritten in place (the same inode) is not seen here; nor
-///   was it when it happened through a descriptor opened before the check,
-///   and nothing in the store is trusted on stash's word: before a set
-///   leaves the store every byte and every sidecar is checked again
-///   ([`Store::verify`]), so such a file never reaches the engine. Only a
-///   process of the same user can write them (a directory another user can
-///   write never reaches the store), and the engine never does: it saves
-///   by rename.
+/// - a member rewritten in place (the same inode) between prune's check
+///   and this listing is not seen here (an `lstat` saw it only when its
+///   size or modification time changed, and no check sees a write made
+///   later through a descriptor opened before). Nothing in the store is
+///   trusted on stash's word: before a set leaves the store every byte and
+///   every sidecar is checked again ([`Store::verify`]), so such a file
+///   never reaches the engine. Only a process of the same user can write
+///   them in place (a directory another user can write never reaches the
+///   store), and the engine never does: it saves by rename.
 pub(super) fn same_as_checked(moved: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), String> {
     // The expected names, sorted, with the identity checked.
     let mut want: Vec<(CString, cache::FileId, &str)> = Vec::with_capacity(2 * set.checked.len());
