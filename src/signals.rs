@@ -2,6 +2,9 @@
 //! thread of keepwrap blocks (so that they queue for the supervisor's
 //! signalfd), their names, and how a process ended.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
 use nix::sys::signal::{SigSet, Signal};
 
 /// Signals that report a fault of the thread that raised it. They are never
@@ -89,14 +92,14 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            block_signals_in_thread();
-            f()
-        });
-    block_signals_in_thread();
-    spawned
+    starting_a_thread(|| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                block_signals_in_thread();
+                f()
+            })
+    })
 }
 
 /// [`spawn`] for a thread of `scope`.
@@ -109,14 +112,77 @@ where
     F: FnOnce() -> T + Send + 'scope,
     T: Send + 'scope,
 {
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .spawn_scoped(scope, move || {
-            block_signals_in_thread();
-            f()
-        });
+    starting_a_thread(|| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(scope, move || {
+                block_signals_in_thread();
+                f()
+            })
+    })
+}
+
+/// Has keepwrap started a thread yet?
+static STARTED_A_THREAD: AtomicBool = AtomicBool::new(false);
+/// The C library's own signals taken out of the queue before keepwrap's
+/// first thread start, for the supervisor to forward ([`take_held`]).
+static HELD: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Run `start` (which starts a thread that blocks the handled signals
+/// first thing), then block them again in this thread. The C library
+/// unblocks its own signals in the thread that starts its first thread,
+/// and starts that thread with them unblocked: those pending then would be
+/// taken by it (glibc's handlers, or dropped as ignored) instead of read
+/// from the signalfd and forwarded. So the first time, the pending ones
+/// are taken out of the queue first and held for the supervisor, which
+/// forwards them as it forwards every signal ([`take_held`]). The first
+/// thread is always started by the supervisor's thread, the only one there
+/// is then.
+fn starting_a_thread<H>(start: impl FnOnce() -> H) -> H {
+    let first = !STARTED_A_THREAD.swap(true, Ordering::SeqCst);
+    if first {
+        let held = take_pending(library_signals_mask());
+        if !held.is_empty() {
+            held_signals().extend(held);
+        }
+    }
+    let started = start();
     block_signals_in_thread();
-    spawned
+    started
+}
+
+/// The signals held at keepwrap's first thread start, once: each is to be
+/// forwarded as if just read from the signalfd.
+pub fn take_held() -> Vec<i32> {
+    if !STARTED_A_THREAD.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    std::mem::take(&mut *held_signals())
+}
+
+fn held_signals() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The C library's own signals, as a kernel mask: 32 up to `SIGRTMIN`
+/// (32 and 33 with glibc, 32 to 34 with musl).
+fn library_signals_mask() -> u64 {
+    (32..libc::SIGRTMIN()).fold(0, |mask, n| mask | 1 << (n - 1))
+}
+
+/// Take every pending instance of the signals in `mask` (blocked, so
+/// queued) out of the queue, in order.
+fn take_pending(mask: u64) -> Vec<i32> {
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let set = crate::sys::sigset_of_mask(mask);
+    let Ok(fd) = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) else {
+        return Vec::new();
+    };
+    let mut held = Vec::new();
+    while let Ok(Some(info)) = fd.read_signal() {
+        held.push(info.ssi_signo as i32);
+    }
+    held
 }
 
 /// Block the handled signals (again) with the raw system call.
