@@ -253,6 +253,100 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
     }
 }
 
+/// A stop signal while the share is read before the start ends the wait
+/// at once, as every other wait before the start does, and not when the
+/// read is done or `--share-timeout` gives up on it. Here the read is long:
+/// 255 nodes have published one 64 MiB file each (sparse) whose digest
+/// never matches, so every one is read and hashed twice.
+#[test]
+fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
+    let h = home();
+    let root = h.path().join("root");
+    let share = h.path().join("share");
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    std::fs::create_dir_all(&share).unwrap();
+    // The lock held until the publications are in place (they name the
+    // cluster fingerprint the launch logs first).
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let mark = h.path().join("started");
+    let share_s = share.display().to_string();
+    let mut cmd = marked(
+        &root,
+        &mark,
+        &[
+            "--unify",
+            "on",
+            "--share",
+            &share_s,
+            "--share-timeout",
+            "40s",
+        ],
+    );
+    cmd.args(["sh", "--nnodes", "256", "--node-rank", "255"]);
+    let mut b = Running::spawn(&mut cmd);
+    let cluster = b.wait_event("share_cluster", Duration::from_secs(30))["cluster_fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rel = "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json";
+    let size: u64 = 64 << 20;
+    for rank in 0..255 {
+        let node = share.join(format!("keepwrap/{cluster}/node{rank}"));
+        let file = node.join(rel);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::File::create(&file).unwrap().set_len(size).unwrap();
+        let manifest = json!({
+            "format": 1,
+            "cluster_fingerprint": cluster,
+            "node_rank": rank,
+            "nnodes": 256,
+            "published_at": 0,
+            "published_at_utc": "1970-01-01T00:00:00Z",
+            "keepwrap": "0",
+            "files": [{"path": rel, "sha256": "0".repeat(64), "size": size, "metadata": null}],
+        });
+        std::fs::write(node.join("manifest.json"), manifest.to_string()).unwrap();
+    }
+    lock.unlock().unwrap();
+    let pid = b.guard.pid().as_raw();
+    wait_for("the share read", Duration::from_secs(30), || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "keepwrap-share")
+            })
+            .then_some(())
+    });
+    b.guard.signal(Signal::SIGTERM);
+    let signalled = Instant::now();
+    let b = b.finish(Duration::from_secs(90));
+    let took = signalled.elapsed();
+    assert_eq!(b.code, 143, "{}", b.stderr);
+    assert!(
+        b.logged_with(
+            "stopped_before_start",
+            json!({"signal": "SIGTERM", "status": 143})
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(!mark.exists(), "the engine was not started");
+    assert!(
+        !b.has_event("share_slow"),
+        "the read was not waited for: {}",
+        b.stderr
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}: {}", b.stderr);
+}
+
 /// A TERM while keepwrap is busy before the start (here: moving another
 /// launch's signed set into the store, a slow disk making every rename
 /// last 400 ms) and not waiting: keepwrap still exits 143 without starting
