@@ -278,6 +278,28 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
 }
 
 #[test]
+fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
+    // Launches of other fingerprints, with sets of their own stashed and
+    // restored meanwhile, leave that entry and its manifest alone.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    let b = fp('b');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    killed_between_the_renames(root, &store, &a);
+    signed_dir(root, "00000000000000bb", 2, &b);
+    for _ in 0..2 {
+        assert_eq!(prune(root, &store).stored, 2);
+        assert_eq!(store.restore(&b).expect("b restored").paths.len(), 2);
+        store.recover();
+    }
+    assert_eq!(store.entries().len(), 1);
+    let back = store.restore(&a).expect("a restored");
+    assert_eq!(back.paths.len(), 4);
+}
+
+#[test]
 fn an_entry_whose_manifest_had_not_moved_in_is_checked_and_evicted_like_any() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
