@@ -228,6 +228,7 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
         (Signal::SIGTERM, 143),
         (Signal::SIGINT, 130),
         (Signal::SIGHUP, 129),
+        (Signal::SIGQUIT, 131),
     ] {
         let h = home();
         let root = h.path().join("root");
