@@ -254,6 +254,45 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
     }
 }
 
+/// A signal that is not a stop, sent while keepwrap waits for the cache
+/// lock, does not end the wait: it reaches the engine once it runs (here a
+/// shell, which USR1 ends: keepwrap exits 128+10).
+#[test]
+fn another_signal_while_waiting_for_the_cache_lock_reaches_the_engine() {
+    let h = home();
+    let root = h.path().join("root");
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let mark = h.path().join("started");
+    let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
+    b.wait_event("lock_waiting", Duration::from_secs(30));
+    b.guard.signal(Signal::SIGUSR1);
+    // Still waiting: the lock's release lets it go on.
+    let pid = b.guard.pid();
+    wait_for("USR1 pending", Duration::from_secs(10), || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .any(|l| {
+                l.strip_prefix("ShdPnd:").is_some_and(|m| {
+                    u64::from_str_radix(m.trim(), 16).is_ok_and(|m| m & (1 << 9) != 0)
+                })
+            })
+            .then_some(())
+    });
+    assert!(children_of(pid.as_raw()).is_empty(), "no engine yet");
+    lock.unlock().unwrap();
+    let b = b.finish(Duration::from_secs(30));
+    assert_eq!(b.code, 138, "{}", b.stderr);
+    assert!(!b.has_event("stopped_before_start"), "{}", b.stderr);
+}
+
 /// A stop signal while the share is read before the start ends the wait
 /// at once, as every other wait before the start does, and not when the
 /// read is done or `--share-timeout` gives up on it. Here the read is long:
