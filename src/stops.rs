@@ -89,6 +89,13 @@ pub fn pause(d: Duration) {
     }
 }
 
+/// While a watch is on, hand a stop signal that has come to the watch's
+/// handler (which exits); for a wait that does not sleep in [`pause`] (a
+/// channel's, with a timeout), between its slices.
+pub fn check() {
+    pause(Duration::ZERO);
+}
+
 fn pending(fd: &SignalFd) -> Option<Signal> {
     match fd.read_signal() {
         Ok(Some(info)) => Signal::try_from(info.ssi_signo as i32).ok(),

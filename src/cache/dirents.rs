@@ -80,6 +80,66 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
+    /// A record as the kernel lays it out, with `reclen` and `name` as given.
+    fn raw(ino: u64, reclen: u16, dtype: u8, name: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&ino.to_ne_bytes());
+        b.extend_from_slice(&0i64.to_ne_bytes());
+        b.extend_from_slice(&reclen.to_ne_bytes());
+        b.push(dtype);
+        b.extend_from_slice(name);
+        b
+    }
+
+    #[test]
+    fn a_malformed_record_is_refused_and_never_read_past_its_buffer() {
+        // Too short for its header, a length shorter than the header or
+        // longer than the buffer, a name without its NUL.
+        for b in [
+            Vec::new(),
+            vec![0; 18],
+            raw(1, 0, libc::DT_REG, b"a\0"),
+            raw(1, 18, libc::DT_REG, b"a\0"),
+            raw(1, 24, libc::DT_REG, b"a\0"),
+            raw(1, 21, libc::DT_REG, b"ab"),
+            raw(1, u16::MAX, libc::DT_REG, b"a\0"),
+        ] {
+            assert!(record(&b).is_none(), "{b:?}");
+        }
+        // A well-formed one: its name up to the NUL, whatever its bytes.
+        let b = raw(7, 24, libc::DT_DIR, b"\xff\n\0\0\0");
+        let (d, len) = record(&b).unwrap();
+        assert_eq!(
+            (d.name, d.ino, d.kind, len),
+            (&b"\xff\n"[..], 7, Some(Kind::Dir), 24)
+        );
+        let b = raw(7, 19, 0, b"");
+        assert!(
+            record(&b).is_none(),
+            "an empty name has no NUL in its record"
+        );
+        // Every byte string: no panic, and a record found lies within it.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..2000usize {
+            let mut b = vec![0u8; len % 300];
+            for c in &mut b {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *c = x as u8;
+            }
+            if b.len() >= 18 {
+                // Lengths near the buffer's, where the bounds are.
+                let r = (b.len() as u16).saturating_sub((x % 4) as u16);
+                b[16..18].copy_from_slice(&r.to_ne_bytes());
+            }
+            if let Some((d, reclen)) = record(&b) {
+                assert!((19..=b.len()).contains(&reclen));
+                assert!(19 + d.name.len() < reclen);
+            }
+        }
+    }
+
     #[test]
     fn lists_every_entry_with_its_inode_and_kind() {
         let t = tempfile::tempdir().unwrap();

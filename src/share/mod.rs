@@ -168,6 +168,11 @@ pub fn node_of(argv: &[OsString]) -> Result<Node, NodeError> {
 
 /// Run `f` on a short-lived thread and wait at most `timeout` for it. `None`
 /// on timeout (the thread is abandoned). Runs inline if no thread starts.
+/// Before the engine starts the wait is one of those a stop signal ends:
+/// it looks for one every [`STOP_CHECK`] ([`crate::stops::check`]).
+/// How often [`bounded`] looks for a stop signal while it waits.
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
 pub(crate) fn bounded<T: Send + 'static>(
     timeout: Duration,
     f: impl FnOnce() -> T + Send + 'static,
@@ -181,7 +186,19 @@ pub(crate) fn bounded<T: Send + 'static>(
         }
     });
     match spawned {
-        Ok(_) => rx.recv_timeout(timeout).ok(),
+        Ok(_) => {
+            let deadline = crate::clock::after(std::time::Instant::now(), timeout);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match rx.recv_timeout(left.min(STOP_CHECK)) {
+                    Ok(v) => return Some(v),
+                    Err(mpsc::RecvTimeoutError::Timeout) if left > STOP_CHECK => {
+                        crate::stops::check()
+                    }
+                    Err(_) => return None,
+                }
+            }
+        }
         Err(_) => f.lock().ok().and_then(|mut f| f.take()).map(|f| f()),
     }
 }

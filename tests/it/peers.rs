@@ -228,6 +228,7 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
         (Signal::SIGTERM, 143),
         (Signal::SIGINT, 130),
         (Signal::SIGHUP, 129),
+        (Signal::SIGQUIT, 131),
     ] {
         let h = home();
         let root = h.path().join("root");
@@ -251,6 +252,183 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
         assert_eq!(b.code, code, "{sig}: {}", b.stderr);
         assert!(!mark.exists(), "{sig}: the engine was not started");
     }
+}
+
+/// A signal that is not a stop, sent while keepwrap waits for the cache
+/// lock, does not end the wait: it reaches the engine once it runs (here a
+/// shell, which USR1 ends: keepwrap exits 128+10).
+#[test]
+fn another_signal_while_waiting_for_the_cache_lock_reaches_the_engine() {
+    let h = home();
+    let root = h.path().join("root");
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let mark = h.path().join("started");
+    let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
+    b.wait_event("lock_waiting", Duration::from_secs(30));
+    b.guard.signal(Signal::SIGUSR1);
+    // Still waiting: the lock's release lets it go on.
+    let pid = b.guard.pid();
+    wait_for("USR1 pending", Duration::from_secs(10), || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .any(|l| {
+                l.strip_prefix("ShdPnd:").is_some_and(|m| {
+                    u64::from_str_radix(m.trim(), 16).is_ok_and(|m| m & (1 << 9) != 0)
+                })
+            })
+            .then_some(())
+    });
+    assert!(children_of(pid.as_raw()).is_empty(), "no engine yet");
+    lock.unlock().unwrap();
+    let b = b.finish(Duration::from_secs(30));
+    assert_eq!(b.code, 138, "{}", b.stderr);
+    assert!(!b.has_event("stopped_before_start"), "{}", b.stderr);
+}
+
+/// The signals the C library keeps for itself (32 and 33 with glibc, 33
+/// and 34 with musl), sent while keepwrap waits for the cache lock, before
+/// it started any thread: they stay pending until the engine runs and
+/// reach it, though the first thread start unblocks them in the thread
+/// that starts it. The engine, a shell, is ended by each (128+N).
+#[test]
+#[ignore = "bug: pending when a thread starts before the engine runs (the share's read), the C library's own signals never reach it: with glibc 32 and 33 (33 taken by the handler glibc installs at its first thread start, 32 by the new thread, which glibc starts with 32 unblocked), with musl 33 and 34"]
+fn the_c_library_s_signals_sent_before_the_start_reach_the_engine() {
+    let mut got = Vec::new();
+    for sig in [32, 33, 34] {
+        let h = home();
+        let root = h.path().join("root");
+        std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join(".keepwrap/lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        // A share to read before the start: a thread starts then.
+        let share = h.path().join("share");
+        std::fs::create_dir_all(&share).unwrap();
+        let mut cmd = keepwrap(&root);
+        cmd.args(["--unify", "on", "--share"])
+            .arg(&share)
+            .args(["--", "sh", "-c", "sleep 10", "sh"])
+            .args(["--nnodes", "2", "--node-rank", "1"]);
+        let mut b = Running::spawn(&mut cmd);
+        b.wait_event("lock_waiting", Duration::from_secs(30));
+        let pid = b.guard.pid().as_raw();
+        // SAFETY: kill(2) with a valid pid and signal number.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        lock.unlock().unwrap();
+        let b = b.finish(Duration::from_secs(30));
+        got.push((sig, b.code));
+    }
+    assert_eq!(
+        got,
+        [(32, 160), (33, 161), (34, 162)],
+        "(signal, exit status)"
+    );
+}
+
+/// A stop signal while the share is read before the start ends the wait
+/// at once, as every other wait before the start does, and not when the
+/// read is done or `--share-timeout` gives up on it. Here the read is long:
+/// 255 nodes have published one 64 MiB file each (sparse) whose digest
+/// never matches, so every one is read and hashed twice.
+#[test]
+fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
+    let h = home();
+    let root = h.path().join("root");
+    let share = h.path().join("share");
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    std::fs::create_dir_all(&share).unwrap();
+    // The lock held until the publications are in place (they name the
+    // cluster fingerprint the launch logs first).
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let mark = h.path().join("started");
+    let share_s = share.display().to_string();
+    let mut cmd = marked(
+        &root,
+        &mark,
+        &[
+            "--unify",
+            "on",
+            "--share",
+            &share_s,
+            "--share-timeout",
+            "40s",
+        ],
+    );
+    cmd.args(["sh", "--nnodes", "256", "--node-rank", "255"]);
+    let mut b = Running::spawn(&mut cmd);
+    let cluster = b.wait_event("share_cluster", Duration::from_secs(30))["cluster_fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rel = "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json";
+    let size: u64 = 64 << 20;
+    for rank in 0..255 {
+        let node = share.join(format!("keepwrap/{cluster}/node{rank}"));
+        let file = node.join(rel);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::File::create(&file).unwrap().set_len(size).unwrap();
+        let manifest = json!({
+            "format": 1,
+            "cluster_fingerprint": cluster,
+            "node_rank": rank,
+            "nnodes": 256,
+            "published_at": 0,
+            "published_at_utc": "1970-01-01T00:00:00Z",
+            "keepwrap": "0",
+            "files": [{"path": rel, "sha256": "0".repeat(64), "size": size, "metadata": null}],
+        });
+        std::fs::write(node.join("manifest.json"), manifest.to_string()).unwrap();
+    }
+    lock.unlock().unwrap();
+    let pid = b.guard.pid().as_raw();
+    wait_for("the share read", Duration::from_secs(30), || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "keepwrap-share")
+            })
+            .then_some(())
+    });
+    b.guard.signal(Signal::SIGTERM);
+    let signalled = Instant::now();
+    let b = b.finish(Duration::from_secs(90));
+    let took = signalled.elapsed();
+    assert_eq!(b.code, 143, "{}", b.stderr);
+    assert!(
+        b.logged_with(
+            "stopped_before_start",
+            json!({"signal": "SIGTERM", "status": 143})
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(!mark.exists(), "the engine was not started");
+    assert!(
+        !b.has_event("share_slow"),
+        "the read was not waited for: {}",
+        b.stderr
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}: {}", b.stderr);
 }
 
 /// A TERM while keepwrap is busy before the start (here: moving another

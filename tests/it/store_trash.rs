@@ -207,6 +207,32 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
         .exists());
 }
 
+#[test]
+fn a_member_deleted_and_written_anew_after_the_check_never_comes_back() {
+    // On a file system that gives a freed inode number to the next file
+    // (ext4 does), the new file has the old one's number: the listing
+    // cannot tell them apart, the check of every byte before the set
+    // leaves the store does.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    prune_meddled(root, &store, |dir| {
+        let f = dir.join("rank_tp2_pp0_dp0.json");
+        let mut bytes = fs::read(&f).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] = b'3';
+        fs::remove_file(&f).unwrap();
+        fs::write(&f, &bytes).unwrap();
+    });
+    assert!(store.restore(&a).is_none());
+    assert!(store.entries().is_empty());
+    assert!(!root
+        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
+        .exists());
+}
+
 /// A set whose directory moved into the store but whose manifest had not
 /// yet (keepwrap killed between the two renames): its entry's manifest is
 /// its launch's set manifest, still among the set manifests.
@@ -249,6 +275,28 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     store.recover();
     let r = cache::prune_stashing(root, &a, &mut |fd, set| store.stash(fd, set)).unwrap();
     assert_eq!((r.kept.len(), r.removed), (4, 0));
+}
+
+#[test]
+fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
+    // Launches of other fingerprints, with sets of their own stashed and
+    // restored meanwhile, leave that entry and its manifest alone.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    let b = fp('b');
+    signed_dir(root, "00000000000000aa", 4, &a);
+    let store = Store::open(root).unwrap();
+    killed_between_the_renames(root, &store, &a);
+    signed_dir(root, "00000000000000bb", 2, &b);
+    for _ in 0..2 {
+        assert_eq!(prune(root, &store).stored, 2);
+        assert_eq!(store.restore(&b).expect("b restored").paths.len(), 2);
+        store.recover();
+    }
+    assert_eq!(store.entries().len(), 1);
+    let back = store.restore(&a).expect("a restored");
+    assert_eq!(back.paths.len(), 4);
 }
 
 #[test]
