@@ -185,11 +185,13 @@ impl Store {
 /// - a file planted in it, before the move or after it (through its path
 ///   in the store or a descriptor held open), is an entry that is not the
 ///   set's, or one too many: refused;
-/// - a member replaced (by `rename` over it, as the engine saves its
-///   files, or deleted and written anew) is its name bound to another
-///   inode: the new file is created while the old one still holds its
-///   number (a rename over it frees the old inode only when the new one is
-///   in place), so the numbers differ: refused. Where they differ for
+/// - a member replaced by `rename` over it (as the engine saves its files)
+///   is its name bound to another inode: the new file is created while the
+///   old one still holds its number (a rename over it frees the old inode
+///   only when the new one is in place), so the numbers differ: refused. A
+///   member deleted first and then written anew may get the freed number
+///   back (ext4 and xfs reuse it) and is then not seen here, like a member
+///   rewritten in place (below). Where they differ for
 ///   another reason (a file system whose listing numbers differ from
 ///   `stat`'s, such as some overlay set-ups), the entry is `lstat`ed and
 ///   compared whole (inode, size, modification time), as before;

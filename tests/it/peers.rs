@@ -299,7 +299,6 @@ fn another_signal_while_waiting_for_the_cache_lock_reaches_the_engine() {
 /// reach it, though the first thread start unblocks them in the thread
 /// that starts it. The engine, a shell, is ended by each (128+N).
 #[test]
-#[ignore = "bug: pending when a thread starts before the engine runs (the share's read), the C library's own signals never reach it: with glibc 32 and 33 (33 taken by the handler glibc installs at its first thread start, 32 by the new thread, which glibc starts with 32 unblocked), with musl 33 and 34"]
 fn the_c_library_s_signals_sent_before_the_start_reach_the_engine() {
     let mut got = Vec::new();
     for sig in [32, 33, 34] {
