@@ -122,6 +122,33 @@ where
     })
 }
 
+/// `f` over `items` cut into as many parts as the machine has cores (at
+/// most 4): the first part on this thread, the others on threads named
+/// `name`, or here too when a thread cannot be started. The results, one
+/// per part, in order.
+pub fn in_parts<T: Sync, R: Send>(items: &[T], name: &str, f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    let parts = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let mut chunks = items.chunks(items.len().div_ceil(parts).max(1));
+    let first = chunks.next().unwrap_or_default();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .map(|part| (part, spawn_scoped(scope, name, move || f(part))))
+            .collect();
+        let mut out = Vec::with_capacity(handles.len() + 1);
+        out.push(f(first));
+        for (part, handle) in handles {
+            out.push(match handle {
+                Ok(h) => h.join().unwrap_or_else(|_| f(part)),
+                Err(_) => f(part),
+            });
+        }
+        out
+    })
+}
+
 /// Has keepwrap started a thread yet?
 static STARTED_A_THREAD: AtomicBool = AtomicBool::new(false);
 /// The C library's own signals taken out of the queue before keepwrap's

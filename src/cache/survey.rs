@@ -57,36 +57,11 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
             });
         }
     });
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4);
-    let chunk = jobs.len().div_ceil(threads).max(1);
     let root_fd = root_fd.as_fd();
-    let survey_part = |part: &[Job]| -> Vec<(FileInfo, Option<Sidecar>)> {
+    let parts = crate::signals::in_parts(&jobs, "keepwrap-survey", |part| {
         part.iter()
             .flat_map(|job| survey_dir(root_fd, job, verify))
-            .collect()
-    };
-    // One part runs here; the others on threads, or here too when a thread
-    // cannot be started.
-    let parts: Vec<Vec<(FileInfo, Option<Sidecar>)>> = std::thread::scope(|s| {
-        let mut chunks = jobs.chunks(chunk);
-        let first = chunks.next().unwrap_or_default();
-        let handles: Vec<_> = chunks
-            .map(|part| {
-                let handle =
-                    crate::signals::spawn_scoped(s, "keepwrap-survey", move || survey_part(part));
-                (part, handle)
-            })
-            .collect();
-        let mut parts = vec![survey_part(first)];
-        for (part, handle) in handles {
-            parts.push(match handle {
-                Ok(h) => h.join().unwrap_or_else(|_| survey_part(part)),
-                Err(_) => survey_part(part),
-            });
-        }
-        parts
+            .collect::<Vec<(FileInfo, Option<Sidecar>)>>()
     });
     let (mut out, sidecars): (Vec<FileInfo>, Vec<Option<Sidecar>>) =
         parts.into_iter().flatten().unzip();

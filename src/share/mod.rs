@@ -166,13 +166,13 @@ pub fn node_of(argv: &[OsString]) -> Result<Node, NodeError> {
     Ok(Node { nnodes, rank })
 }
 
+/// How often [`bounded`] looks for a stop signal while it waits.
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
 /// Run `f` on a short-lived thread and wait at most `timeout` for it. `None`
 /// on timeout (the thread is abandoned). Runs inline if no thread starts.
 /// Before the engine starts the wait is one of those a stop signal ends:
 /// it looks for one every [`STOP_CHECK`] ([`crate::stops::check`]).
-/// How often [`bounded`] looks for a stop signal while it waits.
-const STOP_CHECK: Duration = Duration::from_millis(20);
-
 pub(crate) fn bounded<T: Send + 'static>(
     timeout: Duration,
     f: impl FnOnce() -> T + Send + 'static,

@@ -345,34 +345,12 @@ fn parse_unique(
 /// container), so the files are parsed on up to 4 threads when the machine
 /// has the cores; on one thread when a thread cannot be started.
 fn parse_all(files: &[&RankFile]) -> Vec<serde_json::Result<Value>> {
-    let parse = |file: &&RankFile| serde_json::from_slice::<Value>(&file.bytes);
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4)
-        .min(files.len());
-    if workers <= 1 {
-        return files.iter().map(parse).collect();
-    }
-    let chunk = files.len().div_ceil(workers);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .skip(1)
-            .map(|part| {
-                let handle = crate::signals::spawn_scoped(scope, "keepwrap-unify", move || {
-                    part.iter().map(parse).collect::<Vec<_>>()
-                });
-                (part, handle)
-            })
-            .collect();
-        let mut out: Vec<serde_json::Result<Value>> = Vec::with_capacity(files.len());
-        out.extend(files[..chunk].iter().map(parse));
-        for (part, handle) in handles {
-            match handle {
-                Ok(handle) => out.extend(handle.join().expect("a parse thread panicked")),
-                Err(_) => out.extend(part.iter().map(parse)),
-            }
-        }
-        out
+    crate::signals::in_parts(files, "keepwrap-unify", |part| {
+        part.iter()
+            .map(|file| serde_json::from_slice::<Value>(&file.bytes))
+            .collect::<Vec<_>>()
     })
+    .into_iter()
+    .flatten()
+    .collect()
 }
