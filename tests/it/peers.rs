@@ -182,6 +182,21 @@ fn the_wait_is_bounded_then_the_launch_goes_on_hands_off() {
     assert!(markers(&root).is_empty(), "{:?}", markers(&root));
 }
 
+/// Take the cache lock of `root` (its `.keepwrap` made first), as another
+/// launch holding it would; held until the returned file is dropped or
+/// unlocked.
+fn hold_lock(root: &Path) -> std::fs::File {
+    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".keepwrap/lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    lock
+}
+
 /// `keepwrap [kw] -- sh -c 'touch MARK; sleep 30'`: a launch whose engine
 /// says when it started.
 fn marked(root: &Path, mark: &Path, kw: &[&str]) -> Command {
@@ -232,14 +247,7 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
     ] {
         let h = home();
         let root = h.path().join("root");
-        std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(root.join(".keepwrap/lock"))
-            .unwrap();
-        lock.lock().unwrap();
+        let _lock = hold_lock(&root);
         let mark = h.path().join("started");
         let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
         b.wait_event_with(
@@ -261,14 +269,7 @@ fn a_stop_signal_while_waiting_for_the_cache_lock_ends_the_wait() {
 fn another_signal_while_waiting_for_the_cache_lock_reaches_the_engine() {
     let h = home();
     let root = h.path().join("root");
-    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join(".keepwrap/lock"))
-        .unwrap();
-    lock.lock().unwrap();
+    let lock = hold_lock(&root);
     let mark = h.path().join("started");
     let mut b = Running::spawn(&mut marked(&root, &mark, &[]));
     b.wait_event("lock_waiting", Duration::from_secs(30));
@@ -304,14 +305,7 @@ fn the_c_library_s_signals_sent_before_the_start_reach_the_engine() {
     for sig in [32, 33, 34] {
         let h = home();
         let root = h.path().join("root");
-        std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(root.join(".keepwrap/lock"))
-            .unwrap();
-        lock.lock().unwrap();
+        let lock = hold_lock(&root);
         // A share to read before the start: a thread starts then.
         let share = h.path().join("share");
         std::fs::create_dir_all(&share).unwrap();
@@ -346,17 +340,10 @@ fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
     let h = home();
     let root = h.path().join("root");
     let share = h.path().join("share");
-    std::fs::create_dir_all(root.join(".keepwrap")).unwrap();
     std::fs::create_dir_all(&share).unwrap();
     // The lock held until the publications are in place (they name the
     // cluster fingerprint the launch logs first).
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join(".keepwrap/lock"))
-        .unwrap();
-    lock.lock().unwrap();
+    let lock = hold_lock(&root);
     let mark = h.path().join("started");
     let share_s = share.display().to_string();
     let mut cmd = marked(
