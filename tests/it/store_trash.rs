@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use keepwrap::cache;
 use keepwrap::store::Store;
@@ -178,6 +178,27 @@ fn a_file_planted_after_the_check_is_not_stored() {
     }
 }
 
+/// Rank 2's file in `dir` and its bytes with one digit changed (the same
+/// size).
+fn rank2_changed(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let f = dir.join("rank_tp2_pp0_dp0.json");
+    let mut bytes = fs::read(&f).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] = b'3';
+    (f, bytes)
+}
+
+/// Whether stash saw the change or not, rank 2's changed file never
+/// returns to the tree: the set of `a` is not restored, and no entry of it
+/// is left.
+fn never_comes_back(root: &Path, store: &Store, a: &str) {
+    assert!(store.restore(a).is_none());
+    assert!(store.entries().is_empty());
+    assert!(!root
+        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
+        .exists());
+}
+
 #[test]
 fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     let t = tempfile::tempdir().unwrap();
@@ -187,10 +208,7 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     let store = Store::open(root).unwrap();
     // The same inode, other bytes of the same size.
     prune_meddled(root, &store, |dir| {
-        let f = dir.join("rank_tp2_pp0_dp0.json");
-        let mut bytes = fs::read(&f).unwrap();
-        let last = bytes.len() - 2;
-        bytes[last] = b'3';
+        let (f, bytes) = rank2_changed(dir);
         fs::OpenOptions::new()
             .write(true)
             .open(&f)
@@ -198,13 +216,7 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
             .write_all(&bytes)
             .unwrap();
     });
-    // Whether stash saw it or not, the changed file never returns to the
-    // tree: the set is not restored, and no entry of it is left.
-    assert!(store.restore(&a).is_none());
-    assert!(store.entries().is_empty());
-    assert!(!root
-        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
-        .exists());
+    never_comes_back(root, &store, &a);
 }
 
 #[test]
@@ -219,18 +231,11 @@ fn a_member_deleted_and_written_anew_after_the_check_never_comes_back() {
     signed_dir(root, "00000000000000aa", 4, &a);
     let store = Store::open(root).unwrap();
     prune_meddled(root, &store, |dir| {
-        let f = dir.join("rank_tp2_pp0_dp0.json");
-        let mut bytes = fs::read(&f).unwrap();
-        let last = bytes.len() - 2;
-        bytes[last] = b'3';
+        let (f, bytes) = rank2_changed(dir);
         fs::remove_file(&f).unwrap();
         fs::write(&f, &bytes).unwrap();
     });
-    assert!(store.restore(&a).is_none());
-    assert!(store.entries().is_empty());
-    assert!(!root
-        .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
-        .exists());
+    never_comes_back(root, &store, &a);
 }
 
 /// A set whose directory moved into the store but whose manifest had not
