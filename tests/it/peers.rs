@@ -884,3 +884,6 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
     );
     assert_eq!(sidecars(&root).len(), 2);
 }
+
+/// Launches of different fingerprints meeting on one root (a RollingUpdate).
+mod rolling;
