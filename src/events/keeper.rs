@@ -266,7 +266,25 @@ pub fn orphan_on_root(other: &impl OtherLaunch) {
     );
 }
 
-/// Another launch runs on the root (done tuning, or itself hands-off).
+/// Launches done tuning run on the root (of another fingerprint, or
+/// orphaned): this one goes around them, `more` besides the one named.
+pub fn beside_other_launch(other: &impl OtherLaunch, more: usize) {
+    let and = match more {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    tracing::info!(
+        target: TARGET,
+        event = "beside_other_launch",
+        other = %other,
+        other_fingerprint = other.fingerprint(),
+        other_pid = other.pid(),
+        more,
+        "{other}{and} is done tuning and still runs on this cache root: its signed set goes into the store (its next boot brings it back whole) and this launch's engine loads none of its files; nothing is signed on this boot, as the two engines run side by side (the next boot of this launch that starts alone tunes and signs)"
+    );
+}
+
+/// Another launch runs on the root, itself hands-off.
 pub fn other_on_root(other: &impl OtherLaunch) {
     tracing::warn!(
         target: TARGET,

@@ -241,20 +241,23 @@ fn take_turn(
 ) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
     let (lock, turn) = wait_turn(args, &runs, store, id);
     let state = match turn {
-        Turn::Go => State::Tuning,
+        Turn::Go(_) => State::Tuning,
         Turn::HandsOff => State::HandsOff,
     };
-    let marker = match runs.register(id, state) {
+    let mut marker = match runs.register(id, state) {
         Ok(m) => m,
         Err(e) => {
             crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
             return Err(Box::default());
         }
     };
-    if let Turn::HandsOff = turn {
-        return Err(Box::new(Prepared::hands_off(marker)));
+    match turn {
+        Turn::HandsOff => Err(Box::new(Prepared::hands_off(marker))),
+        Turn::Go(beside) => {
+            marker.ran_beside(beside);
+            Ok((lock, marker))
+        }
     }
-    Ok((lock, marker))
 }
 
 /// Remove what this launch must not load, other launches' whole sets into

@@ -14,7 +14,10 @@ use super::Settings;
 /// Whether this launch may keep the cache, once the other launches on the
 /// root have been looked at.
 pub(super) enum Turn {
-    Go,
+    /// Keep the cache. The launches done tuning whose engines run beside
+    /// this one's ([`Verdict::Beside`]): while any of them lived when this
+    /// one started, it signs nothing.
+    Go(Vec<Seen>),
     HandsOff,
 }
 
@@ -51,7 +54,16 @@ pub(super) fn wait_turn(
                 if let Some(other) = waited_for {
                     crate::events::keeper::other_done_tuning(&other, started.elapsed());
                 }
-                return (lock, Turn::Go);
+                return (lock, Turn::Go(Vec::new()));
+            }
+            Verdict::Beside(others) => {
+                if let Some(other) = waited_for {
+                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
+                }
+                if let Some(first) = others.first() {
+                    crate::events::keeper::beside_other_launch(*first, others.len() - 1);
+                }
+                return (lock, Turn::Go(others.into_iter().cloned().collect()));
             }
             Verdict::HandsOff(why, other) => {
                 hands_off_line(why, other);
@@ -100,7 +112,7 @@ fn hands_off_line(why: Why, other: &Seen) {
     match why {
         Why::Peer => crate::events::keeper::peer_on_root(other),
         Why::Orphan => crate::events::keeper::orphan_on_root(other),
-        Why::HandsOff | Why::OtherLaunch => crate::events::keeper::other_on_root(other),
+        Why::HandsOff => crate::events::keeper::other_on_root(other),
     }
 }
 

@@ -433,7 +433,7 @@ fn a_root_that_is_a_file_or_read_only_lets_the_launch_go_on_with_a_warning() {
 }
 
 #[test]
-fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_other() {
+fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other() {
     let h = home();
     let port = free_port();
     let health = format!("health=http://127.0.0.1:{port}/health");
@@ -457,18 +457,25 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
     a.guard.signal(Signal::SIGTERM);
     let a = a.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);
+    // B goes around A: A's set into the store, B's engine loads nothing.
+    assert!(b.has_event("beside_other_launch"), "{}", b.stderr);
     assert!(
-        b.has_event("other_on_root") && b.logged("SGLANG_CACHE_DIR=/cache/$(POD_NAME)"),
+        b.logged_with("pruned", json!({"stored": 4})),
         "{}",
         b.stderr
     );
-    assert!(!b.has_event("pruned"), "{}", b.stderr);
+    assert_eq!(b.hit(), 0, "{}", b.stderr);
     assert!(
-        a.has_event("not_signing_other_launch") && a.has_event("not_signing_other_launch"),
+        !b.has_event("signed") && b.has_event("not_signing_other_launch"),
+        "B signs nothing it wrote beside A: {}",
+        b.stderr
+    );
+    assert!(
+        a.has_event("not_signing_other_launch"),
         "A does not sign again what B wrote: {}",
         a.stderr
     );
-    // The next boot of A loads nothing of the mixed files and tunes all.
+    // The next boot of A gets its own set back and tunes nothing.
     let mut next = Running::spawn(&mut keepwrap_engine(
         h.path(),
         &["--done", &health],
@@ -476,8 +483,14 @@ fn two_different_launches_running_at_once_on_one_root_trust_nothing_of_each_othe
             "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    next.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
+    next.wait_event_with("reused", json!({"files": 4}), Duration::from_secs(60));
     next.guard.signal(Signal::SIGTERM);
     let next = next.finish(Duration::from_secs(60));
-    assert_eq!(next.hit(), 0, "{}", next.stderr);
+    assert!(
+        next.logged_with("restored", json!({"files": 4})),
+        "{}",
+        next.stderr
+    );
+    assert_eq!(next.tuned(), 0, "{}", next.stderr);
+    assert_eq!(next.tactics(), a.tactics(), "A's very tactics");
 }

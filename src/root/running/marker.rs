@@ -165,6 +165,7 @@ impl Runs {
                 id: id.clone(),
                 state: std::cell::Cell::new(state),
                 last_scan: std::cell::RefCell::new(None),
+                beside: Vec::new(),
             }),
             Err(e) => {
                 let _ = fsx::unlink_at(self.dir.as_fd(), tmp.as_str());
@@ -365,6 +366,11 @@ pub struct Marker {
     /// The last scan [`Marker::others`] made, for the drop to reuse while
     /// it is fresh ([`SCAN_REUSE`]).
     last_scan: std::cell::RefCell<Option<Scan>>,
+    /// Launches that were done tuning and alive when this one started, of
+    /// another fingerprint or orphaned ([`super::Verdict::Beside`]): their
+    /// engines ran beside this one's, so they forbid signing even once
+    /// they have ended.
+    beside: Vec<Seen>,
 }
 
 /// A scan of the markers' directory: when, the markers (this launch's own
@@ -408,16 +414,35 @@ impl Marker {
         self.state.get()
     }
 
+    /// This launch started beside `launches` (done tuning, alive, of
+    /// another fingerprint or orphaned): they forbid signing for the whole
+    /// run ([`Marker::others`]).
+    pub fn ran_beside(&mut self, launches: Vec<Seen>) {
+        self.beside = launches;
+    }
+
     /// Launches that forbid signing now: every other launch alive, or that
     /// started after this one (it ran alongside, and its engine may have
-    /// written some of the rank files).
+    /// written some of the rank files), and those this one started beside
+    /// ([`Marker::ran_beside`]), ended or not: an engine done tuning writes
+    /// no more as a rule, but one that saves late or starts again would
+    /// write into this launch's files, and nothing tells its writes apart.
     pub fn others(&self) -> Vec<Seen> {
         let (seen, strays, _) = scan_dir(self.dir.as_fd(), Some(&self.name));
-        let others = seen
+        let mut others: Vec<Seen> = seen
             .iter()
             .filter(|s| s.live() || s.started >= self.started)
             .cloned()
             .collect();
+        for b in &self.beside {
+            if !others.iter().any(|o| o.name == b.name) {
+                // Its marker is gone or says ended: it ended since.
+                others.push(Seen {
+                    life: Life::Ended,
+                    ..b.clone()
+                });
+            }
+        }
         *self.last_scan.borrow_mut() = Some(Scan {
             at: std::time::Instant::now(),
             seen,

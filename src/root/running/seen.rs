@@ -238,12 +238,10 @@ impl std::fmt::Display for Seen {
 pub enum Why {
     /// Another node or data-parallel rank of this multi-node launch.
     Peer,
-    /// An engine whose keepwrap was killed.
+    /// An engine whose keepwrap was killed before it was done tuning.
     Orphan,
     /// A launch that keeps nothing itself.
     HandsOff,
-    /// A launch of another fingerprint, done tuning, still running.
-    OtherLaunch,
 }
 
 /// What a launch about to start does about the launches on its root.
@@ -251,6 +249,13 @@ pub enum Why {
 pub enum Verdict<'a> {
     /// Nobody is in the way: prune, start, sign as usual.
     Go,
+    /// Launches done tuning whose engines still run: of another fingerprint
+    /// (or orphaned: their keepwrap was killed once they were done). Their
+    /// engines loaded their sets at their start and tune no more, so this
+    /// launch prunes as usual (their whole signed sets go into the store,
+    /// to come back at their next boot) and its engine sees none of their
+    /// files; it signs nothing on this boot, as their engines ran beside it.
+    Beside(Vec<&'a Seen>),
     /// A launch is still tuning: wait for it.
     Wait(&'a Seen),
     /// Go on without keeping the cache (no prune, no sign).
@@ -260,7 +265,10 @@ pub enum Verdict<'a> {
 /// Decide, from the launches seen on the root, whether `me` may start now.
 /// Peers of a multi-node launch are never waited for (they need each other
 /// to finish tuning); neither are orphaned or hands-off engines, which never
-/// say when they are done.
+/// say when they are done. A launch still tuning, of any fingerprint, is
+/// waited for: pruning under it would remove its files in flight. Launches
+/// done tuning are gone around ([`Verdict::Beside`]), or, when they are
+/// replicas of this launch, shared with.
 pub fn verdict<'a>(me: &Identity, seen: &'a [Seen]) -> Verdict<'a> {
     let live: Vec<&Seen> = seen
         .iter()
@@ -269,7 +277,10 @@ pub fn verdict<'a>(me: &Identity, seen: &'a [Seen]) -> Verdict<'a> {
     if let Some(s) = live.iter().find(|s| me.is_peer_of(&s.id)) {
         return Verdict::HandsOff(Why::Peer, s);
     }
-    if let Some(s) = live.iter().find(|s| s.life == Life::Orphaned) {
+    if let Some(s) = live
+        .iter()
+        .find(|s| s.life == Life::Orphaned && s.state != State::Done)
+    {
         return Verdict::HandsOff(Why::Orphan, s);
     }
     if let Some(s) = live.iter().find(|s| s.state == State::HandsOff) {
@@ -278,8 +289,13 @@ pub fn verdict<'a>(me: &Identity, seen: &'a [Seen]) -> Verdict<'a> {
     if let Some(s) = live.iter().find(|s| s.state == State::Tuning) {
         return Verdict::Wait(s);
     }
-    if let Some(s) = live.iter().find(|s| s.id.fingerprint != me.fingerprint) {
-        return Verdict::HandsOff(Why::OtherLaunch, s);
+    // Every launch left is done tuning.
+    let beside: Vec<&Seen> = live
+        .into_iter()
+        .filter(|s| s.id.fingerprint != me.fingerprint || s.life == Life::Orphaned)
+        .collect();
+    if !beside.is_empty() {
+        return Verdict::Beside(beside);
     }
     Verdict::Go
 }

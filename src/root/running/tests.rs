@@ -35,10 +35,14 @@ fn verdicts() {
         (seen(id("a", "k", "-"), State::Tuning, Life::Alive), "wait"),
         (seen(id("b", "x", "-"), State::Tuning, Life::Alive), "wait"),
         (seen(id("a", "k", "-"), State::Done, Life::Alive), "go"),
-        (seen(id("b", "x", "-"), State::Done, Life::Alive), "other"),
+        (seen(id("b", "x", "-"), State::Done, Life::Alive), "beside"),
         (seen(id("a", "k", "-"), State::Tuning, Life::Ended), "go"),
         (
             seen(id("a", "k", "-"), State::Done, Life::Orphaned),
+            "beside",
+        ),
+        (
+            seen(id("b", "x", "-"), State::HandsOff, Life::Orphaned),
             "orphan",
         ),
         (
@@ -63,10 +67,53 @@ fn verdicts() {
             Verdict::HandsOff(Why::Peer, _) => "peer",
             Verdict::HandsOff(Why::Orphan, _) => "orphan",
             Verdict::HandsOff(Why::HandsOff, _) => "handsoff",
-            Verdict::HandsOff(Why::OtherLaunch, _) => "other",
+            Verdict::Beside(_) => "beside",
         };
         assert_eq!(got, want, "{s:?}");
     }
+}
+
+#[test]
+fn verdicts_of_several_launches() {
+    let me = id("a", "k", "-");
+    let named = |name: &str, s: Seen| Seen {
+        name: name.into(),
+        ..s
+    };
+    let other_done = named("1-1", seen(id("b", "x", "-"), State::Done, Life::Alive));
+    let replica_done = named("2-2", seen(id("a", "k", "-"), State::Done, Life::Alive));
+    let replica_tuning = named("3-3", seen(id("a", "k", "-"), State::Tuning, Life::Alive));
+    let orphan_done = named("4-4", seen(id("a", "k", "-"), State::Done, Life::Orphaned));
+    let handsoff = named("5-5", seen(id("c", "y", "-"), State::HandsOff, Life::Alive));
+    let names = |v: &Verdict<'_>| match v {
+        Verdict::Beside(list) => list.iter().map(|s| s.name.clone()).collect(),
+        _ => Vec::new(),
+    };
+    // A replica of this launch still tuning is waited for, whoever else
+    // is done beside it.
+    let list = [other_done.clone(), replica_tuning.clone()];
+    assert_eq!(verdict(&me, &list), Verdict::Wait(&list[1]));
+    // Done launches of other fingerprints and orphans done are gone around;
+    // a replica done is shared with, not listed.
+    let list = [
+        other_done.clone(),
+        replica_done.clone(),
+        orphan_done.clone(),
+    ];
+    let v = verdict(&me, &list);
+    assert_eq!(names(&v), ["1-1", "4-4"]);
+    // A launch running hands-off never says when it is done.
+    let list = [other_done.clone(), handsoff.clone()];
+    assert_eq!(
+        verdict(&me, &list),
+        Verdict::HandsOff(Why::HandsOff, &list[1])
+    );
+    // An ended one is nobody.
+    let ended = Seen {
+        life: Life::Ended,
+        ..other_done.clone()
+    };
+    assert_eq!(verdict(&me, &[ended, replica_done]), Verdict::Go);
 }
 
 #[test]
@@ -245,4 +292,41 @@ fn a_marker_line_round_trips() {
     assert!(parse("7-42", "tuning \u{e9}\u{e9}\u{e9}\u{e9}\u{e9} 1 b - h").is_none());
     let legacy = format!("{} 42", "c".repeat(64));
     assert_eq!(parse("7-42", &legacy).unwrap().2, State::HandsOff);
+}
+
+#[test]
+fn a_launch_started_beside_another_sees_it_as_long_as_it_lives_even_once_it_ended() {
+    let root = tempfile::tempdir().unwrap();
+    let a_id = id(&"a".repeat(64), &"a".repeat(64), "-");
+    let b_id = id(&"b".repeat(64), &"b".repeat(64), "-");
+    let a = Runs::open(root.path())
+        .unwrap()
+        .register(&a_id, State::Tuning)
+        .unwrap();
+    a.mark_done();
+    let seen = Runs::open(root.path()).unwrap().scan();
+    let v = verdict(&b_id, &seen);
+    let Verdict::Beside(list) = &v else {
+        panic!("{v:?}")
+    };
+    let beside: Vec<Seen> = list.iter().map(|s| (*s).clone()).collect();
+    let mut b = Runs::open(root.path())
+        .unwrap()
+        .register(&b_id, State::Tuning)
+        .unwrap();
+    b.ran_beside(beside);
+    let live = b.others();
+    assert_eq!(live.len(), 1);
+    assert_eq!((live[0].life, &live[0].id), (Life::Alive, &a_id));
+    // A ends (started before B: nobody needs its marker, it is removed).
+    drop(a);
+    assert!(Runs::open(root.path())
+        .unwrap()
+        .scan()
+        .iter()
+        .all(|s| s.id != a_id));
+    let after = b.others();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!((after[0].life, &after[0].id), (Life::Ended, &a_id));
+    assert!(after[0].to_string().ends_with("ended)"), "{}", after[0]);
 }
