@@ -200,7 +200,7 @@ fn a_launch_of_another_fingerprint_beside_a_serving_one_loads_none_of_its_files_
 fn a_reboot_of_the_first_launch_beside_the_other_restores_its_own_set() {
     let h = home();
     let root = cache_root(h.path());
-    let (mut a, signed) = a_signed(h.path());
+    let (a, signed) = a_signed(h.path());
     let b = serving_beside(h.path(), B);
     let a = stop(a);
     let again = serving_beside(h.path(), A);
