@@ -245,7 +245,7 @@ fn stop_signed(mut cmd: Command, outcome: &str) -> Finished {
 fn a_reboot_while_the_other_launch_tunes_waits_for_it_then_restores_its_own_set() {
     let h = home();
     let root = cache_root(h.path());
-    let (mut a, signed) = a_signed(h.path());
+    let (a, signed) = a_signed(h.path());
     let mut b = Running::spawn(&mut server(
         h.path(),
         free_port(),
