@@ -275,7 +275,7 @@ fn a_reboot_while_the_other_launch_tunes_waits_for_it_then_restores_its_own_set(
 fn a_third_launch_beside_two_serving_ones_loads_nothing_of_either() {
     let h = home();
     let root = cache_root(h.path());
-    let (mut a, signed) = a_signed(h.path());
+    let (a, signed) = a_signed(h.path());
     let b = serving_beside(h.path(), B);
     let c = boot(&mut offline(h.path(), "1024", &[]));
     assert_eq!(c.code, 0, "{}", c.stderr);
