@@ -351,3 +351,48 @@ fn a_launch_beside_the_orphaned_engine_of_a_launch_done_tuning_loads_none_of_its
     restored_whole(&again, &a_tactics);
     assert_eq!(tree(&root), signed);
 }
+
+/// B is killed (SIGKILL) at each crash point of the store while it stores
+/// the set of A, which serves: the next launches recover, whichever comes
+/// first. A replica of A gets A's set whole; B's next boot loads nothing
+/// of A's; once all have ended, A's next boot gets its set back, byte for
+/// byte.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn sigkill_of_a_launch_beside_a_serving_one_at_every_crash_point_loses_nothing_of_it() {
+    let mut points = 0;
+    for n in 1.. {
+        let ctx = format!("killed after store change {n}");
+        let h = home();
+        let root = cache_root(h.path());
+        let (a, signed) = a_signed(h.path());
+        let mut cmd = offline(h.path(), B, &[]);
+        cmd.env("KEEPWRAP_FAILPOINT", format!("store:{n}"));
+        let killed = boot(&mut cmd);
+        if killed.code != 128 + 9 {
+            // Fewer than n crash points: it ran to its end.
+            assert_eq!(killed.code, 0, "{ctx}: {}", killed.stderr);
+            assert!(loaded_nothing(&killed), "{ctx}: {}", killed.stderr);
+            stop(a);
+            break;
+        }
+        points += 1;
+        assert!(
+            killed.events("start").is_empty(),
+            "{ctx}: killed before its engine started"
+        );
+        // A replica of A first: it recovers and gets A's set, whole.
+        let replica = stop(serving_beside(h.path(), A));
+        // B again, beside A: none of A's files.
+        let b = boot(&mut offline(h.path(), B, &[]));
+        assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
+        assert!(loaded_nothing(&b), "{ctx}: {}", b.stderr);
+        let a = stop(a);
+        restored_whole(&replica, &a.tactics());
+        let again = stop_signed(server(h.path(), free_port(), A, &[]), "reused");
+        restored_whole(&again, &a.tactics());
+        assert_eq!(tree(&root), signed, "{ctx}");
+    }
+    // The flat stash: the directory into the store, its manifest into it.
+    assert_eq!(points, 2);
+}
