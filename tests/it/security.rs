@@ -10,6 +10,7 @@ use serde_json::json;
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
+use std::time::Duration;
 
 use common::*;
 use harden::*;
@@ -849,4 +850,102 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
         "{}",
         b.stderr
     );
+}
+
+/// Maps the file argv[1] shared and writable and writes its first byte as
+/// it is (the page is now written, its bytes unchanged), says `mapped`,
+/// then, once argv[2] exists, changes one digit of a tactic through the map
+/// (same size, still JSON), says `changed` and exits.
+const MAPPER: &str = r#"
+import mmap, os, sys, time
+with open(sys.argv[1], "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:1] = m[0:1]
+print("mapped", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+i = m.find(b'["R", ') + 6
+m[i:i + 1] = b"7" if m[i:i + 1] != b"7" else b"8"
+print("changed", flush=True)
+"#;
+
+/// A process holds a kept rank file mapped writable while a boot signs,
+/// then changes it through the map: the kernel gives the file no new change
+/// time (on disk, a page written before is written again without a fault
+/// until it is written back; in memory, never), so its stamp would still
+/// vouch for it. The next boot must not keep it: on disk keepwrap records
+/// no stamp for a file open for writing when it reads it, and in memory
+/// (tmpfs) no stamp vouches for any file.
+#[test]
+fn a_rank_file_changed_through_a_writable_map_is_not_kept_by_its_stamp() {
+    let disk = tempfile::tempdir().unwrap();
+    let mut bases = vec![disk];
+    let shm = Path::new("/dev/shm");
+    if has_need(shm.is_dir(), "a tmpfs at /dev/shm") {
+        bases.push(tempfile::tempdir_in(shm).unwrap());
+    }
+    for base in &bases {
+        let base = base.path();
+        let ctx = base.display().to_string();
+        install_writer(base);
+        let first = boot(&mut writer_launch(base, "mm", 1, None));
+        assert!(
+            first.logged_with("signed", json!({"files": 4})),
+            "{ctx}: {}",
+            first.stderr
+        );
+        let file = base
+            .join("root/0.7.2/sm121")
+            .join(writer_key("mm", 1))
+            .join("rank_tp0_pp0_dp0.json");
+        let go = base.join("go");
+        let mut mapper = Running::spawn(
+            std::process::Command::new("python3")
+                .args(["-c", MAPPER])
+                .arg(&file)
+                .arg(&go),
+        );
+        mapper.wait_stdout("the map written", Duration::from_secs(10), |l| {
+            l == "mapped"
+        });
+        // Its change time settled, so that a sign may record it.
+        let ctime = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(p).unwrap();
+            m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128
+        };
+        let written = ctime(&file);
+        wait_for("the change time to settle", Duration::from_secs(5), || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as i128;
+            (now - written > 300_000_000).then_some(())
+        });
+        // The next boot keeps the set (the bytes are the signed ones) and
+        // signs it again while the map is held.
+        let second = boot(&mut writer_launch(base, "mm", 1, None));
+        assert!(
+            second.logged_with("pruned", json!({"kept": 4})),
+            "{ctx}: {}",
+            second.stderr
+        );
+        std::fs::write(&go, "").unwrap();
+        mapper.wait_stdout("the file changed", Duration::from_secs(10), |l| {
+            l == "changed"
+        });
+        assert_eq!(mapper.finish(Duration::from_secs(10)).code, 0);
+        assert_eq!(
+            ctime(&file),
+            written,
+            "{ctx}: the write through the map left the change time as it was"
+        );
+        let third = boot(&mut writer_launch(base, "mm", 1, None));
+        assert_eq!(third.code, 0, "{ctx}: {}", third.stderr);
+        assert!(
+            third.logged_with("pruned", json!({"kept": 0})),
+            "{ctx}: the changed file and its set are not kept: {}",
+            third.stderr
+        );
+    }
 }
