@@ -948,4 +948,43 @@ fn a_rank_file_changed_through_a_writable_map_is_not_kept_by_its_stamp() {
             third.stderr
         );
     }
+    // In memory, a map made after the sign that reads the file first and
+    // writes it then gives it no new change time either.
+    let Some(base) = bases.get(1).map(|t| t.path()) else {
+        return;
+    };
+    let file = base
+        .join("root/0.7.2/sm121")
+        .join(writer_key("mm", 1))
+        .join("rank_tp0_pp0_dp0.json");
+    let before = std::fs::metadata(&file).unwrap();
+    let late = output(
+        std::process::Command::new("python3")
+            .args(["-c", LATE_MAPPER])
+            .arg(&file),
+    );
+    assert_eq!(late.code, 0, "{}", late.stderr);
+    let after = std::fs::metadata(&file).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (after.ctime(), after.ctime_nsec(), after.ino()),
+        (before.ctime(), before.ctime_nsec(), before.ino()),
+        "tmpfs gave the file no new change time"
+    );
+    let fourth = boot(&mut writer_launch(base, "mm", 1, None));
+    assert!(
+        fourth.logged_with("pruned", json!({"kept": 0})),
+        "in memory, no stamp vouches for a file: {}",
+        fourth.stderr
+    );
 }
+
+/// Maps the file argv[1] shared and writable, reads it, then changes one
+/// digit of a tactic through the map and exits.
+const LATE_MAPPER: &str = r#"
+import mmap, sys
+with open(sys.argv[1], "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+i = m.find(b'["R", ') + 6
+m[i:i + 1] = b"7" if m[i:i + 1] != b"7" else b"8"
+"#;
