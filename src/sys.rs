@@ -118,6 +118,24 @@ pub fn waitpid_any_nohang(status: &mut libc::c_int) -> libc::pid_t {
     unsafe { libc::waitpid(-1, status, libc::WNOHANG) }
 }
 
+/// `fcntl(fd, F_SETLEASE, F_RDLCK)` (`on`) or `F_UNLCK`: take or give back
+/// a read lease on the open file. The kernel refuses a read lease
+/// (`EAGAIN`) while any process, in any PID namespace, holds the file open
+/// for writing, and a writable shared mapping holds it so until it is
+/// unmapped; while the lease is held, an open for writing waits for it to
+/// be given back. nix has no wrapper for `F_SETLEASE`.
+pub fn read_lease(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    let arg = if on { libc::F_RDLCK } else { libc::F_UNLCK };
+    // SAFETY: F_SETLEASE takes one int argument and touches no memory of
+    // ours; the descriptor is borrowed for the call.
+    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, arg as libc::c_int) };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// `renameat2(from_dir, from, to_dir, to, RENAME_NOREPLACE)` with the raw
 /// system call: nix wraps `renameat2` for glibc only, and the static (musl)
 /// build needs it too.

@@ -208,6 +208,45 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
     Ok((File::from(fd), st))
 }
 
+/// Does every change to a file in the directory `dir` give the file a new
+/// change time, a change through a writable shared mapping included? The
+/// kernel notes the first write to each page of such a mapping (and again
+/// after each writeback) where the file system writes pages back; on a
+/// file system held in memory (tmpfs, ramfs) it does not, and a mapping
+/// can change a file, once it has read it, without any new time. Not
+/// known (`fstatfs` failed): no.
+pub fn changes_noticed(dir: BorrowedFd<'_>) -> bool {
+    const TMPFS: u64 = 0x0102_1994;
+    const RAMFS: u64 = 0x8584_58f6;
+    match nix::sys::statfs::fstatfs(dir) {
+        Ok(st) => {
+            let kind = (st.filesystem_type().0 as u64) & 0xffff_ffff;
+            kind != TMPFS && kind != RAMFS
+        }
+        Err(_) => false,
+    }
+}
+
+/// Take a read lease on the open file `fd`: while it is held, no process
+/// holds the file open for writing (nor mapped writable): it is refused if
+/// one does, and an open for writing waits for it. `Ok(false)` where the
+/// file system (or the kernel's `fs.leases-enable`) has no leases; `Err`
+/// when it is refused: a process holds the file open for writing
+/// (`EAGAIN`), or this process may not take one on it (another user's
+/// file). Give it back with [`end_read_lease`]; closing the file does too.
+pub fn read_lease(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    match crate::sys::read_lease(fd, true) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Give back the lease [`read_lease`] took.
+pub fn end_read_lease(fd: BorrowedFd<'_>) {
+    let _ = crate::sys::read_lease(fd, false);
+}
+
 /// The file `opened` by an `openat` with `O_NOFOLLOW`, with its `fstat`, or
 /// `InvalidInput` naming what it is instead of a regular file (a symlink,
 /// a FIFO, ...), each message followed by `suffix`.

@@ -67,6 +67,9 @@ struct State<'f, 's> {
     /// The directory above the last set's (relative path): sets of one
     /// such directory follow each other.
     updir: Option<(String, Rc<OwnedFd>)>,
+    /// Whether a stamp may vouch for a file of the directory being
+    /// visited ([`fsx::changes_noticed`]), once asked.
+    noticed: Option<bool>,
 }
 
 struct Foreign {
@@ -145,6 +148,7 @@ pub fn prune(
         manifests: Manifests::new(),
         sets: None,
         updir: None,
+        noticed: None,
     };
     layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -176,6 +180,7 @@ fn cstr_buf<'a>(buf: &'a mut Vec<u8>, name: &[u8]) -> &'a [u8] {
 impl State<'_, '_> {
     fn visit(&mut self, dir: &DirView<'_>, listing: &Listing) {
         self.plan.clear();
+        self.noticed = None;
         self.count_untouched(dir, listing);
         if dir.depth < layout::key_depth() {
             // Above the rank files: only links where the engine would find
@@ -453,10 +458,19 @@ impl State<'_, '_> {
         } else {
             judge::judge_sidecar(&self.sbuf, self.fingerprint, is_rel).map(|sc| (sc, false))
         };
-        let (sc, foreign) = match judged {
+        let (mut sc, foreign) = match judged {
             Ok(judged) => judged,
             Err(reason) => return Some(reason),
         };
+        // In memory (tmpfs), a map written after it read the file changes
+        // it with no new change time: no stamp vouches for it, it is read.
+        if sc.stat.is_some()
+            && !*self
+                .noticed
+                .get_or_insert_with(|| fsx::changes_noticed(dir.fd))
+        {
+            sc.stat = None;
+        }
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
         if foreign {

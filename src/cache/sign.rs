@@ -134,6 +134,9 @@ impl Survey {
     fn dir(&mut self, dir: &DirView<'_>, listing: &Listing, fingerprint: &str) {
         let first = self.members.len();
         let mut unsignable: Option<String> = None;
+        // Where a writable map can change a file without a new change time,
+        // no stamp vouches for one (asked at the first cache file).
+        let stamps = std::cell::OnceCell::new();
         for e in &listing.ents {
             let name = listing.name(e);
             if dir.role(name) != Role::Cache {
@@ -181,7 +184,10 @@ impl Survey {
                 dir.fd,
                 self.cname.as_slice(),
                 &mut self.buf,
-                true,
+                Hashing {
+                    json: true,
+                    stamps: *stamps.get_or_init(|| fsx::changes_noticed(dir.fd)),
+                },
                 known.as_ref(),
             ) {
                 Ok(h) => h,
@@ -199,11 +205,11 @@ impl Survey {
                     continue;
                 }
             };
-            if !stamp.settled(now) {
+            if let Some(stamp) = stamp.filter(|s| !s.settled(now)) {
                 self.racy.push(self.members.len());
                 self.settle_at = self.settle_at.max(stamp.settled_at());
             }
-            self.stamps.push(stamp.settled(now).then_some(stamp));
+            self.stamps.push(stamp.filter(|s| s.settled(now)));
             self.knowns.push(known);
             self.members.push(Member { path, sha256, size });
         }
@@ -339,40 +345,72 @@ enum Unsignable {
 }
 
 /// Files hashed in this sign, by identity: rank files unified into one
-/// inode (hard links) are read and hashed once.
+/// inode (hard links) are read and hashed once. With each, whether its
+/// stamp may be recorded.
 #[derive(Default)]
-struct Hashed(HashMap<(Stamp, u64), String>);
+struct Hashed(HashMap<(Stamp, u64), (String, bool)>);
+
+/// What [`Hashed::hash`] checks and may vouch for.
+#[derive(Clone, Copy)]
+struct Hashing {
+    /// Only a JSON object is signed.
+    json: bool,
+    /// A stamp may vouch for the file ([`fsx::changes_noticed`] of its
+    /// directory).
+    stamps: bool,
+}
 
 impl Hashed {
-    /// The sha256, size and stamp of the regular file `name` in `dir`;
-    /// with `json`, only if it is a JSON object. Not read when `known`, its
-    /// sidecar, records its stamp: the bytes are the ones it signs.
+    /// The sha256 and size of the regular file `name` in `dir`, with its
+    /// stamp when one may vouch for these bytes; only if it is a JSON
+    /// object with `how.json`. Not read when `known`, its sidecar, records
+    /// its stamp: the bytes are the ones it signs.
+    ///
+    /// A stamp vouches for the bytes only if no change since can keep it.
+    /// A write through a shared writable map into a page already written
+    /// (until the kernel writes it back) gives no new change time, so the
+    /// file is read under a read lease: refused while any process holds the
+    /// file open for writing, a writable map included, and holding back
+    /// any open for writing while it is held. When it is refused, the file
+    /// is signed by its bytes with no stamp (the next prune reads it); once
+    /// it is given back, any writer must open the file again, and its first
+    /// write through a new map, or any `write`, sets a new change time
+    /// where the file system notices ([`fsx::changes_noticed`]).
     fn hash(
         &mut self,
         dir: BorrowedFd<'_>,
         name: &[u8],
         buf: &mut Vec<u8>,
-        json: bool,
+        how: Hashing,
         known: Option<&Sidecar>,
-    ) -> Result<(String, u64, Stamp), Unsignable> {
+    ) -> Result<(String, u64, Option<Stamp>), Unsignable> {
         let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
         let stamp = Stamp::of(&st);
         let size = st.st_size.max(0) as u64;
-        if let Some(sc) = known.filter(|sc| sc.stat == Some(stamp) && sc.size == size) {
-            return Ok((sc.sha256.clone(), size, stamp));
+        if let Some(sc) = known.filter(|sc| how.stamps && sc.stat == Some(stamp) && sc.size == size)
+        {
+            return Ok((sc.sha256.clone(), size, Some(stamp)));
         }
-        if let Some(sha) = self.0.get(&(stamp, size)) {
-            return Ok((sha.clone(), size, stamp));
+        if let Some((sha, clean)) = self.0.get(&(stamp, size)) {
+            return Ok((sha.clone(), size, clean.then_some(stamp)));
         }
+        // Where there are no leases (network file systems: their server
+        // gives each write it receives a new change time), as before. A
+        // lease left by an error below goes with the file.
+        let lease = fsx::read_lease(file.as_fd());
+        let clean = how.stamps && lease.is_ok();
         fsx::read_open(&mut file, &st, buf, MAX_CACHE_FILE).map_err(Unsignable::Io)?;
-        if json {
+        if lease.is_ok_and(|held| held) {
+            fsx::end_read_lease(file.as_fd());
+        }
+        if how.json {
             judge::json_object_entries(buf).map_err(Unsignable::Json)?;
         }
         let sha = crate::digest::sha256_hex(buf);
         if buf.len() as u64 == size {
-            self.0.insert((stamp, size), sha.clone());
+            self.0.insert((stamp, size), (sha.clone(), clean));
         }
-        Ok((sha, buf.len() as u64, stamp))
+        Ok((sha, buf.len() as u64, clean.then_some(stamp)))
     }
 }
 
@@ -428,7 +466,13 @@ fn stamp_racy(
         let Some((_, d)) = &open else { continue };
         let now = sidecar::now_ns();
         // Bytes equal to those judged a JSON object above are one.
-        if let Ok((sha, size, stamp)) = hashed.hash(d.as_fd(), name.as_bytes(), buf, false, None) {
+        let how = Hashing {
+            json: false,
+            stamps: true,
+        };
+        if let Ok((sha, size, Some(stamp))) =
+            hashed.hash(d.as_fd(), name.as_bytes(), buf, how, None)
+        {
             if sha == m.sha256 && size == m.size && stamp.settled(now) {
                 stamps[i] = Some(stamp);
             }
