@@ -353,46 +353,62 @@ fn a_launch_beside_the_orphaned_engine_of_a_launch_done_tuning_loads_none_of_its
 }
 
 /// B is killed (SIGKILL) at each crash point of the store while it stores
-/// the set of A, which serves: the next launches recover, whichever comes
+/// the set of A, which serves (and, when B has a set of its own in the
+/// store, while it restores it): the next launches recover, whichever comes
 /// first. A replica of A gets A's set whole; B's next boot loads nothing
-/// of A's; once all have ended, A's next boot gets its set back, byte for
-/// byte.
+/// of A's (only its own set, when it has one); once all have ended, A's
+/// next boot gets its set back, byte for byte.
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn sigkill_of_a_launch_beside_a_serving_one_at_every_crash_point_loses_nothing_of_it() {
-    let mut points = 0;
-    for n in 1.. {
-        let ctx = format!("killed after store change {n}");
-        let h = home();
-        let root = cache_root(h.path());
-        let (a, signed) = a_signed(h.path());
-        let mut cmd = offline(h.path(), B, &[]);
-        cmd.env("KEEPWRAP_FAILPOINT", format!("store:{n}"));
-        let killed = boot(&mut cmd);
-        if killed.code != 128 + 9 {
-            // Fewer than n crash points: it ran to its end.
-            assert_eq!(killed.code, 0, "{ctx}: {}", killed.stderr);
-            assert!(loaded_nothing(&killed), "{ctx}: {}", killed.stderr);
-            stop(a);
-            break;
+    for own_set in [false, true] {
+        let mut points = 0;
+        for n in 1.. {
+            let ctx = format!("killed after store change {n} (B's own set: {own_set})");
+            let h = home();
+            let root = cache_root(h.path());
+            // B's own set, signed alone first (A's first boot stores it).
+            let b_tactics = own_set.then(|| {
+                let b = boot(&mut offline(h.path(), B, &[]));
+                assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+                b.tactics()
+            });
+            // B's engine loads none of A's files: nothing, or its own set.
+            let only_its_own = |b: &Finished| match &b_tactics {
+                None => assert!(loaded_nothing(b), "{ctx}: {}", b.stderr),
+                Some(t) => restored_whole(b, t),
+            };
+            let (a, signed) = a_signed(h.path());
+            let mut cmd = offline(h.path(), B, &[]);
+            cmd.env("KEEPWRAP_FAILPOINT", format!("store:{n}"));
+            let killed = boot(&mut cmd);
+            if killed.code != 128 + 9 {
+                // Fewer than n crash points: it ran to its end.
+                assert_eq!(killed.code, 0, "{ctx}: {}", killed.stderr);
+                only_its_own(&killed);
+                stop(a);
+                break;
+            }
+            points += 1;
+            assert!(
+                killed.events("start").is_empty(),
+                "{ctx}: killed before its engine started"
+            );
+            // A replica of A first: it recovers and gets A's set, whole.
+            let replica = stop(serving_beside(h.path(), A));
+            // B again, beside A: none of A's files.
+            let b = boot(&mut offline(h.path(), B, &[]));
+            assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
+            only_its_own(&b);
+            let a = stop(a);
+            restored_whole(&replica, &a.tactics());
+            let again = stop_signed(server(h.path(), free_port(), A, &[]), "reused");
+            restored_whole(&again, &a.tactics());
+            assert_eq!(tree(&root), signed, "{ctx}");
         }
-        points += 1;
-        assert!(
-            killed.events("start").is_empty(),
-            "{ctx}: killed before its engine started"
-        );
-        // A replica of A first: it recovers and gets A's set, whole.
-        let replica = stop(serving_beside(h.path(), A));
-        // B again, beside A: none of A's files.
-        let b = boot(&mut offline(h.path(), B, &[]));
-        assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
-        assert!(loaded_nothing(&b), "{ctx}: {}", b.stderr);
-        let a = stop(a);
-        restored_whole(&replica, &a.tactics());
-        let again = stop_signed(server(h.path(), free_port(), A, &[]), "reused");
-        restored_whole(&again, &a.tactics());
-        assert_eq!(tree(&root), signed, "{ctx}");
+        // The flat stash: the directory into the store, its manifest into
+        // it; a flat restore: the entry out, its manifest back, the
+        // directory in place.
+        assert_eq!(points, if own_set { 4 } else { 2 }, "own set: {own_set}");
     }
-    // The flat stash: the directory into the store, its manifest into it.
-    assert_eq!(points, 2);
 }
