@@ -180,6 +180,26 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
     });
 }
 
+/// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`, on the
+/// command line or in its `--config` file): true, and one line says why its
+/// cache is left as vLLM leaves it. Its workers are Ray actors that write
+/// their rank files on whichever nodes Ray places them, with each node's
+/// Ray environment filled in from this launch's only where the node has no
+/// value: which files land here, and under which settings they were tuned,
+/// cannot be told from the launch (fail closed: nothing is signed), and
+/// removing what is there would only make vLLM re-tune what its own gate
+/// may keep (nothing lost: nothing is removed either).
+pub fn under_ray(launch: &Launch) -> bool {
+    let Some(arg) = launch
+        .vllm()
+        .and_then(|v| facts::ray_backend(v.merged_args()))
+    else {
+        return false;
+    };
+    crate::events::vllm::ray_launch(&arg);
+    true
+}
+
 /// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later
 /// keep its tactics in FlashInfer's managed store, not in a rank file. That
 /// store is left alone, and one line says so: with one rank no tuning group
