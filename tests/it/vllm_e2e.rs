@@ -28,7 +28,7 @@ fn is_outcome(e: &serde_json::Value) -> bool {
 /// `keepwrap` with nothing of the caller's vLLM, FlashInfer, fake or
 /// keepwrap settings, HOME in `home`, `vllm` on PATH, and collectives that
 /// give up after 20 s.
-fn hermetic(home: &Path) -> Command {
+pub(crate) fn hermetic(home: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -70,7 +70,7 @@ fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Com
 }
 
 /// Wait for keepwrap's outcome line, then stop the launch with TERM.
-fn until_outcome(r: Running) -> Finished {
+pub(crate) fn until_outcome(r: Running) -> Finished {
     common::wait_for("keepwrap's outcome line", DEADLINE, || {
         r.log_events().iter().any(is_outcome).then_some(())
     });
