@@ -31,7 +31,7 @@ fn exec_form(text: &str, instruction: &str) -> Vec<String> {
     let line = text
         .lines()
         .filter_map(|l| l.strip_prefix(instruction)?.strip_prefix(' '))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no {instruction}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{instruction} {line}: {e}"))
 }
