@@ -170,7 +170,7 @@ fn locate(
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
     let profile = launch.profile();
-    if vllm::under_ray(launch) {
+    if vllm::under_ray(launch, argv) {
         return None;
     }
     let root = if profile == ProfileName::Vllm {

@@ -188,12 +188,18 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
 /// value: which files land here, and under which settings they were tuned,
 /// cannot be told from the launch (fail closed: nothing is signed), and
 /// removing what is there would only make vLLM re-tune what its own gate
-/// may keep (nothing lost: nothing is removed either).
-pub fn under_ray(launch: &Launch) -> bool {
-    let Some(arg) = launch
-        .vllm()
-        .and_then(|v| facts::ray_backend(v.merged_args()))
-    else {
+/// may keep (nothing lost: nothing is removed either). A command keepwrap
+/// does not read as vLLM's but runs under `--profile vllm` (a launch
+/// script) is read whole for the same arguments.
+pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
+    if launch.profile() != ProfileName::Vllm {
+        return false;
+    }
+    let arg = match launch.vllm() {
+        Some(v) => facts::ray_backend(v.merged_args()),
+        None => facts::ray_backend(argv),
+    };
+    let Some(arg) = arg else {
         return false;
     };
     crate::events::vllm::ray_launch(&arg);

@@ -954,4 +954,31 @@ fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
         f.stderr
     );
     assert!(!f.has_event("signed"), "{}", f.stderr);
+
+    // A command keepwrap does not read as vLLM's, forced to the vllm
+    // profile: read whole.
+    let fake = common::repo().join("tests/fixtures/engines/fake_vllm.py");
+    let port = common::free_port().to_string();
+    let f = serve_supervised(&mut kw_cmd(
+        home.path(),
+        &["--profile", "vllm"],
+        &[
+            "python3",
+            fake.to_str().unwrap(),
+            "serve",
+            "/models/fake-moe",
+            "--port",
+            &port,
+            "--distributed-executor-backend=ray",
+        ],
+        &[],
+    ));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert_eq!(
+        f.event("ray_launch")["arg"],
+        "--distributed-executor-backend ray",
+        "{}",
+        f.stderr
+    );
+    assert!(!f.has_event("launch"), "{}", f.stderr);
 }
