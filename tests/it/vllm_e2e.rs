@@ -899,31 +899,7 @@ fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
     let mut args = vec!["--port", port.as_str()];
     args.extend_from_slice(&ray);
     let f = serve_supervised(&mut kw_vllm(home.path(), &[], &args, &[]));
-    assert_eq!(f.code, 0, "the engine's own status: {}", f.stderr);
-    let line = f.event("ray_launch");
-    assert_eq!(
-        line["arg"], "--distributed-executor-backend ray",
-        "{}",
-        f.stderr
-    );
-    assert!(
-        line["message"]
-            .as_str()
-            .unwrap()
-            .contains("nothing kept, signed or removed"),
-        "{line}"
-    );
-    // One line, and no other decision about the cache.
-    for e in [
-        "launch",
-        "pruned",
-        "removed",
-        "signed",
-        "reused",
-        "nothing_to_keep",
-    ] {
-        assert!(!f.has_event(e), "{e}: {}", f.stderr);
-    }
+    assert_supervised_under_ray(&f, "--distributed-executor-backend ray");
     // vLLM's own gate kept the files of the first boot (this fake's folder
     // does not depend on the backend): nothing tuned, nothing changed.
     assert_eq!(f.tuned(), 0, "{:#?}", f.stdout);
@@ -946,14 +922,7 @@ fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
         ],
         &[],
     ));
-    assert_eq!(f.code, 0, "{}", f.stderr);
-    assert_eq!(
-        f.event("ray_launch")["arg"],
-        "--data-parallel-backend ray",
-        "{}",
-        f.stderr
-    );
-    assert!(!f.has_event("signed"), "{}", f.stderr);
+    assert_supervised_under_ray(&f, "--data-parallel-backend ray");
 
     // A command keepwrap does not read as vLLM's, forced to the vllm
     // profile: read whole.
@@ -973,12 +942,30 @@ fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
         ],
         &[],
     ));
-    assert_eq!(f.code, 0, "{}", f.stderr);
-    assert_eq!(
-        f.event("ray_launch")["arg"],
-        "--distributed-executor-backend ray",
-        "{}",
-        f.stderr
+    assert_supervised_under_ray(&f, "--distributed-executor-backend ray");
+}
+
+/// The engine's own exit status, the one `ray_launch` line naming `arg`,
+/// and no other decision about the cache.
+fn assert_supervised_under_ray(f: &Finished, arg: &str) {
+    assert_eq!(f.code, 0, "the engine's own status: {}", f.stderr);
+    let line = f.event("ray_launch");
+    assert_eq!(line["arg"], arg, "{}", f.stderr);
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing kept, signed or removed"),
+        "{line}"
     );
-    assert!(!f.has_event("launch"), "{}", f.stderr);
+    for e in [
+        "launch",
+        "pruned",
+        "removed",
+        "signed",
+        "reused",
+        "nothing_to_keep",
+    ] {
+        assert!(!f.has_event(e), "{e}: {}", f.stderr);
+    }
 }

@@ -15,59 +15,23 @@
 //! in front of vLLM.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 
-use super::canonical_flag;
+use super::recognise::option_value_any;
 
-/// The argument that makes a launch run its workers under Ray, as
-/// written (`--distributed-executor-backend ray`, `-dpb ray`, ...): the
-/// last of `--distributed-executor-backend` and of `--data-parallel-backend`
-/// (`-dpb`) wins, as in argparse. `None`: not a Ray launch (as far as the
-/// command line says: a launch started inside a Ray placement group picks
-/// Ray by itself, which no argument shows).
+/// The argument that makes a launch run its workers under Ray, in its long
+/// spelling (`--distributed-executor-backend ray`, `--data-parallel-backend
+/// ray` for `-dpb ray`): the last occurrence of each flag wins, as in
+/// argparse. `None`: not a Ray launch (as far as the command line says: a
+/// launch started inside a Ray placement group picks Ray by itself, which
+/// no argument shows).
 pub fn ray_backend(args: &[OsString]) -> Option<String> {
-    let mut executor: Option<(Vec<u8>, Vec<u8>)> = None;
-    let mut dp: Option<(Vec<u8>, Vec<u8>)> = None;
-    let mut i = 0;
-    while i < args.len() {
-        let b = args[i].as_bytes();
-        let (name, value) = match b.iter().position(|&c| c == b'=') {
-            Some(p) => (&b[..p], Some(b[p + 1..].to_vec())),
-            None => (b, None),
-        };
-        let name = canonical_flag(name);
-        let slot = match name.as_slice() {
-            b"--distributed-executor-backend" => &mut executor,
-            b"--data-parallel-backend" | b"-dpb" => &mut dp,
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        let value = match value {
-            Some(v) => v,
-            None => {
-                i += 1;
-                match args.get(i) {
-                    Some(v) => v.as_bytes().to_vec(),
-                    None => break,
-                }
-            }
-        };
-        *slot = Some((name, value));
-        i += 1;
-    }
-    [executor, dp]
-        .into_iter()
-        .flatten()
-        .find(|(_, v)| v == b"ray")
-        .map(|(name, v)| {
-            format!(
-                "{} {}",
-                String::from_utf8_lossy(&name),
-                String::from_utf8_lossy(&v)
-            )
-        })
+    [
+        &["--distributed-executor-backend"][..],
+        &["--data-parallel-backend", "-dpb"][..],
+    ]
+    .into_iter()
+    .find(|flags| option_value_any(args, flags).is_some_and(|v| v == "ray"))
+    .map(|flags| format!("{} ray", flags[0]))
 }
 
 #[cfg(test)]
@@ -89,7 +53,10 @@ mod tests {
                 &["--distributed_executor_backend=ray", "-tp", "2"][..],
                 "--distributed-executor-backend ray",
             ),
-            (&["m", "-dp", "4", "-dpb", "ray"][..], "-dpb ray"),
+            (
+                &["m", "-dp", "4", "-dpb", "ray"][..],
+                "--data-parallel-backend ray",
+            ),
             (
                 &["m", "--data-parallel-backend=ray"][..],
                 "--data-parallel-backend ray",
