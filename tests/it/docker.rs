@@ -68,6 +68,25 @@ fn the_vllm_snippet_runs_vllms_own_entrypoint_behind_keepwrap() {
         !cmd[0].starts_with('-'),
         "CMD starts with the model: {cmd:?}"
     );
+    // `docker run IMAGE` alone: ENTRYPOINT + CMD, a vLLM server launch.
+    let home = common::home();
+    let mut c = std::process::Command::new(BIN);
+    common::without_keepwrap_env(&mut c).env("HOME", home.path());
+    let f = common::output(
+        c.args(["config", "--json"])
+            .args(&entrypoint[1..])
+            .args(&cmd),
+    );
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let cfg: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    assert_eq!(cfg["profile-for-command"]["value"], "vllm", "{cfg}");
+    assert!(
+        cfg["done-for-command"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:8000/health"),
+        "{cfg}"
+    );
     let cache_root = env_of(&text, "VLLM_CACHE_ROOT");
     assert_eq!(cache_root, "/cache/vllm");
 
