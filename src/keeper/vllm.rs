@@ -192,18 +192,42 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
 /// does not read as vLLM's but runs under `--profile vllm` (a launch
 /// script) is read whole for the same arguments.
 pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
-    if launch.profile() != ProfileName::Vllm {
-        return false;
-    }
-    let arg = match launch.vllm() {
-        Some(v) => facts::ray_backend(v.merged_args()),
-        None => facts::ray_backend(argv),
-    };
-    let Some(arg) = arg else {
+    let Some(arg) = ray_arg(launch, argv) else {
         return false;
     };
     crate::events::vllm::ray_launch(&arg);
     true
+}
+
+/// The argument that makes `argv` (fingerprinted as `launch`) a Ray
+/// launch of the `vllm` profile ([`under_ray`]).
+fn ray_arg(launch: &Launch, argv: &[OsString]) -> Option<String> {
+    if launch.profile() != ProfileName::Vllm {
+        return None;
+    }
+    match launch.vllm() {
+        Some(v) => facts::ray_backend(v.merged_args()),
+        None => facts::ray_backend(argv),
+    }
+}
+
+/// `status -- COMMAND` for a Ray launch ([`under_ray`]): nothing is kept,
+/// restored, stored or removed; every file is left as it is, and the plan
+/// says why.
+pub fn plan_ray(report: &mut serde_json::Value, launch: &Launch, argv: &[OsString]) {
+    let Some(arg) = ray_arg(launch, argv) else {
+        return;
+    };
+    let why = format!(
+        "a Ray launch ({arg}): keepwrap only supervises it and leaves vLLM's cache as vLLM leaves it"
+    );
+    for rows in ["files", "store"] {
+        for row in report[rows].as_array_mut().into_iter().flatten() {
+            row["action"] = if rows == "files" { "leave" } else { "stay" }.into();
+        }
+    }
+    report["plan"] =
+        serde_json::json!({"keep": 0, "restore": 0, "store": 0, "remove": 0, "why": why});
 }
 
 /// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later

@@ -894,8 +894,26 @@ fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
     .unwrap();
     let before = tree(&root);
 
-    let port = common::free_port().to_string();
+    // `status -- CMD` says the same before the launch: every file left.
     let ray = [&tp[..], &["--distributed-executor-backend", "ray"]].concat();
+    let st = common::output(&mut kw_vllm(home.path(), &["status"], &ray, &[]));
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains("this launch would keep 0, restore 0, store 0 and remove 0 cache files\na Ray launch (--distributed-executor-backend ray): keepwrap only supervises it"),
+        "{out}"
+    );
+    let st = common::output(&mut kw_vllm(home.path(), &["status", "--json"], &ray, &[]));
+    let report: serde_json::Value = serde_json::from_str(&st.stdout.join("\n")).unwrap();
+    let actions: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["leave"; 3], "{report}");
+
+    let port = common::free_port().to_string();
     let mut args = vec!["--port", port.as_str()];
     args.extend_from_slice(&ray);
     let f = serve_supervised(&mut kw_vllm(home.path(), &[], &args, &[]));
