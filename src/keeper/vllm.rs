@@ -187,8 +187,9 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
 /// Ray environment filled in from this launch's only where the node has no
 /// value: which files land here, and under which settings they were tuned,
 /// cannot be told from the launch (fail closed: nothing is signed), and
-/// removing what is there would only make vLLM re-tune what its own gate
-/// may keep (nothing lost: nothing is removed either). A command keepwrap
+/// removing what is there would make every boot re-tune while still
+/// guarding nothing on the other nodes (nothing lost: nothing is removed
+/// either; vLLM's own gate decides, as without keepwrap). A command keepwrap
 /// does not read as vLLM's but runs under `--profile vllm` (a launch
 /// script) is read whole for the same arguments.
 pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
