@@ -10,56 +10,31 @@ use super::*;
 
 use std::collections::BTreeMap;
 
-/// The 2-rank launch with expert parallelism (fixed gate) as a server on
-/// `port`, done at its health endpoint's first 200, with
-/// `--chunked-prefill-size prefill` (not in the engine's key: another
+/// The 2-rank launch with expert parallelism, the fixed gate.
+const EP2: &[&str] = &["--tp", "2", "--ep", "2", "--gate", "fixed"];
+
+/// [`EP2`] as a server on `port`, done at its health endpoint's first 200,
+/// with `--chunked-prefill-size prefill` (not in the engine's key: another
 /// value writes the same rank-file paths). `--port` is not fingerprinted.
 fn server(h: &Path, port: u16, prefill: &str, extra: &[&str]) -> Command {
     let health = format!("health=http://127.0.0.1:{port}/health");
     let port = port.to_string();
-    keepwrap_engine(
-        h,
-        &["--done", &health],
-        &[
-            &[
-                "--tp",
-                "2",
-                "--ep",
-                "2",
-                "--gate",
-                "fixed",
-                "--port",
-                &port,
-                "--chunked-prefill-size",
-                prefill,
-            ],
-            extra,
-        ]
-        .concat(),
-    )
+    let args = [
+        EP2,
+        &["--port", &port, "--chunked-prefill-size", prefill],
+        extra,
+    ];
+    keepwrap_engine(h, &["--done", &health], &args.concat())
 }
 
-/// The same launch offline (done when it exits 0).
+/// [`EP2`] offline (done when it exits 0).
 fn offline(h: &Path, prefill: &str, extra: &[&str]) -> Command {
-    keepwrap_engine(
-        h,
-        &[],
-        &[
-            &[
-                "--tp",
-                "2",
-                "--ep",
-                "2",
-                "--gate",
-                "fixed",
-                "--offline",
-                "--chunked-prefill-size",
-                prefill,
-            ],
-            extra,
-        ]
-        .concat(),
-    )
+    let args = [
+        EP2,
+        &["--offline", "--chunked-prefill-size", prefill],
+        extra,
+    ];
+    keepwrap_engine(h, &[], &args.concat())
 }
 
 const A: &str = "2048";
