@@ -437,7 +437,7 @@ impl ShareArgs {
 pub struct ShareStatusCmd {
     /// The share directory
     #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
-    pub share: PathBuf,
+    pub share: Option<PathBuf>,
 
     /// Print JSON
     #[arg(long)]

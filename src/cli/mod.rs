@@ -7,6 +7,7 @@
 //! subcommand is handed to the module that runs it.
 
 mod args;
+mod hoist;
 mod parse;
 
 use std::ffi::OsString;
@@ -36,10 +37,13 @@ pub fn main() -> ExitCode {
         Ok(m) => m,
         Err(e) => return parse_error(&cmd, &argv, e),
     };
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return parse_error(&cmd, &argv, e),
     };
+    if let Err(e) = hoist::hoist(&cmd, &matches, &mut cli) {
+        return usage_error(&e);
+    }
     let level = logging::level(
         cli.verbose,
         cli.quiet,
@@ -71,10 +75,7 @@ pub fn main() -> ExitCode {
             &c.command,
             c.json,
         ),
-        Some(Sub::ShareStatus(cmd)) if cmd.json => {
-            crate::cmd::share_status::share_status_json(&cmd.share)
-        }
-        Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
+        Some(Sub::ShareStatus(cmd)) => share_status(cmd),
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
@@ -95,6 +96,15 @@ fn evict(cmd: EvictCmd) -> ExitCode {
         _ => crate::cmd::evict::Evict::All,
     };
     crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+}
+
+/// `keepwrap share-status`.
+fn share_status(cmd: ShareStatusCmd) -> ExitCode {
+    match &cmd.share {
+        None => usage_error("no share: keepwrap share-status --share DIR (or KEEPWRAP_SHARE=DIR)"),
+        Some(dir) if cmd.json => crate::cmd::share_status::share_status_json(dir),
+        Some(dir) => crate::share::print_status(dir),
+    }
 }
 
 /// `keepwrap fingerprint`.

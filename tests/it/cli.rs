@@ -455,3 +455,129 @@ fn a_cache_dir_outside_the_engine_directory_warns() {
     let f = run(&engine);
     assert!(f.warnings().is_empty(), "{}", f.stderr);
 }
+
+/// The first line of a subcommand's output.
+fn first_line(f: &Finished) -> &str {
+    f.stdout.first().map(String::as_str).unwrap_or_default()
+}
+
+#[test]
+fn an_option_before_a_subcommand_applies_to_it() {
+    let home = tempfile::tempdir().unwrap();
+    let other = home.path().join("other");
+    let other_s = other.to_str().unwrap();
+    // evict and clean work on the root named before them.
+    for sub in [&["evict", "--all"][..], &["clean"]] {
+        let f = boot(kw(home.path()).args(["--cache-dir", other_s]).args(sub));
+        assert_eq!(f.code, 0, "{sub:?}: {}", f.stderr);
+        assert!(
+            first_line(&f).contains(&format!("{other_s} has no store")),
+            "{sub:?}: {:?}",
+            f.stdout
+        );
+    }
+    // status reads that root, and the profile named before it.
+    let f = boot(kw(home.path()).args(["--cache-dir", other_s, "status"]));
+    assert_eq!(
+        first_line(&f),
+        format!("cache root {other_s}"),
+        "{}",
+        f.stderr
+    );
+    let vllm = home.path().join(".cache/vllm/flashinfer_autotune_cache");
+    let f = boot(kw(home.path()).args(["--profile", "vllm", "status"]));
+    assert_eq!(
+        first_line(&f),
+        format!("cache root {}", vllm.display()),
+        "{}",
+        f.stderr
+    );
+    // explain too.
+    let f = boot(kw(home.path()).args([
+        "--cache-dir",
+        other_s,
+        "explain",
+        "--",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+    ]));
+    assert!(
+        f.stdout.join("\n").contains(other_s),
+        "{:?} {}",
+        f.stdout,
+        f.stderr
+    );
+    // The fingerprint leaves out what --ignore-arg names, wherever it is
+    // written (and both places add up).
+    let launch = [
+        "--",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--foo",
+        "1",
+        "--bar",
+        "2",
+    ];
+    let fp = |opts: &[&str]| {
+        let f = boot(kw(home.path()).args(opts).args(launch));
+        assert_eq!(f.code, 0, "{opts:?}: {}", f.stderr);
+        f.stdout.join("\n")
+    };
+    let counted = |explain: &str, flag: &str| explain.contains(&format!("\narg \"{flag}\""));
+    let after = fp(&["fingerprint", "--ignore-arg", "--foo", "--explain"]);
+    assert!(
+        !counted(&after, "--foo") && counted(&after, "--bar"),
+        "{after}"
+    );
+    assert_eq!(
+        fp(&["--ignore-arg", "--foo", "fingerprint", "--explain"]),
+        after
+    );
+    assert_eq!(
+        fp(&["--ignore-arg=--foo", "fingerprint", "--explain"]),
+        after
+    );
+    assert_ne!(fp(&["fingerprint", "--explain"]), after);
+    let both = fp(&[
+        "--ignore-arg",
+        "--foo",
+        "fingerprint",
+        "--ignore-arg",
+        "--bar",
+        "--explain",
+    ]);
+    assert!(
+        !counted(&both, "--foo") && !counted(&both, "--bar"),
+        "{both}"
+    );
+}
+
+#[test]
+fn an_option_a_subcommand_does_not_take_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    for (opts, sub) in [
+        (&["--grace", "3s"][..], &["status"][..]),
+        (&["--unify", "off"], &["evict", "--all"]),
+        (&["--done", "exit"], &["fingerprint", "--", "true"]),
+        (&["--kill-group"], &["clean"]),
+        (&["--store-max-size", "1k"], &["explain", "--", "true"]),
+    ] {
+        let f = boot(kw(home.path()).args(opts).args(sub));
+        assert_eq!(f.code, 2, "{opts:?} {sub:?}: {}", f.stderr);
+        let first = f.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("keepwrap: error: ")
+                && first.contains(opts[0])
+                && first.contains(&format!("`keepwrap {}`", sub[0])),
+            "{opts:?} {sub:?}: {}",
+            f.stderr
+        );
+        assert!(f.stdout.is_empty(), "{opts:?} {sub:?}: {:?}", f.stdout);
+    }
+    // Written twice, before and after, is refused as any repeated option.
+    let f = boot(kw(home.path()).args(["--cache-dir", "/a", "status", "--cache-dir", "/b"]));
+    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert!(f.stderr.contains("--cache-dir"), "{}", f.stderr);
+}

@@ -160,7 +160,10 @@ fn the_docker_snippet_copies_every_file_its_build_needs() {
     // bench_done bench at benches/bench_done.rs").
     let copies = snippet_copies();
     let targets = manifest_targets();
-    assert!(targets.iter().any(|t| t.starts_with("benches/")), "{targets:?}");
+    assert!(
+        targets.iter().any(|t| t.starts_with("benches/")),
+        "{targets:?}"
+    );
     for t in &targets {
         assert!(
             copies
