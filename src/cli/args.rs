@@ -56,10 +56,22 @@ pub struct Cli {
     #[arg(long)]
     pub show_config: bool,
 
+    /// Refuse a launch whose keepwrap setting is invalid (exit 2). Without
+    /// it the setting is said in one line and the engine starts: with the
+    /// cache left alone for a cache setting, the default for a supervision
+    /// setting
+    #[arg(long, env = "KEEPWRAP_STRICT", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub strict: bool,
+
     /// The command to supervise, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
+
+/// The settings of how the engine is supervised (the rest are the cache's):
+/// an invalid one falls back to its default, an invalid cache setting
+/// leaves the cache alone.
+pub const SUPERVISION: [&str; 5] = ["kill_group", "grace", "kill_after", "log_format", "strict"];
 
 // Each subcommand's arguments are defined only when that subcommand is
 // used (or help is asked for): a launch does not pay for them at start.

@@ -32,10 +32,14 @@ use parse::{attach_dashed_values, parse_error, usage_error};
 /// Parse the command line, run what it asks, and return the exit status.
 pub fn main() -> ExitCode {
     let argv = attach_dashed_values(std::env::args_os().collect());
-    let mut cmd = command();
-    let matches = match cmd.try_get_matches_from_mut(&argv) {
-        Ok(m) => m,
-        Err(e) => return parse_error(&cmd, &argv, e),
+    let parse::Lenient {
+        cmd,
+        matches,
+        invalid,
+        first,
+    } = match parse::lenient(&argv) {
+        Ok(p) => p,
+        Err(e) => return parse_error(&command(), &argv, e),
     };
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -44,12 +48,39 @@ pub fn main() -> ExitCode {
     if let Err(e) = hoist::hoist(&cmd, &matches, &mut cli) {
         return usage_error(&e);
     }
+    // An invalid setting of a launch is said and the engine starts; under
+    // --strict, and for anything but a launch, it is a usage error.
+    let launch = cli.subcommand.is_none() && !cli.show_config && !cli.command.is_empty();
+    if let Some(e) = first.filter(|_| cli.strict || !launch) {
+        return parse_error(&command(), &argv, e);
+    }
     let level = logging::level(
         cli.verbose,
         cli.quiet,
         std::env::var("KEEPWRAP_LOG").ok().as_deref(),
     );
     logging::init_with(cli.log_format, &level);
+    for i in &invalid {
+        let then = if i.cache {
+            "the engine starts; keepwrap leaves the cache alone for this launch (only supervises)"
+                .to_string()
+        } else {
+            format!(
+                "the engine starts with the default {} {}",
+                i.flag, i.default
+            )
+        };
+        crate::events::cli::setting_invalid(
+            &i.what,
+            &i.flag,
+            i.variable.as_deref(),
+            &i.value,
+            &then,
+        );
+    }
+    if invalid.iter().any(|i| i.cache) {
+        cli.run.disable = true;
+    }
     if cli.show_config {
         return crate::cmd::config::print(
             &cmd,

@@ -19,30 +19,36 @@ pub(super) fn usage_error(what: &str) -> ExitCode {
 /// but empty treated as unset: a template that renders `value: ""` gets the
 /// default, not a usage error.
 pub fn command() -> clap::Command {
-    fn unset_empty(arg: clap::Arg) -> clap::Arg {
+    command_ignoring(&[])
+}
+
+/// [`command`], with the variables of the top-level arguments `ignored`
+/// not read either.
+fn command_ignoring(ignored: &[clap::Id]) -> clap::Command {
+    let unset = |arg: clap::Arg| {
         let empty = arg
             .get_env()
             .and_then(std::env::var_os)
             .is_some_and(|v| v.is_empty());
-        if empty {
+        if empty || ignored.contains(arg.get_id()) {
             arg.env(None)
         } else {
             arg
         }
-    }
-    fn walk(cmd: clap::Command) -> clap::Command {
-        cmd.mut_args(unset_empty).mut_subcommands(walk)
+    };
+    fn walk(cmd: clap::Command, unset: &impl Fn(clap::Arg) -> clap::Arg) -> clap::Command {
+        cmd.mut_args(unset).mut_subcommands(|sub| walk(sub, unset))
     }
     let mut cmd = Cli::command();
     let any_empty = std::env::vars_os()
         .any(|(name, value)| value.is_empty() && name.as_encoded_bytes().starts_with(b"KEEPWRAP_"));
-    if !any_empty {
+    if !any_empty && ignored.is_empty() {
         return cmd;
     }
     // Define the deferred subcommands' arguments, so that the walk reaches
     // them too.
     cmd.build();
-    walk(cmd)
+    walk(cmd, &unset)
 }
 
 /// Say what a parse error means for keepwrap's users, and return status 2
@@ -62,9 +68,8 @@ pub(super) fn parse_error(cmd: &clap::Command, argv: &[OsString], e: clap::Error
     ExitCode::from(EXIT_USAGE)
 }
 
-/// An invalid value that came from a `KEEPWRAP_*` variable, not from the
-/// command line: name the variable and its value.
-fn env_value_error(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> Option<String> {
+/// The long name (without `--`) of the option whose value `e` refuses.
+fn refused_long(e: &clap::Error) -> Option<&str> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if !matches!(
         e.kind(),
@@ -75,20 +80,49 @@ fn env_value_error(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> O
     let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else {
         return None;
     };
-    let long = shown.split([' ', '=']).next()?.strip_prefix("--")?;
+    shown.split([' ', '=']).next()?.strip_prefix("--")
+}
+
+/// Where `flag` is written on the command line (before `--`): its index,
+/// and how many words it takes (2 for `--flag VALUE`, 1 for `--flag=VALUE`).
+fn written_at(argv: &[OsString], flag: &str) -> Option<(usize, usize)> {
+    let attached = format!("{flag}=");
+    argv.iter()
+        .enumerate()
+        .skip(1)
+        .take_while(|(_, a)| *a != "--")
+        .find_map(|(i, a)| {
+            if a == flag {
+                Some((i, 2))
+            } else {
+                a.to_string_lossy().starts_with(&attached).then_some((i, 1))
+            }
+        })
+}
+
+/// An invalid value that came from a `KEEPWRAP_*` variable, not from the
+/// command line: name the variable and its value.
+fn env_value_error(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> Option<String> {
+    let long = refused_long(e)?;
     let arg = find_arg(cmd, long)?;
     let var = arg.get_env()?;
     let value = std::env::var_os(var)?;
     let flag = format!("--{long}");
-    let on_command_line = argv
-        .iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .any(|a| a == flag.as_str() || a.to_string_lossy().starts_with(&format!("{flag}=")));
-    if on_command_line {
+    if written_at(argv, &flag).is_some() {
         return None;
     }
-    let why = match (std::error::Error::source(e), e.get(ContextKind::ValidValue)) {
+    Some(format!(
+        "invalid value {:?} in {} (for {flag}): {}",
+        value.to_string_lossy(),
+        var.to_string_lossy(),
+        why(e)
+    ))
+}
+
+/// Why clap refused a value, in one line.
+fn why(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match (std::error::Error::source(e), e.get(ContextKind::ValidValue)) {
         (Some(src), _)
             if e.kind() == ErrorKind::InvalidValue || !src.to_string().contains("boolean") =>
         {
@@ -99,12 +133,117 @@ fn env_value_error(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> O
             format!("expected one of {}", valid.join(", "))
         }
         _ => "not a valid value".to_string(),
+    }
+}
+
+/// A keepwrap setting whose value could not be read, taken out of this
+/// launch: its default instead, or the cache left alone.
+pub(super) struct Invalid {
+    /// The line that says it, as the usage error does.
+    pub what: String,
+    /// `--grace`
+    pub flag: String,
+    /// The variable it came from, when not from the command line.
+    pub variable: Option<String>,
+    pub value: String,
+    /// A setting of the cache (not of the supervision).
+    pub cache: bool,
+    /// Its default, as `--help` shows it.
+    pub default: String,
+}
+
+/// The command line parsed with every invalid keepwrap setting taken out.
+pub(super) struct Lenient {
+    pub cmd: clap::Command,
+    pub matches: clap::ArgMatches,
+    pub invalid: Vec<Invalid>,
+    /// The error the first invalid setting was (to refuse it after all).
+    pub first: Option<clap::Error>,
+}
+
+/// Parse `argv`; a keepwrap setting (an option of a launch) whose value is
+/// invalid is taken out, from the command line or by ignoring its variable,
+/// and parsing goes on. Err: an error that is not such a setting's (or the
+/// first one, when too many).
+pub(super) fn lenient(argv: &[OsString]) -> Result<Lenient, clap::Error> {
+    let mut argv = argv.to_vec();
+    let mut unset: Vec<clap::Id> = Vec::new();
+    let mut invalid = Vec::new();
+    let mut first = None;
+    loop {
+        let mut cmd = command_ignoring(&unset);
+        let e = match cmd.try_get_matches_from_mut(&argv) {
+            Ok(matches) => {
+                return Ok(Lenient {
+                    cmd,
+                    matches,
+                    invalid,
+                    first,
+                })
+            }
+            Err(e) => e,
+        };
+        let Some(bad) = (invalid.len() < 64)
+            .then(|| take_out(&cmd, &mut argv, &mut unset, &e))
+            .flatten()
+        else {
+            return Err(first.unwrap_or(e));
+        };
+        invalid.push(bad);
+        first.get_or_insert(e);
+    }
+}
+
+/// The invalid setting of `e`, taken out of `argv` (or its variable added
+/// to `unset`); None when `e` is not a launch option's invalid value.
+fn take_out(
+    cmd: &clap::Command,
+    argv: &mut Vec<OsString>,
+    unset: &mut Vec<clap::Id>,
+    e: &clap::Error,
+) -> Option<Invalid> {
+    use clap::error::{ContextKind, ContextValue};
+    let long = refused_long(e)?;
+    let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long))?;
+    let flag = format!("--{long}");
+    let id = arg.get_id().as_str();
+    let default = arg
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect::<Vec<_>>();
+    let default = match (id, default.is_empty()) {
+        (_, false) => default.join(","),
+        ("kill_group" | "strict", true) => "false".into(),
+        (_, true) => "off".into(),
     };
-    Some(format!(
-        "invalid value {:?} in {} (for {flag}): {why}",
-        value.to_string_lossy(),
-        var.to_string_lossy()
-    ))
+    let (what, variable, value) = match written_at(argv, &flag) {
+        Some((at, words)) => {
+            let value = match e.get(ContextKind::InvalidValue) {
+                Some(ContextValue::String(v)) => v.clone(),
+                _ => String::new(),
+            };
+            argv.drain(at..(at + words).min(argv.len()));
+            let what = format!("invalid value {value:?} for {flag}: {}", why(e));
+            (what, None, value)
+        }
+        None => {
+            let var = arg.get_env()?;
+            let value = std::env::var_os(var)?.to_string_lossy().into_owned();
+            let var = var.to_string_lossy().into_owned();
+            unset.push(arg.get_id().clone());
+            let what = format!("invalid value {value:?} in {var} (for {flag}): {}", why(e));
+            (what, Some(var), value)
+        }
+    };
+    Some(Invalid {
+        what,
+        flag,
+        variable,
+        value,
+        cache: !super::args::SUPERVISION.contains(&id),
+        default,
+    })
 }
 
 fn find_arg<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {

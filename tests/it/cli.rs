@@ -69,10 +69,10 @@ fn every_empty_variable_is_the_same_as_unset() {
 }
 
 #[test]
-fn an_invalid_variable_is_a_usage_error_naming_it_and_its_value() {
+fn an_invalid_variable_is_a_usage_error_under_strict_naming_it_and_its_value() {
     let home = tempfile::tempdir().unwrap();
     let marker = home.path().join("ran");
-    for (var, value) in [
+    for (i, (var, value)) in [
         ("KEEPWRAP_GRACE", "soon"),
         ("KEEPWRAP_KILL_AFTER", "-3"),
         ("KEEPWRAP_UNIFY", "sometimes"),
@@ -82,13 +82,21 @@ fn an_invalid_variable_is_a_usage_error_naming_it_and_its_value() {
         ("KEEPWRAP_STORE_MAX_SIZE", "big"),
         ("KEEPWRAP_DONE", "later"),
         ("KEEPWRAP_LOG_FORMAT", "yaml"),
-    ] {
-        let f =
-            boot(
-                kw(home.path())
-                    .env(var, value)
-                    .args(["--", "touch", marker.to_str().unwrap()]),
-            );
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // --strict, or KEEPWRAP_STRICT=1: fail fast.
+        let mut cmd = kw(home.path());
+        if i % 2 == 0 {
+            cmd.env("KEEPWRAP_STRICT", "1");
+        } else {
+            cmd.arg("--strict");
+        }
+        let f = boot(
+            cmd.env(var, value)
+                .args(["--", "touch", marker.to_str().unwrap()]),
+        );
         assert_eq!(f.code, 2, "{var}={value}: {}", f.stderr);
         let first = f.stderr.lines().next().unwrap_or_default();
         assert!(
@@ -110,7 +118,7 @@ fn an_invalid_flag_is_named_as_the_flag_even_with_the_variable_set() {
             .env("KEEPWRAP_GRACE", "2s")
             .args(["--grace", "soon", "--", "true"]),
     );
-    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
         f.stderr.contains("'soon'") && f.stderr.contains("--grace"),
         "{}",
@@ -580,4 +588,103 @@ fn an_option_a_subcommand_does_not_take_is_refused() {
     let f = boot(kw(home.path()).args(["--cache-dir", "/a", "status", "--cache-dir", "/b"]));
     assert_eq!(f.code, 2, "{}", f.stderr);
     assert!(f.stderr.contains("--cache-dir"), "{}", f.stderr);
+}
+
+/// A launch of `touch MARKER` kept as an engine's (`--keep always`), in JSON
+/// logs, with `env` and `args` before `--`.
+fn launch_with(home: &Path, env: &[(&str, &str)], args: &[&str]) -> (Finished, bool) {
+    let marker = home.join("ran");
+    let _ = std::fs::remove_file(&marker);
+    let f = boot(
+        kw(home)
+            .env("KEEPWRAP_KEEP", "always")
+            .env("KEEPWRAP_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
+            .args(args)
+            .args(["--", "touch", marker.to_str().unwrap()]),
+    );
+    (f, marker.exists())
+}
+
+#[test]
+fn an_invalid_setting_is_said_and_the_engine_starts() {
+    let home = tempfile::tempdir().unwrap();
+    // A valid launch keeps the cache: no `supervising_only`.
+    let (f, ran) = launch_with(home.path(), &[], &[]);
+    assert!(ran && f.code == 0, "{}", f.stderr);
+    assert!(
+        common::events_named(&f.stderr, "supervising_only").is_empty(),
+        "{}",
+        f.stderr
+    );
+    // (variable or flag, value, a cache setting?, what the line says then)
+    let cases: [(&str, &str, bool); 9] = [
+        ("KEEPWRAP_UNIFY", "yes", true),
+        ("KEEPWRAP_STORE_MAX_SIZE", "1PB", true),
+        ("KEEPWRAP_DONE", "later", true),
+        ("KEEPWRAP_PROFILE", "trtllm", true),
+        ("--unify", "yes", true),
+        ("KEEPWRAP_GRACE", "soon", false),
+        ("KEEPWRAP_KILL_GROUP", "maybe", false),
+        ("--kill-after", "1e20", false),
+        ("KEEPWRAP_LOG_FORMAT", "yaml", false),
+    ];
+    for (name, value, cache) in cases {
+        let flag = [name, value];
+        let (env, args): (&[(&str, &str)], &[&str]) = if name.starts_with("--") {
+            (&[], &flag)
+        } else {
+            (&[(name, value)], &[])
+        };
+        let (f, ran) = launch_with(home.path(), env, args);
+        assert_eq!(f.code, 0, "{name}={value}: {}", f.stderr);
+        assert!(ran, "{name}={value}: the engine must start: {}", f.stderr);
+        // One line says which setting and what it was; the log format it
+        // names is json, unless it is the log format that was wrong.
+        let lines: Vec<&str> = f.stderr.lines().collect();
+        let said: Vec<serde_json::Value> = if name == "KEEPWRAP_LOG_FORMAT" {
+            assert!(
+                lines[0]
+                    .starts_with("keepwrap: error: invalid value \"yaml\" in KEEPWRAP_LOG_FORMAT"),
+                "{}",
+                f.stderr
+            );
+            assert!(
+                lines.iter().all(|l| l.starts_with("keepwrap: ")),
+                "{}",
+                f.stderr
+            );
+            continue;
+        } else {
+            common::events_named(&f.stderr, "setting_invalid")
+        };
+        assert_eq!(said.len(), 1, "{name}={value}: {}", f.stderr);
+        let msg = said[0]["message"].as_str().unwrap();
+        assert_eq!(said[0]["level"], "ERROR", "{msg}");
+        assert!(
+            msg.starts_with("invalid value ") && msg.contains(name) && msg.contains(value),
+            "{msg}"
+        );
+        assert!(msg.contains("--strict"), "{msg}");
+        let alone = common::events_named(&f.stderr, "supervising_only");
+        if cache {
+            assert!(msg.contains("leaves the cache alone"), "{msg}");
+            assert_eq!(
+                alone.len(),
+                1,
+                "{name}={value}: the cache left alone: {}",
+                f.stderr
+            );
+        } else {
+            assert!(msg.contains("default"), "{msg}");
+            assert!(
+                alone.is_empty(),
+                "{name}={value}: the cache still kept: {}",
+                f.stderr
+            );
+        }
+    }
+    // A missing command stays a usage error.
+    let f = boot(kw(home.path()).env("KEEPWRAP_GRACE", "soon"));
+    assert_eq!(f.code, 2, "{}", f.stderr);
 }
