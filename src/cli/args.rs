@@ -20,10 +20,9 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
 #[derive(Debug, Parser)]
 #[command(
     name = "keepwrap",
-    version,
-    long_version = LONG_VERSION,
+    version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap evict [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -125,8 +124,8 @@ pub struct CleanCmd {
     pub root: RootArgs,
 }
 
-/// Which cache root a maintenance command works on, and how long it waits
-/// for the lock.
+// Which cache root a maintenance command works on, and how long it waits
+// for the lock.
 #[derive(Debug, Args)]
 pub struct RootArgs {
     /// Autotune cache root (resolved as for a run)
@@ -217,7 +216,7 @@ pub struct FingerprintCmd {
     pub command: Vec<OsString>,
 }
 
-/// What identifies a launch.
+// What identifies a launch.
 #[derive(Debug, Clone, Args)]
 pub struct FingerprintArgs {
     /// Fingerprint profile: which env vars and arguments identify a launch
@@ -263,7 +262,7 @@ impl FingerprintArgs {
     }
 }
 
-/// How a launch is supervised and its cache kept.
+// How a launch is supervised and its cache kept.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -408,7 +407,7 @@ fn parse_done(s: &str) -> Result<DoneRule, String> {
     }
 }
 
-/// Multi-node launches: the directory every node mounts.
+// Multi-node launches: the directory every node mounts.
 #[derive(Debug, Clone, Args)]
 pub struct ShareArgs {
     /// A directory every node of a multi-node launch mounts (NFS, CephFS, a

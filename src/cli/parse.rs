@@ -8,11 +8,35 @@ use std::process::ExitCode;
 use clap::CommandFactory;
 
 use super::{Cli, EXIT_USAGE};
+use crate::logging::{self, LogFormat};
 
+/// Say a usage error, in the log format the command line or
+/// `KEEPWRAP_LOG_FORMAT` asks for, and return status 2.
 pub(super) fn usage_error(what: &str) -> ExitCode {
-    eprintln!("keepwrap: error: {what}");
-    eprintln!("Usage: keepwrap [OPTIONS] -- COMMAND [ARGS...]   (keepwrap --help for more)");
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    logging::init_with(error_format(&argv), &logging::level(0, 0, Some("error")));
+    crate::events::cli::usage_error(what);
     ExitCode::from(EXIT_USAGE)
+}
+
+/// The log format of a command line that may not parse: `--log-format F`
+/// before `--`, else `KEEPWRAP_LOG_FORMAT`, else text.
+fn error_format(argv: &[OsString]) -> LogFormat {
+    let mut words = argv.iter().skip(1).take_while(|a| *a != "--");
+    let mut asked = None;
+    while let Some(a) = words.next() {
+        let a = a.to_string_lossy();
+        if a == "--log-format" {
+            asked = words.next().map(|v| v.to_string_lossy().into_owned());
+        } else if let Some(v) = a.strip_prefix("--log-format=") {
+            asked = Some(v.to_string());
+        }
+    }
+    let asked = asked.or_else(|| std::env::var("KEEPWRAP_LOG_FORMAT").ok());
+    match asked.as_deref().map(str::trim) {
+        Some(f) if f.eq_ignore_ascii_case("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    }
 }
 
 /// The command line definition, with every `KEEPWRAP_*` variable that is set
@@ -58,14 +82,77 @@ pub(super) fn parse_error(cmd: &clap::Command, argv: &[OsString], e: clap::Error
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    if let Some(msg) = env_value_error(cmd, argv, &e) {
-        return usage_error(&msg);
+    let msg = env_value_error(cmd, argv, &e)
+        .or_else(|| flag_value_error(&e))
+        .or_else(|| missing_separator(cmd, argv, &e))
+        .unwrap_or_else(|| clap_message(&e));
+    usage_error(&msg)
+}
+
+/// An invalid value given on the command line.
+fn flag_value_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let long = refused_long(e)?;
+    let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    Some(format!("invalid value {value:?} for --{long}: {}", why(e)))
+}
+
+/// clap's own words for an error, on one line, without its usage and its
+/// tips (`use '-- --bogus'` would run `--bogus` as the command).
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut said = String::new();
+    for l in text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more information")
+        })
+    {
+        let l = l.strip_prefix("error: ").unwrap_or(l);
+        if !said.is_empty() {
+            said.push_str(if said.ends_with(':') { " " } else { "; " });
+        }
+        said.push_str(l);
     }
-    if let Some(msg) = missing_separator(argv, &e) {
-        return usage_error(&msg);
+    let usage = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Usage: "))
+        .unwrap_or("keepwrap [OPTIONS] -- COMMAND [ARGS...]");
+    format!("{said} (usage: {}; --help for more)", usage.trim())
+}
+
+/// The subcommand `word` is a near miss of (`stauts`: `status`).
+fn near_subcommand(cmd: &clap::Command, word: &str) -> Option<String> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let here = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb))
+                    .min(row[j] + 1)
+                    .min(here + 1);
+                prev = here;
+            }
+        }
+        row[b.len()]
     }
-    let _ = e.print();
-    ExitCode::from(EXIT_USAGE)
+    let word = word.to_ascii_lowercase();
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name())
+        .map(|name| (distance(&word, name), name))
+        .filter(|(d, name)| {
+            *d <= 2.min(name.len() / 3 + 1) || (word.len() >= 3 && name.starts_with(&word))
+        })
+        .min()
+        .map(|(_, name)| name.to_string())
 }
 
 /// The long name (without `--`) of the option whose value `e` refuses.
@@ -252,8 +339,9 @@ fn find_arg<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {
         .or_else(|| cmd.get_subcommands().find_map(|s| find_arg(s, long)))
 }
 
-/// `keepwrap python -m ...` (no `--`): say where the command goes.
-fn missing_separator(argv: &[OsString], e: &clap::Error) -> Option<String> {
+/// `keepwrap python -m ...` (no `--`): say where the command goes; and
+/// `keepwrap stauts`: which subcommand it nearly is.
+fn missing_separator(cmd: &clap::Command, argv: &[OsString], e: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if !matches!(
         e.kind(),
@@ -294,6 +382,11 @@ fn missing_separator(argv: &[OsString], e: &clap::Error) -> Option<String> {
     words.extend(argv[at..].iter().map(word));
     let hint = words.join(" ");
     let found = word(&argv[at]);
+    if let Some(meant) = near_subcommand(cmd, &argv[at].to_string_lossy()) {
+        return Some(format!(
+            "unknown subcommand '{found}': did you mean `keepwrap {meant}`? (a command to run goes after `--`: {hint})"
+        ));
+    }
     Some(format!(
         "unexpected argument '{found}': the command to run goes after `--`, as in: {hint}"
     ))

@@ -1,4 +1,5 @@
-//! Events of the command line: a setting keepwrap cannot read.
+//! Events of the command line: a usage error, a setting keepwrap cannot
+//! read.
 
 const TARGET: &str = "keepwrap::cli";
 
@@ -13,5 +14,14 @@ pub fn setting_invalid(what: &str, option: &str, variable: Option<&str>, value: 
         variable,
         value,
         "{what}; {then} (--strict, or KEEPWRAP_STRICT=1, refuses it)"
+    );
+}
+
+/// The command line cannot be used: `what` says why (exit status 2).
+pub fn usage_error(what: &str) {
+    tracing::error!(
+        target: TARGET,
+        event = "usage_error",
+        "{what}"
     );
 }

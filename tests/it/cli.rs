@@ -688,3 +688,149 @@ fn an_invalid_setting_is_said_and_the_engine_starts() {
     let f = boot(kw(home.path()).env("KEEPWRAP_GRACE", "soon"));
     assert_eq!(f.code, 2, "{}", f.stderr);
 }
+
+/// Command lines keepwrap refuses, each for another reason.
+const REFUSED: [&[&str]; 9] = [
+    &["--bogus", "--", "true"],
+    &["--bogus"],
+    &["status", "--bogus"],
+    &["evict"],
+    &["evict", "--all", "--older-than", "1d"],
+    &["--strict", "--grace", "soon", "--", "true"],
+    &["--strict", "--unify", "yes", "--", "true"],
+    &["stauts"],
+    &[],
+];
+
+#[test]
+fn every_line_keepwrap_says_on_a_usage_error_starts_with_its_name() {
+    let home = tempfile::tempdir().unwrap();
+    for args in REFUSED {
+        let f = boot(kw(home.path()).args(args));
+        assert_eq!(f.code, 2, "{args:?}: {}", f.stderr);
+        assert!(f.stdout.is_empty(), "{args:?}: {:?}", f.stdout);
+        let lines: Vec<&str> = f.stderr.lines().collect();
+        assert!(!lines.is_empty(), "{args:?}");
+        assert!(
+            lines[0].starts_with("keepwrap: error: "),
+            "{args:?}: {}",
+            f.stderr
+        );
+        for l in &lines {
+            assert!(
+                l.starts_with("keepwrap: "),
+                "{args:?}: {l:?} in\n{}",
+                f.stderr
+            );
+        }
+        // No tip that would run the wrong thing: `-- --bogus` runs
+        // `--bogus` as the command.
+        assert!(!f.stderr.contains("'-- "), "{args:?}: {}", f.stderr);
+        // The same error in JSON, one object a line, when the logs are JSON.
+        for json in [&["--log-format", "json"][..], &["--log-format=json"]] {
+            let f = boot(kw(home.path()).args(json).args(args));
+            assert_eq!(f.code, 2, "{args:?}: {}", f.stderr);
+            let events = common::log_events(&f.stderr);
+            assert_eq!(
+                events.len(),
+                f.stderr.lines().count(),
+                "{args:?}: {}",
+                f.stderr
+            );
+            assert_eq!(events[0]["event"], "usage_error", "{args:?}: {}", f.stderr);
+            assert_eq!(events[0]["level"], "ERROR");
+            // The same words (a hint shows the command line, with the
+            // --log-format words in it).
+            let head = |l: &str| {
+                let l = l.split(" as in: ").next().unwrap();
+                l.split(" (a command").next().unwrap().to_string()
+            };
+            let said = events[0]["message"].as_str().unwrap();
+            assert_eq!(
+                format!("keepwrap: error: {}", head(said)),
+                head(lines[0]),
+                "{args:?}"
+            );
+        }
+        let f = boot(
+            kw(home.path())
+                .env("KEEPWRAP_LOG_FORMAT", "json")
+                .args(args),
+        );
+        assert_eq!(
+            common::log_events(&f.stderr)[0]["event"],
+            "usage_error",
+            "{args:?}: {}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
+fn a_mistyped_subcommand_suggests_the_subcommand() {
+    let home = tempfile::tempdir().unwrap();
+    for (typed, meant) in [
+        ("stauts", "status"),
+        ("evcit", "evict"),
+        ("fingerprnt", "fingerprint"),
+        ("confg", "config"),
+    ] {
+        let f = boot(kw(home.path()).arg(typed));
+        assert_eq!(f.code, 2, "{}", f.stderr);
+        let first = f.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(&format!("`keepwrap {meant}`")),
+            "{typed}: {}",
+            f.stderr
+        );
+        // and still where a command to run would go
+        assert!(
+            first.contains(&format!("keepwrap -- {typed}")),
+            "{typed}: {}",
+            f.stderr
+        );
+    }
+    // A word that is no subcommand's near miss gets only the `--` hint.
+    let f = boot(kw(home.path()).args(["python3", "-m", "x"]));
+    assert!(!f.stderr.contains("did you mean"), "{}", f.stderr);
+}
+
+#[test]
+fn help_and_version_say_what_they_should() {
+    let home = tempfile::tempdir().unwrap();
+    let out = |args: &[&str]| {
+        let f = boot(kw(home.path()).args(args));
+        assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
+        f.stdout
+    };
+    assert_eq!(out(&["-V"]), out(&["--version"]));
+    // Each subcommand's help starts with what it does.
+    let top = out(&["--help"]).join("\n");
+    for sub in [
+        "status",
+        "explain",
+        "fingerprint",
+        "evict",
+        "clean",
+        "config",
+        "share-status",
+    ] {
+        let help = out(&[sub, "--help"]);
+        let title = &help[0];
+        let word = match sub {
+            "status" => "cache file",
+            "explain" => "Compare",
+            "fingerprint" => "fingerprint",
+            "evict" => "Evict",
+            "clean" => "Evict",
+            "config" => "settings",
+            _ => "share",
+        };
+        assert!(title.contains(word), "{sub}: {title:?}");
+        assert!(!title.starts_with("What identifies"), "{sub}: {title:?}");
+        assert!(
+            top.contains(&format!("keepwrap {sub}")),
+            "{sub} in the usage:\n{top}"
+        );
+    }
+}
