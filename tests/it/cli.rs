@@ -834,3 +834,43 @@ fn help_and_version_say_what_they_should() {
         );
     }
 }
+
+#[test]
+fn a_command_that_cannot_start_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join("bin");
+    std::fs::create_dir_all(bin.join("engine-dir")).unwrap();
+    let script = bin.join("engine.sh");
+    std::fs::write(&script, "#!/nonexistent/python9 -u\nprint('hi')\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    for (command, code, says) in [
+        (
+            bin.join("engine-dir").display().to_string(),
+            126,
+            "is a directory",
+        ),
+        ("engine-dir".to_string(), 126, "is a directory"),
+        (
+            script.display().to_string(),
+            127,
+            "its interpreter /nonexistent/python9 (its #! line) is not found",
+        ),
+        (
+            "engine.sh".to_string(),
+            127,
+            "its interpreter /nonexistent/python9 (its #! line) is not found",
+        ),
+        ("no-such-engine".to_string(), 127, "not found"),
+    ] {
+        let f = boot(kw(home.path()).env("PATH", &path).args(["--", &command]));
+        assert_eq!(f.code, code, "{command}: {}", f.stderr);
+        let line = f
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("keepwrap: error: cannot run"))
+            .unwrap_or_else(|| panic!("{command}: {}", f.stderr));
+        assert!(line.contains(says), "{command}: {line}");
+    }
+}
