@@ -114,12 +114,20 @@ pub struct EvictCmd {
     #[arg(value_name = "FINGERPRINT")]
     pub fingerprint: Option<String>,
 
+    /// Say what would be evicted, and evict nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub root: RootArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct CleanCmd {
+    /// Say what would be evicted, and evict nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub root: RootArgs,
 }
@@ -170,7 +178,7 @@ pub struct StatusCmd {
     #[arg(long)]
     pub verify: bool,
 
-    /// The store's limit, to show its use against (as for a run)
+    /// The store's limit, to show its use against (as for a run; 0: no limit)
     #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
     pub store_max_size: u64,
 
@@ -328,7 +336,7 @@ pub struct RunArgs {
     pub keep: KeepMode,
 
     /// Most bytes the store of other launches' cache files may hold (least
-    /// recently used evicted first)
+    /// recently used evicted first; 0: no limit)
     #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
     pub store_max_size: u64,
 
@@ -367,13 +375,22 @@ impl RunArgs {
                 unify: self.unify,
                 disable: self.disable,
                 keep: self.keep,
-                store_max_size: self.store_max_size,
+                store_max_size: no_limit_at_0(self.store_max_size),
                 store_max_age: self.store_max_age,
                 lock_timeout: self.lock_timeout,
                 wait_for_tuning: self.wait_for_tuning,
                 share: self.share.settings(),
             },
         }
+    }
+}
+
+/// `--store-max-size 0` is no limit, as ccache's `max_size = 0`.
+fn no_limit_at_0(size: u64) -> u64 {
+    if size == 0 {
+        u64::MAX
+    } else {
+        size
     }
 }
 

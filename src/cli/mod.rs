@@ -97,6 +97,7 @@ pub fn main() -> ExitCode {
             cmd.root.cache_dir.as_deref(),
             cmd.root.lock_timeout,
             crate::cmd::evict::Evict::All,
+            cmd.dry_run,
         ),
         Some(Sub::Config(c)) => crate::cmd::config::print(
             &cmd,
@@ -126,7 +127,12 @@ fn evict(cmd: EvictCmd) -> ExitCode {
         (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
         _ => crate::cmd::evict::Evict::All,
     };
-    crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+    crate::cmd::evict::evict(
+        cmd.root.cache_dir.as_deref(),
+        cmd.root.lock_timeout,
+        which,
+        cmd.dry_run,
+    )
 }
 
 /// `keepwrap share-status`.
