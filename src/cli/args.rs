@@ -97,6 +97,20 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+    /// Print the completion script of SHELL (bash, zsh, fish, elvish,
+    /// powershell), generated from these definitions
+    #[command(hide = true)]
+    Completions(CompletionsCmd),
+    /// Print the man page (roff), generated from these definitions
+    #[command(hide = true)]
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsCmd {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]

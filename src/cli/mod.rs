@@ -111,12 +111,54 @@ pub fn main() -> ExitCode {
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
+        Some(Sub::Completions(c)) => {
+            let mut out = Vec::new();
+            clap_complete::generate(c.shell, &mut command(), "keepwrap", &mut out);
+            write_out(&out)
+        }
+        Some(Sub::Man) => man(),
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");
             }
             crate::supervisor::run(&cli.run.settings(), cli.command)
         }
+    }
+}
+
+/// `keepwrap man`: clap_mangen's page, with an ENVIRONMENT section of
+/// every `KEEPWRAP_*` variable and the option it sets.
+fn man() -> ExitCode {
+    let cmd = command();
+    let mut out = Vec::new();
+    if clap_mangen::Man::new(cmd.clone()).render(&mut out).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let roff = |s: &str| s.replace('\\', "\\\\").replace('-', "\\-");
+    let mut env = String::from(".SH ENVIRONMENT\nEvery option of a launch also reads a variable; a flag wins over its variable, an empty variable is unset.\n");
+    for arg in cmd.get_arguments() {
+        if let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) {
+            env.push_str(&format!(
+                ".TP\n\\fB{}\\fR\nas \\fB{}\\fR\n",
+                roff(&var.to_string_lossy()),
+                roff(&format!("--{long}"))
+            ));
+        }
+    }
+    env.push_str(
+        ".TP\n\\fBKEEPWRAP_LOG\\fR\nthe log level or filter (as \\fB\\-v\\fR/\\fB\\-q\\fR)\n",
+    );
+    out.extend_from_slice(env.as_bytes());
+    write_out(&out)
+}
+
+/// Generated text on stdout (completions, the man page).
+fn write_out(text: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
 }
 

@@ -874,3 +874,65 @@ fn a_command_that_cannot_start_says_why() {
         assert!(line.contains(says), "{command}: {line}");
     }
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_definitions() {
+    let home = tempfile::tempdir().unwrap();
+    let out = |args: &[&str]| {
+        let f = boot(kw(home.path()).args(args));
+        assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
+        f.stdout.join("\n")
+    };
+    // bash takes the script: `keepwrap <TAB>` completes keepwrap's words.
+    let script = out(&["completions", "bash"]);
+    let f = boot(Command::new("bash").args([
+        "-c",
+        "source /dev/stdin <<<\"$0\"; complete -p keepwrap",
+        &script,
+    ]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].ends_with("-F _keepwrap keepwrap"),
+        "{:?}",
+        f.stdout
+    );
+    for word in [
+        "status",
+        "evict",
+        "--cache-dir",
+        "--store-max-size",
+        "--dry-run",
+    ] {
+        assert!(script.contains(word), "{word} in the bash completions");
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        assert!(
+            out(&["completions", shell]).contains("cache-dir"),
+            "{shell}"
+        );
+    }
+    // The man page: roff, with every option and subcommand.
+    let man = out(&["man"]);
+    assert!(
+        man.contains(".TH keepwrap 1"),
+        "{}",
+        &man[..man.len().min(400)]
+    );
+    for word in [
+        "\\-\\-cache\\-dir",
+        "\\-\\-strict",
+        "KEEPWRAP_GRACE",
+        "share\\-status",
+    ] {
+        assert!(man.contains(word), "{word} in the man page");
+    }
+    // Neither is a subcommand the help lists.
+    let help = out(&["--help"]);
+    assert!(
+        !help.contains("completions") && !help.contains("\n  man"),
+        "{help}"
+    );
+    // A shell keepwrap has no completions for is a usage error.
+    let f = boot(kw(home.path()).args(["completions", "tcsh"]));
+    assert_eq!(f.code, 2, "{}", f.stderr);
+}
