@@ -5,7 +5,7 @@
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
-use super::{Cli, FingerprintArgs, Sub};
+use super::{CleanCmd, Cli, EvictCmd, FingerprintArgs, Sub};
 
 /// Top-level arguments that every subcommand takes (clap hands them down),
 /// or that are not options of a launch.
@@ -147,32 +147,18 @@ pub(super) fn hoist(
             )?;
             h.one("dir", "share", &run.share.dir, &mut c.share)?;
         }
-        Some(Sub::Evict(c)) => {
+        Some(Sub::Evict(EvictCmd { root, .. }) | Sub::Clean(CleanCmd { root, .. })) => {
             h.one(
                 "cache_dir",
                 "cache_dir",
                 &run.cache_dir,
-                &mut c.root.cache_dir,
+                &mut root.cache_dir,
             )?;
             h.one(
                 "lock_timeout",
                 "lock_timeout",
                 &run.lock_timeout,
-                &mut c.root.lock_timeout,
-            )?;
-        }
-        Some(Sub::Clean(c)) => {
-            h.one(
-                "cache_dir",
-                "cache_dir",
-                &run.cache_dir,
-                &mut c.root.cache_dir,
-            )?;
-            h.one(
-                "lock_timeout",
-                "lock_timeout",
-                &run.lock_timeout,
-                &mut c.root.lock_timeout,
+                &mut root.lock_timeout,
             )?;
         }
         Some(Sub::ShareStatus(c)) => h.one("dir", "share", &run.share.dir, &mut c.share)?,
