@@ -7,12 +7,13 @@ use clap::ArgMatches;
 
 use super::{CleanCmd, Cli, EvictCmd, FingerprintArgs, Sub};
 
-/// Top-level arguments that every subcommand takes (clap hands them down),
-/// or that are not options of a launch.
-const EVERYWHERE: [&str; 6] = [
+/// Top-level arguments that every subcommand takes (clap hands them down;
+/// a subcommand is always strict), or that are not options of a launch.
+const EVERYWHERE: [&str; 7] = [
     "log_format",
     "verbose",
     "quiet",
+    "strict",
     "show_config",
     "help",
     "version",
