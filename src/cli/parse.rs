@@ -96,7 +96,7 @@ fn flag_value_error(e: &clap::Error) -> Option<String> {
     let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) else {
         return None;
     };
-    Some(format!("invalid value {value:?} for --{long}: {}", why(e)))
+    Some(format!("invalid value '{value}' for --{long}: {}", why(e)))
 }
 
 /// clap's own words for an error, on one line, without its usage and its
@@ -311,7 +311,7 @@ fn take_out(
                 _ => String::new(),
             };
             argv.drain(at..(at + words).min(argv.len()));
-            let what = format!("invalid value {value:?} for {flag}: {}", why(e));
+            let what = format!("invalid value '{value}' for {flag}: {}", why(e));
             (what, None, value)
         }
         None => {
