@@ -36,7 +36,6 @@ pub fn main() -> ExitCode {
         cmd,
         matches,
         invalid,
-        first,
     } = match parse::lenient(&argv) {
         Ok(p) => p,
         Err(e) => return parse_error(&command(), &argv, e),
@@ -51,8 +50,8 @@ pub fn main() -> ExitCode {
     // An invalid setting of a launch is said and the engine starts; under
     // --strict, and for anything but a launch, it is a usage error.
     let launch = cli.subcommand.is_none() && !cli.show_config && !cli.command.is_empty();
-    if let Some(e) = first.filter(|_| cli.strict || !launch) {
-        return parse_error(&command(), &argv, e);
+    if let Some(first) = invalid.first().filter(|_| cli.strict || !launch) {
+        return usage_error(&first.what);
     }
     let level = logging::level(
         cli.verbose,

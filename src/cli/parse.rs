@@ -244,8 +244,6 @@ pub(super) struct Lenient {
     pub cmd: clap::Command,
     pub matches: clap::ArgMatches,
     pub invalid: Vec<Invalid>,
-    /// The error the first invalid setting was (to refuse it after all).
-    pub first: Option<clap::Error>,
 }
 
 /// Parse `argv`; a keepwrap setting (an option of a launch) whose value is
@@ -265,7 +263,6 @@ pub(super) fn lenient(argv: &[OsString]) -> Result<Lenient, clap::Error> {
                     cmd,
                     matches,
                     invalid,
-                    first,
                 })
             }
             Err(e) => e,
@@ -289,8 +286,15 @@ fn take_out(
     unset: &mut Vec<clap::Id>,
     e: &clap::Error,
 ) -> Option<Invalid> {
-    use clap::error::{ContextKind, ContextValue};
-    let long = refused_long(e)?;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let (long, why) = match refused_long(e) {
+        Some(long) => (long.to_string(), why(e)),
+        None if e.kind() == ErrorKind::InvalidUtf8 => {
+            (not_utf8(cmd, argv, unset)?, "not UTF-8".to_string())
+        }
+        None => return None,
+    };
+    let long = long.as_str();
     let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long))?;
     let flag = format!("--{long}");
     let id = arg.get_id().as_str();
@@ -308,10 +312,14 @@ fn take_out(
         Some((at, words)) => {
             let value = match e.get(ContextKind::InvalidValue) {
                 Some(ContextValue::String(v)) => v.clone(),
-                _ => String::new(),
+                _ => {
+                    let written = argv[at + words - 1].to_string_lossy();
+                    let attached = written.strip_prefix(&format!("{flag}="));
+                    attached.unwrap_or(&written).to_string()
+                }
             };
             argv.drain(at..(at + words).min(argv.len()));
-            let what = format!("invalid value '{value}' for {flag}: {}", why(e));
+            let what = format!("invalid value '{value}' for {flag}: {why}");
             (what, None, value)
         }
         None => {
@@ -319,7 +327,7 @@ fn take_out(
             let value = std::env::var_os(var)?.to_string_lossy().into_owned();
             let var = var.to_string_lossy().into_owned();
             unset.push(arg.get_id().clone());
-            let what = format!("invalid value {value:?} in {var} (for {flag}): {}", why(e));
+            let what = format!("invalid value {value:?} in {var} (for {flag}): {why}");
             (what, Some(var), value)
         }
     };
@@ -331,6 +339,34 @@ fn take_out(
         cache: !super::args::SUPERVISION.contains(&id),
         default,
     })
+}
+
+/// The top-level option whose value is not UTF-8: written on the command
+/// line (before `--`), else from its variable (one not `unset` yet).
+fn not_utf8(cmd: &clap::Command, argv: &[OsString], unset: &[clap::Id]) -> Option<String> {
+    let long_of = |word: &OsString| {
+        let bytes = word.as_encoded_bytes().strip_prefix(b"--")?;
+        let name = bytes.split(|b| *b == b'=').next()?;
+        let name = std::str::from_utf8(name).ok()?;
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(name))
+            .map(|_| name.to_string())
+    };
+    let words: Vec<&OsString> = argv.iter().take_while(|a| *a != "--").collect();
+    for (i, w) in words.iter().enumerate().skip(1) {
+        if w.to_str().is_some() {
+            continue;
+        }
+        return long_of(w).or_else(|| long_of(words[i - 1]));
+    }
+    cmd.get_arguments()
+        .filter(|a| !unset.contains(a.get_id()))
+        .find(|a| {
+            a.get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.to_str().is_none())
+        })
+        .and_then(|a| a.get_long().map(str::to_string))
 }
 
 fn find_arg<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {

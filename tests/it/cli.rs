@@ -684,6 +684,32 @@ fn an_invalid_setting_is_said_and_the_engine_starts() {
             );
         }
     }
+    // Bytes that are not UTF-8, in a variable or a flag, are one more
+    // invalid value.
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"a\xff");
+    let marker = home.path().join("ran");
+    for strict in [false, true] {
+        let mut cmd = kw(home.path());
+        if strict {
+            cmd.arg("--strict");
+        }
+        let f = boot(cmd.env("KEEPWRAP_VOLATILE_ENV", bad).args([
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ]));
+        assert_eq!(f.code, if strict { 2 } else { 0 }, "{}", f.stderr);
+        assert_eq!(marker.exists(), !strict, "{}", f.stderr);
+        assert!(
+            f.stderr.starts_with("keepwrap: error: invalid value \"a\u{fffd}\" in KEEPWRAP_VOLATILE_ENV (for --volatile-env): not UTF-8"),
+            "{}",
+            f.stderr
+        );
+        let _ = std::fs::remove_file(&marker);
+    }
+    let f = boot(kw(home.path()).arg("--grace").arg(bad).args(["--", "true"]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
     // A missing command stays a usage error.
     let f = boot(kw(home.path()).env("KEEPWRAP_GRACE", "soon"));
     assert_eq!(f.code, 2, "{}", f.stderr);
