@@ -46,6 +46,9 @@ pub struct VllmLaunch {
     pub config: Option<(String, Option<String>)>,
     /// The model's value and what the fingerprint records of it.
     pub model: Option<(String, Value)>,
+    /// Arguments that may be the model (after an option vLLM 0.33.0 does
+    /// not know, whose value count is unknown), described the same way.
+    maybe_models: Vec<(String, Value)>,
     /// The engine arguments with the config file's keys in front (as vLLM
     /// inserts them): what the parallel sizes and the port are read from.
     merged: Vec<OsString>,
@@ -88,22 +91,36 @@ fn split_attached(tok: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     Some((facts::canonical_flag(&tok[..eq]), &tok[eq + 1..]))
 }
 
-/// The engine arguments in canonical form, `--config` and its value taken
-/// out (returned apart).
-fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Option<OsString>) {
+/// The engine arguments in canonical form: `vllm serve`'s positional model
+/// first as `--model MODEL` (wherever the parser takes it), `--config` and
+/// its value taken out (returned apart), and the arguments that may be the
+/// model too (after an option vLLM 0.33.0 does not know).
+struct Canon {
+    toks: Vec<OsString>,
+    config: Option<OsString>,
+    maybe_models: Vec<OsString>,
+}
+
+fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> Canon {
     let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
     let mut config = None;
-    let mut i = 0;
-    if entry == Entrypoint::Serve
-        && args
-            .first()
-            .is_some_and(|a| !a.as_bytes().starts_with(b"-"))
-    {
-        out.push("--model".into());
-        out.push(args[0].clone());
-        i = 1;
+    let mut skip = None;
+    let mut maybe_models = Vec::new();
+    if entry == Entrypoint::Serve {
+        let p = facts::model_positional(args);
+        if let Some(m) = p.model {
+            out.push("--model".into());
+            out.push(args[m].clone());
+            skip = Some(m);
+        }
+        maybe_models = p.maybe.iter().map(|&j| args[j].clone()).collect();
     }
+    let mut i = 0;
     while i < args.len() {
+        if Some(i) == skip {
+            i += 1;
+            continue;
+        }
         let b = args[i].as_bytes();
         if let Some((name, value)) = split_attached(b) {
             if name == b"--config" {
@@ -135,7 +152,11 @@ fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Opt
         out.push(OsString::from_vec(name));
         i += 1;
     }
-    (out, config)
+    Canon {
+        toks: out,
+        config,
+        maybe_models,
+    }
 }
 
 impl VllmLaunch {
@@ -149,7 +170,11 @@ impl VllmLaunch {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Option<VllmLaunch> {
         let l = facts::recognise(argv)?;
-        let (canon, config_path) = canonical_tokens(l.args(argv), l.entrypoint);
+        let Canon {
+            toks: canon,
+            config: config_path,
+            maybe_models,
+        } = canonical_tokens(l.args(argv), l.entrypoint);
         let roles = facts::arg_roles(&canon);
         let mut toks: Vec<Tok> = canon
             .into_iter()
@@ -184,16 +209,26 @@ impl VllmLaunch {
         });
         merged.extend(toks.iter().map(|t| t.text.clone()));
         let value = |flag: &str| last_value(&merged, flag);
+        let revision = value("--revision");
         let model = value("--model").map(|m| {
-            let desc = model::describe(&m, value("--revision").as_deref(), cwd, env);
+            let desc = model::describe(&m, revision.as_deref(), cwd, env);
             (m, desc)
         });
+        let maybe_models = maybe_models
+            .iter()
+            .map(|m| {
+                let m = String::from_utf8_lossy(m.as_bytes()).into_owned();
+                let desc = model::describe(&m, revision.as_deref(), cwd, env);
+                (m, desc)
+            })
+            .collect();
         Some(VllmLaunch {
             entry: l.entrypoint,
             wrapper: wrapper.clone(),
             toks,
             config,
             model,
+            maybe_models,
             merged,
         })
     }
@@ -232,6 +267,9 @@ impl VllmLaunch {
         let mut models = Map::new();
         if let Some((_, desc)) = &self.model {
             models.insert("--model".into(), desc.clone());
+        }
+        for (value, desc) in &self.maybe_models {
+            models.insert(format!("maybe {}", py_str(value.as_bytes())), desc.clone());
         }
         let mut m = Map::new();
         m.insert(
@@ -330,6 +368,14 @@ impl VllmLaunch {
         }
         if let Some((_, desc)) = &self.model {
             let _ = writeln!(out, "model --model {}", model::explain(desc));
+        }
+        for (value, desc) in &self.maybe_models {
+            let _ = writeln!(
+                out,
+                "model {} (maybe the model: after an option vLLM 0.33.0 does not know) {}",
+                super::text::quote_str(value),
+                model::explain(desc)
+            );
         }
     }
 }
