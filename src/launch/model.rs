@@ -44,7 +44,16 @@ pub fn hub_cache(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
         .or_else(|| var("HUGGINGFACE_HUB_CACHE"))
         .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
         .or_else(|| var("XDG_CACHE_HOME").map(|h| h.join("huggingface/hub")))
-        .or_else(|| var("HOME").map(|h| h.join(".cache/huggingface/hub")))
+        .or_else(|| {
+            // `os.path.expanduser("~")`: HOME when set (empty too), else the
+            // password database's home
+            let home = env("HOME").map(std::ffi::OsString::from);
+            crate::launch::home::expanduser(
+                std::ffi::OsStr::new("~/.cache/huggingface/hub"),
+                home.as_deref(),
+                &crate::launch::home::passwd_home,
+            )
+        })
 }
 
 fn looks_like_hub_id(v: &str) -> bool {

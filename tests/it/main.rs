@@ -20,6 +20,7 @@ mod fingerprint_launch;
 mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;
 mod fingerprint_vllm;
+mod home;
 mod keep;
 mod kubernetes;
 mod log_events;
