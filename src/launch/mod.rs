@@ -6,6 +6,7 @@
 pub mod args;
 pub mod canonical;
 pub mod config;
+pub mod engine;
 pub mod fingerprint;
 pub mod home;
 pub mod model;
