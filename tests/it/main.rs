@@ -17,6 +17,7 @@ mod fingerprint_attack;
 mod fingerprint_canonical;
 mod fingerprint_e2e;
 mod fingerprint_engine;
+mod fingerprint_files;
 mod fingerprint_launch;
 mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;

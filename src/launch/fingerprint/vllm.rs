@@ -49,6 +49,9 @@ pub struct VllmLaunch {
     /// Arguments that may be the model (after an option vLLM 0.33.0 does
     /// not know, whose value count is unknown), described the same way.
     maybe_models: Vec<(String, Value)>,
+    /// The other files the engine builds the model from, by option
+    /// ([`vllm_files`]).
+    files: Vec<(&'static str, Value)>,
     /// The engine arguments with the config file's keys in front (as vLLM
     /// inserts them): what the parallel sizes and the port are read from.
     merged: Vec<OsString>,
@@ -210,15 +213,21 @@ impl VllmLaunch {
         merged.extend(toks.iter().map(|t| t.text.clone()));
         let value = |flag: &str| last_value(&merged, flag);
         let revision = value("--revision");
+        let download = value("--download-dir");
+        let describe = |m: &str| {
+            let reads = model::Reads::Model;
+            model::describe_in(m, revision.as_deref(), cwd, env, reads, download.as_deref())
+        };
         let model = value("--model").map(|m| {
-            let desc = model::describe(&m, revision.as_deref(), cwd, env);
+            let desc = describe(&m);
             (m, desc)
         });
+        let files = vllm_files(&merged, cwd, env, revision.as_deref());
         let maybe_models = maybe_models
             .iter()
             .map(|m| {
                 let m = String::from_utf8_lossy(m.as_bytes()).into_owned();
-                let desc = model::describe(&m, revision.as_deref(), cwd, env);
+                let desc = describe(&m);
                 (m, desc)
             })
             .collect();
@@ -229,6 +238,7 @@ impl VllmLaunch {
             config,
             model,
             maybe_models,
+            files,
             merged,
         })
     }
@@ -270,6 +280,9 @@ impl VllmLaunch {
         }
         for (value, desc) in &self.maybe_models {
             models.insert(format!("maybe {}", py_str(value.as_bytes())), desc.clone());
+        }
+        for (opt, desc) in &self.files {
+            models.insert(opt.to_string(), desc.clone());
         }
         let mut m = Map::new();
         m.insert(
@@ -369,6 +382,9 @@ impl VllmLaunch {
         if let Some((_, desc)) = &self.model {
             let _ = writeln!(out, "model --model {}", model::explain(desc));
         }
+        for (opt, desc) in &self.files {
+            let _ = writeln!(out, "model {opt} {}", model::explain(desc));
+        }
         for (value, desc) in &self.maybe_models {
             let _ = writeln!(
                 out,
@@ -378,6 +394,86 @@ impl VllmLaunch {
             );
         }
     }
+}
+
+/// The files vLLM 0.33.0 builds the model from besides `--model`'s
+/// (`vllm/engine/arg_utils.py`, `vllm/config/model.py`,
+/// `vllm/config/speculative.py`, `vllm/entrypoints/common/cli_args.py`):
+///
+/// - `--hf-config-path`: the config read instead of the model's (a
+///   directory's `config.json`, or a hub id's revision);
+/// - the draft model of speculative decoding: `--spec-model`, else the
+///   `model` of `--speculative-config` (`--speculative-config.model M`, or
+///   its JSON; the last one wins, as the dotted keys are appended last);
+/// - the LoRA adapters of `--lora-modules` (`NAME=PATH` or JSON): each
+///   one's `adapter_config.json`.
+///
+/// Every other option that names a file counts as written: the tokenizer,
+/// the chat template, `--generation-config` (sampling defaults), TLS and
+/// log configs, `--mm-encoder-fp8-scale-path` (scales: values, no shapes),
+/// `--download-dir` (read as the hub cache of `--model`).
+fn vllm_files(
+    merged: &[OsString],
+    cwd: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    revision: Option<&str>,
+) -> Vec<(&'static str, Value)> {
+    let value = |flag: &str| last_value(merged, flag);
+    let download = value("--download-dir");
+    let describe =
+        |v: &str, reads| model::describe_in(v, revision, cwd, env, reads, download.as_deref());
+    let mut out = Vec::new();
+    if let Some(v) = value("--hf-config-path") {
+        out.push(("--hf-config-path", describe(&v, model::Reads::Model)));
+    }
+    // the dotted keys are appended after every --speculative-config, and
+    // --spec-model goes into it (both given: vLLM refuses to start)
+    let draft = value("--spec-model")
+        .or_else(|| value("--speculative-config.model"))
+        .or_else(|| {
+            let json = value("--speculative-config")?;
+            let v: Value = serde_json::from_str(&json).ok()?;
+            v.get("model").and_then(Value::as_str).map(str::to_string)
+        });
+    if let Some(d) = draft {
+        out.push((
+            "--speculative-config.model",
+            model::describe_in(&d, None, cwd, env, model::Reads::Model, download.as_deref()),
+        ));
+    }
+    let loras = lora_values(merged);
+    if let Some(d) = model::describe_adapters(&loras, cwd, env, download.as_deref()) {
+        out.push(("--lora-modules", d));
+    }
+    out
+}
+
+/// The values of the last `--lora-modules V...` (`nargs="+"`; a JSON list
+/// spreads into its items).
+fn lora_values(args: &[OsString]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let b = args[i].as_bytes();
+        if let Some((name, v)) = split_attached(b) {
+            if name == b"--lora-modules" {
+                out = vec![String::from_utf8_lossy(v).into_owned()];
+            }
+        } else if facts::canonical_flag(b) == b"--lora-modules" {
+            out.clear();
+            while let Some(v) = args.get(i + 1).filter(|v| !v.as_bytes().starts_with(b"-")) {
+                out.push(String::from_utf8_lossy(v.as_bytes()).into_owned());
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    out.into_iter()
+        .flat_map(|v| match serde_json::from_str::<Value>(&v) {
+            Ok(Value::Array(items)) => items.iter().map(Value::to_string).collect(),
+            _ => vec![v],
+        })
+        .collect()
 }
 
 /// The value of the last `FLAG VALUE` / `FLAG=VALUE` in `args` (canonical
