@@ -94,7 +94,7 @@ fn root_setting(
         (cache_dir.source, cache_dir.origin.clone())
     } else if vllm {
         ("default", Some(vllm_var.unwrap_or(home).to_string()))
-    } else if crate::root::place::is_set(env, "SGLANG_CACHE_DIR") {
+    } else if env.iter().any(|(k, _)| k == "SGLANG_CACHE_DIR") {
         ("default", Some("SGLANG_CACHE_DIR".to_string()))
     } else {
         ("default", Some(home.to_string()))

@@ -6,7 +6,8 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `~/.cache/sglang/flashinfer/autotune`
+/// from the child's environment (set but empty: `flashinfer/autotune`,
+/// relative to the engine's working directory, as SGLang reads it), else `~/.cache/sglang/flashinfer/autotune`
 /// with `~` expanded as SGLang's Python does (`os.path.expanduser`: `HOME`
 /// when set, empty too, else the password database's home of the user the
 /// engine runs as, see [`crate::launch::home`]). None: neither `HOME` nor
@@ -15,10 +16,9 @@ pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Opti
     if let Some(dir) = cache_dir {
         return Some(dir.to_path_buf());
     }
-    let sglang = match env
-        .iter()
-        .find(|(k, v)| k == "SGLANG_CACHE_DIR" && !v.is_empty())
-    {
+    // SGLang's EnvStr: set (empty too) is the value, not expanded; an empty
+    // one makes the root relative to the engine's working directory
+    let sglang = match env.iter().find(|(k, _)| k == "SGLANG_CACHE_DIR") {
         Some((_, v)) => PathBuf::from(v),
         None => {
             let home = env
@@ -83,7 +83,7 @@ pub fn outside_engine_cache(
     if normal(dir).starts_with(normal(&engine)) {
         return None;
     }
-    let from = if is_set(env, "SGLANG_CACHE_DIR") {
+    let from = if env.iter().any(|(k, _)| k == "SGLANG_CACHE_DIR") {
         "$SGLANG_CACHE_DIR/flashinfer/autotune"
     } else {
         "~/.cache/sglang/flashinfer/autotune"

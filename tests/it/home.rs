@@ -52,6 +52,10 @@ fn an_empty_home_is_set_as_python_reads_it() {
         config_root(c).0.as_deref(),
         Some("/.cache/sglang/flashinfer/autotune")
     );
+    // SGLang reads SGLANG_CACHE_DIR set but empty as "": a relative root
+    let mut c = config(SGLANG);
+    c.env("SGLANG_CACHE_DIR", "").env("HOME", "/h");
+    assert_eq!(config_root(c).0.as_deref(), Some("flashinfer/autotune"));
     let mut c = config(VLLM);
     c.env("HOME", "");
     assert_eq!(
