@@ -10,7 +10,6 @@ use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -40,22 +39,9 @@ fn venv(dir: &Path, pkg: &str, version: &str) -> PathBuf {
 }
 
 fn run(cwd: &Path, path: &str, env: &[(&str, &str)], argv: &[&str]) -> String {
-    let out = Command::new(common::BIN)
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", path)
-        .env("HOME", cwd)
-        .envs(env.iter().copied())
-        .args(["fingerprint", "--explain", "--"])
-        .args(argv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut all = vec![("PATH", path)];
+    all.extend_from_slice(env);
+    common::explain_in(cwd, &all, argv)
 }
 
 fn fp(explain: &str) -> &str {

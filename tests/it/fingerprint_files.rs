@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
 fn w(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
@@ -25,21 +24,7 @@ fn explain(argv: &[String], files: &[(&str, &str)]) -> String {
 }
 
 fn run(cwd: &Path, argv: &[String]) -> String {
-    let out = Command::new(common::BIN)
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", "/nonexistent")
-        .env("HOME", cwd)
-        .args(["fingerprint", "--explain", "--"])
-        .args(argv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::explain_in(cwd, &[("PATH", "/nonexistent")], argv)
 }
 
 fn fp(e: &str) -> &str {
