@@ -1,6 +1,6 @@
 """How many values each option of `vllm serve` takes, read from vLLM's source.
 
-Usage: python3 vllm_arg_table.py UNPACKED_WHEEL_DIR > table.txt
+Usage: python3 vllm_arg_table.py UNPACKED_WHEEL_DIR > src/launch/vllm/table.rs
 
 UNPACKED_WHEEL_DIR holds `vllm/` from the vllm 0.33.0 wheel (`pip download
 --no-deps vllm==0.33.0`, then unzip). vLLM's parser cannot be imported
@@ -15,9 +15,9 @@ annotation (type aliases of the config modules resolved):
 
 then the explicit `add_argument` keywords (`action="store_true"`, `nargs=`,
 `action="append"`) and `FrontendArgs._customize_cli_kwargs`'s edits (the
-`nargs` it deletes). Prints one line per option string: `OPTION ARITY`
-with ARITY one of `0` (a switch), `?`, `+`, `1`, `2`, ..., sorted; the
-table in `src/launch/vllm/table.rs` is this output.
+`nargs` it deletes). Prints `src/launch/vllm/table.rs`: one entry per
+option string, sorted by its bytes, with its arity (`Switch`, `Optional`
+for `?`, `Plus` for `+`, `One`, `Exactly(N)`).
 """
 import ast
 import glob
@@ -216,5 +216,19 @@ for field, ann in fields_of("FrontendArgs").items():
     fields_bool_optional[flag] = True
     add([flag], ar)
 
-for f in sorted(table):
-    print(f, table[f])
+HEADER = """//! How many values each option string of vLLM 0.33.0's `vllm serve` parser
+//! takes (`vllm/entrypoints/common/cli_args.py` `make_arg_parser`,
+//! `vllm/engine/arg_utils.py` `EngineArgs.add_cli_args`): the output of
+//! `tests/py/vllm_arg_table.py` over the wheel, sorted by option string
+//! (bytes). What finds the model argument where vLLM's parser takes it.
+
+use super::Arity::{self, *};
+
+#[rustfmt::skip]
+pub const OPTIONS: &[(&str, Arity)] = &["""
+NAMES = {"0": "Switch", "?": "Optional", "+": "Plus", "1": "One"}
+print(HEADER)
+for f in sorted(table, key=lambda s: s.encode()):
+    a = table[f]
+    print(f'    ("{f}", {NAMES.get(a, f"Exactly({a})")}),')
+print("];")
