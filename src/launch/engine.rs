@@ -709,6 +709,38 @@ mod tests {
     }
 
     #[test]
+    fn shebang_forms() {
+        let t = tempfile::tempdir().unwrap();
+        let env = |_: &str| None;
+        let script = t.path().join("vllm");
+        let cases = [
+            (
+                "#!/opt/venv/bin/python3\nimport x\n",
+                Some("/opt/venv/bin/python3"),
+            ),
+            (
+                "#!/opt/venv/bin/python3 -E\n",
+                Some("/opt/venv/bin/python3"),
+            ),
+            (
+                "#!/bin/sh\n'''exec' \"/very/long/venv/bin/python3\" \"$0\" \"$@\"\n' '''\n",
+                Some("/very/long/venv/bin/python3"),
+            ),
+            ("#!/usr/bin/env no-such-interpreter-here\n", None),
+            ("no shebang\n", None),
+            ("#!\n", None),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&script, text).unwrap();
+            assert_eq!(
+                shebang(&script, &env, t.path()).as_deref(),
+                want.map(Path::new),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
     fn no_panic_on_odd_commands() {
         let env = |_: &str| None;
         for argv in [

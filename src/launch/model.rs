@@ -350,6 +350,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lora_paths_in_every_form() {
+        assert_eq!(lora_path("/a").as_deref(), Some("/a"));
+        assert_eq!(lora_path("name=/a=b").as_deref(), Some("/a=b"));
+        assert_eq!(
+            lora_path(r#"{"lora_name": "n", "lora_path": "/p", "pinned": true}"#).as_deref(),
+            Some("/p")
+        );
+        assert_eq!(
+            lora_path(r#"{"name": "n", "path": "/q"}"#).as_deref(),
+            Some("/q")
+        );
+        assert_eq!(lora_path("{not json"), None);
+    }
+
+    #[test]
     fn local_dir_hub_cache_and_neither() {
         let t = tempfile::tempdir().unwrap();
         let m = t.path().join("m");
