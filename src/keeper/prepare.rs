@@ -170,6 +170,9 @@ fn locate(
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
     let profile = launch.profile();
+    if vllm::under_ray(launch, argv) {
+        return None;
+    }
     let root = if profile == ProfileName::Vllm {
         vllm::root(args.cache_dir.as_deref(), env)
             .map_err(crate::events::vllm::no_vllm_cache_root)

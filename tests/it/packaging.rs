@@ -32,9 +32,9 @@ fn rename_noreplace_moves_and_never_replaces() {
     assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
 }
 
-/// The `KEEPWRAP_*` settings `Dockerfile.snippet` suggests (commented or not).
-fn snippet_settings() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
+/// The `KEEPWRAP_*` settings a Dockerfile snippet suggests (commented or not).
+fn snippet_settings(file: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(common::repo().join(file)).unwrap();
     text.lines()
         .filter_map(|l| {
             l.trim_start_matches(['#', ' '])
@@ -47,10 +47,12 @@ fn snippet_settings() -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows() {
-    let settings = snippet_settings();
-    assert!(settings.len() >= 8, "{settings:?}");
+/// The settings `file` suggests are ones keepwrap reads and accepts, and
+/// `docker stop` (KILL 10 s after TERM) leaves time for the engine's KILL
+/// and the grace of its leftovers, as docs/docker.md says.
+fn assert_snippet_settings_fit(file: &str) {
+    let settings = snippet_settings(file);
+    assert!(settings.len() >= 8, "{file}: {settings:?}");
     let home = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(common::BIN);
     cmd.env("HOME", home.path());
@@ -59,7 +61,7 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
         cmd.env(k, v);
     }
     let f = common::output(cmd.args(["config", "--json"]));
-    assert_eq!(f.code, 0, "the snippet's settings: {}", f.stderr);
+    assert_eq!(f.code, 0, "{file}'s settings: {}", f.stderr);
     let cfg: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
     for (k, _) in &settings {
         assert!(
@@ -67,17 +69,144 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
                 .unwrap()
                 .values()
                 .any(|s| s["from"] == k.as_str()),
-            "{k} is not a variable keepwrap reads"
+            "{file}: {k} is not a variable keepwrap reads"
         );
     }
-    // `docker stop` KILLs 10 s after TERM: the engine's KILL and the grace of
-    // its leftovers must both fit, as docs/docker.md says.
     let d =
         |name: &str| keepwrap::cli::parse_duration(cfg[name]["value"].as_str().unwrap()).unwrap();
     let stop = d("kill-after") + d("grace");
-    assert!(stop < std::time::Duration::from_secs(10), "{stop:?}");
+    assert!(
+        stop < std::time::Duration::from_secs(10),
+        "{file}: {stop:?}"
+    );
+}
+
+#[test]
+fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows() {
+    for file in ["Dockerfile.snippet", "Dockerfile.vllm.snippet"] {
+        assert_snippet_settings_fit(file);
+    }
     let readme = std::fs::read_to_string(common::repo().join("docs/docker.md")).unwrap();
     assert!(readme.contains("KILLs\nafter 10 s") || readme.contains("KILLs after 10 s"));
     let snippet = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
     assert!(snippet.contains(r#"ENTRYPOINT ["keepwrap", "--"]"#));
+}
+
+/// The sources the build stage of `Dockerfile.snippet` copies (`COPY A B ./`
+/// names A and B), in order.
+fn snippet_copies() -> Vec<String> {
+    let text = fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
+    let stage = text
+        .split("\nFROM ")
+        .find(|s| s.contains(" AS keepwrap"))
+        .expect("the snippet's keepwrap stage");
+    let copies: Vec<String> = stage
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .flat_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words[..words.len() - 1]
+                .iter()
+                .map(|w| w.trim_end_matches('/').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(copies.contains(&"Cargo.toml".to_string()), "{copies:?}");
+    copies
+}
+
+/// Every file Cargo.toml names as a target (`[lib]`, `[[bin]]`, `[[bench]]`,
+/// ...: an explicit `path`, else cargo's place for its name), as cargo looks
+/// for them when it reads the manifest.
+fn manifest_targets() -> Vec<String> {
+    let text = fs::read_to_string(common::repo().join("Cargo.toml")).unwrap();
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut name = None::<String>;
+    let mut path = None::<String>;
+    let mut flush = |section: &str, name: &mut Option<String>, path: &mut Option<String>| {
+        let dir = match section {
+            "[[bench]]" => "benches",
+            "[[test]]" => "tests",
+            "[[example]]" => "examples",
+            "[[bin]]" => "src/bin",
+            _ => "",
+        };
+        match (path.take(), name.take()) {
+            (Some(p), _) => out.push(p),
+            (None, Some(n)) if !dir.is_empty() => out.push(format!("{dir}/{n}.rs")),
+            _ => {}
+        }
+    };
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            flush(&section, &mut name, &mut path);
+            section = line.to_string();
+            continue;
+        }
+        let value = |key: &str| {
+            let rest = line.strip_prefix(key)?.trim_start().strip_prefix('=')?;
+            Some(rest.trim().trim_matches('"').to_string())
+        };
+        if let Some(v) = value("name") {
+            name = Some(v);
+        }
+        if let Some(v) = value("path") {
+            path = Some(v);
+        }
+    }
+    flush(&section, &mut name, &mut path);
+    assert!(!text.contains("\nbuild"), "a build script: name it here");
+    if common::repo().join("build.rs").exists() {
+        out.push("build.rs".into());
+    }
+    out
+}
+
+#[test]
+fn the_docker_snippet_copies_every_file_its_build_needs() {
+    // `docker build` runs `cargo build` on what the build stage copies, and
+    // cargo refuses a manifest whose targets are missing ("can't find
+    // bench_done bench at benches/bench_done.rs").
+    let copies = snippet_copies();
+    let targets = manifest_targets();
+    assert!(
+        targets.iter().any(|t| t.starts_with("benches/")),
+        "{targets:?}"
+    );
+    for t in &targets {
+        assert!(
+            copies
+                .iter()
+                .any(|c| t == c || t.starts_with(&format!("{c}/"))),
+            "Cargo.toml needs {t}, which the snippet does not copy ({copies:?})"
+        );
+        assert!(common::repo().join(t).exists(), "{t}");
+    }
+    // `.ci/run` builds exactly these files with the snippet's own command.
+    let ci = fs::read_to_string(common::repo().join(".ci/run")).unwrap();
+    assert!(ci.contains("Dockerfile.snippet"), "{ci}");
+}
+
+#[test]
+fn the_docker_build_context_leaves_the_build_output_out() {
+    // `.dockerignore` lets in what the snippet copies and nothing else: not
+    // `target/` (gigabytes), not `.git`.
+    let text = fs::read_to_string(common::repo().join(".dockerignore"))
+        .expect("a .dockerignore beside Dockerfile.snippet");
+    let rules: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(rules.first(), Some(&"*"), "{rules:?}");
+    let mut allowed: Vec<String> = rules
+        .iter()
+        .filter_map(|r| r.strip_prefix('!'))
+        .map(|r| r.trim_end_matches('/').to_string())
+        .collect();
+    allowed.sort();
+    let mut copies = snippet_copies();
+    copies.sort();
+    assert_eq!(allowed, copies, "{rules:?}");
 }

@@ -37,6 +37,9 @@ pub fn render(r: &Value) -> String {
             "this launch would keep {}, restore {}, store {} and remove {} cache files",
             p["keep"], p["restore"], p["store"], p["remove"]
         );
+        if let Some(why) = p.get("why").and_then(Value::as_str) {
+            let _ = writeln!(out, "{why}");
+        }
     }
     out
 }
@@ -107,8 +110,15 @@ fn totals(out: &mut String, r: &Value) {
         s["entries"],
         size_text(s["size"].as_u64().unwrap_or(0))
     );
+    let used = s["size"].as_u64().unwrap_or(0);
+    if r["store_max_size"].as_u64() == Some(0) {
+        let _ = writeln!(
+            out,
+            "store: {} (--store-max-size 0: no limit)",
+            size_text(used)
+        );
+    }
     if let Some(limit) = r["store_max_size"].as_u64().filter(|&l| l > 0) {
-        let used = s["size"].as_u64().unwrap_or(0);
         let _ = writeln!(
             out,
             "store: {} of {} (--store-max-size), {:.0}% used",

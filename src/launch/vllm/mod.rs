@@ -25,7 +25,8 @@
 //! - `parallel.rs`, [`ParallelSizes`]: the world, and which ranks' files a
 //!   node writes;
 //! - `moe.rs`, [`moe_from_config`], [`launch_moe`]: whether a launch runs MoE
-//!   layers, decided conservatively.
+//!   layers, decided conservatively;
+//! - `ray.rs`, [`ray_backend`]: whether the workers run under Ray.
 
 mod args;
 mod env;
@@ -33,6 +34,7 @@ mod files;
 mod moe;
 mod parallel;
 mod positional;
+mod ray;
 mod recognise;
 mod roots;
 mod table;
@@ -43,6 +45,7 @@ pub use files::*;
 pub use moe::*;
 pub use parallel::*;
 pub use positional::*;
+pub use ray::*;
 pub use recognise::*;
 pub use roots::*;
 
