@@ -305,7 +305,7 @@ pub struct RunArgs {
     pub kill_after: Option<Duration>,
 
     /// Autotune cache root [default: $SGLANG_CACHE_DIR/flashinfer/autotune,
-    /// else $HOME/.cache/sglang/flashinfer/autotune]
+    /// else ~/.cache/sglang/flashinfer/autotune, `~` as Python expands it]
     #[arg(long, env = "KEEPWRAP_CACHE_DIR", value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 

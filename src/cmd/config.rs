@@ -84,14 +84,20 @@ fn root_setting(
     ]
     .into_iter()
     .find(|v| crate::root::place::is_set(env, v));
+    // `~` is HOME when set (empty too), else the password database's home
+    let home = if env.iter().any(|(k, _)| k == "HOME") {
+        "HOME"
+    } else {
+        "passwd"
+    };
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
     } else if vllm {
-        ("default", Some(vllm_var.unwrap_or("HOME").to_string()))
-    } else if crate::root::place::is_set(env, "SGLANG_CACHE_DIR") {
+        ("default", Some(vllm_var.unwrap_or(home).to_string()))
+    } else if env.iter().any(|(k, _)| k == "SGLANG_CACHE_DIR") {
         ("default", Some("SGLANG_CACHE_DIR".to_string()))
     } else {
-        ("default", Some("HOME".to_string()))
+        ("default", Some(home.to_string()))
     };
     Setting {
         name: "cache-root".into(),

@@ -37,7 +37,7 @@ fn print(text: &[u8]) -> bool {
 /// A subcommand without a cache root: say so, and fail.
 fn no_root() -> ExitCode {
     eprintln!(
-        "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set"
+        "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry"
     );
     ExitCode::FAILURE
 }

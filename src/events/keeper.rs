@@ -38,7 +38,7 @@ pub fn no_cache_root() {
     tracing::warn!(
         target: TARGET,
         event = "no_cache_root",
-        "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set; the launch goes on without keeping the cache"
+        "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry; the launch goes on without keeping the cache"
     );
 }
 

@@ -197,6 +197,14 @@ pub fn diff(base: &Value, this: &Value) -> Vec<String> {
             "the command: compared as written (an other command, or signed before keepwrap read SGLang launches by meaning) -> an SGLang server launch".into(),
         ),
     }
+    // the engine's version (signed before keepwrap read it: none)
+    let engine = |v: &Value| {
+        v.get("engine")
+            .map_or("(none)".to_string(), Value::to_string)
+    };
+    if base.get("engine") != this.get("engine") {
+        out.push(format!("engine {} -> {}", engine(base), engine(this)));
+    }
     let env = |v: &Value| -> BTreeMap<String, String> {
         v["env"]
             .as_object()
@@ -401,7 +409,10 @@ mod tests {
             ]
         );
         let old = json!({"profile": "sglang", "argv": ["python3"], "env": {}});
-        assert_eq!(diff(&old, &a).len(), 1);
+        let d = diff(&old, &a);
+        assert_eq!(d.len(), 2, "{d:?}");
+        // signed before keepwrap read the engine's version
+        assert!(d[1].starts_with("engine (none) -> {\"sglang\":"), "{d:?}");
     }
 
     #[test]

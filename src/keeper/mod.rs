@@ -73,7 +73,8 @@ pub struct Keeper {
 }
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
+/// from the child's environment, else `~/.cache/sglang/flashinfer/autotune`
+/// (`~`: `HOME`, else the password database, as Python expands it).
 pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
     crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }

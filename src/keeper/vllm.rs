@@ -27,11 +27,12 @@ pub struct NoVllmRoot(#[from] facts::RootError);
 /// The root keepwrap guards for a vLLM launch, and the shape of its tree
 /// (set for the process): `--cache-dir` if given, else vLLM's own
 /// (`$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`, else
-/// `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, ...). The folders sit right
+/// `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, ...; `~` expanded as the
+/// engine's Python does: `HOME`, else the password database). The folders sit right
 /// in the root when `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
 /// `<flashinfer version>/<arch>/`. Err: why there is none.
 pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, NoVllmRoot> {
-    let computed = facts::autotune_root(env);
+    let computed = facts::autotune_root(env, &crate::launch::home::passwd_home);
     let flat = matches!(computed, Ok(AutotuneRoot::Override(_)));
     set_shape(if flat {
         Shape::VllmFlat
@@ -246,7 +247,7 @@ pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     if s.world() != Some(1) || s.pp != Some(1) || s.nnodes != Some(1) {
         return;
     }
-    let store = facts::managed_store_root(env)
+    let store = facts::managed_store_root(env, &crate::launch::home::passwd_home)
         .map(|p| p.join("v2").display().to_string())
         .unwrap_or_else(|e| format!("unknown: {e}"));
     crate::events::vllm::managed_store(&store);

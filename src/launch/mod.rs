@@ -6,7 +6,9 @@
 pub mod args;
 pub mod canonical;
 pub mod config;
+pub mod engine;
 pub mod fingerprint;
+pub mod home;
 pub mod model;
 pub mod shell;
 mod table;
@@ -357,18 +359,6 @@ pub struct Canonical {
     pub models: Vec<(&'static str, Value)>,
 }
 
-/// The options whose model the fingerprint describes, with the option of
-/// its revision. A tokenizer shapes no kernel (the model's config decides
-/// the vocabulary size): `--tokenizer-path` counts only as written.
-const MODEL_OPTIONS: &[(&str, &str, &str)] = &[
-    ("--model-path", "model_path", "revision"),
-    (
-        "--speculative-draft-model-path",
-        "speculative_draft_model_path",
-        "speculative_draft_model_revision",
-    ),
-];
-
 /// Marker value of a `--config` SGLang does not merge (`--config=FILE`, an
 /// abbreviation, a repeat): the file's content, not its path.
 fn config_marker(path: &str, cwd: &Path) -> String {
@@ -422,13 +412,7 @@ impl Canonical {
                 *v = config_marker(v, cwd);
             }
         }
-        let models = MODEL_OPTIONS
-            .iter()
-            .filter_map(|(opt, dest, rev)| {
-                let v = parsed.value(dest)?;
-                Some((*opt, model::describe(v, parsed.value(rev), cwd, env)))
-            })
-            .collect();
+        let models = model::sglang_models(&parsed, cwd, env);
         Canonical {
             server: server.clone(),
             parsed,

@@ -7,6 +7,7 @@
 //! whether it is a `store_true` action (which a config file's `true` turns
 //! into a bare flag). Sorted by option string (bytes). Every action in this
 //! version stores its value (the last occurrence wins); none appends.
+//! `tests/py/sglang_arg_table.py` prints this file from the wheel.
 
 use super::args::{Nargs, Opt};
 

@@ -6,18 +6,32 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `$HOME/.cache/sglang/flashinfer/autotune`.
+/// from the child's environment (set but empty: `flashinfer/autotune`,
+/// relative to the engine's working directory, as SGLang reads it), else `~/.cache/sglang/flashinfer/autotune`
+/// with `~` expanded as SGLang's Python does (`os.path.expanduser`: `HOME`
+/// when set, empty too, else the password database's home of the user the
+/// engine runs as, see [`crate::launch::home`]). None: neither `HOME` nor
+/// an entry.
 pub fn root_from(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Option<PathBuf> {
     if let Some(dir) = cache_dir {
         return Some(dir.to_path_buf());
     }
-    let var = |name: &str| {
-        env.iter()
-            .find(|(k, v)| k == name && !v.is_empty())
-            .map(|(_, v)| PathBuf::from(v))
+    // SGLang's EnvStr: set (empty too) is the value, not expanded; an empty
+    // one makes the root relative to the engine's working directory
+    let sglang = match env.iter().find(|(k, _)| k == "SGLANG_CACHE_DIR") {
+        Some((_, v)) => PathBuf::from(v),
+        None => {
+            let home = env
+                .iter()
+                .find(|(k, _)| k == "HOME")
+                .map(|(_, v)| v.as_os_str());
+            crate::launch::home::expanduser(
+                std::ffi::OsStr::new("~/.cache/sglang"),
+                home,
+                &crate::launch::home::passwd_home,
+            )?
+        }
     };
-    let sglang =
-        var("SGLANG_CACHE_DIR").or_else(|| var("HOME").map(|h| h.join(".cache/sglang")))?;
     Some(sglang.join("flashinfer/autotune"))
 }
 
@@ -69,10 +83,10 @@ pub fn outside_engine_cache(
     if normal(dir).starts_with(normal(&engine)) {
         return None;
     }
-    let from = if is_set(env, "SGLANG_CACHE_DIR") {
+    let from = if env.iter().any(|(k, _)| k == "SGLANG_CACHE_DIR") {
         "$SGLANG_CACHE_DIR/flashinfer/autotune"
     } else {
-        "$HOME/.cache/sglang/flashinfer/autotune"
+        "~/.cache/sglang/flashinfer/autotune"
     };
     Some((engine, from))
 }
@@ -129,10 +143,14 @@ mod tests {
             );
         }
         assert_eq!(outside_engine_cache(None, &sglang(), &e), None);
+        // no HOME: the password database's home, as Python's expanduser
+        let pw = crate::launch::home::passwd_home(None).unwrap();
         assert_eq!(
             outside_engine_cache(Some(Path::new("/x")), &sglang(), &[]),
-            None,
-            "no engine dir known"
+            Some((
+                pw.join(".cache/sglang/flashinfer/autotune"),
+                "~/.cache/sglang/flashinfer/autotune"
+            ))
         );
     }
 
@@ -145,7 +163,7 @@ mod tests {
             engine,
             Path::new("/nonexistent/home/.cache/sglang/flashinfer/autotune")
         );
-        assert_eq!(from, "$HOME/.cache/sglang/flashinfer/autotune");
+        assert_eq!(from, "~/.cache/sglang/flashinfer/autotune");
         let e = env(&[("SGLANG_CACHE_DIR", "/nonexistent/c"), ("HOME", "/h")]);
         let (_, from) =
             outside_engine_cache(Some(Path::new("/nonexistent/c")), &sglang(), &e).unwrap();

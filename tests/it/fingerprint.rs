@@ -462,7 +462,8 @@ fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
         ("SGLANG_RUN_ID", "abc"),
         ("SGLANG_CACHE_DIR", "/cache"),
         ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
-        ("PATH", "/usr/bin"),
+        // no interpreter on it: the engine's version is "not found"
+        ("PATH", "/nonexistent/bin"),
         ("DSV41_FOO", "1"),
     ];
     let kept_env = [
@@ -492,6 +493,7 @@ fn sglang_profile_is_sha256_of_python_json_of_the_kept_inputs() {
                 ["--tp-size", "4"],
             ],
             "models": {"--model-path": {"path": "no such directory"}},
+            "engine": {"sglang": "not found"},
         },
         "env": env_json,
     }));
@@ -957,6 +959,7 @@ fn explain_format_is_stable() {
          arg \"--model-path\" \"/no/such/model\"\n\
          arg \"--tp-size\" \"4\"\n\
          model --model-path path no such directory\n\
+         engine sglang not found: python is not on PATH; the fingerprint records that, and a version found later changes it once\n\
          {envs}\
          ignored-arg \"--api-key\" <redacted sha256:{s}>\n\
          ignored-arg \"--port\" \"30000\"\n\

@@ -314,3 +314,53 @@ fn explain_shows_the_vllm_inputs_without_secrets() {
     // the last line is the fingerprint itself
     assert_eq!(lines.last().unwrap().trim(), fp(&s));
 }
+
+/// `vllm serve --port 8000 model`: vLLM's parser takes the model where it
+/// stands, after options too (argparse fills the `model_tag` positional
+/// with the first argument no option takes). Its `config.json` counts, and
+/// the launch is the one with the model first.
+#[test]
+fn the_model_after_options_counts_by_its_config() {
+    let moe = "{\"num_experts\": 64}";
+    for args in [
+        "--port 8000 model",
+        "-tp 2 --enforce-eager model",
+        "--served-model-name a b --max-num-seqs=8 model",
+        "--cudagraph-capture-sizes 1 2 4 --enable-expert-parallel model",
+        "--hf-token=x model",
+        "--tensor-parallel 2 model",
+    ] {
+        let a = side(w(&format!("vllm serve {args}")));
+        let b = side(w(&format!("vllm serve {args}"))).file("model/config.json", moe);
+        let text = explain(&a);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("model --model config.json <sha256:")),
+            "{args}: {text}"
+        );
+        assert_ne!(fp(&a), fp(&b), "{args}: the model's config.json counts");
+    }
+    assert_eq!(
+        fp(&side(w("vllm serve --port 8000 -tp 2 model"))),
+        fp(&vs("-tp 2")),
+        "the model after options is the model first"
+    );
+    // a value is no model: `--max-num-seqs 8` takes the 8,
+    // `--cudagraph-capture-sizes` every argument up to the next option
+    assert_eq!(
+        fp(&side(w(
+            "vllm serve --max-num-seqs 8 --cudagraph-capture-sizes 1 2 -ep model"
+        ))),
+        fp(&vs("--max-num-seqs 8 --cudagraph-capture-sizes 1 2 -ep")),
+    );
+    // an option vLLM 0.33.0 does not know (a newer version's): either
+    // argument after it may be the model, so both count by their config
+    let newer = "vllm serve --a-newer-option model other";
+    let both = side(w(newer)).file("other/config.json", moe);
+    assert_ne!(fp(&side(w(newer))), fp(&both), "a possible model counts");
+    assert_ne!(
+        fp(&side(w(newer))),
+        fp(&side(w(newer)).file("model/config.json", moe)),
+        "a possible model counts"
+    );
+}

@@ -524,5 +524,6 @@ def configs(n):
             written += 1
 
 
-main()
-configs(N)
+if __name__ == "__main__":  # sglang_arg_table.py imports the parser
+    main()
+    configs(N)

@@ -182,6 +182,9 @@ pub struct Launch {
     canonical_payload: bool,
     /// A vLLM server launch (`vllm` profile).
     vllm: Option<vllm::VllmLaunch>,
+    /// The engine package of a server launch and its version (not for the
+    /// `seed` profile, nor a command fingerprinted as its argv).
+    engine: Option<launch::engine::Engine>,
     ignored: Ignored,
     fingerprint: Fingerprint,
 }
@@ -224,6 +227,16 @@ impl Launch {
         } else {
             None
         };
+        let canonical_payload = !seed && canonical.is_some();
+        let package = if vllm.is_some() {
+            Some("vllm")
+        } else if canonical_payload {
+            Some("sglang")
+        } else {
+            None
+        };
+        let engine =
+            package.map(|p| launch::engine::find(p, &command.argv, &lookup, Path::new(".")));
         let env = selected_env(prof, opts, env);
 
         // Arguments.
@@ -238,9 +251,10 @@ impl Launch {
         let mut launch = Launch {
             profile: name,
             vllm,
+            engine,
             args,
             env,
-            canonical_payload: !seed && canonical.is_some(),
+            canonical_payload,
             canonical,
             command,
             ignored: Ignored::new(&ignored),
@@ -262,8 +276,12 @@ impl Launch {
                 Value::String(py_str(e.value.as_bytes())),
             );
         }
+        let engine = self.engine.as_ref().map(launch::engine::Engine::to_json);
         if let Some(v) = &self.vllm {
-            let payload = vllm::payload(v, env_json);
+            let mut payload = vllm::payload(v, env_json);
+            if let Some(e) = engine {
+                payload["vllm"]["engine"] = e;
+            }
             return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         let payload = match (&self.canonical, self.canonical_payload) {
@@ -271,7 +289,11 @@ impl Launch {
                 let drop = |g: &Group| {
                     self.ignored.contains(g) || (cluster && g.known && g.key == "node_rank")
                 };
-                json!({ "launch": c.to_json(&drop), "env": env_json })
+                let mut l = c.to_json(&drop);
+                if let Some(e) = engine {
+                    l["engine"] = e;
+                }
+                json!({ "launch": l, "env": env_json })
             }
             _ => {
                 let drop = if cluster {
@@ -310,6 +332,11 @@ impl Launch {
     /// The vLLM server launch, if the command is one (`vllm` profile).
     pub fn vllm(&self) -> Option<&vllm::VllmLaunch> {
         self.vllm.as_ref()
+    }
+
+    /// The engine package and its version, for a server launch.
+    pub fn engine(&self) -> Option<&launch::engine::Engine> {
+        self.engine.as_ref()
     }
 
     /// The profile this launch was fingerprinted with (`auto` resolved).

@@ -239,15 +239,22 @@ impl Launch {
                 env.insert(name, Value::String(env_value_hash(e)));
             }
         }
+        let engine = self.engine.as_ref().map(|e| e.to_json());
+        let with_engine = |mut v: Value| {
+            if let Some(e) = &engine {
+                v["engine"] = e.clone();
+            }
+            v
+        };
         if let Some(v) = &self.vllm {
             let (argv, ignored) = v.redacted_argv();
-            return json!({
+            return with_engine(json!({
                 "profile": self.profile.as_str(),
                 "argv": argv,
                 "env": env,
                 "ignored_args": ignored,
                 "volatile_env": volatile,
-            });
+            }));
         }
         if let (Some(c), true) = (&self.canonical, self.canonical_payload) {
             let mut launch = c.to_json(&|g| self.ignored.contains(g));
@@ -265,13 +272,13 @@ impl Launch {
                 .filter(|g| self.ignored.contains(g))
                 .map(|g| Value::from(redacted_group(g)))
                 .collect();
-            return json!({
+            return with_engine(json!({
                 "profile": self.profile.as_str(),
                 "launch": launch,
                 "env": env,
                 "ignored_args": ignored,
                 "volatile_env": volatile,
-            });
+            }));
         }
         let argv: Vec<Value> = self
             .args
@@ -330,6 +337,9 @@ impl Launch {
                     let _ = writeln!(out, "argv {i} {}", explain_arg(a));
                 }
             }
+        }
+        if let Some(e) = &self.engine {
+            let _ = writeln!(out, "{}", e.explain());
         }
         for e in self.env.iter().filter(|e| !e.volatile) {
             let _ = writeln!(

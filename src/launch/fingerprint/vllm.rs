@@ -46,6 +46,12 @@ pub struct VllmLaunch {
     pub config: Option<(String, Option<String>)>,
     /// The model's value and what the fingerprint records of it.
     pub model: Option<(String, Value)>,
+    /// Arguments that may be the model (after an option vLLM 0.33.0 does
+    /// not know, whose value count is unknown), described the same way.
+    maybe_models: Vec<(String, Value)>,
+    /// The other files the engine builds the model from, by option
+    /// ([`vllm_files`]).
+    files: Vec<(&'static str, Value)>,
     /// The engine arguments with the config file's keys in front (as vLLM
     /// inserts them): what the parallel sizes and the port are read from.
     merged: Vec<OsString>,
@@ -88,22 +94,36 @@ fn split_attached(tok: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     Some((facts::canonical_flag(&tok[..eq]), &tok[eq + 1..]))
 }
 
-/// The engine arguments in canonical form, `--config` and its value taken
-/// out (returned apart).
-fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Option<OsString>) {
+/// The engine arguments in canonical form: `vllm serve`'s positional model
+/// first as `--model MODEL` (wherever the parser takes it), `--config` and
+/// its value taken out (returned apart), and the arguments that may be the
+/// model too (after an option vLLM 0.33.0 does not know).
+struct Canon {
+    toks: Vec<OsString>,
+    config: Option<OsString>,
+    maybe_models: Vec<OsString>,
+}
+
+fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> Canon {
     let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
     let mut config = None;
-    let mut i = 0;
-    if entry == Entrypoint::Serve
-        && args
-            .first()
-            .is_some_and(|a| !a.as_bytes().starts_with(b"-"))
-    {
-        out.push("--model".into());
-        out.push(args[0].clone());
-        i = 1;
+    let mut skip = None;
+    let mut maybe_models = Vec::new();
+    if entry == Entrypoint::Serve {
+        let p = facts::model_positional(args);
+        if let Some(m) = p.model {
+            out.push("--model".into());
+            out.push(args[m].clone());
+            skip = Some(m);
+        }
+        maybe_models = p.maybe.iter().map(|&j| args[j].clone()).collect();
     }
+    let mut i = 0;
     while i < args.len() {
+        if Some(i) == skip {
+            i += 1;
+            continue;
+        }
         let b = args[i].as_bytes();
         if let Some((name, value)) = split_attached(b) {
             if name == b"--config" {
@@ -135,7 +155,11 @@ fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> (Vec<OsString>, Opt
         out.push(OsString::from_vec(name));
         i += 1;
     }
-    (out, config)
+    Canon {
+        toks: out,
+        config,
+        maybe_models,
+    }
 }
 
 impl VllmLaunch {
@@ -149,7 +173,11 @@ impl VllmLaunch {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Option<VllmLaunch> {
         let l = facts::recognise(argv)?;
-        let (canon, config_path) = canonical_tokens(l.args(argv), l.entrypoint);
+        let Canon {
+            toks: canon,
+            config: config_path,
+            maybe_models,
+        } = canonical_tokens(l.args(argv), l.entrypoint);
         let roles = facts::arg_roles(&canon);
         let mut toks: Vec<Tok> = canon
             .into_iter()
@@ -184,16 +212,33 @@ impl VllmLaunch {
         });
         merged.extend(toks.iter().map(|t| t.text.clone()));
         let value = |flag: &str| last_value(&merged, flag);
+        let revision = value("--revision");
+        let download = value("--download-dir");
+        let describe = |m: &str| {
+            let reads = model::Reads::Model;
+            model::describe_in(m, revision.as_deref(), cwd, env, reads, download.as_deref())
+        };
         let model = value("--model").map(|m| {
-            let desc = model::describe(&m, value("--revision").as_deref(), cwd, env);
+            let desc = describe(&m);
             (m, desc)
         });
+        let files = vllm_files(&merged, cwd, env, revision.as_deref());
+        let maybe_models = maybe_models
+            .iter()
+            .map(|m| {
+                let m = String::from_utf8_lossy(m.as_bytes()).into_owned();
+                let desc = describe(&m);
+                (m, desc)
+            })
+            .collect();
         Some(VllmLaunch {
             entry: l.entrypoint,
             wrapper: wrapper.clone(),
             toks,
             config,
             model,
+            maybe_models,
+            files,
             merged,
         })
     }
@@ -232,6 +277,12 @@ impl VllmLaunch {
         let mut models = Map::new();
         if let Some((_, desc)) = &self.model {
             models.insert("--model".into(), desc.clone());
+        }
+        for (value, desc) in &self.maybe_models {
+            models.insert(format!("maybe {}", py_str(value.as_bytes())), desc.clone());
+        }
+        for (opt, desc) in &self.files {
+            models.insert(opt.to_string(), desc.clone());
         }
         let mut m = Map::new();
         m.insert(
@@ -331,7 +382,98 @@ impl VllmLaunch {
         if let Some((_, desc)) = &self.model {
             let _ = writeln!(out, "model --model {}", model::explain(desc));
         }
+        for (opt, desc) in &self.files {
+            let _ = writeln!(out, "model {opt} {}", model::explain(desc));
+        }
+        for (value, desc) in &self.maybe_models {
+            let _ = writeln!(
+                out,
+                "model {} (maybe the model: after an option vLLM 0.33.0 does not know) {}",
+                super::text::quote_str(value),
+                model::explain(desc)
+            );
+        }
     }
+}
+
+/// The files vLLM 0.33.0 builds the model from besides `--model`'s
+/// (`vllm/engine/arg_utils.py`, `vllm/config/model.py`,
+/// `vllm/config/speculative.py`, `vllm/entrypoints/common/cli_args.py`):
+///
+/// - `--hf-config-path`: the config read instead of the model's (a
+///   directory's `config.json`, or a hub id's revision);
+/// - the draft model of speculative decoding: `--spec-model`, else the
+///   `model` of `--speculative-config` (`--speculative-config.model M`, or
+///   its JSON; the last one wins, as the dotted keys are appended last);
+/// - the LoRA adapters of `--lora-modules` (`NAME=PATH` or JSON): each
+///   one's `adapter_config.json`.
+///
+/// Every other option that names a file counts as written: the tokenizer,
+/// the chat template, `--generation-config` (sampling defaults), TLS and
+/// log configs, `--mm-encoder-fp8-scale-path` (scales: values, no shapes),
+/// `--download-dir` (read as the hub cache of `--model`).
+fn vllm_files(
+    merged: &[OsString],
+    cwd: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    revision: Option<&str>,
+) -> Vec<(&'static str, Value)> {
+    let value = |flag: &str| last_value(merged, flag);
+    let download = value("--download-dir");
+    let describe =
+        |v: &str, reads| model::describe_in(v, revision, cwd, env, reads, download.as_deref());
+    let mut out = Vec::new();
+    if let Some(v) = value("--hf-config-path") {
+        out.push(("--hf-config-path", describe(&v, model::Reads::Model)));
+    }
+    // the dotted keys are appended after every --speculative-config, and
+    // --spec-model goes into it (both given: vLLM refuses to start)
+    let draft = value("--spec-model")
+        .or_else(|| value("--speculative-config.model"))
+        .or_else(|| {
+            let json = value("--speculative-config")?;
+            let v: Value = serde_json::from_str(&json).ok()?;
+            v.get("model").and_then(Value::as_str).map(str::to_string)
+        });
+    if let Some(d) = draft {
+        out.push((
+            "--speculative-config.model",
+            model::describe_in(&d, None, cwd, env, model::Reads::Model, download.as_deref()),
+        ));
+    }
+    let loras = lora_values(merged);
+    if let Some(d) = model::describe_adapters(&loras, cwd, env, download.as_deref()) {
+        out.push(("--lora-modules", d));
+    }
+    out
+}
+
+/// The values of the last `--lora-modules V...` (`nargs="+"`; a JSON list
+/// spreads into its items).
+fn lora_values(args: &[OsString]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let b = args[i].as_bytes();
+        if let Some((name, v)) = split_attached(b) {
+            if name == b"--lora-modules" {
+                out = vec![String::from_utf8_lossy(v).into_owned()];
+            }
+        } else if facts::canonical_flag(b) == b"--lora-modules" {
+            out.clear();
+            while let Some(v) = args.get(i + 1).filter(|v| !v.as_bytes().starts_with(b"-")) {
+                out.push(String::from_utf8_lossy(v.as_bytes()).into_owned());
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    out.into_iter()
+        .flat_map(|v| match serde_json::from_str::<Value>(&v) {
+            Ok(Value::Array(items)) => items.iter().map(Value::to_string).collect(),
+            _ => vec![v],
+        })
+        .collect()
 }
 
 /// The value of the last `FLAG VALUE` / `FLAG=VALUE` in `args` (canonical

@@ -11,6 +11,9 @@
 //!
 //! - `recognise.rs`, [`recognise`]: is a command a vLLM server launch, and
 //!   where its engine arguments start;
+//! - `positional.rs`, [`model_positional`], with `table.rs` (how many
+//!   arguments each option of vLLM 0.33.0 takes): where `vllm serve`'s
+//!   parser takes the model;
 //! - `roots.rs`, [`autotune_root`], [`managed_store_root`],
 //!   [`arch_component`]: where vLLM and FlashInfer keep the tactics, from the
 //!   child's environment;
@@ -30,15 +33,18 @@ mod env;
 mod files;
 mod moe;
 mod parallel;
+mod positional;
 mod ray;
 mod recognise;
 mod roots;
+mod table;
 
 pub use args::*;
 pub use env::*;
 pub use files::*;
 pub use moe::*;
 pub use parallel::*;
+pub use positional::*;
 pub use ray::*;
 pub use recognise::*;
 pub use roots::*;

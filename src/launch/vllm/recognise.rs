@@ -30,17 +30,16 @@ impl Launch {
         argv.get(self.args_start..).unwrap_or(&[])
     }
 
-    /// The model: the first engine argument when it is not an option
-    /// (`vllm serve MODEL`), else the value of `--model` (`--model M`,
-    /// `--model=M`). `None` when neither is on the command line (it may be
-    /// in the `--config` file).
+    /// The model: the positional argument where `vllm serve`'s parser
+    /// takes it ([`model_positional`](super::model_positional): `vllm serve
+    /// MODEL`, `vllm serve --port 8000 MODEL`), else the value of `--model`
+    /// (`--model M`, `--model=M`). `None` when neither is on the command
+    /// line (it may be in the `--config` file).
     pub fn model<'a>(&self, argv: &'a [OsString]) -> Option<&'a OsStr> {
         let args = self.args(argv);
         if self.entrypoint == Entrypoint::Serve {
-            if let Some(first) = args.first() {
-                if !first.as_bytes().starts_with(b"-") {
-                    return Some(first);
-                }
+            if let Some(i) = super::model_positional(args).model {
+                return args.get(i).map(OsString::as_os_str);
             }
         }
         option_value(args, "--model")

@@ -2,7 +2,7 @@
 //! and the architecture component, from the child's environment.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// First value of `name` in `env` (as `getenv` sees it), set or not.
@@ -17,42 +17,37 @@ fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr
     getenv(env, name).filter(|v| !v.is_empty())
 }
 
-/// Why a cache location cannot be computed from the environment alone.
+/// Why a cache location cannot be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RootError {
-    /// `~` must be expanded and `HOME` is not set (Python would read the
-    /// password database).
-    #[error("{var} needs HOME to expand `~`, and HOME is not set")]
+    /// `~` must be expanded, `HOME` is not set and the user has no entry in
+    /// the password database (Python would leave `~` as written).
+    #[error("{var} needs HOME to expand `~`; HOME is not set and this user has no password-database entry")]
     NoHome { var: &'static str },
-    /// `~user` forms need the password database.
-    #[error("{var} starts with `~user`, which keepwrap does not expand")]
+    /// `~user` names a user the password database does not have.
+    #[error("{var} starts with `~user`, a user the password database does not have")]
     OtherUser { var: &'static str },
 }
 
-/// Python's `os.path.expanduser` for `~` and `~/...` with `HOME` from `env`.
+/// The password database, as [`crate::launch::home::passwd_home`] reads it
+/// (a parameter: these functions stay pure).
+pub type Passwd<'a> = &'a dyn Fn(Option<&[u8]>) -> Option<PathBuf>;
+
+/// Python's `os.path.expanduser` with `HOME` from `env`, else `passwd` (see
+/// [`crate::launch::home`]).
 fn expanduser(
     path: &OsStr,
     env: &[(OsString, OsString)],
+    passwd: Passwd,
     var: &'static str,
 ) -> Result<PathBuf, RootError> {
-    let b = path.as_bytes();
-    if !b.starts_with(b"~") {
-        return Ok(PathBuf::from(path));
-    }
-    let end = b.iter().position(|&c| c == b'/').unwrap_or(b.len());
-    if end != 1 {
-        return Err(RootError::OtherUser { var });
-    }
-    let home = getenv(env, "HOME").ok_or(RootError::NoHome { var })?;
-    let mut out = home.as_bytes().to_vec();
-    while out.last() == Some(&b'/') {
-        out.pop();
-    }
-    out.extend_from_slice(&b[end..]);
-    if out.is_empty() {
-        out.push(b'/');
-    }
-    Ok(PathBuf::from(OsString::from_vec(out)))
+    crate::launch::home::expanduser(path, getenv(env, "HOME"), passwd).ok_or(
+        if path.as_bytes().starts_with(b"~/") || path.as_bytes() == b"~" {
+            RootError::NoHome { var }
+        } else {
+            RootError::OtherUser { var }
+        },
+    )
 }
 
 /// The directory that holds vLLM's `<sha256 hex>/` folders.
@@ -83,18 +78,22 @@ impl AutotuneRoot {
 /// `~/.cache/vllm`, then `flashinfer_autotune_cache`. As in vLLM, a variable
 /// set to the empty string counts as set for `VLLM_CACHE_ROOT` and
 /// `XDG_CACHE_HOME` (giving a path relative to the engine's working
-/// directory, returned relative), and `~` is expanded with `HOME`.
-pub fn autotune_root(env: &[(OsString, OsString)]) -> Result<AutotuneRoot, RootError> {
+/// directory, returned relative), and `~` is expanded as Python does
+/// (`HOME`, else the password database: `passwd`).
+pub fn autotune_root(
+    env: &[(OsString, OsString)],
+    passwd: Passwd,
+) -> Result<AutotuneRoot, RootError> {
     const OVERRIDE: &str = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR";
     if let Some(dir) = nonempty(env, OVERRIDE) {
-        return expanduser(dir, env, OVERRIDE).map(AutotuneRoot::Override);
+        return expanduser(dir, env, passwd, OVERRIDE).map(AutotuneRoot::Override);
     }
     let root = match getenv(env, "VLLM_CACHE_ROOT") {
-        Some(v) => expanduser(v, env, "VLLM_CACHE_ROOT")?,
+        Some(v) => expanduser(v, env, passwd, "VLLM_CACHE_ROOT")?,
         None => {
             let base = match getenv(env, "XDG_CACHE_HOME") {
-                Some(x) => expanduser(x, env, "XDG_CACHE_HOME")?,
-                None => expanduser(OsStr::new("~/.cache"), env, "HOME")?,
+                Some(x) => expanduser(x, env, passwd, "XDG_CACHE_HOME")?,
+                None => expanduser(OsStr::new("~/.cache"), env, passwd, "HOME")?,
             };
             base.join("vllm")
         }
@@ -109,16 +108,20 @@ pub fn autotune_root(env: &[(OsString, OsString)]) -> Result<AutotuneRoot, RootE
 /// `$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` when set and not empty, else
 /// `$FLASHINFER_AUTOTUNE_CACHE_DIR`, else
 /// `${FLASHINFER_WORKSPACE_BASE:-~}/.cache/flashinfer/autotune`.
-pub fn managed_store_root(env: &[(OsString, OsString)]) -> Result<PathBuf, RootError> {
-    if let Some(dir) = nonempty(env, "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR") {
-        return expanduser(dir, env, "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR");
+pub fn managed_store_root(
+    env: &[(OsString, OsString)],
+    passwd: Passwd,
+) -> Result<PathBuf, RootError> {
+    const OVERRIDE: &str = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR";
+    if let Some(dir) = nonempty(env, OVERRIDE) {
+        return expanduser(dir, env, passwd, OVERRIDE);
     }
     if let Some(dir) = nonempty(env, "FLASHINFER_AUTOTUNE_CACHE_DIR") {
         return Ok(PathBuf::from(dir));
     }
     let base = match getenv(env, "FLASHINFER_WORKSPACE_BASE") {
         Some(b) => PathBuf::from(b),
-        None => expanduser(OsStr::new("~"), env, "HOME")?,
+        None => expanduser(OsStr::new("~"), env, passwd, "HOME")?,
     };
     Ok(base.join(".cache/flashinfer/autotune"))
 }

@@ -82,7 +82,13 @@ fn recognises_the_launch_shapes() {
 
 #[test]
 fn cache_root_follows_vllms_precedence() {
-    let root = |e: &[(&str, &str)]| autotune_root(&env(e));
+    let pw = |u: Option<&[u8]>| match u {
+        None => Some(std::path::PathBuf::from("/pw/me")),
+        Some(b"bob") => Some(std::path::PathBuf::from("/home/bob")),
+        Some(_) => None,
+    };
+    let root = |e: &[(&str, &str)]| autotune_root(&env(e), &pw);
+    let no_entry = |e: &[(&str, &str)]| autotune_root(&env(e), &|_| None);
     let home = [("HOME", "/home/u")];
     assert_eq!(
         root(&home),
@@ -130,10 +136,22 @@ fn cache_root_follows_vllms_precedence() {
             .path(),
         Path::new("/a/flashinfer_autotune_cache")
     );
-    assert_eq!(root(&[]), Err(RootError::NoHome { var: "HOME" }));
+    // no HOME: the password database's home, as Python's expanduser
+    assert_eq!(
+        root(&[]).unwrap().path(),
+        Path::new("/pw/me/.cache/vllm/flashinfer_autotune_cache")
+    );
+    assert_eq!(no_entry(&[]), Err(RootError::NoHome { var: "HOME" }));
     assert_eq!(
         root(&[
             ("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "~bob/x"),
+            ("HOME", "/h")
+        ]),
+        Ok(AutotuneRoot::Override("/home/bob/x".into()))
+    );
+    assert_eq!(
+        root(&[
+            ("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "~eve/x"),
             ("HOME", "/h")
         ]),
         Err(RootError::OtherUser {
@@ -141,8 +159,8 @@ fn cache_root_follows_vllms_precedence() {
         })
     );
     assert_eq!(
-        root(&[("VLLM_CACHE_ROOT", "~")]).unwrap_err().to_string(),
-        "VLLM_CACHE_ROOT needs HOME to expand `~`, and HOME is not set"
+        no_entry(&[("VLLM_CACHE_ROOT", "~")]).unwrap_err().to_string(),
+        "VLLM_CACHE_ROOT needs HOME to expand `~`; HOME is not set and this user has no password-database entry"
     );
     assert_eq!(
         root(&[("VLLM_CACHE_ROOT", "~/x"), ("HOME", "/")])
@@ -154,7 +172,11 @@ fn cache_root_follows_vllms_precedence() {
 
 #[test]
 fn managed_store_and_arch() {
-    let store = |e: &[(&str, &str)]| managed_store_root(&env(e)).unwrap();
+    let store = |e: &[(&str, &str)]| managed_store_root(&env(e), &|_| None).unwrap();
+    assert_eq!(
+        managed_store_root(&[], &|_| Some("/pw".into())),
+        Ok("/pw/.cache/flashinfer/autotune".into())
+    );
     assert_eq!(
         store(&[("HOME", "/h")]),
         Path::new("/h/.cache/flashinfer/autotune")
@@ -548,8 +570,8 @@ fn no_panic_on_any_input() {
                     .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
                     .collect();
                 let _ = (
-                    autotune_root(&env),
-                    managed_store_root(&env),
+                    autotune_root(&env, &|_| None),
+                    managed_store_root(&env, &|_| None),
                     arch_component(&env),
                 );
                 let text = String::from_utf8_lossy(&bytes);

@@ -475,6 +475,31 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `keepwrap fingerprint --explain -- ARGV` run in `cwd` with only `HOME=cwd`
+/// and `env` in its environment; asserts success, returns stdout (the
+/// fingerprint is its last line).
+pub fn explain_in(
+    cwd: &Path,
+    env: &[(&str, &str)],
+    argv: &[impl AsRef<std::ffi::OsStr>],
+) -> String {
+    let out = Command::new(BIN)
+        .current_dir(cwd)
+        .env_clear()
+        .env("HOME", cwd)
+        .envs(env.iter().copied())
+        .args(["fingerprint", "--explain", "--"])
+        .args(argv)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// A fresh home for one launch (removed when dropped).
 pub fn home() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
