@@ -22,6 +22,7 @@ mod fingerprint_shell_bash;
 mod fingerprint_vllm;
 mod keep;
 mod kubernetes;
+mod launch_shapes;
 mod log_events;
 mod malformed;
 mod multi_node;
