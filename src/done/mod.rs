@@ -36,6 +36,9 @@ pub enum DoneError {
     /// its ranks.
     #[error("a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
     HeadlessUnknown,
+    /// `auto` for a command whose exit status may not be the engine's.
+    #[error("an exit 0 of this launch would not prove the engine's ({0}): give --done health=URL or --done quiet=DURATION")]
+    ExitUnproven(String),
 }
 
 /// `--done`: when keepwrap considers the engine's tuning finished.
@@ -101,7 +104,11 @@ impl DoneRule {
             DoneRule::Auto if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
-            DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
+            DoneRule::Auto => match exit_unproven(launch) {
+                Some(why) => Err(DoneError::ExitUnproven(why)),
+                None => Ok(Done::Exit),
+            },
+            DoneRule::Exit => Ok(Done::Exit),
             DoneRule::Health(None) => match launch.vllm() {
                 Some(v) => vllm::auto_done(v),
                 None => Ok(Done::Health(Endpoint::of_launch(launch))),
@@ -154,6 +161,16 @@ pub fn is_sglang_server(argv: &[OsString]) -> bool {
 /// sglang.launch_server ...`)?
 pub fn runs_sglang_server(launch: &Launch) -> bool {
     launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
+}
+
+/// Why the launch's exit status may not be the engine's: a launch keepwrap
+/// cannot read whole (`sh -c '... || true'`), `timeout --preserve-status`.
+fn exit_unproven(launch: &Launch) -> Option<String> {
+    let c = launch.command();
+    match &c.wrapper {
+        crate::launch::Wrapper::Unreadable(u) => Some(u.why.clone()),
+        _ => c.exit_unproven.clone(),
+    }
 }
 
 /// An HTTP endpoint to probe.

@@ -170,12 +170,15 @@ fn locate(
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
     let profile = launch.profile();
+    // where the engine writes: its own environment (after `env -i`, `env -u`,
+    // a shell's `export`), not keepwrap's
+    let engine_env = &launch.command().env[..];
     let root = if profile == ProfileName::Vllm {
-        vllm::root(args.cache_dir.as_deref(), env)
+        vllm::root(args.cache_dir.as_deref(), engine_env)
             .map_err(crate::events::vllm::no_vllm_cache_root)
             .ok()
     } else {
-        let root = cache_root(args, env);
+        let root = cache_root(args, engine_env);
         if root.is_none() {
             crate::events::keeper::no_cache_root();
         }
