@@ -52,7 +52,7 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = share_of(args, &launch, argv);
+        let share = share_of(args, &launch);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -185,7 +185,7 @@ fn locate(
         root
     };
     let root = root?;
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
     for line in launch.warnings() {
         crate::events::keeper::launch_warning(&line);
     }
@@ -217,7 +217,7 @@ fn running_dir(root: &Path) -> PathBuf {
 }
 
 /// Multi-node launches: the share every node mounts.
-fn share_of(args: &Settings, launch: &Launch, argv: &[OsString]) -> Option<Share> {
+fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
     let profile = launch.profile();
     if profile == ProfileName::Vllm {
         vllm::share(&args.share, launch, args.store_max_age)
@@ -225,7 +225,7 @@ fn share_of(args: &Settings, launch: &Launch, argv: &[OsString]) -> Option<Share
         Share::new(
             &args.share,
             launch,
-            argv,
+            &launch.command().argv,
             args.unifies(profile),
             args.store_max_age,
         )

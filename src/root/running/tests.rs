@@ -230,6 +230,33 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
     assert!(d0.is_peer_of(&d1));
     assert!(!d0.is_peer_of(&of(&["--data-parallel-rank", "1", "--tp", "4"])));
     assert!(!of(&[]).is_peer_of(&of(&[])));
+    // the engine's arguments, after a prefix's `--`
+    let behind = |rank: &str| {
+        let argv: Vec<OsString> = [
+            "numactl",
+            "-N",
+            "0",
+            "--",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+        ]
+        .map(OsString::from)
+        .to_vec();
+        let opts = fingerprint::Options {
+            profile: fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &argv, &[], &[])
+    };
+    assert_eq!(behind("1").rank, "node-rank=1");
+    assert!(behind("0").is_peer_of(&behind("1")));
 }
 
 #[test]
