@@ -20,7 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// A TCP port nothing listens on right now.
 /// keepwrap with the cache under `home`, the fake engine importable as
 /// `sglang`, run in `cwd`.
-fn kw(home: &Path, cwd: &Path) -> Command {
+pub(crate) fn kw(home: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.current_dir(cwd)
         .env_remove("KEEPWRAP_LOG")
@@ -80,10 +80,7 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let first = serve(&home, &cwd, &argv, &[]);
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(
-        first.logged_with(
-            "launch",
-            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
-        ),
+        first.probes_port(&port),
         "the port from the config file is probed: {}",
         first.stderr
     );

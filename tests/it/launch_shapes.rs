@@ -252,20 +252,10 @@ fn fake_numactl(dir: &Path) {
 /// keepwrap with the cache under `home`, the fake engine importable as
 /// `sglang`, `bin` first on PATH, run in `cwd`.
 fn kw(home: &Path, cwd: &Path, bin: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = crate::fingerprint_e2e::kw(home, cwd);
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs = vec![bin.to_path_buf()];
-    dirs.extend(std::env::split_paths(&path));
-    cmd.current_dir(cwd)
-        .env_remove("KEEPWRAP_LOG")
-        .env("KEEPWRAP_LOG_FORMAT", "json")
-        .env_remove("KEEPWRAP_CACHE_DIR")
-        .env_remove("KEEPWRAP_KEEP")
-        .env_remove("KEEPWRAP_DONE")
-        .env("PATH", std::env::join_paths(dirs).unwrap())
-        .env("SGLANG_CACHE_DIR", home.join("sglang"))
-        .env("PYTHONPATH", repo().join("tests/fixtures/engines"))
-        .env("FAKE_DIST_TIMEOUT_S", "20");
+    let dirs = std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path));
+    cmd.env("PATH", std::env::join_paths(dirs).unwrap());
     cmd
 }
 
@@ -302,33 +292,29 @@ fn numactl_before_the_server_keeps_and_an_edited_config_retunes() {
         )
         .unwrap()
     };
-    let launch = |cmd: &mut Command| {
-        cmd.args(["--", "numactl", "--cpunodebind=0", "-m", "0"])
-            .args([
-                "python3",
-                "-m",
-                "sglang.launch_server",
-                "--config",
-                "c.yaml",
-            ]);
+    let prefixed = ["numactl", "--cpunodebind=0", "-m", "0"];
+    let server = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--config",
+        "c.yaml",
+    ];
+    let run = |argv: &[&str]| {
+        let mut cmd = kw(&home, &cwd, &bin);
+        cmd.arg("--").args(argv);
+        serve(cmd)
     };
     write(256);
-    let mut cmd = kw(&home, &cwd, &bin);
-    launch(&mut cmd);
-    let first = serve(cmd);
+    let first = run(&[&prefixed[..], &server].concat());
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(
-        first.logged_with(
-            "launch",
-            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
-        ),
+        first.probes_port(&port),
         "the port from the config file is probed: {}",
         first.stderr
     );
     write(512);
-    let mut cmd = kw(&home, &cwd, &bin);
-    launch(&mut cmd);
-    let edited = serve(cmd);
+    let edited = run(&[&prefixed[..], &server].concat());
     assert!(
         edited.tuned() > 0,
         "an edited config file re-tunes: {}",
@@ -336,16 +322,7 @@ fn numactl_before_the_server_keeps_and_an_edited_config_retunes() {
     );
     assert_eq!(edited.hit(), 0, "no partial hit: {}", edited.stderr);
     // and the plain launch reuses what the prefixed one signed
-    let mut cmd = kw(&home, &cwd, &bin);
-    cmd.args([
-        "--",
-        "python3",
-        "-m",
-        "sglang.launch_server",
-        "--config",
-        "c.yaml",
-    ]);
-    let plain = serve(cmd);
+    let plain = run(&server);
     assert_eq!(plain.tuned(), 0, "{}", plain.stderr);
     assert!(plain.has_event("reused"), "{}", plain.stderr);
 }
@@ -360,14 +337,7 @@ fn a_chart_shell_string_is_kept_probed_on_its_port_and_reused_plainly() {
     cmd.env("PORT", &port).args(["--", "bash", "-c", script]);
     let first = serve(cmd);
     assert!(first.tuned() > 0, "{}", first.stderr);
-    assert!(
-        first.logged_with(
-            "launch",
-            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
-        ),
-        "{}",
-        first.stderr
-    );
+    assert!(first.probes_port(&port), "{}", first.stderr);
     assert!(first.has_event("signed"), "{}", first.stderr);
     let port2 = free_port().to_string();
     let mut cmd = kw(&home, t.path(), t.path());
@@ -472,19 +442,22 @@ fn timeout_preserve_status_proves_no_exit_and_plain_timeout_does() {
         "python3 {} --model-path /models/fake-moe --tp 2 --tune-ms 2 --offline",
         fake_engine().display()
     );
-    let out = boot(
-        kw(&home, t.path(), t.path())
-            .arg("--")
-            .args(w(&format!("timeout --preserve-status 60 {engine}"))),
-    );
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.has_event("done_rule_unusable"), "{}", out.stderr);
-    assert!(!out.has_event("signed"), "{}", out.stderr);
-    let out = boot(
-        kw(&home, t.path(), t.path())
-            .arg("--")
-            .args(w(&format!("timeout 60 {engine}"))),
-    );
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.has_event("signed"), "{}", out.stderr);
+    for (prefix, signed) in [
+        ("timeout --preserve-status 60", false),
+        ("timeout 60", true),
+    ] {
+        let out = boot(
+            kw(&home, t.path(), t.path())
+                .arg("--")
+                .args(w(&format!("{prefix} {engine}"))),
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(out.has_event("signed"), signed, "{prefix}: {}", out.stderr);
+        assert_eq!(
+            out.has_event("done_rule_unusable"),
+            !signed,
+            "{prefix}: {}",
+            out.stderr
+        );
+    }
 }

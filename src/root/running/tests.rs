@@ -202,18 +202,18 @@ fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
 
 #[test]
 fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
+    let opts = fingerprint::Options {
+        profile: fingerprint::ProfileName::Sglang,
+        env_prefixes: vec![],
+        volatile_env: vec![],
+        ignored_args: vec![],
+    };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
             .iter()
             .chain(args)
             .map(OsString::from)
             .collect();
-        let opts = fingerprint::Options {
-            profile: fingerprint::ProfileName::Sglang,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
         let launch = Launch::new(&opts, &argv, &[]);
         Identity::of(&launch, &opts, &argv, &[], &[])
     };
@@ -247,12 +247,6 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         ]
         .map(OsString::from)
         .to_vec();
-        let opts = fingerprint::Options {
-            profile: fingerprint::ProfileName::Sglang,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
         Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &argv, &[], &[])
     };
     assert_eq!(behind("1").rank, "node-rank=1");
