@@ -330,6 +330,11 @@ impl Launch {
                 for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
                     let _ = writeln!(out, "argv {i} {}", explain_arg(a));
                 }
+                if let (Some(cwd), false) =
+                    (&self.command.cwd, self.profile == super::ProfileName::Seed)
+                {
+                    let _ = writeln!(out, "cwd {}", quote(cwd.as_os_str().as_bytes()));
+                }
             }
         }
         for e in self.env.iter().filter(|e| !e.volatile) {
