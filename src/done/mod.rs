@@ -104,7 +104,7 @@ impl DoneRule {
             DoneRule::Auto if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
-            DoneRule::Auto => match exit_unproven(launch) {
+            DoneRule::Auto => match launch.command().exit_unproven_why() {
                 Some(why) => Err(DoneError::ExitUnproven(why)),
                 None => Ok(Done::Exit),
             },
@@ -161,16 +161,6 @@ pub fn is_sglang_server(argv: &[OsString]) -> bool {
 /// sglang.launch_server ...`)?
 pub fn runs_sglang_server(launch: &Launch) -> bool {
     launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
-}
-
-/// Why the launch's exit status may not be the engine's: a launch keepwrap
-/// cannot read whole (`sh -c '... || true'`), `timeout --preserve-status`.
-fn exit_unproven(launch: &Launch) -> Option<String> {
-    let c = launch.command();
-    match &c.wrapper {
-        crate::launch::Wrapper::Unreadable(u) => Some(u.why.clone()),
-        _ => c.exit_unproven.clone(),
-    }
 }
 
 /// An HTTP endpoint to probe.

@@ -98,6 +98,7 @@ impl Keeper {
             profile: profile.as_str(),
             inputs,
             share,
+            exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
         keeper.take_share_union();
         vllm::before_start(&keeper.root, &launch, &mut keeper.kept);

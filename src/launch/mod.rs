@@ -495,6 +495,15 @@ impl Command {
         ))
     }
 
+    /// Why the command's exit status may not be the engine's: a launch not
+    /// read whole (`sh -c '... || true'`), `timeout --preserve-status`.
+    pub fn exit_unproven_why(&self) -> Option<String> {
+        match &self.wrapper {
+            Wrapper::Unreadable(u) => Some(u.why.clone()),
+            _ => self.exit_unproven.clone(),
+        }
+    }
+
     /// The one line that says why this command is only supervised.
     pub fn not_engine_line(&self) -> String {
         let name = self
