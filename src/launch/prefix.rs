@@ -120,11 +120,19 @@ impl Grammar {
             .ok_or_else(|| format!("{}: no value after its option {name}", self.name))
     }
 
+    /// An option this grammar does not read, named without its value (a
+    /// value could be a secret).
     fn unknown(&self, word: &[u8]) -> Refused {
+        let shown = match word.iter().position(|&b| b == b'=') {
+            Some(p) if word.starts_with(b"--") => {
+                format!("{}=...", String::from_utf8_lossy(&word[..p]))
+            }
+            _ => String::from_utf8_lossy(word).into_owned(),
+        };
         format!(
             "{}: an option keepwrap does not read ('{}')",
             self.name,
-            String::from_utf8_lossy(word).escape_debug()
+            shown.escape_debug()
         )
     }
 }
@@ -238,6 +246,16 @@ const ENV: Grammar = Grammar {
     long_valued: &["unset", "chdir"],
 };
 
+/// A word in a reason: as written, unless its name says it holds a secret.
+fn shown(w: &[u8]) -> String {
+    let text = String::from_utf8_lossy(w);
+    if super::fingerprint::is_secret_name(&text) {
+        "<redacted>".into()
+    } else {
+        text.escape_debug().to_string()
+    }
+}
+
 /// The base name of a program.
 fn base(argv0: &[u8]) -> &[u8] {
     argv0.rsplit(|&b| b == b'/').next().unwrap_or(argv0)
@@ -329,11 +347,7 @@ fn positional(
     let (_, at) = g.read(argv, 1)?;
     match argv.get(at).map(|w| w.as_bytes()) {
         Some(w) if ok(w) => command_at(g.name, argv, at + 1),
-        Some(w) => Err(format!(
-            "{}: '{}' where {what} belongs",
-            g.name,
-            String::from_utf8_lossy(w).escape_debug()
-        )),
+        Some(w) => Err(format!("{}: '{}' where {what} belongs", g.name, shown(w))),
         None => Err(format!("{}: no command to run", g.name)),
     }
 }
@@ -352,12 +366,7 @@ fn timeout(argv: &[OsString]) -> Result<Prefix, Refused> {
     };
     match argv.get(at).map(|w| w.as_bytes()) {
         Some(w) if duration(w) => {}
-        Some(w) => {
-            return Err(format!(
-                "timeout: '{}' where a duration belongs",
-                String::from_utf8_lossy(w).escape_debug()
-            ))
-        }
+        Some(w) => return Err(format!("timeout: '{}' where a duration belongs", shown(w))),
         None => return Err("timeout: no command to run".into()),
     }
     let mut p = command_at("timeout", argv, at + 1)?;
@@ -525,6 +534,19 @@ mod tests {
                 .unwrap();
             assert!(why.starts_with(&format!("{name}: ")), "{s}: {why}");
         }
+    }
+
+    #[test]
+    fn a_reason_never_shows_an_options_value() {
+        let why = refused("numactl --api-key=sk-123 python3");
+        assert!(
+            !why.contains("sk-123") && why.contains("'--api-key=...'"),
+            "{why}"
+        );
+        let why = refused("chrt -f --token=abc python3");
+        assert!(!why.contains("abc"), "{why}");
+        let why = refused("timeout SECRET_TOKEN=x python3");
+        assert!(!why.contains("SECRET_TOKEN=x"), "{why}");
     }
 
     #[test]

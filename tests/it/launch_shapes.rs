@@ -418,7 +418,7 @@ fn a_launch_it_cannot_read_whole_is_supervised_only_with_one_line() {
     fake_numactl(&bin);
     for (argv, names) in [
         (w("numactl --bogus python3 -m sglang.launch_server --model-path /models/fake-moe --offline"), "numactl: an option keepwrap does not read ('--bogus')"),
-        (w("numactl --cpunode=0 python3 -m sglang.launch_server --model-path /models/fake-moe --offline"), "numactl: an option keepwrap does not read ('--cpunode=0')"),
+        (w("numactl --cpunode=0 python3 -m sglang.launch_server --model-path /models/fake-moe --offline"), "numactl: an option keepwrap does not read ('--cpunode=...')"),
         (sh("sh", "python3 -m sglang.launch_server --model-path /models/fake-moe --offline || exit 1"), "the shell string: a shell operator"),
         (sh("bash", "ulimit -n 4096; python3 -m sglang.launch_server --model-path /models/fake-moe --offline"), "no exec of it"),
         (sh("bash", "source /dev/null; exec python3 -m sglang.launch_server --model-path /models/fake-moe --offline"), "a command before the engine"),
