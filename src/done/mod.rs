@@ -156,9 +156,10 @@ pub fn is_sglang_server(argv: &[OsString]) -> bool {
     })
 }
 
-/// Does the launch run an SGLang server: one keepwrap reads (directly or
-/// inside a shell wrapper), or a command naming one (`numactl ... python -m
-/// sglang.launch_server ...`)?
+/// Does the launch run an SGLang server: one keepwrap reads (directly,
+/// behind launcher prefixes, inside a shell wrapper), or a command naming
+/// one that keepwrap cannot read whole (`torchrun ... -m
+/// sglang.launch_server ...`, kept only with `--keep always`)?
 pub fn runs_sglang_server(launch: &Launch) -> bool {
     launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
 }

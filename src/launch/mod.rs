@@ -1,5 +1,5 @@
-//! What a launch means: which program runs (through a shell wrapper or
-//! `env NAME=value` if there is one), whether it is an SGLang server, and its server arguments
+//! What a launch means: which program runs (after launcher prefixes, `env`
+//! and shell wrappers, see [`analyze`]), whether it is an SGLang server, and its server arguments
 //! in canonical form, merged with its `--config` file, with what the
 //! fingerprint covers of its models.
 
@@ -249,6 +249,8 @@ struct Layers {
     env: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
     exit_unproven: Option<String>,
+    /// The variables the shell strings read so far name.
+    names: Vec<String>,
     shell: bool,
     prefix: bool,
     env_only: bool,
@@ -284,13 +286,16 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         env: env.to_vec(),
         cwd: None,
         exit_unproven: None,
+        names: Vec::new(),
         shell: false,
         prefix: false,
         env_only: true,
     };
-    let unread = |why: String, instead| {
+    // as written; the variables every shell string on the way names count
+    let unread = |names: &[String], why: String, instead| {
         let mut c = finish(argv, env, None);
         c.wrapper = Wrapper::Unreadable(Unread { why, instead });
+        c.names = names.to_vec();
         c
     };
     let mut layers = 0;
@@ -301,6 +306,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         }
         if layers == MAX_LAYERS {
             return unread(
+                &l.names,
                 format!("more than {MAX_LAYERS} launcher prefixes and shells nested"),
                 INSTEAD_PREFIX,
             );
@@ -309,7 +315,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         if let Some(p) = prefix::read(&l.argv) {
             let p = match p {
                 Ok(p) => p,
-                Err(why) => return unread(why, INSTEAD_PREFIX),
+                Err(why) => return unread(&l.names, why, INSTEAD_PREFIX),
             };
             if p.clear_env {
                 l.env.clear();
@@ -332,19 +338,14 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         match read_shell(&mut l) {
             Ok(true) => {}
             Ok(false) => break,
-            Err(why) => {
-                let mut c = unread(format!("the shell string: {why}"), INSTEAD_SHELL);
-                c.names = shell_string(&l.argv)
-                    .map(|s| shell::names(&s))
-                    .unwrap_or_default();
-                return c;
-            }
+            Err(why) => return unread(&l.names, format!("the shell string: {why}"), INSTEAD_SHELL),
         }
     }
     let server = server_of(&strings(&l.argv));
     if server.is_none() && vllm::recognise(&l.argv).is_none() {
         if let Some(program) = names_server(&l.argv) {
             return unread(
+                &l.names,
                 format!("'{program}' runs the server, and keepwrap does not read its options"),
                 INSTEAD_PROGRAM,
             );
@@ -385,16 +386,6 @@ fn finish(argv: &[OsString], env: &[(OsString, OsString)], server: Option<Server
     }
 }
 
-/// The `-c` string of a shell command, if it has one.
-fn shell_string(argv: &[OsString]) -> Option<String> {
-    let words: Vec<String> = argv
-        .iter()
-        .map(|a| a.to_str().map(str::to_string))
-        .collect::<Option<_>>()?;
-    let (script, _) = shell::c_string(&words).ok()??;
-    Some(script.to_string())
-}
-
 /// Read the shell command `l.argv` into the command it runs: `Ok(false)`
 /// when it runs no `-c` string (the shell is the command).
 fn read_shell(l: &mut Layers) -> Result<bool, String> {
@@ -408,6 +399,11 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
         Some(s) => s,
         None => return Ok(false),
     };
+    for n in shell::names(script) {
+        if !l.names.contains(&n) {
+            l.names.push(n);
+        }
+    }
     let env = &l.env;
     let lookup = |name: &str| {
         env.iter()
@@ -496,10 +492,12 @@ impl Command {
     }
 
     /// Why the command's exit status may not be the engine's: a launch not
-    /// read whole (`sh -c '... || true'`), `timeout --preserve-status`.
+    /// read whole that wraps an engine (`sh -c 'python3 ... || true'`),
+    /// `timeout --preserve-status`. A shell string that names no engine
+    /// (kept with `--keep always`: a launch script) is the engine itself.
     pub fn exit_unproven_why(&self) -> Option<String> {
         match &self.wrapper {
-            Wrapper::Unreadable(u) => Some(u.why.clone()),
+            Wrapper::Unreadable(u) if self.is_engine() => Some(u.why.clone()),
             _ => self.exit_unproven.clone(),
         }
     }
@@ -758,7 +756,13 @@ mod tests {
             &[],
         );
         assert_eq!(c.names, ["CPS", "P"]);
-        assert!(c.is_engine() || c.unread_line().is_some());
+        assert!(matches!(c.wrapper, Wrapper::Unreadable(_)));
+        // a prefix not read inside a readable string: the string's variables count
+        let inner = "exec numactl --bogus python3 -m sglang.launch_server --port $PORT";
+        let port = env_of(&[("PORT", "1")]);
+        let c = analyze(&[OsString::from("sh"), "-c".into(), inner.into()], &port);
+        assert!(matches!(c.wrapper, Wrapper::Unreadable(_)));
+        assert_eq!(c.names, ["PORT"]);
         // other commands are no launch to read
         for s in ["python3 bench.py", "nice -n 5 python3 bench.py", "sleep 1"] {
             assert!(

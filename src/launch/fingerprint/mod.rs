@@ -51,7 +51,8 @@ impl ProfileName {
     }
 
     /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
-    /// through `env`, or inside a readable shell wrapper), else `sglang`.
+    /// behind launcher prefixes or `env`, or inside a readable shell
+    /// wrapper), else `sglang`.
     /// Any other profile is itself.
     pub fn resolve(self, command: &launch::Command) -> ProfileName {
         match self {
@@ -197,9 +198,9 @@ impl Launch {
         let prof = profile(name);
         let seed = name == ProfileName::Seed;
 
-        // Environment: the first occurrence of a name wins, as with getenv()
-        // and Python's os.environ; assignments inside a shell wrapper come
-        // first.
+        // Environment: the engine's (after env -i/-u, assignments, export;
+        // the innermost assignment first); the first occurrence of a name
+        // wins, as with getenv() and Python's os.environ.
         let engine_env = if seed { env } else { &command.env[..] };
         let mut seen = HashSet::new();
         let env: Vec<&(OsString, OsString)> = engine_env
