@@ -86,3 +86,16 @@ pub fn share_restored_own(files: usize, nodes: u32) {
         "share: restored this node's {files} rank files from the share, published with every other node's for this launch ({nodes} nodes), and signed them"
     );
 }
+
+/// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`): its
+/// workers write their rank files from Ray's processes, on the nodes Ray
+/// picks, with each node's own Ray environment; keepwrap cannot vouch for
+/// them and leaves vLLM's cache as vLLM leaves it.
+pub fn ray_launch(arg: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "ray_launch",
+        arg,
+        "a Ray launch ({arg}): vLLM's workers run as Ray actors on whichever nodes Ray places them, each writing its rank file with its own node's Ray environment (which wins over this launch's), so keepwrap can tell neither which rank files are written here nor under which settings: it leaves vLLM's cache as vLLM leaves it (nothing kept, signed or removed) and only supervises; to keep the cache run the nodes with --nnodes/--node-rank instead"
+    );
+}

@@ -171,6 +171,9 @@ fn locate(
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
     let profile = launch.profile();
+    if vllm::under_ray(launch, argv) {
+        return None;
+    }
     // where the engine writes: its own environment (after `env -i`, `env -u`,
     // a shell's `export`), not keepwrap's
     let engine_env = &launch.command().env[..];

@@ -180,6 +180,57 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
     });
 }
 
+/// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`, on the
+/// command line or in its `--config` file): true, and one line says why its
+/// cache is left as vLLM leaves it. Its workers are Ray actors that write
+/// their rank files on whichever nodes Ray places them, with each node's
+/// Ray environment filled in from this launch's only where the node has no
+/// value: which files land here, and under which settings they were tuned,
+/// cannot be told from the launch (fail closed: nothing is signed), and
+/// removing what is there would make every boot re-tune while still
+/// guarding nothing on the other nodes (nothing lost: nothing is removed
+/// either; vLLM's own gate decides, as without keepwrap). A command keepwrap
+/// does not read as vLLM's but runs under `--profile vllm` (a launch
+/// script) is read whole for the same arguments.
+pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
+    let Some(arg) = ray_arg(launch, argv) else {
+        return false;
+    };
+    crate::events::vllm::ray_launch(&arg);
+    true
+}
+
+/// The argument that makes `argv` (fingerprinted as `launch`) a Ray
+/// launch of the `vllm` profile ([`under_ray`]).
+fn ray_arg(launch: &Launch, argv: &[OsString]) -> Option<String> {
+    if launch.profile() != ProfileName::Vllm {
+        return None;
+    }
+    match launch.vllm() {
+        Some(v) => facts::ray_backend(v.merged_args()),
+        None => facts::ray_backend(argv),
+    }
+}
+
+/// `status -- COMMAND` for a Ray launch ([`under_ray`]): nothing is kept,
+/// restored, stored or removed; every file is left as it is, and the plan
+/// says why.
+pub fn plan_ray(report: &mut serde_json::Value, launch: &Launch, argv: &[OsString]) {
+    let Some(arg) = ray_arg(launch, argv) else {
+        return;
+    };
+    let why = format!(
+        "a Ray launch ({arg}): keepwrap only supervises it and leaves vLLM's cache as vLLM leaves it"
+    );
+    for rows in ["files", "store"] {
+        for row in report[rows].as_array_mut().into_iter().flatten() {
+            row["action"] = if rows == "files" { "leave" } else { "stay" }.into();
+        }
+    }
+    report["plan"] =
+        serde_json::json!({"keep": 0, "restore": 0, "store": 0, "remove": 0, "why": why});
+}
+
 /// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later
 /// keep its tactics in FlashInfer's managed store, not in a rank file. That
 /// store is left alone, and one line says so: with one rank no tuning group

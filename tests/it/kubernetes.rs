@@ -13,6 +13,14 @@ use std::time::Duration;
 use common::{output, repo, Finished, BIN};
 use serde_json::Value;
 
+/// The example manifests (`examples/kubernetes/`).
+const EXAMPLES: [&str; 4] = [
+    "lws-sglang.yaml",
+    "deployment-sglang.yaml",
+    "lws-vllm.yaml",
+    "deployment-vllm.yaml",
+];
+
 fn checker() -> Command {
     let mut cmd = Command::new("python3");
     cmd.arg(common::helper("k8s_check.py"));
@@ -53,7 +61,7 @@ fn every_yaml_file_parses_and_uses_only_kubernetes_api_fields() {
     yaml_files(&repo(), &mut files);
     files.sort();
     let examples = repo().join("examples/kubernetes");
-    for want in ["lws-sglang.yaml", "deployment-sglang.yaml"] {
+    for want in EXAMPLES {
         assert!(files.contains(&examples.join(want)), "{want}: {files:?}");
     }
     let f = check(&files);
@@ -151,11 +159,15 @@ fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
 }
 
 /// The container's KEEPWRAP_* settings, as keepwrap reads them: returns
-/// `keepwrap config --json` under them (a value keepwrap rejects fails).
-fn keepwrap_config(container: &Value, what: &str) -> Value {
+/// `keepwrap config --json -- LAUNCH` under them (a value keepwrap rejects
+/// fails), LAUNCH being what follows `keepwrap --` in `argv`.
+fn keepwrap_config(container: &Value, what: &str, argv: &[String]) -> Value {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
-    cmd.env("HOME", home.path()).env_remove("SGLANG_CACHE_DIR");
+    cmd.env("HOME", home.path())
+        .env_remove("SGLANG_CACHE_DIR")
+        .env_remove("VLLM_CACHE_ROOT")
+        .env_remove("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR");
     common::without_keepwrap_env(&mut cmd);
     for e in container["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().unwrap();
@@ -163,7 +175,7 @@ fn keepwrap_config(container: &Value, what: &str) -> Value {
             cmd.env(name, v);
         }
     }
-    let f = output(cmd.args(["config", "--json"]));
+    let f = output(cmd.args(["config", "--json", "--"]).args(&argv[2..]));
     assert_eq!(
         f.code, 0,
         "{what}: keepwrap rejects its settings: {}",
@@ -192,7 +204,7 @@ fn duration(cfg: &Value, name: &str) -> Duration {
 
 #[test]
 fn the_examples_run_keepwrap_with_settings_it_accepts() {
-    for file in ["lws-sglang.yaml", "deployment-sglang.yaml"] {
+    for file in EXAMPLES {
         let docs = documents(file);
         let templates: Vec<_> = docs.iter().flat_map(pod_templates).collect();
         assert!(!templates.is_empty(), "{file}");
@@ -202,19 +214,21 @@ fn the_examples_run_keepwrap_with_settings_it_accepts() {
             let grace =
                 Duration::from_secs(spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30));
             for c in spec["containers"].as_array().unwrap() {
-                // keepwrap is the image's ENTRYPOINT: `command:` would replace it.
-                assert!(
-                    c.get("command").is_none(),
-                    "{what}: uses command:, which replaces keepwrap"
+                // keepwrap is PID 1: `command:`, when set, starts with it.
+                let launch =
+                    launch_of(c, lws_env(&where_)).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let engine = if file.contains("vllm") {
+                    "vllm"
+                } else {
+                    "sglang"
+                };
+                let cfg = keepwrap_config(c, &what, &launch);
+                assert_eq!(
+                    cfg["profile-for-command"]["value"], engine,
+                    "{what}: {launch:?}"
                 );
-                let args: Vec<&str> = c["args"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap())
-                    .collect();
-                assert!(args.contains(&"sglang.launch_server"), "{what}: {args:?}");
-                let cfg = keepwrap_config(c, &what);
+                let done = cfg["done-for-command"]["value"].as_str().unwrap();
+                assert!(done.contains("/health"), "{what}: {done} ({launch:?})");
                 let stop = duration(&cfg, "kill-after") + duration(&cfg, "grace");
                 assert!(
                     stop < grace,
@@ -225,9 +239,171 @@ fn the_examples_run_keepwrap_with_settings_it_accepts() {
     }
 }
 
+/// The variables LeaderWorkerSet gives a pod of group 0 (`leaderTemplate`:
+/// index 0, `workerTemplate`: index 1), as the kubelet expands `$(VAR)` in
+/// `command:` and `args:`; none for other workloads.
+fn lws_env(template: &str) -> Vec<(&'static str, &'static str)> {
+    match template {
+        "leaderTemplate" => vec![
+            ("LWS_GROUP_SIZE", "2"),
+            ("LWS_WORKER_INDEX", "0"),
+            ("LWS_LEADER_ADDRESS", "leader-0.lws"),
+        ],
+        "workerTemplate" => vec![
+            ("LWS_GROUP_SIZE", "2"),
+            ("LWS_WORKER_INDEX", "1"),
+            ("LWS_LEADER_ADDRESS", "leader-0.lws"),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// The ENTRYPOINT (exec form) of the snippet an example's image is built
+/// from: `*vllm-keepwrap*` from `Dockerfile.vllm.snippet`, `*sglang-keepwrap*`
+/// from `Dockerfile.snippet`.
+fn image_entrypoint(image: &str) -> Result<Vec<String>, String> {
+    let file = if image.contains("vllm-keepwrap") {
+        "Dockerfile.vllm.snippet"
+    } else if image.contains("sglang-keepwrap") {
+        "Dockerfile.snippet"
+    } else {
+        return Err(format!("{image}: not an image of keepwrap's snippets"));
+    };
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    let line = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENTRYPOINT "))
+        .next_back()
+        .ok_or(format!("{file}: no ENTRYPOINT"))?;
+    serde_json::from_str(line).map_err(|e| format!("{file}: {e}"))
+}
+
+/// The command a container runs, as the kubelet builds it: `command:`
+/// (which replaces the image's ENTRYPOINT) or the image's ENTRYPOINT, then
+/// `args:`, with `$(VAR)` expanded from `vars`. Err when keepwrap would not
+/// be PID 1 in front of the launch: `command:` must be `keepwrap` (any path)
+/// then `--`.
+fn launch_of(container: &Value, vars: Vec<(&str, &str)>) -> Result<Vec<String>, String> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a.as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let mut argv = match container.get("command") {
+        Some(command) => {
+            let command = strings(command);
+            let keepwrap = command
+                .first()
+                .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "keepwrap"));
+            if !keepwrap || command.get(1).map(String::as_str) != Some("--") {
+                return Err(format!(
+                    "command: {command:?} replaces the image's ENTRYPOINT without keepwrap in front: start it with [\"keepwrap\", \"--\"]"
+                ));
+            }
+            command
+        }
+        None => image_entrypoint(container["image"].as_str().unwrap_or_default())?,
+    };
+    argv.extend(strings(&container["args"]));
+    Ok(argv
+        .into_iter()
+        .map(|a| {
+            vars.iter()
+                .fold(a, |a, (k, v)| a.replace(&format!("$({k})"), v))
+        })
+        .collect())
+}
+
+#[test]
+fn a_command_that_replaces_keepwrap_is_refused() {
+    let c = |command: Value| {
+        serde_json::json!({
+            "image": "registry.example/vllm-keepwrap:latest",
+            "command": command,
+            "args": ["/models/m", "-tp", "$(TP)"],
+        })
+    };
+    let tp = || vec![("TP", "2")];
+    for bad in [
+        serde_json::json!(["vllm", "serve"]),
+        serde_json::json!(["keepwrap", "vllm", "serve"]),
+        serde_json::json!(["sh", "-c", "keepwrap -- vllm serve"]),
+        serde_json::json!(["/opt/keepwrap-tools/notkeepwrap", "--", "vllm", "serve"]),
+        serde_json::json!([]),
+    ] {
+        assert!(launch_of(&c(bad.clone()), tp()).is_err(), "{bad}");
+    }
+    assert_eq!(
+        launch_of(
+            &c(serde_json::json!([
+                "/usr/local/bin/keepwrap",
+                "--",
+                "vllm",
+                "serve"
+            ])),
+            tp()
+        )
+        .unwrap(),
+        [
+            "/usr/local/bin/keepwrap",
+            "--",
+            "vllm",
+            "serve",
+            "/models/m",
+            "-tp",
+            "2"
+        ]
+    );
+    // No command: the snippet's ENTRYPOINT, then args.
+    let plain = serde_json::json!({
+        "image": "registry.example/sglang-keepwrap:latest",
+        "args": ["python3", "-m", "sglang.launch_server"],
+    });
+    assert_eq!(
+        launch_of(&plain, Vec::new()).unwrap(),
+        ["keepwrap", "--", "python3", "-m", "sglang.launch_server"]
+    );
+    let other = serde_json::json!({"image": "vllm/vllm-openai:latest", "args": ["m"]});
+    assert!(launch_of(&other, Vec::new()).is_err());
+}
+
 #[test]
 fn the_leader_worker_set_keeps_a_cache_root_per_pod_and_shares() {
-    let docs = documents("lws-sglang.yaml");
+    lws_keeps_a_cache_root_per_pod_and_shares("lws-sglang.yaml", "SGLANG_CACHE_DIR");
+    lws_keeps_a_cache_root_per_pod_and_shares("lws-vllm.yaml", "VLLM_CACHE_ROOT");
+    // vLLM without Ray: node 0 serves and names itself the head, the other
+    // nodes are headless.
+    let docs = documents("lws-vllm.yaml");
+    let lws = docs
+        .iter()
+        .find(|d| d["kind"] == "LeaderWorkerSet")
+        .unwrap();
+    for (where_, t) in pod_templates(lws) {
+        let c = &t["spec"]["containers"][0];
+        let launch = launch_of(c, Vec::new()).unwrap();
+        let at = launch.iter().position(|a| a == "--master-addr").unwrap();
+        assert_eq!(launch[at + 1], "$(LWS_LEADER_ADDRESS)", "{where_}");
+        assert_eq!(
+            launch.iter().any(|a| a == "--headless"),
+            where_ == "workerTemplate",
+            "{where_}: {launch:?}"
+        );
+        assert!(
+            !launch
+                .iter()
+                .any(|a| a.contains("distributed-executor-backend")),
+            "{where_}: under Ray keepwrap only supervises"
+        );
+    }
+}
+
+/// Each pod of the LeaderWorkerSet in `file` has its own cache root
+/// (`cache_var`, from its pod name) and the share, on one ReadWriteMany
+/// claim, and runs its own node of the launch.
+fn lws_keeps_a_cache_root_per_pod_and_shares(file: &str, cache_var: &str) {
+    let docs = documents(file);
     let lws = docs
         .iter()
         .find(|d| d["kind"] == "LeaderWorkerSet")
@@ -251,13 +427,11 @@ fn the_leader_worker_set_keeps_a_cache_root_per_pod_and_shares() {
             pod["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name",
             "{where_}"
         );
-        let cache = env_value(c, "SGLANG_CACHE_DIR").unwrap()["value"]
-            .as_str()
-            .unwrap();
+        let cache = env_value(c, cache_var).unwrap()["value"].as_str().unwrap();
         assert!(cache.ends_with("/$(POD_NAME)"), "{where_}: {cache}");
         let pos = |n: &str| env.iter().position(|e| *e == n).unwrap();
         assert!(
-            pos("POD_NAME") < pos("SGLANG_CACHE_DIR"),
+            pos("POD_NAME") < pos(cache_var),
             "{where_}: $(POD_NAME) expands only after POD_NAME"
         );
         // The share and the cache roots on one ReadWriteMany claim.
@@ -317,15 +491,18 @@ fn the_leader_worker_set_keeps_a_cache_root_per_pod_and_shares() {
 
 #[test]
 fn the_deployment_keeps_a_root_that_outlives_its_pods() {
+    deployment_keeps_a_root_that_outlives_its_pods("deployment-sglang.yaml", "SGLANG_CACHE_DIR");
+    deployment_keeps_a_root_that_outlives_its_pods("deployment-vllm.yaml", "VLLM_CACHE_ROOT");
+}
+
+fn deployment_keeps_a_root_that_outlives_its_pods(file: &str, cache_var: &str) {
     // A Deployment's pod names change at every rollout: a root named after
     // the pod would start cold every time.
-    let docs = documents("deployment-sglang.yaml");
+    let docs = documents(file);
     let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let c = &d["spec"]["template"]["spec"]["containers"][0];
-    let cache = env_value(c, "SGLANG_CACHE_DIR").unwrap()["value"]
-        .as_str()
-        .unwrap();
-    assert!(!cache.contains("$("), "{cache}");
+    let cache = env_value(c, cache_var).unwrap()["value"].as_str().unwrap();
+    assert!(!cache.contains("$("), "{file}: {cache}");
     // A ReadWriteOnce claim: the old pod must go before the new one mounts it.
     assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
 }

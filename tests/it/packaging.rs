@@ -32,9 +32,9 @@ fn rename_noreplace_moves_and_never_replaces() {
     assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
 }
 
-/// The `KEEPWRAP_*` settings `Dockerfile.snippet` suggests (commented or not).
-fn snippet_settings() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
+/// The `KEEPWRAP_*` settings a Dockerfile snippet suggests (commented or not).
+fn snippet_settings(file: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(common::repo().join(file)).unwrap();
     text.lines()
         .filter_map(|l| {
             l.trim_start_matches(['#', ' '])
@@ -47,10 +47,12 @@ fn snippet_settings() -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows() {
-    let settings = snippet_settings();
-    assert!(settings.len() >= 8, "{settings:?}");
+/// The settings `file` suggests are ones keepwrap reads and accepts, and
+/// `docker stop` (KILL 10 s after TERM) leaves time for the engine's KILL
+/// and the grace of its leftovers, as docs/docker.md says.
+fn assert_snippet_settings_fit(file: &str) {
+    let settings = snippet_settings(file);
+    assert!(settings.len() >= 8, "{file}: {settings:?}");
     let home = tempfile::tempdir().unwrap();
     let mut cmd = std::process::Command::new(common::BIN);
     cmd.env("HOME", home.path());
@@ -59,7 +61,7 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
         cmd.env(k, v);
     }
     let f = common::output(cmd.args(["config", "--json"]));
-    assert_eq!(f.code, 0, "the snippet's settings: {}", f.stderr);
+    assert_eq!(f.code, 0, "{file}'s settings: {}", f.stderr);
     let cfg: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
     for (k, _) in &settings {
         assert!(
@@ -67,15 +69,23 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
                 .unwrap()
                 .values()
                 .any(|s| s["from"] == k.as_str()),
-            "{k} is not a variable keepwrap reads"
+            "{file}: {k} is not a variable keepwrap reads"
         );
     }
-    // `docker stop` KILLs 10 s after TERM: the engine's KILL and the grace of
-    // its leftovers must both fit, as docs/docker.md says.
     let d =
         |name: &str| keepwrap::cli::parse_duration(cfg[name]["value"].as_str().unwrap()).unwrap();
     let stop = d("kill-after") + d("grace");
-    assert!(stop < std::time::Duration::from_secs(10), "{stop:?}");
+    assert!(
+        stop < std::time::Duration::from_secs(10),
+        "{file}: {stop:?}"
+    );
+}
+
+#[test]
+fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows() {
+    for file in ["Dockerfile.snippet", "Dockerfile.vllm.snippet"] {
+        assert_snippet_settings_fit(file);
+    }
     let readme = std::fs::read_to_string(common::repo().join("docs/docker.md")).unwrap();
     assert!(readme.contains("KILLs\nafter 10 s") || readme.contains("KILLs after 10 s"));
     let snippet = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();

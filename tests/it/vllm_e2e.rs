@@ -28,7 +28,7 @@ fn is_outcome(e: &serde_json::Value) -> bool {
 /// `keepwrap` with nothing of the caller's vLLM, FlashInfer, fake or
 /// keepwrap settings, HOME in `home`, `vllm` on PATH, and collectives that
 /// give up after 20 s.
-fn hermetic(home: &Path) -> Command {
+pub(crate) fn hermetic(home: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -70,7 +70,7 @@ fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Com
 }
 
 /// Wait for keepwrap's outcome line, then stop the launch with TERM.
-fn until_outcome(r: Running) -> Finished {
+pub(crate) fn until_outcome(r: Running) -> Finished {
     common::wait_for("keepwrap's outcome line", DEADLINE, || {
         r.log_events().iter().any(is_outcome).then_some(())
     });
@@ -834,6 +834,158 @@ fn assert_retuned_and_signed_whole(next: &Finished) {
         "{}",
         next.stderr
     );
+}
+
+/// Every file below `dir` with its bytes (the `.keepwrap` state left out).
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_name() == ".keepwrap" {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, out);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, &mut out);
+    out
+}
+
+/// A boot that keepwrap only supervises: wait for the engine's `ready`,
+/// then TERM.
+fn serve_supervised(cmd: &mut Command) -> Finished {
+    let mut r = Running::spawn(cmd);
+    r.wait_stdout("the engine's ready line", DEADLINE, |l| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["event"] == "ready")
+    });
+    r.guard.signal(Signal::SIGTERM);
+    r.finish(DEADLINE)
+}
+
+#[test]
+fn a_ray_launch_is_supervised_and_its_cache_left_as_vllm_leaves_it() {
+    // Under `--distributed-executor-backend ray` the workers are Ray actors
+    // writing rank files on the nodes Ray picks, with their node's Ray
+    // environment: keepwrap cannot vouch for what lands here, so it signs
+    // nothing, and removes nothing either (vLLM's own gate decides).
+    let home = common::home();
+    let root = root(home.path());
+    let tp = ["-tp", "2", "-ep"];
+    let cold = serve(home.path(), &tp, &[]);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
+    // A file keepwrap would remove before any other launch (unsigned).
+    let folder = common::cache_files(&root)[0]
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::fs::write(
+        root.join(&folder).join("autotune_configs_dp0_rank7.json"),
+        br#"{"_metadata": {}}"#,
+    )
+    .unwrap();
+    let before = tree(&root);
+
+    // `status -- CMD` says the same before the launch: every file left.
+    let ray = [&tp[..], &["--distributed-executor-backend", "ray"]].concat();
+    let st = common::output(&mut kw_vllm(home.path(), &["status"], &ray, &[]));
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains("this launch would keep 0, restore 0, store 0 and remove 0 cache files\na Ray launch (--distributed-executor-backend ray): keepwrap only supervises it"),
+        "{out}"
+    );
+    let st = common::output(&mut kw_vllm(home.path(), &["status", "--json"], &ray, &[]));
+    let report: serde_json::Value = serde_json::from_str(&st.stdout.join("\n")).unwrap();
+    let actions: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["leave"; 3], "{report}");
+
+    let port = common::free_port().to_string();
+    let mut args = vec!["--port", port.as_str()];
+    args.extend_from_slice(&ray);
+    let f = serve_supervised(&mut kw_vllm(home.path(), &[], &args, &[]));
+    assert_supervised_under_ray(&f, "--distributed-executor-backend ray");
+    // vLLM's own gate kept the files of the first boot (this fake's folder
+    // does not depend on the backend): nothing tuned, nothing changed.
+    assert_eq!(f.tuned(), 0, "{:#?}", f.stdout);
+    assert_eq!(tree(&root), before, "the cache as the engine left it");
+
+    // The same from the --config file, and for data parallelism.
+    let cfg = home.path().join("ray.yaml");
+    std::fs::write(&cfg, "data-parallel-backend: ray\n").unwrap();
+    let port = common::free_port().to_string();
+    let f = serve_supervised(&mut kw_vllm(
+        home.path(),
+        &[],
+        &[
+            "--port",
+            &port,
+            "-tp",
+            "2",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert_supervised_under_ray(&f, "--data-parallel-backend ray");
+
+    // A command keepwrap does not read as vLLM's, forced to the vllm
+    // profile: read whole.
+    let fake = common::repo().join("tests/fixtures/engines/fake_vllm.py");
+    let port = common::free_port().to_string();
+    let f = serve_supervised(&mut kw_cmd(
+        home.path(),
+        &["--profile", "vllm"],
+        &[
+            "python3",
+            fake.to_str().unwrap(),
+            "serve",
+            "/models/fake-moe",
+            "--port",
+            &port,
+            "--distributed-executor-backend=ray",
+        ],
+        &[],
+    ));
+    assert_supervised_under_ray(&f, "--distributed-executor-backend ray");
+}
+
+/// The engine's own exit status, the one `ray_launch` line naming `arg`,
+/// and no other decision about the cache.
+fn assert_supervised_under_ray(f: &Finished, arg: &str) {
+    assert_eq!(f.code, 0, "the engine's own status: {}", f.stderr);
+    let line = f.event("ray_launch");
+    assert_eq!(line["arg"], arg, "{}", f.stderr);
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing kept, signed or removed"),
+        "{line}"
+    );
+    for e in [
+        "launch",
+        "pruned",
+        "removed",
+        "signed",
+        "reused",
+        "nothing_to_keep",
+    ] {
+        assert!(!f.has_event(e), "{e}: {}", f.stderr);
+    }
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub fn render(r: &Value) -> String {
             "this launch would keep {}, restore {}, store {} and remove {} cache files",
             p["keep"], p["restore"], p["store"], p["remove"]
         );
+        if let Some(why) = p.get("why").and_then(Value::as_str) {
+            let _ = writeln!(out, "{why}");
+        }
     }
     out
 }

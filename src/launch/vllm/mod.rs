@@ -22,13 +22,15 @@
 //! - `parallel.rs`, [`ParallelSizes`]: the world, and which ranks' files a
 //!   node writes;
 //! - `moe.rs`, [`moe_from_config`], [`launch_moe`]: whether a launch runs MoE
-//!   layers, decided conservatively.
+//!   layers, decided conservatively;
+//! - `ray.rs`, [`ray_backend`]: whether the workers run under Ray.
 
 mod args;
 mod env;
 mod files;
 mod moe;
 mod parallel;
+mod ray;
 mod recognise;
 mod roots;
 
@@ -37,6 +39,7 @@ pub use env::*;
 pub use files::*;
 pub use moe::*;
 pub use parallel::*;
+pub use ray::*;
 pub use recognise::*;
 pub use roots::*;
 

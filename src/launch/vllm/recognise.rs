@@ -56,6 +56,12 @@ impl Launch {
 /// The value of the last `FLAG VALUE` or `FLAG=VALUE` in `args` (flag names
 /// compared the way vLLM's parser does: `_` and `-` alike).
 pub(super) fn option_value<'a>(args: &'a [OsString], flag: &str) -> Option<&'a OsStr> {
+    option_value_any(args, &[flag])
+}
+
+/// [`option_value`] for a flag with several spellings (`--long`, `-short`):
+/// the value of the last occurrence of any of them.
+pub(super) fn option_value_any<'a>(args: &'a [OsString], flags: &[&str]) -> Option<&'a OsStr> {
     let mut found = None;
     for (i, a) in args.iter().enumerate() {
         let b = a.as_bytes();
@@ -63,7 +69,8 @@ pub(super) fn option_value<'a>(args: &'a [OsString], flag: &str) -> Option<&'a O
             Some(p) => (&b[..p], Some(p)),
             None => (b, None),
         };
-        if canonical_flag(name) != flag.as_bytes() {
+        let name = canonical_flag(name);
+        if !flags.iter().any(|f| f.as_bytes() == name.as_slice()) {
             continue;
         }
         found = match eq {
