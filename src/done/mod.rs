@@ -36,6 +36,9 @@ pub enum DoneError {
     /// its ranks.
     #[error("a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
     HeadlessUnknown,
+    /// `auto` for a command whose exit status may not be the engine's.
+    #[error("an exit 0 of this launch would not prove the engine's ({0}): give --done health=URL or --done quiet=DURATION")]
+    ExitUnproven(String),
 }
 
 /// `--done`: when keepwrap considers the engine's tuning finished.
@@ -101,7 +104,11 @@ impl DoneRule {
             DoneRule::Auto if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
-            DoneRule::Auto | DoneRule::Exit => Ok(Done::Exit),
+            DoneRule::Auto => match launch.command().exit_unproven_why() {
+                Some(why) => Err(DoneError::ExitUnproven(why)),
+                None => Ok(Done::Exit),
+            },
+            DoneRule::Exit => Ok(Done::Exit),
             DoneRule::Health(None) => match launch.vllm() {
                 Some(v) => vllm::auto_done(v),
                 None => Ok(Done::Health(Endpoint::of_launch(launch))),
@@ -149,9 +156,10 @@ pub fn is_sglang_server(argv: &[OsString]) -> bool {
     })
 }
 
-/// Does the launch run an SGLang server: one keepwrap reads (directly or
-/// inside a shell wrapper), or a command naming one (`numactl ... python -m
-/// sglang.launch_server ...`)?
+/// Does the launch run an SGLang server: one keepwrap reads (directly,
+/// behind launcher prefixes, inside a shell wrapper), or a command naming
+/// one that keepwrap cannot read whole (`torchrun ... -m
+/// sglang.launch_server ...`, kept only with `--keep always`)?
 pub fn runs_sglang_server(launch: &Launch) -> bool {
     launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
 }

@@ -42,6 +42,12 @@ pub enum Note {
     /// Files that landed after done, not signed: a headless node's exit 0
     /// says nothing about tuning.
     LateNotSignedHeadless { late: usize },
+    /// The command exited 0 before done, but its exit status may not be
+    /// the engine's (a launch not read whole, `timeout --preserve-status`).
+    NotSigningExitUnproven,
+    /// Files that landed after done, not signed: the command's exit 0 may
+    /// not be the engine's.
+    LateNotSignedExitUnproven { late: usize },
 }
 
 const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
@@ -90,6 +96,13 @@ impl Display for Note {
             ),
             Note::NotSigningHeadless => f.write_str(
                 "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning",
+            ),
+            Note::NotSigningExitUnproven => f.write_str(
+                "not signing: the command exited 0 before tuning was done, and its exit status may not be the engine's",
+            ),
+            Note::LateNotSignedExitUnproven { late } => write!(
+                f,
+                "not signing the {late} cache files that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}"
             ),
             Note::LateNotSignedHeadless { late } => write!(
                 f,
@@ -170,6 +183,15 @@ impl Note {
             Note::NotSigningHeadless => {
                 tracing::info!(target: TARGET, event = "not_signing_headless", "{self}")
             }
+            Note::NotSigningExitUnproven => {
+                tracing::info!(target: TARGET, event = "not_signing_exit_unproven", "{self}")
+            }
+            Note::LateNotSignedExitUnproven { late } => tracing::info!(
+                target: TARGET,
+                event = "late_not_signed_exit_unproven",
+                late,
+                "{self}"
+            ),
             Note::LateNotSignedHeadless { late } => tracing::info!(
                 target: TARGET,
                 event = "late_not_signed_headless",

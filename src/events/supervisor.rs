@@ -31,8 +31,10 @@ pub fn poll_failed(error: impl Display) {
 }
 
 /// The cache is not kept for this command: `--disable` (`reason`
-/// `disabled`), `--keep never` (`keep_never`), or no engine launch under
-/// `--keep auto` (`not_an_engine`); `why` says it to the operator.
+/// `disabled`), `--keep never` (`keep_never`), no engine launch under
+/// `--keep auto` (`not_an_engine`), or an engine launch keepwrap cannot read
+/// whole under `--keep auto` (`unreadable_launch`); `why` says it to the
+/// operator.
 pub fn supervising_only(reason: &str, why: impl Display) {
     tracing::info!(target: TARGET, event = "supervising_only", reason, "{why}");
 }

@@ -70,6 +70,9 @@ pub struct Keeper {
     inputs: serde_json::Value,
     /// Multi-node launches: the directory every node mounts.
     share: Option<Share>,
+    /// The command's exit status may not be the engine's: an exit 0 proves
+    /// nothing.
+    exit_unproven: bool,
 }
 
 /// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
@@ -150,6 +153,11 @@ impl Keeper {
                 Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
             }
             _ => Policy::new(rule, self.launched),
+        };
+        let policy = if self.exit_unproven {
+            policy.exit_unproven()
+        } else {
+            policy
         };
         let committer = Committer {
             root: self.root.clone(),

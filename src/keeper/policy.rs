@@ -109,6 +109,10 @@ pub struct Policy {
     /// tuning, so an exit 0 neither makes tuning done nor signs what
     /// landed after done.
     headless: bool,
+    /// The command's exit status may not be the engine's (a launch not
+    /// read whole, `timeout --preserve-status`): an exit 0 neither makes
+    /// tuning done nor signs what landed after done.
+    exit_unproven: bool,
     /// With a quiet window: the file names that must all have landed (or
     /// be present from the start) before the window can close.
     expect: Option<Expect>,
@@ -157,8 +161,16 @@ impl Policy {
             foreign_said: false,
             late: BTreeSet::new(),
             headless: false,
+            exit_unproven: false,
             expect: None,
         }
+    }
+
+    /// A command whose exit status may not be the engine's: an exit 0 is
+    /// never tuning done.
+    pub fn exit_unproven(mut self) -> Policy {
+        self.exit_unproven = true;
+        self
     }
 
     /// A headless node: an exit 0 is never tuning done. With `expect`
@@ -304,6 +316,8 @@ impl Policy {
                     }));
                 } else if self.headless && ended.succeeded() {
                     out.push(Action::Info(Note::NotSigningHeadless));
+                } else if self.exit_unproven && ended.succeeded() {
+                    out.push(Action::Info(Note::NotSigningExitUnproven));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
                     out.push(Action::Info(Note::DoneExit {
                         after: at.saturating_duration_since(self.launched),
@@ -328,6 +342,8 @@ impl Policy {
                     }));
                 } else if ended.succeeded() && self.headless {
                     out.push(Action::Info(Note::LateNotSignedHeadless { late: n }));
+                } else if ended.succeeded() && self.exit_unproven {
+                    out.push(Action::Info(Note::LateNotSignedExitUnproven { late: n }));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });
                 } else {

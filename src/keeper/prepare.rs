@@ -52,7 +52,7 @@ impl Keeper {
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = share_of(args, &launch, argv);
+        let share = share_of(args, &launch);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -98,6 +98,7 @@ impl Keeper {
             profile: profile.as_str(),
             inputs,
             share,
+            exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
         keeper.take_share_union();
         vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
@@ -173,19 +174,22 @@ fn locate(
     if vllm::under_ray(launch, argv) {
         return None;
     }
+    // where the engine writes: its own environment (after `env -i`, `env -u`,
+    // a shell's `export`), not keepwrap's
+    let engine_env = &launch.command().env[..];
     let root = if profile == ProfileName::Vllm {
-        vllm::root(args.cache_dir.as_deref(), env)
+        vllm::root(args.cache_dir.as_deref(), engine_env)
             .map_err(crate::events::vllm::no_vllm_cache_root)
             .ok()
     } else {
-        let root = cache_root(args, env);
+        let root = cache_root(args, engine_env);
         if root.is_none() {
             crate::events::keeper::no_cache_root();
         }
         root
     };
     let root = root?;
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, env);
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
     for line in launch.warnings() {
         crate::events::keeper::launch_warning(&line);
     }
@@ -217,7 +221,7 @@ fn running_dir(root: &Path) -> PathBuf {
 }
 
 /// Multi-node launches: the share every node mounts.
-fn share_of(args: &Settings, launch: &Launch, argv: &[OsString]) -> Option<Share> {
+fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
     let profile = launch.profile();
     if profile == ProfileName::Vllm {
         vllm::share(&args.share, launch, args.store_max_age)
@@ -225,7 +229,7 @@ fn share_of(args: &Settings, launch: &Launch, argv: &[OsString]) -> Option<Share
         Share::new(
             &args.share,
             launch,
-            argv,
+            &launch.command().argv,
             args.unifies(profile),
             args.store_max_age,
         )

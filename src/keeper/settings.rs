@@ -53,6 +53,10 @@ pub enum NotKept {
     /// that says what it is.
     #[error("{0}")]
     NotAnEngine(String),
+    /// `--keep auto` and an engine launch that cannot be read whole: the
+    /// line that says why and what to write instead.
+    #[error("{0}")]
+    Unreadable(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,6 +73,7 @@ impl NotKept {
             NotKept::Disabled => "disabled",
             NotKept::Never => "keep_never",
             NotKept::NotAnEngine(_) => "not_an_engine",
+            NotKept::Unreadable(_) => "unreadable_launch",
         }
     }
 }
@@ -85,7 +90,8 @@ impl Settings {
             KeepMode::Auto => {
                 let c = crate::launch::analyze(command, env);
                 if c.is_engine() {
-                    Ok(())
+                    c.unread_line()
+                        .map_or(Ok(()), |l| Err(NotKept::Unreadable(l)))
                 } else {
                     Err(NotKept::NotAnEngine(c.not_engine_line()))
                 }

@@ -1,5 +1,5 @@
-//! What a launch means: which program runs (through a shell wrapper or
-//! `env NAME=value` if there is one), whether it is an SGLang server, and its server arguments
+//! What a launch means: which program runs (after launcher prefixes, `env`
+//! and shell wrappers, see [`analyze`]), whether it is an SGLang server, and its server arguments
 //! in canonical form, merged with its `--config` file, with what the
 //! fingerprint covers of its models.
 
@@ -10,13 +10,14 @@ pub mod engine;
 pub mod fingerprint;
 pub mod home;
 pub mod model;
+pub mod prefix;
 pub mod shell;
 mod table;
 pub mod vllm;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
@@ -27,13 +28,35 @@ use crate::launch::canonical::py_str;
 pub enum Wrapper {
     /// The command itself.
     Direct,
-    /// `sh -c STRING` whose one simple command was read.
+    /// Inside `sh -c STRING`, every command of which was read.
     Shell,
     /// `env NAME=value... COMMAND`.
     Env,
-    /// `sh -c STRING` that cannot be read safely: the reason.
-    Unreadable(&'static str),
+    /// Through launcher prefixes (`numactl`, `nice`, ..., maybe `env`),
+    /// each read whole.
+    Prefix,
+    /// A launch that cannot be read whole: why, and what to write instead.
+    Unreadable(Unread),
 }
+
+/// Why a launch cannot be read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unread {
+    /// The reason, naming the prefix, shell or program.
+    pub why: String,
+    /// What to write instead.
+    pub instead: &'static str,
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+const INSTEAD_PREFIX: &str = "write the prefix with the options keepwrap reads (docs/fingerprint.md, launch shapes), or start the engine without it";
+const INSTEAD_SHELL: &str = "write the string as simple commands (ulimit, export, cd DIR, set -e, echo) then exec of the engine, or put the engine command itself after keepwrap --";
+const INSTEAD_PROGRAM: &str = "put the engine command itself after keepwrap -- (python3 -m sglang.launch_server ..., vllm serve ...), behind any of the prefixes keepwrap reads";
 
 /// The entry point of an SGLang server launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,14 +79,29 @@ pub struct Server {
     pub args: Vec<String>,
 }
 
-/// The command keepwrap runs, understood.
+/// The command keepwrap runs, understood: the engine's command after every
+/// launcher prefix, `env` and shell wrapper, with the environment and the
+/// working directory those give it.
 #[derive(Debug, Clone)]
 pub struct Command {
-    /// The program that runs and its arguments: the command inside a
-    /// readable shell wrapper, else the command as given.
+    /// The program that runs and its arguments: the command after the
+    /// prefixes and inside a readable shell wrapper, else the command as
+    /// given.
     pub argv: Vec<OsString>,
-    /// `NAME=value` assignments before the command inside a shell wrapper.
+    /// `NAME=value` assignments the prefixes and the shell make, the one
+    /// that wins first.
     pub assigns: Vec<(OsString, OsString)>,
+    /// The engine's environment: the assignments, then what it inherits
+    /// (nothing after `env -i`, without `env -u` names), the first
+    /// occurrence of a name winning.
+    pub env: Vec<(OsString, OsString)>,
+    /// The engine's working directory when a prefix or the shell changes it
+    /// (`env -C DIR`, `cd DIR`), relative to keepwrap's.
+    pub cwd: Option<PathBuf>,
+    /// Why the command's exit status does not prove the engine's, if so.
+    pub exit_unproven: Option<String>,
+    /// The variables an unreadable shell string names (their values count).
+    pub names: Vec<String>,
     pub wrapper: Wrapper,
     pub server: Option<Server>,
 }
@@ -203,99 +241,210 @@ fn python_server(argv: &[String]) -> Option<Server> {
     None
 }
 
-/// Understand `argv`, run with environment `env`.
+/// The most prefixes and shells read around one engine.
+const MAX_LAYERS: usize = 16;
+
+/// What the layers read so far give the command that follows them.
+struct Layers {
+    argv: Vec<OsString>,
+    assigns: Vec<(OsString, OsString)>,
+    env: Vec<(OsString, OsString)>,
+    cwd: Option<PathBuf>,
+    exit_unproven: Option<String>,
+    /// The variables the shell strings read so far name.
+    names: Vec<String>,
+    shell: bool,
+    prefix: bool,
+    env_only: bool,
+}
+
+impl Layers {
+    /// `assigns` (the first one of a name wins) become the environment's
+    /// first entries.
+    fn assign(&mut self, assigns: Vec<(OsString, OsString)>) {
+        let env = std::mem::take(&mut self.env);
+        self.env = assigns.iter().cloned().chain(env).collect();
+        let old = std::mem::take(&mut self.assigns);
+        self.assigns = assigns.into_iter().chain(old).collect();
+    }
+
+    fn chdir(&mut self, dir: &Path) {
+        self.cwd = Some(match &self.cwd {
+            Some(c) => c.join(dir),
+            None => dir.to_path_buf(),
+        });
+    }
+}
+
+/// Understand `argv`, run with environment `env`: the one reading of what
+/// the engine launch is that the fingerprint, the done rule, the probe's
+/// address, the profile and `--keep auto` all use. Launcher prefixes
+/// ([`prefix`]), `env`, and `sh -c` strings of simple commands are read
+/// layer by layer, in any nesting, down to the engine's command.
 pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
-    env_prefix(argv, env).unwrap_or_else(|| analyze_command(argv, env))
-}
-
-/// `env NAME=value... COMMAND` (no options: `env -i`, `-u` change more than
-/// they add, and stay a command of their own).
-fn env_prefix(argv: &[OsString], env: &[(OsString, OsString)]) -> Option<Command> {
-    if base(argv.first()?.to_str()?) != "env" {
-        return None;
-    }
-    let mut assigns = Vec::new();
-    let mut i = 1;
-    while let Some(w) = argv.get(i).and_then(|w| w.to_str()) {
-        match w.split_once('=') {
-            Some((k, v)) if shell::is_name(k) => {
-                assigns.push((OsString::from(k), OsString::from(v)));
-                i += 1;
-            }
-            _ => break,
-        }
-    }
-    let rest = &argv[i..];
-    if rest.first().is_none_or(|a| a.as_bytes().starts_with(b"-")) {
-        return None;
-    }
-    let inner_env: Vec<(OsString, OsString)> = assigns.iter().chain(env).cloned().collect();
-    let mut c = analyze_command(rest, &inner_env);
-    // assignments inside a shell string override env's
-    c.assigns.extend(assigns);
-    if c.wrapper == Wrapper::Direct {
-        c.wrapper = Wrapper::Env;
-    }
-    Some(c)
-}
-
-/// [`analyze`] without an `env` prefix.
-fn analyze_command(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
-    let direct = |wrapper| Command {
+    let mut l = Layers {
         argv: argv.to_vec(),
         assigns: Vec::new(),
-        server: server_of(&strings(argv)),
-        wrapper,
+        env: env.to_vec(),
+        cwd: None,
+        exit_unproven: None,
+        names: Vec::new(),
+        shell: false,
+        prefix: false,
+        env_only: true,
     };
-    let Some(argv0) = argv.first().and_then(|a| a.to_str()) else {
-        return direct(Wrapper::Direct);
+    // as written; the variables every shell string on the way names count
+    let unread = |names: &[String], why: String, instead| {
+        let mut c = finish(argv, env, None);
+        c.wrapper = Wrapper::Unreadable(Unread { why, instead });
+        c.names = names.to_vec();
+        c
     };
-    if !shell::is_shell(argv0) {
-        return direct(Wrapper::Direct);
+    let mut layers = 0;
+    while let Some(argv0) = l.argv.first() {
+        let is_shell = argv0.to_str().is_some_and(shell::is_shell);
+        if !is_shell && !prefix::is_prefix(argv0.as_bytes()) {
+            break;
+        }
+        if layers == MAX_LAYERS {
+            return unread(
+                &l.names,
+                format!("more than {MAX_LAYERS} launcher prefixes and shells nested"),
+                INSTEAD_PREFIX,
+            );
+        }
+        layers += 1;
+        if let Some(p) = prefix::read(&l.argv) {
+            let p = match p {
+                Ok(p) => p,
+                Err(why) => return unread(&l.names, why, INSTEAD_PREFIX),
+            };
+            if p.clear_env {
+                l.env.clear();
+                l.assigns.clear();
+            }
+            l.env.retain(|(k, _)| !p.unset.contains(k));
+            l.assigns.retain(|(k, _)| !p.unset.contains(k));
+            l.assign(p.assigns);
+            if let Some(dir) = &p.chdir {
+                l.chdir(Path::new(dir));
+            }
+            if let Some(why) = p.exit_unproven {
+                l.exit_unproven.get_or_insert_with(|| why.to_string());
+            }
+            l.env_only &= p.name == "env";
+            l.prefix = true;
+            l.argv.drain(..p.command_at);
+            continue;
+        }
+        match read_shell(&mut l) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(why) => return unread(&l.names, format!("the shell string: {why}"), INSTEAD_SHELL),
+        }
     }
-    let Some(words) = argv
+    let server = server_of(&strings(&l.argv));
+    if server.is_none() && vllm::recognise(&l.argv).is_none() {
+        if let Some(program) = names_server(&l.argv) {
+            return unread(
+                &l.names,
+                format!("'{program}' runs the server, and keepwrap does not read its options"),
+                INSTEAD_PROGRAM,
+            );
+        }
+    }
+    let wrapper = if l.shell {
+        Wrapper::Shell
+    } else if l.prefix && l.env_only {
+        Wrapper::Env
+    } else if l.prefix {
+        Wrapper::Prefix
+    } else {
+        Wrapper::Direct
+    };
+    Command {
+        argv: l.argv,
+        assigns: l.assigns,
+        env: l.env,
+        cwd: l.cwd,
+        exit_unproven: l.exit_unproven,
+        names: Vec::new(),
+        wrapper,
+        server,
+    }
+}
+
+/// The command as given, not read further.
+fn finish(argv: &[OsString], env: &[(OsString, OsString)], server: Option<Server>) -> Command {
+    Command {
+        argv: argv.to_vec(),
+        assigns: Vec::new(),
+        env: env.to_vec(),
+        cwd: None,
+        exit_unproven: None,
+        names: Vec::new(),
+        wrapper: Wrapper::Direct,
+        server,
+    }
+}
+
+/// Read the shell command `l.argv` into the command it runs: `Ok(false)`
+/// when it runs no `-c` string (the shell is the command).
+fn read_shell(l: &mut Layers) -> Result<bool, String> {
+    let words = l
+        .argv
         .iter()
         .map(|a| a.to_str().map(str::to_string))
         .collect::<Option<Vec<_>>>()
-    else {
-        return direct(Wrapper::Unreadable("bytes that are not UTF-8"));
+        .ok_or("bytes that are not UTF-8")?;
+    let (script, positional) = match shell::c_string(&words)? {
+        Some(s) => s,
+        None => return Ok(false),
     };
-    let (script, positional) = match shell::c_string(&words) {
-        Ok(Some(s)) => s,
-        Ok(None) => return direct(Wrapper::Direct),
-        Err(why) => return direct(Wrapper::Unreadable(why)),
-    };
+    for n in shell::names(script) {
+        if !l.names.contains(&n) {
+            l.names.push(n);
+        }
+    }
+    let env = &l.env;
     let lookup = |name: &str| {
         env.iter()
             .find(|(k, _)| k.as_bytes() == name.as_bytes())
             .and_then(|(_, v)| v.to_str().map(str::to_string))
     };
-    match shell::split(script, &lookup, positional) {
-        Ok(simple) => {
-            let argv: Vec<OsString> = simple.argv.iter().map(OsString::from).collect();
-            let assigns: Vec<(OsString, OsString)> = simple
-                .assigns
-                .into_iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                .collect();
-            let inner_env: Vec<(OsString, OsString)> = assigns.iter().chain(env).cloned().collect();
-            if let Some(mut c) = env_prefix(&argv, &inner_env) {
-                // `exec env NAME=value... COMMAND`: env's assignments first
-                c.assigns.extend(assigns);
-                if matches!(c.wrapper, Wrapper::Direct | Wrapper::Env) {
-                    c.wrapper = Wrapper::Shell;
-                }
-                return c;
-            }
-            Command {
-                server: server_of(&simple.argv),
-                argv,
-                assigns,
-                wrapper: Wrapper::Shell,
-            }
+    let read = shell::read(script, &lookup, positional)?;
+    for dir in &read.cds {
+        l.chdir(Path::new(dir));
+        // `cd` into no directory: the shell goes on where it was
+        if !l.cwd.as_deref().is_some_and(Path::is_dir) {
+            return Err(format!(
+                "cd to '{}', which is no directory",
+                dir.escape_debug()
+            ));
         }
-        Err(why) => direct(Wrapper::Unreadable(why)),
     }
+    let os = |(k, v): (String, String)| (OsString::from(k), OsString::from(v));
+    l.assign(read.exports.into_iter().map(os).collect());
+    l.assign(read.simple.assigns.into_iter().map(os).collect());
+    l.argv = read.simple.argv.into_iter().map(OsString::from).collect();
+    l.shell = true;
+    Ok(true)
+}
+
+/// The program before a server launch that keepwrap does not read
+/// (`torchrun ... -m sglang.launch_server`, `uv run vllm serve`), if the
+/// command names one after its first word.
+fn names_server(argv: &[OsString]) -> Option<String> {
+    let words = strings(argv);
+    let named = (1..words.len()).any(|i| {
+        let w = words[i].as_str();
+        w == "sglang.launch_server"
+            || w.ends_with("sglang/launch_server.py")
+            || (base(w) == "sglang" && words.get(i + 1).is_some_and(|n| n == "serve"))
+            || vllm::recognise(&argv[i..]).is_some()
+            || w == "vllm.entrypoints.openai.api_server"
+    });
+    named.then(|| base(&words[0]).to_string())
 }
 
 impl Command {
@@ -313,7 +462,7 @@ impl Command {
         if let Wrapper::Unreadable(_) = self.wrapper {
             return words
                 .iter()
-                .any(|w| w.contains("python") || w.contains("sglang"));
+                .any(|w| w.contains("python") || w.contains("sglang") || w.contains("vllm"));
         }
         let names = |w: &String| is_python(w) || base(w).starts_with("sglang");
         match words.first().map(|w| base(w)) {
@@ -321,6 +470,37 @@ impl Command {
                 .get(1)
                 .is_some_and(|s| s == "serve" || s == "generate"),
             _ => words.iter().any(names),
+        }
+    }
+
+    /// `--keep auto`: the one line that says why an engine launch that
+    /// cannot be read whole is only supervised, and what to write instead;
+    /// `None` when it is read whole.
+    pub fn unread_line(&self) -> Option<String> {
+        let Wrapper::Unreadable(u) = &self.wrapper else {
+            return None;
+        };
+        let name = self
+            .argv
+            .first()
+            .map(|a| py_str(a.as_bytes()))
+            .unwrap_or_default();
+        Some(format!(
+            "'{}' runs an engine keepwrap cannot read whole ({}): supervising only, the cache is left alone; {} (--keep always keeps it, fingerprinted as written)",
+            name.escape_debug(),
+            u.why,
+            u.instead
+        ))
+    }
+
+    /// Why the command's exit status may not be the engine's: a launch not
+    /// read whole that wraps an engine (`sh -c 'python3 ... || true'`),
+    /// `timeout --preserve-status`. A shell string that names no engine
+    /// (kept with `--keep always`: a launch script) is the engine itself.
+    pub fn exit_unproven_why(&self) -> Option<String> {
+        match &self.wrapper {
+            Wrapper::Unreadable(u) if self.is_engine() => Some(u.why.clone()),
+            _ => self.exit_unproven.clone(),
         }
     }
 
@@ -482,6 +662,98 @@ mod tests {
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
+    }
+
+    fn os(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    #[test]
+    fn reads_prefixes_env_and_shells_down_to_the_engine() {
+        let outer = env_of(&[("SGLANG_B", "2"), ("PORT", "8000")]);
+        let c = analyze(
+            &os(
+                "numactl -N 0 nice -n 5 env -u SGLANG_B A=1 python3 -m sglang.launch_server --tp 2",
+            ),
+            &outer,
+        );
+        assert_eq!(c.wrapper, Wrapper::Prefix);
+        assert_eq!(c.server.as_ref().map(|s| s.args.clone()), Some(v("--tp 2")));
+        assert_eq!(c.env, env_of(&[("A", "1"), ("PORT", "8000")]));
+        let c = analyze(&os("env -i A=1 -- python3 x"), &outer);
+        assert_eq!(c.wrapper, Wrapper::Env);
+        // `--` ends env's options; what follows is its command
+        assert_eq!(c.argv, os("-- python3 x"));
+        let c = analyze(&os("env -i A=1 python3 x"), &outer);
+        assert_eq!((c.env, c.argv), (env_of(&[("A", "1")]), os("python3 x")));
+        // a shell inside a prefix inside a shell
+        let script = "ulimit -n 1; export SGLANG_C=3; cd /; exec nice env -C tmp python3 -m sglang.launch_server --port $PORT";
+        let argv = [
+            OsString::from("env"),
+            "-C".into(),
+            "/w".into(),
+            "bash".into(),
+            "-c".into(),
+            script.into(),
+        ];
+        let c = analyze(&argv, &outer);
+        assert_eq!(c.wrapper, Wrapper::Shell);
+        assert_eq!(c.server.map(|s| s.args), Some(v("--port 8000")));
+        assert_eq!(c.cwd, Some(PathBuf::from("/tmp")));
+        assert_eq!(c.env[0], (OsString::from("SGLANG_C"), OsString::from("3")));
+        assert!(c.exit_unproven.is_none());
+        let c = analyze(&os("timeout --preserve-status 5 python3 x"), &outer);
+        assert!(c.exit_unproven.is_some());
+    }
+
+    #[test]
+    fn a_launch_it_cannot_read_whole_says_why() {
+        let unread = |argv: &[OsString]| match analyze(argv, &[]).wrapper {
+            Wrapper::Unreadable(u) => u.why,
+            w => panic!("{argv:?}: {w:?}"),
+        };
+        assert!(
+            unread(&os("numactl --weird python3 -m sglang.launch_server")).starts_with("numactl: ")
+        );
+        assert!(unread(&os("uv run python -m sglang.launch_server"))
+            .starts_with("'uv' runs the server"));
+        assert!(
+            unread(&os("torchrun --nproc-per-node 8 -m sglang.launch_server"))
+                .starts_with("'torchrun'")
+        );
+        assert!(unread(&os("nsys profile vllm serve m")).starts_with("'nsys'"));
+        let deep = "nice ".repeat(MAX_LAYERS + 1) + "python3 x";
+        assert!(unread(&os(&deep)).starts_with("more than"));
+        let c = analyze(
+            &[
+                OsString::from("sh"),
+                "-c".into(),
+                "a $CPS | b ${P:-1}".into(),
+            ],
+            &[],
+        );
+        assert_eq!(c.names, ["CPS", "P"]);
+        assert!(matches!(c.wrapper, Wrapper::Unreadable(_)));
+        // a prefix not read inside a readable string: the string's variables count
+        let inner = "exec numactl --bogus python3 -m sglang.launch_server --port $PORT";
+        let port = env_of(&[("PORT", "1")]);
+        let c = analyze(&[OsString::from("sh"), "-c".into(), inner.into()], &port);
+        assert!(matches!(c.wrapper, Wrapper::Unreadable(_)));
+        assert_eq!(c.names, ["PORT"]);
+        // other commands are no launch to read
+        for s in ["python3 bench.py", "nice -n 5 python3 bench.py", "sleep 1"] {
+            assert!(
+                !matches!(analyze(&os(s), &[]).wrapper, Wrapper::Unreadable(_)),
+                "{s}"
+            );
+        }
     }
 
     #[test]

@@ -139,25 +139,226 @@ pub fn split(
     env: &dyn Fn(&str) -> Option<String>,
     positional: &[String],
 ) -> Result<Simple, &'static str> {
-    let words = Splitter {
-        chars: join_lines(script),
-        i: 0,
-        env,
-        positional,
-        words: Vec::new(),
-        cur: String::new(),
-        started: false,
-        eq: None,
-        plain_so_far: true,
+    let chars = join_lines(script);
+    let (words, next, _) = Splitter::new(&chars, 0, env, positional).statement()?;
+    if chars[next..].iter().any(|c| !c.is_whitespace()) {
+        return Err("a shell operator (|, &&, ;, redirection, subshell)");
     }
-    .words()?;
     simple(words)
+}
+
+/// What a shell string of simple commands does: the engine's command (the
+/// last one, `exec`'d when others come before it), and what the commands
+/// before it change for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// The engine's command.
+    pub simple: Simple,
+    /// Variables exported by the commands before it (`export A=1`, or a
+    /// variable of the environment assigned anew), each with its last value.
+    pub exports: Vec<(String, String)>,
+    /// `cd` targets, in order.
+    pub cds: Vec<String>,
+}
+
+/// A shell variable the commands before the engine set.
+struct Var {
+    name: String,
+    value: Option<String>,
+    exported: bool,
+}
+
+/// Read `script` as simple commands separated by `;`, `&&` or line breaks
+/// (comments allowed), of which every one before the last is harmless
+/// (`ulimit`, `export`, `cd DIR`, `echo`, `set` with options that change no
+/// command, `:`, `true`, plain assignments) and the last `exec`s the engine.
+/// A single command needs no `exec` (its status is the shell's). Anything
+/// else is refused with the reason.
+pub fn read(
+    script: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    positional: &[String],
+) -> Result<Script, &'static str> {
+    let chars = join_lines(script);
+    let mut vars: Vec<Var> = Vec::new();
+    let mut cds = Vec::new();
+    let mut last_words = None;
+    let mut n = 0;
+    let mut i = 0;
+    loop {
+        let lookup = |name: &str| match vars.iter().find(|v| v.name == name) {
+            Some(v) => v.value.clone(),
+            None => env(name),
+        };
+        let (words, next, sep) = Splitter::new(&chars, i, &lookup, positional).statement()?;
+        i = next;
+        let last = sep.is_none() || chars[i..].iter().all(|c| c.is_whitespace());
+        if words.is_empty() {
+            if sep == Some(Sep::Newline) || last {
+                if last {
+                    break;
+                }
+                continue;
+            }
+            return Err("an empty command");
+        }
+        n += 1;
+        if last {
+            last_words = Some(words);
+            break;
+        }
+        leading(words, &mut vars, &mut cds, env)?;
+    }
+    let words = last_words.ok_or("no command")?;
+    let execd = words.first().is_some_and(|(w, _)| w == "exec");
+    let simple = simple(words)?;
+    if n > 1 && !execd {
+        return Err("commands before the engine and no exec of it (write exec before the engine)");
+    }
+    let exports = vars
+        .into_iter()
+        .filter(|v| v.exported)
+        .filter_map(|v| Some((v.name, v.value?)))
+        .collect();
+    Ok(Script {
+        simple,
+        exports,
+        cds,
+    })
+}
+
+/// A command before the engine: what it changes, or why it is refused.
+fn leading(
+    words: Vec<(String, Option<usize>)>,
+    vars: &mut Vec<Var>,
+    cds: &mut Vec<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), &'static str> {
+    let mut set = |name: &str, value: Option<String>, export: bool| {
+        let was = vars.iter().position(|v| v.name == name);
+        let exported = export
+            || match was {
+                Some(k) => vars[k].exported,
+                None => env(name).is_some(),
+            };
+        let value = value.or_else(|| match was {
+            Some(k) => vars[k].value.clone(),
+            None => env(name),
+        });
+        if let Some(k) = was {
+            vars.remove(k);
+        }
+        vars.push(Var {
+            name: name.to_string(),
+            value,
+            exported,
+        });
+    };
+    if words.iter().all(|(_, eq)| eq.is_some()) {
+        // `A=1 B=2`: shell variables (exported when already in the environment)
+        for (w, eq) in &words {
+            let p = eq.unwrap_or_default();
+            set(&w[..p], Some(w[p + 1..].to_string()), false);
+        }
+        return Ok(());
+    }
+    if words.iter().any(|(_, eq)| eq.is_some()) && words[0].1.is_some() {
+        return Err("an assignment before a command other than the engine");
+    }
+    let argv: Vec<&str> = words.iter().map(|(w, _)| w.as_str()).collect();
+    match argv[..] {
+        ["ulimit", ..] | ["echo", ..] | [":", ..] | ["true"] => Ok(()),
+        ["export", ref names @ ..] if !names.is_empty() => {
+            for (w, eq) in &words[1..] {
+                match eq {
+                    Some(p) => set(&w[..*p], Some(w[*p + 1..].to_string()), true),
+                    None if is_name(w) => set(w, None, true),
+                    None => return Err("export with an option or a word that is no name"),
+                }
+            }
+            Ok(())
+        }
+        ["cd", dir] if !dir.is_empty() && !dir.starts_with('-') => {
+            let relative =
+                !dir.starts_with('/') && !dir.starts_with("./") && !dir.starts_with("../");
+            if relative && env("CDPATH").is_some_and(|c| !c.is_empty()) {
+                return Err("cd to a relative directory with CDPATH set");
+            }
+            cds.push(dir.to_string());
+            Ok(())
+        }
+        ["set", ref opts @ ..] if !opts.is_empty() && set_options(opts) => Ok(()),
+        ["exec", ..] => Err("commands after exec"),
+        _ => Err("a command before the engine other than ulimit, export, cd DIR, echo, set, :"),
+    }
+}
+
+/// `set` options that change no command's arguments or environment:
+/// `-e`, `-u`, `-x`, `-v` (and their `+` forms), `-o pipefail|errexit|nounset|xtrace`.
+fn set_options(opts: &[&str]) -> bool {
+    let mut it = opts.iter();
+    while let Some(o) = it.next() {
+        match *o {
+            "-o" | "+o" => {
+                if !matches!(
+                    it.next().copied(),
+                    Some("pipefail" | "errexit" | "nounset" | "xtrace" | "verbose")
+                ) {
+                    return false;
+                }
+            }
+            o => {
+                let Some(flags) = o.strip_prefix('-').or_else(|| o.strip_prefix('+')) else {
+                    return false;
+                };
+                if flags.is_empty() || !flags.chars().all(|c| "euxv".contains(c)) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Every variable name `script` expands (`$NAME`, `${NAME...}`), in order,
+/// once each: what a string keepwrap cannot read depends on.
+pub fn names(script: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let b = script.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        if b.get(i) == Some(&b'{') {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        let name = &script[start..i];
+        if is_name(name) && !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// What ended a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sep {
+    /// `;` or `&&`
+    Operator,
+    Newline,
 }
 
 /// The word splitter's state: where it is in the script, the words so far
 /// and the word being read.
 struct Splitter<'a> {
-    chars: Vec<char>,
+    chars: &'a [char],
     i: usize,
     env: &'a dyn Fn(&str) -> Option<String>,
     positional: &'a [String],
@@ -172,17 +373,55 @@ struct Splitter<'a> {
     plain_so_far: bool,
 }
 
-impl Splitter<'_> {
-    /// Every word of the script, or why it is refused.
-    fn words(mut self) -> Result<Vec<(String, Option<usize>)>, &'static str> {
+impl<'a> Splitter<'a> {
+    fn new(
+        chars: &'a [char],
+        i: usize,
+        env: &'a dyn Fn(&str) -> Option<String>,
+        positional: &'a [String],
+    ) -> Splitter<'a> {
+        Splitter {
+            chars,
+            i,
+            env,
+            positional,
+            words: Vec::new(),
+            cur: String::new(),
+            started: false,
+            eq: None,
+            plain_so_far: true,
+        }
+    }
+
+    /// The words of one command, where the next one starts and what ended
+    /// this one (`None`: the end of the script), or why it is refused.
+    #[allow(clippy::type_complexity)]
+    fn statement(
+        mut self,
+    ) -> Result<(Vec<(String, Option<usize>)>, usize, Option<Sep>), &'static str> {
+        let mut sep = None;
         while let Some(&c) = self.chars.get(self.i) {
             match c {
                 ' ' | '\t' => self.blank(),
                 '\n' => {
-                    if self.chars[self.i..].iter().all(|c| c.is_whitespace()) {
-                        break;
+                    self.i += 1;
+                    sep = Some(Sep::Newline);
+                    break;
+                }
+                ';' if self.chars.get(self.i + 1) != Some(&';') => {
+                    self.i += 1;
+                    sep = Some(Sep::Operator);
+                    break;
+                }
+                '&' if self.chars.get(self.i + 1) == Some(&'&') => {
+                    self.i += 2;
+                    sep = Some(Sep::Operator);
+                    break;
+                }
+                '#' if !self.started => {
+                    while self.chars.get(self.i).is_some_and(|&c| c != '\n') {
+                        self.i += 1;
                     }
-                    return Err("more than one line");
                 }
                 '\'' => self.single_quoted()?,
                 '"' if self.at_all_positional() => self.all_positional(),
@@ -197,14 +436,13 @@ impl Splitter<'_> {
                 '{' | '}' => return Err("brace expansion"),
                 // bash also expands `NAME=~...` in arguments: any unquoted ~
                 '~' => return Err("a tilde"),
-                '#' if !self.started => return Err("a comment"),
                 _ => self.plain(c),
             }
         }
         if self.started {
             self.words.push((self.cur, self.eq));
         }
-        Ok(self.words)
+        Ok((self.words, self.i, sep))
     }
 
     /// A blank ends the word being read, if any.
@@ -496,12 +734,87 @@ mod tests {
         assert!(c_string(&v(&["bash", "-O", "x", "-c", "y"])).is_err());
     }
 
+    fn script(s: &str) -> Result<Script, &'static str> {
+        read(s, &env, &[])
+    }
+
+    #[test]
+    fn reads_simple_commands_then_exec() {
+        let s = script("ulimit -n 65536; exec python3 x --port $PORT").unwrap();
+        assert_eq!(s.simple.argv, ["python3", "x", "--port", "8000"]);
+        assert!(s.exports.is_empty() && s.cds.is_empty());
+        let s = script(
+            "set -e\n# limits\nulimit -n 1 -l unlimited\nexport A=1 B\ncd /w && cd sub\nexec python3 x\n",
+        )
+        .unwrap();
+        assert_eq!(s.exports, [("A".to_string(), "1".to_string())]);
+        assert_eq!(s.cds, ["/w", "sub"]);
+        // a variable of the environment assigned anew is exported with its new value
+        let s = script("PORT=9; X=2; exec python3 x --port $PORT $X").unwrap();
+        assert_eq!(s.exports, [("PORT".to_string(), "9".to_string())]);
+        assert_eq!(s.simple.argv, ["python3", "x", "--port", "9", "2"]);
+        // exported later, after an assignment
+        let s = script("X=2; export X; exec python3 x").unwrap();
+        assert_eq!(s.exports, [("X".to_string(), "2".to_string())]);
+        // a single command needs no exec, and may end in ; or a newline
+        assert_eq!(script("python3 x;").unwrap().simple.argv, ["python3", "x"]);
+        assert_eq!(
+            script("python3 x\n\n").unwrap().simple.argv,
+            ["python3", "x"]
+        );
+        assert_eq!(
+            script("set -eux -o pipefail; : ; true; echo hi; exec python3 x")
+                .unwrap()
+                .simple
+                .argv,
+            ["python3", "x"]
+        );
+    }
+
+    #[test]
+    fn refuses_lists_it_cannot_read_whole() {
+        for s in [
+            "ulimit -n 1; python3 x", // no exec
+            "python3 x; exit 0",      // the engine is not last
+            "python3 x || true",
+            "exec python3 x; echo",
+            "source env.sh; exec python3 x",
+            "set -a; A=1; exec python3 x",
+            "set -- a; exec python3 x",
+            "cd; exec python3 x",
+            "cd -; exec python3 x",
+            "export -p; exec python3 x",
+            "export -n A; exec python3 x",
+            "A=1 echo; exec python3 x",
+            "; exec python3 x",
+            "a;; exec python3 x",
+            "ulimit -n 1 & exec python3 x",
+            "ulimit -n 1 | exec python3 x",
+            "echo $UNSET; exec python3 x",
+        ] {
+            assert!(script(s).is_err(), "{s}");
+        }
+        let cdpath = |n: &str| (n == "CDPATH").then(|| "/x".to_string());
+        assert!(read("cd sub; exec python3 x", &cdpath, &[]).is_err());
+        assert!(read("cd ./sub; exec python3 x", &cdpath, &[]).is_ok());
+    }
+
+    #[test]
+    fn names_every_variable_expanded() {
+        assert_eq!(
+            names("a $CPS ${PORT:-1} \"$X\" $1 $@ ${Y} $CPS"),
+            ["CPS", "PORT", "X", "Y"]
+        );
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
         #[test]
         fn no_input_panics(text in "[-a-zA-Z0-9 '\"\\\\$@{}()=|;&<>*?~#\n\u{e9}]{0,60}") {
             let pos = ["x".to_string()];
             let _ = split(&text, &env, &pos);
+            let _ = read(&text, &env, &pos);
+            let _ = names(&text);
             let words: Vec<String> = text.split(' ').map(str::to_string).collect();
             let _ = c_string(&words);
         }

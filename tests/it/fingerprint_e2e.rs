@@ -20,7 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// A TCP port nothing listens on right now.
 /// keepwrap with the cache under `home`, the fake engine importable as
 /// `sglang`, run in `cwd`.
-fn kw(home: &Path, cwd: &Path) -> Command {
+pub(crate) fn kw(home: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.current_dir(cwd)
         .env_remove("KEEPWRAP_LOG")
@@ -80,10 +80,7 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     let first = serve(&home, &cwd, &argv, &[]);
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(
-        first.logged_with(
-            "launch",
-            json!({"done": format!("when GET http://127.0.0.1:{port}/health first answers 200")})
-        ),
+        first.probes_port(&port),
         "the port from the config file is probed: {}",
         first.stderr
     );
@@ -243,25 +240,40 @@ fn an_sh_c_wrapper_is_done_at_the_first_200_on_the_port_from_its_variable() {
     assert_eq!(direct.tuned(), 0, "{}", direct.stderr);
     assert!(direct.has_event("reused"), "{}", direct.stderr);
 
-    // A string it cannot read: fingerprinted as written, done at exit.
+    // A string it cannot read: only supervised (--keep auto), one line
+    // says why; --keep always fingerprints it as written, and no exit 0 of
+    // a pipeline proves the engine's.
     let piped = boot(kw(&home, t.path()).args(["--", "sh", "-c", "python3 -c pass | cat"]));
     assert_eq!(piped.code, 0, "{}", piped.stderr);
     assert!(
-        piped.events_named("launch_warning").iter().any(|e| {
+        piped.events_named("supervising_only").iter().any(|e| {
             let m = e["message"].as_str().unwrap();
-            m.starts_with("the shell command cannot be read safely (a shell operator")
-                && m.ends_with(
-                    "tuning will be judged done only at exit unless --done health=URL is given",
-                )
+            e["reason"] == "unreadable_launch"
+                && m.contains("cannot read whole (the shell string: a shell operator")
         }),
         "{}",
         piped.stderr
     );
+    let always = boot(kw(&home, t.path()).args([
+        "--keep",
+        "always",
+        "--",
+        "sh",
+        "-c",
+        "python3 -c pass | cat",
+    ]));
+    assert_eq!(always.code, 0, "{}", always.stderr);
     assert!(
-        piped.logged_with("launch", json!({"done": "when the command exits 0"})),
+        always
+            .events_named("launch_warning")
+            .iter()
+            .any(|e| e["message"].as_str().unwrap().starts_with(
+                "the launch cannot be read whole (the shell string: a shell operator"
+            )),
         "{}",
-        piped.stderr
+        always.stderr
     );
+    assert!(always.has_event("done_rule_unusable"), "{}", always.stderr);
 }
 
 /// Every entry under `root`: type, mode, size, mtime and content.

@@ -546,8 +546,8 @@ fn differ() -> Vec<(&'static str, Side, Side)> {
         ),
         (
             "env -i (a cleared environment) and the launch alone",
-            side(w(&format!("env -i python3 -m sglang.launch_server {M}"))),
-            ls(M),
+            side(w(&format!("env -i python3 -m sglang.launch_server {M}"))).env("SGLANG_A", "1"),
+            ls(M).env("SGLANG_A", "1"),
         ),
         (
             "launch_server and bench_one_batch",

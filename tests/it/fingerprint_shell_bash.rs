@@ -1,14 +1,15 @@
 //! keepwrap's reading of `sh -c STRING` against the shells themselves: for
 //! random strings of quotes, escapes, expansions and blanks, whenever
 //! keepwrap says it understands the string, `bash -c` and `sh -c` run the
-//! command with exactly the words keepwrap found.
+//! command with exactly the words keepwrap found (after the simple commands
+//! before it: `ulimit`, `export`, assignments, `set`, `cd`).
 
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use keepwrap::launch::shell::split;
+use keepwrap::launch::shell::read;
 use proptest::prelude::*;
 
 const ENV: &[(&str, &str)] = &[
@@ -123,14 +124,20 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
     #[test]
     fn what_keepwrap_reads_is_what_the_shell_runs(
-        lead in prop::sample::select(&["", "exec ", "A=1 ", "A=1 exec "][..]),
+        lead in prop::sample::select(&[
+            "", "exec ", "A=1 ", "A=1 exec ",
+            // simple commands before the engine, as charts write them
+            "ulimit -n 1024; exec ", "export V=w; exec ", "V='x y'; exec ", "export EMPTY=e V\nexec ",
+            "set -e\n# a comment\nexec ", ": ; true && exec ", "cd . && exec ",
+        ][..]),
         parts in prop::collection::vec(prop::sample::select(PARTS), 0..8),
     ) {
         let script = format!("{lead}printargs {}", parts.concat());
         let env = |n: &str| ENV.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string());
-        let Ok(simple) = split(&script, &env, &[]) else {
+        let Ok(read) = read(&script, &env, &[]) else {
             return Ok(());
         };
+        let simple = read.simple;
         let dir = tempfile::tempdir().unwrap();
         printer(dir.path());
         // a file a glob would find, so that an unnoticed glob shows

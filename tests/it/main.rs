@@ -26,6 +26,7 @@ mod fingerprint_vllm;
 mod home;
 mod keep;
 mod kubernetes;
+mod launch_shapes;
 mod log_events;
 mod malformed;
 mod multi_node;

@@ -987,3 +987,31 @@ fn assert_supervised_under_ray(f: &Finished, arg: &str) {
         assert!(!f.has_event(e), "{e}: {}", f.stderr);
     }
 }
+
+#[test]
+fn a_vllm_server_behind_launcher_prefixes_is_the_plain_vllm_launch() {
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let mut command = vec!["nice", "-n", "1", "stdbuf", "-oL", "env", "-u", "UNSET_X"];
+    command.extend(["vllm", "serve", "/models/fake-moe", "--tune-ms", "2"]);
+    command.extend(["-tp", "2", "-ep", "--port", &port]);
+    let prefixed = until_outcome(Running::spawn(&mut kw_cmd(home.path(), &[], &command, &[])));
+    assert_eq!(
+        prefixed.event("launch")["profile"],
+        "vllm",
+        "{}",
+        prefixed.stderr
+    );
+    assert!(
+        prefixed.logged_with("signed", json!({"files": 2})),
+        "{}",
+        prefixed.stderr
+    );
+    let plain = serve(home.path(), &["-tp", "2", "-ep"], &[]);
+    assert!(
+        plain.logged_with("reused", json!({"files": 2})),
+        "{}",
+        plain.stderr
+    );
+    assert_eq!(plain.tuned(), 0, "{:#?}", plain.stdout);
+}

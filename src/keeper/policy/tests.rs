@@ -566,3 +566,51 @@ fn a_headless_node() {
     assert_eq!(p.deadline(), Some(at(500)));
     assert!(p.on(Event::Tick(at(500))).contains(&Action::SignDone));
 }
+
+/// A command whose exit status may not be the engine's (`sh -c '... ||
+/// true'` with `--done quiet=D` or `exit`): its exit 0 is never tuning done,
+/// and what lands after done is not signed on it.
+#[test]
+fn an_exit_that_may_not_be_the_engines() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let exit0 = |ms| Event::ChildEnded {
+        at: at(ms),
+        ended: Ended::Exited(0),
+    };
+    let says = |acts: &[Action], text: &str| {
+        acts.iter()
+            .any(|a| matches!(a, Action::Info(l) if l.to_string().contains(text)))
+    };
+    for rule in [QUIET, Rule::Exit] {
+        let mut p = Policy::new(rule, t0).exit_unproven();
+        let acts = p.on(exit0(50));
+        assert!(!acts.contains(&Action::SignDone), "{acts:?}");
+        assert!(
+            says(&acts, "its exit status may not be the engine's"),
+            "{acts:?}"
+        );
+        // the same without the flag signs at exit 0
+        let mut p = Policy::new(rule, t0);
+        assert!(p.on(exit0(50)).contains(&Action::SignDone));
+    }
+    // done by health, a late file, then exit 0: the late file is not signed
+    let mut p = Policy::new(Rule::Health, t0).exit_unproven();
+    assert!(p
+        .on(Event::ProbeOk {
+            at: at(100),
+            url: URL.into(),
+            owner: Owner::Engine
+        })
+        .contains(&Action::SignDone));
+    p.on(Event::Landed {
+        at: at(200),
+        files: vec![PathBuf::from("d/rank1.json")],
+    });
+    let acts = p.on(exit0(300));
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::SignLate { .. })),
+        "{acts:?}"
+    );
+    assert!(says(&acts, "exit 0 may not be the engine's"), "{acts:?}");
+}

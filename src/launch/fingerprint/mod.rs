@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
@@ -51,7 +51,8 @@ impl ProfileName {
     }
 
     /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
-    /// through `env`, or inside a readable shell wrapper), else `sglang`.
+    /// behind launcher prefixes or `env`, or inside a readable shell
+    /// wrapper), else `sglang`.
     /// Any other profile is itself.
     pub fn resolve(self, command: &launch::Command) -> ProfileName {
         match self {
@@ -200,16 +201,16 @@ impl Launch {
         let prof = profile(name);
         let seed = name == ProfileName::Seed;
 
-        // Environment: the first occurrence of a name wins, as with getenv()
-        // and Python's os.environ; assignments inside a shell wrapper come
-        // first.
-        let assigns = if seed { &[][..] } else { &command.assigns[..] };
+        // Environment: the engine's (after env -i/-u, assignments, export;
+        // the innermost assignment first); the first occurrence of a name
+        // wins, as with getenv() and Python's os.environ.
+        let engine_env = if seed { env } else { &command.env[..] };
         let mut seen = HashSet::new();
-        let env: Vec<&(OsString, OsString)> = assigns
+        let env: Vec<&(OsString, OsString)> = engine_env
             .iter()
-            .chain(env)
             .filter(|(k, _)| seen.insert(k.as_bytes()))
             .collect();
+        let cwd = command.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
 
         let lookup = |name: &str| {
             env.iter()
@@ -221,9 +222,9 @@ impl Launch {
             .server
             .as_ref()
             .filter(|_| !is_vllm)
-            .map(|s| Canonical::new(s, Path::new("."), &lookup));
+            .map(|s| Canonical::new(s, &cwd, &lookup));
         let vllm = if is_vllm {
-            vllm::VllmLaunch::new(&command.argv, &command.wrapper, Path::new("."), &lookup)
+            vllm::VllmLaunch::new(&command.argv, &command.wrapper, &cwd, &lookup)
         } else {
             None
         };
@@ -235,9 +236,10 @@ impl Launch {
         } else {
             None
         };
-        let engine =
-            package.map(|p| launch::engine::find(p, &command.argv, &lookup, Path::new(".")));
-        let env = selected_env(prof, opts, env);
+        let engine = package.map(|p| launch::engine::find(p, &command.argv, &lookup, &cwd));
+        // an unreadable shell string's variables count, whatever their names
+        let names: &[String] = if seed { &[] } else { &command.names };
+        let env = selected_env(prof, opts, env, names);
 
         // Arguments.
         let ignored = ignored_flags(prof, opts, is_vllm);
@@ -308,7 +310,13 @@ impl Launch {
                     .filter(|(a, dropped)| !a.ignored && !**dropped)
                     .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
                     .collect();
-                json!({ "argv": argv_json, "env": env_json })
+                let mut p = json!({ "argv": argv_json, "env": env_json });
+                // a readable prefix or shell that changes directory: where
+                // the command runs is part of what it means
+                if let (Some(cwd), false) = (&self.command.cwd, self.profile == ProfileName::Seed) {
+                    p["cwd"] = Value::String(py_str(cwd.as_os_str().as_bytes()));
+                }
+                p
             }
         };
         Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL))
@@ -353,9 +361,9 @@ impl Launch {
             .filter(|_| self.canonical_payload)
             .filter_map(Canonical::config_warning)
             .collect();
-        if let Wrapper::Unreadable(why) = self.command.wrapper {
+        if let Wrapper::Unreadable(why) = &self.command.wrapper {
             out.push(format!(
-                "the shell command cannot be read safely ({why}): it is fingerprinted as written, and tuning will be judged done only at exit unless --done health=URL is given"
+                "the launch cannot be read whole ({why}): it is fingerprinted as written, with the values of the variables it names"
             ));
         }
         out
@@ -396,7 +404,12 @@ impl Launch {
 /// The variables of `env` (first occurrences only) whose name starts with
 /// one of the profile's or the user's prefixes, each marked volatile or
 /// not, in Python's key order.
-fn selected_env(prof: &Profile, opts: &Options, env: Vec<&(OsString, OsString)>) -> Vec<EnvVar> {
+fn selected_env(
+    prof: &Profile,
+    opts: &Options,
+    env: Vec<&(OsString, OsString)>,
+    names: &[String],
+) -> Vec<EnvVar> {
     let prefixes: Vec<&[u8]> = prof
         .env_prefixes
         .iter()
@@ -423,7 +436,10 @@ fn selected_env(prof: &Profile, opts: &Options, env: Vec<&(OsString, OsString)>)
     );
     let mut env: Vec<EnvVar> = env
         .into_iter()
-        .filter(|(k, _)| prefixes.iter().any(|p| k.as_bytes().starts_with(p)))
+        .filter(|(k, _)| {
+            prefixes.iter().any(|p| k.as_bytes().starts_with(p))
+                || names.iter().any(|n| n.as_bytes() == k.as_bytes())
+        })
         .map(|(k, v)| EnvVar {
             name: k.clone(),
             value: v.clone(),

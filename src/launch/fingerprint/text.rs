@@ -93,6 +93,7 @@ pub(super) fn explain_canonical(
     let via = match wrapper {
         Wrapper::Shell => " (inside a shell command)",
         Wrapper::Env => " (through env)",
+        Wrapper::Prefix => " (through launcher prefixes)",
         _ => "",
     };
     let order = if c.parsed.ordered {
@@ -330,11 +331,16 @@ impl Launch {
                 }
             }
             None => {
-                if let Wrapper::Unreadable(why) = self.command.wrapper {
-                    let _ = writeln!(out, "shell unreadable: {why}");
+                if let Wrapper::Unreadable(why) = &self.command.wrapper {
+                    let _ = writeln!(out, "unreadable: {why}");
                 }
                 for (i, a) in self.args.iter().enumerate().filter(|(_, a)| !a.ignored) {
                     let _ = writeln!(out, "argv {i} {}", explain_arg(a));
+                }
+                if let (Some(cwd), false) =
+                    (&self.command.cwd, self.profile == super::ProfileName::Seed)
+                {
+                    let _ = writeln!(out, "cwd {}", quote(cwd.as_os_str().as_bytes()));
                 }
             }
         }

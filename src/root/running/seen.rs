@@ -71,7 +71,8 @@ impl Identity {
         } else {
             &RANK_FLAGS
         };
-        let ranks = rank_values(argv, flags);
+        // the engine's own arguments: after its prefixes, inside its shell string
+        let ranks = rank_values(&launch.command().argv, flags);
         // `--node-rank` is left out of the cluster fingerprint already; the
         // data-parallel ranks only when present (rarely: a second pass).
         let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {

@@ -249,18 +249,18 @@ fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
 
 #[test]
 fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
+    let opts = fingerprint::Options {
+        profile: fingerprint::ProfileName::Sglang,
+        env_prefixes: vec![],
+        volatile_env: vec![],
+        ignored_args: vec![],
+    };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
             .iter()
             .chain(args)
             .map(OsString::from)
             .collect();
-        let opts = fingerprint::Options {
-            profile: fingerprint::ProfileName::Sglang,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
         let launch = Launch::new(&opts, &argv, &[]);
         Identity::of(&launch, &opts, &argv, &[], &[])
     };
@@ -277,6 +277,27 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
     assert!(d0.is_peer_of(&d1));
     assert!(!d0.is_peer_of(&of(&["--data-parallel-rank", "1", "--tp", "4"])));
     assert!(!of(&[]).is_peer_of(&of(&[])));
+    // the engine's arguments, after a prefix's `--`
+    let behind = |rank: &str| {
+        let argv: Vec<OsString> = [
+            "numactl",
+            "-N",
+            "0",
+            "--",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+        ]
+        .map(OsString::from)
+        .to_vec();
+        Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &argv, &[], &[])
+    };
+    assert_eq!(behind("1").rank, "node-rank=1");
+    assert!(behind("0").is_peer_of(&behind("1")));
 }
 
 #[test]

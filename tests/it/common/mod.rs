@@ -414,6 +414,13 @@ impl Finished {
             .any(|e| has_fields(e, &fields))
     }
 
+    /// Did the launch line say tuning is done at the first 200 from
+    /// `/health` on 127.0.0.1:`port`?
+    pub fn probes_port(&self, port: &str) -> bool {
+        let done = format!("when GET http://127.0.0.1:{port}/health first answers 200");
+        self.logged_with("launch", serde_json::json!({ "done": done }))
+    }
+
     /// keepwrap's warnings: its events at level WARN.
     pub fn warnings(&self) -> Vec<serde_json::Value> {
         self.log_events()
