@@ -175,20 +175,26 @@ impl Endpoint {
     /// `/health` on the launch's `--host`/`--port` (SGLang's defaults
     /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback).
     pub fn of_launch(launch: &Launch) -> Endpoint {
-        let host = launch.option("--host");
-        let host = match host.as_deref().unwrap_or("127.0.0.1") {
+        Endpoint::health(
+            launch.option("--host").as_deref(),
+            launch.option("--port").as_deref(),
+            30000,
+        )
+    }
+
+    /// `/health` on the server's `host` (none or a wildcard: loopback) and
+    /// `port` as the engine's `int()` reads it (`default` when none or
+    /// not a port).
+    pub fn health(host: Option<&str>, port: Option<&str>, default: u16) -> Endpoint {
+        let host = match host.unwrap_or("127.0.0.1") {
             "0.0.0.0" | "" => "127.0.0.1".to_string(),
             "::" | "[::]" => "[::1]".to_string(),
             h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
             h => h.to_string(),
         };
-        let port = launch
-            .option("--port")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(30000);
         Endpoint {
             host,
-            port,
+            port: port.and_then(python_port).unwrap_or(default),
             path: "/health".into(),
         }
     }
@@ -473,6 +479,31 @@ fn status_code(buf: &[u8]) -> Option<u16> {
     parts.next()?.parse().ok()
 }
 
+/// A port as Python's `int(text)` reads it (SGLang's and vLLM's `--port`
+/// is `type=int`): surrounding whitespace, a sign, leading zeros and single
+/// `_` between digits are allowed (`int(" 3_1555 ")` is 31555). ASCII
+/// digits only: another script's digits, which `int()` also reads, give
+/// None (the default port is probed).
+pub fn python_port(text: &str) -> Option<u16> {
+    let t = text.trim();
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let b = t.as_bytes();
+    let ok = !b.is_empty()
+        && b.iter().all(|&c| c.is_ascii_digit() || c == b'_')
+        && b.first().is_some_and(u8::is_ascii_digit)
+        && b.last().is_some_and(u8::is_ascii_digit)
+        && !t.contains("__");
+    if !ok {
+        return None;
+    }
+    let digits: String = t.chars().filter(|&c| c != '_').collect();
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    digits.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +554,9 @@ mod tests {
         assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
         assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
         assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
+        // `type=int`: Python's int() of the text
+        assert_eq!(ep("x --port 3_1555"), "http://127.0.0.1:31555/health");
+        assert_eq!(ep("x --port=08000"), "http://127.0.0.1:8000/health");
         // server arguments as SGLang reads them, inside a shell wrapper too
         assert_eq!(
             ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
@@ -583,6 +617,29 @@ mod tests {
             .to_string()
             .contains("auto, health"));
         assert!(DoneRule::parse("health=https://x").is_err());
+    }
+
+    #[test]
+    fn ports_read_as_python_int_reads_them() {
+        for (text, port) in [
+            ("8000", Some(8000)),
+            ("31_555", Some(31555)),
+            (" +0031555\n", Some(31555)),
+            ("0", Some(0)),
+            ("00", Some(0)),
+            ("65535", Some(65535)),
+            ("65536", None),
+            ("-1", None),
+            ("_1", None),
+            ("1_", None),
+            ("1__0", None),
+            ("0x10", None),
+            ("", None),
+            ("1 0", None),
+            ("99999999999999999999999", None),
+        ] {
+            assert_eq!(python_port(text), port, "{text:?}");
+        }
     }
 
     #[test]

@@ -29,21 +29,7 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
 /// `/health` on `host` (a wildcard bind probed on loopback) and the
 /// launch's `--port` (8000).
 fn health(host: &str, v: &VllmLaunch) -> Endpoint {
-    let host = match host {
-        "0.0.0.0" | "" => "127.0.0.1".to_string(),
-        "::" | "[::]" => "[::1]".to_string(),
-        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
-        h => h.to_string(),
-    };
-    let port = v
-        .option("--port")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(DEFAULT_PORT);
-    Endpoint {
-        host,
-        port,
-        path: "/health".into(),
-    }
+    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT)
 }
 
 /// How long a headless node's rank files must be quiet once they have all

@@ -6,6 +6,7 @@ mod harden;
 
 mod cli;
 mod demo;
+mod done_address;
 mod durations;
 mod entrypoint;
 mod expert_parallel;
