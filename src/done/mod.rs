@@ -32,9 +32,9 @@ pub enum DoneError {
     /// `auto` for a vLLM server on a Unix socket.
     #[error("a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION")]
     UnixSocket,
-    /// `auto` for a headless vLLM node that names neither its head nor
-    /// its ranks.
-    #[error("a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
+    /// `auto` for a headless vLLM node whose launch names neither the
+    /// head's address and API port nor this node's ranks.
+    #[error("a headless vLLM node whose head address and API port, or ranks, cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
     HeadlessUnknown,
 }
 
@@ -84,8 +84,8 @@ pub enum Done {
     /// A headless vLLM node: the first 200 from the head's endpoint (another
     /// process, on another node: trusted as given).
     HeadHealth(Endpoint),
-    /// A headless vLLM node without the head's address: every one of these
-    /// rank files (names) has landed, then none for this long.
+    /// A headless vLLM node: every one of these rank files (names) has
+    /// landed, then none for this long.
     RankFiles(Vec<String>, Duration),
 }
 

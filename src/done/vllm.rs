@@ -1,6 +1,7 @@
 //! `--done auto` for a vLLM launch: the first `200` of `/health` on the API
-//! node; for a headless node, the head's `/health` when the launch names it,
-//! else this node's rank files landed and quiet (never its exit 0).
+//! node; for a headless node, the head's `/health` when the launch names
+//! the head and its port, else this node's rank files landed and quiet
+//! (never its exit 0).
 
 use super::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
@@ -37,17 +38,20 @@ fn health(host: &str, v: &VllmLaunch) -> Endpoint {
 /// together and nothing follows.
 pub const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// `--done auto` for a headless node (`--headless`), which serves nothing:
-/// the head's `/health` when its address is in the launch (`--master-addr`
-/// for TP/PP across nodes, `--data-parallel-address` for DP; the port is
-/// this launch's `--port`, else 8000: the API node's as the launch says
-/// it), else this node's expected rank files (layout C) landed and quiet.
-/// Never its exit 0.
+/// `--done auto` for a headless node (`--headless`), which serves nothing
+/// (vLLM's `run_headless` starts only engine cores or workers, whose
+/// readiness goes to the head, never to a port of this node) and needs no
+/// `--port`. When the launch names the head (`--master-addr` for TP/PP
+/// across nodes, `--data-parallel-address` for DP) and the API port
+/// (`--port`, as the head's own launch says it), the head's `/health`;
+/// else this node's expected rank files (layout C) landed and quiet. Never
+/// a guessed 8000, which the head need not use (the node would never sign,
+/// and the cluster would tune on every boot); never its exit 0.
 fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, DoneError> {
     let head = v
         .option("--master-addr")
         .or_else(|| v.option("--data-parallel-address"));
-    if let Some(addr) = head {
+    if let Some(addr) = head.filter(|_| v.option("--port").is_some()) {
         return Ok(Done::HeadHealth(health(&addr, v)));
     }
     match sizes.local_rank_files() {
@@ -91,6 +95,15 @@ mod tests {
         );
         assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
         assert!(done("vllm serve m --uds /tmp/s").is_err());
+        let files = |ranks: std::ops::Range<u64>, within: u64| {
+            Ok(Done::RankFiles(
+                ranks
+                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / within))
+                    .collect(),
+                HEADLESS_QUIET,
+            ))
+        };
+        // the head and its port named: the head's /health
         assert_eq!(
             done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
             Ok(Done::HeadHealth(Endpoint {
@@ -99,22 +112,22 @@ mod tests {
                 path: "/health".into(),
             }))
         );
+        // no port: this node's own rank files, never a guessed 8000
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless"),
+            files(1..2, 2)
+        );
         assert_eq!(
             done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
-            Ok(Done::HeadHealth(Endpoint {
-                host: "10.0.0.1".into(),
-                port: 8000,
-                path: "/health".into(),
-            }))
+            files(2..4, 1)
         );
         assert_eq!(
             done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
-            Ok(Done::RankFiles(
-                (4..8)
-                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / 2))
-                    .collect(),
-                HEADLESS_QUIET
-            ))
+            files(4..8, 2)
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpr 2 -dpa 10.0.0.1 --headless"),
+            Err(DoneError::HeadlessUnknown)
         );
         assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
     }

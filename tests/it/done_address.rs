@@ -31,10 +31,15 @@ fn until_signed(cmd: &mut Command) -> Finished {
     r.finish(T)
 }
 
+/// What the launch line says decides done.
+fn done_line(f: &Finished) -> String {
+    f.event("launch")["done"].as_str().unwrap().to_string()
+}
+
 /// The launch line names `/health` on loopback at `port`, and both rank
 /// files were signed.
 fn probed_and_signed(f: &Finished, port: u16) {
-    let done = f.event("launch")["done"].as_str().unwrap().to_string();
+    let done = done_line(f);
     assert!(
         done.contains(&format!("GET http://127.0.0.1:{port}/health")),
         "{}",
@@ -115,4 +120,77 @@ fn a_vllm_config_files_host_and_port_are_probed_as_vllm_reads_them() {
         &[],
     ));
     probed_and_signed(&f, port);
+}
+
+/// A headless vLLM node serves nothing, and its launch does not say the
+/// head's API port (it needs none): the head serving on another port than
+/// 8000 must not leave the node unsigned (on every boot its ranks, and so
+/// the whole cluster's, would tune again). It signs once its own rank file
+/// has landed and is quiet, and a warm boot of both nodes tunes nothing.
+#[test]
+fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
+    let tmp = home();
+    let homes = [tmp.path().join("node0"), tmp.path().join("node1")];
+    let port = free_port().to_string();
+    let master = free_port().to_string();
+    let boot = || {
+        let start = |rank: usize| {
+            let r = rank.to_string();
+            let mut args = vec![
+                "-tp",
+                "2",
+                "-ep",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                &r,
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                &master,
+            ];
+            if rank == 0 {
+                args.extend(["--port", &port]);
+            } else {
+                args.push("--headless");
+            }
+            Running::spawn(&mut crate::vllm_e2e::kw_vllm(
+                &homes[rank],
+                &["--probe-interval", "50ms"],
+                &args,
+                &[],
+            ))
+        };
+        let mut nodes = [start(1), start(0)];
+        for n in nodes.iter_mut() {
+            wait_for("both nodes' outcome lines", T, || {
+                n.log_events()
+                    .iter()
+                    .any(|e| ["signed", "reused"].contains(&e["event"].as_str().unwrap()))
+                    .then_some(())
+            });
+        }
+        for n in &nodes {
+            n.guard.signal(Signal::SIGTERM);
+        }
+        let [headless, head] = nodes;
+        [head.finish(T), headless.finish(T)]
+    };
+    let [head, headless] = boot();
+    assert!(
+        done_line(&headless).starts_with(
+            "when this headless node's 1 rank files (autotune_configs_dp0_rank1.json) have landed"
+        ),
+        "{}",
+        headless.stderr
+    );
+    for f in [&head, &headless] {
+        assert!(f.logged_with("signed", json!({"files": 1})), "{}", f.stderr);
+    }
+    assert!(head.tuned() + headless.tuned() > 0);
+    let [head, headless] = boot();
+    for f in [&head, &headless] {
+        assert!(f.logged_with("reused", json!({"files": 1})), "{}", f.stderr);
+    }
+    assert_eq!(head.tuned() + headless.tuned(), 0, "{}", headless.stderr);
 }
