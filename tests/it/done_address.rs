@@ -23,10 +23,22 @@ fn underscored(port: u16) -> String {
     format!("{}_{}", port / 10, port % 10)
 }
 
-/// Boot `cmd` until keepwrap signs (or the deadline), then stop it.
+/// keepwrap's outcome lines: one of them ends every launch's waiting.
+const OUTCOMES: [&str; 4] = ["signed", "reused", "nothing_to_keep", "nothing_signed"];
+
+/// Boot `cmd` until keepwrap logs its outcome (or the deadline), then stop
+/// it with TERM.
 fn until_signed(cmd: &mut Command) -> Finished {
-    let mut r = Running::spawn(cmd);
-    r.wait_event("signed", T);
+    until_outcome(Running::spawn(cmd))
+}
+
+fn until_outcome(r: Running) -> Finished {
+    wait_for("keepwrap's outcome line", T, || {
+        r.log_events()
+            .iter()
+            .any(|e| OUTCOMES.contains(&e["event"].as_str().unwrap_or("")))
+            .then_some(())
+    });
     r.guard.signal(Signal::SIGTERM);
     r.finish(T)
 }
@@ -161,20 +173,9 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
                 &[],
             ))
         };
-        let mut nodes = [start(1), start(0)];
-        for n in nodes.iter_mut() {
-            wait_for("both nodes' outcome lines", T, || {
-                n.log_events()
-                    .iter()
-                    .any(|e| ["signed", "reused"].contains(&e["event"].as_str().unwrap()))
-                    .then_some(())
-            });
-        }
-        for n in &nodes {
-            n.guard.signal(Signal::SIGTERM);
-        }
-        let [headless, head] = nodes;
-        [head.finish(T), headless.finish(T)]
+        let nodes = [start(1), start(0)];
+        let [headless, head] = nodes.map(until_outcome);
+        [head, headless]
     };
     let [head, headless] = boot();
     assert!(
@@ -193,4 +194,127 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
         assert!(f.logged_with("reused", json!({"files": 1})), "{}", f.stderr);
     }
     assert_eq!(head.tuned() + headless.tuned(), 0, "{}", headless.stderr);
+}
+
+/// An HTTP server answering 200 to everything on `HOST PORT` for `MS`
+/// milliseconds, then gone: another process on the engine's port.
+const FOREIGN: &str = r#"
+import socket, sys, threading, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+s.settimeout(0.05)
+end = time.monotonic() + int(sys.argv[3]) / 1000
+while time.monotonic() < end:
+    try:
+        c, _ = s.accept()
+    except OSError:
+        continue
+    c.settimeout(2)
+    try:
+        c.recv(4096)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    except OSError:
+        pass
+    c.close()
+"#;
+
+/// The address the test's own network namespace adds to its `lo`: an
+/// address of "this host" that is neither loopback nor the wildcard (a
+/// pod's own IP, `--host $(POD_IP)`). Never the machine's own address.
+const POD_IP: &str = "10.200.0.7";
+
+/// `unshare -n sh -c 'lo up, POD_IP on lo, the foreign server for MS (an
+/// orphan: outside keepwrap's tree), exec keepwrap KW -- staged engine
+/// STEPS'` on the cache `root`.
+fn in_own_netns(root: &Path, kw: &[&str], foreign: (u16, u32), steps: &[&str]) -> Command {
+    let inner = keepwrap(root);
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-n",
+        "sh",
+        "-c",
+        "ip link set lo up && ip addr add \"$1\"/32 dev lo && \
+         (python3 -c \"$2\" \"$1\" \"$3\" \"$4\" </dev/null >/dev/null 2>&1 &) && \
+         shift 4 && exec \"$@\"",
+        "sh",
+        POD_IP,
+        FOREIGN,
+        &foreign.0.to_string(),
+        &foreign.1.to_string(),
+    ]);
+    cmd.arg(inner.get_program())
+        .args(inner.get_args())
+        .args(kw)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("staged_engine.py"))
+        .args(steps);
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd
+}
+
+/// `--host` is the pod's own IP: another process answering 200 on that
+/// address mid-tune is not the engine, whatever the address (it was
+/// trusted as a remote server's, and rank 0's file alone was signed).
+#[test]
+#[ignore = "needs root and unshare"]
+fn another_process_on_an_address_of_this_host_is_not_the_engine() {
+    if !has_need(
+        is_root() && have("unshare") && have("ip"),
+        "root, unshare and ip",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let port = 30000 + (std::process::id() % 20000) as u16;
+    let url = format!("http://{POD_IP}:{port}/health");
+    let serve = format!("serve:{POD_IP}:{port}");
+    // rank 0, a pause, rank 1, then the engine's own server once the
+    // foreign one (3 s) is gone, as SGLang binds only once every rank is done
+    let steps = [
+        "onterm:0",
+        "write:0",
+        "sleep:1500",
+        "write:1",
+        &serve,
+        "mark:serving",
+        "wait",
+    ];
+    let kw = [
+        "--done",
+        &format!("health={url}"),
+        "--probe-interval",
+        "50ms",
+    ];
+    let f = until_signed(&mut in_own_netns(&root, &kw, (port, 3000), &steps));
+    let events = f.log_events();
+    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| events.iter().position(pred);
+    let rank1 = at(&|e| {
+        e["event"] == "landed"
+            && e["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("rank_tp1_pp0_dp0.json"))
+    });
+    let done = at(&|e| e["event"] == "tuning_done");
+    assert!(
+        rank1.is_some() && done > rank1,
+        "done only after rank 1 landed: {}",
+        f.stderr
+    );
+    assert!(
+        f.events_named("port_not_engines")
+            .iter()
+            .any(|e| e["url"] == url.as_str()),
+        "{}",
+        f.stderr
+    );
+    assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
 }
