@@ -30,7 +30,8 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
 /// `/health` on `host` (a wildcard bind probed on loopback) and the
 /// launch's `--port` (8000).
 fn health(host: &str, v: &VllmLaunch) -> Endpoint {
-    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT)
+    let tls = super::serves_tls(|f| v.option(f));
+    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT, tls)
 }
 
 /// How long a headless node's rank files must be quiet once they have all
@@ -86,6 +87,7 @@ mod tests {
                 host: host.into(),
                 port,
                 path: "/health".into(),
+                tls: false,
             })
         };
         assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
@@ -110,6 +112,7 @@ mod tests {
                 host: "10.0.0.1".into(),
                 port: 8001,
                 path: "/health".into(),
+                tls: false,
             }))
         );
         // no port: this node's own rank files, never a guessed 8000

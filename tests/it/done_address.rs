@@ -318,3 +318,104 @@ fn another_process_on_an_address_of_this_host_is_not_the_engine() {
     );
     assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
 }
+
+/// A self-signed certificate and its key for `localhost`, made now with
+/// the `openssl` command in `dir`: (cert, key).
+fn self_signed(dir: &Path) -> (String, String) {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    (
+        cert.to_str().unwrap().to_string(),
+        key.to_str().unwrap().to_string(),
+    )
+}
+
+/// An HTTPS server (`--ssl-certfile`, `--ssl-keyfile`) is probed over TLS:
+/// the plain-HTTP probe never got its 200, and nothing was ever signed.
+#[test]
+fn an_sglang_https_server_is_probed_over_tls() {
+    if !has_need(have("openssl"), "openssl") {
+        return;
+    }
+    let h = home();
+    let (cert, key) = self_signed(h.path());
+    let port = free_port();
+    let p = port.to_string();
+    let f = until_signed(&mut kw_sglang(
+        h.path(),
+        &["--probe-interval", "50ms"],
+        &[
+            "--tp",
+            "2",
+            "--port",
+            &p,
+            "--ssl-certfile",
+            &cert,
+            "--ssl-keyfile",
+            &key,
+        ],
+    ));
+    assert!(
+        done_line(&f).contains(&format!("GET https://127.0.0.1:{port}/health")),
+        "{}",
+        f.stderr
+    );
+    assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
+}
+
+/// The same for vLLM (whose port is bound at start and listens once the
+/// engine is up), and `--done health=https://...` is a rule.
+#[test]
+fn a_vllm_https_server_is_probed_over_tls_and_an_https_url_is_a_rule() {
+    if !has_need(have("openssl"), "openssl") {
+        return;
+    }
+    let h = home();
+    let (cert, key) = self_signed(h.path());
+    for rule in [None, Some("https://localhost:{port}/health")] {
+        let port = free_port();
+        let p = port.to_string();
+        let mut kw = vec!["--probe-interval".to_string(), "50ms".to_string()];
+        if let Some(url) = rule {
+            kw.extend([
+                "--done".into(),
+                format!("health={}", url.replace("{port}", &p)),
+            ]);
+        }
+        let kw: Vec<&str> = kw.iter().map(String::as_str).collect();
+        let args = [
+            "-tp",
+            "2",
+            "--port",
+            &p,
+            "--ssl-certfile",
+            &cert,
+            "--ssl-keyfile",
+            &key,
+        ];
+        let home = h.path().join(format!("{}", rule.is_some()));
+        std::fs::create_dir_all(&home).unwrap();
+        let f = until_signed(&mut crate::vllm_e2e::kw_vllm(&home, &kw, &args, &[]));
+        let host = if rule.is_some() {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        assert!(
+            done_line(&f).contains(&format!("GET https://{host}:{port}/health")),
+            "{}",
+            f.stderr
+        );
+        assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
+    }
+}
