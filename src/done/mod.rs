@@ -30,6 +30,9 @@ pub enum DoneError {
     /// A health URL that cannot be probed: the URL and why.
     #[error("health URL '{0}': {1}")]
     Url(String, &'static str),
+    /// `auto` for a vLLM server that requires a client certificate.
+    #[error("a vLLM server that requires a client certificate (--ssl-cert-reqs 2) cannot be probed: give --done quiet=DURATION")]
+    ClientCertificate,
     /// An HTTPS server, on a CPU without what keepwrap's TLS needs.
     #[error("{0} cannot be probed: this CPU lacks {1}, which keepwrap's TLS needs: give --done quiet=DURATION")]
     TlsUnsupported(String, &'static str),
@@ -213,7 +216,7 @@ impl Endpoint {
         };
         Endpoint {
             host,
-            port: port.and_then(python_port).unwrap_or(default),
+            port: port.and_then(python_u16).unwrap_or(default),
             path: "/health".into(),
             tls,
         }
@@ -527,6 +530,7 @@ impl Probe {
         loop {
             while conn.wants_write() {
                 match conn.write_tls(&mut stream) {
+                    Ok(0) => break,
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -656,12 +660,12 @@ pub fn serves_tls(option: impl Fn(&str) -> Option<String>) -> bool {
         .any(|f| option(f).is_some_and(|v| !v.is_empty()))
 }
 
-/// A port as Python's `int(text)` reads it (SGLang's and vLLM's `--port`
-/// is `type=int`): surrounding whitespace, a sign, leading zeros and single
+/// A number up to 65535 as Python's `int(text)` reads it (SGLang's and
+/// vLLM's `--port` is `type=int`): surrounding whitespace, a sign, leading zeros and single
 /// `_` between digits are allowed (`int(" 3_1555 ")` is 31555). ASCII
 /// digits only: another script's digits, which `int()` also reads, give
 /// None (the default port is probed).
-pub fn python_port(text: &str) -> Option<u16> {
+pub fn python_u16(text: &str) -> Option<u16> {
     let t = text.trim();
     let t = t.strip_prefix('+').unwrap_or(t);
     let b = t.as_bytes();
@@ -813,7 +817,7 @@ mod tests {
     }
 
     #[test]
-    fn ports_read_as_python_int_reads_them() {
+    fn numbers_read_as_python_int_reads_them() {
         for (text, port) in [
             ("8000", Some(8000)),
             ("31_555", Some(31555)),
@@ -831,7 +835,7 @@ mod tests {
             ("1 0", None),
             ("99999999999999999999999", None),
         ] {
-            assert_eq!(python_port(text), port, "{text:?}");
+            assert_eq!(python_u16(text), port, "{text:?}");
         }
     }
 

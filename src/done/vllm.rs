@@ -21,6 +21,14 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
     if v.option("--uds").is_some() {
         return Err(DoneError::UnixSocket);
     }
+    // ssl.CERT_REQUIRED: the probe has no client certificate to give
+    if v.option("--ssl-cert-reqs")
+        .as_deref()
+        .and_then(super::python_u16)
+        == Some(2)
+    {
+        return Err(DoneError::ClientCertificate);
+    }
     Ok(Done::Health(health(
         v.option("--host").as_deref().unwrap_or("127.0.0.1"),
         v,
@@ -97,6 +105,20 @@ mod tests {
         );
         assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
         assert!(done("vllm serve m --uds /tmp/s").is_err());
+        assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --port 9"),
+            Ok(Done::Health(Endpoint {
+                host: "127.0.0.1".into(),
+                port: 9,
+                path: "/health".into(),
+                tls: true,
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --ssl-cert-reqs 2"),
+            Err(DoneError::ClientCertificate)
+        );
+        assert!(done("vllm serve m --ssl-certfile c --ssl-cert-reqs 1").is_ok());
         let files = |ranks: std::ops::Range<u64>, within: u64| {
             Ok(Done::RankFiles(
                 ranks
