@@ -99,7 +99,18 @@ fn config() -> Result<Arc<ClientConfig>, rustls::Error> {
     static CONFIG: OnceLock<Result<Arc<ClientConfig>, rustls::Error>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            let provider: CryptoProvider = rustls_graviola::default_provider();
+            // Classic key exchange only: the post-quantum hybrid Graviola
+            // prefers costs an ML-KEM key per probe, and its code and
+            // tables in memory, to protect the secrecy of an answer that
+            // holds none.
+            let provider = CryptoProvider {
+                kx_groups: vec![
+                    &rustls_graviola::kx::X25519,
+                    &rustls_graviola::kx::P256,
+                    &rustls_graviola::kx::P384,
+                ],
+                ..rustls_graviola::default_provider()
+            };
             let schemes = provider
                 .signature_verification_algorithms
                 .supported_schemes();
