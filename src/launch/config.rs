@@ -684,17 +684,16 @@ mod tests {
             \x20   except Exception:\n\
             \x20       out.append(None)\n\
             json.dump(out, sys.stdout)\n";
-        let mut child = std::process::Command::new("python3")
+        let input = tempfile::tempfile().unwrap();
+        serde_json::to_writer(&input, &scalars).unwrap();
+        let mut input = input;
+        std::io::Seek::rewind(&mut input).unwrap();
+        let out = std::process::Command::new("python3")
             .args(["-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
+            .stdin(input)
+            .output()
             .unwrap();
-        let input = serde_json::to_vec(&scalars).unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &input));
-        let out = child.wait_with_output().unwrap();
-        writer.join().unwrap().unwrap();
+        assert!(out.status.success(), "{out:?}");
         let theirs: Vec<Option<String>> = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(theirs.len(), scalars.len());
         let mut compared = 0;
