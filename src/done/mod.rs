@@ -2,6 +2,7 @@
 
 pub mod owner;
 pub mod progress;
+pub mod tls;
 pub mod vllm;
 pub mod watch;
 
@@ -29,12 +30,18 @@ pub enum DoneError {
     /// A health URL that cannot be probed: the URL and why.
     #[error("health URL '{0}': {1}")]
     Url(String, &'static str),
+    /// `auto` for a vLLM server that requires a client certificate.
+    #[error("a vLLM server that requires a client certificate (--ssl-cert-reqs 2) cannot be probed: give --done quiet=DURATION")]
+    ClientCertificate,
+    /// An HTTPS server, on a CPU without what keepwrap's TLS needs.
+    #[error("{0} cannot be probed: this CPU lacks {1}, which keepwrap's TLS needs: give --done quiet=DURATION")]
+    TlsUnsupported(String, &'static str),
     /// `auto` for a vLLM server on a Unix socket.
     #[error("a vLLM server on a Unix socket (--uds) cannot be probed: give --done health=URL or --done quiet=DURATION")]
     UnixSocket,
-    /// `auto` for a headless vLLM node that names neither its head nor
-    /// its ranks.
-    #[error("a headless vLLM node whose head address and ranks cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
+    /// `auto` for a headless vLLM node whose launch names neither the
+    /// head's address and API port nor this node's ranks.
+    #[error("a headless vLLM node whose head address and API port, or ranks, cannot be read from the launch: give --done health=http://HEAD:PORT/health")]
     HeadlessUnknown,
     /// `auto` for a command whose exit status may not be the engine's.
     #[error("an exit 0 of this launch would not prove the engine's ({0}): give --done health=URL or --done quiet=DURATION")]
@@ -87,8 +94,8 @@ pub enum Done {
     /// A headless vLLM node: the first 200 from the head's endpoint (another
     /// process, on another node: trusted as given).
     HeadHealth(Endpoint),
-    /// A headless vLLM node without the head's address: every one of these
-    /// rank files (names) has landed, then none for this long.
+    /// A headless vLLM node: every one of these rank files (names) has
+    /// landed, then none for this long.
     RankFiles(Vec<String>, Duration),
 }
 
@@ -96,6 +103,16 @@ impl DoneRule {
     /// Resolve `auto` and a bare `health` against the launch (the command
     /// inside a shell wrapper, its config file included).
     pub fn resolve(&self, launch: &Launch) -> Result<Done, DoneError> {
+        let done = self.resolve_rule(launch)?;
+        if let Done::Health(ep) | Done::HeadHealth(ep) = &done {
+            if let Some(missing) = ep.tls.then(tls::unsupported).flatten() {
+                return Err(DoneError::TlsUnsupported(ep.to_string(), missing));
+            }
+        }
+        Ok(done)
+    }
+
+    fn resolve_rule(&self, launch: &Launch) -> Result<Done, DoneError> {
         match self {
             DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
                 Some(v) => vllm::auto_done(v),
@@ -171,42 +188,56 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
     pub path: String,
+    /// HTTPS: the request goes over TLS.
+    pub tls: bool,
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}:{}{}", self.host, self.port, self.path)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
     }
 }
 
 impl Endpoint {
     /// `/health` on the launch's `--host`/`--port` (SGLang's defaults
-    /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback).
+    /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback), over
+    /// TLS when the launch gives `--ssl-certfile` or `--ssl-keyfile`.
     pub fn of_launch(launch: &Launch) -> Endpoint {
-        let host = launch.option("--host");
-        let host = match host.as_deref().unwrap_or("127.0.0.1") {
+        Endpoint::health(
+            launch.option("--host").as_deref(),
+            launch.option("--port").as_deref(),
+            30000,
+            serves_tls(|f| launch.option(f)),
+        )
+    }
+
+    /// `/health` on the server's `host` (none or a wildcard: loopback) and
+    /// `port` as the engine's `int()` reads it (`default` when none or
+    /// not a port); `tls`: HTTPS.
+    pub fn health(host: Option<&str>, port: Option<&str>, default: u16, tls: bool) -> Endpoint {
+        let host = match host.unwrap_or("127.0.0.1") {
             "0.0.0.0" | "" => "127.0.0.1".to_string(),
             "::" | "[::]" => "[::1]".to_string(),
             h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
             h => h.to_string(),
         };
-        let port = launch
-            .option("--port")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(30000);
         Endpoint {
             host,
-            port,
+            port: port.and_then(python_u16).unwrap_or(default),
             path: "/health".into(),
+            tls,
         }
     }
 
-    /// `http://HOST[:PORT][/PATH]`.
+    /// `http://HOST[:PORT][/PATH]` or `https://...`.
     pub fn parse(url: &str) -> Result<Endpoint, DoneError> {
         let bad = |why: &'static str| DoneError::Url(url.to_string(), why);
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// URLs can be probed"))?;
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(bad("only http:// and https:// URLs can be probed")),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].to_string()),
             None => (rest, "/health".to_string()),
@@ -228,9 +259,15 @@ impl Endpoint {
             Some(p) => p
                 .parse()
                 .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
+            None if tls => 443,
             None => 80,
         };
-        Ok(Endpoint { host, port, path })
+        Ok(Endpoint {
+            host,
+            port,
+            path,
+            tls,
+        })
     }
 
     fn socket_addr(&self) -> io::Result<SocketAddr> {
@@ -264,6 +301,14 @@ enum ProbeState {
     },
     Reading {
         stream: TcpStream,
+        buf: Vec<u8>,
+        deadline: Instant,
+    },
+    /// HTTPS: the handshake, the request and the answer, all through the
+    /// TLS connection (`buf`: the plaintext answer so far).
+    Tls {
+        stream: TcpStream,
+        conn: Box<rustls::ClientConnection>,
         buf: Vec<u8>,
         deadline: Instant,
     },
@@ -311,6 +356,14 @@ impl Probe {
             ProbeState::Idle => None,
             ProbeState::Connecting { stream, .. } => Some((stream.as_fd(), PollFlags::POLLOUT)),
             ProbeState::Reading { stream, .. } => Some((stream.as_fd(), PollFlags::POLLIN)),
+            ProbeState::Tls { stream, conn, .. } => {
+                let out = if conn.wants_write() {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::empty()
+                };
+                Some((stream.as_fd(), PollFlags::POLLIN | out))
+            }
         }
     }
 
@@ -318,9 +371,9 @@ impl Probe {
     pub fn deadline(&self) -> Instant {
         match &self.state {
             ProbeState::Idle => self.next_at,
-            ProbeState::Connecting { deadline, .. } | ProbeState::Reading { deadline, .. } => {
-                *deadline
-            }
+            ProbeState::Connecting { deadline, .. }
+            | ProbeState::Reading { deadline, .. }
+            | ProbeState::Tls { deadline, .. } => *deadline,
         }
     }
 
@@ -331,7 +384,9 @@ impl Probe {
         let (next, result) = match state {
             ProbeState::Idle if now >= self.next_at => self.start(now),
             ProbeState::Idle => (ProbeState::Idle, ProbeResult::Pending),
-            ProbeState::Connecting { deadline, .. } | ProbeState::Reading { deadline, .. }
+            ProbeState::Connecting { deadline, .. }
+            | ProbeState::Reading { deadline, .. }
+            | ProbeState::Tls { deadline, .. }
                 if now >= deadline && !ready =>
             {
                 crate::events::done::probe_timed_out(&self.endpoint);
@@ -349,6 +404,12 @@ impl Probe {
                 buf,
                 deadline,
             } if ready => self.read(stream, buf, deadline),
+            ProbeState::Tls {
+                stream,
+                conn,
+                buf,
+                deadline,
+            } if ready => self.drive_tls(stream, conn, buf, deadline),
             other => (other, ProbeResult::Pending),
         };
         if result == ProbeResult::NotYet {
@@ -403,13 +464,10 @@ impl Probe {
     }
 
     fn send(&self, mut stream: TcpStream, deadline: Instant) -> (ProbeState, ProbeResult) {
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: keepwrap/{}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-            self.endpoint.path,
-            self.endpoint.host,
-            self.endpoint.port,
-            env!("CARGO_PKG_VERSION")
-        );
+        let request = self.request();
+        if self.endpoint.tls {
+            return self.start_tls(stream, request, deadline);
+        }
         match stream.write(request.as_bytes()) {
             Ok(n) if n == request.len() => (
                 ProbeState::Reading {
@@ -423,6 +481,132 @@ impl Probe {
             Err(e) => {
                 crate::events::done::probe_failed(&self.endpoint, e);
                 (ProbeState::Idle, ProbeResult::NotYet)
+            }
+        }
+    }
+
+    fn request(&self) -> String {
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: keepwrap/{}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            self.endpoint.path,
+            self.endpoint.host,
+            self.endpoint.port,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
+    /// A TLS connection over the connected `stream`, with the request
+    /// queued to go out once the handshake is done.
+    fn start_tls(
+        &self,
+        stream: TcpStream,
+        request: String,
+        deadline: Instant,
+    ) -> (ProbeState, ProbeResult) {
+        let ip = match self.addr {
+            Some(a) => a.ip(),
+            None => return (ProbeState::Idle, ProbeResult::NotYet),
+        };
+        let mut conn = match tls::connect(&self.endpoint.host, ip) {
+            Ok(c) => Box::new(c),
+            Err(e) => {
+                crate::events::done::probe_failed(&self.endpoint, e);
+                return (ProbeState::Idle, ProbeResult::NotYet);
+            }
+        };
+        if let Err(e) = conn.writer().write_all(request.as_bytes()) {
+            crate::events::done::probe_failed(&self.endpoint, e);
+            return (ProbeState::Idle, ProbeResult::NotYet);
+        }
+        self.drive_tls(stream, conn, Vec::new(), deadline)
+    }
+
+    /// Move the TLS connection on as far as the socket allows: send what
+    /// it has to send, take in what arrived, read the plaintext answer up
+    /// to its status line.
+    fn drive_tls(
+        &self,
+        mut stream: TcpStream,
+        mut conn: Box<rustls::ClientConnection>,
+        mut buf: Vec<u8>,
+        deadline: Instant,
+    ) -> (ProbeState, ProbeResult) {
+        let failed = |e: &dyn std::fmt::Display| {
+            crate::events::done::probe_failed(&self.endpoint, e);
+            (ProbeState::Idle, ProbeResult::NotYet)
+        };
+        loop {
+            while conn.wants_write() {
+                match conn.write_tls(&mut stream) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return failed(&e),
+                }
+            }
+            let mut chunk = [0u8; 512];
+            loop {
+                match conn.reader().read(&mut chunk) {
+                    Ok(0) => return (ProbeState::Idle, self.answer(&buf)),
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        if buf.windows(2).any(|w| w == b"\r\n") || buf.len() > 4096 {
+                            return (ProbeState::Idle, self.answer(&buf));
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // closed without close_notify: what came is the answer
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        return (ProbeState::Idle, self.answer(&buf))
+                    }
+                    Err(e) => return failed(&e),
+                }
+            }
+            if !conn.wants_read() {
+                return (
+                    ProbeState::Tls {
+                        stream,
+                        conn,
+                        buf,
+                        deadline,
+                    },
+                    ProbeResult::Pending,
+                );
+            }
+            match conn.read_tls(&mut stream) {
+                Ok(0) => return (ProbeState::Idle, self.answer(&buf)),
+                Ok(_) => {
+                    if let Err(e) = conn.process_new_packets() {
+                        // tell the server why, as a client should
+                        let _ = conn.write_tls(&mut stream);
+                        return failed(&e);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return (
+                        ProbeState::Tls {
+                            stream,
+                            conn,
+                            buf,
+                            deadline,
+                        },
+                        ProbeResult::Pending,
+                    )
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return failed(&e),
+            }
+        }
+    }
+
+    /// A whole or partial answer: Ready on a 200 status line.
+    fn answer(&self, buf: &[u8]) -> ProbeResult {
+        match status_code(buf) {
+            Some(200) => ProbeResult::Ready,
+            status => {
+                crate::events::done::probe_status(&self.endpoint, status);
+                ProbeResult::NotYet
             }
         }
     }
@@ -460,13 +644,7 @@ impl Probe {
                 }
             }
         }
-        match status_code(&buf) {
-            Some(200) => (ProbeState::Idle, ProbeResult::Ready),
-            status => {
-                crate::events::done::probe_status(&self.endpoint, status);
-                (ProbeState::Idle, ProbeResult::NotYet)
-            }
-        }
+        (ProbeState::Idle, self.answer(&buf))
     }
 }
 
@@ -479,6 +657,40 @@ fn status_code(buf: &[u8]) -> Option<u16> {
         return None;
     }
     parts.next()?.parse().ok()
+}
+
+/// Does a server launch serve HTTPS: `--ssl-certfile` or `--ssl-keyfile`
+/// (uvicorn, which SGLang and vLLM run, turns TLS on with either), read by
+/// `option`?
+pub fn serves_tls(option: impl Fn(&str) -> Option<String>) -> bool {
+    ["--ssl-certfile", "--ssl-keyfile"]
+        .iter()
+        .any(|f| option(f).is_some_and(|v| !v.is_empty()))
+}
+
+/// A number up to 65535 as Python's `int(text)` reads it (SGLang's and
+/// vLLM's `--port` is `type=int`): surrounding whitespace, a sign, leading zeros and single
+/// `_` between digits are allowed (`int(" 3_1555 ")` is 31555). ASCII
+/// digits only: another script's digits, which `int()` also reads, give
+/// None (the default port is probed).
+pub fn python_u16(text: &str) -> Option<u16> {
+    let t = text.trim();
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let b = t.as_bytes();
+    let ok = !b.is_empty()
+        && b.iter().all(|&c| c.is_ascii_digit() || c == b'_')
+        && b.first().is_some_and(u8::is_ascii_digit)
+        && b.last().is_some_and(u8::is_ascii_digit)
+        && !t.contains("__");
+    if !ok {
+        return None;
+    }
+    let digits: String = t.chars().filter(|&c| c != '_').collect();
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    digits.parse().ok()
 }
 
 #[cfg(test)]
@@ -531,6 +743,18 @@ mod tests {
         assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
         assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
         assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
+        // `type=int`: Python's int() of the text
+        assert_eq!(ep("x --port 3_1555"), "http://127.0.0.1:31555/health");
+        assert_eq!(ep("x --port=08000"), "http://127.0.0.1:8000/health");
+        // uvicorn serves HTTPS with either file
+        assert_eq!(
+            ep("x --ssl-certfile /c.pem --ssl-keyfile /k.pem"),
+            "https://127.0.0.1:30000/health"
+        );
+        assert_eq!(
+            ep("x --ssl-certfile=/both.pem"),
+            "https://127.0.0.1:30000/health"
+        );
         // server arguments as SGLang reads them, inside a shell wrapper too
         assert_eq!(
             ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
@@ -572,10 +796,13 @@ mod tests {
             Endpoint::parse("http://[::1]:81").unwrap().to_string(),
             "http://[::1]:81/health"
         );
-        assert!(Endpoint::parse("https://x/health")
+        let https = Endpoint::parse("https://x/health").unwrap();
+        assert_eq!((https.tls, https.port), (true, 443));
+        assert_eq!(https.to_string(), "https://x:443/health");
+        assert!(Endpoint::parse("ftp://x/health")
             .unwrap_err()
             .to_string()
-            .contains("only http://"));
+            .contains("only http:// and https://"));
         assert!(Endpoint::parse("http://x:99999/").is_err());
     }
 
@@ -590,7 +817,34 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("auto, health"));
-        assert!(DoneRule::parse("health=https://x").is_err());
+        assert_eq!(
+            DoneRule::parse("health=https://x:8443").unwrap(),
+            DoneRule::Health(Some("https://x:8443".into()))
+        );
+        assert!(DoneRule::parse("health=ftp://x").is_err());
+    }
+
+    #[test]
+    fn numbers_read_as_python_int_reads_them() {
+        for (text, port) in [
+            ("8000", Some(8000)),
+            ("31_555", Some(31555)),
+            (" +0031555\n", Some(31555)),
+            ("0", Some(0)),
+            ("00", Some(0)),
+            ("65535", Some(65535)),
+            ("65536", None),
+            ("-1", None),
+            ("_1", None),
+            ("1_", None),
+            ("1__0", None),
+            ("0x10", None),
+            ("", None),
+            ("1 0", None),
+            ("99999999999999999999999", None),
+        ] {
+            assert_eq!(python_u16(text), port, "{text:?}");
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Who serves a loopback port: the kernel's socket tables
+//! Who serves a port of this host: the kernel's socket tables
 //! (`/proc/net/tcp`, `/proc/net/tcp6`) name the inode of each listening
 //! socket, and `/proc/PID/fd` links (`socket:[INODE]`) name the processes
 //! holding it. A health probe's 200 counts only when every socket listening
@@ -96,16 +96,37 @@ pub fn listeners(tables: &[&str], to: SocketAddr) -> Vec<u64> {
     out
 }
 
-/// Is `url_addr` one whose 200 must be checked against the engine's tree?
+/// Is `addr` one whose 200 must be checked against the engine's tree:
+/// loopback, the wildcard, or any address of this host (an interface of
+/// keepwrap's network namespace: a pod's own IP, `--host $(POD_IP)`)? When
+/// the interfaces cannot be listed, every address is (a 200 counts only
+/// when the engine's own tree serves it).
 pub fn is_local(addr: SocketAddr) -> bool {
-    match addr.ip() {
-        IpAddr::V4(a) => a.is_loopback() || a.is_unspecified(),
-        IpAddr::V6(a) => {
-            a.is_loopback()
-                || a.is_unspecified()
-                || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback())
-        }
+    match host_addresses() {
+        Ok(host) => is_local_among(addr.ip(), &host),
+        Err(_) => true,
     }
+}
+
+/// [`is_local`] against the host's addresses `host`.
+pub fn is_local_among(ip: IpAddr, host: &[IpAddr]) -> bool {
+    let ip = match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() || ip.is_unspecified() || host.contains(&ip)
+}
+
+/// The addresses of this network namespace's interfaces (`getifaddrs`).
+pub fn host_addresses() -> nix::Result<Vec<IpAddr>> {
+    Ok(nix::ifaddrs::getifaddrs()?
+        .filter_map(|i| {
+            let a = i.address?;
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect())
 }
 
 /// Children of `pid`, from `/proc/PID/task/*/children`.
@@ -168,7 +189,7 @@ fn comm(pid: u32) -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
-/// Who serves `to` (a loopback address): the engine when every socket
+/// Who serves `to` (an address of this host): the engine when every socket
 /// listening for it is held by the engine's tree; else the first other
 /// process found holding one (`pid N (comm)`), or "a process outside the
 /// engine's tree" when it cannot be named within the budget. `name`: look
@@ -284,13 +305,31 @@ mod tests {
     }
 
     #[test]
-    fn loopback_and_wildcard_probes_are_local() {
-        assert!(is_local(addr("127.0.0.1:1")));
-        assert!(is_local(addr("127.1.2.3:1")));
-        assert!(is_local(addr("[::1]:1")));
-        assert!(is_local(addr("[::ffff:127.0.0.1]:1")));
-        assert!(!is_local(addr("10.1.2.3:1")));
-        assert!(!is_local(addr("[fe80::1]:1")));
+    fn loopback_wildcard_and_this_hosts_addresses_are_local() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let host = [ip("10.1.2.3"), ip("fe80::1")];
+        for a in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "::ffff:127.0.0.1",
+            "10.1.2.3",
+            "::ffff:10.1.2.3",
+            "fe80::1",
+        ] {
+            assert!(is_local_among(ip(a), &host), "{a}");
+        }
+        for a in ["10.1.2.4", "fe80::2", "192.0.2.1"] {
+            assert!(!is_local_among(ip(a), &host), "{a}");
+        }
+        // this machine's own interfaces, loopback among them
+        let mine = host_addresses().unwrap();
+        assert!(mine.iter().any(IpAddr::is_loopback), "{mine:?}");
+        for a in &mine {
+            assert!(is_local(SocketAddr::new(*a, 1)), "{a}");
+        }
     }
 
     #[test]

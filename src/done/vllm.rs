@@ -1,6 +1,7 @@
 //! `--done auto` for a vLLM launch: the first `200` of `/health` on the API
-//! node; for a headless node, the head's `/health` when the launch names it,
-//! else this node's rank files landed and quiet (never its exit 0).
+//! node; for a headless node, the head's `/health` when the launch names
+//! the head and its port, else this node's rank files landed and quiet
+//! (never its exit 0).
 
 use super::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
@@ -20,6 +21,14 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
     if v.option("--uds").is_some() {
         return Err(DoneError::UnixSocket);
     }
+    // ssl.CERT_REQUIRED: the probe has no client certificate to give
+    if v.option("--ssl-cert-reqs")
+        .as_deref()
+        .and_then(super::python_u16)
+        == Some(2)
+    {
+        return Err(DoneError::ClientCertificate);
+    }
     Ok(Done::Health(health(
         v.option("--host").as_deref().unwrap_or("127.0.0.1"),
         v,
@@ -29,21 +38,8 @@ pub fn auto_done(v: &VllmLaunch) -> Result<Done, DoneError> {
 /// `/health` on `host` (a wildcard bind probed on loopback) and the
 /// launch's `--port` (8000).
 fn health(host: &str, v: &VllmLaunch) -> Endpoint {
-    let host = match host {
-        "0.0.0.0" | "" => "127.0.0.1".to_string(),
-        "::" | "[::]" => "[::1]".to_string(),
-        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
-        h => h.to_string(),
-    };
-    let port = v
-        .option("--port")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(DEFAULT_PORT);
-    Endpoint {
-        host,
-        port,
-        path: "/health".into(),
-    }
+    let tls = super::serves_tls(|f| v.option(f));
+    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT, tls)
 }
 
 /// How long a headless node's rank files must be quiet once they have all
@@ -51,17 +47,20 @@ fn health(host: &str, v: &VllmLaunch) -> Endpoint {
 /// together and nothing follows.
 pub const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// `--done auto` for a headless node (`--headless`), which serves nothing:
-/// the head's `/health` when its address is in the launch (`--master-addr`
-/// for TP/PP across nodes, `--data-parallel-address` for DP; the port is
-/// this launch's `--port`, else 8000: the API node's as the launch says
-/// it), else this node's expected rank files (layout C) landed and quiet.
-/// Never its exit 0.
+/// `--done auto` for a headless node (`--headless`), which serves nothing
+/// (vLLM's `run_headless` starts only engine cores or workers, whose
+/// readiness goes to the head, never to a port of this node) and needs no
+/// `--port`. When the launch names the head (`--master-addr` for TP/PP
+/// across nodes, `--data-parallel-address` for DP) and the API port
+/// (`--port`, as the head's own launch says it), the head's `/health`;
+/// else this node's expected rank files (layout C) landed and quiet. Never
+/// a guessed 8000, which the head need not use (the node would never sign,
+/// and the cluster would tune on every boot); never its exit 0.
 fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, DoneError> {
     let head = v
         .option("--master-addr")
         .or_else(|| v.option("--data-parallel-address"));
-    if let Some(addr) = head {
+    if let Some(addr) = head.filter(|_| v.option("--port").is_some()) {
         return Ok(Done::HeadHealth(health(&addr, v)));
     }
     match sizes.local_rank_files() {
@@ -96,6 +95,7 @@ mod tests {
                 host: host.into(),
                 port,
                 path: "/health".into(),
+                tls: false,
             })
         };
         assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
@@ -106,29 +106,53 @@ mod tests {
         assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
         assert!(done("vllm serve m --uds /tmp/s").is_err());
         assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --port 9"),
+            Ok(Done::Health(Endpoint {
+                host: "127.0.0.1".into(),
+                port: 9,
+                path: "/health".into(),
+                tls: true,
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --ssl-cert-reqs 2"),
+            Err(DoneError::ClientCertificate)
+        );
+        assert!(done("vllm serve m --ssl-certfile c --ssl-cert-reqs 1").is_ok());
+        let files = |ranks: std::ops::Range<u64>, within: u64| {
+            Ok(Done::RankFiles(
+                ranks
+                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / within))
+                    .collect(),
+                HEADLESS_QUIET,
+            ))
+        };
+        // the head and its port named: the head's /health
+        assert_eq!(
             done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
             Ok(Done::HeadHealth(Endpoint {
                 host: "10.0.0.1".into(),
                 port: 8001,
                 path: "/health".into(),
+                tls: false,
             }))
+        );
+        // no port: this node's own rank files, never a guessed 8000
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless"),
+            files(1..2, 2)
         );
         assert_eq!(
             done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
-            Ok(Done::HeadHealth(Endpoint {
-                host: "10.0.0.1".into(),
-                port: 8000,
-                path: "/health".into(),
-            }))
+            files(2..4, 1)
         );
         assert_eq!(
             done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
-            Ok(Done::RankFiles(
-                (4..8)
-                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / 2))
-                    .collect(),
-                HEADLESS_QUIET
-            ))
+            files(4..8, 2)
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpr 2 -dpa 10.0.0.1 --headless"),
+            Err(DoneError::HeadlessUnknown)
         );
         assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
     }

@@ -8,8 +8,9 @@
 //! other boolean `true`/`false`; a list its items; a mapping its
 //! `json.dumps`; anything else `str(VALUE)`. This module does the same over
 //! an event parser (`saphyr-parser`), typing plain scalars the way PyYAML's
-//! resolver does. A scalar whose Python value this module cannot reproduce
-//! exactly (`0x1F`, `1_000`, `2024-01-01`, `.inf`, ...) becomes a marker
+//! resolver does (`host: 0.0.0.0` is the string, `port: 31_555` the int
+//! 31555, `0x1F` 31). A scalar whose Python value this module cannot
+//! reproduce exactly (`2024-01-01`, `.inf`, ...) becomes a marker
 //! token holding its text, which no command-line token can equal (it
 //! contains a NUL byte): files that differ that way never share a
 //! fingerprint, at worst files that mean the same do not.
@@ -211,7 +212,12 @@ enum Py {
     Dict(Vec<(Py, Py)>),
 }
 
-/// PyYAML's implicit resolver (YAML 1.1) for a plain scalar.
+/// PyYAML's implicit resolver (YAML 1.1) for a plain scalar, and its
+/// constructors: the regular expressions of `yaml/resolver.py` (float,
+/// then int, then timestamp for a scalar starting with a digit, a sign or
+/// a dot), matched by hand. A scalar none of them matches is a string
+/// (`0.0.0.0`, `1e5`, `08`). Timestamps, `.inf`, `.nan`, values past 128
+/// bits and scalars PyYAML itself fails on (`0b_`) are [`Py::Opaque`].
 fn resolve_plain(t: &str) -> Py {
     match t {
         "" | "~" | "null" | "Null" | "NULL" => return Py::None,
@@ -224,42 +230,187 @@ fn resolve_plain(t: &str) -> Py {
         "<<" | "=" => return Py::Opaque(format!("\0plain:{t}")),
         _ => {}
     }
-    let Some(first) = t.chars().next() else {
+    let opaque = || Py::Opaque(format!("\0plain:{t}"));
+    let Some(first) = t.bytes().next() else {
         return Py::None;
     };
-    if !"-+0123456789.".contains(first) {
+    if !b"-+0123456789.".contains(&first) {
         return Py::Str(t.to_string());
     }
-    let body = t.strip_prefix(['-', '+']).unwrap_or(t);
-    let neg = t.starts_with('-');
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if digits(body) && (body == "0" || !body.starts_with('0')) {
-        let v = if neg && body != "0" {
-            format!("-{body}")
-        } else {
-            body.to_string()
-        };
-        return Py::Int(v);
+    if yaml::is_float(t) {
+        return yaml::float(t).map_or_else(opaque, Py::Float);
     }
-    // [-+]?[0-9]+\.[0-9]*([eE][-+][0-9]+)?
-    if let Some((int, rest)) = body.split_once('.') {
-        let (frac, exp) = match rest.find(['e', 'E']) {
-            Some(p) => (&rest[..p], Some(&rest[p + 1..])),
-            None => (rest, None),
-        };
-        let exp_ok = exp.is_none_or(|e| {
-            e.strip_prefix(['-', '+'])
-                .is_some_and(|d| d.len() < e.len() && digits(d))
-        });
-        if digits(int) && (frac.is_empty() || digits(frac)) && exp_ok {
-            if let Ok(v) = t.parse::<f64>() {
-                if v.is_finite() {
-                    return Py::Float(v);
-                }
-            }
+    if yaml::is_int(t) {
+        return yaml::int(t).map_or_else(opaque, Py::Int);
+    }
+    if yaml::is_timestamp(t) {
+        return opaque();
+    }
+    Py::Str(t.to_string())
+}
+
+/// PyYAML's implicit types for plain scalars (YAML 1.1), without regular
+/// expressions: each `is_*` is one of `yaml/resolver.py`'s patterns,
+/// anchored at both ends; `int` and `float` are `construct_yaml_int` and
+/// `construct_yaml_float`.
+mod yaml {
+    fn sign(t: &str) -> (bool, &str) {
+        match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            _ => (false, t),
         }
     }
-    Py::Opaque(format!("\0plain:{t}"))
+
+    /// `[chars]+` (`at_least` 1) or `[chars]*` (0).
+    fn all(s: &str, at_least: usize, ok: impl Fn(u8) -> bool) -> bool {
+        s.len() >= at_least && s.bytes().all(ok)
+    }
+
+    fn digit_(b: u8) -> bool {
+        b.is_ascii_digit() || b == b'_'
+    }
+
+    /// `[0-9][0-9_]*`
+    fn digits_(s: &str) -> bool {
+        s.as_bytes().first().is_some_and(u8::is_ascii_digit) && all(s, 1, digit_)
+    }
+
+    /// `[eE][-+][0-9]+`
+    fn exponent(s: &str) -> bool {
+        let b = s.as_bytes();
+        b.len() >= 3
+            && matches!(b[0], b'e' | b'E')
+            && matches!(b[1], b'-' | b'+')
+            && all(&s[2..], 1, |c| c.is_ascii_digit())
+    }
+
+    /// `[0-9_]*([eE][-+][0-9]+)?`
+    fn fraction(s: &str) -> bool {
+        match s.find(['e', 'E']) {
+            Some(i) => all(&s[..i], 0, digit_) && exponent(&s[i..]),
+            None => all(s, 0, digit_),
+        }
+    }
+
+    /// `(:[0-5]?[0-9])+` (with the leading `:`)
+    fn sexagesimal(s: &str) -> bool {
+        s.starts_with(':')
+            && s[1..].split(':').all(|p| match p.as_bytes() {
+                [d] => d.is_ascii_digit(),
+                [a, d] => (b'0'..=b'5').contains(a) && d.is_ascii_digit(),
+                _ => false,
+            })
+    }
+
+    pub(super) fn is_float(t: &str) -> bool {
+        let (_, body) = sign(t);
+        let signed = body.len() < t.len();
+        // `[-+]?\.(inf|Inf|INF)` and `\.(nan|NaN|NAN)`
+        if matches!(body, ".inf" | ".Inf" | ".INF")
+            || (!signed && matches!(body, ".nan" | ".NaN" | ".NAN"))
+        {
+            return true;
+        }
+        // `\.[0-9][0-9_]*([eE][-+][0-9]+)?`
+        if let Some(rest) = body.strip_prefix('.') {
+            return !signed
+                && rest.as_bytes().first().is_some_and(u8::is_ascii_digit)
+                && fraction(rest);
+        }
+        let Some((int, frac)) = body.split_once('.') else {
+            return false;
+        };
+        // `[-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?`
+        if digits_(int) && fraction(frac) {
+            return true;
+        }
+        // `[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*`
+        match int.find(':') {
+            Some(i) => digits_(&int[..i]) && sexagesimal(&int[i..]) && all(frac, 0, digit_),
+            None => false,
+        }
+    }
+
+    pub(super) fn is_int(t: &str) -> bool {
+        let (_, body) = sign(t);
+        if let Some(bits) = body.strip_prefix("0b") {
+            return all(bits, 1, |b| matches!(b, b'0' | b'1' | b'_'));
+        }
+        if let Some(hex) = body.strip_prefix("0x") {
+            return all(hex, 1, |b| b.is_ascii_hexdigit() || b == b'_');
+        }
+        if let Some(oct) = body.strip_prefix('0') {
+            return oct.is_empty() || all(oct, 1, |b| matches!(b, b'0'..=b'7' | b'_'));
+        }
+        let (head, tail) = match body.find(':') {
+            Some(i) => (&body[..i], &body[i..]),
+            None => (body, ""),
+        };
+        head.as_bytes()
+            .first()
+            .is_some_and(|b| (b'1'..=b'9').contains(b))
+            && all(head, 1, digit_)
+            && (tail.is_empty() || sexagesimal(tail))
+    }
+
+    /// `[0-9]{4}-[0-9]{1,2}-...`: any scalar PyYAML may read as a date or
+    /// a time (a superset of its pattern, all opaque anyway).
+    pub(super) fn is_timestamp(t: &str) -> bool {
+        let b = t.as_bytes();
+        b.len() >= 5 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+    }
+
+    /// `construct_yaml_int`: `str()` of the value, None when PyYAML fails
+    /// on it or it needs more than 128 bits.
+    pub(super) fn int(t: &str) -> Option<String> {
+        let v: String = t.chars().filter(|&c| c != '_').collect();
+        let (neg, body) = sign(&v);
+        let n: u128 = if body == "0" {
+            0
+        } else if let Some(b) = body.strip_prefix("0b") {
+            u128::from_str_radix(b, 2).ok()?
+        } else if let Some(h) = body.strip_prefix("0x") {
+            u128::from_str_radix(h, 16).ok()?
+        } else if body.starts_with('0') {
+            u128::from_str_radix(body, 8).ok()?
+        } else if body.contains(':') {
+            let mut value: u128 = 0;
+            for part in body.split(':') {
+                value = value.checked_mul(60)?.checked_add(part.parse().ok()?)?;
+            }
+            value
+        } else {
+            body.parse().ok()?
+        };
+        Some(if neg && n != 0 {
+            format!("-{n}")
+        } else {
+            n.to_string()
+        })
+    }
+
+    /// `construct_yaml_float`, None for `.inf`, `.nan` and an overflow
+    /// (whose `str()` is not the JSON form this module writes).
+    pub(super) fn float(t: &str) -> Option<f64> {
+        let v: String = t.chars().filter(|&c| c != '_').collect();
+        let v = v.to_ascii_lowercase();
+        let (neg, body) = sign(&v);
+        let value = if body.contains(':') {
+            // summed from the last part, in the order PyYAML adds them
+            let mut value = 0.0f64;
+            let mut base = 1.0f64;
+            for part in body.rsplit(':') {
+                value += part.parse::<f64>().ok()? * base;
+                base *= 60.0;
+            }
+            value
+        } else {
+            body.parse::<f64>().ok()?
+        };
+        let value = if neg { -value } else { value };
+        value.is_finite().then_some(value)
+    }
 }
 
 fn to_py(node: &Node) -> Py {
@@ -443,23 +594,121 @@ mod tests {
 
     #[test]
     fn values_it_cannot_reproduce_are_markers() {
-        for t in [
-            "0x10",
-            "1_000",
-            "2024-01-01",
-            ".inf",
-            "010",
-            "1:30",
-            "+.5",
-            "1e5",
-        ] {
+        let huge = format!("1{}.", "0".repeat(400));
+        for t in ["2024-01-01", ".inf", "-.Inf", ".nan", "0b_", "0x_", &huge] {
             let a = args(&format!("k: {t}")).unwrap();
             assert!(a[1].starts_with('\0'), "{t}: {a:?}");
             // and never the quoted string
             assert_ne!(a, args(&format!("k: '{t}'")).unwrap(), "{t}");
         }
-        assert_eq!(args("k: 1.50").unwrap()[1], "1.5");
-        assert_eq!(args("k: -0").unwrap()[1], "0");
+    }
+
+    #[test]
+    fn plain_scalars_are_typed_as_pyyaml_types_them() {
+        // (scalar, str() of PyYAML's value)
+        for (t, py) in [
+            ("0.0.0.0", "0.0.0.0"),
+            ("10.0.0.7", "10.0.0.7"),
+            ("31_555", "31555"),
+            ("0x1F", "31"),
+            ("-0b1_0", "-2"),
+            ("010", "8"),
+            ("08", "08"),
+            ("1:30", "90"),
+            ("1:60", "1:60"),
+            ("1:30.5", "90.5"),
+            ("1_000.5_5", "1000.55"),
+            ("1.", "1.0"),
+            ("1.e+5", "100000.0"),
+            ("1e5", "1e5"),
+            ("1.0e5", "1.0e5"),
+            (".5", "0.5"),
+            ("+.5", "+.5"),
+            ("-0.0", "-0.0"),
+            ("1.50", "1.5"),
+            ("-0", "0"),
+            ("0_", "0"),
+            ("::1", "::1"),
+            ("fe80::1", "fe80::1"),
+        ] {
+            assert_eq!(args(&format!("k: {t}")).unwrap()[1], py, "{t}");
+        }
+    }
+
+    /// Scalars made of the characters PyYAML's number patterns read, typed
+    /// by this module and by python3's PyYAML (`str()` of the value, or
+    /// `None` when PyYAML fails or this module writes a marker).
+    #[test]
+    fn plain_scalars_agree_with_pyyaml() {
+        let python = std::process::Command::new("python3")
+            .args(["-c", "import yaml"])
+            .status();
+        if !python.is_ok_and(|s| s.success()) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this test needs python3 with PyYAML, and CI must run it"
+            );
+            eprintln!("not run: needs python3 with PyYAML");
+            return;
+        }
+        const ALPHABET: &[u8] = b"0123456789_.:+-eExb";
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut scalars: Vec<String> = (0..4000)
+            .map(|_| {
+                let len = 1 + (next() % 7) as usize;
+                (0..len)
+                    .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize] as char)
+                    .collect()
+            })
+            .collect();
+        scalars.retain(|s| args(&format!("k: {s}")).is_ok_and(|a| a.len() == 2));
+        let ours: Vec<Option<String>> = scalars
+            .iter()
+            .map(|s| {
+                let a = args(&format!("k: {s}")).unwrap();
+                (!a[1].starts_with('\0')).then(|| a[1].clone())
+            })
+            .collect();
+        let script = "import json, sys, yaml\n\
+            out = []\n\
+            for s in json.load(sys.stdin):\n\
+            \x20   try:\n\
+            \x20       v = yaml.safe_load('k: ' + s)['k']\n\
+            \x20       out.append(None if isinstance(v, (bool, list, dict)) or v is None else str(v))\n\
+            \x20   except Exception:\n\
+            \x20       out.append(None)\n\
+            json.dump(out, sys.stdout)\n";
+        let input = tempfile::tempfile().unwrap();
+        serde_json::to_writer(&input, &scalars).unwrap();
+        let mut input = input;
+        std::io::Seek::rewind(&mut input).unwrap();
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(input)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let theirs: Vec<Option<String>> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(theirs.len(), scalars.len());
+        let mut compared = 0;
+        for ((s, ours), theirs) in scalars.iter().zip(&ours).zip(&theirs) {
+            // a marker is allowed (never equal to anything); a value must be PyYAML's
+            if let Some(v) = ours {
+                assert_eq!(Some(v), theirs.as_ref(), "{s:?}");
+                compared += 1;
+            }
+        }
+        assert!(
+            compared > scalars.len() / 2,
+            "{compared} of {}",
+            scalars.len()
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ by temp file + rename as FlashInfer saves them. Steps:
   onterm:C         on SIGTERM or SIGINT, exit with status C
   signals:FILE     on SIGUSR1, append the CLOCK_MONOTONIC time (ns) to FILE
   sleep:MS         sleep
-  serve:PORT       bind 127.0.0.1:PORT (retrying for up to 30 s while it is
-                   taken), then answer every HTTP request 200 in a thread
+  serve:[HOST:]PORT  bind HOST:PORT (127.0.0.1; retrying for up to 30 s while
+                   it is taken), then answer every HTTP request 200 in a thread
   report           print {"present": [rank file names]} on stdout; with
                    STAGED_REPORT_ONLY=1 in the environment, then exit 0
   mark:NAME        print "mark NAME" on stdout
@@ -56,13 +56,13 @@ def write(rank, entries):
     os.replace(tmp, os.path.join(DIR, f"rank_tp{rank}_pp0_dp0.json"))
 
 
-def serve(port):
+def serve(host, port):
     deadline = time.monotonic() + 30
     while True:
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
             break
         except OSError:
             s.close()
@@ -105,7 +105,8 @@ def main():
         elif name == "sleep":
             time.sleep(int(arg) / 1000)
         elif name == "serve":
-            serve(int(arg))
+            host, _, port = arg.rpartition(":")
+            serve(host or "127.0.0.1", int(port))
         elif name == "report":
             names = sorted(os.listdir(DIR)) if os.path.isdir(DIR) else []
             out(json.dumps({"present": [n for n in names if n.endswith(".json")]}))

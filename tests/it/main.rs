@@ -7,6 +7,7 @@ mod harden;
 mod cli;
 mod demo;
 mod docker;
+mod done_address;
 mod durations;
 mod entrypoint;
 mod expert_parallel;

@@ -63,7 +63,7 @@ fn kw_cmd(home: &Path, kw: &[&str], command: &[&str], env: &[(&str, &str)]) -> C
 }
 
 /// `keepwrap KW -- vllm serve /models/fake-moe --tune-ms 2 ARGS`
-fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Command {
+pub fn kw_vllm(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = vec!["vllm", "serve", "/models/fake-moe", "--tune-ms", "2"];
     command.extend_from_slice(args);
     kw_cmd(home, kw, &command, env)
