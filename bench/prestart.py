@@ -63,7 +63,7 @@ class Bench:
         return env
 
     def cmd(self, variant):
-        cmd = ["python3", "-S", ENGINE]
+        cmd = [sys.executable, "-S", ENGINE]
         if variant:
             cmd += ["--variant", variant]
         return cmd
@@ -132,7 +132,7 @@ def strace_count(b, cache, variant=None):
     out = os.path.join(b.base, "strace.txt")
     b.launch(cache, "noop", variant, wrap=["strace", "-f", "-qq", "-o", out])
     counts = collections.Counter()
-    engine = re.compile(r'execve\("[^"]*python3?[^"]*"')
+    engine = re.compile(r'execve\("' + re.escape(sys.executable) + '"')
     with open(out) as f:
         for line in f:
             parts = line.split(None, 1)

@@ -45,8 +45,9 @@ struct State<'f, 's> {
     sbuf: Vec<u8>,
     cbuf: Vec<u8>,
     cname: Vec<u8>,
-    /// Files trusted on their own, waiting for the set check.
-    cands: Vec<(String, Sidecar)>,
+    /// Files trusted on their own, waiting for the set check, with the
+    /// inode number of the file checked.
+    cands: Vec<(String, Sidecar, u64)>,
     /// Files signed for this launch but removed on their own (changed
     /// after signing, ...): "not trusted" rather than "missing" in the set
     /// line of the other members.
@@ -476,8 +477,8 @@ impl State<'_, '_> {
         // Anything else is read and hashed.
         let verdict = check_file(dir.fd, cstr_buf(&mut self.cname, name), &sc, &mut self.cbuf);
         match verdict {
-            Ok(_) => {
-                self.cands.push((path, sc));
+            Ok(id) => {
+                self.cands.push((path, sc, id.ino));
                 None
             }
             Err(reason) => {
