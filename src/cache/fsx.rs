@@ -233,6 +233,66 @@ fn regular_or_refuse(
     Ok((fd, st))
 }
 
+/// Read `name` in `dir`, a regular file by its directory entry (the
+/// listing's type), into `buf` (cleared first), at most `max` bytes
+/// (`InvalidData` beyond), without an `fstat`: no symlink followed, no
+/// blocking on a FIFO (which reads empty), a directory refused by `read`.
+/// A short read is taken as the end, as [`read_open`] takes it. Returns
+/// the open file (for an `fstat` when its identity matters).
+pub fn read_listed_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    buf: &mut Vec<u8>,
+    max: u64,
+) -> io::Result<File> {
+    let fd = openat_noatime(
+        dir,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+    )
+    .map_err(|e| {
+        if e == Errno::ELOOP {
+            io::Error::new(io::ErrorKind::InvalidInput, "a symlink")
+        } else {
+            err(e)
+        }
+    })?;
+    let mut file = File::from(fd);
+    buf.clear();
+    buf.resize(4096.min(max as usize + 1), 0);
+    let mut n = 0;
+    loop {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if n < buf.len() {
+                    break;
+                }
+                if n as u64 > max {
+                    buf.clear();
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("more than {max} bytes"),
+                    ));
+                }
+                buf.resize(n + 4096.min((max + 1) as usize - n), 0);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.clear();
+                return Err(e);
+            }
+        }
+    }
+    buf.truncate(n);
+    Ok(file)
+}
+
 /// Read the regular file `name` in `dir` into `buf` (cleared first), at most
 /// `max` bytes (`InvalidData` beyond). Returns its `fstat`.
 pub fn read_at<P: ?Sized + nix::NixPath>(

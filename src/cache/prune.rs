@@ -46,8 +46,8 @@ struct State<'f, 's> {
     cbuf: Vec<u8>,
     cname: Vec<u8>,
     /// Files trusted on their own, waiting for the set check, with the
-    /// inode number of the file checked.
-    cands: Vec<(String, Sidecar, u64)>,
+    /// identity of the file checked.
+    cands: Vec<(String, Sidecar, FileId)>,
     /// Files signed for this launch but removed on their own (changed
     /// after signing, ...): "not trusted" rather than "missing" in the set
     /// line of the other members.
@@ -431,8 +431,10 @@ impl State<'_, '_> {
             Some(Kind::File) => {}
             Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
         }
-        let sidecar_st = match fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
-            Ok(st) => st,
+        // The listing said a regular file: read without an `fstat` (the
+        // identity of a sidecar matters only for another launch's set).
+        let sidecar = match fsx::read_listed_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
+            Ok(file) => file,
             Err(e) => {
                 let reason = if e.kind() == io::ErrorKind::NotFound {
                     Reason::NoSidecar
@@ -461,6 +463,15 @@ impl State<'_, '_> {
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
         if foreign {
+            let sidecar_st = match fsx::stat_fd(sidecar.as_fd()) {
+                Ok(st) if Kind::from_mode(st.st_mode) == Kind::File => st,
+                Ok(st) => {
+                    let kind = Kind::from_mode(st.st_mode).name();
+                    return Some(Reason::SidecarUnreadable(format!("a {kind}")));
+                }
+                Err(e) => return Some(Reason::SidecarUnreadable(e.to_string())),
+            };
+            drop(sidecar);
             // Its bytes (or its stamp) are checked only once its set is
             // whole by the sidecars (a set is stored or removed whole: one
             // changed member is enough to know).
@@ -471,6 +482,7 @@ impl State<'_, '_> {
             });
             return None;
         }
+        drop(sidecar);
         // The very file that was hashed at signing (same inode, times and
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
@@ -478,7 +490,7 @@ impl State<'_, '_> {
         let verdict = check_file(dir.fd, cstr_buf(&mut self.cname, name), &sc, &mut self.cbuf);
         match verdict {
             Ok(id) => {
-                self.cands.push((path, sc, id.ino));
+                self.cands.push((path, sc, id));
                 None
             }
             Err(reason) => {

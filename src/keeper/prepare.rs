@@ -72,7 +72,13 @@ impl Keeper {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
             None => None,
         };
-        let watcher = match Watcher::new(&root) {
+        // What prune just looked at is not looked at again.
+        let seen = pruned
+            .kept
+            .iter()
+            .zip(&pruned.kept_ids)
+            .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
+        let watcher = match Watcher::seeded(&root, seen) {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
@@ -297,6 +303,7 @@ fn restore(
             restored = r.paths.len();
             crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
             pruned.kept = r.paths;
+            pruned.kept_ids.clear();
         }
     }
     let mut after_start = None;

@@ -35,6 +35,8 @@ impl State<'_, '_> {
                 None => {
                     crate::events::cache::kept(path, self.report.kept.len() < PER_FILE_LINES);
                     self.report.kept.push(PathBuf::from(path));
+                    self.report.kept_ids.push(*ino);
+                    let ino = &ino.ino;
                     let parent = path.rsplit_once('/').map_or("", |(d, _)| d);
                     match &mut dir {
                         Some((d, first, split)) if *d == parent => *split |= *first != *ino,
