@@ -9,7 +9,7 @@
 
 use std::ffi::CStr;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
@@ -263,33 +263,33 @@ pub fn read_listed_at<P: ?Sized + nix::NixPath>(
     })?;
     let mut file = File::from(fd);
     buf.clear();
-    buf.resize(4096.min(max as usize + 1), 0);
-    let mut n = 0;
-    loop {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => {
-                n += k;
-                if n < buf.len() {
-                    break;
-                }
-                if n as u64 > max {
-                    buf.clear();
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("more than {max} bytes"),
-                    ));
-                }
-                buf.resize(n + 4096.min((max + 1) as usize - n), 0);
-            }
+    buf.resize(4096, 0);
+    let n = loop {
+        match file.read(buf) {
+            Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 buf.clear();
                 return Err(e);
             }
         }
+    };
+    if n < buf.len() {
+        buf.truncate(n);
+        return Ok(file);
     }
-    buf.truncate(n);
+    // Larger than a sidecar should be: read as a regular file of the size
+    // its `fstat` gives (refused beyond `max` without reading it).
+    let st = fstat(&file).map_err(err)?;
+    let kind = Kind::from_mode(st.st_mode);
+    if kind != Kind::File {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a {}", kind.name()),
+        ));
+    }
+    file.seek(io::SeekFrom::Start(0))?;
+    read_open(&mut file, &st, buf, max)?;
     Ok(file)
 }
 

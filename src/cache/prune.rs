@@ -521,8 +521,17 @@ fn check_file(
     // (No stamp recorded: nothing to compare an `lstat` with.)
     if sc.stat.is_some() {
         if let Ok(st) = fsx::lstat_at(dir, name) {
+            let size = st.st_size.max(0) as u64;
             if Kind::from_mode(st.st_mode) == Kind::File && stamped(sc, &st) {
                 return Ok(FileId::of(&st));
+            }
+            // Another size than signed: changed, whatever its bytes (not
+            // read). What is not a regular file is refused by the open.
+            if Kind::from_mode(st.st_mode) == Kind::File && size != sc.size {
+                return Err(Reason::SizeChanged {
+                    now: size,
+                    signed: sc.size,
+                });
             }
         }
     }
