@@ -3,7 +3,7 @@ keepwrap with its defaults (unify on, the store, `--keep auto`, `--done
 auto`) around bench/prestart_engine.py, on a root of N rank files in
 directories of 8 signed by a default launch of that engine.
 
-    python3 bench/prestart.py [--runs R] [--strace] [KEEPWRAP] [N...]
+    python3 bench/prestart.py [--runs R] [--strace] [--reuse-only | --no-remove] [KEEPWRAP] [N...]
 
 For each N (default 10000), each figure is the time from keepwrap's start
 (just before the harness spawns it) to the engine's first instruction,
@@ -45,6 +45,12 @@ if "--runs" in args:
 if "--strace" in args:
     args.remove("--strace")
     use_strace = True
+reuse_only = "--reuse-only" in args
+if reuse_only:
+    args.remove("--reuse-only")
+no_remove = "--no-remove" in args
+if no_remove:
+    args.remove("--no-remove")
 KW = os.path.join(ROOT, "target/release/keepwrap")
 if args and not args[0].isdigit():
     KW = os.path.abspath(args.pop(0))
@@ -186,6 +192,8 @@ def main():
             row("reuse", n, *zip(*results), anchor)
             if use_strace:
                 calls[("reuse", n)] = strace_count(b, cache)
+            if reuse_only:
+                continue
             stash, restore = [], []
             for _ in range(runs):
                 stash.append(b.launch(cache, variant="b"))
@@ -197,6 +205,8 @@ def main():
             if use_strace:
                 calls[("stash", n)] = strace_count(b, cache, "b")
                 b.launch(cache)
+            if no_remove:
+                continue
             remove = []
             for _ in range(runs):
                 cache = sign(b, n)
