@@ -5,7 +5,8 @@
 #
 # Runs every benchmark on this machine (release builds) and prints Markdown:
 # wrapper overhead against tini, dumb-init, catatonit and a direct exec,
-# resident memory and idle CPU; pre-launch prune (reuse, stash, remove) of
+# resident memory and idle CPU; before the engine starts and after it
+# exits as a user sees it (bench/prestart.py, needs strace); pre-launch prune (reuse, stash, remove) of
 # 100 to 100,000 cache files with the cost per file; done to signed at 64
 # rank files; unify, store, share; done-to-signed latency; signal latency
 # while signing; cold against warm
@@ -27,6 +28,9 @@ echo "## Performance report ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r))"
 
 section "Entrypoint: startup, memory, idle CPU (bench/entrypoint.sh)"
 bash bench/entrypoint.sh
+
+section "Before the engine starts, as a user sees it: the release keepwrap with its defaults, 10,000 rank files (bench/prestart.py)"
+python3 bench/prestart.py --strace 10000
 
 section "Pre-launch prune: reuse, stash, remove at 100 to 100,000 rank files (benches/bench_prune.rs)"
 block bench bench_prune

@@ -9,7 +9,7 @@
 
 use std::ffi::CStr;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
@@ -270,6 +270,66 @@ fn regular_or_refuse(
         ));
     }
     Ok((fd, st))
+}
+
+/// Read `name` in `dir`, a regular file by its directory entry (the
+/// listing's type), into `buf` (cleared first), at most `max` bytes
+/// (`InvalidData` beyond), without an `fstat`: no symlink followed, no
+/// blocking on a FIFO (which reads empty), a directory refused by `read`.
+/// A short read is taken as the end, as [`read_open`] takes it. Returns
+/// the open file (for an `fstat` when its identity matters).
+pub fn read_listed_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    buf: &mut Vec<u8>,
+    max: u64,
+) -> io::Result<File> {
+    let fd = openat_noatime(
+        dir,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+    )
+    .map_err(|e| {
+        if e == Errno::ELOOP {
+            io::Error::new(io::ErrorKind::InvalidInput, "a symlink")
+        } else {
+            err(e)
+        }
+    })?;
+    let mut file = File::from(fd);
+    buf.clear();
+    buf.resize(4096, 0);
+    let n = loop {
+        match file.read(buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.clear();
+                return Err(e);
+            }
+        }
+    };
+    if n < buf.len() {
+        buf.truncate(n);
+        return Ok(file);
+    }
+    // Larger than a sidecar should be: read as a regular file of the size
+    // its `fstat` gives (refused beyond `max` without reading it).
+    let st = fstat(&file).map_err(err)?;
+    let kind = Kind::from_mode(st.st_mode);
+    if kind != Kind::File {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a {}", kind.name()),
+        ));
+    }
+    file.seek(io::SeekFrom::Start(0))?;
+    read_open(&mut file, &st, buf, max)?;
+    Ok(file)
 }
 
 /// Read the regular file `name` in `dir` into `buf` (cleared first), at most

@@ -63,6 +63,12 @@ pub use sidecar::{
 pub struct PruneReport {
     /// Cache files kept: signed for this launch, bytes unchanged, set whole.
     pub kept: Vec<PathBuf>,
+    /// The identity of each file of `kept` as prune checked it (same order).
+    pub kept_ids: Vec<FileId>,
+    /// Directories (relative to the root) whose kept cache files are not
+    /// all hard links of one file, as unify leaves a directory: signed
+    /// without unify.
+    pub split: Vec<PathBuf>,
     /// Cache files removed.
     pub removed: usize,
     /// Cache files of whole sets signed for other launches, moved to the

@@ -45,8 +45,9 @@ struct State<'f, 's> {
     sbuf: Vec<u8>,
     cbuf: Vec<u8>,
     cname: Vec<u8>,
-    /// Files trusted on their own, waiting for the set check.
-    cands: Vec<(String, Sidecar)>,
+    /// Files trusted on their own, waiting for the set check, with the
+    /// identity of the file checked.
+    cands: Vec<(String, Sidecar, FileId)>,
     /// Files signed for this launch but removed on their own (changed
     /// after signing, ...): "not trusted" rather than "missing" in the set
     /// line of the other members.
@@ -435,8 +436,10 @@ impl State<'_, '_> {
             Some(Kind::File) => {}
             Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
         }
-        let sidecar_st = match fsx::read_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
-            Ok(st) => st,
+        // The listing said a regular file: read without an `fstat` (the
+        // identity of a sidecar matters only for another launch's set).
+        let sidecar = match fsx::read_listed_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
+            Ok(file) => file,
             Err(e) => {
                 let reason = if e.kind() == io::ErrorKind::NotFound {
                     Reason::NoSidecar
@@ -474,6 +477,15 @@ impl State<'_, '_> {
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
         if foreign {
+            let sidecar_st = match fsx::stat_fd(sidecar.as_fd()) {
+                Ok(st) if Kind::from_mode(st.st_mode) == Kind::File => st,
+                Ok(st) => {
+                    let kind = Kind::from_mode(st.st_mode).name();
+                    return Some(Reason::SidecarUnreadable(format!("a {kind}")));
+                }
+                Err(e) => return Some(Reason::SidecarUnreadable(e.to_string())),
+            };
+            drop(sidecar);
             // Its bytes (or its stamp) are checked only once its set is
             // whole by the sidecars (a set is stored or removed whole: one
             // changed member is enough to know).
@@ -484,14 +496,15 @@ impl State<'_, '_> {
             });
             return None;
         }
+        drop(sidecar);
         // The very file that was hashed at signing (same inode, times and
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
         // Anything else is read and hashed.
         let verdict = check_file(dir.fd, cstr_buf(&mut self.cname, name), &sc, &mut self.cbuf);
         match verdict {
-            Ok(_) => {
-                self.cands.push((path, sc));
+            Ok(id) => {
+                self.cands.push((path, sc, id));
                 None
             }
             Err(reason) => {
@@ -522,8 +535,17 @@ fn check_file(
     // (No stamp recorded: nothing to compare an `lstat` with.)
     if sc.stat.is_some() {
         if let Ok(st) = fsx::lstat_at(dir, name) {
+            let size = st.st_size.max(0) as u64;
             if Kind::from_mode(st.st_mode) == Kind::File && stamped(sc, &st) {
                 return Ok(FileId::of(&st));
+            }
+            // Another size than signed: changed, whatever its bytes (not
+            // read). What is not a regular file is refused by the open.
+            if Kind::from_mode(st.st_mode) == Kind::File && size != sc.size {
+                return Err(Reason::SizeChanged {
+                    now: size,
+                    signed: sc.size,
+                });
             }
         }
     }

@@ -482,9 +482,13 @@ fn stamp_racy(
 
 /// Write `sidecars` atomically, one directory at a time (each fsynced
 /// once); stop at the first error (`total`: members of the set, for the
-/// error).
+/// error). Every sidecar is first written to a temp file beside it, then
+/// one `syncfs` makes them all durable, then each is renamed into place:
+/// one flush for the set, not one for each sidecar (about 4 ms each on a
+/// virtual disk: 40 s for 10,000 files). A crash before a rename leaves a
+/// temp file, which the next prune removes as a leftover.
 fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Result<()> {
-    let mut written = 0;
+    let mut dirs = Vec::new();
     let mut i = 0;
     while i < sidecars.len() {
         let (parent, _) = split(&sidecars[i].path);
@@ -493,33 +497,75 @@ fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Res
             .take_while(|s| split(&s.path).0 == parent)
             .count();
         let dir = fsx::open_dir_path(root.as_fd(), Path::new(parent))
-            .map_err(|e| incomplete(e, format!("cannot open directory {parent}"), i, total))?;
+            .map_err(|e| incomplete(e, format!("cannot open directory {parent}"), 0, total));
+        let dir = match dir {
+            Ok(dir) => dir,
+            Err(e) => return Err(unwritten(&dirs, e)),
+        };
+        let mut temps = Vec::with_capacity(end - i);
         for sc in &sidecars[i..end] {
-            let bytes = sidecar::to_bytes(sc);
-            let name = sidecar_cname(split(&sc.path).1);
             // One failed write leaves the set incomplete, so that the next
             // prune trusts none of it: writing the rest is pointless, and one
             // error says it all (a full disk would fail every one).
-            fsx::write_atomic_at(dir.as_fd(), &name, &bytes, 0o644).map_err(|e| {
-                incomplete(
-                    e,
-                    format!(
+            match fsx::write_temp_at(dir.as_fd(), &sidecar::to_bytes(sc), 0o644, false) {
+                Ok(tmp) => temps.push(tmp),
+                Err(e) => {
+                    let name = sidecar_cname(split(&sc.path).1);
+                    let what = format!(
                         "cannot write sidecar {}",
                         Rel(parent_prefix(&sc.path), name.as_bytes())
-                    ),
-                    written,
-                    total,
-                )
-            })?;
+                    );
+                    dirs.push((dir, i, temps));
+                    return Err(unwritten(&dirs, incomplete(e, what, 0, total)));
+                }
+            }
+        }
+        dirs.push((dir, i, temps));
+        i = end;
+    }
+    if let Some((dir, _, _)) = dirs.first() {
+        if let Err(e) = nix::unistd::syncfs(dir.as_fd()) {
+            let e = io::Error::from(e);
+            let e = incomplete(e, "cannot flush the sidecars".into(), 0, total);
+            return Err(unwritten(&dirs, e));
+        }
+    }
+    let mut written = 0;
+    for (n, (dir, first, temps)) in dirs.iter().enumerate() {
+        for (k, tmp) in temps.iter().enumerate() {
+            let sc = &sidecars[first + k];
+            let name = sidecar_cname(split(&sc.path).1);
+            if let Err(e) = fsx::rename_at(dir.as_fd(), tmp.as_slice(), name.as_c_str()) {
+                let what = format!(
+                    "cannot write sidecar {}",
+                    Rel(parent_prefix(&sc.path), name.as_bytes())
+                );
+                let e = incomplete(e, what, written, total);
+                // What is not renamed yet goes.
+                for tmp in &temps[k..] {
+                    let _ = fsx::unlink_at(dir.as_fd(), tmp.as_slice());
+                }
+                return Err(unwritten(&dirs[n + 1..], e));
+            }
             written += 1;
             crate::failpoint::hit("sign");
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
+            let (parent, _) = split(&sidecars[*first].path);
             crate::events::cache::cannot_fsync_dir(parent, e);
         }
-        i = end;
     }
     Ok(())
+}
+
+/// The temp files of sidecars not renamed into place, removed; `e` back.
+fn unwritten(dirs: &[(OwnedFd, usize, Vec<Vec<u8>>)], e: io::Error) -> io::Error {
+    for (dir, _, temps) in dirs {
+        for tmp in temps {
+            let _ = fsx::unlink_at(dir.as_fd(), tmp.as_slice());
+        }
+    }
+    e
 }
 
 /// The error of a sign that stopped after `written` of `total` sidecars.

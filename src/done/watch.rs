@@ -47,6 +47,9 @@ pub struct Watcher {
     dirs: HashMap<WatchDescriptor, PathBuf>,
     /// Cache files seen, relative to the root, with what they looked like.
     files: HashMap<PathBuf, Stamp>,
+    /// During the first walk: files looked at just before it (see
+    /// [`Watcher::seeded`]), taken as seen when the walk finds them.
+    seed: HashMap<PathBuf, Stamp>,
 }
 
 fn dir_flags() -> AddWatchFlags {
@@ -72,6 +75,17 @@ impl Watcher {
     /// Watch `root` (which must exist) and every directory below it: record
     /// what is there now, and add the watches [`ARM_AFTER`] from now.
     pub fn new(root: &Path) -> io::Result<Watcher> {
+        Watcher::seeded(root, std::iter::empty())
+    }
+
+    /// [`Watcher::new`], with files already looked at just before (`seen`:
+    /// path relative to the root, how it looked): the first walk takes
+    /// them as seen, without looking at them again. Only for what was
+    /// looked at with nothing started since that could change it.
+    pub fn seeded(
+        root: &Path,
+        seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
+    ) -> io::Result<Watcher> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let timer = TimerFd::new(
@@ -90,9 +104,11 @@ impl Watcher {
             root: root.to_path_buf(),
             dirs: HashMap::new(),
             files: HashMap::new(),
+            seed: seen.into_iter().collect(),
         };
         let mut landed = Vec::new();
         w.add_tree(PathBuf::new(), &mut landed)?;
+        w.seed = HashMap::new();
         Ok(w)
     }
 
@@ -197,6 +213,10 @@ impl Watcher {
     /// Record a file; if it is a cache file that is new or changed, it landed.
     fn note_file(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) {
         if !cache::is_cache_file(&rel) {
+            return;
+        }
+        if let Some(seen) = self.seed.remove(&rel) {
+            self.files.insert(rel, seen);
             return;
         }
         let Ok(meta) = std::fs::symlink_metadata(self.root.join(&rel)) else {

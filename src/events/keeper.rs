@@ -335,14 +335,14 @@ pub fn cannot_sign(root: &Path, error: impl Display) {
     );
 }
 
-/// Files kept for this launch were unified and signed again.
-pub fn signed_unified(files: usize, fingerprint: &str) {
+/// Files kept for this launch were signed without unify: unified at done.
+pub fn kept_not_unified(dirs: usize, fingerprint: &str) {
     tracing::info!(
         target: TARGET,
-        event = "signed_unified",
-        files,
+        event = "kept_not_unified",
+        dirs,
         fingerprint,
-        "signed {files} unified cache files for this launch"
+        "the cache files kept in {dirs} directories are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done"
     );
 }
 

@@ -19,7 +19,6 @@ use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
 use crate::share::Share;
 use crate::store::{self, Store};
-use crate::unify;
 use crate::STATE_DIR;
 
 use super::turn::{wait_turn, Turn};
@@ -73,7 +72,13 @@ impl Keeper {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
             None => None,
         };
-        let watcher = match Watcher::new(&root) {
+        // What prune just looked at is not looked at again.
+        let seen = pruned
+            .kept
+            .iter()
+            .zip(&pruned.kept_ids)
+            .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
+        let watcher = match Watcher::seeded(&root, seen) {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
@@ -102,7 +107,7 @@ impl Keeper {
         };
         keeper.take_share_union();
         vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
-        keeper.unify_kept();
+        keeper.unify_kept(&pruned.split);
         // Nothing to explain and nothing in the trash: no work, no thread.
         let after_start: Option<AfterStart> = match (after_start, trash.has_work()) {
             (None, false) => None,
@@ -121,19 +126,13 @@ impl Keeper {
     }
 
     /// Files kept for this launch but signed without being unified (e.g.
-    /// with `--unify off`): unify them now and sign the result, so that the
-    /// engine's gate agrees on this very boot.
-    fn unify_kept(&mut self) {
-        if !self.unify || self.kept.len() < 2 {
-            return;
-        }
-        if unify::unify_tree(&self.root, self.kept.iter().map(PathBuf::as_path)).rewritten == 0 {
-            return;
-        }
-        self.watcher.read();
-        match cache::sign(&self.root, &self.fingerprint) {
-            Ok(r) => crate::events::keeper::signed_unified(r.signed.len(), &self.fingerprint),
-            Err(e) => crate::events::keeper::cannot_sign(&self.root, e),
+    /// with `--unify off`, `split`: their directories): the engine loads
+    /// them as they are, and the sign at done unifies them. Rewriting and
+    /// signing them again here would make the engine wait for work that
+    /// grows with the set (seconds at 10,000 files).
+    fn unify_kept(&self, split: &[PathBuf]) {
+        if self.unify && !split.is_empty() {
+            crate::events::keeper::kept_not_unified(split.len(), &self.fingerprint);
         }
     }
 
@@ -314,6 +313,7 @@ fn restore(
             restored = r.paths.len();
             crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
             pruned.kept = r.paths;
+            pruned.kept_ids.clear();
         }
     }
     let mut after_start = None;

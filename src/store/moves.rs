@@ -1,6 +1,8 @@
 //! Moving a set's members between the cache tree and an entry, and
 //! reading and writing the store's JSON files.
 
+use std::collections::HashMap;
+
 use super::*;
 
 /// A directory holding members: at their paths below it (the cache tree,
@@ -67,34 +69,48 @@ pub(super) fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
 /// `to`. Returns the number of files moved, or the first error (files moved
 /// before it stay moved). Directories fsynced once each.
 pub(super) fn move_members(from: Side<'_>, to: Side<'_>, members: &[Member]) -> io::Result<usize> {
+    move_members_with(from, to, members, true)
+}
+
+/// [`move_members`]; with `fsync` false no directory is fsynced (the
+/// caller makes the moves durable at once, [`Store::sync`]).
+pub(super) fn move_members_with(
+    from: Side<'_>,
+    to: Side<'_>,
+    members: &[Member],
+    fsync: bool,
+) -> io::Result<usize> {
     let mut moved = 0;
-    let mut touched: BTreeMap<String, Held<'_>> = BTreeMap::new();
+    // Each directory opened (or created) once: members of one directory
+    // are many (8 ranks, 64), and opening a path costs a call a level.
+    let mut sources: HashMap<&str, Option<Held<'_>>> = HashMap::new();
+    let mut touched: BTreeMap<&str, Held<'_>> = BTreeMap::new();
     for m in members {
         let (parent, name) = split(&m.path);
-        let Some(src) = from.dir(&m.path) else {
+        let src = sources.entry(parent).or_insert_with(|| from.dir(&m.path));
+        let Some(src) = src else {
             continue;
         };
-        let [json, launch] = names(name);
-        let any = fsx::exists_at(src.fd(), json.as_c_str())
-            || fsx::exists_at(src.fd(), launch.as_c_str());
-        if !any {
-            continue;
-        }
-        let dst = to.ensure(&m.path)?;
-        for n in [&json, &launch] {
-            if fsx::exists_at(src.fd(), n.as_c_str()) {
-                fsx::rename_noreplace(src.fd(), n.as_c_str(), dst.fd(), n.as_c_str())?;
-                moved += 1;
-                crate::failpoint::hit("store");
+        for n in names(name) {
+            if !fsx::exists_at(src.fd(), n.as_c_str()) {
+                continue;
             }
+            let dst = match touched.entry(parent) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(to.ensure(&m.path)?),
+            };
+            fsx::rename_noreplace(src.fd(), n.as_c_str(), dst.fd(), n.as_c_str())?;
+            moved += 1;
+            crate::failpoint::hit("store");
         }
-        touched.entry(parent.to_string()).or_insert(dst);
     }
     // Each rename is atomic in the file system's journal: a file is in one
     // directory or the other even after a power loss. fsync only for
     // durability, once per destination directory.
-    for dst in touched.values() {
-        let _ = fsx::fsync_dir(dst.fd());
+    if fsync {
+        for dst in touched.values() {
+            let _ = fsx::fsync_dir(dst.fd());
+        }
     }
     Ok(moved)
 }

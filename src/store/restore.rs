@@ -162,13 +162,16 @@ impl Store {
             });
         }
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
-        if let Err(e) = move_members(Side::tree(dir.as_fd()), root, &man.members) {
+        // Durable at once, with one sync below.
+        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &man.members, false) {
             crate::events::store::restore_move_failed(fp, e);
             drop(dir);
             self.unrestore(&restoring, &man);
             return None;
         }
         drop(dir);
+        self.unsynced.set(true);
+        self.sync();
         let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
         Some(Restored {
             paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),

@@ -33,12 +33,22 @@ impl Store {
         let (from, to) = (Side::tree(root), Side::tree(dir.as_fd()));
         let res = write_json(dir.as_fd(), MANIFEST, &man)
             .and_then(|()| fsx::fsync_dir(self.store.as_fd()))
-            .and_then(|()| move_members(from, to, &man.members).map(|_| ()))
+            .and_then(|()| {
+                // Durable with the rest of the prune's moves (one sync).
+                self.unsynced.set(true);
+                move_members_with(from, to, &man.members, false).map(|_| ())
+            })
             .and_then(|()| {
                 // What enters the store is what was signed: a file the
-                // engine replaced meanwhile does not.
-                self.verify(dir.as_fd(), &man)
-                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+                // engine replaced meanwhile does not. The very files prune
+                // checked (their inode numbers, by directory), else every
+                // byte.
+                if set.checked.len() == man.members.len() {
+                    moved_as_checked(dir.as_fd(), set)
+                } else {
+                    self.verify(dir.as_fd(), &man)
+                }
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
             })
             .and_then(|()| self.install(&staging, &set.fingerprint));
         if let Err(e) = res {
@@ -102,7 +112,7 @@ impl Store {
         crate::failpoint::hit("store");
         let res = fsx::open_dir_at(self.store.as_fd(), at).and_then(|moved| {
             // What moved is what prune checked, and nothing else.
-            same_as_checked(moved.as_fd(), set)
+            same_as_checked(moved.as_fd(), set.checked.iter())
                 .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
             let from = cache::manifest_name(fp);
             fsx::rename_noreplace(sets, from.as_str(), moved.as_fd(), MANIFEST)?;
@@ -172,6 +182,22 @@ impl Store {
     }
 }
 
+/// [`same_as_checked`] for a set moved member by member into the tree of
+/// a staging directory (created by this launch, mode 0700): each directory
+/// of it holds exactly the members checked there, each the very file
+/// checked.
+fn moved_as_checked(staging: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), String> {
+    let mut checked: Vec<&(String, [cache::FileId; 2])> = set.checked.iter().collect();
+    checked.sort_by(|a, b| split(&a.0).0.cmp(split(&b.0).0));
+    for group in checked.chunk_by(|a, b| split(&a.0).0 == split(&b.0).0) {
+        let parent = split(&group[0].0).0;
+        let dir =
+            fsx::open_dir_path(staging, Path::new(parent)).map_err(|e| format!("{parent}: {e}"))?;
+        same_as_checked(dir.as_fd(), group.iter().copied())?;
+    }
+    Ok(())
+}
+
 /// Does the moved directory hold exactly the set's members and their
 /// sidecars, each the very file prune checked? One listing of the
 /// directory (its entries' names and inode numbers, `getdents`), no `lstat`
@@ -204,10 +230,13 @@ impl Store {
 ///   never reaches the engine. Only a process of the same user can write
 ///   them in place (a directory another user can write never reaches the
 ///   store), and the engine never does: it saves by rename.
-pub(super) fn same_as_checked(moved: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), String> {
+pub(super) fn same_as_checked<'a>(
+    moved: BorrowedFd<'_>,
+    checked: impl ExactSizeIterator<Item = &'a (String, [cache::FileId; 2])>,
+) -> Result<(), String> {
     // The expected names, sorted, with the identity checked.
-    let mut want: Vec<(CString, cache::FileId, &str)> = Vec::with_capacity(2 * set.checked.len());
-    for (path, ids) in &set.checked {
+    let mut want: Vec<(CString, cache::FileId, &str)> = Vec::with_capacity(2 * checked.len());
+    for (path, ids) in checked {
         for (n, id) in names(split(path).1).into_iter().zip(ids) {
             want.push((n, *id, path.as_str()));
         }

@@ -53,6 +53,21 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
     report
 }
 
+/// Are the rank files `names` of `dir` (two or more) hard links of one
+/// regular file, as unify leaves a directory? Then they hold the same bytes,
+/// which are their union: nothing to read, nothing to write. One `lstat` a
+/// file; any error or any other file: no.
+fn one_file(dir: BorrowedFd<'_>, names: &[&str]) -> bool {
+    let mut first = None;
+    names.len() >= 2
+        && names.iter().all(|name| match fsx::lstat_at(dir, *name) {
+            Ok(st) if fsx::Kind::from_mode(st.st_mode) == fsx::Kind::File => {
+                *first.get_or_insert((st.st_dev, st.st_ino)) == (st.st_dev, st.st_ino)
+            }
+            _ => false,
+        })
+}
+
 /// A write failed for want of room or of a writable file system.
 pub(super) fn no_room(e: &io::Error) -> bool {
     matches!(
@@ -74,6 +89,10 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
         return Ok(false);
     }
     let dfd = fsx::open_dir_path(root, dir)?;
+    if one_file(dfd.as_fd(), names) {
+        crate::events::unify::already_unified(dir.display(), names.len());
+        return Ok(false);
+    }
     let mut files = Vec::with_capacity(names.len());
     let mut modes = Vec::with_capacity(names.len());
     for name in names {

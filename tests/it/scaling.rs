@@ -176,3 +176,98 @@ fn bytes_and_files_written_at_done_grow_linearly_with_files() {
         "bytes: x{ratio:.1} for 16x the files"
     );
 }
+
+/// keepwrap's reads before the engine's start, as the engine saw them at
+/// its first instruction (`/proc/<keepwrap>/io`): read system calls and
+/// bytes read.
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    calls: u64,
+    bytes: u64,
+}
+
+/// One launch with the defaults (unify on, the store) of the engine of
+/// `tests/helpers/reads_at_start.py` on the root `cache`, writing `write`
+/// rank files; `variant`: an argument more (another fingerprint).
+fn launch(cache: &Path, ctl: &Path, write: usize, variant: bool) -> (Reads, String) {
+    let write_file = ctl.join("write");
+    if write > 0 {
+        std::fs::write(&write_file, write.to_string()).unwrap();
+    } else {
+        let _ = std::fs::remove_file(&write_file);
+    }
+    let mut cmd = crate::common::keepwrap(cache);
+    cmd.env("READS_CTL", ctl)
+        .arg("--")
+        .arg("python3")
+        .arg(crate::common::helper("reads_at_start.py"));
+    if variant {
+        cmd.arg("b");
+    }
+    let out = crate::common::output(&mut cmd);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let io = std::fs::read_to_string(ctl.join("io")).unwrap();
+    let field = |name: &str| -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in keepwrap's /proc io: {io}"))
+    };
+    (
+        Reads {
+            calls: field("syscr:"),
+            bytes: field("rchar:"),
+        },
+        out.stderr,
+    )
+}
+
+/// Reads per kept file at reuse and at stash, over those of a launch on an
+/// empty root (the anchor): for a set of `files` rank files signed by a
+/// default launch.
+fn reads_per_file(files: usize) -> [(f64, f64); 2] {
+    let t = tempfile::tempdir().unwrap();
+    let ctl = t.path().join("ctl");
+    std::fs::create_dir(&ctl).unwrap();
+    let (empty, cache) = (t.path().join("empty"), t.path().join("cache"));
+    launch(&empty, &ctl, 0, false);
+    let (anchor, _) = launch(&empty, &ctl, 0, false);
+    let (_, log) = launch(&cache, &ctl, files, false);
+    assert!(
+        log.contains(&format!("tuned and signed {files} cache files")),
+        "{log}"
+    );
+    let per = |r: Reads| {
+        (
+            (r.calls as f64 - anchor.calls as f64) / files as f64,
+            (r.bytes as f64 - anchor.bytes as f64) / files as f64,
+        )
+    };
+    let (reuse, log) = launch(&cache, &ctl, 0, false);
+    assert!(
+        log.contains(&format!("reused {files} cache files")),
+        "{log}"
+    );
+    let (stash, log) = launch(&cache, &ctl, 0, true);
+    assert!(log.contains(&format!("stored {files}")), "{log}");
+    [per(reuse), per(stash)]
+}
+
+/// A kept file is not read at reuse, nor at stash: its sidecar is (about
+/// 550 bytes), the file itself (20 KB here, each directory's union 8 times
+/// that) only through its stamp. Before: unify read every kept file again
+/// before the engine's start (3 reads and its whole union a file), and
+/// stash read every byte of a set once it had moved. The same per file at
+/// 64 and 256 files: linear.
+#[test]
+fn reads_before_the_start_per_kept_file_stay_small_and_flat() {
+    for files in [64, 256] {
+        let [(reuse_calls, reuse_bytes), (stash_calls, stash_bytes)] = reads_per_file(files);
+        let shown = format!(
+            "{files} files: reuse {reuse_calls:.2} reads and {reuse_bytes:.0} bytes a file, \
+             stash {stash_calls:.2} and {stash_bytes:.0}"
+        );
+        assert!(reuse_calls <= 1.5 && reuse_bytes <= 1024.0, "{shown}");
+        assert!(stash_calls <= 1.5 && stash_bytes <= 1536.0, "{shown}");
+    }
+}

@@ -18,7 +18,7 @@ impl State<'_, '_> {
         let cands = std::mem::take(&mut self.cands);
         let views: Vec<Candidate<'_>> = cands
             .iter()
-            .map(|(p, sc)| Candidate {
+            .map(|(p, sc, _)| Candidate {
                 path: p.as_str(),
                 sidecar: sc,
             })
@@ -27,11 +27,24 @@ impl State<'_, '_> {
             self.load_manifest(&root, self.fingerprint);
         }
         let verdicts = judge::resolve_sets(&views, &self.manifests);
-        for ((path, _), verdict) in cands.iter().zip(verdicts) {
+        // The directory of the last file kept, its first inode number, and
+        // whether another file kept there is another inode.
+        let mut dir: Option<(&str, u64, bool)> = None;
+        for ((path, _, ino), verdict) in cands.iter().zip(verdicts) {
             match verdict {
                 None => {
                     crate::events::cache::kept(path, self.report.kept.len() < PER_FILE_LINES);
                     self.report.kept.push(PathBuf::from(path));
+                    self.report.kept_ids.push(*ino);
+                    let ino = &ino.ino;
+                    let parent = path.rsplit_once('/').map_or("", |(d, _)| d);
+                    match &mut dir {
+                        Some((d, first, split)) if *d == parent => *split |= *first != *ino,
+                        _ => {
+                            self.note_split(dir.take());
+                            dir = Some((parent, *ino, false));
+                        }
+                    }
                 }
                 Some(mut reason) => {
                     if let Reason::SetIncomplete { member, why } = &mut reason {
@@ -46,9 +59,18 @@ impl State<'_, '_> {
                 }
             }
         }
+        self.note_split(dir);
         more_lines(self.report.kept.len(), "kept");
         self.resolve_foreign(&root);
         self.root = Some(root);
+    }
+
+    /// A directory whose kept files are not all one file (hard links of
+    /// one inode, as unify leaves them): counted in the report.
+    fn note_split(&mut self, dir: Option<(&str, u64, bool)>) {
+        if let Some((d, _, true)) = dir {
+            self.report.split.push(PathBuf::from(d));
+        }
     }
 
     /// Read and check the set manifest of launch `fp`, once.
