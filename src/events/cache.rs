@@ -3,6 +3,8 @@
 
 use std::fmt::Display;
 
+use super::cache_files;
+
 const TARGET: &str = "keepwrap::cache";
 
 // ---- prune ----
@@ -46,7 +48,8 @@ pub fn more_files(what: &str, files: usize) {
         event = "more_files",
         what,
         files,
-        "{what} {files} more cache files (KEEPWRAP_LOG=debug lists each)"
+        "{what} {files} more {} (KEEPWRAP_LOG=debug lists each)",
+        cache_files(files)
     );
 }
 
@@ -186,7 +189,8 @@ pub fn cannot_store(files: usize, fingerprint: &str, error: impl Display) {
         files,
         fingerprint,
         error = %error,
-        "cannot store the {files} cache files signed for launch {fingerprint}...: {error}; removing them"
+        "cannot store the {files} {} signed for launch {fingerprint}...: {error}; removing them",
+        cache_files(files)
     );
 }
 

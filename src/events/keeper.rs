@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
+use super::cache_files;
 use super::secs;
 use super::Shown;
 use crate::digest::short;
@@ -166,7 +167,8 @@ pub fn restored(files: usize, fingerprint: &str, signed_ago: impl Display) {
         event = "restored",
         files,
         fingerprint,
-        "restored {files} cache files of this launch from the store (signed {signed_ago})"
+        "restored {files} {} of this launch from the store (signed {signed_ago})",
+        cache_files(files)
     );
 }
 
@@ -324,7 +326,8 @@ pub fn signed_unified(files: usize, fingerprint: &str) {
         event = "signed_unified",
         files,
         fingerprint,
-        "signed {files} unified cache files for this launch"
+        "signed {files} unified {} for this launch",
+        cache_files(files)
     );
 }
 
@@ -335,7 +338,8 @@ pub fn signed(files: usize, fingerprint: &str) {
         event = "signed",
         files,
         fingerprint,
-        "tuned and signed {files} cache files"
+        "tuned and signed {files} {}",
+        cache_files(files)
     );
 }
 
@@ -346,7 +350,8 @@ pub fn reused(files: usize, fingerprint: &str) {
         event = "reused",
         files,
         fingerprint,
-        "reused {files} cache files signed for this launch"
+        "reused {files} {} signed for this launch",
+        cache_files(files)
     );
 }
 
@@ -357,7 +362,8 @@ pub fn signed_again(files: usize, late: usize, fingerprint: &str) {
         files,
         late,
         fingerprint,
-        "signed again at exit: {files} cache files, with the {late} that landed after tuning was done"
+        "signed again at exit: {files} {}, with the {late} that landed after tuning was done",
+        cache_files(files)
     );
 }
 

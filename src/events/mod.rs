@@ -54,3 +54,12 @@ impl std::fmt::Display for Shown<'_> {
 fn secs(d: std::time::Duration) -> f64 {
     d.as_secs_f64()
 }
+
+/// `cache file` or `cache files`, for a count of `n`.
+fn cache_files(n: usize) -> &'static str {
+    if n == 1 {
+        "cache file"
+    } else {
+        "cache files"
+    }
+}

@@ -13,17 +13,27 @@ const DIR: &str = "0.7.2/sm121/0123456789abcdef";
 /// warned about) saves two rank files as FlashInfer does, with
 /// `--log-format FORMAT`, no keepwrap variable of the caller's.
 fn launch(root: &Path, format: &str) -> Command {
+    engine(
+        root,
+        format,
+        &["--done", "exit"],
+        "for r in 0 1; do printf '{\"k%s\": [\"R\", %s]}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${r}_pp0_dp0.json\"; done",
+    )
+}
+
+/// keepwrap `--log-format FORMAT --keep always DONE` around a script file
+/// that runs `body` with `$d` the cache directory of [`DIR`] (made).
+fn engine(root: &Path, format: &str, done: &[&str], body: &str) -> Command {
     let script = root.with_extension("sh");
     std::fs::write(
         &script,
-        format!(
-            "d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${{r}}_pp0_dp0.json\"; done\n"
-        ),
+        format!("d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; {body}\n"),
     )
     .unwrap();
     let mut cmd = Command::new(BIN);
     common::without_keepwrap_env(&mut cmd)
-        .args(["--log-format", format, "--keep", "always", "--done", "exit"])
+        .args(["--log-format", format, "--keep", "always"])
+        .args(done)
         .arg("--cache-dir")
         .arg(root)
         .arg("--")
@@ -165,4 +175,138 @@ fn text_logs_show_the_message_alone_as_operators_read_it() {
         .collect();
     assert_eq!(messages.len(), lines.len(), "{}\n{}", b.stderr, j.stderr);
     assert!(messages.contains(&"tuned and signed 2 cache files".to_string()));
+}
+
+/// keepwrap's lines of a text log.
+fn keepwrap_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("keepwrap: "))
+        .collect()
+}
+
+#[test]
+fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let one = |root: &Path| {
+        engine(
+            root,
+            "text",
+            &["--done", "exit"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"",
+        )
+    };
+    let cold = output(&mut one(&root));
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    let landed = format!("keepwrap: landed {DIR}/rank_tp0_pp0_dp0.json (1 entry, ");
+    assert!(
+        keepwrap_lines(&cold.stderr)
+            .iter()
+            .any(|l| l.starts_with(&landed) && l.ends_with(" s after the launch)")),
+        "{}",
+        cold.stderr
+    );
+    assert!(
+        cold.stderr
+            .contains("keepwrap: tuned and signed 1 cache file\n"),
+        "{}",
+        cold.stderr
+    );
+
+    // The same launch saves the same file again: nothing tuned, no
+    // progress line; at debug level it says so.
+    let warm = output(&mut one(&root));
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+    let lines = keepwrap_lines(&warm.stderr);
+    assert!(
+        lines.contains(&"keepwrap: reused 1 cache file signed for this launch"),
+        "{}",
+        warm.stderr
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("keepwrap: landed")),
+        "{}",
+        warm.stderr
+    );
+    let debug = output(one(&root).env("KEEPWRAP_LOG", "debug"));
+    let unchanged = format!(
+        "keepwrap: debug: landed {DIR}/rank_tp0_pp0_dp0.json unchanged: as signed for this launch, nothing new tuned ("
+    );
+    assert!(
+        keepwrap_lines(&debug.stderr)
+            .iter()
+            .any(|l| l.starts_with(&unchanged) && l.ends_with(" s after the launch)")),
+        "{}",
+        debug.stderr
+    );
+}
+
+/// An engine whose entry gate removes what it just saved, file after file.
+const GATE: &str = "for r in $(seq 0 19); do f=\"$d/rank_tp${r}_pp0_dp0.json\"; printf '{\"k\": [\"R\", 0]}' > \"$f\"; rm \"$f\"; done";
+
+#[test]
+fn a_file_the_engine_removes_is_told_at_debug_level_not_as_unreadable() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let mut cmd = engine(&root, "text", &["--done", "exit"], GATE);
+    let b = output(cmd.env("KEEPWRAP_LOG", "debug"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        !lines.iter().any(|l| l.contains("unreadable")),
+        "{}",
+        b.stderr
+    );
+    let gone = format!("keepwrap: debug: {DIR}/rank_tp");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&gone)
+            && l.contains("_pp0_dp0.json was saved and then removed or renamed by the engine before keepwrap read it (")),
+        "{}",
+        b.stderr
+    );
+    // At info level, no line about those files but the count of one read
+    // before it went.
+    let info = output(&mut engine(
+        &t.path().join("info"),
+        "text",
+        &["--done", "exit"],
+        GATE,
+    ));
+    assert!(
+        !keepwrap_lines(&info.stderr)
+            .iter()
+            .any(|l| l.starts_with("keepwrap: landed") && !l.contains(" entry, ")),
+        "{}",
+        info.stderr
+    );
+}
+
+#[test]
+fn a_health_probe_line_shows_the_status_as_a_number() {
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let done = format!("health=http://127.0.0.1:{port}/health");
+    let mut cmd = common::keepwrap_engine(
+        home.path(),
+        &["-v", "--done", &done],
+        &[
+            "--port",
+            &port,
+            "--load-ms",
+            "800",
+            "--exit-after-ms",
+            "100",
+        ],
+    );
+    let f = common::boot(cmd.env("KEEPWRAP_LOG_FORMAT", "text"));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let line =
+        format!("keepwrap: debug: health probe of http://127.0.0.1:{port}/health: status 503");
+    assert!(
+        keepwrap_lines(&f.stderr).contains(&line.as_str()),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("Some("), "{}", f.stderr);
 }
