@@ -68,6 +68,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     if let Some(m) = prepared.marker() {
         m.pass_to_child(false);
     }
+    let started = Instant::now();
     let pid = match spawned {
         Ok(pid) => pid,
         Err(e) => {
@@ -96,6 +97,15 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     if let Some(k) = keeper.as_mut() {
         k.child_ended(ended);
     }
+    let signal = match ended {
+        Ended::Exited(_) => None,
+        Ended::Signaled(signo) => Some(crate::signals::signal_name(signo)),
+    };
+    crate::events::supervisor::engine_ended(
+        ended.exit_code(),
+        signal.as_deref(),
+        started.elapsed(),
+    );
     ExitCode::from(ended.exit_code())
 }
 

@@ -185,6 +185,77 @@ fn keepwrap_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `line` is `head` then a number of seconds then ` s`.
+fn after_seconds(line: &str, head: &str) -> bool {
+    line.strip_prefix(head)
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .is_some_and(|t| t.parse::<f64>().is_ok_and(|t| t >= 0.0))
+}
+
+#[test]
+fn every_launch_ends_on_a_line_saying_how_the_engine_ended() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let b = output(&mut launch(&root, "text"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        lines.contains(&"keepwrap: tuned and signed 2 cache files"),
+        "{}",
+        b.stderr
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        after_seconds(last, "keepwrap: the engine exited with status 0 after "),
+        "{}",
+        b.stderr
+    );
+
+    let failing = t.path().join("failing");
+    let f = output(&mut engine(&failing, "text", &["--done", "exit"], "exit 3"));
+    assert_eq!(f.code, 3, "{}", f.stderr);
+    let last = *keepwrap_lines(&f.stderr).last().unwrap();
+    assert!(
+        after_seconds(last, "keepwrap: the engine exited with status 3 after "),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let server = |root: &Path| {
+        engine(
+            root,
+            "text",
+            &["--done", "quiet=300ms"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"; exec sleep 30",
+        )
+    };
+    for verdict in [
+        "keepwrap: tuned and signed 1 cache file",
+        "keepwrap: reused 1 cache file signed for this launch",
+    ] {
+        let mut run = common::Running::spawn(&mut server(&root));
+        run.wait_stderr(verdict, std::time::Duration::from_secs(20));
+        run.guard.signal(nix::sys::signal::Signal::SIGTERM);
+        let f = run.finish(std::time::Duration::from_secs(20));
+        assert_eq!(f.code, 143, "{}", f.stderr);
+        let lines = keepwrap_lines(&f.stderr);
+        assert!(lines.contains(&verdict), "{}", f.stderr);
+        assert!(
+            after_seconds(
+                lines.last().unwrap(),
+                "keepwrap: the engine was killed by SIGTERM (status 143) after "
+            ),
+            "{}",
+            f.stderr
+        );
+    }
+}
+
 #[test]
 fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
     let t = tempfile::tempdir().unwrap();
