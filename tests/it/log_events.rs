@@ -381,3 +381,43 @@ fn a_health_probe_line_shows_the_status_as_a_number() {
     );
     assert!(!f.stderr.contains("Some("), "{}", f.stderr);
 }
+
+#[test]
+fn a_boot_whose_signed_file_was_corrupted_says_so_not_how_another_launch_differs() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    // Another launch (one more argument) signs first, then this one: the
+    // other's set goes to the store, and both have a launch record.
+    let other = output(launch(&root, "text").arg("x"));
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    let first = output(&mut launch(&root, "text"));
+    assert!(
+        first
+            .stderr
+            .contains("keepwrap: tuned and signed 2 cache files\n"),
+        "{}",
+        first.stderr
+    );
+    std::fs::write(root.join(DIR).join("rank_tp1_pp0_dp0.json"), "garbage\n").unwrap();
+
+    let b = output(&mut launch(&root, "text"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        lines.contains(
+            &format!("keepwrap: removed {DIR}/rank_tp1_pp0_dp0.json: changed after signing (size 8 != signed 147)")
+                .as_str()
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        lines.iter().any(|l| l
+            .strip_prefix("keepwrap: no cache for this launch: it was signed ")
+            .and_then(|l| l.strip_suffix(" ago, but its cache files were removed or are gone (the lines above say which and why); it tunes again"))
+            .is_some_and(|ago| ago.ends_with(" seconds") || ago == "1 second")),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.stderr.contains("nearest signed launch"), "{}", b.stderr);
+}
