@@ -217,6 +217,14 @@ pub fn restamp(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     sign::sign(root, fingerprint, sign::Settle::Restamp)
 }
 
+/// Why another user can write the cache root itself (following a final
+/// symlink, as the walk opens it), if one can: then nothing in it can ever
+/// be signed, as prune and sign judge it.
+pub fn root_untrusted(root: &Path) -> Option<&'static str> {
+    let st = nix::sys::stat::stat(root).ok()?;
+    layout::dir_untrusted(&st, nix::unistd::geteuid().as_raw())
+}
+
 /// Why the directory `rel` below the open root (or the root itself, or a
 /// directory between them) is one another user can write, if it is: the
 /// same rule by which prune and sign distrust the files in it. Never

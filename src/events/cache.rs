@@ -58,15 +58,27 @@ pub fn removed(path: impl Display, reason: impl Display) {
     tracing::info!(target: TARGET, event = "removed", path = %path, reason = %reason, "removed {path}: {reason}");
 }
 
-/// A cache file in a directory another user can write was removed.
+/// A cache file in a directory another user can write was removed; at
+/// debug level when that directory is the root (said once at the start).
 pub fn removed_untrusted(path: impl Display, reason: impl Display) {
-    tracing::warn!(
-        target: TARGET,
-        event = "removed_untrusted",
-        path = %path,
-        reason = %reason,
-        "removed {path}: {reason}"
-    );
+    let reason = reason.to_string();
+    if super::in_untrusted_root(&reason) {
+        tracing::debug!(
+            target: TARGET,
+            event = "removed_untrusted",
+            path = %path,
+            reason = %reason,
+            "removed {path}: {reason}"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            event = "removed_untrusted",
+            path = %path,
+            reason = %reason,
+            "removed {path}: {reason}"
+        );
+    }
 }
 
 /// A leftover (orphan sidecar, temp file) was removed.
@@ -313,13 +325,24 @@ pub fn not_signed(path: impl Display, reason: impl Display) {
 /// A file that cannot be signed safely: in an untrusted directory, a path
 /// that is not UTF-8, unreadable.
 pub fn not_signed_unsafe(path: impl Display, reason: impl Display) {
-    tracing::warn!(
-        target: TARGET,
-        event = "not_signed_unsafe",
-        path = %path,
-        reason = %reason,
-        "not signed {path}: {reason}"
-    );
+    let reason = reason.to_string();
+    if super::in_untrusted_root(&reason) {
+        tracing::debug!(
+            target: TARGET,
+            event = "not_signed_unsafe",
+            path = %path,
+            reason = %reason,
+            "not signed {path}: {reason}"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            event = "not_signed_unsafe",
+            path = %path,
+            reason = %reason,
+            "not signed {path}: {reason}"
+        );
+    }
 }
 
 /// One unsignable file keeps its whole directory unsigned.

@@ -105,6 +105,26 @@ pub fn root_read_only(root: &Path) {
     );
 }
 
+/// Another user can write the cache root (`why`): keepwrap can never sign
+/// there, and prune removes every cache file in it at each boot. The one
+/// line a boot gets about it: the lines of each file are at debug level
+/// ([`super::in_untrusted_root`]).
+pub fn root_untrusted(root: &Path, why: &str) {
+    let fix = if why.starts_with("world-writable") {
+        format!("chmod o-w {}", Shown(root))
+    } else {
+        "give it to this user (chown) or use a root of its own".to_string()
+    };
+    tracing::warn!(
+        target: TARGET,
+        event = "root_untrusted",
+        root = %Shown(root),
+        reason = why,
+        "cache root {} is {why}: will never keep here (another user could plant what keepwrap would sign), so every cache file in it is removed at each boot and none is signed: {fix}",
+        Shown(root)
+    );
+}
+
 /// The directory of the running markers cannot be opened.
 pub fn cannot_open_running(dir: &Path, error: impl Display) {
     tracing::warn!(

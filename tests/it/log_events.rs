@@ -421,3 +421,55 @@ fn a_boot_whose_signed_file_was_corrupted_says_so_not_how_another_launch_differs
     );
     assert!(!b.stderr.contains("nearest signed launch"), "{}", b.stderr);
 }
+
+#[test]
+fn a_world_writable_root_gets_one_line_not_a_removal_every_boot() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let line = format!(
+        "keepwrap: warning: cache root {0} is world-writable without the sticky bit: will never keep here (another user could plant what keepwrap would sign), so every cache file in it is removed at each boot and none is signed: chmod o-w {0}",
+        root.display()
+    );
+    for boot in 0..2 {
+        let b = output(&mut launch(&root, "text"));
+        assert_eq!(b.code, 0, "{}", b.stderr);
+        let lines = keepwrap_lines(&b.stderr);
+        let about: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("another user") || l.contains(": removed "))
+            .collect();
+        assert_eq!(about, [&line.as_str()], "boot {boot}: {}", b.stderr);
+        assert!(
+            lines.contains(&"keepwrap: nothing signed: none of the 2 cache files present can be signed (see the lines above); the next launch tunes again"),
+            "boot {boot}: {}",
+            b.stderr
+        );
+    }
+    // Still fail closed: the second boot removed what the first saved (at
+    // debug level), and nothing is signed.
+    let b = output(launch(&root, "text").env("KEEPWRAP_LOG", "debug"));
+    assert!(
+        b.stderr.contains(&format!(
+            "keepwrap: debug: removed {DIR}/rank_tp1_pp0_dp0.json: in a directory another user can write (.: world-writable without the sticky bit)\n"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(!root.join(DIR).join("rank_tp1_pp0_dp0.launch").exists());
+
+    // With the sticky bit (as /tmp), the root is kept as any other.
+    let sticky = t.path().join("sticky");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let b = output(&mut launch(&sticky, "text"));
+    assert!(
+        b.stderr
+            .contains("keepwrap: tuned and signed 2 cache files\n"),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.stderr.contains("will never keep here"), "{}", b.stderr);
+}
