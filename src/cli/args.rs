@@ -20,10 +20,9 @@ const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format 
 #[derive(Debug, Parser)]
 #[command(
     name = "keepwrap",
-    version,
-    long_version = LONG_VERSION,
+    version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap evict [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -56,10 +55,22 @@ pub struct Cli {
     #[arg(long)]
     pub show_config: bool,
 
+    /// Refuse a launch whose keepwrap setting is invalid (exit 2). Without
+    /// it the setting is said in one line and the engine starts: with the
+    /// cache left alone for a cache setting, the default for a supervision
+    /// setting
+    #[arg(long, env = "KEEPWRAP_STRICT", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub strict: bool,
+
     /// The command to supervise, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
+
+/// The settings of how the engine is supervised (the rest are the cache's):
+/// an invalid one falls back to its default, an invalid cache setting
+/// leaves the cache alone.
+pub const SUPERVISION: [&str; 5] = ["kill_group", "grace", "kill_after", "log_format", "strict"];
 
 // Each subcommand's arguments are defined only when that subcommand is
 // used (or help is asked for): a launch does not pay for them at start.
@@ -86,6 +97,20 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+    /// Print the completion script of SHELL (bash, zsh, fish, elvish,
+    /// powershell), generated from these definitions
+    #[command(hide = true)]
+    Completions(CompletionsCmd),
+    /// Print the man page (roff), generated from these definitions
+    #[command(hide = true)]
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsCmd {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -103,18 +128,26 @@ pub struct EvictCmd {
     #[arg(value_name = "FINGERPRINT")]
     pub fingerprint: Option<String>,
 
+    /// Say what would be evicted, and evict nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub root: RootArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct CleanCmd {
+    /// Say what would be evicted, and evict nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub root: RootArgs,
 }
 
-/// Which cache root a maintenance command works on, and how long it waits
-/// for the lock.
+// Which cache root a maintenance command works on, and how long it waits
+// for the lock.
 #[derive(Debug, Args)]
 pub struct RootArgs {
     /// Autotune cache root (resolved as for a run)
@@ -159,7 +192,7 @@ pub struct StatusCmd {
     #[arg(long)]
     pub verify: bool,
 
-    /// The store's limit, to show its use against (as for a run)
+    /// The store's limit, to show its use against (as for a run; 0: no limit)
     #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
     pub store_max_size: u64,
 
@@ -205,7 +238,7 @@ pub struct FingerprintCmd {
     pub command: Vec<OsString>,
 }
 
-/// What identifies a launch.
+// What identifies a launch.
 #[derive(Debug, Clone, Args)]
 pub struct FingerprintArgs {
     /// Fingerprint profile: which env vars and arguments identify a launch
@@ -251,7 +284,7 @@ impl FingerprintArgs {
     }
 }
 
-/// How a launch is supervised and its cache kept.
+// How a launch is supervised and its cache kept.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -317,7 +350,7 @@ pub struct RunArgs {
     pub keep: KeepMode,
 
     /// Most bytes the store of other launches' cache files may hold (least
-    /// recently used evicted first)
+    /// recently used evicted first; 0: no limit)
     #[arg(long, env = "KEEPWRAP_STORE_MAX_SIZE", default_value = "1GiB", value_parser = crate::store::parse_size, value_name = "SIZE")]
     pub store_max_size: u64,
 
@@ -356,13 +389,22 @@ impl RunArgs {
                 unify: self.unify,
                 disable: self.disable,
                 keep: self.keep,
-                store_max_size: self.store_max_size,
+                store_max_size: no_limit_at_0(self.store_max_size),
                 store_max_age: self.store_max_age,
                 lock_timeout: self.lock_timeout,
                 wait_for_tuning: self.wait_for_tuning,
                 share: self.share.settings(),
             },
         }
+    }
+}
+
+/// `--store-max-size 0` is no limit, as ccache's `max_size = 0`.
+fn no_limit_at_0(size: u64) -> u64 {
+    if size == 0 {
+        u64::MAX
+    } else {
+        size
     }
 }
 
@@ -396,7 +438,7 @@ fn parse_done(s: &str) -> Result<DoneRule, String> {
     }
 }
 
-/// Multi-node launches: the directory every node mounts.
+// Multi-node launches: the directory every node mounts.
 #[derive(Debug, Clone, Args)]
 pub struct ShareArgs {
     /// A directory every node of a multi-node launch mounts (NFS, CephFS, a
@@ -437,7 +479,7 @@ impl ShareArgs {
 pub struct ShareStatusCmd {
     /// The share directory
     #[arg(long = "share", env = "KEEPWRAP_SHARE", value_name = "DIR")]
-    pub share: PathBuf,
+    pub share: Option<PathBuf>,
 
     /// Print JSON
     #[arg(long)]

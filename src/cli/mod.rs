@@ -7,6 +7,7 @@
 //! subcommand is handed to the module that runs it.
 
 mod args;
+mod hoist;
 mod parse;
 
 use std::ffi::OsString;
@@ -31,21 +32,54 @@ use parse::{attach_dashed_values, parse_error, usage_error};
 /// Parse the command line, run what it asks, and return the exit status.
 pub fn main() -> ExitCode {
     let argv = attach_dashed_values(std::env::args_os().collect());
-    let mut cmd = command();
-    let matches = match cmd.try_get_matches_from_mut(&argv) {
-        Ok(m) => m,
-        Err(e) => return parse_error(&cmd, &argv, e),
+    let parse::Lenient {
+        cmd,
+        matches,
+        invalid,
+    } = match parse::lenient(&argv) {
+        Ok(p) => p,
+        Err(e) => return parse_error(&command(), &argv, e),
     };
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return parse_error(&cmd, &argv, e),
     };
+    if let Err(e) = hoist::hoist(&cmd, &matches, &mut cli) {
+        return usage_error(&e);
+    }
+    // An invalid setting of a launch is said and the engine starts; under
+    // --strict, and for anything but a launch, it is a usage error.
+    let launch = cli.subcommand.is_none() && !cli.show_config && !cli.command.is_empty();
+    if let Some(first) = invalid.first().filter(|_| cli.strict || !launch) {
+        return usage_error(&first.what);
+    }
     let level = logging::level(
         cli.verbose,
         cli.quiet,
         std::env::var("KEEPWRAP_LOG").ok().as_deref(),
     );
     logging::init_with(cli.log_format, &level);
+    for i in &invalid {
+        let then = if i.cache {
+            "the engine starts; keepwrap leaves the cache alone for this launch (only supervises)"
+                .to_string()
+        } else {
+            format!(
+                "the engine starts with the default {} {}",
+                i.flag, i.default
+            )
+        };
+        crate::events::cli::setting_invalid(
+            &i.what,
+            &i.flag,
+            i.variable.as_deref(),
+            &i.value,
+            &then,
+        );
+    }
+    if invalid.iter().any(|i| i.cache) {
+        cli.run.disable = true;
+    }
     if cli.show_config {
         return crate::cmd::config::print(
             &cmd,
@@ -62,6 +96,7 @@ pub fn main() -> ExitCode {
             cmd.root.cache_dir.as_deref(),
             cmd.root.lock_timeout,
             crate::cmd::evict::Evict::All,
+            cmd.dry_run,
         ),
         Some(Sub::Config(c)) => crate::cmd::config::print(
             &cmd,
@@ -71,19 +106,58 @@ pub fn main() -> ExitCode {
             &c.command,
             c.json,
         ),
-        Some(Sub::ShareStatus(cmd)) if cmd.json => {
-            crate::cmd::share_status::share_status_json(&cmd.share)
-        }
-        Some(Sub::ShareStatus(cmd)) => crate::share::print_status(&cmd.share),
+        Some(Sub::ShareStatus(cmd)) => share_status(cmd),
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
+        Some(Sub::Completions(c)) => {
+            let mut out = Vec::new();
+            clap_complete::generate(c.shell, &mut command(), "keepwrap", &mut out);
+            write_out(&out)
+        }
+        Some(Sub::Man) => man(),
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");
             }
             crate::supervisor::run(&cli.run.settings(), cli.command)
         }
+    }
+}
+
+/// `keepwrap man`: clap_mangen's page, with an ENVIRONMENT section of
+/// every `KEEPWRAP_*` variable and the option it sets.
+fn man() -> ExitCode {
+    let cmd = command();
+    let mut out = Vec::new();
+    if clap_mangen::Man::new(cmd.clone()).render(&mut out).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let roff = |s: &str| s.replace('\\', "\\\\").replace('-', "\\-");
+    let mut env = String::from(".SH ENVIRONMENT\nEvery option of a launch also reads a variable; a flag wins over its variable, an empty variable is unset.\n");
+    for arg in cmd.get_arguments() {
+        if let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) {
+            env.push_str(&format!(
+                ".TP\n\\fB{}\\fR\nas \\fB{}\\fR\n",
+                roff(&var.to_string_lossy()),
+                roff(&format!("--{long}"))
+            ));
+        }
+    }
+    env.push_str(
+        ".TP\n\\fBKEEPWRAP_LOG\\fR\nthe log level or filter (as \\fB\\-v\\fR/\\fB\\-q\\fR)\n",
+    );
+    out.extend_from_slice(env.as_bytes());
+    write_out(&out)
+}
+
+/// Generated text on stdout (completions, the man page).
+fn write_out(text: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
 }
 
@@ -94,7 +168,21 @@ fn evict(cmd: EvictCmd) -> ExitCode {
         (_, None, Some(fp)) => crate::cmd::evict::Evict::Launch(fp),
         _ => crate::cmd::evict::Evict::All,
     };
-    crate::cmd::evict::evict(cmd.root.cache_dir.as_deref(), cmd.root.lock_timeout, which)
+    crate::cmd::evict::evict(
+        cmd.root.cache_dir.as_deref(),
+        cmd.root.lock_timeout,
+        which,
+        cmd.dry_run,
+    )
+}
+
+/// `keepwrap share-status`.
+fn share_status(cmd: ShareStatusCmd) -> ExitCode {
+    match &cmd.share {
+        None => usage_error("no share: keepwrap share-status --share DIR (or KEEPWRAP_SHARE=DIR)"),
+        Some(dir) if cmd.json => crate::cmd::share_status::share_status_json(dir),
+        Some(dir) => crate::share::print_status(dir),
+    }
 }
 
 /// `keepwrap fingerprint`.

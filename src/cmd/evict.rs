@@ -21,15 +21,22 @@ pub enum Evict {
 }
 
 /// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
-/// one line each (stderr), then a summary line (stdout).
-pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> ExitCode {
+/// one line each (stderr), then a summary line (stdout); with `dry_run`,
+/// say on stdout what would be removed, and remove nothing.
+pub fn evict(
+    cache_dir: Option<&Path>,
+    lock_timeout: Duration,
+    which: Evict,
+    dry_run: bool,
+) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let Some(root) = crate::root::place::root_from(cache_dir, &env) else {
         return super::no_root();
     };
     let Some(store) = Store::open_existing(&root) else {
         println!(
-            "evicted 0 stored sets (0 files, 0 B): {} has no store",
+            "{} 0 stored sets (0 files, 0 B): {} has no store",
+            if dry_run { "would evict" } else { "evicted" },
             root.display()
         );
         return ExitCode::SUCCESS;
@@ -38,6 +45,21 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         Ok(p) => p,
         Err(code) => return code,
     };
+    let now = now_secs();
+    let pick = |e: &crate::store::Entry, used: u64| match &which {
+        Evict::All => true,
+        Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
+        Evict::Launch(_) => launch
+            .as_deref()
+            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
+    };
+    if dry_run {
+        // Read only: no lock, so it answers while a launch holds it.
+        if launch.as_deref().is_some_and(|p| !matches_one(&store, p)) {
+            return ExitCode::FAILURE;
+        }
+        return would_evict(&store, now, pick);
+    }
     let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
         Err(e) => {
@@ -48,7 +70,6 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
             return ExitCode::FAILURE;
         }
     };
-    let now = now_secs();
     if launch.as_deref().is_some_and(|p| !matches_one(&store, p)) {
         return ExitCode::FAILURE;
     }
@@ -57,13 +78,7 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         Evict::OlderThan(d) => format!("keepwrap evict --older-than {}", duration_text(*d)),
         Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
     };
-    let evicted = store.evict_where(now, &why, |e, used| match &which {
-        Evict::All => true,
-        Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
-        Evict::Launch(_) => launch
-            .as_deref()
-            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
-    });
+    let evicted = store.evict_where(now, &why, pick);
     let files: usize = evicted.iter().map(|e| e.manifest.members.len()).sum();
     let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
     let n = evicted.len() as u64;
@@ -78,6 +93,46 @@ pub fn evict(cache_dir: Option<&Path>, lock_timeout: Duration, which: Evict) -> 
         size_text(left.iter().map(|e| e.bytes).sum())
     );
     ExitCode::SUCCESS
+}
+
+/// `--dry-run`: one line per stored set `pick` selects, least recently
+/// used first, then the summary; nothing is removed.
+fn would_evict(
+    store: &Store,
+    now: u64,
+    pick: impl Fn(&crate::store::Entry, u64) -> bool,
+) -> ExitCode {
+    let all = store.entries();
+    let mut picked: Vec<(u64, &crate::store::Entry)> = all
+        .iter()
+        .map(|e| (store.last_used(e), e))
+        .filter(|(used, e)| pick(e, *used))
+        .collect();
+    picked.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+    let mut text = String::new();
+    for (used, e) in &picked {
+        text.push_str(&format!(
+            "would evict the stored set of launch {}... ({} files, {}, last used {} ago)\n",
+            &e.manifest.fingerprint[..e.manifest.fingerprint.len().min(8)],
+            e.manifest.members.len(),
+            size_text(e.bytes),
+            crate::store::ago(*used, now)
+        ));
+    }
+    let files: usize = picked.iter().map(|(_, e)| e.manifest.members.len()).sum();
+    let bytes: u64 = picked.iter().map(|(_, e)| e.bytes).sum();
+    text.push_str(&format!(
+        "would evict {} stored sets ({files} files, {}) of {} in the store ({}) (dry run: nothing evicted)\n",
+        picked.len(),
+        size_text(bytes),
+        all.len(),
+        size_text(all.iter().map(|e| e.bytes).sum())
+    ));
+    if super::print(text.as_bytes()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// The fingerprint prefix a `keepwrap evict FINGERPRINT` names, in lower

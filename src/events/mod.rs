@@ -23,6 +23,7 @@
 //! filters as the folders read.
 
 pub mod cache;
+pub mod cli;
 pub mod done;
 pub mod keeper;
 pub mod policy;

@@ -45,15 +45,65 @@ impl SpawnError {
         }
     }
 
-    pub fn reason(&self) -> &'static str {
+    /// Why, in the operator's words: a directory says so, and a script
+    /// whose `#!` interpreter is missing names it (the kernel says only
+    /// "not found" or "permission denied").
+    pub fn reason(&self) -> String {
+        let found = found_in_path(&self.program);
+        let is_dir = found.as_deref().is_some_and(std::path::Path::is_dir);
         match self.error.raw_os_error().map(Errno::from_raw) {
-            Some(Errno::ENOENT) => "not found",
-            Some(Errno::EACCES) | Some(Errno::EPERM) => "not executable (permission denied)",
-            Some(Errno::EISDIR) => "not executable (is a directory)",
-            Some(Errno::ENOEXEC) => "not executable (unknown format)",
-            _ => "cannot be executed",
+            Some(Errno::EACCES) | Some(Errno::EISDIR) if is_dir => {
+                "not executable: it is a directory".into()
+            }
+            Some(Errno::ENOENT) => match found.as_deref().and_then(interpreter) {
+                Some(int) => format!(
+                    "its interpreter {} (its #! line) is not found",
+                    String::from_utf8_lossy(&int)
+                ),
+                None => "not found".into(),
+            },
+            Some(Errno::EACCES) | Some(Errno::EPERM) => "not executable (permission denied)".into(),
+            Some(Errno::ENOEXEC) => "not executable (unknown format)".into(),
+            _ => "cannot be executed".into(),
         }
     }
+}
+
+/// Where `execvp` finds `program`: itself when it has a `/`, else the first
+/// entry of `PATH` that has it.
+fn found_in_path(program: &std::ffi::OsStr) -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| {
+            if dir.as_os_str().is_empty() {
+                Path::new(".").join(program)
+            } else {
+                dir.join(program)
+            }
+        })
+        .find(|p| p.symlink_metadata().is_ok())
+}
+
+/// The interpreter a `#!` line names, when it is not there.
+fn interpreter(script: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(script).ok()?;
+    let n = file.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let int: Vec<u8> = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())?
+        .to_vec();
+    let missing = std::path::Path::new(std::ffi::OsStr::from_bytes(&int))
+        .metadata()
+        .is_err();
+    missing.then_some(int)
 }
 
 /// Spawn `argv` in its own process group, with the caller's working

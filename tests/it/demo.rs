@@ -5,8 +5,14 @@ use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::time::Duration;
 
-use common::{output, repo, BIN};
+use common::{output, output_within, repo, BIN};
+
+/// What one boot of a demo may take on a loaded 2-core machine (a Python
+/// fake engine's start, its tuning at TUNE_MS=2, keepwrap's sign): each
+/// demo's deadline is its boots times this.
+const BOOT: Duration = Duration::from_secs(30);
 
 fn demo() -> Command {
     let mut cmd = Command::new("bash");
@@ -21,11 +27,13 @@ fn demo() -> Command {
 #[test]
 fn the_demo_keeps_its_logs_and_shows_keepwraps_lines_of_each_boot() {
     let dir = tempfile::tempdir().unwrap();
-    let f = output(
+    // Three boots.
+    let f = output_within(
         demo()
             .env("KEEPWRAP_BIN", BIN)
             .env("DEMO_DIR", dir.path())
             .env("TUNE_MS", "2"),
+        BOOT * 3,
     );
     assert_eq!(f.code, 0, "{}\n{}", f.stdout.join("\n"), f.stderr);
     let out = f.stdout.join("\n");
@@ -121,11 +129,13 @@ fn the_vllm_demo_reuses_restores_and_never_hangs() {
             cmd.env_remove(k);
         }
     }
-    let f = output(
+    // Seven boots.
+    let f = output_within(
         cmd.env("KEEPWRAP_BIN", BIN)
             .env("DEMO_DIR", dir.path())
             .env("TUNE_MS", "2")
             .env("KEEPWRAP_PROBE_INTERVAL", "50ms"),
+        BOOT * 7,
     );
     assert_eq!(f.code, 0, "{}\n{}", f.stdout.join("\n"), f.stderr);
     let out = f.stdout.join("\n");

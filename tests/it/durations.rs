@@ -1,7 +1,7 @@
 //! Durations from the command line and the environment: anything a user can
 //! type is either accepted and safe (no panic, no busy loop, no done at the
-//! first landing) or refused up front with exit 2 and a message naming the
-//! option.
+//! first landing) or refused up front with exit 2 (`--strict`; without it,
+//! the line is said and the launch goes on) and a message naming the option.
 
 use crate::common;
 
@@ -28,7 +28,10 @@ const OPTIONS: [(&str, &str); 8] = [
 fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = keepwrap(&dir.path().join("cache"));
-    cmd.args(args)
+    // --strict: refused, not only said (without it the launch goes on
+    // with the default, tests/it/cli.rs).
+    cmd.arg("--strict")
+        .args(args)
         .args(["--", "true"])
         .envs(env.iter().copied());
     let out = cmd.stdin(Stdio::null()).output().unwrap();

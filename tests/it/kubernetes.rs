@@ -1,6 +1,7 @@
 //! Kubernetes, with no cluster: every YAML file of the repository parses and
 //! uses only field names of the Kubernetes API (kubernetes-validate's
-//! schemas, installed by `.ci/run`; a LeaderWorkerSet against its documented
+//! schemas, installed by `.ci/run`, so these tests are ignored by a plain
+//! `cargo test` and run with `--ignored`; a LeaderWorkerSet against its documented
 //! v1 fields), and the examples run keepwrap as the entrypoint with settings
 //! keepwrap accepts.
 
@@ -56,6 +57,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
 fn every_yaml_file_parses_and_uses_only_kubernetes_api_fields() {
     let mut files = Vec::new();
     yaml_files(&repo(), &mut files);
@@ -69,6 +71,7 @@ fn every_yaml_file_parses_and_uses_only_kubernetes_api_fields() {
 }
 
 #[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
 fn the_check_rejects_what_the_api_would_not_take() {
     let dir = tempfile::tempdir().unwrap();
     let lws = std::fs::read_to_string(repo().join("examples/kubernetes/lws-sglang.yaml")).unwrap();
@@ -203,6 +206,7 @@ fn duration(cfg: &Value, name: &str) -> Duration {
 }
 
 #[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
 fn the_examples_run_keepwrap_with_settings_it_accepts() {
     for file in EXAMPLES {
         let docs = documents(file);
@@ -370,6 +374,7 @@ fn a_command_that_replaces_keepwrap_is_refused() {
 }
 
 #[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
 fn the_leader_worker_set_keeps_a_cache_root_per_pod_and_shares() {
     lws_keeps_a_cache_root_per_pod_and_shares("lws-sglang.yaml", "SGLANG_CACHE_DIR");
     lws_keeps_a_cache_root_per_pod_and_shares("lws-vllm.yaml", "VLLM_CACHE_ROOT");
@@ -490,6 +495,7 @@ fn lws_keeps_a_cache_root_per_pod_and_shares(file: &str, cache_var: &str) {
 }
 
 #[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
 fn the_deployment_keeps_a_root_that_outlives_its_pods() {
     deployment_keeps_a_root_that_outlives_its_pods("deployment-sglang.yaml", "SGLANG_CACHE_DIR");
     deployment_keeps_a_root_that_outlives_its_pods("deployment-vllm.yaml", "VLLM_CACHE_ROOT");

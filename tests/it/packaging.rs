@@ -91,3 +91,122 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
     let snippet = std::fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
     assert!(snippet.contains(r#"ENTRYPOINT ["keepwrap", "--"]"#));
 }
+
+/// The sources the build stage of `Dockerfile.snippet` copies (`COPY A B ./`
+/// names A and B), in order.
+fn snippet_copies() -> Vec<String> {
+    let text = fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
+    let stage = text
+        .split("\nFROM ")
+        .find(|s| s.contains(" AS keepwrap"))
+        .expect("the snippet's keepwrap stage");
+    let copies: Vec<String> = stage
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .flat_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words[..words.len() - 1]
+                .iter()
+                .map(|w| w.trim_end_matches('/').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(copies.contains(&"Cargo.toml".to_string()), "{copies:?}");
+    copies
+}
+
+/// Every file Cargo.toml names as a target (`[lib]`, `[[bin]]`, `[[bench]]`,
+/// ...: an explicit `path`, else cargo's place for its name), as cargo looks
+/// for them when it reads the manifest.
+fn manifest_targets() -> Vec<String> {
+    let text = fs::read_to_string(common::repo().join("Cargo.toml")).unwrap();
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut name = None::<String>;
+    let mut path = None::<String>;
+    let mut flush = |section: &str, name: &mut Option<String>, path: &mut Option<String>| {
+        let dir = match section {
+            "[[bench]]" => "benches",
+            "[[test]]" => "tests",
+            "[[example]]" => "examples",
+            "[[bin]]" => "src/bin",
+            _ => "",
+        };
+        match (path.take(), name.take()) {
+            (Some(p), _) => out.push(p),
+            (None, Some(n)) if !dir.is_empty() => out.push(format!("{dir}/{n}.rs")),
+            _ => {}
+        }
+    };
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            flush(&section, &mut name, &mut path);
+            section = line.to_string();
+            continue;
+        }
+        let value = |key: &str| {
+            let rest = line.strip_prefix(key)?.trim_start().strip_prefix('=')?;
+            Some(rest.trim().trim_matches('"').to_string())
+        };
+        if let Some(v) = value("name") {
+            name = Some(v);
+        }
+        if let Some(v) = value("path") {
+            path = Some(v);
+        }
+    }
+    flush(&section, &mut name, &mut path);
+    assert!(!text.contains("\nbuild"), "a build script: name it here");
+    if common::repo().join("build.rs").exists() {
+        out.push("build.rs".into());
+    }
+    out
+}
+
+#[test]
+fn the_docker_snippet_copies_every_file_its_build_needs() {
+    // `docker build` runs `cargo build` on what the build stage copies, and
+    // cargo refuses a manifest whose targets are missing ("can't find
+    // bench_done bench at benches/bench_done.rs").
+    let copies = snippet_copies();
+    let targets = manifest_targets();
+    assert!(
+        targets.iter().any(|t| t.starts_with("benches/")),
+        "{targets:?}"
+    );
+    for t in &targets {
+        assert!(
+            copies
+                .iter()
+                .any(|c| t == c || t.starts_with(&format!("{c}/"))),
+            "Cargo.toml needs {t}, which the snippet does not copy ({copies:?})"
+        );
+        assert!(common::repo().join(t).exists(), "{t}");
+    }
+    // `.ci/run` builds exactly these files with the snippet's own command.
+    let ci = fs::read_to_string(common::repo().join(".ci/run")).unwrap();
+    assert!(ci.contains("Dockerfile.snippet"), "{ci}");
+}
+
+#[test]
+fn the_docker_build_context_leaves_the_build_output_out() {
+    // `.dockerignore` lets in what the snippet copies and nothing else: not
+    // `target/` (gigabytes), not `.git`.
+    let text = fs::read_to_string(common::repo().join(".dockerignore"))
+        .expect("a .dockerignore beside Dockerfile.snippet");
+    let rules: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(rules.first(), Some(&"*"), "{rules:?}");
+    let mut allowed: Vec<String> = rules
+        .iter()
+        .filter_map(|r| r.strip_prefix('!'))
+        .map(|r| r.trim_end_matches('/').to_string())
+        .collect();
+    allowed.sort();
+    let mut copies = snippet_copies();
+    copies.sort();
+    assert_eq!(allowed, copies, "{rules:?}");
+}

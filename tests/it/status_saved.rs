@@ -388,3 +388,64 @@ fn status_counts_one_stored_entry_in_the_singular() {
         f.stdout
     );
 }
+
+#[test]
+fn evict_and_clean_dry_run_say_what_they_would_evict_and_evict_nothing() {
+    let h = tempfile::tempdir().unwrap();
+    let fps = two_stored_sets(h.path());
+    let before = stored(h.path());
+    for (args, n) in [
+        (&["evict", "--dry-run", "--all"][..], 2),
+        (&["clean", "--dry-run"], 2),
+        (&["evict", "--dry-run", &fps[0]], 1),
+        (&["evict", "--older-than", "1h", "--dry-run"], 0),
+    ] {
+        let f = maintenance(h.path(), args);
+        assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
+        let summary = f.stdout.last().unwrap();
+        assert!(
+            summary.starts_with(&format!("would evict {n} stored sets ("))
+                && summary.ends_with("(dry run: nothing evicted)"),
+            "{args:?}: {:?}",
+            f.stdout
+        );
+        let each: Vec<&String> = f
+            .stdout
+            .iter()
+            .filter(|l| l.starts_with("would evict the stored set of launch "))
+            .collect();
+        assert_eq!(each.len(), n, "{args:?}: {:?}", f.stdout);
+        if n == 1 {
+            assert!(each[0].contains(&fps[0]), "{each:?}");
+        }
+        assert!(!f.stderr.contains("keepwrap: evicted"), "{}", f.stderr);
+        assert_eq!(stored(h.path()), before, "{args:?}");
+    }
+    let f = status(h.path(), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    assert_eq!(v["stats"]["evicted"], 0, "{}", v["stats"]);
+}
+
+#[test]
+fn a_store_max_size_of_0_is_no_limit() {
+    // As ccache's: 0 is no limit, not "store nothing" (which evicted every
+    // other launch's set at once).
+    let h = tempfile::tempdir().unwrap();
+    for chunked in ["1024", "2048", "4096"] {
+        let b = boot(
+            engine(h.path(), &["--chunked-prefill-size", chunked])
+                .env("KEEPWRAP_STORE_MAX_SIZE", "0"),
+        );
+        assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+        assert!(!b.has_event("evicted"), "{}", b.stderr);
+    }
+    assert_eq!(stored(h.path()).len(), 2);
+    let f = status(h.path(), &["--store-max-size", "0"]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let line = f
+        .stdout
+        .iter()
+        .find(|l| l.starts_with("store: "))
+        .unwrap_or_else(|| panic!("{:?}", f.stdout));
+    assert!(line.ends_with("(--store-max-size 0: no limit)"), "{line}");
+}

@@ -124,8 +124,15 @@ fn totals(out: &mut String, r: &Value) {
         },
         size_text(s["size"].as_u64().unwrap_or(0))
     );
+    let used = s["size"].as_u64().unwrap_or(0);
+    if r["store_max_size"].as_u64() == Some(0) {
+        let _ = writeln!(
+            out,
+            "store: {} (--store-max-size 0: no limit)",
+            size_text(used)
+        );
+    }
     if let Some(limit) = r["store_max_size"].as_u64().filter(|&l| l > 0) {
-        let used = s["size"].as_u64().unwrap_or(0);
         let _ = writeln!(
             out,
             "store: {} of {} (--store-max-size), {:.0}% used",

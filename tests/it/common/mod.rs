@@ -537,6 +537,11 @@ pub fn boot(cmd: &mut Command) -> Finished {
 /// Run a short command to the end (60 s deadline, then KILL) and collect all
 /// of its output: both pipes are read to their end before it returns.
 pub fn output(cmd: &mut Command) -> Finished {
+    output_within(cmd, Duration::from_secs(60))
+}
+
+/// [`output`] with a deadline sized to what the command waits for.
+pub fn output_within(cmd: &mut Command, deadline: Duration) -> Finished {
     use std::process::Stdio;
     let child = cmd
         .stdin(Stdio::null())
@@ -549,14 +554,14 @@ pub fn output(cmd: &mut Command) -> Finished {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+    let out = match rx.recv_timeout(deadline) {
         Ok(out) => out.unwrap(),
         Err(_) => {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            panic!("keepwrap did not exit within 60 s");
+            panic!("{cmd:?} did not exit within {deadline:?}");
         }
     };
     Finished {
