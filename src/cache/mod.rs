@@ -223,6 +223,14 @@ pub fn restamp(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
     sign::sign(root, fingerprint, sign::Settle::Restamp)
 }
 
+/// Why another user can write the cache root itself (following a final
+/// symlink, as the walk opens it), if one can: then nothing in it can ever
+/// be signed, as prune and sign judge it.
+pub fn root_untrusted(root: &Path) -> Option<&'static str> {
+    let st = nix::sys::stat::stat(root).ok()?;
+    layout::dir_untrusted(&st, nix::unistd::geteuid().as_raw())
+}
+
 /// Why the directory `rel` below the open root (or the root itself, or a
 /// directory between them) is one another user can write, if it is: the
 /// same rule by which prune and sign distrust the files in it. Never
@@ -294,6 +302,10 @@ pub enum Uncounted {
     /// Not a cache file prune would keep, and why.
     #[error("{0}")]
     Judged(Reason),
+    /// Gone before it was read: removed or renamed by the engine (its
+    /// entry gate, a temporary file renamed over).
+    #[error("gone before it was read")]
+    Gone,
 }
 
 /// Number of entries (keys other than `_metadata`, `_records`,
@@ -301,6 +313,21 @@ pub enum Uncounted {
 /// the log says it (`not valid JSON (...)`, `unreadable (...)`). Does not
 /// follow a final symlink.
 pub fn entry_count(path: &Path) -> Result<usize, Uncounted> {
+    landed(path, None).map(|l| l.entries)
+}
+
+/// A cache file that landed, as its progress line tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    pub entries: usize,
+    /// Its bytes are the ones its sidecar signed for the launch: the
+    /// engine saved again what it loaded, and tuned nothing new.
+    pub as_signed: bool,
+}
+
+/// [`entry_count`], and (with `fingerprint`) whether the file is still as
+/// signed for that launch by the sidecar beside it.
+pub fn landed(path: &Path, fingerprint: Option<&str>) -> Result<Landed, Uncounted> {
     // Counting runs in the supervisor loop as files land: a huge file is
     // judged by prune and sign, not parsed here.
     const COUNTED_MAX: u64 = 32 << 20;
@@ -310,7 +337,26 @@ pub fn entry_count(path: &Path) -> Result<usize, Uncounted> {
         }
     }
     let mut buf = Vec::new();
-    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE)
-        .map_err(|e| Uncounted::Judged(Reason::Unreadable(e.to_string())))?;
-    judge::json_object_entries(&buf).map_err(|e| Uncounted::Judged(e.into_reason()))
+    fsx::read_at(nix::fcntl::AT_FDCWD, path, &mut buf, prune::MAX_CACHE_FILE).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            Uncounted::Gone
+        } else {
+            Uncounted::Judged(Reason::Unreadable(e.to_string()))
+        }
+    })?;
+    let entries =
+        judge::json_object_entries(&buf).map_err(|e| Uncounted::Judged(e.into_reason()))?;
+    let as_signed = fingerprint.is_some_and(|fp| {
+        let mut sbuf = Vec::new();
+        fsx::read_at(
+            nix::fcntl::AT_FDCWD,
+            &path.with_extension("launch"),
+            &mut sbuf,
+            prune::MAX_SIDECAR,
+        )
+        .is_ok()
+            && judge::judge_sidecar(&sbuf, fp, |_| true)
+                .is_ok_and(|sc| judge::judge_bytes(&sc, &buf).is_ok())
+    });
+    Ok(Landed { entries, as_signed })
 }

@@ -69,24 +69,34 @@ impl Progress {
 static PROGRESS: Mutex<Option<Progress>> = Mutex::new(None);
 
 /// Log the landings of `landed` (relative to `root`), `at` after the launch
-/// (one launch per process).
-pub fn landed(root: &Path, landed: &[PathBuf], at: Duration) {
+/// (one launch per process) of `fingerprint`: a file saved again as it was
+/// signed for it, or gone before it was read, at debug level only.
+pub fn landed(root: &Path, fingerprint: &str, landed: &[PathBuf], at: Duration) {
     let lines = {
         let mut p = PROGRESS.lock().unwrap_or_else(|e| e.into_inner());
         p.get_or_insert_with(Progress::default).note(landed, at)
     };
     for line in lines {
         match line {
-            Line::File(rel) => {
-                let entries = crate::cache::entry_count(&root.join(&rel))
-                    .map_or_else(|why| why.to_string(), |n| format!("{n} entries"));
-                crate::events::done::landed(&rel, &entries, at);
-            }
+            Line::File(rel) => match crate::cache::landed(&root.join(&rel), Some(fingerprint)) {
+                Ok(l) if l.as_signed => crate::events::done::landed_unchanged(&rel, l.entries, at),
+                Ok(l) => crate::events::done::landed(&rel, &entries(l.entries), at),
+                Err(crate::cache::Uncounted::Gone) => crate::events::done::landed_gone(&rel, at),
+                Err(why) => crate::events::done::landed(&rel, &why.to_string(), at),
+            },
             Line::Switch { distinct } => crate::events::done::landed_summing(distinct, at, EVERY),
             Line::Sum { landed, distinct } => {
                 crate::events::done::landed_more(landed, distinct, at)
             }
         }
+    }
+}
+
+fn entries(n: usize) -> String {
+    if n == 1 {
+        "1 entry".to_string()
+    } else {
+        format!("{n} entries")
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt::Display;
 
+use super::cache_files;
+
 const TARGET: &str = "keepwrap::cache";
 
 // ---- prune ----
@@ -46,7 +48,8 @@ pub fn more_files(what: &str, files: usize) {
         event = "more_files",
         what,
         files,
-        "{what} {files} more cache files (KEEPWRAP_LOG=debug lists each)"
+        "{what} {files} more {} (KEEPWRAP_LOG=debug lists each)",
+        cache_files(files)
     );
 }
 
@@ -55,15 +58,27 @@ pub fn removed(path: impl Display, reason: impl Display) {
     tracing::info!(target: TARGET, event = "removed", path = %path, reason = %reason, "removed {path}: {reason}");
 }
 
-/// A cache file in a directory another user can write was removed.
+/// A cache file in a directory another user can write was removed; at
+/// debug level when that directory is the root (said once at the start).
 pub fn removed_untrusted(path: impl Display, reason: impl Display) {
-    tracing::warn!(
-        target: TARGET,
-        event = "removed_untrusted",
-        path = %path,
-        reason = %reason,
-        "removed {path}: {reason}"
-    );
+    let reason = reason.to_string();
+    if super::in_untrusted_root(&reason) {
+        tracing::debug!(
+            target: TARGET,
+            event = "removed_untrusted",
+            path = %path,
+            reason = %reason,
+            "removed {path}: {reason}"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            event = "removed_untrusted",
+            path = %path,
+            reason = %reason,
+            "removed {path}: {reason}"
+        );
+    }
 }
 
 /// A leftover (orphan sidecar, temp file) was removed.
@@ -186,7 +201,8 @@ pub fn cannot_store(files: usize, fingerprint: &str, error: impl Display) {
         files,
         fingerprint,
         error = %error,
-        "cannot store the {files} cache files signed for launch {fingerprint}...: {error}; removing them"
+        "cannot store the {files} {} signed for launch {fingerprint}...: {error}; removing them",
+        cache_files(files)
     );
 }
 
@@ -309,13 +325,24 @@ pub fn not_signed(path: impl Display, reason: impl Display) {
 /// A file that cannot be signed safely: in an untrusted directory, a path
 /// that is not UTF-8, unreadable.
 pub fn not_signed_unsafe(path: impl Display, reason: impl Display) {
-    tracing::warn!(
-        target: TARGET,
-        event = "not_signed_unsafe",
-        path = %path,
-        reason = %reason,
-        "not signed {path}: {reason}"
-    );
+    let reason = reason.to_string();
+    if super::in_untrusted_root(&reason) {
+        tracing::debug!(
+            target: TARGET,
+            event = "not_signed_unsafe",
+            path = %path,
+            reason = %reason,
+            "not signed {path}: {reason}"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            event = "not_signed_unsafe",
+            path = %path,
+            reason = %reason,
+            "not signed {path}: {reason}"
+        );
+    }
 }
 
 /// One unsignable file keeps its whole directory unsigned.

@@ -4,6 +4,7 @@
 use std::fmt::{Debug, Display};
 use std::time::Duration;
 
+use super::cache_files;
 use super::secs;
 use super::Shown;
 
@@ -26,12 +27,16 @@ pub fn probe_failed(url: impl Display, error: impl Display) {
 }
 
 pub fn probe_status(url: impl Display, status: Option<u16>) {
+    let shown = status.map_or_else(
+        || "no HTTP status line".to_string(),
+        |s| format!("status {s}"),
+    );
     tracing::debug!(
         target: TARGET,
         event = "probe_status",
         url = %url,
         status,
-        "health probe of {url}: status {status:?}"
+        "health probe of {url}: {shown}"
     );
 }
 
@@ -62,7 +67,8 @@ pub fn port_listeners(to: impl Display, inodes: impl Debug, tables: Duration, tr
         address = %to,
         inodes = ?inodes,
         pids = ?tree,
-        "sockets listening for {to}: inodes {inodes:?} (socket tables read in {tables:?}); the engine's tree: pids {tree:?}"
+        "sockets listening for {to}: inodes {inodes:?} (socket tables read in {:.1} ms); the engine's tree: pids {tree:?}",
+        tables.as_secs_f64() * 1000.0
     );
 }
 
@@ -132,6 +138,35 @@ pub fn landed(path: &std::path::Path, entries: &str, after: Duration) {
     );
 }
 
+/// The engine saved again a cache file as it was signed for this launch
+/// (a warm boot that tuned nothing new).
+pub fn landed_unchanged(path: &std::path::Path, entries: usize, after: Duration) {
+    tracing::debug!(
+        target: TARGET,
+        event = "landed_unchanged",
+        path = %Shown(path),
+        entries,
+        after_s = secs(after),
+        "landed {} unchanged: as signed for this launch, nothing new tuned ({:.1} s after the launch)",
+        Shown(path),
+        secs(after)
+    );
+}
+
+/// A file landed and was gone before it was read: the engine removed it
+/// (its entry gate) or renamed it.
+pub fn landed_gone(path: &std::path::Path, after: Duration) {
+    tracing::debug!(
+        target: TARGET,
+        event = "landed_gone",
+        path = %Shown(path),
+        after_s = secs(after),
+        "{} was saved and then removed or renamed by the engine before keepwrap read it ({:.1} s after the launch)",
+        Shown(path),
+        secs(after)
+    );
+}
+
 /// From now on landings are summed up every `every`.
 pub fn landed_summing(distinct: usize, after: Duration, every: Duration) {
     tracing::info!(
@@ -152,7 +187,8 @@ pub fn landed_more(landed: usize, distinct: usize, after: Duration) {
         landed,
         distinct,
         after_s = secs(after),
-        "landed {landed} more cache files ({distinct} distinct so far, {:.1} s after the launch)",
+        "landed {landed} more {} ({distinct} distinct so far, {:.1} s after the launch)",
+        cache_files(landed),
         secs(after)
     );
 }

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::path::Path;
 use std::time::Duration;
 
+use super::cache_files;
 use super::secs;
 use super::Shown;
 use crate::digest::short;
@@ -104,6 +105,26 @@ pub fn root_read_only(root: &Path) {
     );
 }
 
+/// Another user can write the cache root (`why`): keepwrap can never sign
+/// there, and prune removes every cache file in it at each boot. The one
+/// line a boot gets about it: the lines of each file are at debug level
+/// ([`super::in_untrusted_root`]).
+pub fn root_untrusted(root: &Path, why: &str) {
+    let fix = if why.starts_with("world-writable") {
+        format!("chmod o-w {}", Shown(root))
+    } else {
+        "give it to this user (chown) or use a root of its own".to_string()
+    };
+    tracing::warn!(
+        target: TARGET,
+        event = "root_untrusted",
+        root = %Shown(root),
+        reason = why,
+        "cache root {} is {why}: will never keep here (another user could plant what keepwrap would sign), so every cache file in it is removed at each boot and none is signed: {fix}",
+        Shown(root)
+    );
+}
+
 /// The directory of the running markers cannot be opened.
 pub fn cannot_open_running(dir: &Path, error: impl Display) {
     tracing::warn!(
@@ -166,7 +187,8 @@ pub fn restored(files: usize, fingerprint: &str, signed_ago: impl Display) {
         event = "restored",
         files,
         fingerprint,
-        "restored {files} cache files of this launch from the store (signed {signed_ago})"
+        "restored {files} {} of this launch from the store (signed {signed_ago})",
+        cache_files(files)
     );
 }
 
@@ -342,7 +364,8 @@ pub fn kept_not_unified(dirs: usize, fingerprint: &str) {
         event = "kept_not_unified",
         dirs,
         fingerprint,
-        "the cache files kept in {dirs} directories are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done"
+        "the cache files kept in {dirs} {} are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done",
+        if dirs == 1 { "directory" } else { "directories" }
     );
 }
 
@@ -353,7 +376,8 @@ pub fn signed(files: usize, fingerprint: &str) {
         event = "signed",
         files,
         fingerprint,
-        "tuned and signed {files} cache files"
+        "tuned and signed {files} {}",
+        cache_files(files)
     );
 }
 
@@ -364,7 +388,8 @@ pub fn reused(files: usize, fingerprint: &str) {
         event = "reused",
         files,
         fingerprint,
-        "reused {files} cache files signed for this launch"
+        "reused {files} {} signed for this launch",
+        cache_files(files)
     );
 }
 
@@ -375,7 +400,8 @@ pub fn signed_again(files: usize, late: usize, fingerprint: &str) {
         files,
         late,
         fingerprint,
-        "signed again at exit: {files} cache files, with the {late} that landed after tuning was done"
+        "signed again at exit: {files} {}, with the {late} that landed after tuning was done",
+        cache_files(files)
     );
 }
 

@@ -55,3 +55,19 @@ impl std::fmt::Display for Shown<'_> {
 fn secs(d: std::time::Duration) -> f64 {
     d.as_secs_f64()
 }
+
+/// A reason that names the cache root itself as a directory another user
+/// can write: said once by `root_untrusted`, so each file's line about it
+/// is at debug level.
+fn in_untrusted_root(reason: &str) -> bool {
+    reason.starts_with("in a directory another user can write (.: ")
+}
+
+/// `cache file` or `cache files`, for a count of `n`.
+fn cache_files(n: usize) -> &'static str {
+    if n == 1 {
+        "cache file"
+    } else {
+        "cache files"
+    }
+}

@@ -4,6 +4,7 @@
 use std::fmt::{self, Display};
 use std::time::Duration;
 
+use super::cache_files;
 use super::secs;
 
 const TARGET: &str = "keepwrap::keeper";
@@ -106,7 +107,8 @@ impl Display for Note {
             ),
             Note::LateNotSignedHeadless { late } => write!(
                 f,
-                "not signing the {late} cache files that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}"
+                "not signing the {late} {} that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}",
+                cache_files(*late)
             ),
             Note::LateNotSignedStopped {
                 late,
@@ -114,11 +116,13 @@ impl Display for Note {
                 signal,
             } => write!(
                 f,
-                "not signing the {late} cache files that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}"
+                "not signing the {late} {} that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}",
+                cache_files(*late)
             ),
             Note::LateNotSignedAbnormal { late, status } => write!(
                 f,
-                "not signing the {late} cache files that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}"
+                "not signing the {late} {} that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}",
+                cache_files(*late)
             ),
         }
     }

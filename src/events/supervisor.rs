@@ -127,3 +127,27 @@ pub fn cannot_forward(signal: impl Display, pid: i32, error: impl Display) {
 pub fn waitpid_failed(error: impl Display) {
     tracing::warn!(target: TARGET, event = "waitpid_failed", error = %error, "waitpid failed: {error}");
 }
+
+/// The last line of every launch: how the engine ended and after how long,
+/// once everything keepwrap did at the end is logged.
+pub fn engine_ended(status: u8, signal: Option<&str>, uptime: Duration) {
+    match signal {
+        None => tracing::info!(
+            target: TARGET,
+            event = "engine_ended",
+            status,
+            uptime_s = secs(uptime),
+            "the engine exited with status {status} after {:.1} s",
+            secs(uptime)
+        ),
+        Some(signal) => tracing::info!(
+            target: TARGET,
+            event = "engine_ended",
+            status,
+            signal,
+            uptime_s = secs(uptime),
+            "the engine was killed by {signal} (status {status}) after {:.1} s",
+            secs(uptime)
+        ),
+    }
+}

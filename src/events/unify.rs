@@ -39,7 +39,15 @@ pub fn unify_failed(dir: impl Display, error: impl Display) {
 /// Unify does not apply to this directory; `reason` starts with `left as
 /// they are: `.
 pub fn unify_left(dir: impl Display, reason: impl Display) {
-    tracing::info!(target: TARGET, event = "unify_left", dir = %dir, reason = %reason, "{dir}: {reason}");
+    let reason = reason.to_string();
+    if reason
+        .strip_prefix("left as they are: ")
+        .is_some_and(super::in_untrusted_root)
+    {
+        tracing::debug!(target: TARGET, event = "unify_left", dir = %dir, reason = %reason, "{dir}: {reason}");
+    } else {
+        tracing::info!(target: TARGET, event = "unify_left", dir = %dir, reason = %reason, "{dir}: {reason}");
+    }
 }
 
 pub fn already_unified(dir: impl Display, files: usize) {

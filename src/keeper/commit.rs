@@ -91,7 +91,7 @@ impl Committer {
                 None
             }
             Job::Landed { files, after } => {
-                crate::done::progress::landed(&self.root, &files, after);
+                crate::done::progress::landed(&self.root, &self.fingerprint, &files, after);
                 None
             }
             Job::Sign { kind, files } => {

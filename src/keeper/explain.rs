@@ -284,8 +284,16 @@ pub fn differences(d: &[String]) -> String {
 }
 
 /// The line of a launch with no signed cache; None when no launch is
-/// recorded.
+/// recorded. A launch that signed before lost its files (removed by prune
+/// as changed or incomplete, or deleted): that is the cause, not how
+/// another launch differs.
 pub fn no_cache_line(store: &Store, fp: &str, inputs: &Value) -> Option<String> {
+    if let Some(own) = store.record(fp) {
+        return Some(format!(
+            "no cache for this launch: it was signed {}, but its cache files were removed or are gone (the lines above say which and why); it tunes again",
+            ago(own.last_signed, now_secs())
+        ));
+    }
     let (rec, d) = nearest(store.records(), fp, inputs).into_iter().next()?;
     Some(format!(
         "no cache for this launch; the nearest signed launch ({}, {}) differs in: {}",

@@ -381,7 +381,9 @@ fn ensure_root(root: &Path) -> bool {
     }
 }
 
-/// A root on a read-only file system can be neither pruned nor signed.
+/// A root on a read-only file system can be neither pruned nor signed. One
+/// another user can write is said once: nothing in it is ever signed, and
+/// prune removes every cache file in it.
 fn writable(root: &Path) -> bool {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(root) {
@@ -389,6 +391,12 @@ fn writable(root: &Path) -> bool {
             crate::events::keeper::root_read_only(root);
             false
         }
-        _ => true,
+        _ => match cache::root_untrusted(root) {
+            Some(why) => {
+                crate::events::keeper::root_untrusted(root, why);
+                true
+            }
+            None => true,
+        },
     }
 }

@@ -51,7 +51,9 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     } else {
         std::env::vars_os().collect()
     };
-    let prepared = match args.cache.keeps(&command, &env) {
+    let keeps = args.cache.keeps(&command, &env);
+    let supervising_only = keeps.is_err();
+    let prepared = match keeps {
         Err(line) => {
             crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
@@ -68,6 +70,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     if let Some(m) = prepared.marker() {
         m.pass_to_child(false);
     }
+    let started = Instant::now();
     let pid = match spawned {
         Ok(pid) => pid,
         Err(e) => {
@@ -95,6 +98,19 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     drain_group(&sfd, pid, args);
     if let Some(k) = keeper.as_mut() {
         k.child_ended(ended);
+    }
+    // A command keepwrap only supervises has its one line; an engine
+    // launch ends on how the engine ended.
+    if !supervising_only {
+        let signal = match ended {
+            Ended::Exited(_) => None,
+            Ended::Signaled(signo) => Some(crate::signals::signal_name(signo)),
+        };
+        crate::events::supervisor::engine_ended(
+            ended.exit_code(),
+            signal.as_deref(),
+            started.elapsed(),
+        );
     }
     ExitCode::from(ended.exit_code())
 }

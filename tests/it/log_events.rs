@@ -13,17 +13,27 @@ const DIR: &str = "0.7.2/sm121/0123456789abcdef";
 /// warned about) saves two rank files as FlashInfer does, with
 /// `--log-format FORMAT`, no keepwrap variable of the caller's.
 fn launch(root: &Path, format: &str) -> Command {
+    engine(
+        root,
+        format,
+        &["--done", "exit"],
+        "for r in 0 1; do printf '{\"k%s\": [\"R\", %s]}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${r}_pp0_dp0.json\"; done",
+    )
+}
+
+/// keepwrap `--log-format FORMAT --keep always DONE` around a script file
+/// that runs `body` with `$d` the cache directory of [`DIR`] (made).
+fn engine(root: &Path, format: &str, done: &[&str], body: &str) -> Command {
     let script = root.with_extension("sh");
     std::fs::write(
         &script,
-        format!(
-            "d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; for r in 0 1; do printf '{{\"k%s\": [\"R\", %s]}}' $r $r > \"$d/.autotuner_$r.tmp\" && mv \"$d/.autotuner_$r.tmp\" \"$d/rank_tp${{r}}_pp0_dp0.json\"; done\n"
-        ),
+        format!("d=\"$1/{DIR}\"; mkdir -p \"$d\" 2>/dev/null || exit 0; {body}\n"),
     )
     .unwrap();
     let mut cmd = Command::new(BIN);
     common::without_keepwrap_env(&mut cmd)
-        .args(["--log-format", format, "--keep", "always", "--done", "exit"])
+        .args(["--log-format", format, "--keep", "always"])
+        .args(done)
         .arg("--cache-dir")
         .arg(root)
         .arg("--")
@@ -165,4 +175,301 @@ fn text_logs_show_the_message_alone_as_operators_read_it() {
         .collect();
     assert_eq!(messages.len(), lines.len(), "{}\n{}", b.stderr, j.stderr);
     assert!(messages.contains(&"tuned and signed 2 cache files".to_string()));
+}
+
+/// keepwrap's lines of a text log.
+fn keepwrap_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("keepwrap: "))
+        .collect()
+}
+
+/// `line` is `head` then a number of seconds then ` s`.
+fn after_seconds(line: &str, head: &str) -> bool {
+    line.strip_prefix(head)
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .is_some_and(|t| t.parse::<f64>().is_ok_and(|t| t >= 0.0))
+}
+
+#[test]
+fn every_launch_ends_on_a_line_saying_how_the_engine_ended() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let b = output(&mut launch(&root, "text"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        lines.contains(&"keepwrap: tuned and signed 2 cache files"),
+        "{}",
+        b.stderr
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        after_seconds(last, "keepwrap: the engine exited with status 0 after "),
+        "{}",
+        b.stderr
+    );
+
+    let failing = t.path().join("failing");
+    let f = output(&mut engine(&failing, "text", &["--done", "exit"], "exit 3"));
+    assert_eq!(f.code, 3, "{}", f.stderr);
+    let last = *keepwrap_lines(&f.stderr).last().unwrap();
+    assert!(
+        after_seconds(last, "keepwrap: the engine exited with status 3 after "),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let server = |root: &Path| {
+        engine(
+            root,
+            "text",
+            &["--done", "quiet=300ms"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"; exec sleep 30",
+        )
+    };
+    for verdict in [
+        "keepwrap: tuned and signed 1 cache file",
+        "keepwrap: reused 1 cache file signed for this launch",
+    ] {
+        let mut run = common::Running::spawn(&mut server(&root));
+        run.wait_stderr(verdict, std::time::Duration::from_secs(20));
+        run.guard.signal(nix::sys::signal::Signal::SIGTERM);
+        let f = run.finish(std::time::Duration::from_secs(20));
+        assert_eq!(f.code, 143, "{}", f.stderr);
+        let lines = keepwrap_lines(&f.stderr);
+        assert!(lines.contains(&verdict), "{}", f.stderr);
+        assert!(
+            after_seconds(
+                lines.last().unwrap(),
+                "keepwrap: the engine was killed by SIGTERM (status 143) after "
+            ),
+            "{}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
+fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let one = |root: &Path| {
+        engine(
+            root,
+            "text",
+            &["--done", "exit"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"",
+        )
+    };
+    let cold = output(&mut one(&root));
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    let landed = format!("keepwrap: landed {DIR}/rank_tp0_pp0_dp0.json (1 entry, ");
+    assert!(
+        keepwrap_lines(&cold.stderr)
+            .iter()
+            .any(|l| l.starts_with(&landed) && l.ends_with(" s after the launch)")),
+        "{}",
+        cold.stderr
+    );
+    assert!(
+        cold.stderr
+            .contains("keepwrap: tuned and signed 1 cache file\n"),
+        "{}",
+        cold.stderr
+    );
+
+    // The same launch saves the same file again: nothing tuned, no
+    // progress line; at debug level it says so.
+    let warm = output(&mut one(&root));
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+    let lines = keepwrap_lines(&warm.stderr);
+    assert!(
+        lines.contains(&"keepwrap: reused 1 cache file signed for this launch"),
+        "{}",
+        warm.stderr
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("keepwrap: landed")),
+        "{}",
+        warm.stderr
+    );
+    let debug = output(one(&root).env("KEEPWRAP_LOG", "debug"));
+    let unchanged = format!(
+        "keepwrap: debug: landed {DIR}/rank_tp0_pp0_dp0.json unchanged: as signed for this launch, nothing new tuned ("
+    );
+    assert!(
+        keepwrap_lines(&debug.stderr)
+            .iter()
+            .any(|l| l.starts_with(&unchanged) && l.ends_with(" s after the launch)")),
+        "{}",
+        debug.stderr
+    );
+}
+
+/// An engine whose entry gate removes what it just saved, file after file.
+const GATE: &str = "for r in $(seq 0 19); do f=\"$d/rank_tp${r}_pp0_dp0.json\"; printf '{\"k\": [\"R\", 0]}' > \"$f\"; rm \"$f\"; done";
+
+#[test]
+fn a_file_the_engine_removes_is_told_at_debug_level_not_as_unreadable() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let mut cmd = engine(&root, "text", &["--done", "exit"], GATE);
+    let b = output(cmd.env("KEEPWRAP_LOG", "debug"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        !lines.iter().any(|l| l.contains("unreadable")),
+        "{}",
+        b.stderr
+    );
+    let gone = format!("keepwrap: debug: {DIR}/rank_tp");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&gone)
+            && l.contains("_pp0_dp0.json was saved and then removed or renamed by the engine before keepwrap read it (")),
+        "{}",
+        b.stderr
+    );
+    // At info level, no line about those files but the count of one read
+    // before it went.
+    let info = output(&mut engine(
+        &t.path().join("info"),
+        "text",
+        &["--done", "exit"],
+        GATE,
+    ));
+    assert!(
+        !keepwrap_lines(&info.stderr)
+            .iter()
+            .any(|l| l.starts_with("keepwrap: landed") && !l.contains(" entry, ")),
+        "{}",
+        info.stderr
+    );
+}
+
+#[test]
+fn a_health_probe_line_shows_the_status_as_a_number() {
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let done = format!("health=http://127.0.0.1:{port}/health");
+    let mut cmd = common::keepwrap_engine(
+        home.path(),
+        &["-v", "--done", &done],
+        &[
+            "--port",
+            &port,
+            "--load-ms",
+            "800",
+            "--exit-after-ms",
+            "100",
+        ],
+    );
+    let f = common::boot(cmd.env("KEEPWRAP_LOG_FORMAT", "text"));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let line =
+        format!("keepwrap: debug: health probe of http://127.0.0.1:{port}/health: status 503");
+    assert!(
+        keepwrap_lines(&f.stderr).contains(&line.as_str()),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("Some("), "{}", f.stderr);
+}
+
+#[test]
+fn a_boot_whose_signed_file_was_corrupted_says_so_not_how_another_launch_differs() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    // Another launch (one more argument) signs first, then this one: the
+    // other's set goes to the store, and both have a launch record.
+    let other = output(launch(&root, "text").arg("x"));
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    let first = output(&mut launch(&root, "text"));
+    assert!(
+        first
+            .stderr
+            .contains("keepwrap: tuned and signed 2 cache files\n"),
+        "{}",
+        first.stderr
+    );
+    std::fs::write(root.join(DIR).join("rank_tp1_pp0_dp0.json"), "garbage\n").unwrap();
+
+    let b = output(&mut launch(&root, "text"));
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let lines = keepwrap_lines(&b.stderr);
+    assert!(
+        lines.contains(
+            &format!("keepwrap: removed {DIR}/rank_tp1_pp0_dp0.json: changed after signing (size 8 != signed 147)")
+                .as_str()
+        ),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        lines.iter().any(|l| l
+            .strip_prefix("keepwrap: no cache for this launch: it was signed ")
+            .and_then(|l| l.strip_suffix(" ago, but its cache files were removed or are gone (the lines above say which and why); it tunes again"))
+            .is_some_and(|ago| ago.ends_with(" seconds") || ago == "1 second")),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.stderr.contains("nearest signed launch"), "{}", b.stderr);
+}
+
+#[test]
+fn a_world_writable_root_gets_one_line_not_a_removal_every_boot() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let line = format!(
+        "keepwrap: warning: cache root {0} is world-writable without the sticky bit: will never keep here (another user could plant what keepwrap would sign), so every cache file in it is removed at each boot and none is signed: chmod o-w {0}",
+        root.display()
+    );
+    for boot in 0..2 {
+        let b = output(&mut launch(&root, "text"));
+        assert_eq!(b.code, 0, "{}", b.stderr);
+        let lines = keepwrap_lines(&b.stderr);
+        let about: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("another user") || l.contains(": removed "))
+            .collect();
+        assert_eq!(about, [&line.as_str()], "boot {boot}: {}", b.stderr);
+        assert!(
+            lines.contains(&"keepwrap: nothing signed: none of the 2 cache files present can be signed (see the lines above); the next launch tunes again"),
+            "boot {boot}: {}",
+            b.stderr
+        );
+    }
+    // Still fail closed: the second boot removed what the first saved (at
+    // debug level), and nothing is signed.
+    let b = output(launch(&root, "text").env("KEEPWRAP_LOG", "debug"));
+    assert!(
+        b.stderr.contains(&format!(
+            "keepwrap: debug: removed {DIR}/rank_tp1_pp0_dp0.json: in a directory another user can write (.: world-writable without the sticky bit)\n"
+        )),
+        "{}",
+        b.stderr
+    );
+    assert!(!root.join(DIR).join("rank_tp1_pp0_dp0.launch").exists());
+
+    // With the sticky bit (as /tmp), the root is kept as any other.
+    let sticky = t.path().join("sticky");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let b = output(&mut launch(&sticky, "text"));
+    assert!(
+        b.stderr
+            .contains("keepwrap: tuned and signed 2 cache files\n"),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.stderr.contains("will never keep here"), "{}", b.stderr);
 }

@@ -344,6 +344,52 @@ fn status_verify_hashes_the_stored_sets_too() {
 }
 
 #[test]
+fn status_on_a_root_that_does_not_exist_says_so() {
+    let h = tempfile::tempdir().unwrap();
+    let root = cache_root(h.path());
+    let f = status(h.path(), &[]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert_eq!(
+        f.stdout[0],
+        format!(
+            "cache root {}: does not exist (nothing is cached here; the first launch creates it)",
+            root.display()
+        ),
+        "{:?}",
+        f.stdout
+    );
+    assert!(!root.exists());
+    let j = status(h.path(), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&j.stdout.join("\n")).unwrap();
+    assert_eq!(v["root_exists"], false, "{v}");
+
+    // Once it exists, the line names it alone.
+    std::fs::create_dir_all(&root).unwrap();
+    let f = status(h.path(), &[]);
+    assert_eq!(f.stdout[0], format!("cache root {}", root.display()));
+    let j = status(h.path(), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&j.stdout.join("\n")).unwrap();
+    assert_eq!(v["root_exists"], true, "{v}");
+}
+
+#[test]
+fn status_counts_one_stored_entry_in_the_singular() {
+    let h = tempfile::tempdir().unwrap();
+    for chunked in ["1024", "2048"] {
+        let b = boot(&mut engine(h.path(), &["--chunked-prefill-size", chunked]));
+        assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+    }
+    let f = status(h.path(), &[]);
+    assert!(
+        f.stdout
+            .iter()
+            .any(|l| l.contains(" 2 stored in 1 entry (")),
+        "{:?}",
+        f.stdout
+    );
+}
+
+#[test]
 fn evict_and_clean_dry_run_say_what_they_would_evict_and_evict_nothing() {
     let h = tempfile::tempdir().unwrap();
     let fps = two_stored_sets(h.path());

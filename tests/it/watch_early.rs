@@ -30,7 +30,7 @@ fn a_file_written_by_a_command_that_exits_at_once_is_signed() {
     let (code, err, cache, _dir) = run("exit", WRITE);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains(&format!("landed {FILE}")), "{err}");
-    assert!(err.contains("tuned and signed 1 cache files"), "{err}");
+    assert!(err.contains("tuned and signed 1 cache file"), "{err}");
     let sidecar = cache.join(FILE.replace(".json", ".launch"));
     assert!(sidecar.exists(), "{err}");
 }

@@ -14,7 +14,16 @@ use super::ms_text;
 pub fn render(r: &Value) -> String {
     let now = r["now"].as_u64().unwrap_or_else(now_secs);
     let mut out = String::with_capacity(128 * (r["files"].as_array().map_or(0, Vec::len) + 8));
-    let _ = writeln!(out, "cache root {}", r["root"].as_str().unwrap_or(""));
+    let _ = writeln!(
+        out,
+        "cache root {}{}",
+        r["root"].as_str().unwrap_or(""),
+        if r["root_exists"] == false {
+            ": does not exist (nothing is cached here; the first launch creates it)"
+        } else {
+            ""
+        }
+    );
     if let Some(fp) = r["fingerprint"].as_str() {
         let _ = writeln!(out, "launch {}", short(fp));
     }
@@ -105,9 +114,14 @@ fn totals(out: &mut String, r: &Value) {
     let s = &t["stored"];
     let _ = writeln!(
         out,
-        " {} stored in {} entries ({})",
+        " {} stored in {} {} ({})",
         s["files"],
         s["entries"],
+        if s["entries"] == 1 {
+            "entry"
+        } else {
+            "entries"
+        },
         size_text(s["size"].as_u64().unwrap_or(0))
     );
     let used = s["size"].as_u64().unwrap_or(0);

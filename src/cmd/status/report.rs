@@ -51,6 +51,7 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
     totals_v.insert("stored".into(), stored);
     json!({
         "root": root.display().to_string(),
+        "root_exists": root.exists(),
         "now": now,
         "fingerprint": fp,
         "files": rows,

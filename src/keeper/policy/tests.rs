@@ -281,7 +281,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             A::Log("provisional"),
             A::Look,
-            A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
+            A::Log("not signing the 1 cache file that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
         ],
     },
     Row {
@@ -317,7 +317,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             A::Log("provisional"),
             A::Look,
-            A::Log("not signing the 1 cache files that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"),
+            A::Log("not signing the 1 cache file that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"),
         ],
     },
     Row {
