@@ -188,6 +188,14 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
     fstat(fd).map_err(err)
 }
 
+/// How a file that must be regular is opened for reading: no symlink
+/// followed, no blocking on a FIFO, no controlling terminal.
+const READ_REGULAR: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_NONBLOCK)
+    .union(OFlag::O_NOCTTY)
+    .union(OFlag::O_CLOEXEC);
+
 /// Open `name` in `dir` for reading: no symlink followed, no blocking on a
 /// FIFO, and an error unless it is a regular file (`InvalidInput` with the
 /// kind's name).
@@ -195,15 +203,7 @@ pub fn open_regular_at<P: ?Sized + nix::NixPath>(
     dir: BorrowedFd<'_>,
     name: &P,
 ) -> io::Result<(File, FileStat)> {
-    let fd = openat_noatime(
-        dir,
-        name,
-        OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC,
-    );
+    let fd = openat_noatime(dir, name, READ_REGULAR);
     let (fd, st) = regular_or_refuse(fd, "")?;
     Ok((File::from(fd), st))
 }
@@ -284,16 +284,7 @@ pub fn read_listed_at<P: ?Sized + nix::NixPath>(
     buf: &mut Vec<u8>,
     max: u64,
 ) -> io::Result<File> {
-    let fd = openat_noatime(
-        dir,
-        name,
-        OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC,
-    )
-    .map_err(|e| {
+    let fd = openat_noatime(dir, name, READ_REGULAR).map_err(|e| {
         if e == Errno::ELOOP {
             io::Error::new(io::ErrorKind::InvalidInput, "a symlink")
         } else {
