@@ -239,6 +239,16 @@ impl Running {
         self.wait_event_where(name, timeout, |_| true)
     }
 
+    /// Wait until keepwrap logged one of the events `names` (JSON logs).
+    pub fn wait_any_event(&mut self, names: &[&str], timeout: Duration) -> serde_json::Value {
+        wait_for(&format!("one of {names:?} on stderr"), timeout, || {
+            self.drain();
+            log_events(complete_lines(&self.stderr()))
+                .into_iter()
+                .find(|e| e["event"].as_str().is_some_and(|n| names.contains(&n)))
+        })
+    }
+
     /// Wait until keepwrap logged event `name` with `pred` true of it.
     pub fn wait_event_where(
         &mut self,
