@@ -36,6 +36,9 @@ ROOT = os.path.dirname(HERE)
 ENGINE = os.path.join(HERE, "prestart_engine.py")
 
 args = sys.argv[1:]
+if "-h" in args or "--help" in args:
+    print(__doc__.strip())
+    sys.exit(0)
 runs = 5
 use_strace = False
 if "--runs" in args:
@@ -51,6 +54,9 @@ if reuse_only:
 no_remove = "--no-remove" in args
 if no_remove:
     args.remove("--no-remove")
+unknown = [a for a in args if a.startswith("-")]
+if unknown:
+    sys.exit(f"bench/prestart.py: unknown option {unknown[0]} (--help lists the options)")
 KW = os.path.join(ROOT, "target/release/keepwrap")
 if args and not args[0].isdigit():
     KW = os.path.abspath(args.pop(0))
