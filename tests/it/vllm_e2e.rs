@@ -434,11 +434,17 @@ fn two_nodes(homes: &[PathBuf; 2], share: &Path, extra: &[&str]) -> [Finished; 2
         args.extend_from_slice(extra);
         Running::spawn(&mut kw_vllm(&homes[rank], &[&share_arg], &args, &[]))
     };
-    let mut nodes = [start(1), start(0)];
-    for n in nodes.iter_mut() {
-        common::wait_for("both nodes' outcome lines", DEADLINE, || {
-            n.log_events().iter().any(is_outcome).then_some(())
-        });
+    let nodes = [start(1), start(0)];
+    // Both nodes' stderr in the message when one never ends its boot.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !nodes.iter().all(|n| n.log_events().iter().any(is_outcome)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for both nodes' outcome lines\nheadless node:\n{}\nhead:\n{}",
+            nodes[0].stderr(),
+            nodes[1].stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
     for n in &nodes {
         n.guard.signal(Signal::SIGTERM);
