@@ -56,6 +56,7 @@ pub mod digest;
 pub mod done;
 pub mod events;
 pub mod failpoint;
+pub mod fleet;
 pub mod keeper;
 pub mod launch;
 pub mod logging;

@@ -107,6 +107,18 @@ pub fn main() -> ExitCode {
             c.json,
         ),
         Some(Sub::ShareStatus(cmd)) => share_status(cmd),
+        Some(Sub::Fleet(cmd)) => {
+            let Some(url) = cmd.url.as_deref() else {
+                return usage_error("no fleet: keepwrap fleet --fleet s3://BUCKET/PREFIX ls (or KEEPWRAP_FLEET=URL)");
+            };
+            match cmd.action {
+                args::FleetAction::Ls => crate::cmd::fleet::ls(url, cmd.fleet_timeout),
+                args::FleetAction::Gc {
+                    older_than,
+                    dry_run,
+                } => crate::cmd::fleet::gc(url, cmd.fleet_timeout, older_than, dry_run),
+            }
+        }
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
@@ -200,6 +212,7 @@ fn status(cmd: StatusCmd) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
     let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+    let fleet_root = root.clone();
     let code = crate::cmd::status::run(
         root,
         &cmd.fingerprint.options(),
@@ -209,6 +222,12 @@ fn status(cmd: StatusCmd) -> ExitCode {
         cmd.verify,
         cmd.store_max_size,
     );
+    if code == ExitCode::SUCCESS && !cmd.json {
+        crate::cmd::fleet::print_state(
+            fleet_root.as_deref(),
+            std::env::var("KEEPWRAP_FLEET").ok().as_deref(),
+        );
+    }
     match &cmd.share {
         Some(dir) if code == ExitCode::SUCCESS => {
             println!("\nshare {}:", dir.display());

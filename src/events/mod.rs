@@ -25,6 +25,7 @@
 pub mod cache;
 pub mod cli;
 pub mod done;
+pub mod fleet;
 pub mod keeper;
 pub mod policy;
 pub mod root;

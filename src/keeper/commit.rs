@@ -79,6 +79,7 @@ pub(super) struct Committer {
     pub(super) profile: &'static str,
     pub(super) inputs: serde_json::Value,
     pub(super) share: Option<Share>,
+    pub(super) fleet: Option<crate::fleet::Fleet>,
     /// When the members signed without a stamp settle ([`Committer::settle`]).
     pub(super) settle_at: Option<i64>,
 }
@@ -142,6 +143,9 @@ impl Committer {
         };
         self.settle_at = report.settle_at;
         self.publish(&report);
+        if let (SignKind::Done, Some(fleet), 0) = (kind, self.fleet.as_mut(), report.failed) {
+            fleet.publish(&self.root, &report.signed);
+        }
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
             crate::events::keeper::signed_again(n, late, &self.fingerprint);
@@ -254,6 +258,9 @@ impl Committer {
         }
         if let Some(share) = self.share.as_mut() {
             share.finish();
+        }
+        if let Some(fleet) = self.fleet.as_mut() {
+            fleet.finish();
         }
     }
 }

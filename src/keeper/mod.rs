@@ -70,6 +70,8 @@ pub struct Keeper {
     inputs: serde_json::Value,
     /// Multi-node launches: the directory every node mounts.
     share: Option<Share>,
+    /// The fleet store in a bucket (`--fleet`).
+    fleet: Option<crate::fleet::Fleet>,
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
@@ -170,6 +172,7 @@ impl Keeper {
             profile: self.profile,
             inputs: std::mem::take(&mut self.inputs),
             share: self.share.take(),
+            fleet: self.fleet.take(),
             settle_at: None,
         };
         self.session = Some(Session {

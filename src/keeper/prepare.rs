@@ -52,6 +52,7 @@ impl Keeper {
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
         let share = share_of(args, &launch);
+        let fleet = fleet_of(args, &launch, &fingerprint, &root);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -103,9 +104,11 @@ impl Keeper {
             profile: profile.as_str(),
             inputs,
             share,
+            fleet,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
         keeper.take_share_union();
+        keeper.take_fleet_set();
         vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
         keeper.unify_kept(&pruned.split);
         // Nothing to explain and nothing in the trash: no work, no thread.
@@ -133,6 +136,19 @@ impl Keeper {
     fn unify_kept(&self, split: &[PathBuf]) {
         if self.unify && !split.is_empty() {
             crate::events::keeper::kept_not_unified(split.len(), &self.fingerprint);
+        }
+    }
+
+    /// The fleet: when the root has no set for this launch, restore the
+    /// fleet's (signed locally, all or nothing).
+    fn take_fleet_set(&mut self) {
+        let Some(fleet) = self.fleet.as_ref().filter(|_| self.kept.is_empty()) else {
+            return;
+        };
+        if let Some(signed) = fleet.restore(&self.root) {
+            // keepwrap's own writes are not landings of the engine.
+            self.watcher.read();
+            self.kept = signed;
         }
     }
 
@@ -233,6 +249,26 @@ fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
             args.store_max_age,
         )
     }
+}
+
+/// The fleet of this launch, when `--fleet` is set (a multi-node launch
+/// does not use it: its nodes' files must come from one boot).
+fn fleet_of(
+    args: &Settings,
+    launch: &Launch,
+    fingerprint: &str,
+    root: &Path,
+) -> Option<crate::fleet::Fleet> {
+    args.fleet.url.as_ref()?;
+    let multi_node = crate::share::node_of(&launch.command().argv).map_or(true, |n| n.nnodes > 1);
+    crate::fleet::Fleet::new(
+        &args.fleet,
+        launch.profile().as_str(),
+        fingerprint,
+        root,
+        multi_node,
+        |k| std::env::var(k).ok(),
+    )
 }
 
 /// Wait for this launch's turn on the root and leave its marker: the lock
