@@ -171,6 +171,7 @@ impl Keeper {
             inputs: std::mem::take(&mut self.inputs),
             share: self.share.take(),
             settle_at: None,
+            signed_at_done: Vec::new(),
         };
         self.session = Some(Session {
             policy,

@@ -117,9 +117,9 @@ impl Worker {
     /// Run `job`: on the thread (the result comes through [`finished`]), or
     /// here and now without one (the result is returned).
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
-        if self.idle.is_some() {
-            if let Job::Log(note) = &job {
-                note.log();
+        if let Some(c) = self.idle.as_ref() {
+            if let Job::Log(note) = job {
+                c.log(note);
                 return None;
             }
             self.spawn_thread();
