@@ -9,13 +9,11 @@ use crate::cache;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
 use crate::keeper::policy::Owner;
-use crate::root::lock::CacheLock;
+use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::stats::Stats;
 use crate::share::Share;
 use crate::store::Store;
 use crate::unify;
-
-use super::turn::take_lock;
 
 /// What the worker is asked to do.
 pub(super) enum Job {
@@ -210,11 +208,11 @@ impl Committer {
     fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
         match &self.store {
             None => Ok(None),
-            Some(s) => take_lock(
-                s,
+            Some(s) => lock::take(
+                s.state_fd(),
                 self.lock_timeout.min(COMMIT_LOCK_WAIT),
                 &self.fingerprint,
-                "signs",
+                LockFor::Commit,
             )
             .map(Some)
             .ok_or(()),
