@@ -66,7 +66,7 @@ impl Keeper {
             Err(prepared) => return *prepared,
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), &launch) else {
             return Prepared::hands_off(marker);
         };
         let after_start = match &store {
@@ -278,16 +278,25 @@ fn prune(
     root: &Path,
     fingerprint: &str,
     store: Option<&Store>,
+    launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob)> {
+    let refuse = vllm::refuse_shared(launch);
+    let refuse = refuse
+        .as_ref()
+        .map(|f| f as &dyn Fn(&str) -> Option<String>);
     let pruned = match store {
         Some(s) => {
             s.recover();
-            let r =
-                cache::prune_then_empty(root, fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
+            let r = cache::prune_then_empty_refusing(
+                root,
+                fingerprint,
+                Some(&mut |fd, set| s.stash(fd, set)),
+                refuse,
+            );
             s.sync();
             r
         }
-        None => cache::prune_then_empty(root, fingerprint, None),
+        None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
     };
     match pruned {
         Ok(pruned) => Some(pruned),
