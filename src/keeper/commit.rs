@@ -214,6 +214,9 @@ impl Committer {
                 &self.fingerprint,
                 LockFor::Commit,
             )
+            // No stop watch once the engine runs.
+            .ok()
+            .flatten()
             .map(Some)
             .ok_or(()),
         }
