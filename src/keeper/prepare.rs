@@ -43,7 +43,7 @@ impl Keeper {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
-        let fingerprint = launch.fingerprint().to_string();
+        let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
         let Some((root, done)) = locate(args, &launch, argv, env) else {
             return Ok(Prepared::default());
@@ -100,7 +100,7 @@ impl Keeper {
             unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: profile.as_str(),
+            profile,
             inputs,
             share,
             settle_at: None,
@@ -152,7 +152,7 @@ fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) -> Result<(),
     let Some(share) = commit.share.as_ref() else {
         return Ok(());
     };
-    let taken = if commit.profile == ProfileName::Vllm.as_str() {
+    let taken = if commit.profile == ProfileName::Vllm {
         // vLLM: each node keeps its own ranks' files; a node whose
         // cache is empty takes its own back from a complete set.
         if !commit.kept.is_empty() {
@@ -209,8 +209,7 @@ fn locate(
             return None;
         }
     };
-    let fingerprint = launch.fingerprint().to_string();
-    crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+    crate::events::keeper::launch(launch.fingerprint(), profile.as_str(), &root, &done);
     vllm::note_managed_store(launch, env);
     ensure_root(&root).then_some((root, done))
 }
