@@ -103,7 +103,8 @@ impl Display for Note {
             ),
             Note::LateNotSignedExitUnproven { late } => write!(
                 f,
-                "not signing the {late} cache files that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}"
+                "not signing the {late} {} that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}",
+                cache_files(*late)
             ),
             Note::LateNotSignedHeadless { late } => write!(
                 f,

@@ -146,7 +146,7 @@ impl Committer {
         if let SignKind::Late(late) = kind {
             crate::events::keeper::signed_again(n, late, &self.fingerprint);
             if let Some(s) = &self.store {
-                if n > 0 && report.failed == 0 && !report.unchanged {
+                if n > 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
                 }
             }
@@ -169,7 +169,7 @@ impl Committer {
             crate::events::keeper::signed(n, &self.fingerprint);
         }
         if let Some(s) = &self.store {
-            if n > 0 && report.failed == 0 {
+            if n > 0 {
                 if report.unchanged && s.record(&self.fingerprint).is_some() {
                     s.touch(&self.fingerprint);
                 } else {
@@ -197,7 +197,7 @@ impl Committer {
 
     /// Multi-node: publish the signed rank files into the share.
     fn publish(&mut self, report: &cache::SignReport) {
-        if report.failed == 0 && !report.signed.is_empty() {
+        if !report.signed.is_empty() {
             if let Some(share) = self.share.as_mut() {
                 share.publish(&self.root, &report.signed);
             }
