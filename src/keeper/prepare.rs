@@ -18,6 +18,7 @@ use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
 use crate::share::Share;
+use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
@@ -32,15 +33,20 @@ impl Keeper {
     /// Fingerprint the launch, make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
-    /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    /// this time (the reason is logged); the launch goes on. Err: a stop signal
+    /// came before the start.
+    pub fn prepare(
+        args: &Settings,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Result<Prepared, Stopped> {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
-        let fingerprint = launch.fingerprint().to_string();
+        let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
         let Some((root, done)) = locate(args, &launch, argv, env) else {
-            return Prepared::default();
+            return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
         // and the store.
@@ -48,7 +54,7 @@ impl Keeper {
             Ok(r) => r,
             Err(e) => {
                 crate::events::keeper::cannot_open_running(&running_dir(&root), e);
-                return Prepared::default();
+                return Ok(Prepared::default());
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
@@ -61,13 +67,13 @@ impl Keeper {
             }
         };
         // Held until the engine is spawned (end of this function).
-        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root) {
+        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root)? {
             Ok(turn) => turn,
-            Err(prepared) => return *prepared,
+            Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
-            return Prepared::hands_off(marker);
+            return Ok(Prepared::hands_off(marker));
         };
         let after_start = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
@@ -83,7 +89,7 @@ impl Keeper {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
-                return Prepared::hands_off(marker);
+                return Ok(Prepared::hands_off(marker));
             }
         };
         let mut commit = Committer {
@@ -94,13 +100,13 @@ impl Keeper {
             unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: profile.as_str(),
+            profile,
             inputs,
             share,
             settle_at: None,
             signed_at_done: Vec::new(),
         };
-        take_share_union(&mut commit, &mut watcher);
+        take_share_union(&mut commit, &mut watcher)?;
         vllm::before_start(&commit.root, &launch, &mut commit.kept);
         if commit.unify && !pruned.split.is_empty() {
             // Files kept for this launch but signed without being unified
@@ -133,35 +139,36 @@ impl Keeper {
                 trash.run();
             })),
         };
-        Prepared {
+        Ok(Prepared {
             keeper: Some(keeper),
             marker: None,
             after_start,
-        }
+        })
     }
 }
 
 /// Multi-node: when every node has published, write the union of all
 /// nodes' rank files over this node's and sign them (see [`Share`]).
-fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) {
+fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopped> {
     let Some(share) = commit.share.as_ref() else {
-        return;
+        return Ok(());
     };
-    let taken = if commit.profile == ProfileName::Vllm.as_str() {
+    let taken = if commit.profile == ProfileName::Vllm {
         // vLLM: each node keeps its own ranks' files; a node whose
         // cache is empty takes its own back from a complete set.
         if !commit.kept.is_empty() {
-            return;
+            return Ok(());
         }
-        vllm::take_own(share, &commit.root, &commit.fingerprint)
+        vllm::take_own(share, &commit.root, &commit.fingerprint)?
     } else {
-        share.take_union(&commit.root, &commit.fingerprint)
+        share.take_union(&commit.root, &commit.fingerprint)?
     };
     if let Some(signed) = taken {
         // keepwrap's own writes are not landings of the engine.
         watcher.read();
         commit.kept = signed;
     }
+    Ok(())
 }
 
 /// The cache root (created on a first boot) and the done rule of this
@@ -203,8 +210,7 @@ fn locate(
             return None;
         }
     };
-    let fingerprint = launch.fingerprint().to_string();
-    crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+    crate::events::keeper::launch(launch.fingerprint(), profile.as_str(), &root, &done);
     vllm::note_managed_store(launch, env);
     ensure_root(&root).then_some((root, done))
 }
@@ -239,17 +245,21 @@ fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
     }
 }
 
+/// The lock (held while the engine is prepared) and this launch's marker.
+type Turned = (Option<CacheLock>, Marker);
+
 /// Wait for this launch's turn on the root and leave its marker: the lock
 /// (held while the engine is prepared) and the marker when this launch
 /// keeps the cache, else what it goes on with (hands-off, or no marker).
+/// Err: a stop signal ended the wait.
 fn take_turn(
     args: &Settings,
     runs: Runs,
     store: Option<&Store>,
     id: &Identity,
     root: &Path,
-) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
-    let (lock, turn) = wait_turn(args, &runs, store, id);
+) -> Result<Result<Turned, Box<Prepared>>, Stopped> {
+    let (lock, turn) = wait_turn(args, &runs, store, id)?;
     let state = match turn {
         Turn::Go(_) => State::Tuning,
         Turn::HandsOff => State::HandsOff,
@@ -258,16 +268,16 @@ fn take_turn(
         Ok(m) => m,
         Err(e) => {
             crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
-            return Err(Box::default());
+            return Ok(Err(Box::default()));
         }
     };
-    match turn {
+    Ok(match turn {
         Turn::HandsOff => Err(Box::new(Prepared::hands_off(marker))),
         Turn::Go(beside) => {
             marker.ran_beside(beside);
             Ok((lock, marker))
         }
-    }
+    })
 }
 
 /// Remove what this launch must not load, other launches' whole sets into
