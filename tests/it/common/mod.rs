@@ -684,6 +684,50 @@ pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// A file system of its own for the calling test thread: the thread leaves
+/// the process's mount namespace (its own, private, which ends with the
+/// thread and takes the mount with it) and mounts a fresh 16 MiB ext4 image
+/// made in `dir` at `dir/disk`; processes the thread starts see it too.
+/// `None` without root or loop devices. A disk that no other test writes
+/// to: no other test's `syncfs` writes back its pages.
+pub fn own_disk(dir: &Path) -> Option<PathBuf> {
+    use nix::mount::{mount, MsFlags};
+    use nix::sched::{unshare, CloneFlags};
+    if !is_root() || !have("mkfs.ext4") || !Path::new("/dev/loop-control").exists() {
+        return None;
+    }
+    let image = dir.join("disk.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    unshare(CloneFlags::CLONE_NEWNS).unwrap();
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .unwrap();
+    let disk = dir.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&image)
+        .arg(&disk)
+        .output()
+        .unwrap();
+    assert!(mounted.status.success(), "{mounted:?}");
+    Some(disk)
+}
+
 /// A test that needs something this machine may lack (root, `unshare`,
 /// tini): true when it is there. Under CI (`CI` set, as `.ci/run` runs,
 /// which installs every such tool and runs as root) a missing need fails the
