@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -205,14 +205,6 @@ fn rank_files(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn http_status(port: u16, path: &str) -> Option<u16> {
     let addr = ([127, 0, 0, 1], port).into();
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
@@ -349,7 +341,7 @@ fn all_ranks_corrupt_gate_agrees_and_load_raises() {
 #[test]
 fn server_health_503_then_200_and_sigterm_stops_ranks() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = crate::common::free_port();
     let port_s = port.to_string();
     let mut l = Launch::spawn(
         dir.path(),
@@ -395,7 +387,7 @@ fn server_health_503_then_200_and_sigterm_stops_ranks() {
 #[test]
 fn ranks_die_when_the_launcher_is_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
+    let port = crate::common::free_port().to_string();
     let mut l = Launch::spawn(
         dir.path(),
         &["--tp", "2", "--port", &port, "--tune-ms", "5"],
@@ -499,7 +491,7 @@ fn saved_file_format_matches_save_configs() {
 fn two_nodes_on_one_machine_share_tactics() {
     let c0 = tempfile::tempdir().unwrap();
     let c1 = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", crate::common::free_port());
     let node = |r: &'static str| {
         vec![
             "--offline",

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -111,14 +111,6 @@ fn by_rank(f: &Finished, field: &str) -> BTreeMap<u64, Value> {
 fn all_are(f: &Finished, field: &str, want: Value) -> bool {
     let m = by_rank(f, field);
     !m.is_empty() && m.values().all(|v| *v == want)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `GET path` on 127.0.0.1:port: the status code, or the connect error kind.
@@ -510,7 +502,7 @@ fn one_rank_on_0_33_uses_flashinfers_managed_store() {
 #[test]
 fn api_port_refuses_connections_until_ready_then_answers_200() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = crate::common::free_port();
     let p = port.to_string();
     let args = [
         "-tp",
@@ -570,9 +562,9 @@ fn api_port_refuses_connections_until_ready_then_answers_200() {
 fn headless_node_serves_nothing_and_exits_0_on_sigterm() {
     let h0 = tempfile::tempdir().unwrap();
     let h1 = tempfile::tempdir().unwrap();
-    let master = free_port().to_string();
-    let api = free_port();
-    let api1 = free_port().to_string();
+    let master = crate::common::free_port().to_string();
+    let api = crate::common::free_port();
+    let api1 = crate::common::free_port().to_string();
     let node = |home: &Path, rank: &str, extra: &[&str]| {
         let mut args = vec![
             "-tp",
@@ -656,7 +648,7 @@ fn headless_node_serves_nothing_and_exits_0_on_sigterm() {
 fn data_parallel_across_two_nodes_folds_dp_into_the_world() {
     let h0 = tempfile::tempdir().unwrap();
     let h1 = tempfile::tempdir().unwrap();
-    let rpc = free_port().to_string();
+    let rpc = crate::common::free_port().to_string();
     let common_args = [
         "-tp",
         "2",

@@ -483,13 +483,34 @@ pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> C
     cmd
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago and that no test of
+/// this process was given before: the kernel may hand the port it just
+/// freed to the next `bind` to port 0, so two picks in a row (a launch's
+/// API port and its rendezvous port) or two tests' picks could be the
+/// same port, and a launch bound twice to one port hangs.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+#[test]
+fn free_port_never_gives_a_port_twice() {
+    let ports: Vec<u16> = (0..1000).map(|_| free_port()).collect();
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ports.len());
 }
 
 /// `keepwrap fingerprint --explain -- ARGV` run in `cwd` with only `HOME=cwd`
