@@ -552,10 +552,6 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
 
 // ---- state files under .keepwrap/: never followed, never blocked on ----
 
-fn mkfifo(p: &Path) {
-    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-}
-
 /// How many warnings a run logged, leaving out the one that says the
 /// stand-in `sh -c` engine's script is fingerprinted as written.
 fn warning_count(b: &Finished) -> usize {

@@ -2,6 +2,8 @@
 //! deadlines, and guards that clean up every process a test starts.
 #![allow(dead_code)]
 
+pub mod vllm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -703,6 +705,44 @@ pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
             Ok(())
         })
     }
+}
+
+/// A named pipe at `p` (its parent directories made).
+pub fn mkfifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+}
+
+/// Whether this test may make mount namespaces (root, and `unshare --mount`
+/// works here).
+pub fn can_mount() -> bool {
+    is_root()
+        && have("unshare")
+        && Command::new("unshare")
+            .args(["--mount", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `unshare --mount sh -c 'SETUP && exec "$@"' ARG0 CMD...`: `inner` (its
+/// arguments, directory and environment) in a private mount namespace after
+/// the shell `setup` ran with `$0` = `arg0`.
+pub fn in_mount_ns(setup: &str, arg0: &Path, inner: &Command) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "sh", "-c", &format!("{setup} && exec \"$@\"")])
+        .arg(arg0)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd
 }
 
 /// A file system of its own for the calling test thread: the thread leaves
