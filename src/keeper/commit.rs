@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cache;
+use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
 use crate::events::policy::{Late, Note, Outcome};
 use crate::keeper::policy::Owner;
+use crate::launch::fingerprint::ProfileName;
 use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::stats::Stats;
 use crate::share::Share;
@@ -67,7 +69,7 @@ pub(super) enum Report {
 /// lock, the store's record and statistics, the share's publication.
 pub(super) struct Committer {
     pub(super) root: PathBuf,
-    pub(super) fingerprint: String,
+    pub(super) fingerprint: Fingerprint,
     /// When the launch started (the statistics credit a boot's tuning time).
     pub(super) launched: Instant,
     /// Cache files prune kept (signed for this launch), relative to root.
@@ -75,7 +77,7 @@ pub(super) struct Committer {
     pub(super) unify: bool,
     pub(super) store: Option<Store>,
     pub(super) lock_timeout: Duration,
-    pub(super) profile: &'static str,
+    pub(super) profile: ProfileName,
     pub(super) inputs: serde_json::Value,
     pub(super) share: Option<Share>,
     /// When the members signed without a stamp settle ([`Committer::settle`]).
@@ -279,6 +281,9 @@ impl Committer {
                 &self.fingerprint,
                 LockFor::Commit,
             )
+            // No stop watch once the engine runs.
+            .ok()
+            .flatten()
             .map(Some)
             .ok_or(()),
         }
