@@ -114,9 +114,7 @@ impl Settings {
         match self.unify {
             UnifyMode::On => true,
             UnifyMode::Off => false,
-            // The SGLang profiles front an SGLang engine, whose stock gate
-            // needs it; vLLM's gate passes per-rank files as they are.
-            UnifyMode::Auto => matches!(profile, ProfileName::Sglang | ProfileName::Seed),
+            UnifyMode::Auto => crate::engine::of(profile).unifies_by_default(),
         }
     }
 }
