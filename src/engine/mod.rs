@@ -57,9 +57,8 @@ pub trait Engine: Sync {
     ) -> Result<Option<Vec<PathBuf>>, Stopped>;
 
     /// Whether keepwrap only supervises this launch and leaves its cache as
-    /// the engine leaves it (`argv`: the command as given); one line says
-    /// why.
-    fn left_alone(&self, _launch: &Launch, _argv: &[OsString]) -> bool {
+    /// the engine leaves it; one line says why.
+    fn left_alone(&self, _launch: &Launch) -> bool {
         false
     }
 
@@ -70,7 +69,7 @@ pub trait Engine: Sync {
     fn before_start(&self, _root: &Path, _launch: &Launch, _kept: &mut Vec<PathBuf>) {}
 
     /// `status -- COMMAND`: the plan as this engine changes it.
-    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch, _argv: &[OsString]) {}
+    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
 }
 
 /// The engine a launch fingerprinted with `profile` (resolved) runs.

@@ -183,28 +183,27 @@ fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
 /// either; vLLM's own gate decides, as without keepwrap). A command keepwrap
 /// does not read as vLLM's but runs under `--profile vllm` (a launch
 /// script) is read whole for the same arguments.
-fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
-    let Some(arg) = ray_arg(launch, argv) else {
+fn under_ray(launch: &Launch) -> bool {
+    let Some(arg) = ray_arg(launch) else {
         return false;
     };
     crate::events::vllm::ray_launch(&arg);
     true
 }
 
-/// The argument that makes `argv` (fingerprinted as `launch`) a Ray
-/// launch ([`under_ray`]).
-fn ray_arg(launch: &Launch, argv: &[OsString]) -> Option<String> {
+/// The argument that makes `launch` a Ray launch ([`under_ray`]).
+fn ray_arg(launch: &Launch) -> Option<String> {
     match launch.vllm() {
         Some(v) => facts::ray_backend(v.merged_args()),
-        None => facts::ray_backend(argv),
+        None => facts::ray_backend(launch.argv()),
     }
 }
 
 /// `status -- COMMAND` for a Ray launch ([`under_ray`]): nothing is kept,
 /// restored, stored or removed; every file is left as it is, and the plan
 /// says why.
-fn plan_ray(report: &mut serde_json::Value, launch: &Launch, argv: &[OsString]) {
-    let Some(arg) = ray_arg(launch, argv) else {
+fn plan_ray(report: &mut serde_json::Value, launch: &Launch) {
+    let Some(arg) = ray_arg(launch) else {
         return;
     };
     let why = format!(
@@ -385,8 +384,8 @@ impl Engine for Vllm {
         take_own(share, root, fingerprint)
     }
 
-    fn left_alone(&self, launch: &Launch, argv: &[OsString]) -> bool {
-        under_ray(launch, argv)
+    fn left_alone(&self, launch: &Launch) -> bool {
+        under_ray(launch)
     }
 
     fn note_launch(&self, launch: &Launch, env: &[(OsString, OsString)]) {
@@ -397,9 +396,9 @@ impl Engine for Vllm {
         before_start(root, launch, kept);
     }
 
-    fn plan(&self, report: &mut serde_json::Value, launch: &Launch, argv: &[OsString]) {
+    fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {
         plan_shared_files(report, launch);
-        plan_ray(report, launch, argv);
+        plan_ray(report, launch);
     }
 }
 

@@ -15,6 +15,7 @@ use crate::done::watch::Watcher;
 use crate::done::Done;
 use crate::engine::{Engine, NoRoot};
 use crate::launch::fingerprint::Launch;
+use crate::launch::Command;
 use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
@@ -30,23 +31,25 @@ use super::{explain, Keeper, Prepared, Settings};
 type AfterStart = Box<dyn FnOnce() + Send>;
 
 impl Keeper {
-    /// Fingerprint the launch, make sure the root exists, wait for any other
+    /// Fingerprint the launch (`command`: `argv` as read by
+    /// [`Settings::keeps`]), make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
     /// this time (the reason is logged); the launch goes on. Err: a stop signal
     /// came before the start.
     pub fn prepare(
         args: &Settings,
+        command: Command,
         argv: &[OsString],
         env: &[(OsString, OsString)],
     ) -> Result<Prepared, Stopped> {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
-        let launch = Launch::new(&opts, argv, env);
+        let launch = Launch::of(&opts, command, argv, env);
         let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
         let engine = crate::engine::of(profile);
-        let Some((root, done)) = locate(args, engine, &launch, argv, env) else {
+        let Some((root, done)) = locate(args, engine, &launch, env) else {
             return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
@@ -58,7 +61,7 @@ impl Keeper {
                 return Ok(Prepared::default());
             }
         };
-        let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
+        let id = Identity::of(&launch, &opts, env, &args.share.node_local());
         let share = engine.share(
             &args.share,
             &launch,
@@ -178,10 +181,9 @@ fn locate(
     args: &Settings,
     engine: &dyn Engine,
     launch: &Launch,
-    argv: &[OsString],
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
-    if engine.left_alone(launch, argv) {
+    if engine.left_alone(launch) {
         return None;
     }
     // where the engine writes: its own environment (after `env -i`, `env -u`,
@@ -191,7 +193,7 @@ fn locate(
         .root(args.cache_dir.as_deref(), engine_env)
         .map_err(NoRoot::log)
         .ok()?;
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
         crate::events::keeper::launch_warning(&line);
     }
