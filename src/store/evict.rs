@@ -25,7 +25,7 @@ impl Store {
             };
             let side = Side::of(dir.as_fd(), &manifest);
             let mut bytes = 0;
-            for m in &manifest.members {
+            for m in &manifest.set.members {
                 bytes += m.size;
                 if let Some(d) = side.dir(&m.path) {
                     let [_, launch] = names(split(&m.path).1);
@@ -41,7 +41,7 @@ impl Store {
 
     /// When the launch of a stored set was last used (a restore counts).
     pub fn last_used(&self, e: &Entry) -> u64 {
-        self.record(&e.manifest.fingerprint)
+        self.record(&e.manifest.set.fingerprint)
             .map(|r| r.last_used)
             .unwrap_or(e.manifest.stored_at)
     }
@@ -55,7 +55,7 @@ impl Store {
             .into_iter()
             .map(|e| (self.last_used(&e), e))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         let mut total: u64 = entries.iter().map(|(_, e)| e.bytes).sum();
         let mut n = 0;
         for (used, e) in &entries {
@@ -84,13 +84,13 @@ impl Store {
 
     /// Remove one stored set and its launch record, and say why.
     pub(super) fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) {
-        let fp = &e.manifest.fingerprint;
+        let fp = &e.manifest.set.fingerprint;
         self.delete_entry(fp);
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
         cache::remove_manifest(self.root_fd.as_fd(), fp);
         crate::events::store::evicted(
             fp,
-            e.manifest.members.len(),
+            e.manifest.set.members.len(),
             e.bytes,
             size_text(e.bytes),
             ago(used, now),
@@ -112,7 +112,7 @@ impl Store {
             .map(|e| (self.last_used(&e), e))
             .filter(|(used, e)| pick(e, *used))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         for (used, e) in &entries {
             self.evict_entry(e, *used, now, why);
         }
