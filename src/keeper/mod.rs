@@ -79,7 +79,10 @@ pub struct Prepared {
     /// see it (they neither prune under it nor sign what it writes).
     pub marker: Option<Marker>,
     /// Work that must not delay the engine's start: run after the spawn.
-    pub after_start: Option<Box<dyn FnOnce() + Send>>,
+    /// It drops the sender it is given once the part that keepwrap's exit
+    /// waits for (for at most a bounded time: the store's eviction) is
+    /// done.
+    pub after_start: Option<Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>>,
 }
 
 impl Prepared {

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cache::{self, PruneReport};
 use crate::done::watch::Watcher;
@@ -26,8 +26,10 @@ use super::commit::Committer;
 use super::turn::{wait_turn, Turn};
 use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
 
-/// Work run after the engine's spawn.
-type AfterStart = Box<dyn FnOnce() + Send>;
+/// Work run after the engine's spawn (see [`Prepared::after_start`]).
+type AfterStart = Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>;
+/// One part of it.
+type Job = Box<dyn FnOnce() + Send>;
 
 impl Keeper {
     /// Fingerprint the launch, make sure the root exists, wait for any other
@@ -75,9 +77,9 @@ impl Keeper {
         let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
             return Ok(Prepared::hands_off(marker));
         };
-        let after_start = match &store {
+        let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
-            None => None,
+            None => (None, None),
         };
         // What prune just looked at is not looked at again.
         let seen = pruned
@@ -129,16 +131,24 @@ impl Keeper {
             session: None,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
-        // Nothing to explain and nothing in the trash: no work, no thread.
-        let after_start: Option<AfterStart> = match (after_start, trash.has_work()) {
-            (None, false) => None,
-            (job, _) => Some(Box::new(move || {
-                if let Some(job) = job {
-                    job();
-                }
-                trash.run();
-            })),
-        };
+        // Nothing to evict or explain and nothing in the trash: no work, no
+        // thread. keepwrap's exit waits (a bounded time) for the eviction
+        // only.
+        let after_start: Option<AfterStart> =
+            if after_start.is_none() && evict.is_none() && !trash.has_work() {
+                None
+            } else {
+                Some(Box::new(move |done| {
+                    if let Some(job) = evict {
+                        job();
+                    }
+                    drop(done);
+                    if let Some(job) = after_start {
+                        job();
+                    }
+                    trash.run();
+                }))
+            };
         Ok(Prepared {
             keeper: Some(keeper),
             marker: None,
@@ -308,10 +318,11 @@ fn prune(
     }
 }
 
-/// With nothing kept, bring this launch's set back from the store; then
-/// evict past the store's limits and count the launch. The line that says
-/// why a launch has no cache, when it needs computing, to run after the
-/// spawn.
+/// With nothing kept, bring this launch's set back from the store, and
+/// count the launch. What runs after the spawn: the line that says why a
+/// launch has no cache, when it needs computing, and the eviction past the
+/// store's limits (which can delete thousands of files: never before the
+/// start).
 fn restore(
     args: &Settings,
     s: &Store,
@@ -319,7 +330,7 @@ fn restore(
     fingerprint: &str,
     inputs: &serde_json::Value,
     pruned: &mut PruneReport,
-) -> Option<AfterStart> {
+) -> (Option<Job>, Option<Job>) {
     let now = crate::clock::now_secs();
     let mut restored = 0;
     if pruned.kept.is_empty() {
@@ -330,35 +341,85 @@ fn restore(
             pruned.kept_ids.clear();
         }
     }
-    let mut after_start = None;
+    let mut explain = None;
     // Nothing to compare with before any launch signed: no thread (and no
     // record of this launch to touch).
     if pruned.kept.is_empty() {
         if s.has_records() {
-            after_start = Some(explain_later(root, fingerprint, inputs));
+            explain = Some(explain_later(root, fingerprint, inputs));
         }
     } else {
         s.touch(fingerprint);
     }
-    let limits = store::Limits {
-        max_size: args.store_max_size,
-        max_age: args.store_max_age,
-    };
-    let evicted = s.evict(limits, now);
+    // An empty store has nothing to evict: no thread for it.
+    let mut evict = None;
+    if pruned.stored > 0 || s.has_entries() {
+        let limits = store::Limits {
+            max_size: args.store_max_size,
+            max_age: args.store_max_age,
+        };
+        evict = Some(evict_later(root, limits, args.lock_timeout, fingerprint));
+    }
     let (removed, stored) = (pruned.removed, pruned.stored);
     Stats::record(|st| {
         st.launches += 1;
         st.removed += removed as u64;
         st.stored += stored as u64;
         st.restored += restored as u64;
-        st.evicted += evicted as u64;
     });
-    after_start
+    (explain, evict)
 }
+
+/// Evict past the store's limits, once the engine has started: under the
+/// lock (a short wait: another launch holds it for milliseconds; when it
+/// cannot be had, the next launch evicts), each entry out of the store,
+/// then deleted after the lock is given back.
+fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprint: &str) -> Job {
+    let (root, fingerprint) = (root.to_path_buf(), fingerprint.to_string());
+    Box::new(move || {
+        let Some(s) = Store::open_existing(&root) else {
+            return;
+        };
+        let timeout = timeout.min(EVICT_LOCK_WAIT);
+        let evicted = {
+            let Ok(_lock) = crate::root::lock::acquire(
+                s.state_fd(),
+                timeout,
+                &format!("launch {} (eviction)", crate::digest::short(&fingerprint)),
+            )
+            .map_err(|e| match e {
+                crate::root::lock::LockError::TimedOut(who) => crate::events::keeper::lock_gave_up(
+                    timeout,
+                    "eviction",
+                    who,
+                    "the store is evicted by the next launch",
+                ),
+                crate::root::lock::LockError::Io(e) => crate::events::keeper::lock_failed(
+                    "eviction",
+                    e,
+                    "the store is evicted by the next launch",
+                ),
+                // Stopped while waiting: the next launch evicts.
+                crate::root::lock::LockError::Stopped(_) => {}
+            }) else {
+                return;
+            };
+            s.evict(limits, crate::clock::now_secs())
+        };
+        let n = evicted.entries as u64;
+        s.remove_evicted(evicted);
+        if n > 0 {
+            Stats::record(|st| st.evicted += n);
+        }
+    })
+}
+
+/// Longest wait for the lock to evict after the start.
+const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> AfterStart {
+fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> Job {
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
