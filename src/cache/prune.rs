@@ -10,7 +10,7 @@ use std::rc::Rc;
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::{self, SetRecord, Sidecar, Stamp};
+use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
