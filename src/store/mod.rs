@@ -61,6 +61,7 @@ use crate::launch::canonical::{self, Style};
 use crate::STATE_DIR;
 
 mod evict;
+pub use evict::Evicted;
 mod moves;
 mod records;
 mod recover;

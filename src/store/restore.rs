@@ -216,10 +216,17 @@ impl Store {
 
     /// Delete the entry of `fp` (atomically gone: renamed to trash first).
     pub(super) fn delete_entry(&self, fp: &str) {
-        let trash = format!("trash-{}", fsx::unique_name());
-        if fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str()).is_ok() {
-            let _ = fsx::fsync_dir(self.store.as_fd());
+        if let Some(trash) = self.trash_entry(fp) {
             let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
         }
+    }
+
+    /// Move the entry of `fp` out of the store into a trash directory of
+    /// `.keepwrap` (which recovery removes); its name, to delete.
+    pub(super) fn trash_entry(&self, fp: &str) -> Option<String> {
+        let trash = format!("trash-{}", fsx::unique_name());
+        fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str()).ok()?;
+        let _ = fsx::fsync_dir(self.store.as_fd());
+        Some(trash)
     }
 }
