@@ -18,9 +18,11 @@ use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
 use crate::share::Share;
+use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
+use super::commit::Committer;
 use super::turn::{wait_turn, Turn};
 use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
 
@@ -33,15 +35,20 @@ impl Keeper {
     /// Fingerprint the launch, make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
-    /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    /// this time (the reason is logged); the launch goes on. Err: a stop signal
+    /// came before the start.
+    pub fn prepare(
+        args: &Settings,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Result<Prepared, Stopped> {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
         let launch = Launch::new(&opts, argv, env);
-        let fingerprint = launch.fingerprint().to_string();
+        let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
         let Some((root, done)) = locate(args, &launch, argv, env) else {
-            return Prepared::default();
+            return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
         // and the store.
@@ -49,7 +56,7 @@ impl Keeper {
             Ok(r) => r,
             Err(e) => {
                 crate::events::keeper::cannot_open_running(&running_dir(&root), e);
-                return Prepared::default();
+                return Ok(Prepared::default());
             }
         };
         let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
@@ -62,13 +69,13 @@ impl Keeper {
             }
         };
         // Held until the engine is spawned (end of this function).
-        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root) {
+        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root)? {
             Ok(turn) => turn,
-            Err(prepared) => return *prepared,
+            Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
-            return Prepared::hands_off(marker);
+            return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
@@ -85,36 +92,50 @@ impl Keeper {
         } else {
             Watcher::seeded(&root, seen)
         };
-        let watcher = match watched {
+        let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
-                return Prepared::hands_off(marker);
+                return Ok(Prepared::hands_off(marker));
             }
         };
-        let mut keeper = Keeper {
-            marker,
+        let mut commit = Committer {
             root,
             fingerprint,
+            launched,
+            kept: pruned.kept,
+            unify: args.unifies(profile),
+            store,
+            lock_timeout: args.lock_timeout,
+            profile,
+            inputs,
+            share,
+            settle_at: None,
+            signed_at_done: Vec::new(),
+        };
+        take_share_union(&mut commit, &mut watcher)?;
+        vllm::before_start(&commit.root, &launch, &mut commit.kept);
+        if commit.unify && !pruned.split.is_empty() {
+            // Files kept for this launch but signed without being unified
+            // (e.g. with `--unify off`, `split`: their directories): the
+            // engine loads them as they are, and the sign at done unifies
+            // them. Rewriting and signing them again here would make the
+            // engine wait for work that grows with the set (seconds at
+            // 10,000 files).
+            crate::events::keeper::kept_not_unified(pruned.split.len(), &commit.fingerprint);
+        }
+        let keeper = Keeper {
+            marker,
             done,
             watcher,
             probe: None,
             probe_interval: args.probe_interval,
             probe_timeout: args.probe_timeout,
             launched,
-            kept: pruned.kept,
+            commit: Some(commit),
             session: None,
-            unify: args.unifies(profile),
-            store,
-            lock_timeout: args.lock_timeout,
-            profile: profile.as_str(),
-            inputs,
-            share,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
-        keeper.take_share_union();
-        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
-        keeper.unify_kept(&pruned.split);
         // Nothing to evict or explain and nothing in the trash: no work, no
         // thread. keepwrap's exit waits (a bounded time) for the eviction
         // only.
@@ -133,46 +154,36 @@ impl Keeper {
                     trash.run();
                 }))
             };
-        Prepared {
+        Ok(Prepared {
             keeper: Some(keeper),
             marker: None,
             after_start,
-        }
+        })
     }
+}
 
-    /// Files kept for this launch but signed without being unified (e.g.
-    /// with `--unify off`, `split`: their directories): the engine loads
-    /// them as they are, and the sign at done unifies them. Rewriting and
-    /// signing them again here would make the engine wait for work that
-    /// grows with the set (seconds at 10,000 files).
-    fn unify_kept(&self, split: &[PathBuf]) {
-        if self.unify && !split.is_empty() {
-            crate::events::keeper::kept_not_unified(split.len(), &self.fingerprint);
+/// Multi-node: when every node has published, write the union of all
+/// nodes' rank files over this node's and sign them (see [`Share`]).
+fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopped> {
+    let Some(share) = commit.share.as_ref() else {
+        return Ok(());
+    };
+    let taken = if commit.profile == ProfileName::Vllm {
+        // vLLM: each node keeps its own ranks' files; a node whose
+        // cache is empty takes its own back from a complete set.
+        if !commit.kept.is_empty() {
+            return Ok(());
         }
+        vllm::take_own(share, &commit.root, &commit.fingerprint)?
+    } else {
+        share.take_union(&commit.root, &commit.fingerprint)?
+    };
+    if let Some(signed) = taken {
+        // keepwrap's own writes are not landings of the engine.
+        watcher.read();
+        commit.kept = signed;
     }
-
-    /// Multi-node: when every node has published, write the union of all
-    /// nodes' rank files over this node's and sign them (see [`Share`]).
-    fn take_share_union(&mut self) {
-        let Some(share) = self.share.as_ref() else {
-            return;
-        };
-        let taken = if self.profile == ProfileName::Vllm.as_str() {
-            // vLLM: each node keeps its own ranks' files; a node whose
-            // cache is empty takes its own back from a complete set.
-            if !self.kept.is_empty() {
-                return;
-            }
-            vllm::take_own(share, &self.root, &self.fingerprint)
-        } else {
-            share.take_union(&self.root, &self.fingerprint)
-        };
-        if let Some(signed) = taken {
-            // keepwrap's own writes are not landings of the engine.
-            self.watcher.read();
-            self.kept = signed;
-        }
-    }
+    Ok(())
 }
 
 /// The cache root (created on a first boot) and the done rule of this
@@ -214,8 +225,7 @@ fn locate(
             return None;
         }
     };
-    let fingerprint = launch.fingerprint().to_string();
-    crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+    crate::events::keeper::launch(launch.fingerprint(), profile.as_str(), &root, &done);
     vllm::note_managed_store(launch, env);
     ensure_root(&root).then_some((root, done))
 }
@@ -250,17 +260,21 @@ fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
     }
 }
 
+/// The lock (held while the engine is prepared) and this launch's marker.
+type Turned = (Option<CacheLock>, Marker);
+
 /// Wait for this launch's turn on the root and leave its marker: the lock
 /// (held while the engine is prepared) and the marker when this launch
 /// keeps the cache, else what it goes on with (hands-off, or no marker).
+/// Err: a stop signal ended the wait.
 fn take_turn(
     args: &Settings,
     runs: Runs,
     store: Option<&Store>,
     id: &Identity,
     root: &Path,
-) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
-    let (lock, turn) = wait_turn(args, &runs, store, id);
+) -> Result<Result<Turned, Box<Prepared>>, Stopped> {
+    let (lock, turn) = wait_turn(args, &runs, store, id)?;
     let state = match turn {
         Turn::Go(_) => State::Tuning,
         Turn::HandsOff => State::HandsOff,
@@ -269,16 +283,16 @@ fn take_turn(
         Ok(m) => m,
         Err(e) => {
             crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
-            return Err(Box::default());
+            return Ok(Err(Box::default()));
         }
     };
-    match turn {
+    Ok(match turn {
         Turn::HandsOff => Err(Box::new(Prepared::hands_off(marker))),
         Turn::Go(beside) => {
             marker.ran_beside(beside);
             Ok((lock, marker))
         }
-    }
+    })
 }
 
 /// Remove what this launch must not load, other launches' whole sets into
@@ -392,6 +406,8 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
                     e,
                     "the store is evicted by the next launch",
                 ),
+                // Stopped while waiting: the next launch evicts.
+                crate::root::lock::LockError::Stopped(_) => {}
             }) else {
                 return;
             };

@@ -18,6 +18,7 @@ use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::share::{gather_nodes, report_incomplete, Node, Share};
+use crate::stops::Stopped;
 
 /// Why a vLLM launch has no cache root keepwrap can name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -296,27 +297,33 @@ pub fn share(
 /// published rank files back in place and sign them. Never a partial set:
 /// one node missing, or one file that does not verify, and nothing is
 /// taken (one line says which). The files signed, if any.
-pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+pub fn take_own(
+    share: &Share,
+    root: &Path,
+    fingerprint: &str,
+) -> Result<Option<Vec<PathBuf>>, Stopped> {
     let (dir, cluster, me, timeout) = share.parts();
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
-    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me)) {
+    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me))? {
         None => {
             crate::events::share::share_slow(dir, timeout);
-            return None;
+            return Ok(None);
         }
         Some(Err(e)) => {
             crate::events::share::share_unreadable(dir, e);
-            return None;
+            return Ok(None);
         }
         Some(Ok(Err(missing))) => {
             report_incomplete(&missing, me.nnodes);
-            return None;
+            return Ok(None);
         }
         Some(Ok(Ok(nodes))) => nodes,
     };
-    let own = nodes.into_iter().find(|n| n.rank == me.rank)?;
+    let Some(own) = nodes.into_iter().find(|n| n.rank == me.rank) else {
+        return Ok(None);
+    };
     if own.files.is_empty() {
-        return None;
+        return Ok(None);
     }
     let written = own
         .files
@@ -324,10 +331,10 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
         .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
     if let Err(e) = written {
         crate::events::vllm::share_cannot_write_own(e);
-        return None;
+        return Ok(None);
     }
-    match crate::cache::sign(root, fingerprint) {
-        Ok(r) if r.failed == 0 && !r.signed.is_empty() => {
+    Ok(match crate::cache::sign(root, fingerprint) {
+        Ok(r) if !r.signed.is_empty() => {
             crate::events::vllm::share_restored_own(own.files.len(), me.nnodes);
             Some(r.signed)
         }
@@ -336,7 +343,7 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
             crate::events::share::share_cannot_sign(root, e);
             None
         }
-    }
+    })
 }
 
 /// Write `bytes` at `rel` below `root` atomically (a temp file renamed

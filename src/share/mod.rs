@@ -62,6 +62,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::stops::Stopped;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -171,12 +173,12 @@ const STOP_CHECK: Duration = Duration::from_millis(20);
 
 /// Run `f` on a short-lived thread and wait at most `timeout` for it. `None`
 /// on timeout (the thread is abandoned). Runs inline if no thread starts.
-/// Before the engine starts the wait is one of those a stop signal ends:
-/// it looks for one every [`STOP_CHECK`] ([`crate::stops::check`]).
+/// Before the engine starts the wait is one of those a stop signal ends
+/// (Err): it looks for one every [`STOP_CHECK`] ([`crate::stops::check`]).
 pub(crate) fn bounded<T: Send + 'static>(
     timeout: Duration,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
+) -> Result<Option<T>, Stopped> {
     let (tx, rx) = mpsc::sync_channel(1);
     let f = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
     let g = f.clone();
@@ -191,15 +193,15 @@ pub(crate) fn bounded<T: Send + 'static>(
             loop {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 match rx.recv_timeout(left.min(STOP_CHECK)) {
-                    Ok(v) => return Some(v),
+                    Ok(v) => return Ok(Some(v)),
                     Err(mpsc::RecvTimeoutError::Timeout) if left > STOP_CHECK => {
-                        crate::stops::check()
+                        crate::stops::check()?
                     }
-                    Err(_) => return None,
+                    Err(_) => return Ok(None),
                 }
             }
         }
-        Err(_) => f.lock().ok().and_then(|mut f| f.take()).map(|f| f()),
+        Err(_) => Ok(f.lock().ok().and_then(|mut f| f.take()).map(|f| f())),
     }
 }
 

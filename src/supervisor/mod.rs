@@ -21,6 +21,7 @@ use nix::unistd::Pid;
 
 use crate::clock;
 use crate::keeper::{KeepMode, Keeper, Prepared};
+use crate::stops::Stopped;
 use child::Ended;
 
 /// While waiting for the rest of a process group to go, how often to look.
@@ -58,7 +59,10 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
-        Ok(()) => prepare_interruptibly(&args.cache, &command, env),
+        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
+            Ok(prepared) => prepared,
+            Err(stopped) => return stopped_before_start(stopped),
+        },
     };
 
     // The engine inherits the marker's lock: it outlives a `kill -9` of
@@ -130,18 +134,21 @@ fn prepare_interruptibly(
     args: &crate::keeper::Settings,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
-) -> Prepared {
-    crate::stops::watch(stopped_before_start);
+) -> Result<Prepared, Stopped> {
+    crate::stops::watch();
     let prepared = Keeper::prepare(args, command, &env);
-    crate::stops::unwatch();
-    prepared
+    // Stopped in a wait, or since the last one.
+    let unwatched = crate::stops::unwatch();
+    let prepared = prepared?;
+    unwatched?;
+    Ok(prepared)
 }
 
-/// A stop signal before the engine started: say so and exit 128+N.
-fn stopped_before_start(sig: Signal) -> ! {
+/// A stop signal before the engine started: say so; keepwrap exits 128+N.
+fn stopped_before_start(Stopped(sig): Stopped) -> ExitCode {
     let code = 128 + sig as i32;
     crate::events::supervisor::stopped_before_start(sig, code);
-    std::process::exit(code)
+    ExitCode::from(code as u8)
 }
 
 /// Run `job` on a thread of its own, never joined: what it logs comes when

@@ -319,6 +319,7 @@ fn fixed_cases(volatile: &[&str]) -> Vec<Case> {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn seed_profile_matches_the_seed_bit_for_bit() {
     let volatile = seed_volatile_names();
     assert!(

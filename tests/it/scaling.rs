@@ -115,6 +115,7 @@ fn per_file(c: &Commit, dirs: usize) -> f64 {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn bytes_and_files_written_at_done_grow_linearly_with_ranks() {
     let runs: Vec<(usize, Commit)> = [4, 16, 64].iter().map(|&r| (r, commit(1, r))).collect();
     for (ranks, c) in &runs {
@@ -154,6 +155,7 @@ fn bytes_and_files_written_at_done_grow_linearly_with_ranks() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn bytes_and_files_written_at_done_grow_linearly_with_files() {
     let runs: Vec<(usize, Commit)> = [2, 8, 32].iter().map(|&d| (d, commit(d, 8))).collect();
     for (dirs, c) in &runs {
@@ -260,6 +262,7 @@ fn reads_per_file(files: usize) -> [(f64, f64); 2] {
 /// stash read every byte of a set once it had moved. The same per file at
 /// 64 and 256 files: linear.
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn reads_before_the_start_per_kept_file_stay_small_and_flat() {
     for files in [64, 256] {
         let [(reuse_calls, reuse_bytes), (stash_calls, stash_bytes)] = reads_per_file(files);
