@@ -79,6 +79,10 @@ pub struct PruneReport {
     /// Cache files that should go but could not be removed (a directory
     /// named `*.json`, an unlink error); each was logged as a warning.
     pub left: usize,
+    /// `kept` is every cache file left in the tree: every directory of the
+    /// layout was listed, and every other cache file went. The watch then
+    /// need not walk the tree again before the engine's start.
+    pub whole: bool,
 }
 
 /// What sign did.

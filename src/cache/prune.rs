@@ -162,8 +162,9 @@ pub fn prune<'s>(
         updir: None,
         noticed: None,
     };
-    layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
+    let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    st.report.whole = listed && st.report.left == 0;
     let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
         match empty {

@@ -96,7 +96,12 @@ impl Keeper {
             .iter()
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
-        let mut watcher = match Watcher::seeded(&root, seen) {
+        let watched = if pruned.whole {
+            Watcher::seeded_whole(&root, seen)
+        } else {
+            Watcher::seeded(&root, seen)
+        };
+        let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
@@ -332,6 +337,8 @@ fn restore(
             crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
+            // The tree changed since prune listed it.
+            pruned.whole = false;
         }
     }
     let mut explain = None;
