@@ -93,7 +93,7 @@ fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
 /// launch of more than one rank): the rule for
 /// [`crate::cache::prune_then_empty_refusing`], so that such a file gets
 /// one line, its removal, rather than `kept` and then `removed`.
-pub fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String>> {
+fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 'static> {
     let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {
         return None;
     };
@@ -405,6 +405,10 @@ impl Engine for Vllm {
 
     fn note_launch(&self, launch: &Launch, env: &[(OsString, OsString)]) {
         note_managed_store(launch, env);
+    }
+
+    fn refuse_at_prune(&self, launch: &Launch) -> Option<super::Refuse> {
+        refuse_shared(launch).map(|f| Box::new(f) as super::Refuse)
     }
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {

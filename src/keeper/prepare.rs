@@ -83,7 +83,7 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), &launch) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch) else {
             return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
@@ -287,12 +287,11 @@ fn prune(
     root: &Path,
     fingerprint: &str,
     store: Option<&Store>,
+    engine: &dyn Engine,
     launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob)> {
-    let refuse = vllm::refuse_shared(launch);
-    let refuse = refuse
-        .as_ref()
-        .map(|f| f as &dyn Fn(&str) -> Option<String>);
+    let refuse = engine.refuse_at_prune(launch);
+    let refuse = refuse.as_deref();
     let pruned = match store {
         Some(s) => {
             s.recover();
