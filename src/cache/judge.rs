@@ -18,8 +18,6 @@ pub enum Reason {
     SidecarUnreadable(String),
     SidecarGarbage(String),
     SidecarFuture(u64),
-    /// Signed by an older keepwrap, whose sidecars carried the whole set.
-    SidecarOld(u64),
     /// First 8 hex digits of the other fingerprint.
     OtherLaunch(String),
     SizeChanged {
@@ -50,6 +48,9 @@ pub enum Reason {
     SetManifest(String),
     /// Signed for another launch (first 8 hex digits), and not storable.
     OtherLaunchBad(String, Box<Reason>),
+    /// Signed for this launch and whole, but this launch must not load it
+    /// (a caller's rule, e.g. vLLM's shared file under a MoE launch): why.
+    Refused(String),
 }
 
 /// Why a member fails its set.
@@ -72,6 +73,7 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::NoSidecar => f.write_str("no sidecar (unsigned)"),
+            Reason::Refused(why) => f.write_str(why),
             Reason::SidecarUnreadable(e) => write!(f, "sidecar unreadable ({e})"),
             Reason::SidecarGarbage(e) => write!(f, "sidecar is not valid ({e})"),
             Reason::SidecarFuture(n) => {
@@ -80,10 +82,6 @@ impl fmt::Display for Reason {
                     "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})"
                 )
             }
-            Reason::SidecarOld(n) => write!(
-                f,
-                "sidecar format {n} is older than this keepwrap's ({SIDECAR_FORMAT})"
-            ),
             Reason::SetManifest(why) => write!(f, "set incomplete (set manifest {why})"),
             Reason::OtherLaunch(fp) => write!(f, "signed for another launch (fingerprint {fp}...)"),
             Reason::SizeChanged { now, signed } => {
@@ -174,11 +172,8 @@ fn judge_head(format: u64, fp: Option<&str>, fingerprint: Option<&str>) -> Resul
     if format > u64::from(SIDECAR_FORMAT) {
         return Err(Reason::SidecarFuture(format));
     }
-    if format == 0 {
-        return Err(Reason::SidecarGarbage("format 0".into()));
-    }
     if format < u64::from(SIDECAR_FORMAT) {
-        return Err(Reason::SidecarOld(format));
+        return Err(Reason::SidecarGarbage(format!("format {format}")));
     }
     match fp {
         None => Err(Reason::SidecarGarbage("no fingerprint".into())),

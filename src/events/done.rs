@@ -1,7 +1,7 @@
 //! Events of the done side: the health probe, who serves the probed port,
 //! the watch of the cache tree, and the tuning progress (`landed`).
 
-use std::fmt::{Debug, Display};
+use std::fmt::Display;
 use std::time::Duration;
 
 use super::cache_files;
@@ -60,14 +60,21 @@ pub fn probe_socket_failed(error: impl Display) {
 }
 
 /// Which sockets listen on the probed address, and the engine's processes.
-pub fn port_listeners(to: impl Display, inodes: impl Debug, tables: Duration, tree: impl Debug) {
+pub fn port_listeners<I: Display, P: Display>(
+    to: impl Display,
+    inodes: impl IntoIterator<Item = I>,
+    tables: Duration,
+    tree: impl IntoIterator<Item = P>,
+) {
+    let inodes = super::listed(inodes);
+    let tree = super::listed(tree);
     tracing::debug!(
         target: TARGET,
         event = "port_listeners",
         address = %to,
-        inodes = ?inodes,
-        pids = ?tree,
-        "sockets listening for {to}: inodes {inodes:?} (socket tables read in {:.1} ms); the engine's tree: pids {tree:?}",
+        inodes = inodes.as_str(),
+        pids = tree.as_str(),
+        "sockets listening for {to}: inodes {inodes} (socket tables read in {:.1} ms); the engine's tree: pids {tree}",
         tables.as_secs_f64() * 1000.0
     );
 }

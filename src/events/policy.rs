@@ -2,6 +2,7 @@
 //! tuning is done, and why a set is not signed.
 
 use std::fmt::{self, Display};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::cache_files;
@@ -23,6 +24,8 @@ pub enum Note {
     NotDoneForeign { url: String, owner: String },
     /// Another launch used the root while this one ran.
     OtherLaunch { other: String },
+    /// Another launch used the root after the sign at done.
+    OtherAfterSign { other: String },
     /// The first file that landed after done.
     LateLanding,
     /// The engine was stopped before done.
@@ -34,24 +37,129 @@ pub enum Note {
     NotSigningHeadless,
     /// Files that landed after done, not signed: the engine was stopped.
     LateNotSignedStopped {
-        late: usize,
+        late: Late,
         status: String,
         signal: String,
     },
     /// Files that landed after done, not signed: the engine failed.
-    LateNotSignedAbnormal { late: usize, status: String },
+    LateNotSignedAbnormal { late: Late, status: String },
     /// Files that landed after done, not signed: a headless node's exit 0
     /// says nothing about tuning.
-    LateNotSignedHeadless { late: usize },
+    LateNotSignedHeadless { late: Late },
+    /// Files that landed after done, not signed: another launch used the
+    /// root after the sign at done.
+    LateNotSignedOther { late: Late, other: String },
     /// The command exited 0 before done, but its exit status may not be
     /// the engine's (a launch not read whole, `timeout --preserve-status`).
     NotSigningExitUnproven,
     /// Files that landed after done, not signed: the command's exit 0 may
     /// not be the engine's.
-    LateNotSignedExitUnproven { late: usize },
+    LateNotSignedExitUnproven { late: Late },
 }
 
-const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
+/// The cache files that landed after done and are not signed, and what
+/// became of the set signed at done: the policy knows the files, the
+/// commit worker (which signed the set) judges the rest before the line is
+/// logged, so that the launch's last verdict is true.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Late {
+    /// Relative to the cache root.
+    pub files: Vec<PathBuf>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Outcome {
+    /// Not judged against the set signed at done.
+    #[default]
+    Unjudged,
+    /// Nothing was signed at done.
+    NothingSigned,
+    /// These members of the set signed at done changed (or are gone) since:
+    /// the set no longer holds.
+    Broken { changed: Vec<PathBuf> },
+    /// The set signed at done (`signed` files) is as it was signed; the
+    /// late files are new ones beside it.
+    Holds { signed: usize },
+    /// The set signed at done (`signed` files) is in the store, whole
+    /// (another launch's prune moved it there).
+    Stored { signed: usize },
+}
+
+impl Late {
+    pub fn new(files: Vec<PathBuf>) -> Late {
+        Late {
+            files,
+            outcome: Outcome::Unjudged,
+        }
+    }
+
+    /// Whether the set signed at done is known to hold.
+    fn holds(&self) -> bool {
+        matches!(self.outcome, Outcome::Holds { .. } | Outcome::Stored { .. })
+    }
+}
+
+/// The files that landed after done are all as the sign at done left them
+/// (the engine saved again what it had): the set signed at done holds.
+pub fn late_as_signed(files: usize) {
+    tracing::debug!(
+        target: TARGET,
+        event = "late_as_signed",
+        files,
+        "the {files} {} that landed after tuning was done {} as signed at done: the set signed at done holds",
+        cache_files(files),
+        if files == 1 { "is" } else { "are" }
+    );
+}
+
+/// At most four paths, then how many more.
+fn some_paths(paths: &[PathBuf]) -> String {
+    const SHOWN: usize = 4;
+    let mut text = super::listed(paths.iter().take(SHOWN).map(|p| super::Shown(p)));
+    if paths.len() > SHOWN {
+        text.push_str(&format!(" and {} more", paths.len() - SHOWN));
+    }
+    text
+}
+
+impl Late {
+    /// `not signing the N cache files that landed after tuning was done
+    /// (PATHS): WHY; OUTCOME`.
+    fn say(&self, f: &mut fmt::Formatter<'_>, why: impl Display) -> fmt::Result {
+        let n = self.files.len();
+        write!(
+            f,
+            "not signing the {n} {} that landed after tuning was done ({}): {why}; ",
+            cache_files(n),
+            some_paths(&self.files)
+        )?;
+        match &self.outcome {
+            Outcome::Unjudged => f.write_str(
+                "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise",
+            ),
+            Outcome::NothingSigned => {
+                f.write_str("nothing was signed at done: the next launch tunes again")
+            }
+            Outcome::Broken { changed } => write!(
+                f,
+                "the set signed at done no longer holds ({} changed since it was signed): the next launch tunes again",
+                some_paths(changed)
+            ),
+            Outcome::Stored { signed } => write!(
+                f,
+                "the {signed} {} signed at done went into the store whole: the next launch of this one brings them back",
+                cache_files(*signed)
+            ),
+            Outcome::Holds { signed } => write!(
+                f,
+                "the {signed} {} signed at done stay signed as they were: the next launch keeps them and removes the {}",
+                cache_files(*signed),
+                if n == 1 { "late one" } else { "late ones" }
+            ),
+        }
+    }
+}
 
 fn tenths(d: &Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
@@ -84,6 +192,10 @@ impl Display for Note {
                 f,
                 "not signing: {other} used this cache root while this launch ran; their rank files may be mixed"
             ),
+            Note::OtherAfterSign { other } => write!(
+                f,
+                "{other} used this cache root after tuning was done: what lands now is not signed, even at an exit 0 (the last line of this launch about the cache says what became of the set signed at done)"
+            ),
             Note::LateLanding => f.write_str(
                 "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own",
             ),
@@ -101,34 +213,47 @@ impl Display for Note {
             Note::NotSigningExitUnproven => f.write_str(
                 "not signing: the command exited 0 before tuning was done, and its exit status may not be the engine's",
             ),
-            Note::LateNotSignedExitUnproven { late } => write!(
-                f,
-                "not signing the {late} cache files that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}"
-            ),
-            Note::LateNotSignedHeadless { late } => write!(
-                f,
-                "not signing the {late} {} that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}",
-                cache_files(*late)
-            ),
+            Note::LateNotSignedExitUnproven { late } => {
+                late.say(f, "the command's exit 0 may not be the engine's")
+            }
+            Note::LateNotSignedHeadless { late } => {
+                late.say(f, "a headless node's exit 0 says nothing about tuning")
+            }
             Note::LateNotSignedStopped {
                 late,
                 status,
                 signal,
-            } => write!(
+            } => late.say(
                 f,
-                "not signing the {late} {} that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}",
-                cache_files(*late)
+                format_args!(
+                    "the engine ended with status {status} after keepwrap forwarded {signal}"
+                ),
             ),
-            Note::LateNotSignedAbnormal { late, status } => write!(
+            Note::LateNotSignedAbnormal { late, status } => late.say(
                 f,
-                "not signing the {late} {} that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}",
-                cache_files(*late)
+                format_args!("the engine ended abnormally with status {status}"),
+            ),
+            Note::LateNotSignedOther { late, other } => late.say(
+                f,
+                format_args!("{other} used this cache root while this launch ran, and its files may be mixed in"),
             ),
         }
     }
 }
 
 impl Note {
+    /// The files that landed after done, for a verdict about them.
+    pub fn late_mut(&mut self) -> Option<&mut Late> {
+        match self {
+            Note::LateNotSignedStopped { late, .. }
+            | Note::LateNotSignedAbnormal { late, .. }
+            | Note::LateNotSignedHeadless { late }
+            | Note::LateNotSignedOther { late, .. }
+            | Note::LateNotSignedExitUnproven { late } => Some(late),
+            _ => None,
+        }
+    }
+
     /// Log this decision as its event.
     pub fn log(&self) {
         match self {
@@ -168,6 +293,12 @@ impl Note {
                 other = other.as_str(),
                 "{self}"
             ),
+            Note::OtherAfterSign { other } => tracing::info!(
+                target: TARGET,
+                event = "other_launch_after_done",
+                other = other.as_str(),
+                "{self}"
+            ),
             Note::LateLanding => {
                 tracing::info!(target: TARGET, event = "late_landing", "{self}")
             }
@@ -193,13 +324,15 @@ impl Note {
             Note::LateNotSignedExitUnproven { late } => tracing::info!(
                 target: TARGET,
                 event = "late_not_signed_exit_unproven",
-                late,
+                late = late.files.len(),
+                set_holds = late.holds(),
                 "{self}"
             ),
             Note::LateNotSignedHeadless { late } => tracing::info!(
                 target: TARGET,
                 event = "late_not_signed_headless",
-                late,
+                late = late.files.len(),
+                set_holds = late.holds(),
                 "{self}"
             ),
             Note::LateNotSignedStopped {
@@ -209,7 +342,8 @@ impl Note {
             } => tracing::info!(
                 target: TARGET,
                 event = "late_not_signed_stopped",
-                late,
+                late = late.files.len(),
+                set_holds = late.holds(),
                 status = status.as_str(),
                 signal = signal.as_str(),
                 "{self}"
@@ -217,8 +351,17 @@ impl Note {
             Note::LateNotSignedAbnormal { late, status } => tracing::info!(
                 target: TARGET,
                 event = "late_not_signed_abnormal",
-                late,
+                late = late.files.len(),
+                set_holds = late.holds(),
                 status = status.as_str(),
+                "{self}"
+            ),
+            Note::LateNotSignedOther { late, other } => tracing::info!(
+                target: TARGET,
+                event = "late_not_signed_other_launch",
+                late = late.files.len(),
+                set_holds = late.holds(),
+                other = other.as_str(),
                 "{self}"
             ),
         }

@@ -211,7 +211,7 @@ impl Fleet {
     /// the fleet's set into the root and sign it (the files signed), or
     /// None (a cold boot, logged). Bounded by `--fleet-timeout`; a stop
     /// signal ends it (and keepwrap).
-    pub fn restore(&self, root: &Path) -> Option<Vec<PathBuf>> {
+    pub fn restore(&self, root: &Path) -> Result<Option<Vec<PathBuf>>, crate::stops::Stopped> {
         let started = Instant::now();
         let (tx, rx) = mpsc::channel();
         let client = self.client.clone();
@@ -222,11 +222,11 @@ impl Fleet {
         };
         if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
             crate::events::fleet::fleet_no_thread(e);
-            return None;
+            return Ok(None);
         }
         let deadline = crate::clock::after(started, self.timeout);
         let got = loop {
-            crate::stops::check();
+            crate::stops::check()?;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break None;
@@ -256,19 +256,19 @@ impl Fleet {
                     m => crate::events::fleet::fleet_restore_failed(m),
                 }
                 self.note(|s| s.restored(&miss.to_string(), failure_of(&miss)));
-                return None;
+                return Ok(None);
             }
         };
         match place(root, &self.fingerprint, &files) {
             Ok(signed) => {
                 crate::events::fleet::fleet_restored(signed.len(), &id, started.elapsed());
                 self.note(|s| s.restored(&format!("restored set {id}"), None));
-                Some(signed)
+                Ok(Some(signed))
             }
             Err(e) => {
                 crate::events::fleet::fleet_cannot_place(root, &e);
                 self.note(|s| s.restored(&format!("not placed: {e}"), None));
-                None
+                Ok(None)
             }
         }
     }
@@ -501,17 +501,13 @@ fn place(root: &Path, fingerprint: &str, files: &[(String, Vec<u8>)]) -> io::Res
         return Err(e);
     }
     match cache::sign(root, fingerprint) {
-        Ok(r) if r.failed == 0 => {
+        Ok(r) => {
             let want: BTreeSet<&PathBuf> = linked.iter().collect();
             if want.iter().all(|p| r.signed.contains(p)) {
                 return Ok(r.signed);
             }
             undo(&linked);
             Err(io::Error::other("not every restored file was signed"))
-        }
-        Ok(_) => {
-            undo(&linked);
-            Err(io::Error::other("signing failed"))
         }
         Err(e) => {
             undo(&linked);

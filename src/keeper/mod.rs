@@ -20,13 +20,11 @@ pub mod policy;
 mod prepare;
 mod settings;
 mod turn;
-pub mod vllm;
 mod worker;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,50 +36,28 @@ use crate::done::watch::{Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
 use crate::root::running::{Marker, State};
-use crate::share::Share;
 use crate::signals::Ended;
-use crate::store::Store;
 
 use commit::{Committer, Job, Report, SignKind};
 use worker::Worker;
 
 pub struct Keeper {
-    root: PathBuf,
-    fingerprint: String,
     done: Done,
     watcher: Watcher,
     probe: Option<Probe>,
     probe_interval: Duration,
     probe_timeout: Duration,
     launched: Instant,
-    /// Cache files prune kept (signed for this launch), relative to root.
-    kept: Vec<PathBuf>,
+    /// The commit work (the root, the files kept, the store, the share):
+    /// here until the engine starts, then the worker's.
+    commit: Option<Committer>,
     /// While the engine runs.
     session: Option<Session>,
-    /// Rewrite each directory's rank files as their union before signing.
-    unify: bool,
-    /// `<root>/.keepwrap`: other launches' sets, records, stats, the lock.
     /// This launch's marker among the launches using the root.
     marker: Marker,
-    store: Option<Store>,
-    lock_timeout: Duration,
-    /// For the launch record: the profile and the redacted inputs.
-    profile: &'static str,
-    inputs: serde_json::Value,
-    /// Multi-node launches: the directory every node mounts.
-    share: Option<Share>,
-    /// The fleet store in a bucket (`--fleet`).
-    fleet: Option<crate::fleet::Fleet>,
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
-}
-
-/// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `~/.cache/sglang/flashinfer/autotune`
-/// (`~`: `HOME`, else the password database, as Python expands it).
-pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }
 
 /// What [`Keeper::prepare`] hands to the supervisor.
@@ -94,7 +70,10 @@ pub struct Prepared {
     /// see it (they neither prune under it nor sign what it writes).
     pub marker: Option<Marker>,
     /// Work that must not delay the engine's start: run after the spawn.
-    pub after_start: Option<Box<dyn FnOnce() + Send>>,
+    /// It drops the sender it is given once the part that keepwrap's exit
+    /// waits for (for at most a bounded time: the store's eviction) is
+    /// done.
+    pub after_start: Option<Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>>,
 }
 
 impl Prepared {
@@ -125,6 +104,9 @@ impl Keeper {
     /// kept) to the worker, start the policy, and probe the health endpoint
     /// if that is the rule.
     pub fn child_started(&mut self) {
+        let Some(committer) = self.commit.take() else {
+            return;
+        };
         let now = Instant::now();
         let rule = match &self.done {
             Done::Health(endpoint) => {
@@ -152,7 +134,7 @@ impl Keeper {
         let policy = match &self.done {
             Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
             Done::RankFiles(names, _) => {
-                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &committer.kept)
             }
             _ => Policy::new(rule, self.launched),
         };
@@ -160,20 +142,6 @@ impl Keeper {
             policy.exit_unproven()
         } else {
             policy
-        };
-        let committer = Committer {
-            root: self.root.clone(),
-            fingerprint: self.fingerprint.clone(),
-            launched: self.launched,
-            kept: std::mem::take(&mut self.kept),
-            unify: self.unify,
-            store: self.store.take(),
-            lock_timeout: self.lock_timeout,
-            profile: self.profile,
-            inputs: std::mem::take(&mut self.inputs),
-            share: self.share.take(),
-            fleet: self.fleet.take(),
-            settle_at: None,
         };
         self.session = Some(Session {
             policy,

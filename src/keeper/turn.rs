@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::digest::short;
-use crate::root::lock::{self, CacheLock, LockError};
+use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::running::{self, Identity, Runs, Seen, Verdict, Why};
+use crate::stops::Stopped;
 use crate::store::Store;
 
 use super::Settings;
@@ -30,21 +30,26 @@ const WAIT_PROGRESS: Duration = Duration::from_secs(60);
 /// on hands-off, or wait (bounded by `--wait-for-tuning`) for one that is
 /// still tuning, then look again. Returns the lock (held, when there is a
 /// store and it was taken) and the turn. Runs before the engine starts: a
-/// TERM ends the wait at once ([`crate::stops`]).
+/// TERM ends the wait at once ([`crate::stops`]: Err).
 pub(super) fn wait_turn(
     args: &Settings,
     runs: &Runs,
     store: Option<&Store>,
     me: &Identity,
-) -> (Option<CacheLock>, Turn) {
+) -> Result<(Option<CacheLock>, Turn), Stopped> {
     let started = Instant::now();
     let deadline = started.checked_add(args.wait_for_tuning);
     let mut waited_for: Option<String> = None;
     loop {
         let lock = match store {
-            Some(s) => match take_lock(s, args.lock_timeout, &me.fingerprint, "launches") {
+            Some(s) => match lock::take(
+                s.state_fd(),
+                args.lock_timeout,
+                &me.fingerprint,
+                LockFor::Launch,
+            )? {
                 Some(l) => Some(l),
-                None => return (None, Turn::HandsOff),
+                None => return Ok((None, Turn::HandsOff)),
             },
             None => None,
         };
@@ -54,7 +59,7 @@ pub(super) fn wait_turn(
                 if let Some(other) = waited_for {
                     crate::events::keeper::other_done_tuning(&other, started.elapsed());
                 }
-                return (lock, Turn::Go(Vec::new()));
+                return Ok((lock, Turn::Go(Vec::new())));
             }
             Verdict::Beside(others) => {
                 if let Some(other) = waited_for {
@@ -63,17 +68,17 @@ pub(super) fn wait_turn(
                 if let Some(first) = others.first() {
                     crate::events::keeper::beside_other_launch(*first, others.len() - 1);
                 }
-                return (lock, Turn::Go(others.into_iter().cloned().collect()));
+                return Ok((lock, Turn::Go(others.into_iter().cloned().collect())));
             }
             Verdict::HandsOff(why, other) => {
                 hands_off_line(why, other);
-                return (lock, Turn::HandsOff);
+                return Ok((lock, Turn::HandsOff));
             }
             Verdict::Wait(other) => other.clone(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             crate::events::keeper::gave_up_waiting(&other, args.wait_for_tuning);
-            return (lock, Turn::HandsOff);
+            return Ok((lock, Turn::HandsOff));
         }
         drop(lock);
         if waited_for.is_none() {
@@ -83,7 +88,7 @@ pub(super) fn wait_turn(
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
         // Look again, without the lock, until that launch is done or gone.
         loop {
-            crate::stops::pause(WAIT_POLL);
+            crate::stops::pause(WAIT_POLL)?;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break;
@@ -113,35 +118,5 @@ fn hands_off_line(why: Why, other: &Seen) {
         Why::Peer => crate::events::keeper::peer_on_root(other),
         Why::Orphan => crate::events::keeper::orphan_on_root(other),
         Why::HandsOff => crate::events::keeper::other_on_root(other),
-    }
-}
-
-/// Take the cache root's lock for this launch; None when it timed out or
-/// failed (logged: `then` says what the launch does without it).
-pub(super) fn take_lock(
-    s: &Store,
-    timeout: Duration,
-    fingerprint: &str,
-    then: &str,
-) -> Option<CacheLock> {
-    let (after, what) = if then == "signs" {
-        ("nothing is signed, the next launch tunes again", "commit")
-    } else {
-        ("the launch goes on without keeping the cache", "launch")
-    };
-    match lock::acquire(
-        s.state_fd(),
-        timeout,
-        &format!("launch {}", short(fingerprint)),
-    ) {
-        Ok(l) => Some(l),
-        Err(LockError::TimedOut(who)) => {
-            crate::events::keeper::lock_gave_up(timeout, what, who, after);
-            None
-        }
-        Err(LockError::Io(e)) => {
-            crate::events::keeper::lock_failed(what, e, after);
-            None
-        }
     }
 }

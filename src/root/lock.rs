@@ -17,6 +17,8 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use crate::stops::Stopped;
+
 /// The holder's line is padded to at least this many bytes, so that the
 /// file keeps one size whatever the host and launch names.
 const LINE_WIDTH: usize = 128;
@@ -52,6 +54,8 @@ pub enum LockError {
     /// Still held by someone else at the deadline (who, as they wrote it).
     TimedOut(String),
     Io(std::io::Error),
+    /// A stop signal ended the wait before the engine started.
+    Stopped(Stopped),
 }
 
 /// The host name (in a pod: the pod's name), `?` when unknown. Read once.
@@ -88,6 +92,56 @@ fn holder(file: &mut File) -> String {
     }
 }
 
+/// What a launch takes the lock for, and so what it does without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockFor {
+    /// Prune and restore before the engine starts.
+    Launch,
+    /// Sign at done.
+    Commit,
+}
+
+impl LockFor {
+    fn what(self) -> &'static str {
+        match self {
+            LockFor::Launch => "launch",
+            LockFor::Commit => "commit",
+        }
+    }
+
+    /// What the launch does when the lock cannot be had.
+    fn without(self) -> &'static str {
+        match self {
+            LockFor::Launch => "the launch goes on without keeping the cache",
+            LockFor::Commit => "nothing is signed, the next launch tunes again",
+        }
+    }
+}
+
+/// Take the lock of `state` for the launch `fingerprint`; None when it
+/// timed out or failed (logged, with what the launch does without it); Err
+/// when a stop signal ended the wait before the start.
+pub fn take(
+    state: BorrowedFd<'_>,
+    timeout: Duration,
+    fingerprint: &str,
+    purpose: LockFor,
+) -> Result<Option<CacheLock>, Stopped> {
+    let holder = format!("launch {}", crate::digest::short(fingerprint));
+    Ok(match acquire(state, timeout, &holder) {
+        Ok(l) => Some(l),
+        Err(LockError::Stopped(stopped)) => return Err(stopped),
+        Err(LockError::TimedOut(who)) => {
+            crate::events::keeper::lock_gave_up(timeout, purpose.what(), who, purpose.without());
+            None
+        }
+        Err(LockError::Io(e)) => {
+            crate::events::keeper::lock_failed(purpose.what(), e, purpose.without());
+            None
+        }
+    })
+}
+
 /// Take the lock of the state directory `state` (`<root>/.keepwrap`),
 /// waiting up to `timeout`. `what` names this launch in the holder line
 /// (e.g. `launch 8c01d2e4...`). One log line when it has to wait.
@@ -113,7 +167,7 @@ pub fn acquire(
                     crate::events::root::lock_waiting(timeout, &who);
                     logged = true;
                 }
-                crate::stops::pause(Duration::from_millis(10));
+                crate::stops::pause(Duration::from_millis(10)).map_err(LockError::Stopped)?;
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
         }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{self, fsx};
 use crate::launch::fingerprint::Launch;
+use crate::stops::Stopped;
 use crate::unify::{Outcome, RankId};
 
 use super::{
@@ -83,25 +84,30 @@ impl Share {
     /// Before the engine starts: when every node's publication verifies,
     /// write the union of each cache directory over this node's rank files
     /// and sign the cache for `fingerprint`. Returns the signed files when
-    /// anything was signed; `None` means single-node behaviour (said why).
-    pub fn take_union(&self, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+    /// anything was signed; `None` means single-node behaviour (said why);
+    /// Err: a stop signal ended the wait.
+    pub fn take_union(
+        &self,
+        root: &Path,
+        fingerprint: &str,
+    ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         let (share, cluster, node) = (self.dir.clone(), self.cluster.clone(), self.node);
         let started = Instant::now();
-        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node)) {
+        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node))? {
             None => {
                 crate::events::share::share_slow(&self.dir, self.timeout);
-                return None;
+                return Ok(None);
             }
             Some(Err(e)) => {
                 crate::events::share::share_unreadable(&self.dir, e);
-                return None;
+                return Ok(None);
             }
             Some(Ok(g)) => g,
         };
         let dirs = match gathered {
             Gathered::Incomplete(missing) => {
                 report_incomplete(&missing, self.node.nnodes);
-                return None;
+                return Ok(None);
             }
             Gathered::Complete(dirs) => dirs,
         };
@@ -111,19 +117,18 @@ impl Share {
         }
         crate::events::share::share_union_taken(started.elapsed());
         if wrote == 0 {
-            return None;
+            return Ok(None);
         }
-        match cache::sign(root, fingerprint) {
-            Ok(r) if r.failed == 0 => {
+        Ok(match cache::sign(root, fingerprint) {
+            Ok(r) => {
                 crate::events::share::share_signed(r.signed.len(), self.node.nnodes, fingerprint);
                 Some(r.signed)
             }
-            Ok(_) => None,
             Err(e) => {
                 crate::events::share::share_cannot_sign(root, e);
                 None
             }
-        }
+        })
     }
 
     /// The share directory, this launch's cluster fingerprint and place.

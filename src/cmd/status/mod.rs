@@ -53,8 +53,7 @@ pub fn run(
     let fp = launch.as_ref().map(|l| l.fingerprint().to_string());
     let mut report = report(&root, fp.as_deref(), verify);
     if let Some(l) = &launch {
-        crate::keeper::vllm::plan_shared_files(&mut report, l);
-        crate::keeper::vllm::plan_ray(&mut report, l, command);
+        crate::engine::of(l.profile()).plan(&mut report, l);
     }
     report["store_max_size"] = json!(store_max_size);
     let text = if json_out {
@@ -71,7 +70,12 @@ pub fn run(
     let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
     if verify && corrupt > 0 {
         eprintln!(
-            "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
+            "keepwrap: status --verify: {} (see the corrupt rows); the next launch removes them",
+            crate::events::counted(
+                corrupt as usize,
+                "corrupt or mismatched cache file",
+                "corrupt or mismatched cache files"
+            )
         );
     }
     if verify && stored > 0 {

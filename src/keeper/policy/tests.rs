@@ -281,7 +281,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             A::Log("provisional"),
             A::Look,
-            A::Log("not signing the 1 cache file that landed after tuning was done: the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
+            A::Log("not signing the 1 cache file that landed after tuning was done (a/y.json): the engine ended abnormally with status 137 (killed by SIGKILL); the next launch keeps the set signed at done if its files did not change"),
         ],
     },
     Row {
@@ -317,7 +317,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             A::Log("provisional"),
             A::Look,
-            A::Log("not signing the 1 cache file that landed after tuning was done: the engine ended with status 0 after keepwrap forwarded SIGTERM"),
+            A::Log("not signing the 1 cache file that landed after tuning was done (a/y.json): the engine ended with status 0 after keepwrap forwarded SIGTERM"),
         ],
     },
     Row {
@@ -364,6 +364,45 @@ const ROWS: &[Row] = &[
             E::Exit(900, 0),
         ],
         expect: &[A::Log("tuning is done"), A::Sign, A::Log("not signing: launch")],
+    },
+    Row {
+        name: "another launch seen after the sign at done: the late files are not signed, said at the end with them",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Land(700, &["a/y.json"]),
+            E::Other,
+            E::Land(800, &["a/z.json"]),
+            E::Exit(900, 0),
+        ],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Log("launch 8c01d2e4... (pid 7, running) used this cache root after tuning was done: what lands now is not signed"),
+            A::Log("not signing the 2 cache files that landed after tuning was done (a/y.json, a/z.json): launch 8c01d2e4... (pid 7, running) used this cache root while this launch ran"),
+        ],
+    },
+    Row {
+        name: "another launch seen at the late sign: the late files are not signed",
+        rule: QUIET,
+        events: &[
+            E::Land(100, &["a/x.json"]),
+            E::Tick(600),
+            E::Land(700, &["a/y.json"]),
+            E::Exit(900, 0),
+            E::Other,
+        ],
+        expect: &[
+            A::Log("tuning is done"),
+            A::Sign,
+            A::Log("provisional"),
+            A::Look,
+            A::Late(1),
+            A::Log("not signing the 1 cache file that landed after tuning was done (a/y.json): launch 8c01d2e4..."),
+        ],
     },
     Row {
         name: "after the end, nothing more happens",
