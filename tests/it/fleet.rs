@@ -647,3 +647,40 @@ fn an_unusable_fleet_url_is_said_and_the_launch_goes_on() {
     assert!(p.has_event("fleet_unusable"), "{}", p.stderr);
     assert!(p.logged_with("signed", json!({"files": 2})));
 }
+
+/// `kill -9` at every point of a publication (after each blob, after the
+/// manifest): no HEAD ever names an incomplete set; the next pod boots
+/// cold and publishes a complete one.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn kill_9_in_the_middle_of_a_publish_leaves_no_pointer_to_an_incomplete_set() {
+    let Some(ep) = moto() else { return };
+    for n in 1..=3 {
+        let b = Bucket::new(&ep);
+        let h = home();
+        let mut cmd = pod(h.path(), &ep, &b.url(), &[]);
+        cmd.env("KEEPWRAP_FAILPOINT", format!("fleet:{n}"));
+        let p = boot(&mut cmd);
+        assert_eq!(p.code, 128 + 9, "killed at point {n}: {}", p.stderr);
+        assert!(
+            !b.keys().iter().any(|k| k.ends_with("/HEAD")),
+            "point {n}: {:?}",
+            b.keys()
+        );
+        let next = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
+        assert!(next.has_event("fleet_empty"), "point {n}: {}", next.stderr);
+        assert!(
+            next.logged_with("fleet_published", json!({})),
+            "point {n}: {}",
+            next.stderr
+        );
+        let again = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
+        assert!(
+            again.has_event("fleet_restored"),
+            "point {n}: {}",
+            again.stderr
+        );
+        assert_eq!(again.tuned(), 0);
+    }
+}
