@@ -55,7 +55,7 @@ pub use json::{json_object_entries, META_KEYS};
 pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
-    validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
+    validate_manifest, write_manifest, Member, SetManifest, Sidecar, Stamp,
 };
 
 /// What prune did, for the summary line and the outcome line.
@@ -79,6 +79,10 @@ pub struct PruneReport {
     /// Cache files that should go but could not be removed (a directory
     /// named `*.json`, an unlink error); each was logged as a warning.
     pub left: usize,
+    /// `kept` is every cache file left in the tree: every directory of the
+    /// layout was listed, and every other cache file went. The watch then
+    /// need not walk the tree again before the engine's start.
+    pub whole: bool,
 }
 
 /// What sign did.
@@ -141,9 +145,8 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
 /// A whole set signed for another launch, still in place, to be stored.
 #[derive(Debug, Clone)]
 pub struct ForeignSet {
-    pub fingerprint: String,
-    pub set: SetRecord,
-    pub signed_at: u64,
+    /// Its launch's set manifest.
+    pub manifest: SetManifest,
     /// The directory (relative to the root) that holds exactly this set:
     /// its members and their sidecars, nothing else. It may move whole.
     pub dir: Option<String>,

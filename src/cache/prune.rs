@@ -10,7 +10,7 @@ use std::rc::Rc;
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::{self, SetRecord, Sidecar, Stamp};
+use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
@@ -162,8 +162,9 @@ pub fn prune<'s>(
         updir: None,
         noticed: None,
     };
-    layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
+    let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    st.report.whole = listed && st.report.left == 0;
     let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
         match empty {
