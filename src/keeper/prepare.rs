@@ -83,7 +83,8 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+        else {
             return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
