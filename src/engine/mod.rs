@@ -65,12 +65,23 @@ pub trait Engine: Sync {
     /// Lines to log at the launch, beside the launch's own.
     fn note_launch(&self, _launch: &Launch, _env: &[(OsString, OsString)]) {}
 
+    /// What prune must not keep for this launch although it is signed for
+    /// it (the reason, given a file's path), so that such a file gets one
+    /// line, its removal, rather than `kept` and then `removed`.
+    fn refuse_at_prune(&self, _launch: &Launch) -> Option<Refuse> {
+        None
+    }
+
     /// Before the start: remove the kept files that would hurt this launch.
     fn before_start(&self, _root: &Path, _launch: &Launch, _kept: &mut Vec<PathBuf>) {}
 
     /// `status -- COMMAND`: the plan as this engine changes it.
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
 }
+
+/// Why prune refuses a file signed for the launch (see
+/// [`Engine::refuse_at_prune`]), None when it may keep it.
+pub type Refuse = Box<dyn Fn(&str) -> Option<String>>;
 
 /// The engine a launch fingerprinted with `profile` (resolved) runs.
 pub fn of(profile: ProfileName) -> &'static dyn Engine {

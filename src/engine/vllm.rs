@@ -89,6 +89,21 @@ fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
     }
 }
 
+/// Why prune must not keep a shared file signed for this launch (a MoE
+/// launch of more than one rank): the rule for
+/// [`crate::cache::prune_then_empty_refusing`], so that such a file gets
+/// one line, its removal, rather than `kept` and then `removed`.
+fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 'static> {
+    let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {
+        return None;
+    };
+    let reason = crate::events::vllm::shared_file_hangs(why);
+    Some(move |path: &str| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        is_shared_name(name).then(|| reason.clone())
+    })
+}
+
 /// `status -- COMMAND`: the shared files the launch would keep but removes
 /// before the start ([`before_start`]) are shown as removed, with why.
 fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
@@ -390,6 +405,10 @@ impl Engine for Vllm {
 
     fn note_launch(&self, launch: &Launch, env: &[(OsString, OsString)]) {
         note_managed_store(launch, env);
+    }
+
+    fn refuse_at_prune(&self, launch: &Launch) -> Option<super::Refuse> {
+        refuse_shared(launch).map(|f| Box::new(f) as super::Refuse)
     }
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {

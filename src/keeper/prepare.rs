@@ -83,7 +83,7 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch) else {
             return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
@@ -96,7 +96,12 @@ impl Keeper {
             .iter()
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
-        let mut watcher = match Watcher::seeded(&root, seen) {
+        let watched = if pruned.whole {
+            Watcher::seeded_whole(&root, seen)
+        } else {
+            Watcher::seeded(&root, seen)
+        };
+        let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
@@ -282,16 +287,24 @@ fn prune(
     root: &Path,
     fingerprint: &str,
     store: Option<&Store>,
+    engine: &dyn Engine,
+    launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob)> {
+    let refuse = engine.refuse_at_prune(launch);
+    let refuse = refuse.as_deref();
     let pruned = match store {
         Some(s) => {
             s.recover();
-            let r =
-                cache::prune_then_empty(root, fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
+            let r = cache::prune_then_empty_refusing(
+                root,
+                fingerprint,
+                Some(&mut |fd, set| s.stash(fd, set)),
+                refuse,
+            );
             s.sync();
             r
         }
-        None => cache::prune_then_empty(root, fingerprint, None),
+        None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
     };
     match pruned {
         Ok(pruned) => Some(pruned),
@@ -323,6 +336,8 @@ fn restore(
             crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
+            // The tree changed since prune listed it.
+            pruned.whole = false;
         }
     }
     let mut explain = None;

@@ -178,14 +178,6 @@ const AFTER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
     let mut kill_at: Option<Instant> = None;
     loop {
-        // The C library's own signals held at the first thread start (which
-        // may have come in the last turn): forwarded before the poll.
-        for signo in crate::signals::take_held() {
-            child::forward_signo(pid, signo, args.kill_group);
-            if let Some(k) = keeper.as_mut() {
-                k.forwarded(signo);
-            }
-        }
         let now = Instant::now();
         if let Some(k) = keeper.as_mut() {
             k.tick(now);
