@@ -186,7 +186,7 @@ pub fn set_id(fingerprint: &str, members: &[Member]) -> String {
         h.update(m.size.to_string().as_bytes());
         h.update(b"\n");
     }
-    hex::encode(h.finalize())
+    crate::digest::hex(h.finalize())
 }
 
 pub fn is_sha256_hex(s: &str) -> bool {

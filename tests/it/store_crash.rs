@@ -77,10 +77,10 @@ fn sha(p: &Path) -> Option<String> {
             if let Some(o) = v.as_object_mut() {
                 o.remove("stat");
             }
-            return Some(hex::encode(Sha256::digest(v.to_string())));
+            return Some(crate::common::hex(Sha256::digest(v.to_string())));
         }
     }
-    Some(hex::encode(Sha256::digest(&b)))
+    Some(crate::common::hex(Sha256::digest(&b)))
 }
 
 /// Every regular file below `dir`, relative, with its sha256.

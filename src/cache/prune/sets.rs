@@ -15,7 +15,19 @@ impl State<'_, '_> {
     /// ones, remove the others.
     pub(super) fn resolve(&mut self) {
         let Some(root) = self.root.take() else { return };
-        let cands = std::mem::take(&mut self.cands);
+        let mut cands = std::mem::take(&mut self.cands);
+        // A file the launch refuses is removed before the sets are judged:
+        // the rest of its set is then incomplete, never kept in part.
+        if let Some(refuse) = self.refuse {
+            cands.retain(|(path, _, _)| match refuse(path) {
+                Some(why) => {
+                    self.rejected.push(path.clone());
+                    self.remove_path(&root, path, &Reason::Refused(why));
+                    false
+                }
+                None => true,
+            });
+        }
         let views: Vec<Candidate<'_>> = cands
             .iter()
             .map(|(p, sc, _)| Candidate {
