@@ -179,7 +179,7 @@ impl Committer {
         else {
             return false;
         };
-        let mut stored: Vec<&Path> = m.members.iter().map(|m| Path::new(&m.path)).collect();
+        let mut stored: Vec<&Path> = m.set.members.iter().map(|m| Path::new(&m.path)).collect();
         let mut done: Vec<&Path> = self.signed_at_done.iter().map(PathBuf::as_path).collect();
         stored.sort();
         done.sort();

@@ -59,7 +59,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
-        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
+        Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
             Ok(prepared) => prepared,
             Err(stopped) => return stopped_before_start(stopped),
         },
@@ -132,11 +132,12 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
 /// engine once it runs.
 fn prepare_interruptibly(
     args: &crate::keeper::Settings,
+    read: crate::launch::Command,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
 ) -> Result<Prepared, Stopped> {
     crate::stops::watch();
-    let prepared = Keeper::prepare(args, command, &env);
+    let prepared = Keeper::prepare(args, read, command, &env);
     // Stopped in a wait, or since the last one.
     let unwatched = crate::stops::unwatch();
     let prepared = prepared?;
@@ -177,14 +178,6 @@ const AFTER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
     let mut kill_at: Option<Instant> = None;
     loop {
-        // The C library's own signals held at the first thread start (which
-        // may have come in the last turn): forwarded before the poll.
-        for signo in crate::signals::take_held() {
-            child::forward_signo(pid, signo, args.kill_group);
-            if let Some(k) = keeper.as_mut() {
-                k.forwarded(signo);
-            }
-        }
         let now = Instant::now();
         if let Some(k) = keeper.as_mut() {
             k.tick(now);

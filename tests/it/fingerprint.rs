@@ -83,11 +83,11 @@ fn python() -> Command {
 }
 
 fn hexs(b: &[u8]) -> String {
-    hex::encode(b)
+    crate::common::hex(b)
 }
 
 fn sha12(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))[..12].to_string()
+    crate::common::hex(Sha256::digest(b))[..12].to_string()
 }
 
 // ---------------------------------------------------------------- seed parity

@@ -707,6 +707,11 @@ pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    bytes.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A named pipe at `p` (its parent directories made).
 pub fn mkfifo(p: &Path) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
