@@ -102,9 +102,10 @@ impl Watcher {
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
         let mut w = Watcher::unwalked(root, seen)?;
-        if !std::fs::metadata(root)?.is_dir() {
-            // What the watch would refuse (IN_ONLYDIR; the root itself may be
-            // a link to a directory: the user's choice).
+        // `root/`: a root that is a symlink to a directory is watched
+        // through it, as the walk would.
+        if !std::fs::symlink_metadata(root.join(""))?.is_dir() {
+            // What the watch would refuse (IN_ONLYDIR | IN_DONT_FOLLOW).
             return Err(io::Error::other(format!(
                 "cannot watch {}: {}",
                 root.display(),
@@ -181,9 +182,8 @@ impl Watcher {
         let abs = self.root.join(&rel);
         let watched = if self.armed() {
             self.inotify.add_watch(&abs, dir_flags()).map(Some)
-        } else if rel.as_os_str().is_empty() && !std::fs::metadata(&abs)?.is_dir() {
-            // What the watch would refuse (IN_ONLYDIR; the root itself may be
-            // a link to a directory: the user's choice).
+        } else if rel.as_os_str().is_empty() && !std::fs::symlink_metadata(&abs)?.is_dir() {
+            // What the watch would refuse (IN_ONLYDIR | IN_DONT_FOLLOW).
             Err(Errno::ENOTDIR)
         } else {
             // Not watching yet: the walk alone finds what landed.
