@@ -20,7 +20,7 @@ use super::turn::take_lock;
 /// What the worker is asked to do.
 pub(super) enum Job {
     /// One `keepwrap:` line at info level.
-    Log(crate::events::policy::Note),
+    Log(crate::events::Event),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {
@@ -87,7 +87,7 @@ impl Committer {
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
         match job {
             Job::Log(note) => {
-                note.log();
+                note.emit();
                 None
             }
             Job::Landed { files, after } => {

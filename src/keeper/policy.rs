@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::done::owner::Owner;
-pub use crate::events::policy::Note;
+pub use crate::events::Event as Line;
 use crate::signals::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
@@ -74,8 +74,8 @@ pub enum Action {
     /// (its engine may be the one writing), and say so as
     /// [`Event::OtherLaunch`].
     LookForOthers,
-    /// One `keepwrap:` line at info level.
-    Info(Note),
+    /// One `keepwrap:` line (an event of the catalogue).
+    Log(Line),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +224,8 @@ impl Policy {
             Event::Tick(now) => {
                 if let (Some(end), Rule::Quiet(d)) = (self.deadline(), self.rule) {
                     if now >= end {
-                        out.push(Action::Info(Note::DoneQuiet {
+                        out.push(Action::Log(Line::DoneQuiet {
+                            rule: "quiet",
                             quiet: d,
                             after: now.saturating_duration_since(self.launched),
                         }));
@@ -240,7 +241,7 @@ impl Policy {
             Event::OtherLaunch(who) => {
                 if !self.other {
                     self.other = true;
-                    out.push(Action::Info(Note::OtherLaunch { other: who }));
+                    out.push(Action::Log(Line::NotSigningOtherLaunch { other: who }));
                 }
             }
             Event::ChildEnded { at, ended } => self.ended(at, ended, &mut out),
@@ -264,7 +265,7 @@ impl Policy {
                 self.late.extend(files);
                 if !self.other {
                     if first {
-                        out.push(Action::Info(Note::LateLanding));
+                        out.push(Action::Log(Line::LateLanding {}));
                     }
                     out.push(Action::LookForOthers);
                 }
@@ -279,7 +280,8 @@ impl Policy {
         }
         match owner {
             Owner::Engine | Owner::Remote => {
-                out.push(Action::Info(Note::DoneHealth {
+                out.push(Action::Log(Line::DoneHealth {
+                    rule: "health",
                     url,
                     after: at.saturating_duration_since(self.launched),
                 }));
@@ -288,7 +290,7 @@ impl Policy {
             Owner::Foreign(who) => {
                 if !self.foreign_said {
                     self.foreign_said = true;
-                    out.push(Action::Info(Note::NotDoneForeign { url, owner: who }));
+                    out.push(Action::Log(Line::NotDoneForeign { url, owner: who }));
                 }
                 out.push(Action::ProbeAgain);
             }
@@ -310,21 +312,22 @@ impl Policy {
                 if self.other {
                     // Said when it was seen.
                 } else if let Some(sig) = self.stopped {
-                    out.push(Action::Info(Note::NotSigningStopped {
+                    out.push(Action::Log(Line::NotSigningStopped {
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if self.headless && ended.succeeded() {
-                    out.push(Action::Info(Note::NotSigningHeadless));
+                    out.push(Action::Log(Line::NotSigningHeadless {}));
                 } else if self.exit_unproven && ended.succeeded() {
-                    out.push(Action::Info(Note::NotSigningExitUnproven));
+                    out.push(Action::Log(Line::NotSigningExitUnproven {}));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
-                    out.push(Action::Info(Note::DoneExit {
+                    out.push(Action::Log(Line::DoneExit {
+                        rule: "exit",
                         after: at.saturating_duration_since(self.launched),
                     }));
                     out.push(Action::SignDone);
                 } else {
-                    out.push(Action::Info(Note::NotSigningEarly {
+                    out.push(Action::Log(Line::NotSigningEarly {
                         status: ended.to_string(),
                     }));
                 }
@@ -335,19 +338,19 @@ impl Policy {
                     return;
                 }
                 if let Some(sig) = self.stopped {
-                    out.push(Action::Info(Note::LateNotSignedStopped {
+                    out.push(Action::Log(Line::LateNotSignedStopped {
                         late: n,
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if ended.succeeded() && self.headless {
-                    out.push(Action::Info(Note::LateNotSignedHeadless { late: n }));
+                    out.push(Action::Log(Line::LateNotSignedHeadless { late: n }));
                 } else if ended.succeeded() && self.exit_unproven {
-                    out.push(Action::Info(Note::LateNotSignedExitUnproven { late: n }));
+                    out.push(Action::Log(Line::LateNotSignedExitUnproven { late: n }));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });
                 } else {
-                    out.push(Action::Info(Note::LateNotSignedAbnormal {
+                    out.push(Action::Log(Line::LateNotSignedAbnormal {
                         late: n,
                         status: ended.to_string(),
                     }));

@@ -188,6 +188,7 @@ fn locate(
         root
     };
     let root = root?;
+    crate::events::set_root(&root);
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
     for line in launch.warnings() {
         crate::events::keeper::launch_warning(&line);

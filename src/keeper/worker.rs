@@ -119,7 +119,7 @@ impl Worker {
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
         if self.idle.is_some() {
             if let Job::Log(note) = &job {
-                note.log();
+                note.emit();
                 return None;
             }
             self.spawn_thread();

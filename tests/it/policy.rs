@@ -428,7 +428,7 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
     let mut during = Vec::new();
-    while !kw.log_events().iter().any(|e| e["event"] == "signed") {
+    while !kw.log_events().iter().any(|e| e["code"] == "signed") {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);

@@ -561,7 +561,7 @@ fn mkfifo(p: &Path) {
 fn warning_count(b: &Finished) -> usize {
     b.warnings()
         .iter()
-        .filter(|e| e["event"] != "launch_warning")
+        .filter(|e| e["code"] != "launch_warning")
         .count()
 }
 
@@ -569,7 +569,7 @@ fn warning_count(b: &Finished) -> usize {
 fn warnings_named(b: &Finished, event: &str) -> Vec<serde_json::Value> {
     b.warnings()
         .into_iter()
-        .filter(|e| e["event"] == event)
+        .filter(|e| e["code"] == event)
         .collect()
 }
 
@@ -848,7 +848,7 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
     let warnings = b.warnings();
     assert_eq!(warnings.len(), 1, "{}", b.stderr);
     // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
-    assert_eq!(warnings[0]["event"], "untouched", "{}", b.stderr);
+    assert_eq!(warnings[0]["code"], "untouched", "{}", b.stderr);
     assert_eq!(warnings[0]["entries"], 6, "{}", b.stderr);
     assert_eq!(
         warnings[0]["first"], "rank_tp0_pp0_dp0.json",

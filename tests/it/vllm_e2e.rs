@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const OUTCOMES: [&str; 4] = ["signed", "reused", "nothing_to_keep", "nothing_signed"];
 
 fn is_outcome(e: &serde_json::Value) -> bool {
-    let name = e["event"].as_str().unwrap();
+    let name = e["code"].as_str().unwrap();
     OUTCOMES.contains(&name) || name.starts_with("not_signing")
 }
 
@@ -644,7 +644,7 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
     assert!(
         f.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("not_signing")),
         "{}",
         f.stderr
     );
