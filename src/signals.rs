@@ -140,8 +140,10 @@ pub fn in_parts<T: Sync, R: Send>(items: &[T], name: &str, f: impl Fn(&[T]) -> R
         let mut out = Vec::with_capacity(handles.len() + 1);
         out.push(f(first));
         for (part, handle) in handles {
+            // A part's panic is this thread's (the release build aborts
+            // on panic before it gets here).
             out.push(match handle {
-                Ok(h) => h.join().unwrap_or_else(|_| f(part)),
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                 Err(_) => f(part),
             });
         }

@@ -18,8 +18,6 @@ pub enum Reason {
     SidecarUnreadable(String),
     SidecarGarbage(String),
     SidecarFuture(u64),
-    /// Signed by an older keepwrap, whose sidecars carried the whole set.
-    SidecarOld(u64),
     /// First 8 hex digits of the other fingerprint.
     OtherLaunch(String),
     SizeChanged {
@@ -80,10 +78,6 @@ impl fmt::Display for Reason {
                     "sidecar format {n} is newer than this keepwrap's ({SIDECAR_FORMAT})"
                 )
             }
-            Reason::SidecarOld(n) => write!(
-                f,
-                "sidecar format {n} is older than this keepwrap's ({SIDECAR_FORMAT})"
-            ),
             Reason::SetManifest(why) => write!(f, "set incomplete (set manifest {why})"),
             Reason::OtherLaunch(fp) => write!(f, "signed for another launch (fingerprint {fp}...)"),
             Reason::SizeChanged { now, signed } => {
@@ -174,11 +168,8 @@ fn judge_head(format: u64, fp: Option<&str>, fingerprint: Option<&str>) -> Resul
     if format > u64::from(SIDECAR_FORMAT) {
         return Err(Reason::SidecarFuture(format));
     }
-    if format == 0 {
-        return Err(Reason::SidecarGarbage("format 0".into()));
-    }
     if format < u64::from(SIDECAR_FORMAT) {
-        return Err(Reason::SidecarOld(format));
+        return Err(Reason::SidecarGarbage(format!("format {format}")));
     }
     match fp {
         None => Err(Reason::SidecarGarbage("no fingerprint".into())),

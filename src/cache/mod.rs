@@ -90,10 +90,6 @@ pub struct SignReport {
     pub unchanged: bool,
     /// The set id (sha256 hex).
     pub set_id: String,
-    /// Sidecars that could not be written. Always 0: sign stops at the
-    /// first failed write and returns the error (the set is then incomplete,
-    /// and the next prune trusts none of it).
-    pub failed: usize,
     /// With [`sign_unsettled`]: members were signed without their stamp
     /// (their change time was too fresh to vouch for them); at this wall
     /// clock time (ns) it has settled, and [`restamp`] can record it.

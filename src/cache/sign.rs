@@ -281,7 +281,6 @@ fn report(
         signed,
         unchanged,
         set_id,
-        failed: 0,
         settle_at,
     }
 }

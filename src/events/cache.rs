@@ -152,6 +152,11 @@ pub fn untouched(entries: usize, first: impl Display, hint: &str) {
 
 /// The summary of prune.
 pub fn pruned(kept: usize, stored: usize, removed: usize, leftovers: usize, left: usize) {
+    let removed_text = format!(
+        "{} and {}",
+        super::counted(removed, "cache file", "cache files"),
+        super::counted(leftovers, "leftover", "leftovers")
+    );
     if stored > 0 {
         let left_text = if left > 0 {
             format!(", left {left} that could not be removed")
@@ -166,7 +171,7 @@ pub fn pruned(kept: usize, stored: usize, removed: usize, leftovers: usize, left
             removed,
             leftovers,
             left,
-            "prune: kept {kept}, stored {stored}, removed {removed} cache files and {leftovers} leftovers{left_text}"
+            "prune: kept {kept}, stored {stored}, removed {removed_text}{left_text}"
         );
     } else if left > 0 {
         tracing::info!(
@@ -177,7 +182,7 @@ pub fn pruned(kept: usize, stored: usize, removed: usize, leftovers: usize, left
             removed,
             leftovers,
             left,
-            "prune: kept {kept}, removed {removed} cache files and {leftovers} leftovers, left {left} that could not be removed"
+            "prune: kept {kept}, removed {removed_text}, left {left} that could not be removed"
         );
     } else {
         tracing::info!(
@@ -188,7 +193,7 @@ pub fn pruned(kept: usize, stored: usize, removed: usize, leftovers: usize, left
             removed,
             leftovers,
             left,
-            "prune: kept {kept}, removed {removed} cache files and {leftovers} leftovers"
+            "prune: kept {kept}, removed {removed_text}"
         );
     }
 }
@@ -247,11 +252,12 @@ pub fn trash_remove_failed(name: impl Display, error: impl Display) {
 }
 
 pub fn trash_emptied(entries: usize) {
+    let entries_text = super::counted(entries, "entry", "entries");
     tracing::debug!(
         target: TARGET,
         event = "trash_emptied",
         entries,
-        "emptied .keepwrap/trash: {entries} entries"
+        "emptied .keepwrap/trash: {entries_text}"
     );
 }
 
@@ -358,12 +364,13 @@ pub fn dir_not_signed(files: usize, dir: impl Display, unsignable: &str) {
 }
 
 pub fn not_stamping(files: usize, settle_ns: i64) {
+    let files_text = super::counted(files, "cache file", "cache files");
     tracing::debug!(
         target: TARGET,
         event = "not_stamping",
         files,
         settle_ns,
-        "not stamping {files} cache files: their change times settle in {settle_ns} ns"
+        "not stamping {files_text}: their change times settle in {settle_ns} ns"
     );
 }
 

@@ -54,8 +54,8 @@ catalogue! {
         /// processes.
         PortListeners { address: String, inodes: Vec<u64>, tables: Duration, pids: Vec<u32> }
             DEBUG "port_listeners"
-            => "sockets listening for {address}: inodes {inodes:?} (socket tables read in {:.1} ms); the engine's tree: pids {pids:?}",
-                tables.as_secs_f64() * 1000.0;
+            => "sockets listening for {address}: inodes {} (socket tables read in {:.1} ms); the engine's tree: pids {}",
+                super::listed(inodes), tables.as_secs_f64() * 1000.0, super::listed(pids);
 
         // ---- the watch ----
 

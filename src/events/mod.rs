@@ -358,3 +358,22 @@ fn cache_files(n: usize) -> &'static str {
         "cache files"
     }
 }
+
+/// `n` and its noun, in the singular for one: `counted(1, "entry",
+/// "entries")` is `1 entry`.
+pub fn counted(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// Items as a line shows them: `1, 2, 3`.
+fn listed<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -97,18 +97,20 @@ pub fn share_union_taken(took: Duration) {
         target: TARGET,
         event = "share_union_taken",
         took_s = secs(took),
-        "share: union taken in {took:?}"
+        "share: union taken in {:.1} ms",
+        took.as_secs_f64() * 1000.0
     );
 }
 
 pub fn share_signed(files: usize, nodes: u32, fingerprint: &str) {
+    let files_text = super::counted(files, "cache file", "cache files");
     tracing::info!(
         target: TARGET,
         event = "share_signed",
         files,
         nodes,
         fingerprint,
-        "share: signed {files} cache files holding the union of {nodes} nodes for this launch"
+        "share: signed {files_text} holding the union of {nodes} nodes for this launch"
     );
 }
 
@@ -129,6 +131,8 @@ pub fn share_left(dir: impl Display, reason: impl Display) {
 }
 
 pub fn share_already_union(dir: impl Display, files: usize, nodes: usize, entries: usize) {
+    let files_text = super::counted(files, "rank file", "rank files");
+    let entries_text = super::counted(entries, "entry", "entries");
     tracing::info!(
         target: TARGET,
         event = "share_already_union",
@@ -136,7 +140,7 @@ pub fn share_already_union(dir: impl Display, files: usize, nodes: usize, entrie
         files,
         nodes,
         entries,
-        "share: {dir}: this node's {files} rank files already hold the union of {nodes} nodes ({entries} entries)"
+        "share: {dir}: this node's {files_text} already hold the union of {nodes} nodes ({entries_text})"
     );
 }
 
@@ -147,6 +151,8 @@ pub fn share_union_written(
     entries: usize,
     conflicts: usize,
 ) {
+    let files_text = super::counted(files, "rank file", "rank files");
+    let entries_text = super::counted(entries, "entry", "entries");
     tracing::info!(
         target: TARGET,
         event = "share_union_written",
@@ -155,7 +161,7 @@ pub fn share_union_written(
         files,
         entries,
         conflicts,
-        "share: {dir}: wrote the union of {nodes} nodes' rank files to {files} rank files here: {entries} entries each, {conflicts} conflicting"
+        "share: {dir}: wrote the union of {nodes} nodes' rank files to {files_text} here: {entries_text} each, {conflicts} conflicting"
     );
 }
 
@@ -203,6 +209,7 @@ pub fn share_publish_slow(dir: &Path, timeout: Duration) {
 }
 
 pub fn share_published(files: usize, node: u32, nodes: u32, rewritten: usize, dir: &Path) {
+    let files_text = super::counted(files, "rank file", "rank files");
     tracing::info!(
         target: TARGET,
         event = "share_published",
@@ -211,7 +218,7 @@ pub fn share_published(files: usize, node: u32, nodes: u32, rewritten: usize, di
         nodes,
         rewritten,
         dir = %Shown(dir),
-        "share: published {files} rank files as node {node} of {nodes} ({rewritten} rewritten) to {}",
+        "share: published {files_text} as node {node} of {nodes} ({rewritten} rewritten) to {}",
         Shown(dir)
     );
 }

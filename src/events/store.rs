@@ -21,12 +21,13 @@ pub fn recovery_store_taken(fingerprint: &str, taken: impl Display) {
 }
 
 pub fn recovery_store_undone(fingerprint: &str, files: usize) {
+    let files_text = super::counted(files, "file", "files");
     tracing::info!(
         target: TARGET,
         event = "recovery_store_undone",
         fingerprint,
         files,
-        "recovery: moved {files} files of an interrupted store of launch {} back in place",
+        "recovery: moved {files_text} of an interrupted store of launch {} back in place",
         short(fingerprint)
     );
 }
@@ -43,12 +44,13 @@ pub fn recovery_store_failed(fingerprint: &str, error: impl Display) {
 }
 
 pub fn recovery_restore_finished(fingerprint: &str, files: usize) {
+    let files_text = super::counted(files, "file", "files");
     tracing::info!(
         target: TARGET,
         event = "recovery_restore_finished",
         fingerprint,
         files,
-        "recovery: moved the last {files} files of an interrupted restore of launch {} in place",
+        "recovery: moved the last {files_text} of an interrupted restore of launch {} in place",
         short(fingerprint)
     );
 }
@@ -171,6 +173,7 @@ pub fn evicted(
     last_used: impl Display,
     reason: &str,
 ) {
+    let files_text = super::counted(files, "file", "files");
     tracing::info!(
         target: TARGET,
         event = "evicted",
@@ -178,7 +181,7 @@ pub fn evicted(
         files,
         bytes,
         reason,
-        "evicted the stored set of launch {} ({files} files, {size}, last used {last_used}): {reason}",
+        "evicted the stored set of launch {} ({files_text}, {size}, last used {last_used}): {reason}",
         short(fingerprint)
     );
 }

@@ -51,16 +51,18 @@ pub fn unify_left(dir: impl Display, reason: impl Display) {
 }
 
 pub fn already_unified(dir: impl Display, files: usize) {
+    let files_text = super::counted(files, "rank file", "rank files");
     tracing::debug!(
         target: TARGET,
         event = "already_unified",
         dir = %dir,
         files,
-        "{dir}: the {files} rank files are already one union"
+        "{dir}: the {files_text} are already one union"
     );
 }
 
 pub fn unified(dir: impl Display, files: usize, entries: usize, conflicts: usize) {
+    let entries_text = super::counted(entries, "entry", "entries");
     tracing::info!(
         target: TARGET,
         event = "unified",
@@ -68,7 +70,7 @@ pub fn unified(dir: impl Display, files: usize, entries: usize, conflicts: usize
         files,
         entries,
         conflicts,
-        "unified {files} rank files in {dir}: {entries} entries each, {conflicts} conflicting"
+        "unified {files} rank files in {dir}: {entries_text} each, {conflicts} conflicting"
     );
 }
 
@@ -85,11 +87,16 @@ pub fn unify_conflict(dir: impl Display, conflict: impl Display) {
 }
 
 pub fn unify_more_conflicts(dir: impl Display, conflicts: usize) {
+    let conflicts_text = super::counted(
+        conflicts,
+        "more conflicting entry",
+        "more conflicting entries",
+    );
     tracing::info!(
         target: TARGET,
         event = "unify_more_conflicts",
         dir = %dir,
         conflicts,
-        "{dir}: and {conflicts} more conflicting entries"
+        "{dir}: and {conflicts_text}"
     );
 }

@@ -78,12 +78,13 @@ pub fn share_cannot_write_own(error: impl Display) {
 
 /// This node's own published rank files were written back and signed.
 pub fn share_restored_own(files: usize, nodes: u32) {
+    let files_text = super::counted(files, "rank file", "rank files");
     tracing::info!(
         target: SHARE,
         event = "share_restored_own",
         files,
         nodes,
-        "share: restored this node's {files} rank files from the share, published with every other node's for this launch ({nodes} nodes), and signed them"
+        "share: restored this node's {files_text} from the share, published with every other node's for this launch ({nodes} nodes), and signed them"
     );
 }
 

@@ -9,13 +9,11 @@ use crate::cache;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
 use crate::keeper::policy::Owner;
-use crate::root::lock::CacheLock;
+use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::stats::Stats;
 use crate::share::Share;
 use crate::store::Store;
 use crate::unify;
-
-use super::turn::take_lock;
 
 /// What the worker is asked to do.
 pub(super) enum Job {
@@ -146,7 +144,7 @@ impl Committer {
         if let SignKind::Late(late) = kind {
             crate::events::keeper::signed_again(n, late, &self.fingerprint);
             if let Some(s) = &self.store {
-                if n > 0 && report.failed == 0 && !report.unchanged {
+                if n > 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
                 }
             }
@@ -169,7 +167,7 @@ impl Committer {
             crate::events::keeper::signed(n, &self.fingerprint);
         }
         if let Some(s) = &self.store {
-            if n > 0 && report.failed == 0 {
+            if n > 0 {
                 if report.unchanged && s.record(&self.fingerprint).is_some() {
                     s.touch(&self.fingerprint);
                 } else {
@@ -197,7 +195,7 @@ impl Committer {
 
     /// Multi-node: publish the signed rank files into the share.
     fn publish(&mut self, report: &cache::SignReport) {
-        if report.failed == 0 && !report.signed.is_empty() {
+        if !report.signed.is_empty() {
             if let Some(share) = self.share.as_mut() {
                 share.publish(&self.root, &report.signed);
             }
@@ -210,11 +208,11 @@ impl Committer {
     fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
         match &self.store {
             None => Ok(None),
-            Some(s) => take_lock(
-                s,
+            Some(s) => lock::take(
+                s.state_fd(),
                 self.lock_timeout.min(COMMIT_LOCK_WAIT),
                 &self.fingerprint,
-                "signs",
+                LockFor::Commit,
             )
             .map(Some)
             .ok_or(()),

@@ -38,38 +38,25 @@ use crate::done::watch::{Stamp, Watcher};
 use crate::done::{Done, Probe, ProbeResult};
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
 use crate::root::running::{Marker, State};
-use crate::share::Share;
 use crate::signals::Ended;
-use crate::store::Store;
 
 use commit::{Committer, Job, Report, SignKind};
 use worker::Worker;
 
 pub struct Keeper {
-    root: PathBuf,
-    fingerprint: String,
     done: Done,
     watcher: Watcher,
     probe: Option<Probe>,
     probe_interval: Duration,
     probe_timeout: Duration,
     launched: Instant,
-    /// Cache files prune kept (signed for this launch), relative to root.
-    kept: Vec<PathBuf>,
+    /// The commit work (the root, the files kept, the store, the share):
+    /// here until the engine starts, then the worker's.
+    commit: Option<Committer>,
     /// While the engine runs.
     session: Option<Session>,
-    /// Rewrite each directory's rank files as their union before signing.
-    unify: bool,
-    /// `<root>/.keepwrap`: other launches' sets, records, stats, the lock.
     /// This launch's marker among the launches using the root.
     marker: Marker,
-    store: Option<Store>,
-    lock_timeout: Duration,
-    /// For the launch record: the profile and the redacted inputs.
-    profile: &'static str,
-    inputs: serde_json::Value,
-    /// Multi-node launches: the directory every node mounts.
-    share: Option<Share>,
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
@@ -123,6 +110,9 @@ impl Keeper {
     /// kept) to the worker, start the policy, and probe the health endpoint
     /// if that is the rule.
     pub fn child_started(&mut self) {
+        let Some(committer) = self.commit.take() else {
+            return;
+        };
         let now = Instant::now();
         let rule = match &self.done {
             Done::Health(endpoint) => {
@@ -150,7 +140,7 @@ impl Keeper {
         let policy = match &self.done {
             Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
             Done::RankFiles(names, _) => {
-                Policy::new(rule, self.launched).headless(Some(names.clone()), &self.kept)
+                Policy::new(rule, self.launched).headless(Some(names.clone()), &committer.kept)
             }
             _ => Policy::new(rule, self.launched),
         };
@@ -158,19 +148,6 @@ impl Keeper {
             policy.exit_unproven()
         } else {
             policy
-        };
-        let committer = Committer {
-            root: self.root.clone(),
-            fingerprint: self.fingerprint.clone(),
-            launched: self.launched,
-            kept: std::mem::take(&mut self.kept),
-            unify: self.unify,
-            store: self.store.take(),
-            lock_timeout: self.lock_timeout,
-            profile: self.profile,
-            inputs: std::mem::take(&mut self.inputs),
-            share: self.share.take(),
-            settle_at: None,
         };
         self.session = Some(Session {
             policy,

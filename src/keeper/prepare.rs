@@ -21,6 +21,7 @@ use crate::share::Share;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
+use super::commit::Committer;
 use super::turn::{wait_turn, Turn};
 use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
 
@@ -78,36 +79,49 @@ impl Keeper {
             .iter()
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
-        let watcher = match Watcher::seeded(&root, seen) {
+        let mut watcher = match Watcher::seeded(&root, seen) {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
                 return Prepared::hands_off(marker);
             }
         };
-        let mut keeper = Keeper {
-            marker,
+        let mut commit = Committer {
             root,
             fingerprint,
-            done,
-            watcher,
-            probe: None,
-            probe_interval: args.probe_interval,
-            probe_timeout: args.probe_timeout,
             launched,
             kept: pruned.kept,
-            session: None,
             unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
             profile: profile.as_str(),
             inputs,
             share,
+            settle_at: None,
+        };
+        take_share_union(&mut commit, &mut watcher);
+        vllm::before_start(&commit.root, &launch, &mut commit.kept);
+        if commit.unify && !pruned.split.is_empty() {
+            // Files kept for this launch but signed without being unified
+            // (e.g. with `--unify off`, `split`: their directories): the
+            // engine loads them as they are, and the sign at done unifies
+            // them. Rewriting and signing them again here would make the
+            // engine wait for work that grows with the set (seconds at
+            // 10,000 files).
+            crate::events::keeper::kept_not_unified(pruned.split.len(), &commit.fingerprint);
+        }
+        let keeper = Keeper {
+            marker,
+            done,
+            watcher,
+            probe: None,
+            probe_interval: args.probe_interval,
+            probe_timeout: args.probe_timeout,
+            launched,
+            commit: Some(commit),
+            session: None,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
-        keeper.take_share_union();
-        vllm::before_start(&keeper.root, &launch, &mut keeper.kept);
-        keeper.unify_kept(&pruned.split);
         // Nothing to explain and nothing in the trash: no work, no thread.
         let after_start: Option<AfterStart> = match (after_start, trash.has_work()) {
             (None, false) => None,
@@ -124,39 +138,28 @@ impl Keeper {
             after_start,
         }
     }
+}
 
-    /// Files kept for this launch but signed without being unified (e.g.
-    /// with `--unify off`, `split`: their directories): the engine loads
-    /// them as they are, and the sign at done unifies them. Rewriting and
-    /// signing them again here would make the engine wait for work that
-    /// grows with the set (seconds at 10,000 files).
-    fn unify_kept(&self, split: &[PathBuf]) {
-        if self.unify && !split.is_empty() {
-            crate::events::keeper::kept_not_unified(split.len(), &self.fingerprint);
-        }
-    }
-
-    /// Multi-node: when every node has published, write the union of all
-    /// nodes' rank files over this node's and sign them (see [`Share`]).
-    fn take_share_union(&mut self) {
-        let Some(share) = self.share.as_ref() else {
+/// Multi-node: when every node has published, write the union of all
+/// nodes' rank files over this node's and sign them (see [`Share`]).
+fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) {
+    let Some(share) = commit.share.as_ref() else {
+        return;
+    };
+    let taken = if commit.profile == ProfileName::Vllm.as_str() {
+        // vLLM: each node keeps its own ranks' files; a node whose
+        // cache is empty takes its own back from a complete set.
+        if !commit.kept.is_empty() {
             return;
-        };
-        let taken = if self.profile == ProfileName::Vllm.as_str() {
-            // vLLM: each node keeps its own ranks' files; a node whose
-            // cache is empty takes its own back from a complete set.
-            if !self.kept.is_empty() {
-                return;
-            }
-            vllm::take_own(share, &self.root, &self.fingerprint)
-        } else {
-            share.take_union(&self.root, &self.fingerprint)
-        };
-        if let Some(signed) = taken {
-            // keepwrap's own writes are not landings of the engine.
-            self.watcher.read();
-            self.kept = signed;
         }
+        vllm::take_own(share, &commit.root, &commit.fingerprint)
+    } else {
+        share.take_union(&commit.root, &commit.fingerprint)
+    };
+    if let Some(signed) = taken {
+        // keepwrap's own writes are not landings of the engine.
+        watcher.read();
+        commit.kept = signed;
     }
 }
 

@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::digest::short;
-use crate::root::lock::{self, CacheLock, LockError};
+use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::running::{self, Identity, Runs, Seen, Verdict, Why};
 use crate::store::Store;
 
@@ -42,7 +41,12 @@ pub(super) fn wait_turn(
     let mut waited_for: Option<String> = None;
     loop {
         let lock = match store {
-            Some(s) => match take_lock(s, args.lock_timeout, &me.fingerprint, "launches") {
+            Some(s) => match lock::take(
+                s.state_fd(),
+                args.lock_timeout,
+                &me.fingerprint,
+                LockFor::Launch,
+            ) {
                 Some(l) => Some(l),
                 None => return (None, Turn::HandsOff),
             },
@@ -113,35 +117,5 @@ fn hands_off_line(why: Why, other: &Seen) {
         Why::Peer => crate::events::keeper::peer_on_root(other),
         Why::Orphan => crate::events::keeper::orphan_on_root(other),
         Why::HandsOff => crate::events::keeper::other_on_root(other),
-    }
-}
-
-/// Take the cache root's lock for this launch; None when it timed out or
-/// failed (logged: `then` says what the launch does without it).
-pub(super) fn take_lock(
-    s: &Store,
-    timeout: Duration,
-    fingerprint: &str,
-    then: &str,
-) -> Option<CacheLock> {
-    let (after, what) = if then == "signs" {
-        ("nothing is signed, the next launch tunes again", "commit")
-    } else {
-        ("the launch goes on without keeping the cache", "launch")
-    };
-    match lock::acquire(
-        s.state_fd(),
-        timeout,
-        &format!("launch {}", short(fingerprint)),
-    ) {
-        Ok(l) => Some(l),
-        Err(LockError::TimedOut(who)) => {
-            crate::events::keeper::lock_gave_up(timeout, what, who, after);
-            None
-        }
-        Err(LockError::Io(e)) => {
-            crate::events::keeper::lock_failed(what, e, after);
-            None
-        }
     }
 }

@@ -19,51 +19,66 @@ use super::commit::{Committer, Job, Report};
 /// ahead of them), and once the engine has ended the jobs of a launch that
 /// never needed the thread run in the loop, which has nothing else to do
 /// then (a command that exits at once starts no thread).
-#[derive(Default)]
 pub(super) struct Worker {
-    /// The committer until the thread starts.
-    idle: Option<Committer>,
-    jobs: Option<mpsc::Sender<Job>>,
-    results: Option<mpsc::Receiver<Report>>,
-    /// Readable when a result is queued.
-    wake: Option<UnixStream>,
-    thread: Option<JoinHandle<()>>,
-    /// Without a thread: the committer, run in the loop.
-    inline: Option<Committer>,
+    mode: Mode,
     /// Signs sent and not yet taken.
     busy: usize,
     ready: Vec<Report>,
 }
 
+/// Where the commit work runs.
+enum Mode {
+    /// The committer, until the first job that needs the thread.
+    Idle(Committer),
+    /// On the thread: jobs through the channel, results back through the
+    /// other, and the socket readable when a result is queued.
+    Thread {
+        jobs: mpsc::Sender<Job>,
+        results: mpsc::Receiver<Report>,
+        wake: UnixStream,
+        thread: JoinHandle<()>,
+    },
+    /// Without a thread (the engine has ended, or the thread could not
+    /// start): the committer, run in the loop.
+    Inline(Committer),
+    /// Stopped: the work is over.
+    Stopped,
+}
+
 impl Worker {
     pub(super) fn start(committer: Committer) -> Worker {
         Worker {
-            idle: Some(committer),
-            ..Worker::default()
+            mode: Mode::Idle(committer),
+            busy: 0,
+            ready: Vec::new(),
         }
     }
 
     /// The engine has ended: a thread that never started is not needed
     /// any more.
     pub(super) fn engine_gone(&mut self) {
-        if let Some(c) = self.idle.take() {
-            self.inline = Some(c);
-        }
+        self.mode = match std::mem::replace(&mut self.mode, Mode::Stopped) {
+            Mode::Idle(c) => Mode::Inline(c),
+            other => other,
+        };
     }
 
-    /// Start the thread with the idle committer.
+    /// Start the thread with the idle committer (in the loop when it cannot
+    /// start).
     fn spawn_thread(&mut self) {
-        let Some(committer) = self.idle.take() else {
+        let Mode::Idle(committer) = std::mem::replace(&mut self.mode, Mode::Stopped) else {
             return;
         };
-        let mut w = Worker::default();
+        self.mode = Self::thread(committer);
+    }
+
+    /// The thread running `committer`, else (logged) `committer` inline.
+    fn thread(committer: Committer) -> Mode {
         let (wake, wake_tx) = match UnixStream::pair() {
             Ok(pair) => pair,
             Err(e) => {
                 crate::events::keeper::commit_worker_failed(e);
-                w.inline = Some(committer);
-                *self = w;
-                return;
+                return Mode::Inline(committer);
             }
         };
         let _ = wake.set_nonblocking(true);
@@ -91,19 +106,18 @@ impl Worker {
         match spawned {
             Ok(thread) => {
                 let _ = hand.send(committer);
-                w.jobs = Some(jobs);
-                w.results = Some(results);
-                w.wake = Some(wake);
-                w.thread = Some(thread);
+                Mode::Thread {
+                    jobs,
+                    results,
+                    wake,
+                    thread,
+                }
             }
             Err(e) => {
                 crate::events::keeper::commit_worker_failed(e);
-                w.inline = Some(committer);
+                Mode::Inline(committer)
             }
         }
-        w.busy = self.busy;
-        w.ready = std::mem::take(&mut self.ready);
-        *self = w;
     }
 
     pub(super) fn busy(&self) -> bool {
@@ -111,39 +125,41 @@ impl Worker {
     }
 
     pub(super) fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.wake.as_ref().map(AsFd::as_fd)
+        match &self.mode {
+            Mode::Thread { wake, .. } => Some(wake.as_fd()),
+            _ => None,
+        }
     }
 
     /// Run `job`: on the thread (the result comes through [`finished`]), or
     /// here and now without one (the result is returned).
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
-        if self.idle.is_some() {
+        if let Mode::Idle(_) = self.mode {
             if let Job::Log(note) = &job {
                 note.emit();
                 return None;
             }
             self.spawn_thread();
         }
-        if let Some(c) = self.inline.as_mut() {
-            return c.run(job);
-        }
-        let sign = matches!(job, Job::Sign { .. });
-        if let Some(jobs) = &self.jobs {
-            if jobs.send(job).is_ok() && sign {
-                self.busy += 1;
+        match &mut self.mode {
+            Mode::Inline(c) => c.run(job),
+            Mode::Thread { jobs, .. } => {
+                let sign = matches!(job, Job::Sign { .. });
+                if jobs.send(job).is_ok() && sign {
+                    self.busy += 1;
+                }
+                None
             }
+            Mode::Idle(_) | Mode::Stopped => None,
         }
-        None
     }
 
     /// What finished since last asked.
     pub(super) fn finished(&mut self) -> Vec<Report> {
-        if let Some(w) = self.wake.as_ref() {
+        if let Mode::Thread { wake, results, .. } = &self.mode {
             let mut buf = [0u8; 64];
-            while matches!((&*w).read(&mut buf), Ok(n) if n > 0) {}
-        }
-        if let Some(rx) = &self.results {
-            while let Ok(r) = rx.try_recv() {
+            while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
+            while let Ok(r) = results.try_recv() {
                 if matches!(r, Report::Signed { .. }) {
                     self.busy = self.busy.saturating_sub(1);
                 }
@@ -156,14 +172,18 @@ impl Worker {
     /// Block until every sign sent has finished (the engine is gone).
     pub(super) fn wait(&mut self) {
         while self.busy > 0 {
-            match self.results.as_ref().map(mpsc::Receiver::recv) {
-                Some(Ok(r)) => {
+            let got = match &self.mode {
+                Mode::Thread { results, .. } => results.recv().ok(),
+                _ => None,
+            };
+            match got {
+                Some(r) => {
                     if matches!(r, Report::Signed { .. }) {
                         self.busy -= 1;
                     }
                     self.ready.push(r);
                 }
-                _ => self.busy = 0,
+                None => self.busy = 0,
             }
         }
     }
@@ -171,13 +191,13 @@ impl Worker {
     /// No more jobs: let the thread finish what it has (the share's
     /// publication included) and end.
     pub(super) fn stop(&mut self) {
-        self.engine_gone();
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(c) = self.inline.as_mut() {
-            c.finish();
+        match std::mem::replace(&mut self.mode, Mode::Stopped) {
+            Mode::Thread { jobs, thread, .. } => {
+                drop(jobs);
+                let _ = thread.join();
+            }
+            Mode::Idle(mut c) | Mode::Inline(mut c) => c.finish(),
+            Mode::Stopped => {}
         }
     }
 }

@@ -88,6 +88,54 @@ fn holder(file: &mut File) -> String {
     }
 }
 
+/// What a launch takes the lock for, and so what it does without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockFor {
+    /// Prune and restore before the engine starts.
+    Launch,
+    /// Sign at done.
+    Commit,
+}
+
+impl LockFor {
+    fn what(self) -> &'static str {
+        match self {
+            LockFor::Launch => "launch",
+            LockFor::Commit => "commit",
+        }
+    }
+
+    /// What the launch does when the lock cannot be had.
+    fn without(self) -> &'static str {
+        match self {
+            LockFor::Launch => "the launch goes on without keeping the cache",
+            LockFor::Commit => "nothing is signed, the next launch tunes again",
+        }
+    }
+}
+
+/// Take the lock of `state` for the launch `fingerprint`; None when it
+/// timed out or failed (logged, with what the launch does without it).
+pub fn take(
+    state: BorrowedFd<'_>,
+    timeout: Duration,
+    fingerprint: &str,
+    purpose: LockFor,
+) -> Option<CacheLock> {
+    let holder = format!("launch {}", crate::digest::short(fingerprint));
+    match acquire(state, timeout, &holder) {
+        Ok(l) => Some(l),
+        Err(LockError::TimedOut(who)) => {
+            crate::events::keeper::lock_gave_up(timeout, purpose.what(), who, purpose.without());
+            None
+        }
+        Err(LockError::Io(e)) => {
+            crate::events::keeper::lock_failed(purpose.what(), e, purpose.without());
+            None
+        }
+    }
+}
+
 /// Take the lock of the state directory `state` (`<root>/.keepwrap`),
 /// waiting up to `timeout`. `what` names this launch in the holder line
 /// (e.g. `launch 8c01d2e4...`). One log line when it has to wait.

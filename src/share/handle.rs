@@ -114,11 +114,10 @@ impl Share {
             return None;
         }
         match cache::sign(root, fingerprint) {
-            Ok(r) if r.failed == 0 => {
+            Ok(r) => {
                 crate::events::share::share_signed(r.signed.len(), self.node.nnodes, fingerprint);
                 Some(r.signed)
             }
-            Ok(_) => None,
             Err(e) => {
                 crate::events::share::share_cannot_sign(root, e);
                 None

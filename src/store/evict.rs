@@ -3,7 +3,8 @@
 use super::*;
 
 impl Store {
-    /// Every entry of the store, with its size on disk.
+    /// Every entry of the store, with its size on disk (an inode with
+    /// several links in the entry counted once).
     pub fn entries(&self) -> Vec<Entry> {
         let mut out = Vec::new();
         let Ok(list) = fsx::list_dir(self.store.as_fd()) else {
@@ -24,14 +25,27 @@ impl Store {
                 continue;
             };
             let side = Side::of(dir.as_fd(), &manifest);
+            // A unified directory's rank files are hard links of one
+            // union: its bytes count once, not once a member.
+            let mut inodes = std::collections::HashSet::new();
             let mut bytes = 0;
             for m in &manifest.members {
-                bytes += m.size;
-                if let Some(d) = side.dir(&m.path) {
-                    let [_, launch] = names(split(&m.path).1);
-                    if let Ok(st) = fsx::lstat_at(d.fd(), launch.as_c_str()) {
-                        bytes += st.st_size.max(0) as u64;
+                let Some(d) = side.dir(&m.path) else {
+                    bytes += m.size;
+                    continue;
+                };
+                let [file, launch] = names(split(&m.path).1);
+                match fsx::lstat_at(d.fd(), file.as_c_str()) {
+                    Ok(st) if st.st_nlink > 1 => {
+                        if inodes.insert((st.st_dev, st.st_ino)) {
+                            bytes += st.st_size.max(0) as u64;
+                        }
                     }
+                    Ok(st) => bytes += st.st_size.max(0) as u64,
+                    Err(_) => bytes += m.size,
+                }
+                if let Ok(st) = fsx::lstat_at(d.fd(), launch.as_c_str()) {
+                    bytes += st.st_size.max(0) as u64;
                 }
             }
             out.push(Entry { manifest, bytes });

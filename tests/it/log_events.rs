@@ -369,23 +369,29 @@ fn a_file_the_engine_removes_is_told_at_debug_level_not_as_unreadable() {
     );
 }
 
+/// The fake engine on `port` behind `keepwrap -v --done health=...`: it
+/// loads for `load_ms`, then serves /health with 200 for `exit_after_ms`.
+fn probed_engine(home: &Path, port: &str, load_ms: &str, exit_after_ms: &str) -> Command {
+    let done = format!("health=http://127.0.0.1:{port}/health");
+    common::keepwrap_engine(
+        home,
+        &["-v", "--done", &done],
+        &[
+            "--port",
+            port,
+            "--load-ms",
+            load_ms,
+            "--exit-after-ms",
+            exit_after_ms,
+        ],
+    )
+}
+
 #[test]
 fn a_health_probe_line_shows_the_status_as_a_number() {
     let home = common::home();
     let port = common::free_port().to_string();
-    let done = format!("health=http://127.0.0.1:{port}/health");
-    let mut cmd = common::keepwrap_engine(
-        home.path(),
-        &["-v", "--done", &done],
-        &[
-            "--port",
-            &port,
-            "--load-ms",
-            "800",
-            "--exit-after-ms",
-            "100",
-        ],
-    );
+    let mut cmd = probed_engine(home.path(), &port, "800", "100");
     let f = common::boot(cmd.env("KEEPWRAP_LOG_FORMAT", "text"));
     assert_eq!(f.code, 0, "{}", f.stderr);
     let line =
@@ -488,4 +494,158 @@ fn a_world_writable_root_gets_one_line_not_a_removal_every_boot() {
         b.stderr
     );
     assert!(!b.stderr.contains("will never keep here"), "{}", b.stderr);
+}
+
+/// What no line may hold: Rust's debug output of an `Option`, a `Result`
+/// or a list, or a count of one with a plural noun ("1 cache files").
+fn misworded(line: &str) -> Option<String> {
+    for debug in ["Some(", "None", "Ok(", "Err(", "[\"", "[]"] {
+        if line.contains(debug) {
+            return Some(format!("Rust debug output {debug:?}"));
+        }
+    }
+    if line
+        .as_bytes()
+        .windows(2)
+        .any(|w| w[0] == b'[' && w[1].is_ascii_digit())
+    {
+        return Some("a list in Rust debug output".to_string());
+    }
+    const PLURALS: [&str; 9] = [
+        "files",
+        "entries",
+        "leftovers",
+        "nodes",
+        "directories",
+        "ranks",
+        "launches",
+        "sets",
+        "seconds",
+    ];
+    let words: Vec<&str> = line
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ',')
+        .filter(|w| !w.is_empty())
+        .collect();
+    for (i, w) in words.iter().enumerate() {
+        if *w != "1" {
+            continue;
+        }
+        // The noun a count of one goes with: the next word, or the one
+        // after it (`1 cache files`, `1 rank files`).
+        for noun in words.iter().skip(i + 1).take(2) {
+            if PLURALS.contains(&noun.trim_end_matches([':', '.', ';', ')'])) {
+                return Some(format!("\"1 ... {noun}\""));
+            }
+        }
+    }
+    None
+}
+
+/// keepwrap's lines of `out` that [`misworded`] finds fault with.
+fn misworded_lines(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| misworded(l).map(|why| format!("{why}: {l}")))
+        .collect()
+}
+
+#[test]
+fn the_scanner_of_misworded_lines_finds_what_it_looks_for() {
+    for bad in [
+        "keepwrap: prune: kept 0, removed 1 cache files and 0 leftovers",
+        "keepwrap: unified 2 rank files in d: 1 entries each, 1 conflicting",
+        "keepwrap: debug: health probe: status Some(503)",
+        "keepwrap: debug: sockets: inodes [\"1\"]",
+        "keepwrap: debug: sockets listening for 127.0.0.1:1: inodes [1996738]",
+    ] {
+        assert!(misworded(bad).is_some(), "{bad}");
+    }
+    for good in [
+        "keepwrap: prune: kept 1, removed 0 cache files and 0 leftovers",
+        "keepwrap: tuned and signed 1 cache file",
+        "keepwrap: landed d/rank_tp0_pp0_dp0.json (1 entry, 0.1 s after the launch)",
+    ] {
+        assert!(misworded(good).is_none(), "{good}");
+    }
+}
+
+/// A one-rank engine that saves its rank file as FlashInfer does (a
+/// temporary renamed over it), `extra` after it.
+fn one_rank(root: &Path, done: &[&str], extra: &str) -> Command {
+    let mut cmd = engine(
+        root,
+        "text",
+        done,
+        &format!("printf '{{\"k\": [\"R\", 0]}}' > \"$d/.autotuner_0.tmp\" && mv \"$d/.autotuner_0.tmp\" \"$d/rank_tp0_pp0_dp0.json\"; {extra}"),
+    );
+    cmd.env("KEEPWRAP_LOG", "debug");
+    cmd
+}
+
+#[test]
+fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let all = std::cell::RefCell::new(String::new());
+    let run = |cmd: &mut Command| {
+        let f = output(cmd);
+        all.borrow_mut().push_str(&f.stderr);
+        f
+    };
+    // Cold, warm, another launch (this one's set stored), this one again
+    // (restored), with one rank file.
+    let exit = ["--done", "exit"];
+    for b in [
+        run(&mut one_rank(&root, &exit, "")),
+        run(&mut one_rank(&root, &exit, "")),
+        run(one_rank(&root, &exit, "").arg("other")),
+        run(&mut one_rank(&root, &exit, "")),
+    ] {
+        assert_eq!(b.code, 0, "{}", b.stderr);
+    }
+    // Two rank files of one entry each that differ: unified.
+    let two = t.path().join("two");
+    let same_key =
+        "for r in 0 1; do printf '{\"k\": [\"R\", %s]}' $r > \"$d/rank_tp${r}_pp0_dp0.json\"; done";
+    let u = run(engine(&two, "text", &exit, same_key).env("KEEPWRAP_LOG", "debug"));
+    assert!(
+        u.stderr.contains("keepwrap: unified 2 rank files"),
+        "{}",
+        u.stderr
+    );
+    // A signed file corrupted: removed, one of one.
+    std::fs::write(root.join(DIR).join("rank_tp0_pp0_dp0.json"), "garbage\n").unwrap();
+    run(&mut one_rank(&root, &exit, ""));
+    // A file that lands after done, then a stop.
+    let late = t.path().join("late");
+    let mut r = common::Running::spawn(&mut one_rank(
+        &late,
+        &["--done", "quiet=300ms"],
+        "sleep 1; printf '{\"j\": [\"R\", 0]}' > \"$d/rank_tp1_pp0_dp0.json\"; exec sleep 30",
+    ));
+    r.wait_stderr(
+        "keepwrap: a cache file landed after tuning was done",
+        std::time::Duration::from_secs(20),
+    );
+    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    all.borrow_mut()
+        .push_str(&r.finish(std::time::Duration::from_secs(20)).stderr);
+    // A health probe, the sockets on its port and the engine's processes.
+    let home = common::home();
+    let port = common::free_port().to_string();
+    let mut cmd = probed_engine(home.path(), &port, "300", "1500");
+    let h = run(cmd.env("KEEPWRAP_LOG_FORMAT", "text"));
+    assert!(h.stderr.contains("sockets listening for"), "{}", h.stderr);
+    // What status says of those roots.
+    for r in [&root, &two, &late] {
+        let mut st = Command::new(BIN);
+        common::without_keepwrap_env(&mut st)
+            .arg("--cache-dir")
+            .arg(r)
+            .arg("status");
+        let s = output(st.args(["--", "sh", "x"]));
+        all.borrow_mut().push_str(&s.stdout.join("\n"));
+    }
+    let all = all.into_inner();
+    let bad = misworded_lines(&all);
+    assert!(bad.is_empty(), "{}\n\nin:\n{all}", bad.join("\n"));
 }

@@ -79,7 +79,7 @@ fn status_says_what_the_cache_saved() {
         "{text}"
     );
     assert!(
-        text.contains("\nwhat the cache saved: hit rate 50% (1 reuses of 2 launches that reused or tuned); tuning time saved "),
+        text.contains("\nwhat the cache saved: hit rate 50% (1 reuse of 2 launches that reused or tuned); tuning time saved "),
         "{text}"
     );
     // --zero resets the counters, not what a tuning boot of a launch took:

@@ -536,3 +536,55 @@ fn a_store_another_user_can_write_is_not_used() {
     );
     assert!(entry.join("rank_tp0_pp0_dp0.json").is_file());
 }
+
+/// One launch of `tests/helpers/reads_at_start.py` (the defaults: unify
+/// on, the store) on `root`, writing `write` rank files (8 a directory,
+/// each rank with entries of its own); `variant`: another fingerprint.
+fn ranks(root: &Path, ctl: &Path, write: usize, variant: bool, extra: &[&str]) -> Finished {
+    std::fs::create_dir_all(ctl).unwrap();
+    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
+    let mut cmd = keepwrap(root);
+    cmd.env("READS_CTL", ctl)
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("reads_at_start.py"));
+    if variant {
+        cmd.arg("b");
+    }
+    let b = boot(&mut cmd);
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    b
+}
+
+/// Unify leaves the 8 rank files of a directory hard links of one union:
+/// the store counts that inode once against `--store-max-size`. Before:
+/// once a member (16 unions for 2 directories), so a set of a fifth of the
+/// limit on disk counted over it and was evicted at once.
+#[test]
+fn a_unified_set_counts_each_union_once_against_the_store_size() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let (root, ctl) = (t.path().join("root"), t.path().join("ctl"));
+    let b = ranks(&root, &ctl, 16, false, &[]);
+    assert!(
+        b.logged_with("signed", json!({"files": 16})),
+        "{}",
+        b.stderr
+    );
+    let rank = root.join("0.7.2/sm121/0000000000000001/rank_tp0_pp0_dp0.json");
+    let m = std::fs::metadata(&rank).unwrap();
+    assert_eq!(m.nlink(), 8, "one union, 8 links");
+    // 2 unions and 16 sidecars fit; 16 unions do not.
+    let limit = (5 * m.len()).to_string();
+    assert!(16 * m.len() > 3 * m.len() + 16 * 1024);
+    let b = ranks(&root, &ctl, 0, true, &["--store-max-size", &limit]);
+    assert_eq!(b.events_named("stored").len(), 16, "{}", b.stderr);
+    assert!(!b.has_event("evicted"), "{}", b.stderr);
+    let b = ranks(&root, &ctl, 0, false, &["--store-max-size", &limit]);
+    assert!(
+        b.logged_with("restored", json!({"files": 16})),
+        "{}",
+        b.stderr
+    );
+}

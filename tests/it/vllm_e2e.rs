@@ -211,7 +211,7 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
     let st = common::output(&mut kw_vllm(home.path(), &["status"], &args, &layout_a));
     let out = st.stdout.join("\n");
     assert!(
-        out.contains("this launch would keep 0, restore 0, store 0 and remove 1 cache files"),
+        out.contains("this launch would keep 0, restore 0, store 0 and remove 1 cache file"),
         "{out}"
     );
     assert!(

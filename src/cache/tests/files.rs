@@ -51,7 +51,7 @@ fn symlinked_sidecar_is_replaced_by_sign_and_distrusted_by_prune() {
     put(t.path(), &rank(0), &body("r0"));
     std::os::unix::fs::symlink(&target, &sc).unwrap();
     let s = sign(t.path(), FP).unwrap();
-    assert_eq!((s.signed.len(), s.failed), (1, 0));
+    assert_eq!(s.signed.len(), 1);
     assert!(fs::symlink_metadata(&sc).unwrap().file_type().is_file());
     assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
     assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);

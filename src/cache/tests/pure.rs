@@ -139,11 +139,11 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
             .replacen("\"format\": 2", "\"format\": 1", 1);
     assert_eq!(
         judge::judge_sidecar(old.as_bytes(), FP, is),
-        Err(Reason::SidecarOld(1))
+        Err(Reason::SidecarGarbage("format 1".into()))
     );
     assert_eq!(
         judge::judge_sidecar_or_foreign(old.as_bytes(), FP, is),
-        Err(Reason::SidecarOld(1))
+        Err(Reason::SidecarGarbage("format 1".into()))
     );
     assert!(matches!(
         judge::judge_sidecar_or_foreign(b"{\"format\": 2", FP, is),

@@ -71,7 +71,12 @@ pub fn run(
     let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
     if verify && corrupt > 0 {
         eprintln!(
-            "keepwrap: status --verify: {corrupt} corrupt or mismatched cache files (see the corrupt rows); the next launch removes them"
+            "keepwrap: status --verify: {} (see the corrupt rows); the next launch removes them",
+            crate::events::counted(
+                corrupt as usize,
+                "corrupt or mismatched cache file",
+                "corrupt or mismatched cache files"
+            )
         );
     }
     if verify && stored > 0 {

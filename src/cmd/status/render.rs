@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::clock::now_secs;
 use crate::digest::short;
+use crate::events::counted;
 use crate::store::{ago, size_text};
 
 use super::ms_text;
@@ -43,8 +44,15 @@ pub fn render(r: &Value) -> String {
     if let Some(p) = r["plan"].as_object() {
         let _ = writeln!(
             out,
-            "this launch would keep {}, restore {}, store {} and remove {} cache files",
-            p["keep"], p["restore"], p["store"], p["remove"]
+            "this launch would keep {}, restore {}, store {} and remove {}",
+            p["keep"],
+            p["restore"],
+            p["store"],
+            counted(
+                p["remove"].as_u64().unwrap_or(0) as usize,
+                "cache file",
+                "cache files"
+            )
         );
         if let Some(why) = p.get("why").and_then(Value::as_str) {
             let _ = writeln!(out, "{why}");
@@ -82,7 +90,7 @@ fn rows(out: &mut String, r: &Value, now: u64, action_col: bool) {
         }
         out.push_str(row["path"].as_str().unwrap_or(""));
         if let Some(n) = row["files"].as_u64() {
-            let _ = write!(out, " ({n} files)");
+            let _ = write!(out, " ({})", counted(n as usize, "file", "files"));
         }
         if let Some(why) = row["why"].as_str() {
             let _ = write!(out, " ({why})");
@@ -165,8 +173,9 @@ fn statistics(out: &mut String, r: &Value, now: u64) {
         .map_or_else(|| "-".to_string(), |h| format!("{h:.0}%"));
     let _ = writeln!(
         out,
-        "what the cache saved: hit rate {hit_rate} ({reuses} reuses of {} launches that reused or tuned); tuning time saved {} (tuning boots took {})",
-        reuses + tunes,
+        "what the cache saved: hit rate {hit_rate} ({} of {} that reused or tuned); tuning time saved {} (tuning boots took {})",
+        counted(reuses as usize, "reuse", "reuses"),
+        counted((reuses + tunes) as usize, "launch", "launches"),
         ms_text(&st["saved_ms"]),
         ms_text(&st["tuning_ms"])
     );

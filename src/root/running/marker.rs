@@ -54,19 +54,6 @@ fn byte_locked(fd: BorrowedFd<'_>, byte: i64) -> bool {
     }
 }
 
-/// A marker of an older keepwrap (`<fingerprint> <start>`), locked whole
-/// with `flock` while it lives.
-fn flock_held(file: &File) -> bool {
-    match file.try_lock_shared() {
-        Ok(()) => {
-            let _ = file.unlock();
-            false
-        }
-        Err(std::fs::TryLockError::WouldBlock) => true,
-        Err(_) => false,
-    }
-}
-
 /// The markers directory of one cache root.
 pub struct Runs {
     dir: OwnedFd,
@@ -296,14 +283,8 @@ fn read_open_marker(
     buf.resize(st.st_size as usize, 0);
     let n = file.read_at(buf, 0).ok()?;
     let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let (id, started, state, host, legacy) = parse(name, text)?;
-    let life = if legacy {
-        if flock_held(file) {
-            Life::Alive
-        } else {
-            Life::Ended
-        }
-    } else if !byte_locked(file.as_fd(), ALIVE_BYTE) {
+    let (id, started, state, host) = parse(name, text)?;
+    let life = if !byte_locked(file.as_fd(), ALIVE_BYTE) {
         Life::Ended
     } else if byte_locked(file.as_fd(), KEEPWRAP_BYTE) {
         Life::Alive

@@ -301,8 +301,8 @@ pub fn verdict<'a>(me: &Identity, seen: &'a [Seen]) -> Verdict<'a> {
     Verdict::Go
 }
 
-/// `(identity, start, state, host, legacy)` of a marker's text.
-pub(super) fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, String, bool)> {
+/// `(identity, start, state, host)` of a marker's text.
+pub(super) fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, String)> {
     let pid_ok = name
         .split_once('-')
         .is_some_and(|(p, s)| p.parse::<u32>().is_ok() && s.parse::<u128>().is_ok());
@@ -327,20 +327,8 @@ pub(super) fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, St
                 started.parse().ok()?,
                 State::parse(state),
                 host.to_string(),
-                false,
             ))
         }
-        [fp, started] if hex(fp) => Some((
-            Identity {
-                fingerprint: fp.to_string(),
-                peer_key: String::new(),
-                rank: "-".to_string(),
-            },
-            started.parse().ok()?,
-            State::HandsOff,
-            "?".to_string(),
-            true,
-        )),
         _ => None,
     }
 }

@@ -304,15 +304,14 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
 fn a_marker_line_round_trips() {
     let i = id(&"f".repeat(64), &"b".repeat(64), "node-rank=1");
     let l = line(State::Done, &i, 42);
-    let (j, started, state, _host, legacy) =
-        parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
-    assert_eq!((j, started, state, legacy), (i, 42, State::Done, false));
+    let (j, started, state, _host) = parse("7-42", std::str::from_utf8(&l).unwrap()).unwrap();
+    assert_eq!((j, started, state), (i, 42, State::Done));
     assert!(parse("junk", "tuning a 1 b c").is_none());
     let planted = format!("tuning {} 1 {} \u{1b}[2J h", "a".repeat(64), "b".repeat(64));
     assert!(parse("7-42", &planted).is_none(), "control characters");
     assert!(parse("7-42", "tuning \u{e9}\u{e9}\u{e9}\u{e9}\u{e9} 1 b - h").is_none());
-    let legacy = format!("{} 42", "c".repeat(64));
-    assert_eq!(parse("7-42", &legacy).unwrap().2, State::HandsOff);
+    let unreleased = format!("{} 42", "c".repeat(64));
+    assert!(parse("7-42", &unreleased).is_none(), "no other format");
 }
 
 #[test]
