@@ -10,7 +10,7 @@ use super::Shown;
 /// What the next launch does with files that landed after done.
 const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
 
-fn tenths(d: &Duration) -> String {
+fn tenths(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
@@ -24,7 +24,7 @@ fn count_entries(n: usize) -> String {
 }
 
 /// What a probe's status line said.
-fn status_line(status: &Option<u16>) -> String {
+fn status_line(status: Option<u16>) -> String {
     status.map_or_else(
         || "no HTTP status line".to_string(),
         |s| format!("status {s}"),
@@ -81,7 +81,7 @@ catalogue! {
         /// The engine saved a cache file of `entries` entries.
         Landed { path: PathBuf, entries: usize, after: Duration }
             INFO "landed"
-            => "landed {} ({}, {} after the launch)", Shown(path), count_entries(*entries), tenths(after);
+            => "landed {} ({}, {} after the launch)", Shown(path), count_entries(entries), tenths(after);
         /// The engine saved a cache file keepwrap cannot count (`reason`).
         LandedUncounted { path: PathBuf, reason: String, after: Duration }
             INFO "landed"
@@ -103,7 +103,7 @@ catalogue! {
                 tenths(after), every.as_secs();
         LandedMore { landed: usize, distinct: usize, after: Duration }
             INFO "landed_more"
-            => "landed {landed} more {} ({distinct} distinct so far, {} after the launch)", cache_files(*landed), tenths(after);
+            => "landed {landed} more {} ({distinct} distinct so far, {} after the launch)", cache_files(landed), tenths(after);
     }
     "keepwrap::keeper" {
         // ---- the done rule's decisions ([`crate::keeper::policy`]) ----
@@ -116,7 +116,7 @@ catalogue! {
         DoneQuiet { rule: &'static str, quiet: Duration, after: Duration }
             INFO "tuning_done"
             => "tuning is done: no cache file landed for {} ({} after the launch)",
-                humantime::format_duration(*quiet), tenths(after);
+                humantime::format_duration(quiet), tenths(after);
         /// The command exited 0 (`--done exit`, or `quiet=` before it fired).
         DoneExit { rule: &'static str, after: Duration }
             INFO "tuning_done"
@@ -156,23 +156,23 @@ catalogue! {
         LateNotSignedExitUnproven { late: usize }
             INFO "late_not_signed_exit_unproven"
             => "not signing the {late} {} that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}",
-                cache_files(*late);
+                cache_files(late);
         /// Files that landed after done, not signed: a headless node's exit 0
         /// says nothing about tuning.
         LateNotSignedHeadless { late: usize }
             INFO "late_not_signed_headless"
             => "not signing the {late} {} that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}",
-                cache_files(*late);
+                cache_files(late);
         /// Files that landed after done, not signed: the engine was stopped.
         LateNotSignedStopped { late: usize, status: String, signal: String }
             INFO "late_not_signed_stopped"
             => "not signing the {late} {} that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}",
-                cache_files(*late);
+                cache_files(late);
         /// Files that landed after done, not signed: the engine failed.
         LateNotSignedAbnormal { late: usize, status: String }
             INFO "late_not_signed_abnormal"
             => "not signing the {late} {} that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}",
-                cache_files(*late);
+                cache_files(late);
     }
 }
 

@@ -75,7 +75,10 @@ macro_rules! catalogue {
             fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self { $($(
                     #[allow(unused_variables)]
-                    Event::$variant { $($field),* } => write!(formatter, $fmt $(, $arg)*),
+                    Event::$variant { $($field),* } => {
+                        $( let $field = super::AsArg::arg($field); )*
+                        write!(formatter, $fmt $(, $arg)*)
+                    }
                 )*)* }
             }
         }
@@ -114,6 +117,58 @@ pub struct Entry {
     pub template: &'static str,
 }
 
+/// A field as a message sees it: a count or a duration by value, a
+/// string as `&str`, a path as `&Path`.
+pub trait AsArg {
+    type Out<'a>
+    where
+        Self: 'a;
+    fn arg(&self) -> Self::Out<'_>;
+}
+
+macro_rules! copy_arg {
+    ($($t:ty),*) => {$(
+        impl AsArg for $t {
+            type Out<'a> = $t;
+            fn arg(&self) -> $t {
+                *self
+            }
+        }
+    )*};
+}
+copy_arg!(usize, u64, u32, u16, u8, i64, i32, bool, Duration, &'static str, Option<u16>);
+
+impl AsArg for String {
+    type Out<'a> = &'a str;
+    fn arg(&self) -> &str {
+        self
+    }
+}
+
+impl AsArg for PathBuf {
+    type Out<'a> = &'a std::path::Path;
+    fn arg(&self) -> &std::path::Path {
+        self
+    }
+}
+
+impl AsArg for Option<String> {
+    type Out<'a> = Option<&'a str>;
+    fn arg(&self) -> Option<&str> {
+        self.as_deref()
+    }
+}
+
+impl<T> AsArg for Vec<T> {
+    type Out<'a>
+        = &'a [T]
+    where
+        T: 'a;
+    fn arg(&self) -> &[T] {
+        self
+    }
+}
+
 /// A field's value in the JSON form, by its type.
 pub trait Field {
     /// Appended to the field's name in JSON (`_s` for a duration).
@@ -148,7 +203,7 @@ macro_rules! number_field {
         }
     )*};
 }
-number_field!(usize, u64, u32, i64, i32, u16);
+number_field!(usize, u64, u32, i64, i32, u16, u8);
 
 impl Field for Duration {
     const SUFFIX: &'static str = "_s";
