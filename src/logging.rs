@@ -348,7 +348,10 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
             .try_init(),
     };
     if let Some(raw) = &level.unknown {
-        crate::events::supervisor::unknown_log_level(raw);
+        crate::events::Event::UnknownLogLevel {
+            value: raw.to_string(),
+        }
+        .emit();
     }
 }
 

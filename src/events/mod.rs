@@ -95,14 +95,9 @@ macro_rules! catalogue {
 
 pub mod cache;
 mod catalogue;
-pub mod cli;
 pub mod keeper;
-pub mod root;
 pub mod share;
 pub mod store;
-pub mod supervisor;
-pub mod unify;
-pub mod vllm;
 
 pub use catalogue::Event;
 
@@ -136,7 +131,19 @@ macro_rules! copy_arg {
         }
     )*};
 }
-copy_arg!(usize, u64, u32, u16, u8, i64, i32, bool, Duration, &'static str, Option<u16>);
+copy_arg!(
+    usize,
+    u64,
+    u32,
+    u16,
+    u8,
+    i64,
+    i32,
+    bool,
+    Duration,
+    &'static str,
+    Option<u16>
+);
 
 impl AsArg for String {
     type Out<'a> = &'a str;

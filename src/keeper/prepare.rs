@@ -181,7 +181,12 @@ fn locate(
     let engine_env = &launch.command().env[..];
     let root = if profile == ProfileName::Vllm {
         vllm::root(args.cache_dir.as_deref(), engine_env)
-            .map_err(crate::events::vllm::no_vllm_cache_root)
+            .map_err(|e| {
+                crate::events::Event::NoVllmCacheRoot {
+                    error: e.to_string(),
+                }
+                .emit()
+            })
             .ok()
     } else {
         let root = cache_root(args, engine_env);

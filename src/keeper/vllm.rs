@@ -157,7 +157,11 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         }
         match &verdict {
             Verdict::Keep(why) => {
-                crate::events::vllm::kept_shared_file(p, why);
+                crate::events::Event::KeptSharedFile {
+                    path: p.to_path_buf(),
+                    reason: why.to_string(),
+                }
+                .emit();
                 true
             }
             Verdict::Remove(why) => {
@@ -168,12 +172,20 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
                         Ok(()) => true,
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                         Err(e) => {
-                            crate::events::vllm::cannot_remove_shared_file(f, e);
+                            crate::events::Event::CannotRemoveSharedFile {
+                                path: f.to_path_buf(),
+                                error: e.to_string(),
+                            }
+                            .emit();
                             false
                         }
                     });
                 if gone {
-                    crate::events::vllm::removed_shared_file(p, why);
+                    crate::events::Event::RemovedSharedFile {
+                        path: p.to_path_buf(),
+                        reason: why.to_string(),
+                    }
+                    .emit();
                 }
                 !gone
             }
@@ -197,7 +209,10 @@ pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
     let Some(arg) = ray_arg(launch, argv) else {
         return false;
     };
-    crate::events::vllm::ray_launch(&arg);
+    crate::events::Event::RayLaunch {
+        arg: arg.to_string(),
+    }
+    .emit();
     true
 }
 
@@ -250,7 +265,10 @@ pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     let store = facts::managed_store_root(env, &crate::launch::home::passwd_home)
         .map(|p| p.join("v2").display().to_string())
         .unwrap_or_else(|e| format!("unknown: {e}"));
-    crate::events::vllm::managed_store(&store);
+    crate::events::Event::ManagedStore {
+        store: store.to_string(),
+    }
+    .emit();
 }
 
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
@@ -323,12 +341,19 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
         .iter()
         .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
     if let Err(e) = written {
-        crate::events::vllm::share_cannot_write_own(e);
+        crate::events::Event::ShareCannotWriteOwn {
+            error: e.to_string(),
+        }
+        .emit();
         return None;
     }
     match crate::cache::sign(root, fingerprint) {
         Ok(r) if !r.signed.is_empty() => {
-            crate::events::vllm::share_restored_own(own.files.len(), me.nnodes);
+            crate::events::Event::ShareRestoredOwn {
+                files: own.files.len(),
+                nodes: me.nnodes,
+            }
+            .emit();
             Some(r.signed)
         }
         Ok(_) => None,

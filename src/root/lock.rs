@@ -158,7 +158,11 @@ pub fn acquire(
                     return Err(LockError::TimedOut(who));
                 }
                 if !logged {
-                    crate::events::root::lock_waiting(timeout, &who);
+                    crate::events::Event::LockWaiting {
+                        timeout,
+                        holder: who.to_string(),
+                    }
+                    .emit();
                     logged = true;
                 }
                 crate::stops::pause(Duration::from_millis(10));
@@ -174,7 +178,10 @@ pub fn acquire(
     );
     let written = write_holder(&file, line.into_bytes());
     if logged {
-        crate::events::root::lock_taken(start.elapsed());
+        crate::events::Event::LockTaken {
+            waited: start.elapsed(),
+        }
+        .emit();
     }
     Ok(CacheLock { file, written })
 }
