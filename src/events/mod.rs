@@ -93,11 +93,7 @@ macro_rules! catalogue {
     };
 }
 
-pub mod cache;
 mod catalogue;
-pub mod keeper;
-pub mod share;
-pub mod store;
 
 pub use catalogue::Event;
 
@@ -381,6 +377,13 @@ fn dispatch(target: &str, level: Level, code: &str, message: &Event, fields: &st
         "keepwrap::vllm" => at!("keepwrap::vllm"),
         _ => at!("keepwrap"),
     }
+}
+
+/// Another launch on the cache root, as its events name it: shown in full
+/// by `Display` (`launch 0123abcd... (pid 7 on host h, tuning since ...)`).
+pub trait OtherLaunch: std::fmt::Display {
+    fn fingerprint(&self) -> &str;
+    fn pid(&self) -> u32;
 }
 
 /// A path for a log line: bytes that are not UTF-8 as `\xNN` (control

@@ -47,7 +47,11 @@ impl Keeper {
         let (runs, opened) = match open_state(&root) {
             Ok(r) => r,
             Err(e) => {
-                crate::events::keeper::cannot_open_running(&running_dir(&root), e);
+                crate::events::Event::CannotOpenRunning {
+                    dir: (&running_dir(&root)).to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Prepared::default();
             }
         };
@@ -56,7 +60,12 @@ impl Keeper {
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
-                crate::events::keeper::store_unusable(STATE_DIR, &root, e);
+                crate::events::Event::StoreUnusable {
+                    state: STATE_DIR.to_string(),
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 None
             }
         };
@@ -82,7 +91,10 @@ impl Keeper {
         let mut watcher = match Watcher::seeded(&root, seen) {
             Ok(w) => w,
             Err(e) => {
-                crate::events::keeper::watch_failed(e);
+                crate::events::Event::WatchFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 return Prepared::hands_off(marker);
             }
         };
@@ -108,7 +120,11 @@ impl Keeper {
             // them. Rewriting and signing them again here would make the
             // engine wait for work that grows with the set (seconds at
             // 10,000 files).
-            crate::events::keeper::kept_not_unified(pruned.split.len(), &commit.fingerprint);
+            crate::events::Event::KeptNotUnified {
+                dirs: pruned.split.len(),
+                fingerprint: commit.fingerprint.to_string(),
+            }
+            .emit();
         }
         let keeper = Keeper {
             marker,
@@ -191,7 +207,7 @@ fn locate(
     } else {
         let root = cache_root(args, engine_env);
         if root.is_none() {
-            crate::events::keeper::no_cache_root();
+            crate::events::Event::NoCacheRoot {}.emit();
         }
         root
     };
@@ -199,17 +215,29 @@ fn locate(
     crate::events::set_root(&root);
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
     for line in launch.warnings() {
-        crate::events::keeper::launch_warning(&line);
+        crate::events::Event::LaunchWarning {
+            line: line.to_string(),
+        }
+        .emit();
     }
     let done = match args.done.resolve(launch) {
         Ok(done) => done,
         Err(e) => {
-            crate::events::keeper::done_rule_unusable(e);
+            crate::events::Event::DoneRuleUnusable {
+                error: e.to_string(),
+            }
+            .emit();
             return None;
         }
     };
     let fingerprint = launch.fingerprint().to_string();
-    crate::events::keeper::launch(&fingerprint, profile.as_str(), &root, &done);
+    crate::events::Event::Launch {
+        fingerprint: fingerprint.to_string(),
+        profile: profile.as_str().to_string(),
+        root: root.to_path_buf(),
+        done: done.to_string(),
+    }
+    .emit();
     vllm::note_managed_store(launch, env);
     ensure_root(&root).then_some((root, done))
 }
@@ -262,7 +290,11 @@ fn take_turn(
     let mut marker = match runs.register(id, state) {
         Ok(m) => m,
         Err(e) => {
-            crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
+            crate::events::Event::CannotLeaveMarker {
+                dir: (&running_dir(root)).to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             return Err(Box::default());
         }
     };
@@ -297,7 +329,11 @@ fn prune(
     match pruned {
         Ok(pruned) => Some(pruned),
         Err(e) => {
-            crate::events::keeper::cannot_prune(root, e);
+            crate::events::Event::CannotPrune {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             None
         }
     }
@@ -320,7 +356,12 @@ fn restore(
     if pruned.kept.is_empty() {
         if let Some(r) = s.restore(fingerprint) {
             restored = r.paths.len();
-            crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
+            crate::events::Event::Restored {
+                files: restored,
+                fingerprint: fingerprint.to_string(),
+                signed_ago: (store::ago(r.signed_at, now)).to_string(),
+            }
+            .emit();
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
         }
@@ -358,7 +399,11 @@ fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> 
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
             if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
-                crate::events::keeper::no_cache(&fingerprint, &line);
+                crate::events::Event::NoCache {
+                    fingerprint: fingerprint.to_string(),
+                    line: line.to_string(),
+                }
+                .emit();
             }
         }
     })
@@ -370,21 +415,35 @@ fn ensure_root(root: &Path) -> bool {
     match std::fs::symlink_metadata(root) {
         Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
         Ok(_) => {
-            crate::events::keeper::root_not_a_directory(root);
+            crate::events::Event::RootNotADirectory {
+                root: root.to_path_buf(),
+            }
+            .emit();
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
             Ok(()) => {
-                crate::events::keeper::root_created(root);
+                crate::events::Event::RootCreated {
+                    root: root.to_path_buf(),
+                }
+                .emit();
                 true
             }
             Err(e) => {
-                crate::events::keeper::cannot_create_root(root, e);
+                crate::events::Event::CannotCreateRoot {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 false
             }
         },
         Err(e) => {
-            crate::events::keeper::cannot_use_root(root, e);
+            crate::events::Event::CannotUseRoot {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             false
         }
     }
@@ -397,12 +456,19 @@ fn writable(root: &Path) -> bool {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(root) {
         Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
-            crate::events::keeper::root_read_only(root);
+            crate::events::Event::RootReadOnly {
+                root: root.to_path_buf(),
+            }
+            .emit();
             false
         }
         _ => match cache::root_untrusted(root) {
             Some(why) => {
-                crate::events::keeper::root_untrusted(root, why);
+                crate::events::Event::RootUntrusted {
+                    root: root.to_path_buf(),
+                    reason: why.to_string(),
+                }
+                .emit();
                 true
             }
             None => true,

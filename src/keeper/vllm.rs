@@ -319,11 +319,19 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
     let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me)) {
         None => {
-            crate::events::share::share_slow(dir, timeout);
+            crate::events::Event::ShareSlow {
+                dir: dir.to_path_buf(),
+                timeout,
+            }
+            .emit();
             return None;
         }
         Some(Err(e)) => {
-            crate::events::share::share_unreadable(dir, e);
+            crate::events::Event::ShareUnreadable {
+                dir: dir.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             return None;
         }
         Some(Ok(Err(missing))) => {
@@ -358,7 +366,11 @@ pub fn take_own(share: &Share, root: &Path, fingerprint: &str) -> Option<Vec<Pat
         }
         Ok(_) => None,
         Err(e) => {
-            crate::events::share::share_cannot_sign(root, e);
+            crate::events::Event::ShareCannotSign {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             None
         }
     }

@@ -126,11 +126,22 @@ pub fn take(
     match acquire(state, timeout, &holder) {
         Ok(l) => Some(l),
         Err(LockError::TimedOut(who)) => {
-            crate::events::keeper::lock_gave_up(timeout, purpose.what(), who, purpose.without());
+            crate::events::Event::LockGaveUp {
+                timeout,
+                what: purpose.what().to_string(),
+                holder: who.to_string(),
+                then: purpose.without().to_string(),
+            }
+            .emit();
             None
         }
         Err(LockError::Io(e)) => {
-            crate::events::keeper::lock_failed(purpose.what(), e, purpose.without());
+            crate::events::Event::LockFailed {
+                what: purpose.what().to_string(),
+                error: e.to_string(),
+                then: purpose.without().to_string(),
+            }
+            .emit();
             None
         }
     }

@@ -102,14 +102,15 @@ impl Store {
         self.delete_entry(fp);
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
         cache::remove_manifest(self.root_fd.as_fd(), fp);
-        crate::events::store::evicted(
-            fp,
-            e.manifest.members.len(),
-            e.bytes,
-            size_text(e.bytes),
-            ago(used, now),
-            why,
-        );
+        crate::events::Event::Evicted {
+            fingerprint: fp.to_string(),
+            files: e.manifest.members.len(),
+            bytes: e.bytes,
+            size: (size_text(e.bytes)).to_string(),
+            last_used: (ago(used, now)).to_string(),
+            reason: why.to_string(),
+        }
+        .emit();
     }
 
     /// Evict every stored set `pick(entry, last used)` selects, least
