@@ -112,6 +112,20 @@ where
     }
 }
 
+/// A subscriber writing the JSON form to `writer`, every level: for the
+/// tests that read what a part of keepwrap logged.
+#[cfg(test)]
+pub(crate) fn json_subscriber<W>(writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_writer(writer)
+        .event_format(JsonLine)
+        .with_max_level(LevelFilter::TRACE)
+        .finish()
+}
+
 /// What [`JsonLine`] reads of an event: its code, its message, its fields
 /// (the JSON object [`crate::events::Event::emit`] passes as `fields`).
 #[derive(Default)]
@@ -158,6 +172,11 @@ impl Visit for JsonFields {
         match field.name() {
             "message" => self.message = text,
             "code" | "event" => self.code = text,
+            "fields" => {
+                if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&text) {
+                    self.rest.extend(m);
+                }
+            }
             name => {
                 self.rest.insert(name.to_string(), text.into());
             }
@@ -332,9 +351,6 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
         // reporting that on stderr too would panic in `eprintln!`.
         .log_internal_errors(false)
         .with_max_level(LevelFilter::TRACE);
-    if format == LogFormat::Json {
-        crate::events::want_fields();
-    }
     let _ = match format {
         LogFormat::Text => builder
             .event_format(KeepwrapLine)

@@ -290,9 +290,17 @@ catalogue! {
 
         /// This launch was never signed; `line` names the nearest launch that was
         /// and how it differs.
-        NoCache { fingerprint: String, line: String }
+        NoCacheFilesGone { fingerprint: String, signed: String }
             INFO "no_cache"
-            => "{line}";
+            => "no cache for this launch: it was signed {signed}, but its cache files were removed or are gone (the lines above say which and why); it tunes again";
+        /// This launch was never signed: the nearest signed launch, when it
+        /// signed, and how this one differs (`arg --tp 4 -> 8`, `env X
+        /// added`; none when they differ only in redacted or ignored
+        /// values).
+        NoCacheNearest { fingerprint: String, other_fingerprint: String, other_signed: String, differences: Vec<String> }
+            INFO "no_cache"
+            => "no cache for this launch; the nearest signed launch ({}, {other_signed}) differs in: {}",
+                short(other_fingerprint), super::differences(differences);
 
         /// A line about the launch itself, logged once: a config file that cannot
         /// be used, a shell command that cannot be read.

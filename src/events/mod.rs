@@ -26,7 +26,6 @@
 //! filters as the folders read.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -238,12 +237,14 @@ fn put<T: Field>(value: &T, name: &str, out: &mut Map<String, Value>) {
     out.insert(format!("{name}{}", T::SUFFIX), value.json());
 }
 
-/// Whether the fields are wanted (the JSON form is installed).
-static JSON: AtomicBool = AtomicBool::new(false);
+/// The fields of an event as a JSON object, written only when a log line
+/// shows them (the JSON form).
+struct Fields<'a>(&'a Event);
 
-/// The JSON form is installed: [`Event::emit`] passes the fields.
-pub(crate) fn want_fields() {
-    JSON.store(true, Ordering::Relaxed);
+impl std::fmt::Display for Fields<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", Value::Object(self.0.fields()))
+    }
 }
 
 impl Event {
@@ -263,12 +264,7 @@ impl Event {
 
     /// Log this event.
     pub fn emit(&self) {
-        let fields = if JSON.load(Ordering::Relaxed) {
-            Value::Object(self.fields()).to_string()
-        } else {
-            String::new()
-        };
-        dispatch(self.target(), self.level(), self.code(), self, &fields);
+        dispatch(self.target(), self.level(), self.code(), self);
     }
 }
 
@@ -352,7 +348,8 @@ pub fn catalogue_lines() -> String {
 }
 
 /// The `tracing` call of `target` at `level`: a call site has both fixed.
-fn dispatch(target: &str, level: Level, code: &str, message: &Event, fields: &str) {
+fn dispatch(target: &str, level: Level, code: &str, message: &Event) {
+    let fields = tracing::field::display(Fields(message));
     macro_rules! at {
         ($t:literal) => {
             match level {
@@ -431,6 +428,16 @@ pub fn counted(n: usize, one: &str, many: &str) -> String {
         format!("1 {one}")
     } else {
         format!("{n} {many}")
+    }
+}
+
+/// How a launch differs from another, as a line shows it: `arg --tp 4 ->
+/// 8, env X added`.
+pub fn differences(d: &[String]) -> String {
+    if d.is_empty() {
+        "nothing visible (only in redacted or ignored values)".to_string()
+    } else {
+        d.join(", ")
     }
 }
 

@@ -398,12 +398,8 @@ fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> 
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
-                crate::events::Event::NoCache {
-                    fingerprint: fingerprint.to_string(),
-                    line: line.to_string(),
-                }
-                .emit();
+            if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {
+                event.emit();
             }
         }
     })
