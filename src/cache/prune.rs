@@ -253,6 +253,7 @@ impl State<'_, '_> {
                     Kind::Dir => {
                         crate::events::Event::LeftDirectory {
                             path: Rel(dir.rel, name).to_string(),
+                            reason: "a directory named *.json, which keepwrap does not remove",
                         }
                         .emit();
                         self.report.left += 1;

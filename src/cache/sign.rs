@@ -148,6 +148,7 @@ impl Survey {
                 Kind::Dir => {
                     crate::events::Event::NotSignedDirectory {
                         path: rel.to_string(),
+                        reason: "a directory",
                     }
                     .emit();
                     continue;

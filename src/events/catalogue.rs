@@ -848,9 +848,9 @@ catalogue! {
             WARN | DEBUG "removed_untrusted"
             => "removed {path}: {reason}";
         /// A directory named like a cache file.
-        LeftDirectory { path: String }
+        LeftDirectory { path: String, reason: &'static str }
             WARN "left_directory"
-            => "left {path}: a directory named *.json, which keepwrap does not remove";
+            => "left {path}: {reason}";
         /// The summary of prune.
         Pruned { kept: usize, stored: usize, removed: usize, leftovers: usize, left: usize }
             INFO "pruned"
@@ -860,9 +860,9 @@ catalogue! {
                 super::counted(leftovers, "leftover", "leftovers"),
                 if left > 0 { format!(", left {left} that could not be removed") } else { String::new() };
         /// A directory named like a rank file.
-        NotSignedDirectory { path: String }
+        NotSignedDirectory { path: String, reason: &'static str }
             DEBUG "not_signed_directory"
-            => "not signed {path}: a directory";
+            => "not signed {path}: {reason}";
         /// A file that cannot be signed safely: in an untrusted directory, a
         /// path that is not UTF-8, unreadable; at debug level in a root said
         /// once to be untrusted.

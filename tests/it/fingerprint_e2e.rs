@@ -99,11 +99,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     );
     assert_eq!(edited.hit(), 0, "no partial hit: {}", edited.stderr);
     assert!(
-        edited
-            .logged_with(
-                "no_cache",
-                json!({"differences": ["arg --chunked-prefill-size 256 -> 512"]})
-            ),
+        edited.logged_with(
+            "no_cache",
+            json!({"differences": ["arg --chunked-prefill-size 256 -> 512"]})
+        ),
         "{}",
         edited.stderr
     );
