@@ -6,9 +6,20 @@ use std::ops::Deref;
 
 use sha2::{Digest, Sha256};
 
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    use fmt::Write;
+    let bytes = bytes.as_ref();
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
 /// Lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    hex(Sha256::digest(bytes))
 }
 
 /// A launch fingerprint: the lowercase sha256 hex of what identifies a
@@ -108,6 +119,16 @@ impl fmt::Display for Short<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_two_lowercase_digits_per_byte() {
+        assert_eq!(hex([0x00u8, 0x0a, 0xab, 0xff]), "000aabff");
+        assert_eq!(hex([]), "");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn short_is_eight_digits_and_an_ellipsis() {

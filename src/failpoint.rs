@@ -4,7 +4,8 @@
 //! `KEEPWRAP_FAILPOINT=<step>:<n>` makes keepwrap stop itself with SIGKILL
 //! right after the n-th (from 1) durable change of `<step>`:
 //! - `store`: each rename of the store (a member into or out of a staging,
-//!   restoring or store directory, a directory installed or restored);
+//!   restoring or store directory, a directory installed or restored, an
+//!   evicted entry moved out);
 //! - `sign`: each sidecar written at sign, and the set manifest after them;
 //! - `unify`: each rank file replaced by the union of its directory.
 //!

@@ -104,7 +104,14 @@ where
         out.insert("launch".into(), Value::String(launch.to_string()));
         out.insert("root".into(), root.map_or(Value::Null, Value::String));
         for (k, v) in fields.rest {
-            out.entry(k).or_insert(v);
+            match out.get_mut(&k) {
+                // An event about a root before the launch's is known.
+                Some(r) if k == "root" && r.is_null() => *r = v,
+                Some(_) => {}
+                None => {
+                    out.insert(k, v);
+                }
+            }
         }
         let line = serde_json::to_string(&Value::Object(out)).map_err(|_| fmt::Error)?;
         w.write_str(&line)?;

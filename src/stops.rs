@@ -3,12 +3,12 @@
 //! finish tuning) runs on the supervisor's own thread; while it runs, TERM,
 //! INT, HUP and QUIT are watched through a signalfd of their own. Every
 //! wait before the start sleeps in [`pause`], which is a `poll` on that
-//! signalfd: a stop signal ends the wait at once, and the supervisor's
-//! handler (given to [`watch`]) exits with 128+N without starting the
-//! engine. A stop signal that comes while no wait runs is seen at the next
-//! wait, or by [`unwatch`] when the preparation ends. Other signals are not
-//! read here: they stay queued for the supervisor's signalfd and reach the
-//! engine once it runs.
+//! signalfd: a stop signal ends the wait at once with [`Stopped`], which
+//! each wait returns to its caller up to the supervisor, and the supervisor
+//! exits with 128+N without starting the engine. A stop signal that comes
+//! while no wait runs is seen at the next wait, or by [`unwatch`] when the
+//! preparation ends. Other signals are not read here: they stay queued for
+//! the supervisor's signalfd and reach the engine once it runs.
 //!
 //! Outside a watch (after the engine started, or in a command that starts
 //! no engine) [`pause`] is a plain sleep.
@@ -29,22 +29,24 @@ pub const STOPS: [Signal; 4] = [
     Signal::SIGQUIT,
 ];
 
-/// What a stop signal before the start does: log and exit; never returns.
-pub type OnStop = fn(Signal) -> !;
+/// A stop signal came before the start: the wait ended, and so does the
+/// preparation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped(pub Signal);
 
 struct Watch {
     fd: SignalFd,
-    on_stop: OnStop,
+    /// The stop signal seen, once one came: every later wait ends at once.
+    stopped: Option<Signal>,
 }
 
 static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
 
-/// Watch for stop signals until [`unwatch`]; `on_stop` is called with the
-/// first one a wait sees. The stop signals must already be blocked in the
-/// calling thread (they are: keepwrap blocks every handled signal first).
-/// False when the signalfd cannot be opened: the waits are then plain
-/// sleeps and a stop signal waits for the engine.
-pub fn watch(on_stop: OnStop) -> bool {
+/// Watch for stop signals until [`unwatch`]. The stop signals must already
+/// be blocked in the calling thread (they are: keepwrap blocks every
+/// handled signal first). False when the signalfd cannot be opened: the
+/// waits are then plain sleeps and a stop signal waits for the engine.
+pub fn watch() -> bool {
     let mut set = SigSet::empty();
     for s in STOPS {
         set.add(s);
@@ -52,54 +54,56 @@ pub fn watch(on_stop: OnStop) -> bool {
     let Ok(fd) = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) else {
         return false;
     };
-    *lock() = Some(Watch { fd, on_stop });
+    *lock() = Some(Watch { fd, stopped: None });
     true
 }
 
-/// End the watch: a stop signal that came since the last wait is handled
+/// End the watch: a stop signal that came since the last wait is returned
 /// now (before the engine starts); later ones reach the engine.
-pub fn unwatch() {
-    let watch = lock().take();
-    if let Some(w) = watch {
-        if let Some(sig) = pending(&w.fd) {
-            (w.on_stop)(sig);
-        }
+pub fn unwatch() -> Result<(), Stopped> {
+    match lock().take() {
+        Some(mut w) => w.look(),
+        None => Ok(()),
     }
 }
 
-/// Sleep `d`; while a watch is on, wake for a stop signal and hand it to
-/// the watch's handler (which exits).
-pub fn pause(d: Duration) {
-    let guard = lock();
-    let Some(w) = guard.as_ref() else {
+/// Sleep `d`; while a watch is on, wake for a stop signal and return it.
+pub fn pause(d: Duration) -> Result<(), Stopped> {
+    let mut guard = lock();
+    let Some(w) = guard.as_mut() else {
         drop(guard);
         std::thread::sleep(d);
-        return;
+        return Ok(());
     };
+    w.look()?;
     let timeout = PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX);
     let mut fds = [PollFd::new(w.fd.as_fd(), PollFlags::POLLIN)];
     if poll(&mut fds, timeout).is_err() {
         // EINTR, or no poll at all: never spin.
         std::thread::sleep(d.min(Duration::from_millis(10)));
     }
-    if let Some(sig) = pending(&w.fd) {
-        let on_stop = w.on_stop;
-        drop(guard);
-        on_stop(sig);
-    }
+    w.look()
 }
 
-/// While a watch is on, hand a stop signal that has come to the watch's
-/// handler (which exits); for a wait that does not sleep in [`pause`] (a
-/// channel's, with a timeout), between its slices.
-pub fn check() {
-    pause(Duration::ZERO);
+/// While a watch is on, the stop signal that has come, if any; for a wait
+/// that does not sleep in [`pause`] (a channel's, with a timeout), between
+/// its slices.
+pub fn check() -> Result<(), Stopped> {
+    pause(Duration::ZERO)
 }
 
-fn pending(fd: &SignalFd) -> Option<Signal> {
-    match fd.read_signal() {
-        Ok(Some(info)) => Signal::try_from(info.ssi_signo as i32).ok(),
-        _ => None,
+impl Watch {
+    fn look(&mut self) -> Result<(), Stopped> {
+        if self.stopped.is_none() {
+            self.stopped = match self.fd.read_signal() {
+                Ok(Some(info)) => Signal::try_from(info.ssi_signo as i32).ok(),
+                _ => None,
+            };
+        }
+        match self.stopped {
+            Some(sig) => Err(Stopped(sig)),
+            None => Ok(()),
+        }
     }
 }
 

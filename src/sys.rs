@@ -1,9 +1,9 @@
 //! Every `unsafe` block of keepwrap, each behind a safe function (the crate
-//! root denies `unsafe_code` everywhere else). What needs it: raw system
-//! calls the C library or nix do not offer as keepwrap needs them (signals
-//! 32 and 33, which the C library reserves and refuses; `renameat2` in the
-//! static musl build), starting the child in keepwrap's memory until it
-//! calls `exec`, and plain C structs built from zeroes.
+//! root denies `unsafe_code` everywhere else). What needs it: calls nix
+//! does not offer for any signal number (nix's `Signal` cannot name the
+//! realtime ones), `renameat2` in the static musl build, starting the child
+//! in keepwrap's memory until it calls `exec`, and plain C structs built
+//! from zeroes.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -13,12 +13,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use nix::errno::Errno;
 use nix::sys::signal::SigSet;
 
-/// The size of the kernel's signal mask, which `rt_sigprocmask` and
-/// `rt_sigaction` take: 64 signals, one bit each.
-const KERNEL_SIGSET_SIZE: usize = 8;
-
-/// The set of exactly the signals in `mask` (bit N-1 is signal N), 32 and
-/// 33 included, which the C library's `sigaddset` refuses.
+/// The set of exactly the signals in `mask` (bit N-1 is signal N), the
+/// realtime ones included, which nix's `Signal` cannot name.
 pub fn sigset_of_mask(mask: u64) -> SigSet {
     // SAFETY: `sigset_t` is plain data (128 bytes) and all zeroes is the
     // empty set, so `zeroed` makes a valid value; the unaligned write of 8
@@ -31,76 +27,6 @@ pub fn sigset_of_mask(mask: u64) -> SigSet {
         let mut raw: libc::sigset_t = std::mem::zeroed();
         std::ptr::write_unaligned((&mut raw as *mut libc::sigset_t).cast::<u64>(), mask);
         SigSet::from_sigset_t_unchecked(raw)
-    }
-}
-
-/// Add `set` to the calling thread's blocked signals with the raw
-/// `rt_sigprocmask`, which, unlike the C library's, also blocks 32 and 33.
-pub fn block_raw(set: &SigSet) -> nix::Result<()> {
-    // SAFETY: the set pointer is valid for the call and points to at least
-    // KERNEL_SIGSET_SIZE readable bytes (a `sigset_t` is 128); the old mask
-    // pointer is null, which the kernel takes as "not asked for".
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            set.as_ref() as *const libc::sigset_t,
-            std::ptr::null::<libc::sigset_t>(),
-            KERNEL_SIGSET_SIZE,
-        )
-    };
-    Errno::result(rc).map(drop)
-}
-
-/// The kernel's `struct sigaction` as `rt_sigaction` reads it. It is not the
-/// C library's `struct sigaction` (there the 128-byte mask comes before the
-/// flags): handler, flags, restorer (on the architectures that have
-/// `SA_RESTORER`), then the mask of 64 bits as unsigned longs.
-#[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    #[cfg(not(any(target_arch = "riscv64", target_arch = "loongarch64")))]
-    restorer: usize,
-    mask: [libc::c_ulong; KERNEL_SIGSET_SIZE / std::mem::size_of::<libc::c_ulong>()],
-}
-
-#[cfg(any(
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "mips32r6",
-    target_arch = "mips64r6",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-))]
-compile_error!("the kernel's struct sigaction has another layout on this architecture");
-
-/// Set `signo`'s action to `handler` (`SIG_DFL` or `SIG_IGN`) with the raw
-/// `rt_sigaction`, which, unlike the C library's, also takes 32 and 33. No
-/// flags, an empty mask and no restorer (neither default nor ignore runs a
-/// handler that would return through one). Async-signal-safe: one system
-/// call on a stack value. An invalid `signo` is refused by the kernel and
-/// ignored here.
-pub fn set_disposition(signo: i32, handler: libc::sighandler_t) {
-    let act = KernelSigaction {
-        handler,
-        flags: 0,
-        #[cfg(not(any(target_arch = "riscv64", target_arch = "loongarch64")))]
-        restorer: 0,
-        mask: [0; KERNEL_SIGSET_SIZE / std::mem::size_of::<libc::c_ulong>()],
-    };
-    // SAFETY: `act` is a valid kernel `struct sigaction` (the layout above)
-    // that lives across the call, with the mask size the kernel expects;
-    // the old action pointer is null, which the kernel takes as "not asked
-    // for". The handler is SIG_DFL or SIG_IGN, never code.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            signo,
-            &act as *const KernelSigaction,
-            std::ptr::null::<KernelSigaction>(),
-            KERNEL_SIGSET_SIZE,
-        );
     }
 }
 
@@ -349,22 +275,20 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::tcsetpgrp(0, libc::getpid());
         }
     }
-    for sig in 1..=shared.signal_max {
+    // The C library refuses its reserved signals (32 up to SIGRTMIN): it
+    // never blocked them and keepwrap never set their action.
+    for sig in (1..=shared.signal_max).filter(|&s| !(32..libc::SIGRTMIN()).contains(&s)) {
         if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            set_disposition(sig, libc::SIG_DFL);
+            // SAFETY: signal(2) with a valid number and SIG_DFL, which runs
+            // no code of ours; one system call, async-signal-safe.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
         }
     }
-    let empty: u64 = 0;
-    // SAFETY: rt_sigprocmask with a valid mask of KERNEL_SIGSET_SIZE bytes
-    // and no old mask asked for.
+    // SAFETY: `empty` is a valid sigset_t (all zeroes is the empty set)
+    // that lives across the call; no old mask is asked for.
     let rc = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &empty as *const u64,
-            std::ptr::null::<u64>(),
-            KERNEL_SIGSET_SIZE,
-        )
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
     };
     if rc != 0 {
         return failed(Errno::last_raw());

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::{self, SetRecord, Sidecar, Stamp};
+use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
@@ -19,6 +19,12 @@ mod sets;
 /// Moves a whole set signed for another launch out of the tree (into the
 /// store). On error every member must be back in place: prune removes them.
 pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
+
+/// A rule of the launch's own over files prune would keep for it (a path
+/// relative to the root): why it must not load the file, if it must not.
+/// Applied before the file's line is logged, so that a file gets one
+/// verdict: removed, with why.
+pub type Refuse<'r> = &'r dyn Fn(&str) -> Option<String>;
 
 /// Larger sidecars are not read (a sidecar is about 550 bytes).
 pub const MAX_SIDECAR: u64 = 64 << 20;
@@ -33,6 +39,8 @@ struct State<'f, 's> {
     fingerprint: &'f str,
     /// Where whole sets of other launches go; None: they are removed.
     stash: Option<Stash<'s>>,
+    /// Files this launch must not load although signed for it.
+    refuse: Option<Refuse<'s>>,
     /// Files of other launches whose sidecar is trusted (and size right),
     /// waiting for their set; their bytes are checked once the set is whole.
     foreign: Vec<Foreign>,
@@ -104,12 +112,14 @@ pub enum Empty {
 
 /// `empty`: when the trash is emptied (with [`Empty::Later`], the returned
 /// job does it). `stash`: where whole sets of other launches go (None: they
-/// are removed like the rest).
-pub fn prune(
+/// are removed like the rest). `refuse`: files signed for this launch it
+/// must not load all the same.
+pub fn prune<'s>(
     root: &Path,
     fingerprint: &str,
     empty: Empty,
-    stash: Option<Stash<'_>>,
+    stash: Option<Stash<'s>>,
+    refuse: Option<Refuse<'s>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
@@ -132,6 +142,7 @@ pub fn prune(
     let mut st = State {
         fingerprint,
         stash,
+        refuse,
         foreign: Vec::new(),
         pure: HashMap::new(),
         report: PruneReport::default(),
@@ -151,8 +162,9 @@ pub fn prune(
         updir: None,
         noticed: None,
     };
-    layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
+    let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    st.report.whole = listed && st.report.left == 0;
     let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
         match empty {

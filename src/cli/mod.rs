@@ -201,7 +201,9 @@ fn print_fingerprint(cmd: FingerprintCmd) -> ExitCode {
 fn status(cmd: StatusCmd) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-    let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+    let root = crate::engine::of(profile)
+        .root(cmd.cache_dir.as_deref(), &env)
+        .ok();
     let code = crate::cmd::status::run(
         root,
         &cmd.fingerprint.options(),
@@ -229,6 +231,8 @@ fn explain(cmd: ExplainCmd) -> ExitCode {
     }
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-    let root = crate::keeper::vllm::root_for(profile, cmd.cache_dir.as_deref(), &env);
+    let root = crate::engine::of(profile)
+        .root(cmd.cache_dir.as_deref(), &env)
+        .ok();
     crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
 }

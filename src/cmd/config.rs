@@ -70,34 +70,12 @@ fn root_setting(
     command: &[OsString],
     env: &[(OsString, OsString)],
 ) -> Setting {
-    let vllm = run.fingerprint.profile.resolve_for(command, env)
-        == crate::launch::fingerprint::ProfileName::Vllm;
-    let root = if vllm {
-        crate::keeper::vllm::root(run.cache_dir.as_deref(), env).ok()
-    } else {
-        crate::root::place::root_from(run.cache_dir.as_deref(), env)
-    };
-    let vllm_var = [
-        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
-        "VLLM_CACHE_ROOT",
-        "XDG_CACHE_HOME",
-    ]
-    .into_iter()
-    .find(|v| crate::root::place::is_set(env, v));
-    // `~` is HOME when set (empty too), else the password database's home
-    let home = if env.iter().any(|(k, _)| k == "HOME") {
-        "HOME"
-    } else {
-        "passwd"
-    };
+    let engine = crate::engine::of(run.fingerprint.profile.resolve_for(command, env));
+    let root = engine.root(run.cache_dir.as_deref(), env).ok();
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
-    } else if vllm {
-        ("default", Some(vllm_var.unwrap_or(home).to_string()))
-    } else if env.iter().any(|(k, _)| k == "SGLANG_CACHE_DIR") {
-        ("default", Some("SGLANG_CACHE_DIR".to_string()))
     } else {
-        ("default", Some(home.to_string()))
+        ("default", Some(engine.root_origin(env).to_string()))
     };
     Setting {
         name: "cache-root".into(),

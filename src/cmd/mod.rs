@@ -21,6 +21,8 @@ pub const EXIT_USAGE: u8 = 2;
 fn lock(store: &Store, timeout: std::time::Duration, what: &str) -> std::io::Result<CacheLock> {
     crate::root::lock::acquire(store.state_fd(), timeout, what).map_err(|e| match e {
         LockError::Io(e) => e,
+        // No stop watch in a subcommand: a signal ends it as it comes.
+        LockError::Stopped(_) => std::io::Error::from(std::io::ErrorKind::Interrupted),
         LockError::TimedOut(who) => std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!("the lock is held by {who}"),

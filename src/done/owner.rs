@@ -6,7 +6,9 @@
 //! children and their descendants). Every scan is bounded by a deadline:
 //! past it, the answer is "not the engine" (probe again later). Reading the
 //! socket tables takes milliseconds on a busy host (30 ms for 500 sockets):
-//! the caller runs this off the supervisor loop.
+//! the caller runs this off the supervisor loop. Naming another owner for
+//! the log line is bounded by counts instead (processes, descriptors), so
+//! that a loaded host names the same process an idle one does.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,12 +26,14 @@ pub enum Owner {
     Foreign(String),
 }
 
-/// Longest a look through processes' descriptors may take: once for the
-/// engine's tree, once to name another owner. It runs on keepwrap's worker
-/// thread, never in the supervisor loop, and only before done.
+/// Longest the look through the engine's tree's descriptors may take. It
+/// runs on keepwrap's worker thread, never in the supervisor loop, and only
+/// before done.
 pub const SCAN_BUDGET: Duration = Duration::from_millis(200);
-/// Most processes looked at when naming another process.
+/// Most processes looked at when naming another process (once a launch).
 const MAX_PROCS: usize = 4096;
+/// Most descriptors of one process looked at.
+const MAX_FDS: usize = 65_536;
 
 /// One row of `/proc/net/tcp*`: local address, port, state, inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,13 +163,14 @@ fn engine_tree(deadline: Instant) -> Vec<u32> {
     tree
 }
 
-/// Which of `inodes` process `pid` holds, added to `found`.
-fn holds(pid: u32, inodes: &[u64], found: &mut HashSet<u64>, deadline: Instant) {
+/// Which of `inodes` process `pid` holds, added to `found`; looks at no
+/// more than `MAX_FDS` descriptors, and none past `deadline`.
+fn holds(pid: u32, inodes: &[u64], found: &mut HashSet<u64>, deadline: Option<Instant>) {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return;
     };
-    for fd in fds.flatten() {
-        if Instant::now() >= deadline {
+    for fd in fds.flatten().take(MAX_FDS) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             return;
         }
         let Ok(link) = std::fs::read_link(fd.path()) else {
@@ -192,7 +197,7 @@ fn comm(pid: u32) -> String {
 /// Who serves `to` (an address of this host): the engine when every socket
 /// listening for it is held by the engine's tree; else the first other
 /// process found holding one (`pid N (comm)`), or "a process outside the
-/// engine's tree" when it cannot be named within the budget. `name`: look
+/// engine's tree" when none of the first `MAX_PROCS` processes does. `name`: look
 /// for that other process (once is enough for a log line).
 pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     let started = Instant::now();
@@ -224,7 +229,7 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     .emit();
     let mut found = HashSet::new();
     for &pid in &tree {
-        holds(pid, &inodes, &mut found, deadline);
+        holds(pid, &inodes, &mut found, Some(deadline));
         if found.len() == inodes.len() {
             return Owner::Engine;
         }
@@ -233,15 +238,11 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
         return outside();
     }
     let foreign: Vec<u64> = inodes.into_iter().filter(|i| !found.contains(i)).collect();
-    let deadline = Instant::now() + SCAN_BUDGET;
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return outside();
     };
     let me = std::process::id();
     for entry in procs.flatten().take(MAX_PROCS) {
-        if Instant::now() >= deadline {
-            break;
-        }
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -253,7 +254,7 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
             continue;
         }
         let mut hit = HashSet::new();
-        holds(pid, &foreign, &mut hit, deadline);
+        holds(pid, &foreign, &mut hit, None);
         if !hit.is_empty() {
             return Owner::Foreign(format!("pid {pid} ({})", comm(pid)));
         }

@@ -26,9 +26,6 @@ fn untrusted_fix(root: &std::path::Path, why: &str) -> String {
     }
 }
 
-/// What the next launch does with files that landed after done.
-const LATE_KEEP: &str = "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise";
-
 fn tenths(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -125,74 +122,6 @@ catalogue! {
             => "landed {landed} more {} ({distinct} distinct so far, {} after the launch)", cache_files(landed), tenths(after);
     }
     "keepwrap::keeper" {
-        // ---- the done rule's decisions ([`crate::keeper::policy`]) ----
-
-        /// The health endpoint answered 200 from the engine.
-        DoneHealth { rule: &'static str, url: String, after: Duration }
-            INFO "tuning_done"
-            => "tuning is done: GET {url} answered 200 {} after the launch", tenths(after);
-        /// No cache file landed for the quiet period.
-        DoneQuiet { rule: &'static str, quiet: Duration, after: Duration }
-            INFO "tuning_done"
-            => "tuning is done: no cache file landed for {} ({} after the launch)",
-                humantime::format_duration(quiet), tenths(after);
-        /// The command exited 0 (`--done exit`, or `quiet=` before it fired).
-        DoneExit { rule: &'static str, after: Duration }
-            INFO "tuning_done"
-            => "tuning is done: the command exited 0 ({} after the launch)", tenths(after);
-        /// The probed port is served by another process than the engine.
-        NotDoneForeign { url: String, owner: String }
-            INFO "port_not_engines"
-            => "not done yet: GET {url} answered 200, but the port is served by {owner}, not by the engine; waiting for the engine's own server";
-        /// Another launch used the root while this one ran.
-        NotSigningOtherLaunch { other: String }
-            INFO "not_signing_other_launch"
-            => "not signing: {other} used this cache root while this launch ran; their rank files may be mixed";
-        /// The first file that landed after done.
-        LateLanding {}
-            INFO "late_landing"
-            => "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own";
-        /// The engine was stopped before done.
-        NotSigningStopped { status: String, signal: String }
-            INFO "not_signing_stopped"
-            => "not signing: the engine ended with status {status} after keepwrap forwarded {signal}: a stop is never tuning done";
-        /// The engine exited before done.
-        NotSigningEarly { status: String }
-            INFO "not_signing_early_exit"
-            => "not signing: the engine exited with status {status} before tuning was done";
-        /// A headless node exited 0 before done: its exit says nothing about
-        /// tuning.
-        NotSigningHeadless {}
-            INFO "not_signing_headless"
-            => "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning";
-        /// The command exited 0 before done, but its exit status may not be
-        /// the engine's (a launch not read whole, `timeout --preserve-status`).
-        NotSigningExitUnproven {}
-            INFO "not_signing_exit_unproven"
-            => "not signing: the command exited 0 before tuning was done, and its exit status may not be the engine's";
-        /// Files that landed after done, not signed: the command's exit 0 may
-        /// not be the engine's.
-        LateNotSignedExitUnproven { late: usize }
-            INFO "late_not_signed_exit_unproven"
-            => "not signing the {late} {} that landed after tuning was done: the command's exit 0 may not be the engine's; {LATE_KEEP}",
-                cache_files(late);
-        /// Files that landed after done, not signed: a headless node's exit 0
-        /// says nothing about tuning.
-        LateNotSignedHeadless { late: usize }
-            INFO "late_not_signed_headless"
-            => "not signing the {late} {} that landed after tuning was done: a headless node's exit 0 says nothing about tuning; {LATE_KEEP}",
-                cache_files(late);
-        /// Files that landed after done, not signed: the engine was stopped.
-        LateNotSignedStopped { late: usize, status: String, signal: String }
-            INFO "late_not_signed_stopped"
-            => "not signing the {late} {} that landed after tuning was done: the engine ended with status {status} after keepwrap forwarded {signal}; {LATE_KEEP}",
-                cache_files(late);
-        /// Files that landed after done, not signed: the engine failed.
-        LateNotSignedAbnormal { late: usize, status: String }
-            INFO "late_not_signed_abnormal"
-            => "not signing the {late} {} that landed after tuning was done: the engine ended abnormally with status {status}; {LATE_KEEP}",
-                cache_files(late);
-
         /// vLLM's cache root cannot be found.
         NoVllmCacheRoot { error: String }
             WARN "no_vllm_cache_root"
@@ -200,14 +129,19 @@ catalogue! {
 
         /// The shared cache file is kept: the launch is not a MoE model under more
         /// than one rank (`why`).
+        /// The shared cache file is kept: the launch is not a MoE model
+        /// under more than one rank (`reason`). At debug level: the file's
+        /// verdict is prune's `kept` line; this says why that is safe.
         KeptSharedFile { path: PathBuf, reason: String }
-            INFO "kept_shared_file"
+            DEBUG "kept_shared_file"
             => "kept {}: vLLM 0.27.1-0.31.x's one shared cache file hangs only a MoE model under more than one rank, and this is {reason}", Shown(path);
 
-        /// The shared cache file is removed: kept, it hangs every warm boot.
+        /// The shared cache file the store restored for this launch is
+        /// removed: kept, it hangs every warm boot. (One prune kept is
+        /// refused there, with the same reason, in prune's `removed` line.)
         RemovedSharedFile { path: PathBuf, reason: String }
             INFO "removed_shared_file"
-            => "removed {}: vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({reason})", Shown(path);
+            => "removed {}: {}", Shown(path), super::shared_file_hangs(reason);
 
         CannotRemoveSharedFile { path: PathBuf, error: String }
             WARN "cannot_remove_shared_file"

@@ -93,6 +93,7 @@ macro_rules! catalogue {
 }
 
 mod catalogue;
+pub mod policy;
 
 pub use catalogue::Event;
 
@@ -429,6 +430,13 @@ pub fn counted(n: usize, one: &str, many: &str) -> String {
     } else {
         format!("{n} {many}")
     }
+}
+
+/// Why the shared cache file is removed for this launch (`why`: what makes
+/// it a MoE launch of more than one rank): prune's reason for such a file
+/// signed for it, and the text of [`Event::RemovedSharedFile`].
+pub fn shared_file_hangs(why: impl std::fmt::Display) -> String {
+    format!("vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})")
 }
 
 /// How a launch differs from another, as a line shows it: `arg --tp 4 ->

@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cache;
+use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
+use crate::events::policy::{Late, Note, Outcome};
 use crate::keeper::policy::Owner;
+use crate::launch::fingerprint::ProfileName;
 use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::stats::Stats;
 use crate::share::Share;
@@ -18,7 +21,7 @@ use crate::unify;
 /// What the worker is asked to do.
 pub(super) enum Job {
     /// One `keepwrap:` line at info level.
-    Log(crate::events::Event),
+    Log(Note),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {
@@ -66,7 +69,7 @@ pub(super) enum Report {
 /// lock, the store's record and statistics, the share's publication.
 pub(super) struct Committer {
     pub(super) root: PathBuf,
-    pub(super) fingerprint: String,
+    pub(super) fingerprint: Fingerprint,
     /// When the launch started (the statistics credit a boot's tuning time).
     pub(super) launched: Instant,
     /// Cache files prune kept (signed for this launch), relative to root.
@@ -74,18 +77,20 @@ pub(super) struct Committer {
     pub(super) unify: bool,
     pub(super) store: Option<Store>,
     pub(super) lock_timeout: Duration,
-    pub(super) profile: &'static str,
+    pub(super) profile: ProfileName,
     pub(super) inputs: serde_json::Value,
     pub(super) share: Option<Share>,
     /// When the members signed without a stamp settle ([`Committer::settle`]).
     pub(super) settle_at: Option<i64>,
+    /// The files the sign at done signed, relative to root.
+    pub(super) signed_at_done: Vec<PathBuf>,
 }
 
 impl Committer {
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
         match job {
             Job::Log(note) => {
-                note.emit();
+                self.log(note);
                 None
             }
             Job::Landed { files, after } => {
@@ -118,6 +123,67 @@ impl Committer {
                 owner: owner::owner_of(addr, name),
             }),
         }
+    }
+
+    /// Log a decision of the policy. A line about the files that landed
+    /// after done first says what became of the set signed at done, as the
+    /// files are now: it is the launch's verdict, and must be true.
+    pub(super) fn log(&self, mut note: Note) {
+        if let Some(late) = note.late_mut() {
+            self.judge_late(late);
+            if late.files.is_empty() {
+                return;
+            }
+        }
+        note.log();
+    }
+
+    /// Drop the late files the engine saved again as signed at done, and
+    /// judge the set signed at done: a member changed or gone breaks it.
+    fn judge_late(&self, late: &mut Late) {
+        let done = &self.signed_at_done;
+        let mut changed = Vec::new();
+        let n = late.files.len();
+        late.files.retain(|rel| {
+            if !done.contains(rel) {
+                return true;
+            }
+            let path = self.root.join(rel);
+            if cache::landed(&path, Some(&self.fingerprint)).is_ok_and(|l| l.as_signed) {
+                return false;
+            }
+            changed.push(rel.clone());
+            true
+        });
+        if late.files.is_empty() {
+            crate::events::policy::late_as_signed(n);
+        }
+        late.outcome = if done.is_empty() {
+            Outcome::NothingSigned
+        } else if !changed.is_empty() && self.stored_whole() {
+            Outcome::Stored { signed: done.len() }
+        } else if !changed.is_empty() {
+            Outcome::Broken { changed }
+        } else {
+            Outcome::Holds { signed: done.len() }
+        };
+    }
+
+    /// The set signed at done is the one in the store for this launch
+    /// (another launch's prune stored it while this one ran).
+    fn stored_whole(&self) -> bool {
+        let Some(m) = self
+            .store
+            .as_ref()
+            .and_then(|s| s.manifest(&self.fingerprint))
+        else {
+            return false;
+        };
+        let mut stored: Vec<&Path> = m.set.members.iter().map(|m| Path::new(&m.path)).collect();
+        let mut done: Vec<&Path> = self.signed_at_done.iter().map(PathBuf::as_path).collect();
+        stored.sort();
+        done.sort();
+        stored == done
     }
 
     /// Unify, then sign every cache file present as one set, and say how
@@ -159,6 +225,7 @@ impl Committer {
             }
             return report.signed;
         }
+        self.signed_at_done.clone_from(&report.signed);
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
         if n == 0 {
             let present = files
@@ -231,6 +298,9 @@ impl Committer {
                 &self.fingerprint,
                 LockFor::Commit,
             )
+            // No stop watch once the engine runs.
+            .ok()
+            .flatten()
             .map(Some)
             .ok_or(()),
         }

@@ -20,13 +20,11 @@ pub mod policy;
 mod prepare;
 mod settings;
 mod turn;
-pub mod vllm;
 mod worker;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,13 +60,6 @@ pub struct Keeper {
     exit_unproven: bool,
 }
 
-/// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `~/.cache/sglang/flashinfer/autotune`
-/// (`~`: `HOME`, else the password database, as Python expands it).
-pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    crate::root::place::root_from(args.cache_dir.as_deref(), env)
-}
-
 /// What [`Keeper::prepare`] hands to the supervisor.
 #[derive(Default)]
 pub struct Prepared {
@@ -79,7 +70,10 @@ pub struct Prepared {
     /// see it (they neither prune under it nor sign what it writes).
     pub marker: Option<Marker>,
     /// Work that must not delay the engine's start: run after the spawn.
-    pub after_start: Option<Box<dyn FnOnce() + Send>>,
+    /// It drops the sender it is given once the part that keepwrap's exit
+    /// waits for (for at most a bounded time: the store's eviction) is
+    /// done.
+    pub after_start: Option<Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>>,
 }
 
 impl Prepared {
@@ -323,7 +317,7 @@ impl Keeper {
             match action {
                 // Through the worker, so that the lines keep the order of
                 // the events (landing lines are written there).
-                Action::Log(line) => {
+                Action::Info(line) => {
                     s.worker.run(Job::Log(line));
                 }
                 Action::ProbeAgain => {

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::done::owner::Owner;
-pub use crate::events::Event as Line;
+pub use crate::events::policy::{Late, Note};
 use crate::signals::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
@@ -74,8 +74,8 @@ pub enum Action {
     /// (its engine may be the one writing), and say so as
     /// [`Event::OtherLaunch`].
     LookForOthers,
-    /// One `keepwrap:` line (an event of the catalogue).
-    Log(Line),
+    /// One `keepwrap:` line at info level.
+    Info(Note),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +101,9 @@ pub struct Policy {
     stopped: Option<i32>,
     /// Another launch used the root: never sign.
     other: bool,
+    /// Another launch seen after the sign at done, as it displays: said
+    /// with the files that landed after done, at the end.
+    other_after_sign: Option<String>,
     /// A foreign owner of the probed port was already named.
     foreign_said: bool,
     /// Cache files that landed after done.
@@ -158,6 +161,7 @@ impl Policy {
             last_landing: None,
             stopped: None,
             other: false,
+            other_after_sign: None,
             foreign_said: false,
             late: BTreeSet::new(),
             headless: false,
@@ -224,8 +228,7 @@ impl Policy {
             Event::Tick(now) => {
                 if let (Some(end), Rule::Quiet(d)) = (self.deadline(), self.rule) {
                     if now >= end {
-                        out.push(Action::Log(Line::DoneQuiet {
-                            rule: "quiet",
+                        out.push(Action::Info(Note::DoneQuiet {
                             quiet: d,
                             after: now.saturating_duration_since(self.launched),
                         }));
@@ -238,15 +241,38 @@ impl Policy {
                     self.stopped = Some(signo);
                 }
             }
-            Event::OtherLaunch(who) => {
-                if !self.other {
-                    self.other = true;
-                    out.push(Action::Log(Line::NotSigningOtherLaunch { other: who }));
-                }
-            }
+            Event::OtherLaunch(who) => self.other_launch(who, &mut out),
             Event::ChildEnded { at, ended } => self.ended(at, ended, &mut out),
         }
         out
+    }
+
+    /// Another launch seen: before the sign at done (or at it, which is
+    /// then skipped), nothing is signed, said now; after it (files landed
+    /// after done), what landed since is not signed, said with those files
+    /// once the engine has ended.
+    fn other_launch(&mut self, who: String, out: &mut Vec<Action>) {
+        if self.other {
+            return;
+        }
+        self.other = true;
+        let signed = self.phase != Phase::Tuning && !self.late.is_empty();
+        if !signed {
+            out.push(Action::Info(Note::OtherLaunch { other: who }));
+        } else if self.phase == Phase::Ended {
+            out.push(Action::Info(Note::LateNotSignedOther {
+                late: self.late(),
+                other: who,
+            }));
+        } else {
+            self.other_after_sign = Some(who.clone());
+            out.push(Action::Info(Note::OtherAfterSign { other: who }));
+        }
+    }
+
+    /// The files that landed after done, for a line about them.
+    fn late(&self) -> Late {
+        Late::new(self.late.iter().cloned().collect())
     }
 
     fn landed(&mut self, at: Instant, files: Vec<PathBuf>, out: &mut Vec<Action>) {
@@ -265,7 +291,7 @@ impl Policy {
                 self.late.extend(files);
                 if !self.other {
                     if first {
-                        out.push(Action::Log(Line::LateLanding {}));
+                        out.push(Action::Info(Note::LateLanding));
                     }
                     out.push(Action::LookForOthers);
                 }
@@ -280,8 +306,7 @@ impl Policy {
         }
         match owner {
             Owner::Engine | Owner::Remote => {
-                out.push(Action::Log(Line::DoneHealth {
-                    rule: "health",
+                out.push(Action::Info(Note::DoneHealth {
                     url,
                     after: at.saturating_duration_since(self.launched),
                 }));
@@ -290,7 +315,7 @@ impl Policy {
             Owner::Foreign(who) => {
                 if !self.foreign_said {
                     self.foreign_said = true;
-                    out.push(Action::Log(Line::NotDoneForeign { url, owner: who }));
+                    out.push(Action::Info(Note::NotDoneForeign { url, owner: who }));
                 }
                 out.push(Action::ProbeAgain);
             }
@@ -312,46 +337,53 @@ impl Policy {
                 if self.other {
                     // Said when it was seen.
                 } else if let Some(sig) = self.stopped {
-                    out.push(Action::Log(Line::NotSigningStopped {
+                    out.push(Action::Info(Note::NotSigningStopped {
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if self.headless && ended.succeeded() {
-                    out.push(Action::Log(Line::NotSigningHeadless {}));
+                    out.push(Action::Info(Note::NotSigningHeadless));
                 } else if self.exit_unproven && ended.succeeded() {
-                    out.push(Action::Log(Line::NotSigningExitUnproven {}));
+                    out.push(Action::Info(Note::NotSigningExitUnproven));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
-                    out.push(Action::Log(Line::DoneExit {
-                        rule: "exit",
+                    out.push(Action::Info(Note::DoneExit {
                         after: at.saturating_duration_since(self.launched),
                     }));
                     out.push(Action::SignDone);
                 } else {
-                    out.push(Action::Log(Line::NotSigningEarly {
+                    out.push(Action::Info(Note::NotSigningEarly {
                         status: ended.to_string(),
                     }));
                 }
             }
             Phase::Done => {
                 let n = self.late.len();
+                if let Some(other) = self.other_after_sign.take() {
+                    out.push(Action::Info(Note::LateNotSignedOther {
+                        late: self.late(),
+                        other,
+                    }));
+                    return;
+                }
                 if n == 0 || self.other {
                     return;
                 }
+                let late = self.late();
                 if let Some(sig) = self.stopped {
-                    out.push(Action::Log(Line::LateNotSignedStopped {
-                        late: n,
+                    out.push(Action::Info(Note::LateNotSignedStopped {
+                        late,
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if ended.succeeded() && self.headless {
-                    out.push(Action::Log(Line::LateNotSignedHeadless { late: n }));
+                    out.push(Action::Info(Note::LateNotSignedHeadless { late }));
                 } else if ended.succeeded() && self.exit_unproven {
-                    out.push(Action::Log(Line::LateNotSignedExitUnproven { late: n }));
+                    out.push(Action::Info(Note::LateNotSignedExitUnproven { late }));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });
                 } else {
-                    out.push(Action::Log(Line::LateNotSignedAbnormal {
-                        late: n,
+                    out.push(Action::Info(Note::LateNotSignedAbnormal {
+                        late,
                         status: ended.to_string(),
                     }));
                 }

@@ -8,39 +8,51 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cache::{self, PruneReport};
 use crate::done::watch::Watcher;
 use crate::done::Done;
-use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::engine::{Engine, NoRoot};
+use crate::launch::fingerprint::Launch;
+use crate::launch::Command;
 use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
-use crate::share::Share;
+use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
 use super::commit::Committer;
 use super::turn::{wait_turn, Turn};
-use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
+use super::{explain, Keeper, Prepared, Settings};
 
-/// Work run after the engine's spawn.
-type AfterStart = Box<dyn FnOnce() + Send>;
+/// Work run after the engine's spawn (see [`Prepared::after_start`]).
+type AfterStart = Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>;
+/// One part of it.
+type Job = Box<dyn FnOnce() + Send>;
 
 impl Keeper {
-    /// Fingerprint the launch, make sure the root exists, wait for any other
+    /// Fingerprint the launch (`command`: `argv` as read by
+    /// [`Settings::keeps`]), make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
-    /// this time (the reason is logged); the launch goes on.
-    pub fn prepare(args: &Settings, argv: &[OsString], env: &[(OsString, OsString)]) -> Prepared {
+    /// this time (the reason is logged); the launch goes on. Err: a stop signal
+    /// came before the start.
+    pub fn prepare(
+        args: &Settings,
+        command: Command,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Result<Prepared, Stopped> {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
-        let launch = Launch::new(&opts, argv, env);
-        let fingerprint = launch.fingerprint().to_string();
+        let launch = Launch::of(&opts, command, argv, env);
+        let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
-        let Some((root, done)) = locate(args, &launch, argv, env) else {
-            return Prepared::default();
+        let engine = crate::engine::of(profile);
+        let Some((root, done)) = locate(args, engine, &launch, env) else {
+            return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
         // and the store.
@@ -52,11 +64,16 @@ impl Keeper {
                     error: e.to_string(),
                 }
                 .emit();
-                return Prepared::default();
+                return Ok(Prepared::default());
             }
         };
-        let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = share_of(args, &launch);
+        let id = Identity::of(&launch, &opts, env, &args.share.node_local());
+        let share = engine.share(
+            &args.share,
+            &launch,
+            args.unifies(profile),
+            args.store_max_age,
+        );
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -70,17 +87,18 @@ impl Keeper {
             }
         };
         // Held until the engine is spawned (end of this function).
-        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root) {
+        let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root)? {
             Ok(turn) => turn,
-            Err(prepared) => return *prepared,
+            Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
-            return Prepared::hands_off(marker);
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+        else {
+            return Ok(Prepared::hands_off(marker));
         };
-        let after_start = match &store {
+        let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
-            None => None,
+            None => (None, None),
         };
         // What prune just looked at is not looked at again.
         let seen = pruned
@@ -88,14 +106,19 @@ impl Keeper {
             .iter()
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
-        let mut watcher = match Watcher::seeded(&root, seen) {
+        let watched = if pruned.whole {
+            Watcher::seeded_whole(&root, seen)
+        } else {
+            Watcher::seeded(&root, seen)
+        };
+        let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
                 crate::events::Event::WatchFailed {
                     error: e.to_string(),
                 }
                 .emit();
-                return Prepared::hands_off(marker);
+                return Ok(Prepared::hands_off(marker));
             }
         };
         let mut commit = Committer {
@@ -106,13 +129,14 @@ impl Keeper {
             unify: args.unifies(profile),
             store,
             lock_timeout: args.lock_timeout,
-            profile: profile.as_str(),
+            profile,
             inputs,
             share,
             settle_at: None,
+            signed_at_done: Vec::new(),
         };
-        take_share_union(&mut commit, &mut watcher);
-        vllm::before_start(&commit.root, &launch, &mut commit.kept);
+        take_share(engine, &mut commit, &mut watcher)?;
+        engine.before_start(&commit.root, &launch, &mut commit.kept);
         if commit.unify && !pruned.split.is_empty() {
             // Files kept for this launch but signed without being unified
             // (e.g. with `--unify off`, `split`: their directories): the
@@ -138,45 +162,49 @@ impl Keeper {
             session: None,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
         };
-        // Nothing to explain and nothing in the trash: no work, no thread.
-        let after_start: Option<AfterStart> = match (after_start, trash.has_work()) {
-            (None, false) => None,
-            (job, _) => Some(Box::new(move || {
-                if let Some(job) = job {
-                    job();
-                }
-                trash.run();
-            })),
-        };
-        Prepared {
+        // Nothing to evict or explain and nothing in the trash: no work, no
+        // thread. keepwrap's exit waits (a bounded time) for the eviction
+        // only.
+        let after_start: Option<AfterStart> =
+            if after_start.is_none() && evict.is_none() && !trash.has_work() {
+                None
+            } else {
+                Some(Box::new(move |done| {
+                    if let Some(job) = evict {
+                        job();
+                    }
+                    drop(done);
+                    if let Some(job) = after_start {
+                        job();
+                    }
+                    trash.run();
+                }))
+            };
+        Ok(Prepared {
             keeper: Some(keeper),
             marker: None,
             after_start,
-        }
+        })
     }
 }
 
-/// Multi-node: when every node has published, write the union of all
-/// nodes' rank files over this node's and sign them (see [`Share`]).
-fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) {
+/// Multi-node: when every node has published, take what the share gives
+/// this node (SGLang: the union of all nodes' rank files) and sign it.
+fn take_share(
+    engine: &dyn Engine,
+    commit: &mut Committer,
+    watcher: &mut Watcher,
+) -> Result<(), Stopped> {
     let Some(share) = commit.share.as_ref() else {
-        return;
+        return Ok(());
     };
-    let taken = if commit.profile == ProfileName::Vllm.as_str() {
-        // vLLM: each node keeps its own ranks' files; a node whose
-        // cache is empty takes its own back from a complete set.
-        if !commit.kept.is_empty() {
-            return;
-        }
-        vllm::take_own(share, &commit.root, &commit.fingerprint)
-    } else {
-        share.take_union(&commit.root, &commit.fingerprint)
-    };
+    let taken = engine.take_share(share, &commit.root, &commit.fingerprint, &commit.kept)?;
     if let Some(signed) = taken {
         // keepwrap's own writes are not landings of the engine.
         watcher.read();
         commit.kept = signed;
     }
+    Ok(())
 }
 
 /// The cache root (created on a first boot) and the done rule of this
@@ -184,36 +212,21 @@ fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) {
 /// when the cache cannot be kept.
 fn locate(
     args: &Settings,
+    engine: &dyn Engine,
     launch: &Launch,
-    argv: &[OsString],
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
-    let profile = launch.profile();
-    if vllm::under_ray(launch, argv) {
+    if engine.left_alone(launch) {
         return None;
     }
     // where the engine writes: its own environment (after `env -i`, `env -u`,
     // a shell's `export`), not keepwrap's
     let engine_env = &launch.command().env[..];
-    let root = if profile == ProfileName::Vllm {
-        vllm::root(args.cache_dir.as_deref(), engine_env)
-            .map_err(|e| {
-                crate::events::Event::NoVllmCacheRoot {
-                    error: e.to_string(),
-                }
-                .emit()
-            })
-            .ok()
-    } else {
-        let root = cache_root(args, engine_env);
-        if root.is_none() {
-            crate::events::Event::NoCacheRoot {}.emit();
-        }
-        root
-    };
-    let root = root?;
-    crate::events::set_root(&root);
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
+    let root = engine
+        .root(args.cache_dir.as_deref(), engine_env)
+        .map_err(NoRoot::log)
+        .ok()?;
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
         crate::events::Event::LaunchWarning {
             line: line.to_string(),
@@ -230,15 +243,15 @@ fn locate(
             return None;
         }
     };
-    let fingerprint = launch.fingerprint().to_string();
+    crate::events::set_root(&root);
     crate::events::Event::Launch {
-        fingerprint: fingerprint.to_string(),
-        profile: profile.as_str().to_string(),
+        fingerprint: launch.fingerprint().to_string(),
+        profile: (launch.profile().as_str()).to_string(),
         root: root.to_path_buf(),
         done: done.to_string(),
     }
     .emit();
-    vllm::note_managed_store(launch, env);
+    engine.note_launch(launch, env);
     ensure_root(&root).then_some((root, done))
 }
 
@@ -256,33 +269,21 @@ fn running_dir(root: &Path) -> PathBuf {
     root.join(STATE_DIR).join(running::RUNNING_DIR)
 }
 
-/// Multi-node launches: the share every node mounts.
-fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
-    let profile = launch.profile();
-    if profile == ProfileName::Vllm {
-        vllm::share(&args.share, launch, args.store_max_age)
-    } else {
-        Share::new(
-            &args.share,
-            launch,
-            &launch.command().argv,
-            args.unifies(profile),
-            args.store_max_age,
-        )
-    }
-}
+/// The lock (held while the engine is prepared) and this launch's marker.
+type Turned = (Option<CacheLock>, Marker);
 
 /// Wait for this launch's turn on the root and leave its marker: the lock
 /// (held while the engine is prepared) and the marker when this launch
 /// keeps the cache, else what it goes on with (hands-off, or no marker).
+/// Err: a stop signal ended the wait.
 fn take_turn(
     args: &Settings,
     runs: Runs,
     store: Option<&Store>,
     id: &Identity,
     root: &Path,
-) -> Result<(Option<CacheLock>, Marker), Box<Prepared>> {
-    let (lock, turn) = wait_turn(args, &runs, store, id);
+) -> Result<Result<Turned, Box<Prepared>>, Stopped> {
+    let (lock, turn) = wait_turn(args, &runs, store, id)?;
     let state = match turn {
         Turn::Go(_) => State::Tuning,
         Turn::HandsOff => State::HandsOff,
@@ -295,16 +296,16 @@ fn take_turn(
                 error: e.to_string(),
             }
             .emit();
-            return Err(Box::default());
+            return Ok(Err(Box::default()));
         }
     };
-    match turn {
+    Ok(match turn {
         Turn::HandsOff => Err(Box::new(Prepared::hands_off(marker))),
         Turn::Go(beside) => {
             marker.ran_beside(beside);
             Ok((lock, marker))
         }
-    }
+    })
 }
 
 /// Remove what this launch must not load, other launches' whole sets into
@@ -315,16 +316,24 @@ fn prune(
     root: &Path,
     fingerprint: &str,
     store: Option<&Store>,
+    engine: &dyn Engine,
+    launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob)> {
+    let refuse = engine.refuse_at_prune(launch);
+    let refuse = refuse.as_deref();
     let pruned = match store {
         Some(s) => {
             s.recover();
-            let r =
-                cache::prune_then_empty(root, fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
+            let r = cache::prune_then_empty_refusing(
+                root,
+                fingerprint,
+                Some(&mut |fd, set| s.stash(fd, set)),
+                refuse,
+            );
             s.sync();
             r
         }
-        None => cache::prune_then_empty(root, fingerprint, None),
+        None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
     };
     match pruned {
         Ok(pruned) => Some(pruned),
@@ -339,10 +348,11 @@ fn prune(
     }
 }
 
-/// With nothing kept, bring this launch's set back from the store; then
-/// evict past the store's limits and count the launch. The line that says
-/// why a launch has no cache, when it needs computing, to run after the
-/// spawn.
+/// With nothing kept, bring this launch's set back from the store, and
+/// count the launch. What runs after the spawn: the line that says why a
+/// launch has no cache, when it needs computing, and the eviction past the
+/// store's limits (which can delete thousands of files: never before the
+/// start).
 fn restore(
     args: &Settings,
     s: &Store,
@@ -350,7 +360,7 @@ fn restore(
     fingerprint: &str,
     inputs: &serde_json::Value,
     pruned: &mut PruneReport,
-) -> Option<AfterStart> {
+) -> (Option<Job>, Option<Job>) {
     let now = crate::clock::now_secs();
     let mut restored = 0;
     if pruned.kept.is_empty() {
@@ -364,37 +374,91 @@ fn restore(
             .emit();
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
+            // The tree changed since prune listed it.
+            pruned.whole = false;
         }
     }
-    let mut after_start = None;
+    let mut explain = None;
     // Nothing to compare with before any launch signed: no thread (and no
     // record of this launch to touch).
     if pruned.kept.is_empty() {
         if s.has_records() {
-            after_start = Some(explain_later(root, fingerprint, inputs));
+            explain = Some(explain_later(root, fingerprint, inputs));
         }
     } else {
         s.touch(fingerprint);
     }
-    let limits = store::Limits {
-        max_size: args.store_max_size,
-        max_age: args.store_max_age,
-    };
-    let evicted = s.evict(limits, now);
+    // An empty store has nothing to evict: no thread for it.
+    let mut evict = None;
+    if pruned.stored > 0 || s.has_entries() {
+        let limits = store::Limits {
+            max_size: args.store_max_size,
+            max_age: args.store_max_age,
+        };
+        evict = Some(evict_later(root, limits, args.lock_timeout, fingerprint));
+    }
     let (removed, stored) = (pruned.removed, pruned.stored);
     Stats::record(|st| {
         st.launches += 1;
         st.removed += removed as u64;
         st.stored += stored as u64;
         st.restored += restored as u64;
-        st.evicted += evicted as u64;
     });
-    after_start
+    (explain, evict)
 }
+
+/// Evict past the store's limits, once the engine has started: under the
+/// lock (a short wait: another launch holds it for milliseconds; when it
+/// cannot be had, the next launch evicts), each entry out of the store,
+/// then deleted after the lock is given back.
+fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprint: &str) -> Job {
+    let (root, fingerprint) = (root.to_path_buf(), fingerprint.to_string());
+    Box::new(move || {
+        let Some(s) = Store::open_existing(&root) else {
+            return;
+        };
+        let timeout = timeout.min(EVICT_LOCK_WAIT);
+        let evicted = {
+            let Ok(_lock) = crate::root::lock::acquire(
+                s.state_fd(),
+                timeout,
+                &format!("launch {} (eviction)", crate::digest::short(&fingerprint)),
+            )
+            .map_err(|e| match e {
+                crate::root::lock::LockError::TimedOut(who) => crate::events::Event::LockGaveUp {
+                    timeout,
+                    what: ("eviction").to_string(),
+                    holder: who.to_string(),
+                    then: ("the store is evicted by the next launch").to_string(),
+                }
+                .emit(),
+                crate::root::lock::LockError::Io(e) => crate::events::Event::LockFailed {
+                    what: ("eviction").to_string(),
+                    error: e.to_string(),
+                    then: ("the store is evicted by the next launch").to_string(),
+                }
+                .emit(),
+                // Stopped while waiting: the next launch evicts.
+                crate::root::lock::LockError::Stopped(_) => {}
+            }) else {
+                return;
+            };
+            s.evict(limits, crate::clock::now_secs())
+        };
+        let n = evicted.entries as u64;
+        s.remove_evicted(evicted);
+        if n > 0 {
+            Stats::record(|st| st.evicted += n);
+        }
+    })
+}
+
+/// Longest wait for the lock to evict after the start.
+const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> AfterStart {
+fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> Job {
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::running::{self, Identity, Runs, Seen, Verdict, Why};
+use crate::stops::Stopped;
 use crate::store::Store;
 
 use super::Settings;
@@ -30,13 +31,13 @@ const WAIT_PROGRESS: Duration = Duration::from_secs(60);
 /// on hands-off, or wait (bounded by `--wait-for-tuning`) for one that is
 /// still tuning, then look again. Returns the lock (held, when there is a
 /// store and it was taken) and the turn. Runs before the engine starts: a
-/// TERM ends the wait at once ([`crate::stops`]).
+/// TERM ends the wait at once ([`crate::stops`]: Err).
 pub(super) fn wait_turn(
     args: &Settings,
     runs: &Runs,
     store: Option<&Store>,
     me: &Identity,
-) -> (Option<CacheLock>, Turn) {
+) -> Result<(Option<CacheLock>, Turn), Stopped> {
     let started = Instant::now();
     let deadline = started.checked_add(args.wait_for_tuning);
     let mut waited_for: Option<String> = None;
@@ -47,9 +48,9 @@ pub(super) fn wait_turn(
                 args.lock_timeout,
                 &me.fingerprint,
                 LockFor::Launch,
-            ) {
+            )? {
                 Some(l) => Some(l),
-                None => return (None, Turn::HandsOff),
+                None => return Ok((None, Turn::HandsOff)),
             },
             None => None,
         };
@@ -63,7 +64,7 @@ pub(super) fn wait_turn(
                     }
                     .emit();
                 }
-                return (lock, Turn::Go(Vec::new()));
+                return Ok((lock, Turn::Go(Vec::new())));
             }
             Verdict::Beside(others) => {
                 if let Some(other) = waited_for {
@@ -82,11 +83,11 @@ pub(super) fn wait_turn(
                     }
                     .emit();
                 }
-                return (lock, Turn::Go(others.into_iter().cloned().collect()));
+                return Ok((lock, Turn::Go(others.into_iter().cloned().collect())));
             }
             Verdict::HandsOff(why, other) => {
                 hands_off_line(why, other);
-                return (lock, Turn::HandsOff);
+                return Ok((lock, Turn::HandsOff));
             }
             Verdict::Wait(other) => other.clone(),
         };
@@ -98,7 +99,7 @@ pub(super) fn wait_turn(
                 limit: args.wait_for_tuning,
             }
             .emit();
-            return (lock, Turn::HandsOff);
+            return Ok((lock, Turn::HandsOff));
         }
         drop(lock);
         if waited_for.is_none() {
@@ -114,7 +115,7 @@ pub(super) fn wait_turn(
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
         // Look again, without the lock, until that launch is done or gone.
         loop {
-            crate::stops::pause(WAIT_POLL);
+            crate::stops::pause(WAIT_POLL)?;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break;

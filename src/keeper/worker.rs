@@ -140,9 +140,9 @@ impl Worker {
     /// Run `job`: on the thread (the result comes through [`finished`]), or
     /// here and now without one (the result is returned).
     pub(super) fn run(&mut self, job: Job) -> Option<Report> {
-        if let Mode::Idle(_) = self.mode {
-            if let Job::Log(note) = &job {
-                note.emit();
+        if let Mode::Idle(c) = &self.mode {
+            if let Job::Log(note) = job {
+                c.log(note);
                 return None;
             }
             self.spawn_thread();

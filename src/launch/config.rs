@@ -93,7 +93,7 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     if let Err(e) = read {
         return (Outcome::Unreadable(e.to_string()), None);
     }
-    let hash = hex::encode(hasher.finalize());
+    let hash = crate::digest::hex(hasher.finalize());
     if bytes.len() as u64 > MAX_BYTES {
         return (Outcome::Unparsable(Unparsable::TooLarge), Some(hash));
     }

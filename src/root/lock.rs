@@ -17,6 +17,8 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use crate::stops::Stopped;
+
 /// The holder's line is padded to at least this many bytes, so that the
 /// file keeps one size whatever the host and launch names.
 const LINE_WIDTH: usize = 128;
@@ -52,6 +54,8 @@ pub enum LockError {
     /// Still held by someone else at the deadline (who, as they wrote it).
     TimedOut(String),
     Io(std::io::Error),
+    /// A stop signal ended the wait before the engine started.
+    Stopped(Stopped),
 }
 
 /// The host name (in a pod: the pod's name), `?` when unknown. Read once.
@@ -115,16 +119,18 @@ impl LockFor {
 }
 
 /// Take the lock of `state` for the launch `fingerprint`; None when it
-/// timed out or failed (logged, with what the launch does without it).
+/// timed out or failed (logged, with what the launch does without it); Err
+/// when a stop signal ended the wait before the start.
 pub fn take(
     state: BorrowedFd<'_>,
     timeout: Duration,
     fingerprint: &str,
     purpose: LockFor,
-) -> Option<CacheLock> {
+) -> Result<Option<CacheLock>, Stopped> {
     let holder = format!("launch {}", crate::digest::short(fingerprint));
-    match acquire(state, timeout, &holder) {
+    Ok(match acquire(state, timeout, &holder) {
         Ok(l) => Some(l),
+        Err(LockError::Stopped(stopped)) => return Err(stopped),
         Err(LockError::TimedOut(who)) => {
             crate::events::Event::LockGaveUp {
                 timeout,
@@ -144,7 +150,7 @@ pub fn take(
             .emit();
             None
         }
-    }
+    })
 }
 
 /// Take the lock of the state directory `state` (`<root>/.keepwrap`),
@@ -176,7 +182,7 @@ pub fn acquire(
                     .emit();
                     logged = true;
                 }
-                crate::stops::pause(Duration::from_millis(10));
+                crate::stops::pause(Duration::from_millis(10)).map_err(LockError::Stopped)?;
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
         }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{self, fsx};
 use crate::launch::fingerprint::Launch;
+use crate::stops::Stopped;
 use crate::unify::{Outcome, RankId};
 
 use super::{
@@ -99,18 +100,23 @@ impl Share {
     /// Before the engine starts: when every node's publication verifies,
     /// write the union of each cache directory over this node's rank files
     /// and sign the cache for `fingerprint`. Returns the signed files when
-    /// anything was signed; `None` means single-node behaviour (said why).
-    pub fn take_union(&self, root: &Path, fingerprint: &str) -> Option<Vec<PathBuf>> {
+    /// anything was signed; `None` means single-node behaviour (said why);
+    /// Err: a stop signal ended the wait.
+    pub fn take_union(
+        &self,
+        root: &Path,
+        fingerprint: &str,
+    ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         let (share, cluster, node) = (self.dir.clone(), self.cluster.clone(), self.node);
         let started = Instant::now();
-        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node)) {
+        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node))? {
             None => {
                 crate::events::Event::ShareSlow {
                     dir: self.dir.to_path_buf(),
                     timeout: self.timeout,
                 }
                 .emit();
-                return None;
+                return Ok(None);
             }
             Some(Err(e)) => {
                 crate::events::Event::ShareUnreadable {
@@ -118,14 +124,14 @@ impl Share {
                     error: e.to_string(),
                 }
                 .emit();
-                return None;
+                return Ok(None);
             }
             Some(Ok(g)) => g,
         };
         let dirs = match gathered {
             Gathered::Incomplete(missing) => {
                 report_incomplete(&missing, self.node.nnodes);
-                return None;
+                return Ok(None);
             }
             Gathered::Complete(dirs) => dirs,
         };
@@ -138,9 +144,9 @@ impl Share {
         }
         .emit();
         if wrote == 0 {
-            return None;
+            return Ok(None);
         }
-        match cache::sign(root, fingerprint) {
+        Ok(match cache::sign(root, fingerprint) {
             Ok(r) => {
                 crate::events::Event::ShareSigned {
                     files: r.signed.len(),
@@ -158,7 +164,7 @@ impl Share {
                 .emit();
                 None
             }
-        }
+        })
     }
 
     /// The share directory, this launch's cluster fingerprint and place.

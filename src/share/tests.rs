@@ -88,7 +88,7 @@ fn publications_older_than_the_age_limit_are_removed() {
             .path()
             .join(format!("keepwrap/old/node{rank}/{MANIFEST}"));
         let mut m: Manifest = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        m.published_at -= 31 * 24 * 3600;
+        m.set.signed_at -= 31 * 24 * 3600;
         std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
     }
     assert_eq!(remove_old(share.path(), DEFAULT_MAX_AGE), 2);
@@ -108,9 +108,9 @@ fn a_slow_share_is_given_up_on() {
         std::thread::sleep(Duration::from_secs(2));
         1
     });
-    assert_eq!(r, None);
+    assert_eq!(r, Ok(None));
     assert!(t.elapsed() < Duration::from_secs(1));
-    assert_eq!(bounded(Duration::from_secs(5), || 7), Some(7));
+    assert_eq!(bounded(Duration::from_secs(5), || 7), Ok(Some(7)));
 }
 
 #[test]

@@ -29,7 +29,7 @@ impl Store {
             // union: its bytes count once, not once a member.
             let mut inodes = std::collections::HashSet::new();
             let mut bytes = 0;
-            for m in &manifest.members {
+            for m in &manifest.set.members {
                 let Some(d) = side.dir(&m.path) else {
                     bytes += m.size;
                     continue;
@@ -53,25 +53,36 @@ impl Store {
         out
     }
 
+    /// Does the store hold any entry? (One listing, no entry read.)
+    pub fn has_entries(&self) -> bool {
+        fsx::list_dir(self.store.as_fd()).is_ok_and(|list| {
+            list.iter().any(|(name, kind)| {
+                *kind == fsx::Kind::Dir && std::str::from_utf8(name).is_ok_and(is_fp)
+            })
+        })
+    }
+
     /// When the launch of a stored set was last used (a restore counts).
     pub fn last_used(&self, e: &Entry) -> u64 {
-        self.record(&e.manifest.fingerprint)
+        self.record(&e.manifest.set.fingerprint)
             .map(|r| r.last_used)
             .unwrap_or(e.manifest.stored_at)
     }
 
     /// Evict entries unused for longer than `max_age`, then the least
-    /// recently used until the store fits `max_size`. Returns the number of
-    /// entries evicted.
-    pub fn evict(&self, limits: Limits, now: u64) -> usize {
+    /// recently used until the store fits `max_size` (call under the lock).
+    /// Each evicted entry leaves the store at once, into a trash directory
+    /// of `.keepwrap` that the returned [`Evicted`] removes (after the lock
+    /// is given back: deleting thousands of files must not hold it).
+    pub fn evict(&self, limits: Limits, now: u64) -> Evicted {
         let mut entries: Vec<(u64, Entry)> = self
             .entries()
             .into_iter()
             .map(|e| (self.last_used(&e), e))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         let mut total: u64 = entries.iter().map(|(_, e)| e.bytes).sum();
-        let mut n = 0;
+        let mut out = Evicted::default();
         for (used, e) in &entries {
             let old = now.saturating_sub(*used) > limits.max_age.as_secs();
             let over = total > limits.max_size;
@@ -89,28 +100,42 @@ impl Store {
                     size_text(limits.max_size)
                 )
             };
-            self.evict_entry(e, *used, now, &why);
+            if let Some(trash) = self.evict_entry(e, *used, now, &why) {
+                out.trash.push(trash);
+            }
             total -= e.bytes;
-            n += 1;
+            out.entries += 1;
         }
-        n
+        out
     }
 
-    /// Remove one stored set and its launch record, and say why.
-    pub(super) fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) {
-        let fp = &e.manifest.fingerprint;
-        self.delete_entry(fp);
+    /// Delete what [`Store::evict`] moved out of the store.
+    pub fn remove_evicted(&self, evicted: Evicted) {
+        for name in evicted.trash {
+            let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+        }
+    }
+
+    /// Move one stored set out of the store (the trash directory it is in
+    /// now, to delete), remove its launch record, and say why.
+    pub(super) fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) -> Option<String> {
+        let fp = &e.manifest.set.fingerprint;
+        let trash = self.trash_entry(fp);
+        if trash.is_some() {
+            crate::failpoint::hit("store");
+        }
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
         cache::remove_manifest(self.root_fd.as_fd(), fp);
         crate::events::Event::Evicted {
             fingerprint: fp.to_string(),
-            files: e.manifest.members.len(),
+            files: e.manifest.set.members.len(),
             bytes: e.bytes,
             size: (size_text(e.bytes)).to_string(),
             last_used: (ago(used, now)).to_string(),
             reason: why.to_string(),
         }
         .emit();
+        trash
     }
 
     /// Evict every stored set `pick(entry, last used)` selects, least
@@ -127,10 +152,20 @@ impl Store {
             .map(|e| (self.last_used(&e), e))
             .filter(|(used, e)| pick(e, *used))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         for (used, e) in &entries {
-            self.evict_entry(e, *used, now, why);
+            if let Some(trash) = self.evict_entry(e, *used, now, why) {
+                let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+            }
         }
         entries.into_iter().map(|(_, e)| e).collect()
     }
+}
+
+/// What [`Store::evict`] evicted: how many entries, and the trash
+/// directories (names in `.keepwrap`) they wait in to be deleted.
+#[derive(Debug, Default)]
+pub struct Evicted {
+    pub entries: usize,
+    trash: Vec<String>,
 }

@@ -10,7 +10,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::{self, Pid};
 
 pub use crate::signals::{block_signals, is_forwarded, Ended};
-use crate::signals::{block_signals_in_thread, signal_name, SIGNAL_MAX};
+use crate::signals::{signal_name, SIGNAL_MAX};
 
 /// Was this signal raised by keepwrap itself (a SIGPIPE or SIGXFSZ from one
 /// of its own writes)? Such a signal says nothing to the child.
@@ -121,9 +121,6 @@ fn interpreter(script: &std::path::Path) -> Option<Vec<u8>> {
 /// faults after it, no pipe to learn whether the exec worked, and this
 /// thread resumes once the exec has succeeded or failed.
 pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
-    // What ran before (threads started through the C library) may have
-    // unblocked 32 and 33: block them again for the rest of the launch.
-    block_signals_in_thread();
     let fail = |error: io::Error| SpawnError {
         program: argv[0].clone(),
         error,

@@ -21,6 +21,7 @@ use nix::unistd::Pid;
 
 use crate::clock;
 use crate::keeper::{KeepMode, Keeper, Prepared};
+use crate::stops::Stopped;
 use child::Ended;
 
 /// While waiting for the rest of a process group to go, how often to look.
@@ -68,7 +69,10 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             .emit();
             Prepared::default()
         }
-        Ok(()) => prepare_interruptibly(&args.cache, &command, env),
+        Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
+            Ok(prepared) => prepared,
+            Err(stopped) => return stopped_before_start(stopped),
+        },
     };
 
     // The engine inherits the marker's lock: it outlives a `kill -9` of
@@ -98,15 +102,19 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
         marker: _hands_off_marker,
         after_start,
     } = prepared;
-    if let Some(job) = after_start {
-        run_detached(job);
-    }
+    let after_start = after_start.and_then(run_detached);
     if let Some(k) = keeper.as_mut() {
         k.child_started();
     }
 
     let ended = supervise(&sfd, pid, args, &mut keeper);
     drain_group(&sfd, pid, args);
+    // The work after the start (eviction, the trash) finishes before the
+    // statistics are written, unless it takes longer than a bounded wait
+    // (what is left of it, the next launch does after its own start).
+    if let Some(done) = after_start {
+        let _ = done.recv_timeout(AFTER_START_WAIT);
+    }
     if let Some(k) = keeper.as_mut() {
         k.child_ended(ended);
     }
@@ -140,36 +148,52 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
 /// engine once it runs.
 fn prepare_interruptibly(
     args: &crate::keeper::Settings,
+    read: crate::launch::Command,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
-) -> Prepared {
-    crate::stops::watch(stopped_before_start);
-    let prepared = Keeper::prepare(args, command, &env);
-    crate::stops::unwatch();
-    prepared
+) -> Result<Prepared, Stopped> {
+    crate::stops::watch();
+    let prepared = Keeper::prepare(args, read, command, &env);
+    // Stopped in a wait, or since the last one.
+    let unwatched = crate::stops::unwatch();
+    let prepared = prepared?;
+    unwatched?;
+    Ok(prepared)
 }
 
-/// A stop signal before the engine started: say so and exit 128+N.
-fn stopped_before_start(sig: Signal) -> ! {
+/// A stop signal before the engine started: say so; keepwrap exits 128+N.
+fn stopped_before_start(Stopped(sig): Stopped) -> ExitCode {
     let code = 128 + sig as i32;
     crate::events::Event::StoppedBeforeStart {
         signal: sig.to_string(),
         status: code,
     }
     .emit();
-    std::process::exit(code)
+    ExitCode::from(code as u8)
 }
 
 /// Run `job` on a thread of its own, never joined: what it logs comes when
-/// it is ready, and keepwrap's exit does not wait for it.
-fn run_detached(job: Box<dyn FnOnce() + Send>) {
-    if let Err(e) = crate::signals::spawn("keepwrap-explain", job) {
-        crate::events::Event::ExplainThreadFailed {
-            error: e.to_string(),
+/// it is ready. The receiver says when the part of it keepwrap's exit
+/// waits for is done (its sender dropped).
+fn run_detached(
+    job: Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>,
+) -> Option<std::sync::mpsc::Receiver<()>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    match crate::signals::spawn("keepwrap-explain", move || job(tx)) {
+        Ok(_) => Some(rx),
+        Err(e) => {
+            crate::events::Event::ExplainThreadFailed {
+                error: e.to_string(),
+            }
+            .emit();
+            None
         }
-        .emit();
     }
 }
+
+/// Longest wait, once the engine has ended, for the work run after its
+/// start.
+const AFTER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Forward signals, reap, and drive the keeper until the main child ends.
 /// Nothing here waits but `poll`: the keeper's commit work runs on its own
@@ -177,14 +201,6 @@ fn run_detached(job: Box<dyn FnOnce() + Send>) {
 fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
     let mut kill_at: Option<Instant> = None;
     loop {
-        // The C library's own signals held at the first thread start (which
-        // may have come in the last turn): forwarded before the poll.
-        for signo in crate::signals::take_held() {
-            child::forward_signo(pid, signo, args.kill_group);
-            if let Some(k) = keeper.as_mut() {
-                k.forwarded(signo);
-            }
-        }
         let now = Instant::now();
         if let Some(k) = keeper.as_mut() {
             k.tick(now);

@@ -82,7 +82,7 @@ pub(super) fn generation_of_sorted(fields: &[(&str, &Value)]) -> String {
     };
     canonical::write_python_json(&mut hasher, &object, compact)
         .expect("serializing into a hasher cannot fail");
-    hex::encode(hasher.finalize())
+    crate::digest::hex(hasher.finalize())
 }
 
 /// The object FlashInfer writes: `_metadata`, the entries, `_generation`.

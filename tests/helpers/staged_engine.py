@@ -7,6 +7,8 @@ by temp file + rename as FlashInfer saves them. Steps:
 
   write:R[:E]      write rank file R with E entries (default 4): 25% shared
                    by every rank, the rest its own, one fresh random version
+  resave:R         save rank file R again as it is (the same bytes, by temp
+                   file + rename): an engine that tuned nothing new
   onterm:C         on SIGTERM or SIGINT, exit with status C
   signals:FILE     on SIGUSR1, append the CLOCK_MONOTONIC time (ns) to FILE
   sleep:MS         sleep
@@ -39,6 +41,14 @@ def out(line):
     sys.stdout.flush()
 
 
+def save(rank, data):
+    os.makedirs(DIR, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".autotuner_", suffix=".tmp", dir=DIR)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(DIR, f"rank_tp{rank}_pp0_dp0.json"))
+
+
 def write(rank, entries):
     version = random.randrange(1 << 30)
     shared = entries // 4
@@ -49,11 +59,7 @@ def write(rank, entries):
         tactic = [i % 5, i % 24] if i < shared else [version % 97, i % 24]
         obj[key] = ["Runner", tactic, "median", {"time_ms": 0.5}]
     obj["_generation"] = "%064x" % version
-    os.makedirs(DIR, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".autotuner_", suffix=".tmp", dir=DIR)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, os.path.join(DIR, f"rank_tp{rank}_pp0_dp0.json"))
+    save(rank, json.dumps(obj, indent=2).encode())
 
 
 def serve(host, port):
@@ -91,6 +97,9 @@ def main():
         if name == "write":
             r, _, e = arg.partition(":")
             write(int(r), int(e or 4))
+        elif name == "resave":
+            with open(os.path.join(DIR, f"rank_tp{arg}_pp0_dp0.json"), "rb") as f:
+                save(int(arg), f.read())
         elif name == "onterm":
             code = int(arg)
             for s in (signal.SIGTERM, signal.SIGINT):

@@ -25,6 +25,7 @@ fn demo() -> Command {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn the_demo_keeps_its_logs_and_shows_keepwraps_lines_of_each_boot() {
     let dir = tempfile::tempdir().unwrap();
     // Three boots.
@@ -99,6 +100,7 @@ fn the_demo_keeps_its_logs_and_shows_keepwraps_lines_of_each_boot() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn the_demo_says_it_is_building_before_the_build() {
     // A `cargo` that only says it ran and fails: the demo stops there.
     let bin = tempfile::tempdir().unwrap();
@@ -118,6 +120,7 @@ fn the_demo_says_it_is_building_before_the_build() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn the_vllm_demo_reuses_restores_and_never_hangs() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("bash");

@@ -5,7 +5,7 @@
 //! `tests/fixtures/engines/`, `vllm` on PATH).
 
 use crate::common;
-use crate::vllm_e2e::{hermetic, until_outcome};
+use crate::common::vllm::{hermetic, until_outcome};
 
 use common::{Running, BIN};
 use serde_json::json;

@@ -125,7 +125,7 @@ fn a_vllm_config_files_host_and_port_are_probed_as_vllm_reads_them() {
         ),
     )
     .unwrap();
-    let f = until_signed(&mut crate::vllm_e2e::kw_vllm(
+    let f = until_signed(&mut common::vllm::kw_vllm(
         h.path(),
         &["--probe-interval", "50ms"],
         &["--config", cfg.to_str().unwrap()],
@@ -146,36 +146,29 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
     let port = free_port().to_string();
     let master = free_port().to_string();
     let boot = || {
-        let start = |rank: usize| {
-            let r = rank.to_string();
-            let mut args = vec![
+        common::vllm::two_nodes(&homes, &["--probe-interval", "50ms"], |rank| {
+            let mut args: Vec<String> = [
                 "-tp",
                 "2",
                 "-ep",
                 "--nnodes",
                 "2",
                 "--node-rank",
-                &r,
+                &rank.to_string(),
                 "--master-addr",
                 "127.0.0.1",
                 "--master-port",
                 &master,
-            ];
+            ]
+            .map(String::from)
+            .into();
             if rank == 0 {
-                args.extend(["--port", &port]);
+                args.extend(["--port".to_string(), port.clone()]);
             } else {
-                args.push("--headless");
+                args.push("--headless".into());
             }
-            Running::spawn(&mut crate::vllm_e2e::kw_vllm(
-                &homes[rank],
-                &["--probe-interval", "50ms"],
-                &args,
-                &[],
-            ))
-        };
-        let nodes = [start(1), start(0)];
-        let [headless, head] = nodes.map(until_outcome);
-        [head, headless]
+            args
+        })
     };
     let [head, headless] = boot();
     assert!(
@@ -405,7 +398,7 @@ fn a_vllm_https_server_is_probed_over_tls_and_an_https_url_is_a_rule() {
         ];
         let home = h.path().join(format!("{}", rule.is_some()));
         std::fs::create_dir_all(&home).unwrap();
-        let f = until_signed(&mut crate::vllm_e2e::kw_vllm(&home, &kw, &args, &[]));
+        let f = until_signed(&mut common::vllm::kw_vllm(&home, &kw, &args, &[]));
         let host = if rule.is_some() {
             "localhost"
         } else {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -205,14 +205,6 @@ fn rank_files(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn http_status(port: u16, path: &str) -> Option<u16> {
     let addr = ([127, 0, 0, 1], port).into();
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
@@ -224,6 +216,7 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn ep4_stock_gate_drops_every_boot_fixed_gate_keeps() {
     let dir = tempfile::tempdir().unwrap();
     let ep = ["--tp", "4", "--ep", "4"];
@@ -274,6 +267,7 @@ fn ep4_stock_gate_drops_every_boot_fixed_gate_keeps() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn tp4_without_ep_stock_gate_keeps_agreeing_files() {
     let dir = tempfile::tempdir().unwrap();
     let mut b1 = boot(dir.path(), &["--tp", "4"], &[], 0);
@@ -292,6 +286,7 @@ fn tp4_without_ep_stock_gate_keeps_agreeing_files() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn partial_hit_desynchronises_the_ranks() {
     let big = tempfile::tempdir().unwrap();
     let small = tempfile::tempdir().unwrap();
@@ -336,6 +331,7 @@ fn partial_hit_desynchronises_the_ranks() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn all_ranks_corrupt_gate_agrees_and_load_raises() {
     let dir = tempfile::tempdir().unwrap();
     boot(dir.path(), &["--tp", "2"], &[], 0);
@@ -347,9 +343,10 @@ fn all_ranks_corrupt_gate_agrees_and_load_raises() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn server_health_503_then_200_and_sigterm_stops_ranks() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = crate::common::free_port();
     let port_s = port.to_string();
     let mut l = Launch::spawn(
         dir.path(),
@@ -393,9 +390,10 @@ fn server_health_503_then_200_and_sigterm_stops_ranks() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn ranks_die_when_the_launcher_is_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
+    let port = crate::common::free_port().to_string();
     let mut l = Launch::spawn(
         dir.path(),
         &["--tp", "2", "--port", &port, "--tune-ms", "5"],
@@ -412,6 +410,7 @@ fn ranks_die_when_the_launcher_is_killed() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn saved_file_format_matches_save_configs() {
     let dir = tempfile::tempdir().unwrap();
     boot(
@@ -496,10 +495,11 @@ fn saved_file_format_matches_save_configs() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn two_nodes_on_one_machine_share_tactics() {
     let c0 = tempfile::tempdir().unwrap();
     let c1 = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", crate::common::free_port());
     let node = |r: &'static str| {
         vec![
             "--offline",
@@ -544,6 +544,7 @@ fn two_nodes_on_one_machine_share_tactics() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn cache_off_writes_a_new_runs_file_each_boot() {
     let dir = tempfile::tempdir().unwrap();
     let off = [("SGLANG_FLASHINFER_AUTOTUNE_CACHE", "0")];

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -23,28 +23,13 @@ fn fake() -> PathBuf {
     common::repo().join("tests/fixtures/engines/fake_vllm.py")
 }
 
-/// A command with nothing of the caller's vLLM, FlashInfer or fake settings,
-/// HOME in `home`, and collectives that give up after 20 s.
-fn hermetic(mut cmd: Command, home: &Path) -> Command {
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        if k.starts_with("VLLM_") || k.starts_with("FLASHINFER_") || k.starts_with("FAKE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env_remove("XDG_CACHE_HOME")
-        .env("HOME", home)
-        .env("FAKE_DIST_TIMEOUT_S", "20");
-    cmd
-}
-
 /// `python3 tests/fixtures/engines/fake_vllm.py serve /models/fake-moe ARGS...`
 fn serve(home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new("python3");
     cmd.arg(fake())
         .args(["serve", "/models/fake-moe", "--tune-ms", "2"])
         .args(args);
-    let mut cmd = hermetic(cmd, home);
+    let mut cmd = common::vllm::hermetic_cmd(cmd, home);
     cmd.envs(envs.iter().copied());
     cmd
 }
@@ -113,14 +98,6 @@ fn all_are(f: &Finished, field: &str, want: Value) -> bool {
     !m.is_empty() && m.values().all(|v| *v == want)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET path` on 127.0.0.1:port: the status code, or the connect error kind.
 fn get(port: u16, path: &str) -> Result<u16, ErrorKind> {
     let addr = ([127, 0, 0, 1], port).into();
@@ -156,6 +133,7 @@ fn is_event(line: &str, kind: &str) -> bool {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn layout_c_keeps_per_rank_files_and_a_warm_boot_writes_nothing() {
     let home = tempfile::tempdir().unwrap();
     let ep = ["-tp", "2", "--enable-expert-parallel"];
@@ -225,6 +203,7 @@ fn layout_c_keeps_per_rank_files_and_a_warm_boot_writes_nothing() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn layout_c_gate_a_corrupt_file_or_a_refused_load_retunes_all_a_json_array_fails() {
     let home = tempfile::tempdir().unwrap();
     let tp = ["-tp", "2"];
@@ -259,6 +238,7 @@ fn layout_c_gate_a_corrupt_file_or_a_refused_load_retunes_all_a_json_array_fails
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn layout_a_under_ep_hangs_on_a_warm_boot_and_not_on_a_cold_one() {
     let home = tempfile::tempdir().unwrap();
     let env = [("FAKE_VLLM_LAYOUT", "A")];
@@ -290,6 +270,7 @@ fn layout_a_under_ep_hangs_on_a_warm_boot_and_not_on_a_cold_one() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn layout_a_warm_boots_that_do_not_hang() {
     let home = tempfile::tempdir().unwrap();
     // A dense model (its config.json names no experts) under EP.
@@ -308,7 +289,7 @@ fn layout_a_warm_boots_that_do_not_hang() {
             .arg(model)
             .args(["--offline", "--tune-ms", "2"])
             .args(args);
-        let mut c = hermetic(c, home.path());
+        let mut c = common::vllm::hermetic_cmd(c, home.path());
         c.envs(env);
         let f = Running::spawn(&mut c).finish(DEADLINE);
         assert_eq!(f.code, code, "{args:?}: {}", f.stderr);
@@ -329,6 +310,7 @@ fn layout_a_warm_boots_that_do_not_hang() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn a_changed_vllm_variable_silently_reuses_the_cache_from_0_30_on() {
     let home = tempfile::tempdir().unwrap();
     let ep = ["-tp", "2", "-ep"];
@@ -382,6 +364,7 @@ fn a_changed_vllm_variable_silently_reuses_the_cache_from_0_30_on() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn cache_root_and_launch_shapes_follow_vllm() {
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
@@ -468,7 +451,7 @@ fn cache_root_and_launch_shapes_follow_vllm() {
     for argv in &shapes {
         let mut c = Command::new(argv[0]);
         c.args(&argv[1..]).args(["--offline", "--tune-ms", "2"]);
-        let mut c = hermetic(c, h);
+        let mut c = common::vllm::hermetic_cmd(c, h);
         c.env("PATH", &path).env("PYTHONPATH", &engines);
         let f = Running::spawn(&mut c).finish(DEADLINE);
         assert_eq!(f.code, 0, "{argv:?}: {}", f.stderr);
@@ -483,12 +466,13 @@ fn cache_root_and_launch_shapes_follow_vllm() {
     // A bad command line is exit 2 with the reason.
     let mut c = Command::new("python3");
     c.arg(fake()).args(["serve", "--tune-ms", "2"]);
-    let f = Running::spawn(&mut hermetic(c, h)).finish(DEADLINE);
+    let f = Running::spawn(&mut common::vllm::hermetic_cmd(c, h)).finish(DEADLINE);
     assert_eq!(f.code, 2);
     assert!(f.stderr.contains("No model specified"), "{}", f.stderr);
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn one_rank_on_0_33_uses_flashinfers_managed_store() {
     let home = tempfile::tempdir().unwrap();
     let b1 = boot(home.path(), &[], &[], 0);
@@ -508,9 +492,10 @@ fn one_rank_on_0_33_uses_flashinfers_managed_store() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn api_port_refuses_connections_until_ready_then_answers_200() {
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = crate::common::free_port();
     let p = port.to_string();
     let args = [
         "-tp",
@@ -567,12 +552,13 @@ fn api_port_refuses_connections_until_ready_then_answers_200() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn headless_node_serves_nothing_and_exits_0_on_sigterm() {
     let h0 = tempfile::tempdir().unwrap();
     let h1 = tempfile::tempdir().unwrap();
-    let master = free_port().to_string();
-    let api = free_port();
-    let api1 = free_port().to_string();
+    let master = crate::common::free_port().to_string();
+    let api = crate::common::free_port();
+    let api1 = crate::common::free_port().to_string();
     let node = |home: &Path, rank: &str, extra: &[&str]| {
         let mut args = vec![
             "-tp",
@@ -653,10 +639,11 @@ fn headless_node_serves_nothing_and_exits_0_on_sigterm() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn data_parallel_across_two_nodes_folds_dp_into_the_world() {
     let h0 = tempfile::tempdir().unwrap();
     let h1 = tempfile::tempdir().unwrap();
-    let rpc = free_port().to_string();
+    let rpc = crate::common::free_port().to_string();
     let common_args = [
         "-tp",
         "2",
@@ -703,6 +690,7 @@ fn data_parallel_across_two_nodes_folds_dp_into_the_world() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn crash_mid_tune_saves_nothing_crash_mid_save_leaves_a_partial_temp() {
     let home = tempfile::tempdir().unwrap();
     let tp = ["-tp", "2", "-ep"];
@@ -734,6 +722,7 @@ fn crash_mid_tune_saves_nothing_crash_mid_save_leaves_a_partial_temp() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn keepwrap_disable_passes_the_hang_through() {
     let home = tempfile::tempdir().unwrap();
     let engines = common::repo().join("tests/fixtures/engines");
@@ -755,7 +744,7 @@ fn keepwrap_disable_passes_the_hang_through() {
             "-ep",
         ])
         .args(["--offline", "--tune-ms", "2"]);
-        let mut c = hermetic(c, home.path());
+        let mut c = common::vllm::hermetic_cmd(c, home.path());
         c.env("PATH", &path)
             .env("FAKE_VLLM_LAYOUT", "A")
             .env("KEEPWRAP_CACHE_DIR", home.path().join("kw"))

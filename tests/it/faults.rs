@@ -698,35 +698,6 @@ fn warnings(f: &Finished) -> Vec<String> {
         .collect()
 }
 
-/// `unshare --mount sh -c 'SETUP; exec "$@"' ROOT CMD...`: CMD in a private
-/// mount namespace after SETUP ran with `$0` = ROOT.
-fn in_mount_ns(setup: &str, root: &Path, inner: &Command) -> Command {
-    let mut cmd = Command::new("unshare");
-    cmd.args(["--mount", "sh", "-c", &format!("{setup} && exec \"$@\"")])
-        .arg(root)
-        .arg(inner.get_program())
-        .args(inner.get_args());
-    if let Some(dir) = inner.get_current_dir() {
-        cmd.current_dir(dir);
-    }
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    cmd
-}
-
-fn can_mount() -> bool {
-    is_root()
-        && have("unshare")
-        && Command::new("unshare")
-            .args(["--mount", "true"])
-            .status()
-            .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn a_root_that_cannot_be_used_gets_one_warning_and_the_launch_goes_on() {
     let h = scratch();

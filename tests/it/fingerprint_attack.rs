@@ -45,14 +45,10 @@ fn fingerprint(cwd: &Path, args: &[&str]) -> Option<String> {
     }
 }
 
-fn mkfifo(path: &Path) {
-    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-}
-
 #[test]
 fn a_config_path_that_is_no_regular_file_neither_blocks_nor_reads_forever() {
     let dir = tempfile::tempdir().unwrap();
-    mkfifo(&dir.path().join("fifo.yaml"));
+    common::mkfifo(&dir.path().join("fifo.yaml"));
     std::fs::create_dir(dir.path().join("dir.yaml")).unwrap();
     let mut seen = Vec::new();
     for path in ["fifo.yaml", "/dev/zero", "dir.yaml", "missing.yaml"] {
@@ -69,7 +65,7 @@ fn a_config_path_that_is_no_regular_file_neither_blocks_nor_reads_forever() {
 fn a_model_config_that_is_no_regular_file_neither_blocks_nor_reads_forever() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("m")).unwrap();
-    mkfifo(&dir.path().join("m/config.json"));
+    common::mkfifo(&dir.path().join("m/config.json"));
     std::fs::create_dir(dir.path().join("z")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", dir.path().join("z/config.json")).unwrap();
     std::fs::create_dir(dir.path().join("loop")).unwrap();
@@ -87,7 +83,7 @@ fn a_hub_ref_that_is_a_fifo_does_not_block() {
     let dir = tempfile::tempdir().unwrap();
     let refs = dir.path().join("hub/models--org--name/refs");
     std::fs::create_dir_all(&refs).unwrap();
-    mkfifo(&refs.join("main"));
+    common::mkfifo(&refs.join("main"));
     assert!(fingerprint(dir.path(), &["--model-path", "org/name"]).is_some());
 }
 

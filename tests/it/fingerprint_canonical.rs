@@ -78,14 +78,14 @@ impl Tree {
             Tree::Null => json!({"t": "null"}),
             Tree::Bool(b) => json!({"t": "bool", "v": b}),
             Tree::Int(i) => json!({"t": "int", "v": i.to_string()}),
-            Tree::Float(f) => json!({"t": "float", "v": hex::encode(f.to_be_bytes())}),
-            Tree::Str(b) => json!({"t": "str", "v": hex::encode(b)}),
+            Tree::Float(f) => json!({"t": "float", "v": crate::common::hex(f.to_be_bytes())}),
+            Tree::Str(b) => json!({"t": "str", "v": crate::common::hex(b)}),
             Tree::List(items) => {
                 json!({"t": "list", "v": items.iter().map(Tree::to_oracle).collect::<Vec<_>>()})
             }
             Tree::Map(entries) => json!({
                 "t": "map",
-                "v": entries.iter().map(|(k, v)| json!([hex::encode(k), v.to_oracle()])).collect::<Vec<_>>(),
+                "v": entries.iter().map(|(k, v)| json!([crate::common::hex(k), v.to_oracle()])).collect::<Vec<_>>(),
             }),
         }
     }
@@ -400,7 +400,8 @@ fn redacted_inputs_hash_env_values_and_secret_args() {
         (b"PATH", b"/bin"),
     ]);
     let launch = Launch::new(&opts(ProfileName::Sglang), &argv, &env);
-    let h = |b: &[u8]| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b))[..12].to_string();
+    let h =
+        |b: &[u8]| crate::common::hex(<sha2::Sha256 as sha2::Digest>::digest(b))[..12].to_string();
     let want = json!({
         "profile": "sglang",
         "argv": ["python", format!("--hf-token=<redacted sha256:{}>", h(b"hf-2")), "--tp", "4"],

@@ -48,6 +48,7 @@ fn fingerprint(side: &Value, dir: &std::path::Path, name: &str) -> String {
 const MUST_AGREE: &[&str] = &["reorder", "spelling", "repeat"];
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn keepwrap_never_merges_launches_sglang_tells_apart() {
     let dir = tempfile::tempdir().unwrap();
     let mut collisions = Vec::new();
@@ -97,6 +98,7 @@ const CONFIGS: &str = include_str!("../fixtures/sglang_config_files.jsonl");
 /// or refuses the file (then its bytes count); and two files whose tokens
 /// SGLang makes differently never get the same tokens from keepwrap.
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn config_files_read_as_sglang_reads_them() {
     use keepwrap::launch::config::{read, Outcome};
     let dir = tempfile::tempdir().unwrap();

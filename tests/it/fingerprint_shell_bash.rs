@@ -123,6 +123,7 @@ fn shell_words(shell: &str, dir: &std::path::Path, script: &str) -> Option<Vec<S
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
     #[test]
+    #[ignore = "slow: run by .ci/run"]
     fn what_keepwrap_reads_is_what_the_shell_runs(
         lead in prop::sample::select(&[
             "", "exec ", "A=1 ", "A=1 exec ",

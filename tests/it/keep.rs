@@ -453,7 +453,7 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         &[],
         &[EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
     ));
-    a.wait_event("not_signing_other_launch", Duration::from_secs(30));
+    a.wait_event("other_launch_after_done", Duration::from_secs(30));
     a.guard.signal(Signal::SIGTERM);
     let a = a.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);
@@ -470,9 +470,19 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         "B signs nothing it wrote beside A: {}",
         b.stderr
     );
+    // A's one verdict on what landed after its sign at done: B's files,
+    // not signed; its own set went into the store whole.
     assert!(
-        a.has_event("not_signing_other_launch"),
+        !a.has_event("not_signing_other_launch"),
         "A does not sign again what B wrote: {}",
+        a.stderr
+    );
+    let verdict = a.event("late_not_signed_other_launch");
+    assert!(
+        verdict["message"].as_str().unwrap().ends_with(
+            "; the 4 cache files signed at done went into the store whole: the next launch of this one brings them back"
+        ),
+        "{}",
         a.stderr
     );
     // The next boot of A gets its own set back and tunes nothing.

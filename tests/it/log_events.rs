@@ -548,6 +548,30 @@ fn misworded_lines(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// The paths one boot's text log gave more than one verdict (`kept P:`,
+/// `removed P:`, `stored P:`, at any level), with those lines.
+fn two_verdicts(stderr: &str) -> Vec<String> {
+    let mut by_path: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for line in stderr.lines() {
+        let Some(rest) = line
+            .strip_prefix("keepwrap: ")
+            .map(|l| l.strip_prefix("debug: ").unwrap_or(l))
+        else {
+            continue;
+        };
+        for verb in ["kept ", "removed ", "stored "] {
+            if let Some((path, _)) = rest.strip_prefix(verb).and_then(|r| r.split_once(": ")) {
+                by_path.entry(path).or_default().push(line);
+            }
+        }
+    }
+    by_path
+        .into_values()
+        .filter(|lines| lines.len() > 1)
+        .map(|lines| lines.join("\n"))
+        .collect()
+}
+
 #[test]
 fn the_scanner_of_misworded_lines_finds_what_it_looks_for() {
     for bad in [
@@ -559,6 +583,10 @@ fn the_scanner_of_misworded_lines_finds_what_it_looks_for() {
     ] {
         assert!(misworded(bad).is_some(), "{bad}");
     }
+    assert_eq!(
+        two_verdicts("keepwrap: kept d/a.json: signed for this launch\nkeepwrap: kept d/b.json: signed for this launch\nkeepwrap: debug: removed d/a.json: why\n").len(),
+        1
+    );
     for good in [
         "keepwrap: prune: kept 1, removed 0 cache files and 0 leftovers",
         "keepwrap: tuned and signed 1 cache file",
@@ -588,6 +616,12 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
     let all = std::cell::RefCell::new(String::new());
     let run = |cmd: &mut Command| {
         let f = output(cmd);
+        assert_eq!(
+            two_verdicts(&f.stderr),
+            Vec::<String>::new(),
+            "{}",
+            f.stderr
+        );
         all.borrow_mut().push_str(&f.stderr);
         f
     };
@@ -612,9 +646,13 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
         "{}",
         u.stderr
     );
-    // A signed file corrupted: removed, one of one.
+    // A signed file corrupted: removed, one of one; one of two, and a
+    // file planted beside them: each file one verdict.
     std::fs::write(root.join(DIR).join("rank_tp0_pp0_dp0.json"), "garbage\n").unwrap();
     run(&mut one_rank(&root, &exit, ""));
+    std::fs::write(two.join(DIR).join("rank_tp1_pp0_dp0.json"), "{}").unwrap();
+    std::fs::write(two.join(DIR).join("rank_tp2_pp0_dp0.json"), "{}").unwrap();
+    run(engine(&two, "text", &exit, same_key).env("KEEPWRAP_LOG", "debug"));
     // A file that lands after done, then a stop.
     let late = t.path().join("late");
     let mut r = common::Running::spawn(&mut one_rank(

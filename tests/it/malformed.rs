@@ -89,11 +89,6 @@ fn sparse(root: &Path, rel: &str, len: u64) {
     std::fs::File::create(&p).unwrap().set_len(len).unwrap();
 }
 
-fn mkfifo(p: &Path) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-}
-
 type Plant = Box<dyn Fn(&Path, &str)>;
 
 /// A planted input: what to plant, which file the log line names, what it

@@ -311,34 +311,9 @@ fn every_node_launches_when_the_share_is_missing() {
     assert!(!share.exists(), "keepwrap does not create a missing share");
 }
 
-/// Whether this test may make mount namespaces (root, and `unshare -m`
-/// works here).
-fn can_mount() -> bool {
-    is_root()
-        && Command::new("unshare")
-            .args(["-m", "true"])
-            .status()
-            .is_ok_and(|s| s.success())
-}
-
-/// `cmd` run in a private mount namespace after the shell `setup`.
-fn in_mount_ns(cmd: &Command, setup: &str) -> Command {
-    let mut c = Command::new("unshare");
-    c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$0\" \"$@\"")])
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
-    c
-}
-
 #[test]
 fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
-    if !common::has_need(can_mount(), "root and unshare -m") {
+    if !common::has_need(can_mount(), "root and unshare --mount") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -347,12 +322,12 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
     all_ok(&boot_nodes(t.path(), share_kw(&share)), "boot 1");
 
     let s = share.display().to_string();
-    let setup = format!("mount --bind '{s}' '{s}' && mount -o remount,bind,ro '{s}'");
+    let setup = "mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\"";
     let port = free_port();
     let kw = ["--share", s.as_str()];
     let b = boot_all(
         (0..NODES)
-            .map(|r| in_mount_ns(&node(t.path(), r, port, &kw), &setup))
+            .map(|r| in_mount_ns(setup, &share, &node(t.path(), r, port, &kw)))
             .collect(),
     );
     all_ok(&b, "read-only share");
@@ -377,21 +352,19 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
 
 #[test]
 fn every_node_launches_when_the_share_is_full() {
-    if !common::has_need(can_mount(), "root and unshare -m") {
+    if !common::has_need(can_mount(), "root and unshare --mount") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
     std::fs::create_dir(&share).unwrap();
     let s = share.display().to_string();
-    let setup = format!(
-        "mount -t tmpfs -o size=64k none '{s}' && {{ head -c 1000000 /dev/zero > '{s}/fill' 2>/dev/null; true; }}"
-    );
+    let setup = "mount -t tmpfs -o size=64k none \"$0\" && { head -c 1000000 /dev/zero > \"$0/fill\" 2>/dev/null; true; }";
     let port = free_port();
     let kw = ["--share", s.as_str()];
     let b = boot_all(
         (0..NODES)
-            .map(|r| in_mount_ns(&node(t.path(), r, port, &kw), &setup))
+            .map(|r| in_mount_ns(setup, &share, &node(t.path(), r, port, &kw)))
             .collect(),
     );
     all_ok(&b, "full share");

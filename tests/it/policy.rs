@@ -295,8 +295,33 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
     assert!(
         b.logged_with(
             "late_not_signed_abnormal",
-            json!({"late": 1, "status": "137 (killed by SIGKILL)"})
+            json!({"late": 1, "status": "137 (killed by SIGKILL)", "set_holds": false})
         ),
+        "{}",
+        b.stderr
+    );
+    // The launch's verdict is the one that holds: the set signed at done
+    // is broken, and the next launch tunes again.
+    assert_eq!(
+        b.event("late_not_signed_abnormal")["message"],
+        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{0}): the engine ended abnormally with status 137 (killed by SIGKILL); the set signed at done no longer holds ({DIR}/{0} changed since it was signed): the next launch tunes again", rank(0)),
+        "{}",
+        b.stderr
+    );
+    ends_on_how_the_engine_ended(&b, "the engine was killed by SIGKILL (status 137) after ");
+}
+
+/// The last line of `b` is `head` and the engine's uptime.
+fn ends_on_how_the_engine_ended(b: &Finished, head: &str) {
+    let events = b.log_events();
+    let last = events.last().unwrap();
+    assert_eq!(last["code"], "engine_ended", "{}", b.stderr);
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message
+            .strip_prefix(head)
+            .and_then(|t| t.strip_suffix(" s"))
+            .is_some_and(|t| t.parse::<f64>().is_ok()),
         "{}",
         b.stderr
     );
@@ -334,10 +359,20 @@ fn rule2_a_new_rank_after_done_then_a_crash_keeps_the_set_signed_at_done() {
         b.stderr
     );
     assert!(
-        b.logged_with("late_not_signed_abnormal", json!({"status": "3"})),
+        b.logged_with(
+            "late_not_signed_abnormal",
+            json!({"status": "3", "set_holds": true})
+        ),
         "{}",
         b.stderr
     );
+    assert_eq!(
+        b.event("late_not_signed_abnormal")["message"],
+        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{}): the engine ended abnormally with status 3; the 2 cache files signed at done stay signed as they were: the next launch keeps them and removes the late one", rank(2)),
+        "{}",
+        b.stderr
+    );
+    ends_on_how_the_engine_ended(&b, "the engine exited with status 3 after ");
 }
 
 #[test]
@@ -352,23 +387,24 @@ fn rule2_what_lands_after_done_is_signed_when_the_engine_exits_0_on_its_own() {
     );
 }
 
-#[test]
-fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
+/// A boot that signs ranks 0 and 1 at done, then runs `late` (a step of
+/// the engine's) and is stopped by a TERM keepwrap forwards (its engine
+/// exits 0 on it), and which rank files the next boot keeps.
+fn a_stop_after(kw_args: &[&str], late: &str) -> (Finished, Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("cache");
-    let kw_args = ["--done", "quiet=400ms"];
     let steps = [
         "report",
         "onterm:0",
         "write:0",
         "write:1",
         "sleep:1500",
-        "write:0",
+        late,
         "mark:late",
         "wait",
     ];
-    let mut kw = Running::spawn(&mut staged(&root, &kw_args, &steps));
-    kw.wait_stdout("the late write", Duration::from_secs(20), |l| {
+    let mut kw = Running::spawn(&mut staged(&root, kw_args, &steps));
+    kw.wait_stdout("the late save", Duration::from_secs(20), |l| {
         l == "mark late"
     });
     kw.wait_event("late_landing", Duration::from_secs(10));
@@ -376,6 +412,14 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
     let b = kw.finish(Duration::from_secs(20));
     assert_eq!(b.code, 0);
     assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+    ends_on_how_the_engine_ended(&b, "the engine exited with status 0 after ");
+    let kept = next_boot_keeps(&root, kw_args, &steps);
+    (b, kept)
+}
+
+#[test]
+fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
+    let (b, kept) = a_stop_after(&["--done", "quiet=400ms"], "write:0");
     assert!(
         b.logged_with(
             "late_not_signed_stopped",
@@ -385,9 +429,33 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
         b.stderr
     );
     assert!(
-        next_boot_keeps(&root, &kw_args, &steps).is_empty(),
+        b.event("late_not_signed_stopped")["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("; the set signed at done no longer holds ({DIR}/{} changed since it was signed): the next launch tunes again", rank(0))),
+        "{}",
+        b.stderr
+    );
+    assert!(
+        kept.is_empty(),
         "rank 0 changed after done: nothing of the mixed set is kept"
     );
+}
+
+#[test]
+fn rule2_a_rank_saved_again_as_signed_after_done_then_a_stop_leaves_the_set_as_signed() {
+    // The sign at done unifies nothing (--unify off): the engine's bytes
+    // are the signed ones, and saving them again changes nothing.
+    let (b, kept) = a_stop_after(&["--done", "quiet=400ms", "--unify", "off"], "resave:0");
+    // No verdict contradicts "tuned and signed 2 cache files".
+    assert!(
+        !b.log_events()
+            .iter()
+            .any(|e| e["code"].as_str().unwrap().starts_with("late_not_signed")),
+        "{}",
+        b.stderr
+    );
+    assert_eq!(kept, vec![rank(0), rank(1)], "{}", b.stderr);
 }
 
 /// CLOCK_MONOTONIC in ns, the clock the engine's handler reads too.

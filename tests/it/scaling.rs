@@ -115,6 +115,7 @@ fn per_file(c: &Commit, dirs: usize) -> f64 {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn bytes_and_files_written_at_done_grow_linearly_with_ranks() {
     let runs: Vec<(usize, Commit)> = [4, 16, 64].iter().map(|&r| (r, commit(1, r))).collect();
     for (ranks, c) in &runs {
@@ -154,6 +155,7 @@ fn bytes_and_files_written_at_done_grow_linearly_with_ranks() {
 }
 
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn bytes_and_files_written_at_done_grow_linearly_with_files() {
     let runs: Vec<(usize, Commit)> = [2, 8, 32].iter().map(|&d| (d, commit(d, 8))).collect();
     for (dirs, c) in &runs {
@@ -260,6 +262,7 @@ fn reads_per_file(files: usize) -> [(f64, f64); 2] {
 /// stash read every byte of a set once it had moved. The same per file at
 /// 64 and 256 files: linear.
 #[test]
+#[ignore = "slow: run by .ci/run"]
 fn reads_before_the_start_per_kept_file_stay_small_and_flat() {
     for files in [64, 256] {
         let [(reuse_calls, reuse_bytes), (stash_calls, stash_bytes)] = reads_per_file(files);
@@ -270,4 +273,93 @@ fn reads_before_the_start_per_kept_file_stay_small_and_flat() {
         assert!(reuse_calls <= 1.5 && reuse_bytes <= 1024.0, "{shown}");
         assert!(stash_calls <= 1.5 && stash_bytes <= 1536.0, "{shown}");
     }
+}
+
+/// System calls keepwrap made before the engine's execve (`strace -f`),
+/// for one launch like [`launch`]'s.
+fn syscalls_before_start(cache: &Path, ctl: &Path, write: usize) -> usize {
+    let write_file = ctl.join("write");
+    std::fs::write(&write_file, write.to_string()).unwrap();
+    let trace = ctl.join("strace.txt");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-qq", "-o"])
+        .arg(&trace)
+        .arg(crate::common::BIN)
+        .env("KEEPWRAP_CACHE_DIR", cache)
+        .env("KEEPWRAP_KEEP", "always")
+        .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
+        .env("READS_CTL", ctl)
+        .arg("--")
+        .arg("python3")
+        .arg(crate::common::helper("reads_at_start.py"));
+    let out = crate::common::output(&mut cmd);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut calls = 0;
+    for line in text.lines() {
+        let Some((_pid, call)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("<...") || call.starts_with("+++") || call.starts_with("---") {
+            continue;
+        }
+        // A debug build's check that a descriptor is open before it is
+        // closed (Rust's `OwnedFd`): not in the release build.
+        if call.starts_with("fcntl(") && call.contains(", F_GETFD)") {
+            continue;
+        }
+        // The engine's execve (execvp tries each directory of PATH).
+        let program = call
+            .strip_prefix("execve(\"")
+            .and_then(|rest| rest.split('"').next());
+        if program.is_some_and(|p| p.ends_with("/python3")) {
+            return calls;
+        }
+        calls += 1;
+    }
+    panic!("no execve of the engine in the trace:\n{text}");
+}
+
+/// Reuse makes at most 5 system calls a kept file before the engine's
+/// start: its sidecar read (`openat`, `read`, `close`), one `lstat` for
+/// the file's stamp, and a share of its directory's listing, walked once.
+/// Counted between 64 and 512 kept files (8 rank files a directory), so
+/// that the launch's constant work cancels out. Before: 5.26 a file, the
+/// tree walked twice (prune, then the watcher's first walk: about 10 calls
+/// a directory).
+#[test]
+#[ignore = "needs strace"]
+fn reuse_makes_at_most_5_system_calls_a_kept_file() {
+    let mut at = Vec::new();
+    for files in [64, 512] {
+        let t = tempfile::tempdir().unwrap();
+        let ctl = t.path().join("ctl");
+        std::fs::create_dir(&ctl).unwrap();
+        let cache = t.path().join("cache");
+        let (_, log) = launch(&cache, &ctl, files, false);
+        assert!(
+            log.contains(&format!("tuned and signed {files} cache files")),
+            "{log}"
+        );
+        let calls = syscalls_before_start(&cache, &ctl, 0);
+        let (_, log) = launch(&cache, &ctl, 0, false);
+        assert!(
+            log.contains(&format!("reused {files} cache files")),
+            "{log}"
+        );
+        at.push((files, calls));
+    }
+    let [(a, ca), (b, cb)] = at[..] else {
+        unreachable!()
+    };
+    let per_file = (cb - ca) as f64 / (b - a) as f64;
+    eprintln!(
+        "system calls before the start: {ca} at {a} kept files, {cb} at {b}: {per_file:.2} a file"
+    );
+    assert!(
+        per_file <= 5.0,
+        "{per_file:.2} system calls a kept file ({ca} at {a} files, {cb} at {b})"
+    );
 }

@@ -1,12 +1,13 @@
-//! The troubleshooting reference comes from the catalogue of events: the
-//! variants of `keepwrap::events::Event`, as the hidden `keepwrap events`
-//! lists them with their codes, levels and message templates. No log call
-//! lives outside `src/events/` (every line keepwrap logs is a variant);
-//! every code has exactly one row of the reference, keyed by its code in
-//! the `Event` column, at the levels it is logged at; no row names a code
-//! that does not exist; and the row's `Line` column holds the fixed text of
-//! each of the code's message templates, so that the wording a user greps
-//! for is the wording keepwrap writes.
+//! The troubleshooting reference comes from the catalogue of events
+//! (`src/events/`): no log call lives elsewhere in `src/`; every event the
+//! catalogue logs (the variants of `Event`, as the hidden `keepwrap
+//! events` lists them with their levels and message templates, and the
+//! events still logged by a function of their own, read from their calls)
+//! has exactly one row of the reference, keyed by its code in the `Event`
+//! column, at the levels it is logged at; no row names an event that does
+//! not exist; and the row's `Line` column holds the fixed text of the
+//! event's message, so that the wording a user greps for is the wording
+//! keepwrap writes.
 
 use crate::common;
 
@@ -26,9 +27,113 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every `tracing` log macro call (`info!(`, ..., `event!(`) in the files
-/// under `dir`: `file:line`.
-fn log_calls(dir: &Path) -> Vec<String> {
+/// The string literal at the start of `s`: its value (plain or raw, with
+/// `\` line continuations folded as Rust folds them) and its length in `s`.
+fn literal(s: &str) -> Option<(String, usize)> {
+    if let Some(rest) = s.strip_prefix('r') {
+        let hashes = rest.len() - rest.trim_start_matches('#').len();
+        let body = rest[hashes..].strip_prefix('"')?;
+        let close = format!("\"{}", "#".repeat(hashes));
+        let end = body.find(&close)?;
+        return Some((body[..end].to_string(), 1 + hashes + 1 + end + close.len()));
+    }
+    let body = s.strip_prefix('"')?;
+    let mut out = String::new();
+    let mut chars = body.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, i + 2)),
+            '\\' => match chars.next()?.1 {
+                '\n' => {
+                    while chars.peek().is_some_and(|(_, c)| c.is_whitespace()) {
+                        chars.next();
+                    }
+                }
+                'n' => out.push('\n'),
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// One log call: where, its level, its event name, its message literal.
+#[derive(Debug)]
+struct Call {
+    at: String,
+    level: &'static str,
+    event: Option<String>,
+    message: Option<String>,
+}
+
+/// The arguments of the macro call whose `(` is at the start of `s`, up to
+/// the matching `)`, with string literals kept whole.
+fn call_args(s: &str) -> &str {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < s.len() {
+        let rest = &s[i..];
+        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
+            if let Some((_, len)) = literal(rest) {
+                i += len;
+                continue;
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[1..i];
+                }
+            }
+            _ => {}
+        }
+        i += c.len_utf8();
+    }
+    &s[1..]
+}
+
+/// The event name (`event = "name"`) and the message (the first literal
+/// that is not a field's value) of a call's arguments.
+fn event_and_message(args: &str) -> (Option<String>, Option<String>) {
+    let mut event = None;
+    let mut message = None;
+    let mut i = 0;
+    while i < args.len() {
+        let rest = &args[i..];
+        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
+            // A raw string only where `r` starts a token.
+            let token_start = args[..i]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            if token_start {
+                if let Some((value, len)) = literal(rest) {
+                    let before = args[..i].trim_end();
+                    if before.ends_with(':') {
+                        // `target: "..."`: not the message.
+                    } else if let Some(field) = before.strip_suffix('=') {
+                        if field.trim_end().ends_with("event") && event.is_none() {
+                            event = Some(value);
+                        }
+                    } else if message.is_none() {
+                        message = Some(value);
+                    }
+                    i += len;
+                    continue;
+                }
+            }
+        }
+        i += rest.chars().next().unwrap().len_utf8();
+    }
+    (event, message)
+}
+
+/// Every `tracing` log call in the files under `dir`.
+fn log_calls(dir: &Path) -> Vec<Call> {
     let mut files = Vec::new();
     rust_files(dir, &mut files);
     files.sort();
@@ -40,18 +145,25 @@ fn log_calls(dir: &Path) -> Vec<String> {
             .unwrap()
             .display()
             .to_string();
-        for name in LEVELS.iter().chain(&["event"]) {
-            let mac = format!("{name}!");
+        for level in LEVELS {
+            let mac = format!("{level}!");
             for (at, _) in text.match_indices(&mac) {
                 // A whole name (`warn!`, `tracing::warn!`), not `prewarn!`.
                 let before = text[..at].chars().last();
                 if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
                     continue;
                 }
-                if !text[at + mac.len()..].trim_start().starts_with('(') {
+                let after = text[at + mac.len()..].trim_start();
+                if !after.starts_with('(') {
                     continue;
                 }
-                calls.push(format!("{rel}:{}", text[..at].matches('\n').count() + 1));
+                let (event, message) = event_and_message(call_args(after));
+                calls.push(Call {
+                    at: format!("{rel}:{}", text[..at].matches('\n').count() + 1),
+                    level: if level == "trace" { "debug" } else { level },
+                    event,
+                    message,
+                });
             }
         }
     }
@@ -94,9 +206,35 @@ fn fixed_text(message: &str) -> Option<String> {
         .max_by_key(|p| p.chars().count())
 }
 
+/// The catalogue: every event name, with the levels it is logged at and
+/// the messages it is logged with.
+fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
+    let mut out: BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> = BTreeMap::new();
+    let mut unnamed = Vec::new();
+    for call in log_calls(&common::repo().join("src/events")) {
+        let Some(event) = call.event else {
+            unnamed.push(call.at);
+            continue;
+        };
+        let entry = out.entry(event).or_default();
+        entry.0.insert(call.level);
+        entry.1.extend(call.message);
+    }
+    assert!(
+        unnamed.is_empty(),
+        "log calls without an `event = \"name\"` field: {unnamed:?}"
+    );
+    for (code, (levels, templates)) in typed_catalogue() {
+        let entry = out.entry(code).or_default();
+        entry.0.extend(levels);
+        entry.1.extend(templates);
+    }
+    out
+}
+
 /// The variants of `keepwrap::events::Event`, as the hidden `keepwrap
 /// events` lists them: each code with its levels and message templates.
-fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
+fn typed_catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
     let out = std::process::Command::new(common::BIN)
         .arg("events")
         .output()
@@ -201,37 +339,48 @@ fn rows(reference: &str) -> Vec<Row> {
 
 #[test]
 fn no_log_call_outside_the_events_catalogue() {
-    // The one call site of each level and target: `events::dispatch`.
+    let events = common::repo().join("src/events");
     let outside: Vec<String> = log_calls(&common::repo().join("src"))
         .into_iter()
-        .filter(|at| !at.starts_with("src/events/mod.rs:"))
+        .filter(|c| !c.at.starts_with("src/events/"))
+        .map(|c| c.at)
         .collect();
     assert!(
         outside.is_empty(),
-        "log calls outside src/events/mod.rs: {outside:?}"
+        "log calls outside {}: {outside:?}",
+        events.display()
     );
 }
 
 #[test]
-fn the_catalogue_lists_every_level_and_the_reader_finds_fixed_text() {
-    let catalogue = catalogue();
-    assert!(catalogue.len() >= 100, "{} codes", catalogue.len());
-    let levels: BTreeSet<&str> = catalogue
-        .values()
-        .flat_map(|(l, _)| l.iter().copied())
+fn the_catalogue_reader_reads_every_call() {
+    let mut levels: BTreeSet<&str> = log_calls(&common::repo().join("src/events"))
+        .iter()
+        .map(|c| c.level)
         .collect();
+    let typed = typed_catalogue();
+    for (l, _) in typed.values() {
+        levels.extend(l);
+    }
+    let names = catalogue();
+    assert!(names.len() >= 100, "{} events", names.len());
     for level in ["info", "warn", "error", "debug"] {
         assert!(levels.contains(level), "{level}");
     }
-    for code in catalogue.keys() {
-        assert!(
-            !code.is_empty()
-                && code
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
-            "{code} is not snake_case"
-        );
-    }
+    assert_eq!(
+        event_and_message(
+            "\n target: T, event = \"signed\", files, fingerprint, \"tuned and \\\n    signed {files} cache files\"\n"
+        ),
+        (
+            Some("signed".to_string()),
+            Some("tuned and signed {files} cache files".to_string())
+        )
+    );
+    assert_eq!(
+        event_and_message("event = \"x\", rule = \"health\", url = %u, r#\"say \"hi\"\"#"),
+        (Some("x".to_string()), Some("say \"hi\"".to_string()))
+    );
+    assert_eq!(call_args("(a, \"(\", f(b)) tail"), "a, \"(\", f(b)");
     assert_eq!(
         fixed_text("prune: kept {}, removed {} cache files and {} leftovers").as_deref(),
         Some("cache files and")

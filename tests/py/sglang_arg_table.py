@@ -28,7 +28,13 @@ HEADER = """//! SGLang 0.5.23's server argument table (`sglang serve`,
 //! whether it is a `store_true` action (which a config file's `true` turns
 //! into a bare flag). Sorted by option string (bytes). Every action in this
 //! version stores its value (the last occurrence wins); none appends.
-//! `tests/py/sglang_arg_table.py` prints this file from the wheel.
+//! Generated, not written by hand: `tests/py/sglang_arg_table.py` prints
+//! this file from the wheel. For a new SGLang: `pip download --no-deps
+//! sglang==VERSION -d /tmp/wheels`, unzip it into UNPACKED_WHEEL, `pip
+//! install --target DEPS msgspec`, then `python3
+//! tests/py/sglang_arg_table.py UNPACKED_WHEEL DEPS > src/launch/table.rs`
+//! (update the version in this header and the script's), and review the
+//! diff: an option whose arity changed changes how launches are read.
 
 use super::args::{Nargs, Opt};
 

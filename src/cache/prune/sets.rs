@@ -15,7 +15,19 @@ impl State<'_, '_> {
     /// ones, remove the others.
     pub(super) fn resolve(&mut self) {
         let Some(root) = self.root.take() else { return };
-        let cands = std::mem::take(&mut self.cands);
+        let mut cands = std::mem::take(&mut self.cands);
+        // A file the launch refuses is removed before the sets are judged:
+        // the rest of its set is then incomplete, never kept in part.
+        if let Some(refuse) = self.refuse {
+            cands.retain(|(path, _, _)| match refuse(path) {
+                Some(why) => {
+                    self.rejected.push(path.clone());
+                    self.remove_path(&root, path, &Reason::Refused(why));
+                    false
+                }
+                None => true,
+            });
+        }
         let views: Vec<Candidate<'_>> = cands
             .iter()
             .map(|(p, sc, _)| Candidate {
@@ -178,12 +190,7 @@ impl State<'_, '_> {
             return;
         };
         let set = ForeignSet {
-            fingerprint: sc.fingerprint.clone(),
-            set: SetRecord {
-                id: manifest.id.clone(),
-                members: manifest.members.clone(),
-            },
-            signed_at: sc.signed_at,
+            manifest: manifest.clone(),
             dir,
             checked: files
                 .iter()
@@ -268,10 +275,10 @@ impl State<'_, '_> {
             .expect("foreign files only with a stash");
         match stash(root.as_fd(), set) {
             Ok(()) => {
-                for m in &set.set.members {
+                for m in &set.manifest.members {
                     crate::events::Event::Stored {
                         path: m.path.to_string(),
-                        other_fingerprint: set.fingerprint.clone(),
+                        other_fingerprint: set.manifest.fingerprint.clone(),
                         loud: self.report.stored < PER_FILE_LINES,
                     }
                     .emit();
@@ -280,12 +287,12 @@ impl State<'_, '_> {
             }
             Err(e) => {
                 crate::events::Event::CannotStore {
-                    files: set.set.members.len(),
+                    files: set.manifest.members.len(),
                     fingerprint: fp8.to_string(),
                     error: e.to_string(),
                 }
                 .emit();
-                for m in &set.set.members {
+                for m in &set.manifest.members {
                     self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.to_string()));
                 }
             }

@@ -53,8 +53,7 @@ pub fn run(
     let fp = launch.as_ref().map(|l| l.fingerprint().to_string());
     let mut report = report(&root, fp.as_deref(), verify);
     if let Some(l) = &launch {
-        crate::keeper::vllm::plan_shared_files(&mut report, l);
-        crate::keeper::vllm::plan_ray(&mut report, l, command);
+        crate::engine::of(l.profile()).plan(&mut report, l);
     }
     report["store_max_size"] = json!(store_max_size);
     let text = if json_out {

@@ -2,6 +2,8 @@
 //! deadlines, and guards that clean up every process a test starts.
 #![allow(dead_code)]
 
+pub mod vllm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -585,13 +587,34 @@ pub fn keepwrap_engine(home: &Path, kw_args: &[&str], engine_args: &[&str]) -> C
     cmd
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago and that no test of
+/// this process was given before: the kernel may hand the port it just
+/// freed to the next `bind` to port 0, so two picks in a row (a launch's
+/// API port and its rendezvous port) or two tests' picks could be the
+/// same port, and a launch bound twice to one port hangs.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+#[test]
+fn free_port_never_gives_a_port_twice() {
+    let ports: Vec<u16> = (0..1000).map(|_| free_port()).collect();
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ports.len());
 }
 
 /// `keepwrap fingerprint --explain -- ARGV` run in `cwd` with only `HOME=cwd`
@@ -784,6 +807,93 @@ pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
             Ok(())
         })
     }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    bytes.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A named pipe at `p` (its parent directories made).
+pub fn mkfifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+}
+
+/// Whether this test may make mount namespaces (root, and `unshare --mount`
+/// works here).
+pub fn can_mount() -> bool {
+    is_root()
+        && have("unshare")
+        && Command::new("unshare")
+            .args(["--mount", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `unshare --mount sh -c 'SETUP && exec "$@"' ARG0 CMD...`: `inner` (its
+/// arguments, directory and environment) in a private mount namespace after
+/// the shell `setup` ran with `$0` = `arg0`.
+pub fn in_mount_ns(setup: &str, arg0: &Path, inner: &Command) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "sh", "-c", &format!("{setup} && exec \"$@\"")])
+        .arg(arg0)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd
+}
+
+/// A file system of its own for the calling test thread: the thread leaves
+/// the process's mount namespace (its own, private, which ends with the
+/// thread and takes the mount with it) and mounts a fresh 16 MiB ext4 image
+/// made in `dir` at `dir/disk`; processes the thread starts see it too.
+/// `None` without root or loop devices. A disk that no other test writes
+/// to: no other test's `syncfs` writes back its pages.
+pub fn own_disk(dir: &Path) -> Option<PathBuf> {
+    use nix::mount::{mount, MsFlags};
+    use nix::sched::{unshare, CloneFlags};
+    if !is_root() || !have("mkfs.ext4") || !Path::new("/dev/loop-control").exists() {
+        return None;
+    }
+    let image = dir.join("disk.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let made = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    unshare(CloneFlags::CLONE_NEWNS).unwrap();
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .unwrap();
+    let disk = dir.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&image)
+        .arg(&disk)
+        .output()
+        .unwrap();
+    assert!(mounted.status.success(), "{mounted:?}");
+    Some(disk)
 }
 
 /// A test that needs something this machine may lack (root, `unshare`,

@@ -56,7 +56,7 @@ pub fn env_usize(name: &str, default: usize) -> usize {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    crate::common::hex(Sha256::digest(bytes))
 }
 
 /// Every file named `*.launch` below `root` (hidden and `runs/` included).
@@ -190,7 +190,7 @@ pub fn set_id(fingerprint: &str, members: &[(String, String, u64)]) -> String {
         h.update(size.to_string().as_bytes());
         h.update(b"\n");
     }
-    hex::encode(h.finalize())
+    crate::common::hex(h.finalize())
 }
 
 /// The sha256, size and set id of the set of `bytes` at `rel` alone, for
@@ -280,7 +280,7 @@ done
 /// The `<key16>` directory the writer writes for TAG and d: the hex of
 /// TAG's first 4 bytes (zero-padded), then d in 8 hex digits.
 pub fn writer_key(tag: &str, d: usize) -> String {
-    let mut h = hex::encode(tag.as_bytes());
+    let mut h = crate::common::hex(tag.as_bytes());
     h.push_str("00000000");
     h.truncate(8);
     format!("{h}{d:08x}")
