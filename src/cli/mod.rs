@@ -69,13 +69,14 @@ pub fn main() -> ExitCode {
                 i.flag, i.default
             )
         };
-        crate::events::cli::setting_invalid(
-            &i.what,
-            &i.flag,
-            i.variable.as_deref(),
-            &i.value,
-            &then,
-        );
+        crate::events::Event::SettingInvalid {
+            what: i.what.to_string(),
+            option: i.flag.to_string(),
+            variable: i.variable.as_deref().map(str::to_string),
+            value: i.value.to_string(),
+            then: then.to_string(),
+        }
+        .emit();
     }
     if invalid.iter().any(|i| i.cache) {
         cli.run.disable = true;
@@ -116,6 +117,7 @@ pub fn main() -> ExitCode {
             write_out(&out)
         }
         Some(Sub::Man) => man(),
+        Some(Sub::Events) => write_out(crate::events::catalogue_lines().as_bytes()),
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");

@@ -389,13 +389,20 @@ impl Probe {
             | ProbeState::Tls { deadline, .. }
                 if now >= deadline && !ready =>
             {
-                crate::events::done::probe_timed_out(&self.endpoint);
+                crate::events::Event::ProbeTimedOut {
+                    url: self.endpoint.to_string(),
+                }
+                .emit();
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
             ProbeState::Connecting { stream, deadline } if ready => match stream.take_error() {
                 Ok(None) => self.send(stream, deadline),
                 Ok(Some(e)) | Err(e) => {
-                    crate::events::done::probe_failed(&self.endpoint, e);
+                    crate::events::Event::ProbeFailed {
+                        url: self.endpoint.to_string(),
+                        error: e.to_string(),
+                    }
+                    .emit();
                     (ProbeState::Idle, ProbeResult::NotYet)
                 }
             },
@@ -426,7 +433,11 @@ impl Probe {
             None => match self.endpoint.socket_addr() {
                 Ok(a) => *self.addr.insert(a),
                 Err(e) => {
-                    crate::events::done::probe_unresolved(&self.endpoint.host, e);
+                    crate::events::Event::ProbeUnresolved {
+                        host: self.endpoint.host.to_string(),
+                        error: e.to_string(),
+                    }
+                    .emit();
                     return (ProbeState::Idle, ProbeResult::NotYet);
                 }
             },
@@ -444,7 +455,10 @@ impl Probe {
         ) {
             Ok(fd) => fd,
             Err(e) => {
-                crate::events::done::probe_socket_failed(e);
+                crate::events::Event::ProbeSocketFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 return (ProbeState::Idle, ProbeResult::NotYet);
             }
         };
@@ -457,7 +471,11 @@ impl Probe {
                 ProbeResult::Pending,
             ),
             Err(e) => {
-                crate::events::done::probe_failed(&self.endpoint, e);
+                crate::events::Event::ProbeFailed {
+                    url: self.endpoint.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
         }
@@ -479,7 +497,11 @@ impl Probe {
             ),
             Ok(_) => (ProbeState::Idle, ProbeResult::NotYet),
             Err(e) => {
-                crate::events::done::probe_failed(&self.endpoint, e);
+                crate::events::Event::ProbeFailed {
+                    url: self.endpoint.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 (ProbeState::Idle, ProbeResult::NotYet)
             }
         }
@@ -510,12 +532,20 @@ impl Probe {
         let mut conn = match tls::connect(&self.endpoint.host, ip) {
             Ok(c) => Box::new(c),
             Err(e) => {
-                crate::events::done::probe_failed(&self.endpoint, e);
+                crate::events::Event::ProbeFailed {
+                    url: self.endpoint.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return (ProbeState::Idle, ProbeResult::NotYet);
             }
         };
         if let Err(e) = conn.writer().write_all(request.as_bytes()) {
-            crate::events::done::probe_failed(&self.endpoint, e);
+            crate::events::Event::ProbeFailed {
+                url: self.endpoint.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             return (ProbeState::Idle, ProbeResult::NotYet);
         }
         self.drive_tls(stream, conn, Vec::new(), deadline)
@@ -532,7 +562,11 @@ impl Probe {
         deadline: Instant,
     ) -> (ProbeState, ProbeResult) {
         let failed = |e: &dyn std::fmt::Display| {
-            crate::events::done::probe_failed(&self.endpoint, e);
+            crate::events::Event::ProbeFailed {
+                url: self.endpoint.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             (ProbeState::Idle, ProbeResult::NotYet)
         };
         loop {
@@ -605,7 +639,11 @@ impl Probe {
         match status_code(buf) {
             Some(200) => ProbeResult::Ready,
             status => {
-                crate::events::done::probe_status(&self.endpoint, status);
+                crate::events::Event::ProbeStatus {
+                    url: self.endpoint.to_string(),
+                    status,
+                }
+                .emit();
                 ProbeResult::NotYet
             }
         }
@@ -639,7 +677,11 @@ impl Probe {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    crate::events::done::probe_failed(&self.endpoint, e);
+                    crate::events::Event::ProbeFailed {
+                        url: self.endpoint.to_string(),
+                        error: e.to_string(),
+                    }
+                    .emit();
                     return (ProbeState::Idle, ProbeResult::NotYet);
                 }
             }

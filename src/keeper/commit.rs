@@ -213,7 +213,11 @@ impl Committer {
         let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
-                crate::events::keeper::cannot_sign(&self.root, e);
+                crate::events::Event::CannotSign {
+                    root: self.root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Vec::new();
             }
         };
@@ -221,7 +225,12 @@ impl Committer {
         self.publish(&report);
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
-            crate::events::keeper::signed_again(n, late, &self.fingerprint);
+            crate::events::Event::SignedAgain {
+                files: n,
+                late,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
             if let Some(s) = &self.store {
                 if n > 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
@@ -237,14 +246,22 @@ impl Committer {
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
-                crate::events::keeper::nothing_signed(present);
+                crate::events::Event::NothingSigned { present }.emit();
             } else {
-                crate::events::keeper::nothing_to_keep();
+                crate::events::Event::NothingToKeep {}.emit();
             }
         } else if reused {
-            crate::events::keeper::reused(n, &self.fingerprint);
+            crate::events::Event::Reused {
+                files: n,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
         } else {
-            crate::events::keeper::signed(n, &self.fingerprint);
+            crate::events::Event::Signed {
+                files: n,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
         }
         if let Some(s) = &self.store {
             if n > 0 {

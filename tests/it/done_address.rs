@@ -36,7 +36,7 @@ fn until_outcome(r: Running) -> Finished {
     wait_for("keepwrap's outcome line", T, || {
         r.log_events()
             .iter()
-            .any(|e| OUTCOMES.contains(&e["event"].as_str().unwrap_or("")))
+            .any(|e| OUTCOMES.contains(&e["code"].as_str().unwrap_or("")))
             .then_some(())
     });
     r.guard.signal(Signal::SIGTERM);
@@ -291,12 +291,12 @@ fn another_process_on_an_address_of_this_host_is_not_the_engine() {
     let events = f.log_events();
     let at = |pred: &dyn Fn(&serde_json::Value) -> bool| events.iter().position(pred);
     let rank1 = at(&|e| {
-        e["event"] == "landed"
+        e["code"] == "landed"
             && e["path"]
                 .as_str()
                 .is_some_and(|p| p.ends_with("rank_tp1_pp0_dp0.json"))
     });
-    let done = at(&|e| e["event"] == "tuning_done");
+    let done = at(&|e| e["code"] == "tuning_done");
     assert!(
         rank1.is_some() && done > rank1,
         "done only after rank 1 landed: {}",

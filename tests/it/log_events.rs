@@ -43,12 +43,16 @@ fn engine(root: &Path, format: &str, done: &[&str], body: &str) -> Command {
     cmd
 }
 
-/// Every line of `stderr` as a JSON object, or a panic naming the line.
+/// Every line of `stderr` as a JSON object of the log schema
+/// ([`common::check_schema`]), or a panic naming the line.
 fn objects(stderr: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
     stderr
         .lines()
         .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
-            Ok(serde_json::Value::Object(o)) => o,
+            Ok(v @ serde_json::Value::Object(_)) => {
+                common::check_schema(&v, l);
+                v.as_object().unwrap().clone()
+            }
             other => panic!("not a JSON object ({other:?}): {l}"),
         })
         .collect()
@@ -58,7 +62,7 @@ fn named<'a>(
     events: &'a [serde_json::Map<String, serde_json::Value>],
     name: &str,
 ) -> Vec<&'a serde_json::Map<String, serde_json::Value>> {
-    events.iter().filter(|e| e["event"] == name).collect()
+    events.iter().filter(|e| e["code"] == name).collect()
 }
 
 #[test]
@@ -69,15 +73,23 @@ fn json_logs_are_one_event_per_line_with_its_fields() {
     assert_eq!(tuned.code, 0, "{}", tuned.stderr);
     let events = objects(&tuned.stderr);
     for e in &events {
-        for key in ["timestamp", "level", "message", "event"] {
+        for key in ["timestamp", "level", "target", "code", "message", "launch"] {
             assert!(e[key].is_string(), "{key} in {e:?}");
         }
         assert!(!e["message"].as_str().unwrap().starts_with("keepwrap:"));
     }
+    // One launch id on every event, new at the next start; the root on
+    // every event once it is known (from the first).
+    let launch_id = events[0]["launch"].as_str().unwrap().to_string();
+    for e in &events {
+        assert_eq!(e["launch"], launch_id.as_str(), "{e:?}");
+        assert_eq!(e["root"], root.to_str().unwrap(), "{e:?}");
+        assert_eq!(e["schema"], 1, "{e:?}");
+    }
     // The first event names the launch: its whole fingerprint, its
     // profile, its root.
     let first = &events[0];
-    assert_eq!(first["event"], "launch");
+    assert_eq!(first["code"], "launch");
     assert_eq!(first["level"], "INFO");
     let fp = first["fingerprint"].as_str().unwrap();
     assert!(
@@ -108,6 +120,7 @@ fn json_logs_are_one_event_per_line_with_its_fields() {
     let reused = output(&mut launch(&root, "json"));
     assert_eq!(reused.code, 0, "{}", reused.stderr);
     let events = objects(&reused.stderr);
+    assert_ne!(events[0]["launch"], launch_id.as_str());
     let kept: Vec<&str> = named(&events, "kept")
         .iter()
         .map(|e| e["path"].as_str().unwrap())

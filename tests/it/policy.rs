@@ -315,7 +315,7 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
 fn ends_on_how_the_engine_ended(b: &Finished, head: &str) {
     let events = b.log_events();
     let last = events.last().unwrap();
-    assert_eq!(last["event"], "engine_ended", "{}", b.stderr);
+    assert_eq!(last["code"], "engine_ended", "{}", b.stderr);
     let message = last["message"].as_str().unwrap();
     assert!(
         message
@@ -451,7 +451,7 @@ fn rule2_a_rank_saved_again_as_signed_after_done_then_a_stop_leaves_the_set_as_s
     assert!(
         !b.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("late_not_signed")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("late_not_signed")),
         "{}",
         b.stderr
     );
@@ -496,7 +496,7 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
     let mut during = Vec::new();
-    while !kw.log_events().iter().any(|e| e["event"] == "signed") {
+    while !kw.log_events().iter().any(|e| e["code"] == "signed") {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);

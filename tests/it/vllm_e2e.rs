@@ -28,7 +28,7 @@ fn two_verdicts(b: &Finished) -> Vec<(String, Vec<String>)> {
     ];
     let mut by_path: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for e in b.log_events() {
-        let name = e["event"].as_str().unwrap_or("");
+        let name = e["code"].as_str().unwrap_or("");
         if let (true, Some(path)) = (VERDICTS.contains(&name), e["path"].as_str()) {
             by_path
                 .entry(path.to_string())
@@ -593,7 +593,7 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
     assert!(
         f.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("not_signing")),
         "{}",
         f.stderr
     );
