@@ -1,7 +1,8 @@
 //! The rules of the layout, checked over the source tree: nothing below
 //! `cli` imports `cli`; the top modules import each other without a
-//! circle; every `unsafe` block is in `sys`, each under a `SAFETY:` note,
-//! and the crate root denies `unsafe_code` everywhere else.
+//! circle; engines are told apart in `engine/` only; every `unsafe` block
+//! is in `sys`, each under a `SAFETY:` note, and the crate root denies
+//! `unsafe_code` everywhere else.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -171,6 +172,25 @@ fn top_modules_import_each_other_without_a_circle() {
     let reaches = |from: &str, to: &str| uses.get(from).is_some_and(|s| s.contains(to));
     assert!(reaches("cli", "supervisor") && reaches("supervisor", "keeper"));
     assert!(uses.get("sys").is_none_or(|s| s.is_empty()), "{uses:?}");
+}
+
+#[test]
+fn engines_are_told_apart_in_engine_only() {
+    // Outside `launch/` (which reads each engine's command line) and
+    // `engine/` (the seam), no code picks an engine by its profile: what
+    // differs between engines is a method of `engine::Engine`.
+    let word = concat!("ProfileName::", "Vllm");
+    let offenders: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| !matches!(top(rel), "launch" | "engine"))
+        .filter(|(_, text)| code_of(text).contains(word))
+        .map(|(rel, _)| format!("src/{rel}"))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "an engine picked by its profile outside engine/ (give engine::Engine a method instead):\n{}",
+        offenders.join("\n")
+    );
 }
 
 #[test]

@@ -54,6 +54,7 @@ pub mod clock;
 pub mod cmd;
 pub mod digest;
 pub mod done;
+pub mod engine;
 pub mod events;
 pub mod failpoint;
 pub mod keeper;

@@ -48,6 +48,9 @@ pub enum Reason {
     SetManifest(String),
     /// Signed for another launch (first 8 hex digits), and not storable.
     OtherLaunchBad(String, Box<Reason>),
+    /// Signed for this launch and whole, but this launch must not load it
+    /// (a caller's rule, e.g. vLLM's shared file under a MoE launch): why.
+    Refused(String),
 }
 
 /// Why a member fails its set.
@@ -70,6 +73,7 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::NoSidecar => f.write_str("no sidecar (unsigned)"),
+            Reason::Refused(why) => f.write_str(why),
             Reason::SidecarUnreadable(e) => write!(f, "sidecar unreadable ({e})"),
             Reason::SidecarGarbage(e) => write!(f, "sidecar is not valid ({e})"),
             Reason::SidecarFuture(n) => {

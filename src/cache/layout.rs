@@ -290,21 +290,26 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
 /// once per directory (the root, `<version>/`, `sm<arch>/`, `<key16>/`)
 /// with its listing, before walking into its subdirectories. Walks into
 /// nothing else: not `runs/`, nor a directory of another shape, nor a
-/// symlink. I/O errors are logged and the subtree skipped.
-pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) {
+/// symlink. I/O errors are logged and the subtree skipped. Returns whether
+/// every directory of the layout was listed (no error skipped one).
+pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) -> bool {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
     let mut cx = WalkCx {
         euid,
         buf: super::dirents::large_buf(),
+        complete: true,
     };
     walk_dir(root, None, &mut rel, None, &mut cx, 0, visit);
+    cx.complete
 }
 
-/// What every directory of a walk shares: who we are, the listing buffer.
+/// What every directory of a walk shares: who we are, the listing buffer,
+/// whether no directory was skipped.
 struct WalkCx {
     euid: u32,
     buf: Vec<u8>,
+    complete: bool,
 }
 
 fn walk_dir(
@@ -329,12 +334,14 @@ fn walk_dir(
         }),
         Err(e) => {
             crate::events::cache::cannot_stat_dir(Rel(rel, b""), e);
+            cx.complete = false;
             return;
         }
     };
     let untrusted = inherited.or(own.as_ref());
     let mut listing = Listing::default();
     if !read_listing(dir.as_fd(), rel, &mut listing, &mut cx.buf) {
+        cx.complete = false;
         return;
     }
     visit(
@@ -360,6 +367,7 @@ fn walk_dir(
             Err(err) => {
                 if err.raw_os_error() != Some(libc_enoent()) {
                     crate::events::cache::cannot_open_dir(Rel(rel, name), err);
+                    cx.complete = false;
                 }
                 continue;
             }

@@ -55,7 +55,7 @@ pub use json::{json_object_entries, META_KEYS};
 pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
-    validate_manifest, write_manifest, Member, SetManifest, SetRecord, Sidecar, Stamp,
+    validate_manifest, write_manifest, Member, SetManifest, Sidecar, Stamp,
 };
 
 /// What prune did, for the summary line and the outcome line.
@@ -79,6 +79,10 @@ pub struct PruneReport {
     /// Cache files that should go but could not be removed (a directory
     /// named `*.json`, an unlink error); each was logged as a warning.
     pub left: usize,
+    /// `kept` is every cache file left in the tree: every directory of the
+    /// layout was listed, and every other cache file went. The watch then
+    /// need not walk the tree again before the engine's start.
+    pub whole: bool,
 }
 
 /// What sign did.
@@ -124,7 +128,7 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
 pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, Empty::Background, None).map(|(r, _)| r)
+    prune::prune(root, fingerprint, Empty::Background, None, None).map(|(r, _)| r)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
@@ -135,15 +139,14 @@ pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Resul
     } else {
         Empty::Now
     };
-    prune::prune(root, fingerprint, empty, None).map(|(r, _)| r)
+    prune::prune(root, fingerprint, empty, None, None).map(|(r, _)| r)
 }
 
 /// A whole set signed for another launch, still in place, to be stored.
 #[derive(Debug, Clone)]
 pub struct ForeignSet {
-    pub fingerprint: String,
-    pub set: SetRecord,
-    pub signed_at: u64,
+    /// Its launch's set manifest.
+    pub manifest: SetManifest,
     /// The directory (relative to the root) that holds exactly this set:
     /// its members and their sidecars, nothing else. It may move whole.
     pub dir: Option<String>,
@@ -181,7 +184,7 @@ pub fn prune_stashing(
     fingerprint: &str,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, Empty::Background, Some(stash)).map(|(r, _)| r)
+    prune::prune(root, fingerprint, Empty::Background, Some(stash), None).map(|(r, _)| r)
 }
 
 /// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
@@ -193,7 +196,18 @@ pub fn prune_then_empty(
     fingerprint: &str,
     stash: Option<prune::Stash<'_>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
-    prune::prune(root, fingerprint, Empty::Later, stash)
+    prune::prune(root, fingerprint, Empty::Later, stash, None)
+}
+
+/// [`prune_then_empty`], with files signed for this launch that `refuse`
+/// names removed (one `removed P: WHY` line each) instead of kept.
+pub fn prune_then_empty_refusing<'s>(
+    root: &Path,
+    fingerprint: &str,
+    stash: Option<prune::Stash<'s>>,
+    refuse: Option<prune::Refuse<'s>>,
+) -> io::Result<(PruneReport, TrashJob)> {
+    prune::prune(root, fingerprint, Empty::Later, stash, refuse)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use super::fsx::{self, split, Kind};
 use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
-use super::sidecar::{self, SetRecord, Sidecar, Stamp};
+use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport};
 
@@ -19,6 +19,12 @@ mod sets;
 /// Moves a whole set signed for another launch out of the tree (into the
 /// store). On error every member must be back in place: prune removes them.
 pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Result<()>;
+
+/// A rule of the launch's own over files prune would keep for it (a path
+/// relative to the root): why it must not load the file, if it must not.
+/// Applied before the file's line is logged, so that a file gets one
+/// verdict: removed, with why.
+pub type Refuse<'r> = &'r dyn Fn(&str) -> Option<String>;
 
 /// Larger sidecars are not read (a sidecar is about 550 bytes).
 pub const MAX_SIDECAR: u64 = 64 << 20;
@@ -33,6 +39,8 @@ struct State<'f, 's> {
     fingerprint: &'f str,
     /// Where whole sets of other launches go; None: they are removed.
     stash: Option<Stash<'s>>,
+    /// Files this launch must not load although signed for it.
+    refuse: Option<Refuse<'s>>,
     /// Files of other launches whose sidecar is trusted (and size right),
     /// waiting for their set; their bytes are checked once the set is whole.
     foreign: Vec<Foreign>,
@@ -71,6 +79,13 @@ struct State<'f, 's> {
     /// Whether a stamp may vouch for a file of the directory being
     /// visited ([`fsx::changes_noticed`]), once asked.
     noticed: Option<bool>,
+    /// A member of this launch's committed set that is not trusted: the
+    /// set cannot be whole, so every other file of this launch goes too,
+    /// without being read (never a partial hit). Its path.
+    doomed: Option<String>,
+    /// The paths this launch's set manifest lists, once a file of this
+    /// launch was rejected (None before; empty when unreadable).
+    listed: Option<std::collections::HashSet<String>>,
 }
 
 struct Foreign {
@@ -104,12 +119,14 @@ pub enum Empty {
 
 /// `empty`: when the trash is emptied (with [`Empty::Later`], the returned
 /// job does it). `stash`: where whole sets of other launches go (None: they
-/// are removed like the rest).
-pub fn prune(
+/// are removed like the rest). `refuse`: files signed for this launch it
+/// must not load all the same.
+pub fn prune<'s>(
     root: &Path,
     fingerprint: &str,
     empty: Empty,
-    stash: Option<Stash<'_>>,
+    stash: Option<Stash<'s>>,
+    refuse: Option<Refuse<'s>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
     let fd = match fsx::open_root(root) {
         Ok(fd) => fd,
@@ -132,6 +149,7 @@ pub fn prune(
     let mut st = State {
         fingerprint,
         stash,
+        refuse,
         foreign: Vec::new(),
         pure: HashMap::new(),
         report: PruneReport::default(),
@@ -150,9 +168,12 @@ pub fn prune(
         sets: None,
         updir: None,
         noticed: None,
+        doomed: None,
+        listed: None,
     };
-    layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
+    let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
+    st.report.whole = listed && st.report.left == 0;
     let mut job = TrashJob::none();
     if let Some(root) = st.root.take() {
         match empty {
@@ -497,6 +518,26 @@ impl State<'_, '_> {
             return None;
         }
         drop(sidecar);
+        if let Some(member) = &self.doomed {
+            // The set of this launch lost a member: this file goes with it,
+            // whatever its bytes (not read; another size than signed is
+            // said as such, from one `lstat`).
+            let cname = cstr_buf(&mut self.cname, name);
+            if let Ok(st) = fsx::lstat_at(dir.fd, cname) {
+                let size = st.st_size.max(0) as u64;
+                if Kind::from_mode(st.st_mode) == Kind::File && size != sc.size {
+                    self.rejected.push(path);
+                    return Some(Reason::SizeChanged {
+                        now: size,
+                        signed: sc.size,
+                    });
+                }
+            }
+            return Some(Reason::SetIncomplete {
+                member: member.clone(),
+                why: MemberWhy::NotTrusted,
+            });
+        }
         // The very file that was hashed at signing (same inode, times and
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
@@ -508,10 +549,29 @@ impl State<'_, '_> {
                 None
             }
             Err(reason) => {
+                if self.lists(&path) {
+                    self.doomed = Some(path.clone());
+                }
                 self.rejected.push(path);
                 Some(reason)
             }
         }
+    }
+
+    /// Does this launch's set manifest list `path` (read once)?
+    fn lists(&mut self, path: &str) -> bool {
+        if self.listed.is_none() {
+            let mut listed = std::collections::HashSet::new();
+            if let Some(root) = self.root.take() {
+                self.load_manifest(&root, self.fingerprint);
+                self.root = Some(root);
+            }
+            if let Some(Ok(m)) = self.manifests.get(self.fingerprint) {
+                listed.extend(m.members.iter().map(|m| m.path.clone()));
+            }
+            self.listed = Some(listed);
+        }
+        self.listed.as_ref().is_some_and(|l| l.contains(path))
     }
 }
 

@@ -59,13 +59,6 @@ pub struct Member {
     pub size: u64,
 }
 
-/// A set of cache files signed together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SetRecord {
-    pub id: String,
-    pub members: Vec<Member>,
-}
-
 /// The identity of a cache file as it was hashed: a file with the same
 /// inode, modification time and change time (and size) still holds those
 /// bytes. The change time cannot be set by a user: any write, rename,

@@ -51,7 +51,7 @@ pub fn evict(
         Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
         Evict::Launch(_) => launch
             .as_deref()
-            .is_some_and(|p| e.manifest.fingerprint.starts_with(p)),
+            .is_some_and(|p| e.manifest.set.fingerprint.starts_with(p)),
     };
     if dry_run {
         // Read only: no lock, so it answers while a launch holds it.
@@ -79,7 +79,7 @@ pub fn evict(
         Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
     };
     let evicted = store.evict_where(now, &why, pick);
-    let files: usize = evicted.iter().map(|e| e.manifest.members.len()).sum();
+    let files: usize = evicted.iter().map(|e| e.manifest.set.members.len()).sum();
     let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
     let n = evicted.len() as u64;
     if n > 0 {
@@ -108,18 +108,21 @@ fn would_evict(
         .map(|e| (store.last_used(e), e))
         .filter(|(used, e)| pick(e, *used))
         .collect();
-    picked.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+    picked.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
     let mut text = String::new();
     for (used, e) in &picked {
         text.push_str(&format!(
             "would evict the stored set of launch {}... ({} files, {}, last used {} ago)\n",
-            &e.manifest.fingerprint[..e.manifest.fingerprint.len().min(8)],
-            e.manifest.members.len(),
+            &e.manifest.set.fingerprint[..e.manifest.set.fingerprint.len().min(8)],
+            e.manifest.set.members.len(),
             size_text(e.bytes),
             crate::store::ago(*used, now)
         ));
     }
-    let files: usize = picked.iter().map(|(_, e)| e.manifest.members.len()).sum();
+    let files: usize = picked
+        .iter()
+        .map(|(_, e)| e.manifest.set.members.len())
+        .sum();
     let bytes: u64 = picked.iter().map(|(_, e)| e.bytes).sum();
     text.push_str(&format!(
         "would evict {} stored sets ({files} files, {}) of {} in the store ({}) (dry run: nothing evicted)\n",
@@ -157,7 +160,7 @@ fn matches_one(store: &Store, prefix: &str) -> bool {
     let matching: Vec<String> = store
         .entries()
         .into_iter()
-        .map(|e| e.manifest.fingerprint)
+        .map(|e| e.manifest.set.fingerprint)
         .filter(|fp| fp.starts_with(prefix))
         .collect();
     if matching.len() != 1 {

@@ -86,6 +86,41 @@ impl Watcher {
         root: &Path,
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
+        let mut w = Watcher::unwalked(root, seen)?;
+        let mut landed = Vec::new();
+        w.add_tree(PathBuf::new(), &mut landed)?;
+        w.seed = HashMap::new();
+        Ok(w)
+    }
+
+    /// [`Watcher::seeded`] where `seen` is every cache file in the tree
+    /// (prune just listed every directory and removed every other one,
+    /// with nothing started since): no walk now. The first
+    /// [`Watcher::read`] walks the tree, finding what landed since.
+    pub fn seeded_whole(
+        root: &Path,
+        seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
+    ) -> io::Result<Watcher> {
+        let mut w = Watcher::unwalked(root, seen)?;
+        // `root/`: a root that is a symlink to a directory is watched
+        // through it, as the walk would.
+        if !std::fs::symlink_metadata(root.join(""))?.is_dir() {
+            // What the watch would refuse (IN_ONLYDIR | IN_DONT_FOLLOW).
+            return Err(io::Error::other(format!(
+                "cannot watch {}: {}",
+                root.display(),
+                Errno::ENOTDIR
+            )));
+        }
+        w.files = std::mem::take(&mut w.seed);
+        Ok(w)
+    }
+
+    /// The watcher, before any walk: `seen` as its seed.
+    fn unwalked(
+        root: &Path,
+        seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
+    ) -> io::Result<Watcher> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let timer = TimerFd::new(
@@ -97,7 +132,7 @@ impl Watcher {
             TimerSetTimeFlags::empty(),
         )?;
         epoll.add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
-        let mut w = Watcher {
+        let w = Watcher {
             epoll,
             timer: Some(timer),
             inotify,
@@ -106,9 +141,6 @@ impl Watcher {
             files: HashMap::new(),
             seed: seen.into_iter().collect(),
         };
-        let mut landed = Vec::new();
-        w.add_tree(PathBuf::new(), &mut landed)?;
-        w.seed = HashMap::new();
         Ok(w)
     }
 

@@ -21,9 +21,10 @@ pub fn no_vllm_cache_root(error: impl Display) {
 }
 
 /// The shared cache file is kept: the launch is not a MoE model under more
-/// than one rank (`why`).
+/// than one rank (`why`). At debug level: the file's verdict is prune's
+/// `kept` line; this says why that is safe.
 pub fn kept_shared_file(path: &Path, why: impl Display) {
-    tracing::info!(
+    tracing::debug!(
         target: TARGET,
         event = "kept_shared_file",
         path = %Shown(path),
@@ -33,15 +34,25 @@ pub fn kept_shared_file(path: &Path, why: impl Display) {
     );
 }
 
-/// The shared cache file is removed: kept, it hangs every warm boot.
+/// Why the shared cache file is removed for this launch (`why`: what makes
+/// it a MoE launch of more than one rank): prune's reason for such a file
+/// signed for it, and the text of [`removed_shared_file`].
+pub fn shared_file_hangs(why: impl Display) -> String {
+    format!("vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})")
+}
+
+/// The shared cache file the store restored for this launch is removed:
+/// kept, it hangs every warm boot. (One prune kept is refused there, with
+/// the same reason, in prune's `removed` line.)
 pub fn removed_shared_file(path: &Path, why: impl Display) {
     tracing::info!(
         target: TARGET,
         event = "removed_shared_file",
         path = %Shown(path),
         reason = %why,
-        "removed {}: vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})",
-        Shown(path)
+        "removed {}: {}",
+        Shown(path),
+        shared_file_hangs(&why)
     );
 }
 

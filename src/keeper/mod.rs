@@ -20,13 +20,11 @@ pub mod policy;
 mod prepare;
 mod settings;
 mod turn;
-pub mod vllm;
 mod worker;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -60,13 +58,6 @@ pub struct Keeper {
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
-}
-
-/// The cache root: `--cache-dir`, else `$SGLANG_CACHE_DIR/flashinfer/autotune`
-/// from the child's environment, else `~/.cache/sglang/flashinfer/autotune`
-/// (`~`: `HOME`, else the password database, as Python expands it).
-pub fn cache_root(args: &Settings, env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    crate::root::place::root_from(args.cache_dir.as_deref(), env)
 }
 
 /// What [`Keeper::prepare`] hands to the supervisor.

@@ -13,18 +13,19 @@ use std::time::{Duration, Instant};
 use crate::cache::{self, PruneReport};
 use crate::done::watch::Watcher;
 use crate::done::Done;
-use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::engine::{Engine, NoRoot};
+use crate::launch::fingerprint::Launch;
+use crate::launch::Command;
 use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
 use crate::root::stats::Stats;
-use crate::share::Share;
 use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
 use super::commit::Committer;
 use super::turn::{wait_turn, Turn};
-use super::{cache_root, explain, vllm, Keeper, Prepared, Settings};
+use super::{explain, Keeper, Prepared, Settings};
 
 /// Work run after the engine's spawn (see [`Prepared::after_start`]).
 type AfterStart = Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>;
@@ -32,22 +33,25 @@ type AfterStart = Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>;
 type Job = Box<dyn FnOnce() + Send>;
 
 impl Keeper {
-    /// Fingerprint the launch, make sure the root exists, wait for any other
+    /// Fingerprint the launch (`command`: `argv` as read by
+    /// [`Settings::keeps`]), make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. No keeper when the cache cannot be kept
     /// this time (the reason is logged); the launch goes on. Err: a stop signal
     /// came before the start.
     pub fn prepare(
         args: &Settings,
+        command: Command,
         argv: &[OsString],
         env: &[(OsString, OsString)],
     ) -> Result<Prepared, Stopped> {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
-        let launch = Launch::new(&opts, argv, env);
+        let launch = Launch::of(&opts, command, argv, env);
         let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
-        let Some((root, done)) = locate(args, &launch, argv, env) else {
+        let engine = crate::engine::of(profile);
+        let Some((root, done)) = locate(args, engine, &launch, env) else {
             return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
@@ -59,8 +63,13 @@ impl Keeper {
                 return Ok(Prepared::default());
             }
         };
-        let id = Identity::of(&launch, &opts, argv, env, &args.share.node_local());
-        let share = share_of(args, &launch);
+        let id = Identity::of(&launch, &opts, env, &args.share.node_local());
+        let share = engine.share(
+            &args.share,
+            &launch,
+            args.unifies(profile),
+            args.store_max_age,
+        );
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -74,7 +83,8 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref()) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+        else {
             return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
@@ -87,7 +97,12 @@ impl Keeper {
             .iter()
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
-        let mut watcher = match Watcher::seeded(&root, seen) {
+        let watched = if pruned.whole {
+            Watcher::seeded_whole(&root, seen)
+        } else {
+            Watcher::seeded(&root, seen)
+        };
+        let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
                 crate::events::keeper::watch_failed(e);
@@ -108,8 +123,8 @@ impl Keeper {
             settle_at: None,
             signed_at_done: Vec::new(),
         };
-        take_share_union(&mut commit, &mut watcher)?;
-        vllm::before_start(&commit.root, &launch, &mut commit.kept);
+        take_share(engine, &mut commit, &mut watcher)?;
+        engine.before_start(&commit.root, &launch, &mut commit.kept);
         if commit.unify && !pruned.split.is_empty() {
             // Files kept for this launch but signed without being unified
             // (e.g. with `--unify off`, `split`: their directories): the
@@ -157,22 +172,17 @@ impl Keeper {
     }
 }
 
-/// Multi-node: when every node has published, write the union of all
-/// nodes' rank files over this node's and sign them (see [`Share`]).
-fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopped> {
+/// Multi-node: when every node has published, take what the share gives
+/// this node (SGLang: the union of all nodes' rank files) and sign it.
+fn take_share(
+    engine: &dyn Engine,
+    commit: &mut Committer,
+    watcher: &mut Watcher,
+) -> Result<(), Stopped> {
     let Some(share) = commit.share.as_ref() else {
         return Ok(());
     };
-    let taken = if commit.profile == ProfileName::Vllm {
-        // vLLM: each node keeps its own ranks' files; a node whose
-        // cache is empty takes its own back from a complete set.
-        if !commit.kept.is_empty() {
-            return Ok(());
-        }
-        vllm::take_own(share, &commit.root, &commit.fingerprint)?
-    } else {
-        share.take_union(&commit.root, &commit.fingerprint)?
-    };
+    let taken = engine.take_share(share, &commit.root, &commit.fingerprint, &commit.kept)?;
     if let Some(signed) = taken {
         // keepwrap's own writes are not landings of the engine.
         watcher.read();
@@ -186,30 +196,21 @@ fn take_share_union(commit: &mut Committer, watcher: &mut Watcher) -> Result<(),
 /// when the cache cannot be kept.
 fn locate(
     args: &Settings,
+    engine: &dyn Engine,
     launch: &Launch,
-    argv: &[OsString],
     env: &[(OsString, OsString)],
 ) -> Option<(PathBuf, Done)> {
-    let profile = launch.profile();
-    if vllm::under_ray(launch, argv) {
+    if engine.left_alone(launch) {
         return None;
     }
     // where the engine writes: its own environment (after `env -i`, `env -u`,
     // a shell's `export`), not keepwrap's
     let engine_env = &launch.command().env[..];
-    let root = if profile == ProfileName::Vllm {
-        vllm::root(args.cache_dir.as_deref(), engine_env)
-            .map_err(crate::events::vllm::no_vllm_cache_root)
-            .ok()
-    } else {
-        let root = cache_root(args, engine_env);
-        if root.is_none() {
-            crate::events::keeper::no_cache_root();
-        }
-        root
-    };
-    let root = root?;
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), argv, engine_env);
+    let root = engine
+        .root(args.cache_dir.as_deref(), engine_env)
+        .map_err(NoRoot::log)
+        .ok()?;
+    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
         crate::events::keeper::launch_warning(&line);
     }
@@ -220,8 +221,13 @@ fn locate(
             return None;
         }
     };
-    crate::events::keeper::launch(launch.fingerprint(), profile.as_str(), &root, &done);
-    vllm::note_managed_store(launch, env);
+    crate::events::keeper::launch(
+        launch.fingerprint(),
+        launch.profile().as_str(),
+        &root,
+        &done,
+    );
+    engine.note_launch(launch, env);
     ensure_root(&root).then_some((root, done))
 }
 
@@ -237,22 +243,6 @@ fn open_state(root: &Path) -> std::io::Result<(Runs, (OwnedFd, OwnedFd))> {
 /// `<root>/.keepwrap/running`: the launches' markers.
 fn running_dir(root: &Path) -> PathBuf {
     root.join(STATE_DIR).join(running::RUNNING_DIR)
-}
-
-/// Multi-node launches: the share every node mounts.
-fn share_of(args: &Settings, launch: &Launch) -> Option<Share> {
-    let profile = launch.profile();
-    if profile == ProfileName::Vllm {
-        vllm::share(&args.share, launch, args.store_max_age)
-    } else {
-        Share::new(
-            &args.share,
-            launch,
-            &launch.command().argv,
-            args.unifies(profile),
-            args.store_max_age,
-        )
-    }
 }
 
 /// The lock (held while the engine is prepared) and this launch's marker.
@@ -298,16 +288,24 @@ fn prune(
     root: &Path,
     fingerprint: &str,
     store: Option<&Store>,
+    engine: &dyn Engine,
+    launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob)> {
+    let refuse = engine.refuse_at_prune(launch);
+    let refuse = refuse.as_deref();
     let pruned = match store {
         Some(s) => {
             s.recover();
-            let r =
-                cache::prune_then_empty(root, fingerprint, Some(&mut |fd, set| s.stash(fd, set)));
+            let r = cache::prune_then_empty_refusing(
+                root,
+                fingerprint,
+                Some(&mut |fd, set| s.stash(fd, set)),
+                refuse,
+            );
             s.sync();
             r
         }
-        None => cache::prune_then_empty(root, fingerprint, None),
+        None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
     };
     match pruned {
         Ok(pruned) => Some(pruned),
@@ -339,6 +337,8 @@ fn restore(
             crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
+            // The tree changed since prune listed it.
+            pruned.whole = false;
         }
     }
     let mut explain = None;

@@ -9,6 +9,7 @@ use clap::ValueEnum;
 
 use crate::done::DoneRule;
 use crate::launch::fingerprint::{self, ProfileName};
+use crate::launch::Command;
 
 /// How the cache of one launch is kept.
 #[derive(Debug, Clone)]
@@ -79,21 +80,27 @@ impl NotKept {
 }
 
 impl Settings {
-    /// Whether to keep the cache of `command` run with `env`, or why not.
-    pub fn keeps(&self, command: &[OsString], env: &[(OsString, OsString)]) -> Result<(), NotKept> {
+    /// Whether to keep the cache of `command` run with `env`, or why not;
+    /// the command as read (read only when the cache may be kept).
+    pub fn keeps(
+        &self,
+        command: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Result<Command, NotKept> {
         if self.disable {
             return Err(NotKept::Disabled);
         }
         match self.keep {
-            KeepMode::Always => Ok(()),
             KeepMode::Never => Err(NotKept::Never),
+            KeepMode::Always => Ok(crate::launch::analyze(command, env)),
             KeepMode::Auto => {
                 let c = crate::launch::analyze(command, env);
-                if c.is_engine() {
-                    c.unread_line()
-                        .map_or(Ok(()), |l| Err(NotKept::Unreadable(l)))
-                } else {
-                    Err(NotKept::NotAnEngine(c.not_engine_line()))
+                if !c.is_engine() {
+                    return Err(NotKept::NotAnEngine(c.not_engine_line()));
+                }
+                match c.unread_line() {
+                    Some(l) => Err(NotKept::Unreadable(l)),
+                    None => Ok(c),
                 }
             }
         }
@@ -114,9 +121,7 @@ impl Settings {
         match self.unify {
             UnifyMode::On => true,
             UnifyMode::Off => false,
-            // The SGLang profiles front an SGLang engine, whose stock gate
-            // needs it; vLLM's gate passes per-rank files as they are.
-            UnifyMode::Auto => matches!(profile, ProfileName::Sglang | ProfileName::Seed),
+            UnifyMode::Auto => crate::engine::of(profile).unifies_by_default(),
         }
     }
 }

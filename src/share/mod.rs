@@ -8,7 +8,8 @@
 //! `<share>/keepwrap/<cluster fingerprint>/node<R>/` holds node R's signed
 //! rank files under their paths relative to the cache root
 //! (`<version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`) and
-//! `manifest.json` ([`Manifest`]), which lists them with their sha256. The
+//! `manifest.json` ([`Manifest`]): the node's place around a set manifest
+//! of the cache's one format, which lists them with their sha256. The
 //! cluster fingerprint ([`Launch::cluster_fingerprint`]) is the launch
 //! fingerprint without `--node-rank` and the node-local variables: every node
 //! of one engine computes the same value.
@@ -65,11 +66,12 @@ use std::time::Duration;
 use crate::stops::Stopped;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::cache::SetManifest;
 
 /// Version of the manifest format. A manifest with another version is not
 /// read (its node counts as not published).
-pub const MANIFEST_FORMAT: u32 = 1;
+pub const MANIFEST_FORMAT: u32 = 2;
 /// The manifest's file name in a node's directory.
 pub const MANIFEST: &str = "manifest.json";
 /// keepwrap's directory in the share.
@@ -78,38 +80,26 @@ pub const TOP: &str = "keepwrap";
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 const MAX_MANIFEST: u64 = 16 << 20;
 
-/// `manifest.json`: what one node published.
+/// `manifest.json`: what one node published, the envelope of its node
+/// fields around a set manifest ([`SetManifest`]: the cluster fingerprint,
+/// the set id, when it was published, the rank files).
 ///
 /// ```json
-/// {"format": 1, "cluster_fingerprint": "9f2c...", "node_rank": 1, "nnodes": 4,
-///  "published_at": 1767225600, "published_at_utc": "2026-01-01T00:00:00Z",
-///  "keepwrap": "0.1.0",
-///  "files": [{"path": "0.7.2/sm121/0123456789abcdef/rank_tp1_pp0_dp0.json",
-///             "sha256": "5e1a...", "size": 51234,
-///             "metadata": {"flashinfer_version": "0.7.2", "...": "..."}}]}
+/// {"format": 2, "node_rank": 1, "nnodes": 4, "published_at_utc": "2026-01-01T00:00:00Z",
+///  "set": {"format": 2, "keepwrap": "0.1.0", "fingerprint": "9f2c...", "id": "<64 hex>",
+///          "signed_at": 1767225600,
+///          "members": [{"path": "0.7.2/sm121/0123456789abcdef/rank_tp1_pp0_dp0.json",
+///                       "sha256": "5e1a...", "size": 51234}]}}
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub format: u32,
-    pub cluster_fingerprint: String,
     pub node_rank: u32,
     pub nnodes: u32,
-    /// Seconds since the epoch.
-    pub published_at: u64,
     pub published_at_utc: String,
-    pub keepwrap: String,
-    pub files: Vec<FileEntry>,
-}
-
-/// One published rank file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileEntry {
-    /// Relative to the cache root (and to the node's directory in the share).
-    pub path: String,
-    pub sha256: String,
-    pub size: u64,
-    /// The file's `_metadata` (null when it has none).
-    pub metadata: Option<Value>,
+    /// The rank files, for the cluster fingerprint; `signed_at`: when they
+    /// were published (seconds since the epoch).
+    pub set: SetManifest,
 }
 
 /// This node's place in a multi-node launch.

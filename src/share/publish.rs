@@ -8,15 +8,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Member, SetManifest};
 use crate::clock::now_secs;
 use crate::digest::sha256_hex;
-use crate::unify::{self};
 
 use super::{
-    checked_path, cstring, mkdirs, open_share, read_manifest, FileEntry, Manifest, Node, MANIFEST,
+    checked_path, cstring, mkdirs, open_share, read_manifest, Manifest, Node, MANIFEST,
     MANIFEST_FORMAT, TOP,
 };
 
@@ -52,13 +49,6 @@ pub fn collect(root: &Path, signed: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-fn metadata_of(bytes: &[u8]) -> Option<Value> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(mut m)) => m.shift_remove(unify::METADATA),
-        _ => None,
-    }
-}
-
 /// Publish `p` into the share: files first, then the manifest, each
 /// atomically. Returns how many files were (re)written.
 pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
@@ -83,23 +73,29 @@ pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
             fsx::fsync_dir(dfd.as_fd())?;
             written += 1;
         }
-        entries.push(FileEntry {
+        entries.push(Member {
             path: path.clone(),
             sha256: sha256_hex(bytes),
             size: bytes.len() as u64,
-            metadata: metadata_of(bytes),
         });
     }
+    // A set's members are sorted by path, each once.
+    entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    entries.dedup_by(|a, b| a.path == b.path);
     let now = SystemTime::now();
     let manifest = Manifest {
         format: MANIFEST_FORMAT,
-        cluster_fingerprint: p.cluster.clone(),
         node_rank: p.node.rank,
         nnodes: p.node.nnodes,
-        published_at: now_secs(),
         published_at_utc: humantime::format_rfc3339_seconds(now).to_string(),
-        keepwrap: env!("CARGO_PKG_VERSION").to_string(),
-        files: entries,
+        set: SetManifest {
+            format: crate::SIDECAR_FORMAT,
+            keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+            id: cache::set_id(&p.cluster, &entries),
+            fingerprint: p.cluster.clone(),
+            signed_at: now_secs(),
+            members: entries,
+        },
     };
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(io::Error::other)?;
     fsx::write_atomic_at(node_dir.as_fd(), &cstring(MANIFEST)?, &bytes, 0o644)
@@ -108,9 +104,15 @@ pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
 
     // Files of the previous publication that this one no longer lists.
     if let Some(old) = old {
-        let now_listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+        let now_listed: BTreeSet<&str> = manifest
+            .set
+            .members
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
         for f in old
-            .files
+            .set
+            .members
             .iter()
             .filter(|f| !now_listed.contains(f.path.as_str()))
         {
@@ -153,7 +155,7 @@ pub fn remove_old(share: &Path, max_age: Duration) -> usize {
             let published = fsx::open_root(&path)
                 .ok()
                 .and_then(|fd| read_manifest(fd.as_fd()).ok())
-                .map(|m| m.published_at)
+                .map(|m| m.set.signed_at)
                 .or_else(|| {
                     use std::os::unix::fs::MetadataExt;
                     node.metadata().ok().map(|m| m.mtime().max(0) as u64)

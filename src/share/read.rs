@@ -37,6 +37,8 @@ pub enum NotPublished {
         nnodes: u32,
         cluster: String,
     },
+    #[error("its manifest's set is not valid ({0})")]
+    InvalidSet(String),
     #[error("its manifest lists a bad path {0:?}")]
     BadPath(String),
     #[error("{path}: cannot read it ({error})")]
@@ -78,15 +80,17 @@ fn read_node(
     if m.format != MANIFEST_FORMAT {
         return Err(NotPublished::Format(m.format));
     }
-    if m.cluster_fingerprint != cluster || m.node_rank != node.rank || m.nnodes != node.nnodes {
+    if m.set.fingerprint != cluster || m.node_rank != node.rank || m.nnodes != node.nnodes {
         return Err(NotPublished::OtherNode {
             rank: m.node_rank,
             nnodes: m.nnodes,
-            cluster: short(&m.cluster_fingerprint).to_string(),
+            cluster: short(&m.set.fingerprint).to_string(),
         });
     }
-    let mut files = Vec::with_capacity(m.files.len());
-    for f in &m.files {
+    // A set whole by its id: never a part of what the node published.
+    cache::validate_manifest(&m.set, cluster).map_err(NotPublished::InvalidSet)?;
+    let mut files = Vec::with_capacity(m.set.members.len());
+    for f in &m.set.members {
         let (sub, name) =
             checked_path(&f.path).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
         let mut bytes = Vec::new();

@@ -60,15 +60,15 @@ pub fn status(share: &Path) -> io::Result<Vec<NodePublication>> {
                 .and_then(|fd| read_manifest(fd.as_fd()).map_err(|e| e.to_string()));
             out.push(match m {
                 Ok(m) => NodePublication {
-                    problem: (m.cluster_fingerprint != cluster || m.node_rank != rank)
+                    problem: (m.set.fingerprint != cluster || m.node_rank != rank)
                         .then(|| "the manifest names another cluster or node".to_string()),
                     cluster_fingerprint: cluster.clone(),
                     node_rank: rank,
                     nnodes: m.nnodes,
-                    published_at: Some(m.published_at),
+                    published_at: Some(m.set.signed_at),
                     published_at_utc: Some(m.published_at_utc),
-                    files: m.files.len(),
-                    bytes: m.files.iter().map(|f| f.size).sum(),
+                    files: m.set.members.len(),
+                    bytes: m.set.members.iter().map(|f| f.size).sum(),
                 },
                 Err(why) => NodePublication {
                     cluster_fingerprint: cluster.clone(),

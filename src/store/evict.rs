@@ -29,7 +29,7 @@ impl Store {
             // union: its bytes count once, not once a member.
             let mut inodes = std::collections::HashSet::new();
             let mut bytes = 0;
-            for m in &manifest.members {
+            for m in &manifest.set.members {
                 let Some(d) = side.dir(&m.path) else {
                     bytes += m.size;
                     continue;
@@ -64,7 +64,7 @@ impl Store {
 
     /// When the launch of a stored set was last used (a restore counts).
     pub fn last_used(&self, e: &Entry) -> u64 {
-        self.record(&e.manifest.fingerprint)
+        self.record(&e.manifest.set.fingerprint)
             .map(|r| r.last_used)
             .unwrap_or(e.manifest.stored_at)
     }
@@ -80,7 +80,7 @@ impl Store {
             .into_iter()
             .map(|e| (self.last_used(&e), e))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         let mut total: u64 = entries.iter().map(|(_, e)| e.bytes).sum();
         let mut out = Evicted::default();
         for (used, e) in &entries {
@@ -119,7 +119,7 @@ impl Store {
     /// Move one stored set out of the store (the trash directory it is in
     /// now, to delete), remove its launch record, and say why.
     pub(super) fn evict_entry(&self, e: &Entry, used: u64, now: u64, why: &str) -> Option<String> {
-        let fp = &e.manifest.fingerprint;
+        let fp = &e.manifest.set.fingerprint;
         let trash = self.trash_entry(fp);
         if trash.is_some() {
             crate::failpoint::hit("store");
@@ -128,7 +128,7 @@ impl Store {
         cache::remove_manifest(self.root_fd.as_fd(), fp);
         crate::events::store::evicted(
             fp,
-            e.manifest.members.len(),
+            e.manifest.set.members.len(),
             e.bytes,
             size_text(e.bytes),
             ago(used, now),
@@ -151,7 +151,7 @@ impl Store {
             .map(|e| (self.last_used(&e), e))
             .filter(|(used, e)| pick(e, *used))
             .collect();
-        entries.sort_by_key(|(used, e)| (*used, e.manifest.fingerprint.clone()));
+        entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         for (used, e) in &entries {
             if let Some(trash) = self.evict_entry(e, *used, now, why) {
                 let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());

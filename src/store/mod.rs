@@ -22,13 +22,14 @@
 //! A set that is the whole content of one directory (the usual case: one
 //! `<key16>` directory of rank files) is stored flat: the directory itself
 //! moves into the store with one rename, and the launch's set manifest
-//! (`.keepwrap/sets/<fp>.json`, format 2) moves into it as its `.set.json`;
-//! nothing is created, so storing costs two renames whatever the file
-//! system's inode allocator does. Any other set is stored as a tree, file
-//! by file, with a manifest of its own (format 1: the layout of earlier
-//! versions, still read and restored as it always was). Which one an entry
-//! is, its manifest says: a format-2 set manifest is flat, a format-1
-//! store manifest a tree; anything else is not trusted.
+//! (`.keepwrap/sets/<fp>.json`) moves into it as its `.set.json`; nothing
+//! is created, so storing costs two renames whatever the file system's
+//! inode allocator does. Any other set is stored as a tree, file by file,
+//! with a copy of the same set manifest as its `.set.json`. Every entry's
+//! manifest is the cache's one set format ([`SetManifest`]), checked
+//! whole (its id hashes its members); which layout an entry has, its
+//! directory says: rank files right inside it are a flat entry, anything
+//! else a tree. A manifest of another format is not trusted.
 //!
 //! Crash safety: a set enters the store through a staging directory that
 //! is renamed to `store/<fp>` only once every member is inside; a restore
@@ -72,9 +73,8 @@ use moves::*;
 
 /// The manifest inside a stored set's directory.
 const MANIFEST: &str = ".set.json";
+/// The format of the launch records.
 const FORMAT: u32 = 1;
-/// The format of a flat entry's manifest: the launch's set manifest.
-const FLAT_FORMAT: u32 = crate::SIDECAR_FORMAT;
 const DIR_MODE: u32 = 0o755;
 
 /// How much the store may hold.
@@ -84,19 +84,15 @@ pub struct Limits {
     pub max_age: Duration,
 }
 
-/// A stored set's manifest (`.set.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A stored set: its set manifest (`.set.json`) and where its members are.
+#[derive(Debug, Clone)]
 pub struct Manifest {
-    pub format: u32,
-    pub fingerprint: String,
-    pub set_id: String,
-    pub signed_at: u64,
+    pub set: SetManifest,
+    /// When it was stored (the entry directory's modification time: its
+    /// manifest moved or was written into it last).
     pub stored_at: u64,
-    pub members: Vec<Member>,
     /// A flat entry: the members are directly in the entry's directory
-    /// (they share one directory in the tree). Not written: a flat entry's
-    /// manifest is the launch's set manifest.
-    #[serde(skip)]
+    /// (they share one directory in the tree).
     pub flat: bool,
 }
 
@@ -104,7 +100,7 @@ impl Manifest {
     /// The one directory (relative to the root) every member is in, for a
     /// flat entry.
     fn origin(&self) -> Option<&str> {
-        origin_of(&self.members)
+        origin_of(&self.set.members)
     }
 }
 
@@ -143,6 +139,20 @@ pub struct Entry {
 pub struct Restored {
     pub paths: Vec<PathBuf>,
     pub signed_at: u64,
+}
+
+impl Restored {
+    fn of(man: &Manifest) -> Restored {
+        Restored {
+            paths: man
+                .set
+                .members
+                .iter()
+                .map(|m| PathBuf::from(&m.path))
+                .collect(),
+            signed_at: man.set.signed_at,
+        }
+    }
 }
 
 use crate::clock::now_secs;

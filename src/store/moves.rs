@@ -127,7 +127,7 @@ pub(super) fn entry_parents(man: &Manifest) -> Vec<&str> {
 /// The directories (relative to the root) that hold the members of a set,
 /// once each.
 pub(super) fn member_parents(man: &Manifest) -> Vec<&str> {
-    let mut parents: Vec<&str> = man.members.iter().map(|m| split(&m.path).0).collect();
+    let mut parents: Vec<&str> = man.set.members.iter().map(|m| split(&m.path).0).collect();
     parents.sort_unstable();
     parents.dedup();
     parents
@@ -210,26 +210,23 @@ pub(super) fn write_json_with<T: Serialize>(
     Ok(())
 }
 
-/// The manifest of a flat entry, from the launch's set manifest `m` (checked
-/// whole: its id is the hash of its members): None unless every member is
-/// in one directory.
-pub(super) fn flat_manifest(m: SetManifest, stored_at: u64) -> Option<Manifest> {
+/// The manifest of a flat entry, from the launch's set manifest `set`
+/// (checked whole: its id is the hash of its members): None unless every
+/// member is in one directory.
+pub(super) fn flat_manifest(set: SetManifest, stored_at: u64) -> Option<Manifest> {
     let man = Manifest {
-        format: FLAT_FORMAT,
-        fingerprint: m.fingerprint,
-        set_id: m.id,
-        signed_at: m.signed_at,
+        set,
         stored_at,
-        members: m.members,
         flat: true,
     };
     man.origin().is_some().then_some(man)
 }
 
 /// The manifest of the entry (or staging, or restoring directory) `dir`
-/// (`shown` for the log): a format-1 store manifest (a tree entry) or a
-/// format-2 set manifest whose members share one directory (a flat entry).
-/// None when there is none; any other is not used, with one warning.
+/// (`shown` for the log): a set manifest, of a flat entry when its first
+/// member's file is right inside `dir` (then its members share one
+/// directory), else of a tree (inside `dir` at its path). None when there is none; any other is not used, with one
+/// warning.
 pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manifest> {
     let v: Value = read_json(dir, shown, MANIFEST)?;
     let bad = |why: String| {
@@ -240,26 +237,35 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manif
         );
         None
     };
-    match v.get("format").and_then(Value::as_u64) {
-        Some(f) if f == u64::from(FORMAT) => match serde_json::from_value::<Manifest>(v) {
-            Ok(m) => Some(m),
-            Err(e) => bad(format!("not valid: {e}")),
-        },
-        Some(f) if f == u64::from(FLAT_FORMAT) => {
-            let m = match serde_json::from_value::<SetManifest>(v) {
-                Ok(m) => m,
-                Err(e) => return bad(format!("not valid: {e}")),
-            };
-            if let Err(e) = cache::validate_manifest(&m, &m.fingerprint.clone()) {
-                return bad(format!("not valid: {e}"));
-            }
-            // Stored when its manifest moved in (nothing changes it since).
-            let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
-            flat_manifest(m, stored_at)
-                .or_else(|| bad("its members are not in one directory".into()))
-        }
-        f => bad(format!("format {f:?}, which this version does not read")),
+    let format = v.get("format").and_then(Value::as_u64);
+    if format != Some(u64::from(crate::SIDECAR_FORMAT)) {
+        return bad(format!(
+            "format {format:?}, which this version does not read"
+        ));
     }
+    let set = match serde_json::from_value::<SetManifest>(v) {
+        Ok(m) => m,
+        Err(e) => return bad(format!("not valid: {e}")),
+    };
+    if let Err(e) = cache::validate_manifest(&set, &set.fingerprint.clone()) {
+        return bad(format!("not valid: {e}"));
+    }
+    // Stored when its manifest moved or was written in (nothing changes
+    // the entry's directory since).
+    let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
+    let flat = set
+        .members
+        .first()
+        .is_some_and(|m| fsx::exists_at(dir, split(&m.path).1));
+    if flat {
+        return flat_manifest(set, stored_at)
+            .or_else(|| bad("its members are not in one directory".into()));
+    }
+    Some(Manifest {
+        set,
+        stored_at,
+        flat: false,
+    })
 }
 
 /// Does `dir` hold a cache file or sidecar directly (a flat set's

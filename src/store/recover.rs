@@ -112,11 +112,11 @@ impl Store {
             return;
         }
         let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.set.members);
         if !taken.is_empty() {
             crate::events::store::recovery_store_taken(fp, &taken[0]);
         } else {
-            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
+            match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
                 Ok(k) => crate::events::store::recovery_store_undone(fp, k),
                 Err(e) => crate::events::store::recovery_store_failed(fp, e),
             }
@@ -142,7 +142,7 @@ impl Store {
             .ok_or_else(|| io::Error::other("the set is not in one directory"))?;
         let dir = fsx::open_dir_at(parent, name)?;
         if inside {
-            let to = cache::manifest_name(&man.fingerprint);
+            let to = cache::manifest_name(&man.set.fingerprint);
             let sets = self.sets()?;
             if fsx::rename_between(dir.as_fd(), MANIFEST, sets, to.as_str()).is_err() {
                 let _ = fsx::unlink_at(dir.as_fd(), MANIFEST);
@@ -157,7 +157,7 @@ impl Store {
         match fsx::rename_noreplace(parent, name, dst.as_fd(), base) {
             Ok(()) => {
                 let _ = fsx::fsync_dir(dst.as_fd());
-                Ok(man.members.len() * 2)
+                Ok(man.set.members.len() * 2)
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 let from = Side {
@@ -165,13 +165,13 @@ impl Store {
                     flat: true,
                 };
                 let root = Side::tree(self.root_fd.as_fd());
-                if let Some(t) = conflicts(from, root, &man.members).first() {
+                if let Some(t) = conflicts(from, root, &man.set.members).first() {
                     return Err(io::Error::new(
                         io::ErrorKind::AlreadyExists,
                         format!("{t} is taken"),
                     ));
                 }
-                move_members(from, root, &man.members)
+                move_members(from, root, &man.set.members)
             }
             Err(e) => Err(e),
         }
@@ -204,9 +204,9 @@ impl Store {
             return;
         }
         let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.members);
+        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.set.members);
         if taken.is_empty() {
-            match move_members(Side::tree(dir.as_fd()), root, &man.members) {
+            match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
                 Ok(k) => {
                     crate::events::store::recovery_restore_finished(fp, k);
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
@@ -231,6 +231,7 @@ impl Store {
         // Only files the set does not hold any more, and only when they are
         // its bytes (the cache file) or its sidecar.
         let placed: Vec<Member> = man
+            .set
             .members
             .iter()
             .filter(|m| {
@@ -245,7 +246,7 @@ impl Store {
         let _ = move_members(Side::tree(self.root_fd.as_fd()), side, &placed);
         if man.flat && !fsx::exists_at(dir.as_fd(), MANIFEST) {
             if let Ok(sets) = self.sets() {
-                let from = cache::manifest_name(&man.fingerprint);
+                let from = cache::manifest_name(&man.set.fingerprint);
                 let _ = fsx::rename_noreplace(sets, from.as_str(), dir.as_fd(), MANIFEST);
             }
         }
@@ -254,7 +255,7 @@ impl Store {
             self.state.as_fd(),
             name,
             self.store.as_fd(),
-            man.fingerprint.as_str(),
+            man.set.fingerprint.as_str(),
         ) {
             Ok(()) => {
                 let _ = fsx::fsync_dir(self.store.as_fd());

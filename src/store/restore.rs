@@ -40,7 +40,7 @@ impl Store {
     pub(super) fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
         // The manifest lists the very set its id names (the sidecars are
         // checked against the id below): never a part of it.
-        if cache::set_id(&man.fingerprint, &man.members) != man.set_id {
+        if cache::set_id(&man.set.fingerprint, &man.set.members) != man.set.id {
             return Err("the manifest does not list the members of its set".into());
         }
         if man.flat {
@@ -49,6 +49,7 @@ impl Store {
             let ours = |n: &[u8]| {
                 n == MANIFEST.as_bytes()
                     || man
+                        .set
                         .members
                         .iter()
                         .any(|m| names(split(&m.path).1).iter().any(|x| x.as_bytes() == n))
@@ -59,7 +60,7 @@ impl Store {
         }
         let side = Side::of(dir, man);
         let mut buf = Vec::new();
-        for m in &man.members {
+        for m in &man.set.members {
             let d = side
                 .dir(&m.path)
                 .ok_or_else(|| format!("{}: missing", m.path))?;
@@ -74,9 +75,9 @@ impl Store {
                 .map_err(|_| format!("{}: not a JSON object", m.path))?;
             fsx::read_at(d, launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
-            let sc = cache::judge_sidecar(&buf, &man.fingerprint, |p| p == m.path)
+            let sc = cache::judge_sidecar(&buf, &man.set.fingerprint, |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
-            if !sc.in_set(&man.set_id) {
+            if !sc.in_set(&man.set.id) {
                 return Err(format!("{}: signed in another set", m.path));
             }
         }
@@ -87,7 +88,7 @@ impl Store {
     /// `keepwrap status --verify`): why it is not intact, if it is not.
     pub fn verify_entry(&self, fp: &str) -> Result<(), String> {
         let man = self.manifest(fp).ok_or("no readable manifest")?;
-        if man.fingerprint != fp {
+        if man.set.fingerprint != fp {
             return Err("its manifest names another launch".into());
         }
         if let Some(why) = self.untrusted_in_entry(fp, &man) {
@@ -102,7 +103,7 @@ impl Store {
     pub fn restore(&self, fp: &str) -> Option<Restored> {
         let man = self.manifest(fp)?;
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
-        if man.fingerprint != fp {
+        if man.set.fingerprint != fp {
             crate::events::store::entry_misnamed(fp);
             self.delete_entry(fp);
             return None;
@@ -127,7 +128,7 @@ impl Store {
             return None;
         }
         let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.members);
+        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.set.members);
         if let Some(t) = taken.first() {
             crate::events::store::restore_in_the_way(fp, t);
             return None;
@@ -156,14 +157,11 @@ impl Store {
             let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
             self.unsynced.set(true);
             self.sync();
-            return Some(Restored {
-                paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
-                signed_at: man.signed_at,
-            });
+            return Some(Restored::of(&man));
         }
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         // Durable at once, with one sync below.
-        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &man.members, false) {
+        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &man.set.members, false) {
             crate::events::store::restore_move_failed(fp, e);
             drop(dir);
             self.unrestore(&restoring, &man);
@@ -173,10 +171,7 @@ impl Store {
         self.unsynced.set(true);
         self.sync();
         let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
-        Some(Restored {
-            paths: man.members.iter().map(|m| PathBuf::from(&m.path)).collect(),
-            signed_at: man.signed_at,
-        })
+        Some(Restored::of(&man))
     }
 
     /// Why the entry of `fp` is not to be trusted: a directory of it (or

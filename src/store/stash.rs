@@ -6,7 +6,7 @@ impl Store {
     /// Move a whole set signed for another launch into the store (for
     /// [`cache::prune_stashing`]). On error every member is back in place.
     pub fn stash(&self, root: BorrowedFd<'_>, set: &ForeignSet) -> io::Result<()> {
-        if !is_fp(&set.fingerprint) {
+        if !is_fp(&set.manifest.fingerprint) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the fingerprint is not 64 hex digits",
@@ -15,45 +15,41 @@ impl Store {
         if let Some(dir) = &set.dir {
             // A directory right below the root (vLLM's `<sha256>/` under
             // VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR) moves file by file.
-            if set.checked.len() == set.set.members.len() && dir.contains('/') {
+            if set.checked.len() == set.manifest.members.len() && dir.contains('/') {
                 return self.stash_dir(root, set, dir);
             }
         }
-        let staging = format!("{}.in-{}", set.fingerprint, fsx::unique_name());
+        let staging = format!("{}.in-{}", set.manifest.fingerprint, fsx::unique_name());
         let dir = fsx::mkdir_open_at(self.store.as_fd(), staging.as_str(), 0o700)?;
         let man = Manifest {
-            format: FORMAT,
-            fingerprint: set.fingerprint.clone(),
-            set_id: set.set.id.clone(),
-            signed_at: set.signed_at,
+            set: set.manifest.clone(),
             stored_at: now_secs(),
-            members: set.set.members.clone(),
             flat: false,
         };
         let (from, to) = (Side::tree(root), Side::tree(dir.as_fd()));
-        let res = write_json(dir.as_fd(), MANIFEST, &man)
+        let res = write_json(dir.as_fd(), MANIFEST, &man.set)
             .and_then(|()| fsx::fsync_dir(self.store.as_fd()))
             .and_then(|()| {
                 // Durable with the rest of the prune's moves (one sync).
                 self.unsynced.set(true);
-                move_members_with(from, to, &man.members, false).map(|_| ())
+                move_members_with(from, to, &man.set.members, false).map(|_| ())
             })
             .and_then(|()| {
                 // What enters the store is what was signed: a file the
                 // engine replaced meanwhile does not. The very files prune
                 // checked (their inode numbers, by directory), else every
                 // byte.
-                if set.checked.len() == man.members.len() {
+                if set.checked.len() == man.set.members.len() {
                     moved_as_checked(dir.as_fd(), set)
                 } else {
                     self.verify(dir.as_fd(), &man)
                 }
                 .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
             })
-            .and_then(|()| self.install(&staging, &set.fingerprint));
+            .and_then(|()| self.install(&staging, &set.manifest.fingerprint));
         if let Err(e) = res {
             // Back in place, whatever was moved.
-            let _ = move_members(to, from, &man.members);
+            let _ = move_members(to, from, &man.set.members);
             let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
             return Err(e);
         }
@@ -87,8 +83,8 @@ impl Store {
                 "not a directory below the root",
             ));
         }
-        let fp = set.fingerprint.as_str();
-        if origin_of(&set.set.members) != Some(dir) {
+        let fp = set.manifest.fingerprint.as_str();
+        if origin_of(&set.manifest.members) != Some(dir) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "the set is not the content of one directory",
@@ -125,12 +121,8 @@ impl Store {
         if let Err(e) = res {
             // Back in place: the directory whole, else file by file.
             let man = Manifest {
-                format: FLAT_FORMAT,
-                fingerprint: fp.to_string(),
-                set_id: set.set.id.clone(),
-                signed_at: set.signed_at,
+                set: set.manifest.clone(),
                 stored_at: now_secs(),
-                members: set.set.members.clone(),
                 flat: true,
             };
             let inside = fsx::open_dir_at(self.store.as_fd(), at)

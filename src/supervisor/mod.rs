@@ -59,7 +59,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             crate::events::supervisor::supervising_only(line.reason(), &line);
             Prepared::default()
         }
-        Ok(()) => match prepare_interruptibly(&args.cache, &command, env) {
+        Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
             Ok(prepared) => prepared,
             Err(stopped) => return stopped_before_start(stopped),
         },
@@ -132,11 +132,12 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
 /// engine once it runs.
 fn prepare_interruptibly(
     args: &crate::keeper::Settings,
+    read: crate::launch::Command,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
 ) -> Result<Prepared, Stopped> {
     crate::stops::watch();
-    let prepared = Keeper::prepare(args, command, &env);
+    let prepared = Keeper::prepare(args, read, command, &env);
     // Stopped in a wait, or since the last one.
     let unwatched = crate::stops::unwatch();
     let prepared = prepared?;

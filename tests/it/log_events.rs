@@ -257,6 +257,63 @@ fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
 }
 
 #[test]
+fn every_signal_and_a_kill_of_the_engine_after_reused_end_on_how_the_engine_ended() {
+    use nix::sys::signal::{kill, Signal};
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let server = || {
+        engine(
+            &root,
+            "text",
+            &["--done", "quiet=300ms"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"; exec sleep 30",
+        )
+    };
+    let reused = "keepwrap: reused 1 cache file signed for this launch";
+    let mut first = common::Running::spawn(&mut server());
+    first.wait_stderr(
+        "keepwrap: tuned and signed 1 cache file",
+        std::time::Duration::from_secs(20),
+    );
+    first.guard.signal(Signal::SIGTERM);
+    first.finish(std::time::Duration::from_secs(20));
+    // Signals to keepwrap, forwarded; then a KILL of the engine itself.
+    for (to_engine, sig, code) in [
+        (false, Signal::SIGINT, 130),
+        (false, Signal::SIGHUP, 129),
+        (false, Signal::SIGQUIT, 131),
+        (true, Signal::SIGKILL, 137),
+    ] {
+        let mut run = common::Running::spawn(&mut server());
+        run.wait_stderr(reused, std::time::Duration::from_secs(20));
+        if to_engine {
+            let pid = run.guard.pid().as_raw();
+            let engine = common::wait_for("the engine", std::time::Duration::from_secs(10), || {
+                common::children_of(pid).first().copied()
+            });
+            kill(nix::unistd::Pid::from_raw(engine), sig).unwrap();
+        } else {
+            run.guard.signal(sig);
+        }
+        let f = run.finish(std::time::Duration::from_secs(20));
+        assert_eq!(f.code, code, "{sig}: {}", f.stderr);
+        let lines = keepwrap_lines(&f.stderr);
+        assert!(lines.contains(&reused), "{}", f.stderr);
+        assert!(
+            after_seconds(
+                lines.last().unwrap(),
+                &format!(
+                    "keepwrap: the engine was killed by {} (status {code}) after ",
+                    sig.as_str()
+                )
+            ),
+            "{sig}: {}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
 fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
@@ -535,6 +592,30 @@ fn misworded_lines(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// The paths one boot's text log gave more than one verdict (`kept P:`,
+/// `removed P:`, `stored P:`, at any level), with those lines.
+fn two_verdicts(stderr: &str) -> Vec<String> {
+    let mut by_path: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for line in stderr.lines() {
+        let Some(rest) = line
+            .strip_prefix("keepwrap: ")
+            .map(|l| l.strip_prefix("debug: ").unwrap_or(l))
+        else {
+            continue;
+        };
+        for verb in ["kept ", "removed ", "stored "] {
+            if let Some((path, _)) = rest.strip_prefix(verb).and_then(|r| r.split_once(": ")) {
+                by_path.entry(path).or_default().push(line);
+            }
+        }
+    }
+    by_path
+        .into_values()
+        .filter(|lines| lines.len() > 1)
+        .map(|lines| lines.join("\n"))
+        .collect()
+}
+
 #[test]
 fn the_scanner_of_misworded_lines_finds_what_it_looks_for() {
     for bad in [
@@ -546,6 +627,10 @@ fn the_scanner_of_misworded_lines_finds_what_it_looks_for() {
     ] {
         assert!(misworded(bad).is_some(), "{bad}");
     }
+    assert_eq!(
+        two_verdicts("keepwrap: kept d/a.json: signed for this launch\nkeepwrap: kept d/b.json: signed for this launch\nkeepwrap: debug: removed d/a.json: why\n").len(),
+        1
+    );
     for good in [
         "keepwrap: prune: kept 1, removed 0 cache files and 0 leftovers",
         "keepwrap: tuned and signed 1 cache file",
@@ -575,6 +660,12 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
     let all = std::cell::RefCell::new(String::new());
     let run = |cmd: &mut Command| {
         let f = output(cmd);
+        assert_eq!(
+            two_verdicts(&f.stderr),
+            Vec::<String>::new(),
+            "{}",
+            f.stderr
+        );
         all.borrow_mut().push_str(&f.stderr);
         f
     };
@@ -599,9 +690,13 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
         "{}",
         u.stderr
     );
-    // A signed file corrupted: removed, one of one.
+    // A signed file corrupted: removed, one of one; one of two, and a
+    // file planted beside them: each file one verdict.
     std::fs::write(root.join(DIR).join("rank_tp0_pp0_dp0.json"), "garbage\n").unwrap();
     run(&mut one_rank(&root, &exit, ""));
+    std::fs::write(two.join(DIR).join("rank_tp1_pp0_dp0.json"), "{}").unwrap();
+    std::fs::write(two.join(DIR).join("rank_tp2_pp0_dp0.json"), "{}").unwrap();
+    run(engine(&two, "text", &exit, same_key).env("KEEPWRAP_LOG", "debug"));
     // A file that lands after done, then a stop.
     let late = t.path().join("late");
     let mut r = common::Running::spawn(&mut one_rank(
@@ -633,6 +728,9 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
         all.borrow_mut().push_str(&s.stdout.join("\n"));
     }
     let all = all.into_inner();
+    // A temporary renamed over a rank file, or a file the engine removed,
+    // is no unreadable file.
+    assert!(!all.contains("No such file or directory"), "{all}");
     let bad = misworded_lines(&all);
     assert!(bad.is_empty(), "{}\n\nin:\n{all}", bad.join("\n"));
 }

@@ -447,10 +447,16 @@ fn eight_launches_racing_on_one_root_each_log_an_outcome_and_tear_nothing() {
             serde_json::from_slice(&std::fs::read(e.path().join(".set.json")).unwrap()).unwrap();
         let fp = e.file_name().to_string_lossy().into_owned();
         assert_eq!(m["fingerprint"], fp.as_str());
+        assert_eq!(m["format"], 2, "the one set format");
+        let first = m["members"][0]["path"].as_str().unwrap();
+        let flat = e
+            .path()
+            .join(Path::new(first).file_name().unwrap())
+            .exists();
         for mem in m["members"].as_array().unwrap() {
             let rel = Path::new(mem["path"].as_str().unwrap());
-            // A flat entry (a set manifest, format 2) holds them by name.
-            let p = if m["format"] == 2 {
+            // A flat entry holds them by name, a tree at their paths.
+            let p = if flat {
                 e.path().join(rel.file_name().unwrap())
             } else {
                 e.path().join(rel)

@@ -261,7 +261,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     killed_between_the_renames(root, &store, &a);
     let entries = store.entries();
     assert_eq!(entries.len(), 1);
-    assert_eq!(entries[0].manifest.members.len(), 4);
+    assert_eq!(entries[0].manifest.set.members.len(), 4);
     let back = store.restore(&a).expect("restored");
     assert_eq!(back.paths.len(), 4);
     for r in 0..4 {

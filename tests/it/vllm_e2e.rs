@@ -15,6 +15,30 @@ use common::{Finished, Running};
 use nix::sys::signal::Signal;
 
 /// One server boot on a free port: wait for the outcome line, then TERM.
+/// The paths that got more than one verdict line in one boot (kept,
+/// removed, stored, ...), with those lines' events: one file, one verdict.
+fn two_verdicts(b: &Finished) -> Vec<(String, Vec<String>)> {
+    const VERDICTS: [&str; 6] = [
+        "kept",
+        "removed",
+        "removed_untrusted",
+        "stored",
+        "kept_shared_file",
+        "removed_shared_file",
+    ];
+    let mut by_path: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for e in b.log_events() {
+        let name = e["event"].as_str().unwrap_or("");
+        if let (true, Some(path)) = (VERDICTS.contains(&name), e["path"].as_str()) {
+            by_path
+                .entry(path.to_string())
+                .or_default()
+                .push(name.to_string());
+        }
+    }
+    by_path.into_iter().filter(|(_, v)| v.len() > 1).collect()
+}
+
 fn serve(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
     serve_with(home, &[], args, env)
 }
@@ -127,6 +151,10 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
     assert_eq!(a2.tuned(), 0, "{:#?}", a2.stdout);
     assert_eq!(tactics_of(&a2), tactics_of(&a));
     let b2 = serve(home.path(), &args, &other);
+    // Each per-rank file one verdict per boot: stored, or kept.
+    for boot in [&b, &a2, &b2] {
+        assert_eq!(two_verdicts(boot), [], "{}", boot.stderr);
+    }
     assert_eq!(b2.tuned(), 0, "{:#?}", b2.stdout);
     assert_eq!(tactics_of(&b2), tactics_of(&b));
 }
@@ -158,8 +186,9 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
         let warm = serve(home.path(), &args, &layout_a);
         assert_eq!(warm.code, 0, "boot {boot}: {}", warm.stderr);
         assert!(warm.events("hang").is_empty(), "{:#?}", warm.stdout);
+        assert_eq!(two_verdicts(&warm), [], "boot {boot}: {}", warm.stderr);
         let line = warm
-            .events_named("removed_shared_file")
+            .events_named("removed")
             .into_iter()
             .find(|e| {
                 e["path"]
@@ -217,8 +246,17 @@ fn layout_a_keeps_the_shared_file_for_a_dense_model() {
         "{}",
         cold.stderr
     );
-    let warm = serve(home.path(), &args, &layout_a);
+    let warm = serve_with(home.path(), &["-v"], &args, &layout_a);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
+    assert!(
+        warm.logged_starting("kept", "message", "kept "),
+        "{}",
+        warm.stderr
+    );
+    // Why a shared file is safe here is said at debug level: the verdict
+    // is the one line that kept it.
+    let info = serve(home.path(), &args, &layout_a);
+    assert_eq!(two_verdicts(&info), [], "{}", info.stderr);
     assert!(
         warm.events_named("kept_shared_file")
             .iter()

@@ -15,7 +15,19 @@ impl State<'_, '_> {
     /// ones, remove the others.
     pub(super) fn resolve(&mut self) {
         let Some(root) = self.root.take() else { return };
-        let cands = std::mem::take(&mut self.cands);
+        let mut cands = std::mem::take(&mut self.cands);
+        // A file the launch refuses is removed before the sets are judged:
+        // the rest of its set is then incomplete, never kept in part.
+        if let Some(refuse) = self.refuse {
+            cands.retain(|(path, _, _)| match refuse(path) {
+                Some(why) => {
+                    self.rejected.push(path.clone());
+                    self.remove_path(&root, path, &Reason::Refused(why));
+                    false
+                }
+                None => true,
+            });
+        }
         let views: Vec<Candidate<'_>> = cands
             .iter()
             .map(|(p, sc, _)| Candidate {
@@ -74,7 +86,7 @@ impl State<'_, '_> {
     }
 
     /// Read and check the set manifest of launch `fp`, once.
-    fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
+    pub(super) fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
         if self.manifests.contains_key(fp) {
             return;
         }
@@ -173,12 +185,7 @@ impl State<'_, '_> {
             return;
         };
         let set = ForeignSet {
-            fingerprint: sc.fingerprint.clone(),
-            set: SetRecord {
-                id: manifest.id.clone(),
-                members: manifest.members.clone(),
-            },
-            signed_at: sc.signed_at,
+            manifest: manifest.clone(),
             dir,
             checked: files
                 .iter()
@@ -263,14 +270,14 @@ impl State<'_, '_> {
             .expect("foreign files only with a stash");
         match stash(root.as_fd(), set) {
             Ok(()) => {
-                for m in &set.set.members {
+                for m in &set.manifest.members {
                     crate::events::cache::stored(&m.path, fp8, self.report.stored < PER_FILE_LINES);
                     self.report.stored += 1;
                 }
             }
             Err(e) => {
-                crate::events::cache::cannot_store(set.set.members.len(), fp8, e);
-                for m in &set.set.members {
+                crate::events::cache::cannot_store(set.manifest.members.len(), fp8, e);
+                for m in &set.manifest.members {
                     self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.to_string()));
                 }
             }

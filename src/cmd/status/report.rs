@@ -136,29 +136,29 @@ fn store_rows(
     for e in entries {
         let m = &e.manifest;
         let bad = match (store, verify) {
-            (Some(s), true) => s.verify_entry(&m.fingerprint).err(),
+            (Some(s), true) => s.verify_entry(&m.set.fingerprint).err(),
             _ => None,
         };
         stored_corrupt += usize::from(bad.is_some());
-        stored_files += m.members.len();
+        stored_files += m.set.members.len();
         stored_bytes += e.bytes;
-        let last_used = used.get(&m.fingerprint).copied().unwrap_or(m.stored_at);
+        let last_used = used.get(&m.set.fingerprint).copied().unwrap_or(m.stored_at);
         let action = fp.map(|me| {
-            if me == m.fingerprint && plan.keep == 0 {
-                plan.restore += m.members.len();
+            if me == m.set.fingerprint && plan.keep == 0 {
+                plan.restore += m.set.members.len();
                 "restore"
             } else {
                 "stay"
             }
         });
         rows.push(json!({
-            "path": format!("{STATE_DIR}/store/{}/", m.fingerprint),
+            "path": format!("{STATE_DIR}/store/{}/", m.set.fingerprint),
             "state": if bad.is_some() { "stored, corrupt" } else { "stored" },
             "why": bad,
-            "fingerprint": m.fingerprint,
-            "files": m.members.len(),
+            "fingerprint": m.set.fingerprint,
+            "files": m.set.members.len(),
             "size": e.bytes,
-            "signed_at": m.signed_at,
+            "signed_at": m.set.signed_at,
             "stored_at": m.stored_at,
             "last_used": last_used,
             "action": action,

@@ -64,12 +64,13 @@ impl ProfileName {
         }
     }
 
-    /// [`ProfileName::resolve`] for a command and its environment.
-    pub fn resolve_for(self, argv: &[OsString], env: &[(OsString, OsString)]) -> ProfileName {
-        if self != ProfileName::Auto {
-            return self;
+    /// The profile of the launches a subcommand without a command looks
+    /// at: `auto` is `sglang`'s.
+    pub fn without_command(self) -> ProfileName {
+        match self {
+            ProfileName::Auto => ProfileName::Sglang,
+            p => p,
         }
-        self.resolve(&launch::analyze(argv, env))
     }
 }
 
@@ -176,6 +177,8 @@ pub struct Launch {
     /// prefix-selected variables, first occurrence of a name only, in Python
     /// key order
     env: Vec<EnvVar>,
+    /// The command as given to keepwrap.
+    given: Vec<OsString>,
     command: launch::Command,
     /// An SGLang server launch in canonical form.
     canonical: Option<Canonical>,
@@ -196,7 +199,17 @@ impl Launch {
     /// model directory) are read from the current directory, which the
     /// engine inherits.
     pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
-        let command = launch::analyze(argv, env);
+        Launch::of(opts, launch::analyze(argv, env), argv, env)
+    }
+
+    /// [`Launch::new`] of a command already read: `command` is
+    /// [`launch::analyze`] of `argv` and `env`.
+    pub fn of(
+        opts: &Options,
+        command: launch::Command,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Launch {
         let name = opts.profile.resolve(&command);
         let prof = profile(name);
         let seed = name == ProfileName::Seed;
@@ -256,6 +269,7 @@ impl Launch {
             engine,
             args,
             env,
+            given: argv.to_vec(),
             canonical_payload,
             canonical,
             command,
@@ -325,6 +339,11 @@ impl Launch {
     /// Lowercase sha256 hex.
     pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
+    }
+
+    /// The command as given to keepwrap.
+    pub fn argv(&self) -> &[OsString] {
+        &self.given
     }
 
     /// The command, understood.

@@ -58,11 +58,10 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The identity of `launch` (made from `argv` and `env` with `opts`).
+    /// The identity of `launch` (made with `opts` and `env`).
     pub fn of(
         launch: &Launch,
         opts: &fingerprint::Options,
-        argv: &[OsString],
         env: &[(OsString, OsString)],
         node_local: &[String],
     ) -> Identity {
@@ -79,7 +78,8 @@ impl Identity {
             let mut opts = opts.clone();
             opts.ignored_args
                 .extend(flags.iter().map(|f| f.to_string()));
-            Launch::new(&opts, argv, env).cluster_fingerprint(node_local)
+            Launch::of(&opts, launch.command().clone(), launch.argv(), env)
+                .cluster_fingerprint(node_local)
         } else {
             launch.cluster_fingerprint(node_local)
         };

@@ -262,7 +262,7 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
             .map(OsString::from)
             .collect();
         let launch = Launch::new(&opts, &argv, &[]);
-        Identity::of(&launch, &opts, &argv, &[], &[])
+        Identity::of(&launch, &opts, &[], &[])
     };
     let n0 = of(&["--nnodes", "2", "--node-rank", "0"]);
     let n1 = of(&["--nnodes", "2", "--node-rank=1"]);
@@ -294,7 +294,7 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         ]
         .map(OsString::from)
         .to_vec();
-        Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &argv, &[], &[])
+        Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &[], &[])
     };
     assert_eq!(behind("1").rank, "node-rank=1");
     assert!(behind("0").is_peer_of(&behind("1")));

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
 use crate::launch::fingerprint::vllm::VllmLaunch;
-use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::launch::fingerprint::Launch;
+
+use super::{Engine, NoRoot};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::share::{gather_nodes, report_incomplete, Node, Share};
 use crate::stops::Stopped;
@@ -32,7 +34,7 @@ pub struct NoVllmRoot(#[from] facts::RootError);
 /// engine's Python does: `HOME`, else the password database). The folders sit right
 /// in the root when `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
 /// `<flashinfer version>/<arch>/`. Err: why there is none.
-pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, NoVllmRoot> {
+fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, NoVllmRoot> {
     let computed = facts::autotune_root(env, &crate::launch::home::passwd_home);
     let flat = matches!(computed, Ok(AutotuneRoot::Override(_)));
     set_shape(if flat {
@@ -44,19 +46,6 @@ pub fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<Pa
         return Ok(dir.to_path_buf());
     }
     Ok(computed?.path().to_path_buf())
-}
-
-/// The root for a subcommand (`status`, `explain`): vLLM's when the
-/// profile is `vllm`, else SGLang's.
-pub fn root_for(
-    profile: ProfileName,
-    cache_dir: Option<&Path>,
-    env: &[(OsString, OsString)],
-) -> Option<PathBuf> {
-    if profile == ProfileName::Vllm {
-        return root(cache_dir, env).ok();
-    }
-    crate::root::place::root_from(cache_dir, env)
 }
 
 /// The bytes of the model's `config.json`, when the model is a local
@@ -100,9 +89,24 @@ fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
     }
 }
 
+/// Why prune must not keep a shared file signed for this launch (a MoE
+/// launch of more than one rank): the rule for
+/// [`crate::cache::prune_then_empty_refusing`], so that such a file gets
+/// one line, its removal, rather than `kept` and then `removed`.
+fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 'static> {
+    let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {
+        return None;
+    };
+    let reason = crate::events::vllm::shared_file_hangs(why);
+    Some(move |path: &str| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        is_shared_name(name).then(|| reason.clone())
+    })
+}
+
 /// `status -- COMMAND`: the shared files the launch would keep but removes
 /// before the start ([`before_start`]) are shown as removed, with why.
-pub fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
+fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
     let Some(v) = launch.vllm() else {
         return;
     };
@@ -139,7 +143,7 @@ pub fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
 /// model under more than one rank (or might: when unsure, remove), since
 /// holding only rank 0's MoE tactics it hangs every warm boot; kept for a
 /// dense model or one rank. One line per file says which and why.
-pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
+fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
     let Some(v) = launch.vllm() else {
         return;
     };
@@ -194,31 +198,27 @@ pub fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
 /// either; vLLM's own gate decides, as without keepwrap). A command keepwrap
 /// does not read as vLLM's but runs under `--profile vllm` (a launch
 /// script) is read whole for the same arguments.
-pub fn under_ray(launch: &Launch, argv: &[OsString]) -> bool {
-    let Some(arg) = ray_arg(launch, argv) else {
+fn under_ray(launch: &Launch) -> bool {
+    let Some(arg) = ray_arg(launch) else {
         return false;
     };
     crate::events::vllm::ray_launch(&arg);
     true
 }
 
-/// The argument that makes `argv` (fingerprinted as `launch`) a Ray
-/// launch of the `vllm` profile ([`under_ray`]).
-fn ray_arg(launch: &Launch, argv: &[OsString]) -> Option<String> {
-    if launch.profile() != ProfileName::Vllm {
-        return None;
-    }
+/// The argument that makes `launch` a Ray launch ([`under_ray`]).
+fn ray_arg(launch: &Launch) -> Option<String> {
     match launch.vllm() {
         Some(v) => facts::ray_backend(v.merged_args()),
-        None => facts::ray_backend(argv),
+        None => facts::ray_backend(launch.argv()),
     }
 }
 
 /// `status -- COMMAND` for a Ray launch ([`under_ray`]): nothing is kept,
 /// restored, stored or removed; every file is left as it is, and the plan
 /// says why.
-pub fn plan_ray(report: &mut serde_json::Value, launch: &Launch, argv: &[OsString]) {
-    let Some(arg) = ray_arg(launch, argv) else {
+fn plan_ray(report: &mut serde_json::Value, launch: &Launch) {
+    let Some(arg) = ray_arg(launch) else {
         return;
     };
     let why = format!(
@@ -240,7 +240,7 @@ pub fn plan_ray(report: &mut serde_json::Value, launch: &Launch, argv: &[OsStrin
 /// environment (so another launch finds its own shapes or tunes them), and
 /// a bad entry is a miss, never an error. Keeping it per launch would move a
 /// directory FlashInfer shares between launches by design.
-pub fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
+fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     let Some(v) = launch.vllm() else {
         return;
     };
@@ -283,7 +283,7 @@ pub fn node(v: &VllmLaunch) -> Result<Node, String> {
 /// The share of a vLLM launch (`--share DIR`): each node publishes its own
 /// ranks' signed files; no union is ever taken (vLLM's gate passes
 /// per-rank files as they are).
-pub fn share(
+fn share(
     args: &crate::share::Settings,
     launch: &Launch,
     max_age: std::time::Duration,
@@ -297,7 +297,7 @@ pub fn share(
 /// published rank files back in place and sign them. Never a partial set:
 /// one node missing, or one file that does not verify, and nothing is
 /// taken (one line says which). The files signed, if any.
-pub fn take_own(
+fn take_own(
     share: &Share,
     root: &Path,
     fingerprint: &str,
@@ -344,6 +344,81 @@ pub fn take_own(
             None
         }
     })
+}
+
+/// vLLM's side of the seam: the functions above.
+pub struct Vllm;
+
+impl Engine for Vllm {
+    fn root(
+        &self,
+        cache_dir: Option<&Path>,
+        env: &[(OsString, OsString)],
+    ) -> Result<PathBuf, NoRoot> {
+        root(cache_dir, env).map_err(NoRoot::Vllm)
+    }
+
+    fn root_origin(&self, env: &[(OsString, OsString)]) -> &'static str {
+        [
+            "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+            "VLLM_CACHE_ROOT",
+            "XDG_CACHE_HOME",
+        ]
+        .into_iter()
+        .find(|v| crate::root::place::is_set(env, v))
+        .unwrap_or_else(|| super::home_origin(env))
+    }
+
+    /// vLLM's gate passes per-rank files as they are.
+    fn unifies_by_default(&self) -> bool {
+        false
+    }
+
+    fn share(
+        &self,
+        args: &crate::share::Settings,
+        launch: &Launch,
+        _unify: bool,
+        max_age: std::time::Duration,
+    ) -> Option<Share> {
+        share(args, launch, max_age)
+    }
+
+    /// Each node keeps its own ranks' files; a node whose cache is empty
+    /// takes its own back from a complete set.
+    fn take_share(
+        &self,
+        share: &Share,
+        root: &Path,
+        fingerprint: &str,
+        kept: &[PathBuf],
+    ) -> Result<Option<Vec<PathBuf>>, Stopped> {
+        if !kept.is_empty() {
+            return Ok(None);
+        }
+        take_own(share, root, fingerprint)
+    }
+
+    fn left_alone(&self, launch: &Launch) -> bool {
+        under_ray(launch)
+    }
+
+    fn note_launch(&self, launch: &Launch, env: &[(OsString, OsString)]) {
+        note_managed_store(launch, env);
+    }
+
+    fn refuse_at_prune(&self, launch: &Launch) -> Option<super::Refuse> {
+        refuse_shared(launch).map(|f| Box::new(f) as super::Refuse)
+    }
+
+    fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
+        before_start(root, launch, kept);
+    }
+
+    fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {
+        plan_shared_files(report, launch);
+        plan_ray(report, launch);
+    }
 }
 
 /// Write `bytes` at `rel` below `root` atomically (a temp file renamed

@@ -1,0 +1,120 @@
+//! The engine seam: what differs between the engines keepwrap fronts
+//! (SGLang, vLLM), each in its own file behind one trait, picked by one
+//! match on the profile ([`of`]). The cache root and the layout of its
+//! tree, the unify default, the share of a multi-node launch, what the
+//! share gives a node before the start, launches left alone, the files
+//! kept that must go before the start, and what `status` plans for them.
+//! Everything else (prune, the store, sign, done, the policy) is the same
+//! machinery for every engine. Adding an engine is one file here and one
+//! arm in [`of`].
+
+mod sglang;
+pub mod vllm;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::share::Share;
+use crate::stops::Stopped;
+
+/// One engine's side of a launch. The defaults are the common case.
+pub trait Engine: Sync {
+    /// The cache root keepwrap guards (`--cache-dir` if given, else the
+    /// engine's own from the engine's environment), with the layout of its
+    /// tree set for the process. Err: why there is none.
+    fn root(
+        &self,
+        cache_dir: Option<&Path>,
+        env: &[(OsString, OsString)],
+    ) -> Result<PathBuf, NoRoot>;
+
+    /// The variable the default root came from (`config`), else where `~`
+    /// came from.
+    fn root_origin(&self, env: &[(OsString, OsString)]) -> &'static str;
+
+    /// Whether `--unify auto` rewrites rank files as their union.
+    fn unifies_by_default(&self) -> bool;
+
+    /// The share of a multi-node launch (`--share DIR`), if it has one.
+    fn share(
+        &self,
+        args: &crate::share::Settings,
+        launch: &Launch,
+        unify: bool,
+        max_age: Duration,
+    ) -> Option<Share>;
+
+    /// Before the start: what the share gives this node (`kept`: what
+    /// prune kept), signed for `fingerprint`; the files signed, if any.
+    fn take_share(
+        &self,
+        share: &Share,
+        root: &Path,
+        fingerprint: &str,
+        kept: &[PathBuf],
+    ) -> Result<Option<Vec<PathBuf>>, Stopped>;
+
+    /// Whether keepwrap only supervises this launch and leaves its cache as
+    /// the engine leaves it; one line says why.
+    fn left_alone(&self, _launch: &Launch) -> bool {
+        false
+    }
+
+    /// Lines to log at the launch, beside the launch's own.
+    fn note_launch(&self, _launch: &Launch, _env: &[(OsString, OsString)]) {}
+
+    /// What prune must not keep for this launch although it is signed for
+    /// it (the reason, given a file's path), so that such a file gets one
+    /// line, its removal, rather than `kept` and then `removed`.
+    fn refuse_at_prune(&self, _launch: &Launch) -> Option<Refuse> {
+        None
+    }
+
+    /// Before the start: remove the kept files that would hurt this launch.
+    fn before_start(&self, _root: &Path, _launch: &Launch, _kept: &mut Vec<PathBuf>) {}
+
+    /// `status -- COMMAND`: the plan as this engine changes it.
+    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
+}
+
+/// Why prune refuses a file signed for the launch (see
+/// [`Engine::refuse_at_prune`]), None when it may keep it.
+pub type Refuse = Box<dyn Fn(&str) -> Option<String>>;
+
+/// The engine a launch fingerprinted with `profile` (resolved) runs.
+pub fn of(profile: ProfileName) -> &'static dyn Engine {
+    match profile {
+        ProfileName::Vllm => &vllm::Vllm,
+        ProfileName::Auto | ProfileName::Sglang | ProfileName::Seed => &sglang::Sglang,
+    }
+}
+
+/// Why an engine's cache root cannot be told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoRoot {
+    /// Neither `--cache-dir`, the engine's variable nor a home.
+    NoHome,
+    Vllm(vllm::NoVllmRoot),
+}
+
+impl NoRoot {
+    /// The line that says why the launch goes on without keeping the cache.
+    pub fn log(self) {
+        match self {
+            NoRoot::NoHome => crate::events::keeper::no_cache_root(),
+            NoRoot::Vllm(e) => crate::events::vllm::no_vllm_cache_root(e),
+        }
+    }
+}
+
+/// Where `~` comes from: `HOME` when set (empty too), else the password
+/// database.
+fn home_origin(env: &[(OsString, OsString)]) -> &'static str {
+    if env.iter().any(|(k, _)| k == "HOME") {
+        "HOME"
+    } else {
+        "passwd"
+    }
+}
