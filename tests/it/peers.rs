@@ -294,6 +294,42 @@ fn another_signal_while_waiting_for_the_cache_lock_reaches_the_engine() {
     assert!(!b.has_event("stopped_before_start"), "{}", b.stderr);
 }
 
+/// The signals the C library keeps for itself (32 and 33 with glibc, 32 to
+/// 34 with musl), sent while keepwrap waits for the cache lock, before it
+/// started any thread, are not forwarded (as with tini): the engine, a
+/// shell, runs to its end (0). The first realtime signal after them is
+/// forwarded once the engine runs and ends it (128+N).
+#[test]
+fn the_c_library_s_signals_sent_before_the_start_are_not_forwarded() {
+    let mut got = Vec::new();
+    for sig in 32..=libc::SIGRTMIN() {
+        let h = home();
+        let root = h.path().join("root");
+        let lock = hold_lock(&root);
+        // A share to read before the start: a thread starts then.
+        let share = h.path().join("share");
+        std::fs::create_dir_all(&share).unwrap();
+        let mut cmd = keepwrap(&root);
+        cmd.args(["--unify", "on", "--share"])
+            .arg(&share)
+            .args(["--", "sh", "-c", "sleep 1", "sh"])
+            .args(["--nnodes", "2", "--node-rank", "1"]);
+        let mut b = Running::spawn(&mut cmd);
+        b.wait_event("lock_waiting", Duration::from_secs(30));
+        let pid = b.guard.pid().as_raw();
+        // SAFETY: kill(2) with a valid pid and signal number.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        lock.unlock().unwrap();
+        let b = b.finish(Duration::from_secs(30));
+        got.push((sig, b.code));
+    }
+    let want: Vec<(i32, i32)> = (32..libc::SIGRTMIN())
+        .map(|n| (n, 0))
+        .chain([(libc::SIGRTMIN(), 128 + libc::SIGRTMIN())])
+        .collect();
+    assert_eq!(got, want, "(signal, exit status)");
+}
+
 /// A stop signal while the share is read before the start ends the wait
 /// at once, as every other wait before the start does, and not when the
 /// read is done or `--share-timeout` gives up on it. Here the read is long:
