@@ -79,6 +79,13 @@ struct State<'f, 's> {
     /// Whether a stamp may vouch for a file of the directory being
     /// visited ([`fsx::changes_noticed`]), once asked.
     noticed: Option<bool>,
+    /// A member of this launch's committed set that is not trusted: the
+    /// set cannot be whole, so every other file of this launch goes too,
+    /// without being read (never a partial hit). Its path.
+    doomed: Option<String>,
+    /// The paths this launch's set manifest lists, once a file of this
+    /// launch was rejected (None before; empty when unreadable).
+    listed: Option<std::collections::HashSet<String>>,
 }
 
 struct Foreign {
@@ -161,6 +168,8 @@ pub fn prune<'s>(
         sets: None,
         updir: None,
         noticed: None,
+        doomed: None,
+        listed: None,
     };
     let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -177,10 +186,22 @@ pub fn prune<'s>(
     }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
-        crate::events::cache::untouched(n, first, layout::shape().root_hint());
+        crate::events::Event::Untouched {
+            entries: n,
+            first: first.to_string(),
+            hint: (layout::shape().root_hint()).to_string(),
+        }
+        .emit();
     }
     let r = &st.report;
-    crate::events::cache::pruned(r.kept.len(), r.stored, r.removed, r.leftovers, r.left);
+    crate::events::Event::Pruned {
+        kept: r.kept.len(),
+        stored: r.stored,
+        removed: r.removed,
+        leftovers: r.leftovers,
+        left: r.left,
+    }
+    .emit();
     Ok((st.report, job))
 }
 
@@ -251,7 +272,11 @@ impl State<'_, '_> {
             match dir.role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
-                        crate::events::cache::left_directory(Rel(dir.rel, name));
+                        crate::events::Event::LeftDirectory {
+                            path: Rel(dir.rel, name).to_string(),
+                            reason: "a directory named *.json, which keepwrap does not remove",
+                        }
+                        .emit();
                         self.report.left += 1;
                         whole = false;
                         pure = false;
@@ -317,7 +342,11 @@ impl State<'_, '_> {
                     Act::Cache(reason) => self.log_removed(dir.rel, name, reason),
                     Act::Leftover(why) => {
                         self.report.leftovers += 1;
-                        crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
+                        crate::events::Event::RemovedLeftover {
+                            path: (Rel(dir.rel, name)).to_string(),
+                            reason: why.to_string(),
+                        }
+                        .emit();
                     }
                 }
             }
@@ -358,7 +387,10 @@ impl State<'_, '_> {
             self.trash = match Trash::open(root) {
                 Ok(t) => TrashState::Open(t),
                 Err(e) => {
-                    crate::events::cache::trash_unusable(e);
+                    crate::events::Event::TrashUnusable {
+                        error: e.to_string(),
+                    }
+                    .emit();
                     TrashState::Unavailable
                 }
             };
@@ -369,7 +401,11 @@ impl State<'_, '_> {
         match t.take(parent, name) {
             Ok(()) => true,
             Err(e) => {
-                crate::events::cache::trash_move_failed(Rel(rel, b""), e);
+                crate::events::Event::TrashMoveFailed {
+                    dir: (Rel(rel, b"")).to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 false
             }
         }
@@ -378,9 +414,17 @@ impl State<'_, '_> {
     fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
         self.report.removed += 1;
         if matches!(reason, Reason::Untrusted(_)) {
-            crate::events::cache::removed_untrusted(Rel(rel, name), reason);
+            crate::events::Event::RemovedUntrusted {
+                path: Rel(rel, name).to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
         } else {
-            crate::events::cache::removed(Rel(rel, name), reason);
+            crate::events::Event::Removed {
+                path: (Rel(rel, name)).to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
         }
     }
 
@@ -388,9 +432,18 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
+                crate::events::Event::RemovedLeftover {
+                    path: (Rel(dir.rel, name)).to_string(),
+                    reason: why.to_string(),
+                }
+                .emit();
             }
-            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
+            Err(e) => crate::events::Event::CannotRemove {
+                path: (Rel(dir.rel, name)).to_string(),
+                reason: why.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -409,9 +462,18 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                crate::events::cache::removed_symlink(Rel(dir.rel, name), why);
+                crate::events::Event::RemovedSymlink {
+                    path: (Rel(dir.rel, name)).to_string(),
+                    reason: why.to_string(),
+                }
+                .emit();
             }
-            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
+            Err(e) => crate::events::Event::CannotRemove {
+                path: (Rel(dir.rel, name)).to_string(),
+                reason: why.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -421,7 +483,12 @@ impl State<'_, '_> {
             Ok(()) => self.log_removed(rel, name, reason),
             Err(e) => {
                 self.report.left += 1;
-                crate::events::cache::cannot_remove(Rel(rel, name), reason, e);
+                crate::events::Event::CannotRemove {
+                    path: (Rel(rel, name)).to_string(),
+                    reason: reason.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return;
             }
         }
@@ -429,7 +496,11 @@ impl State<'_, '_> {
         let sname = &self.sname[..self.sname.len() - 1];
         if let Err(e) = fsx::unlink_at(fd, sname) {
             if e.raw_os_error() != Some(nix::errno::Errno::EISDIR as i32) {
-                crate::events::cache::cannot_remove_sidecar(Rel(rel, sname), e);
+                crate::events::Event::CannotRemoveSidecar {
+                    path: (Rel(rel, sname)).to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
             }
         }
     }
@@ -509,6 +580,26 @@ impl State<'_, '_> {
             return None;
         }
         drop(sidecar);
+        if let Some(member) = &self.doomed {
+            // The set of this launch lost a member: this file goes with it,
+            // whatever its bytes (not read; another size than signed is
+            // said as such, from one `lstat`).
+            let cname = cstr_buf(&mut self.cname, name);
+            if let Ok(st) = fsx::lstat_at(dir.fd, cname) {
+                let size = st.st_size.max(0) as u64;
+                if Kind::from_mode(st.st_mode) == Kind::File && size != sc.size {
+                    self.rejected.push(path);
+                    return Some(Reason::SizeChanged {
+                        now: size,
+                        signed: sc.size,
+                    });
+                }
+            }
+            return Some(Reason::SetIncomplete {
+                member: member.clone(),
+                why: MemberWhy::NotTrusted,
+            });
+        }
         // The very file that was hashed at signing (same inode, times and
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
@@ -520,10 +611,29 @@ impl State<'_, '_> {
                 None
             }
             Err(reason) => {
+                if self.lists(&path) {
+                    self.doomed = Some(path.clone());
+                }
                 self.rejected.push(path);
                 Some(reason)
             }
         }
+    }
+
+    /// Does this launch's set manifest list `path` (read once)?
+    fn lists(&mut self, path: &str) -> bool {
+        if self.listed.is_none() {
+            let mut listed = std::collections::HashSet::new();
+            if let Some(root) = self.root.take() {
+                self.load_manifest(&root, self.fingerprint);
+                self.root = Some(root);
+            }
+            if let Some(Ok(m)) = self.manifests.get(self.fingerprint) {
+                listed.extend(m.members.iter().map(|m| m.path.clone()));
+            }
+            self.listed = Some(listed);
+        }
+        self.listed.as_ref().is_some_and(|l| l.contains(path))
     }
 }
 

@@ -180,15 +180,27 @@ impl Fleet {
         let (location, endpoint) = match made {
             Ok(x) => x,
             Err(e) => {
-                crate::events::fleet::fleet_unusable(url, &e);
+                crate::events::Event::FleetUnusable {
+                    url: url.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return None;
             }
         };
         if multi_node {
-            crate::events::fleet::fleet_multi_node(url);
+            crate::events::Event::FleetMultiNode {
+                url: url.to_string(),
+            }
+            .emit();
             return None;
         }
-        crate::events::fleet::fleet_on(url, args.mode.as_str(), endpoint.url.as_deref());
+        crate::events::Event::FleetOn {
+            url: url.to_string(),
+            mode: args.mode.as_str().to_string(),
+            endpoint: endpoint.url.clone().unwrap_or_else(|| "AWS S3".to_string()),
+        }
+        .emit();
         Some(Fleet {
             client: Arc::new(Client::new(location, endpoint, args.timeout)),
             mode: args.mode,
@@ -221,7 +233,10 @@ impl Fleet {
             let _ = tx.send(fetch(&client, &keys, &profile, &fingerprint));
         };
         if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
-            crate::events::fleet::fleet_no_thread(e);
+            crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit();
             return Ok(None);
         }
         let deadline = crate::clock::after(started, self.timeout);
@@ -252,8 +267,14 @@ impl Fleet {
             Ok(x) => x,
             Err(miss) => {
                 match &miss {
-                    Miss::Empty => crate::events::fleet::fleet_empty(&self.key("HEAD")),
-                    m => crate::events::fleet::fleet_restore_failed(m),
+                    Miss::Empty => crate::events::Event::FleetEmpty {
+                        key: self.key("HEAD"),
+                    }
+                    .emit(),
+                    m => crate::events::Event::FleetRestoreFailed {
+                        reason: m.to_string(),
+                    }
+                    .emit(),
                 }
                 self.note(|s| s.restored(&miss.to_string(), failure_of(&miss)));
                 return Ok(None);
@@ -261,12 +282,21 @@ impl Fleet {
         };
         match place(root, &self.fingerprint, &files) {
             Ok(signed) => {
-                crate::events::fleet::fleet_restored(signed.len(), &id, started.elapsed());
+                crate::events::Event::FleetRestored {
+                    files: signed.len(),
+                    set: id.clone(),
+                    took: started.elapsed(),
+                }
+                .emit();
                 self.note(|s| s.restored(&format!("restored set {id}"), None));
                 Ok(Some(signed))
             }
             Err(e) => {
-                crate::events::fleet::fleet_cannot_place(root, &e);
+                crate::events::Event::FleetCannotPlace {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 self.note(|s| s.restored(&format!("not placed: {e}"), None));
                 Ok(None)
             }
@@ -306,7 +336,11 @@ impl Fleet {
             let out = publish(&client, &dir, &profile, &fingerprint, files);
             let note = match &out {
                 Ok((id, won)) => {
-                    crate::events::fleet::fleet_published(id, *won);
+                    if *won {
+                        crate::events::Event::FleetPublished { set: id.clone() }.emit()
+                    } else {
+                        crate::events::Event::FleetPublishedOther { set: id.clone() }.emit()
+                    }
                     (
                         if *won {
                             format!("published set {id}")
@@ -317,7 +351,10 @@ impl Fleet {
                     )
                 }
                 Err(e) => {
-                    crate::events::fleet::fleet_publish_failed(e);
+                    crate::events::Event::FleetPublishFailed {
+                        error: e.to_string(),
+                    }
+                    .emit();
                     (format!("failed: {e}"), Some(e.clone()))
                 }
             };
@@ -325,7 +362,10 @@ impl Fleet {
         };
         match crate::signals::spawn("keepwrap-fleet-publish", job) {
             Ok(h) => self.running = Some(h),
-            Err(e) => crate::events::fleet::fleet_no_thread(e),
+            Err(e) => crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -335,7 +375,10 @@ impl Fleet {
         let deadline = crate::clock::after(Instant::now(), self.timeout);
         while self.running.as_ref().is_some_and(|h| !h.is_finished()) {
             if Instant::now() >= deadline {
-                crate::events::fleet::fleet_publish_abandoned(self.timeout);
+                crate::events::Event::FleetPublishAbandoned {
+                    timeout: self.timeout,
+                }
+                .emit();
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
