@@ -2,8 +2,10 @@
 //! [`crate::events`]. In text form every line starts with `keepwrap:` so a
 //! user can grep for it among the engine's own output; warnings and errors
 //! say so after the prefix, and the line shows the event's message only. In
-//! JSON form every line is one object: `timestamp`, `level`, `message`, and
-//! the event's fields beside them (`event`, `files`, `path`, ...). The level comes from `-v`/`-q`, else
+//! JSON form every line is one object of the schema [`SCHEMA`]
+//! (docs/troubleshooting.md, "JSON logs"): `schema`, `timestamp`, `level`,
+//! `target`, `code`, `message`, `launch`, `root`, then the event's fields
+//! as their types (`files`, `path`, ...). The level comes from `-v`/`-q`, else
 //! `KEEPWRAP_LOG` (a level, or levels by target such as
 //! `warn,keepwrap::done=debug`), else `info`.
 //!
@@ -58,6 +60,134 @@ where
         }
         escape_into(&mut w, &text.0)?;
         writeln!(w)
+    }
+}
+
+/// The version of the JSON form's schema: raised when a key changes
+/// meaning or type, or goes (new keys and codes do not raise it).
+pub const SCHEMA: u64 = 1;
+
+/// The JSON form: one object per event, in the key order of [`SCHEMA`].
+struct JsonLine;
+
+impl<S, N> FormatEvent<S, N> for JsonLine
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        use serde_json::Value;
+        use tracing_subscriber::fmt::time::FormatTime;
+        let mut fields = JsonFields::default();
+        event.record(&mut fields);
+        let mut time = String::new();
+        let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut time));
+        let (launch, root) = crate::events::context();
+        let mut out = serde_json::Map::new();
+        out.insert("schema".into(), Value::from(SCHEMA));
+        out.insert("timestamp".into(), Value::String(time));
+        out.insert(
+            "level".into(),
+            Value::String(event.metadata().level().to_string()),
+        );
+        out.insert(
+            "target".into(),
+            Value::String(event.metadata().target().to_string()),
+        );
+        out.insert("code".into(), Value::String(fields.code));
+        out.insert("message".into(), Value::String(fields.message));
+        out.insert("launch".into(), Value::String(launch.to_string()));
+        out.insert("root".into(), root.map_or(Value::Null, Value::String));
+        for (k, v) in fields.rest {
+            match out.get_mut(&k) {
+                // An event about a root before the launch's is known.
+                Some(r) if k == "root" && r.is_null() => *r = v,
+                Some(_) => {}
+                None => {
+                    out.insert(k, v);
+                }
+            }
+        }
+        let line = serde_json::to_string(&Value::Object(out)).map_err(|_| fmt::Error)?;
+        w.write_str(&line)?;
+        writeln!(w)
+    }
+}
+
+/// A subscriber writing the JSON form to `writer`, every level: for the
+/// tests that read what a part of keepwrap logged.
+#[cfg(test)]
+pub(crate) fn json_subscriber<W>(writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_writer(writer)
+        .event_format(JsonLine)
+        .with_max_level(LevelFilter::TRACE)
+        .finish()
+}
+
+/// What [`JsonLine`] reads of an event: its code, its message, its fields
+/// (the JSON object [`crate::events::Event::emit`] passes as `fields`).
+#[derive(Default)]
+struct JsonFields {
+    code: String,
+    message: String,
+    rest: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Visit for JsonFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "code" | "event" => self.code = value.to_string(),
+            "message" => self.message = value.to_string(),
+            "fields" => {
+                if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(value) {
+                    self.rest.extend(m);
+                }
+            }
+            name => {
+                self.rest.insert(name.to_string(), value.into());
+            }
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.rest.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.rest.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.rest.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.rest.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let text = format!("{value:?}");
+        match field.name() {
+            "message" => self.message = text,
+            "code" | "event" => self.code = text,
+            "fields" => {
+                if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&text) {
+                    self.rest.extend(m);
+                }
+            }
+            name => {
+                self.rest.insert(name.to_string(), text.into());
+            }
+        }
     }
 }
 
@@ -235,16 +365,16 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
             .with(filter)
             .try_init(),
         LogFormat::Json => builder
-            .json()
-            .with_current_span(false)
-            .with_target(false)
-            .flatten_event(true)
+            .event_format(JsonLine)
             .finish()
             .with(filter)
             .try_init(),
     };
     if let Some(raw) = &level.unknown {
-        crate::events::supervisor::unknown_log_level(raw);
+        crate::events::Event::UnknownLogLevel {
+            value: raw.to_string(),
+        }
+        .emit();
     }
 }
 

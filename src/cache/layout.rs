@@ -258,7 +258,11 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
         true
     });
     if let Err(e) = read {
-        crate::events::cache::cannot_read_dir(Rel(rel, b""), e);
+        crate::events::Event::CannotReadDir {
+            dir: (Rel(rel, b"")).to_string(),
+            error: e.to_string(),
+        }
+        .emit();
         return false;
     }
     // File systems without d_type: lstat those entries.
@@ -273,7 +277,11 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
                 Err(err) => {
                     // Gone meanwhile, most likely; a File is judged and
                     // its open fails with the reason.
-                    crate::events::cache::cannot_stat(Rel(rel, &cname), err);
+                    crate::events::Event::CannotStat {
+                        path: (Rel(rel, &cname)).to_string(),
+                        error: err.to_string(),
+                    }
+                    .emit();
                 }
             }
         }
@@ -333,7 +341,11 @@ fn walk_dir(
             ))
         }),
         Err(e) => {
-            crate::events::cache::cannot_stat_dir(Rel(rel, b""), e);
+            crate::events::Event::CannotStatDir {
+                dir: (Rel(rel, b"")).to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             cx.complete = false;
             return;
         }
@@ -366,7 +378,11 @@ fn walk_dir(
             Ok(c) => c,
             Err(err) => {
                 if err.raw_os_error() != Some(libc_enoent()) {
-                    crate::events::cache::cannot_open_dir(Rel(rel, name), err);
+                    crate::events::Event::CannotOpenDir {
+                        dir: (Rel(rel, name)).to_string(),
+                        error: err.to_string(),
+                    }
+                    .emit();
                     cx.complete = false;
                 }
                 continue;

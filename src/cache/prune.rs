@@ -186,10 +186,22 @@ pub fn prune<'s>(
     }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
-        crate::events::cache::untouched(n, first, layout::shape().root_hint());
+        crate::events::Event::Untouched {
+            entries: n,
+            first: first.to_string(),
+            hint: (layout::shape().root_hint()).to_string(),
+        }
+        .emit();
     }
     let r = &st.report;
-    crate::events::cache::pruned(r.kept.len(), r.stored, r.removed, r.leftovers, r.left);
+    crate::events::Event::Pruned {
+        kept: r.kept.len(),
+        stored: r.stored,
+        removed: r.removed,
+        leftovers: r.leftovers,
+        left: r.left,
+    }
+    .emit();
     Ok((st.report, job))
 }
 
@@ -260,7 +272,11 @@ impl State<'_, '_> {
             match dir.role(name) {
                 Role::Cache => match e.kind {
                     Kind::Dir => {
-                        crate::events::cache::left_directory(Rel(dir.rel, name));
+                        crate::events::Event::LeftDirectory {
+                            path: Rel(dir.rel, name).to_string(),
+                            reason: "a directory named *.json, which keepwrap does not remove",
+                        }
+                        .emit();
                         self.report.left += 1;
                         whole = false;
                         pure = false;
@@ -326,7 +342,11 @@ impl State<'_, '_> {
                     Act::Cache(reason) => self.log_removed(dir.rel, name, reason),
                     Act::Leftover(why) => {
                         self.report.leftovers += 1;
-                        crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
+                        crate::events::Event::RemovedLeftover {
+                            path: (Rel(dir.rel, name)).to_string(),
+                            reason: why.to_string(),
+                        }
+                        .emit();
                     }
                 }
             }
@@ -367,7 +387,10 @@ impl State<'_, '_> {
             self.trash = match Trash::open(root) {
                 Ok(t) => TrashState::Open(t),
                 Err(e) => {
-                    crate::events::cache::trash_unusable(e);
+                    crate::events::Event::TrashUnusable {
+                        error: e.to_string(),
+                    }
+                    .emit();
                     TrashState::Unavailable
                 }
             };
@@ -378,7 +401,11 @@ impl State<'_, '_> {
         match t.take(parent, name) {
             Ok(()) => true,
             Err(e) => {
-                crate::events::cache::trash_move_failed(Rel(rel, b""), e);
+                crate::events::Event::TrashMoveFailed {
+                    dir: (Rel(rel, b"")).to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 false
             }
         }
@@ -387,9 +414,17 @@ impl State<'_, '_> {
     fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
         self.report.removed += 1;
         if matches!(reason, Reason::Untrusted(_)) {
-            crate::events::cache::removed_untrusted(Rel(rel, name), reason);
+            crate::events::Event::RemovedUntrusted {
+                path: Rel(rel, name).to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
         } else {
-            crate::events::cache::removed(Rel(rel, name), reason);
+            crate::events::Event::Removed {
+                path: (Rel(rel, name)).to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
         }
     }
 
@@ -397,9 +432,18 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                crate::events::cache::removed_leftover(Rel(dir.rel, name), why);
+                crate::events::Event::RemovedLeftover {
+                    path: (Rel(dir.rel, name)).to_string(),
+                    reason: why.to_string(),
+                }
+                .emit();
             }
-            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
+            Err(e) => crate::events::Event::CannotRemove {
+                path: (Rel(dir.rel, name)).to_string(),
+                reason: why.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -418,9 +462,18 @@ impl State<'_, '_> {
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                crate::events::cache::removed_symlink(Rel(dir.rel, name), why);
+                crate::events::Event::RemovedSymlink {
+                    path: (Rel(dir.rel, name)).to_string(),
+                    reason: why.to_string(),
+                }
+                .emit();
             }
-            Err(e) => crate::events::cache::cannot_remove(Rel(dir.rel, name), why, e),
+            Err(e) => crate::events::Event::CannotRemove {
+                path: (Rel(dir.rel, name)).to_string(),
+                reason: why.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -430,7 +483,12 @@ impl State<'_, '_> {
             Ok(()) => self.log_removed(rel, name, reason),
             Err(e) => {
                 self.report.left += 1;
-                crate::events::cache::cannot_remove(Rel(rel, name), reason, e);
+                crate::events::Event::CannotRemove {
+                    path: (Rel(rel, name)).to_string(),
+                    reason: reason.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return;
             }
         }
@@ -438,7 +496,11 @@ impl State<'_, '_> {
         let sname = &self.sname[..self.sname.len() - 1];
         if let Err(e) = fsx::unlink_at(fd, sname) {
             if e.raw_os_error() != Some(nix::errno::Errno::EISDIR as i32) {
-                crate::events::cache::cannot_remove_sidecar(Rel(rel, sname), e);
+                crate::events::Event::CannotRemoveSidecar {
+                    path: (Rel(rel, sname)).to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
             }
         }
     }

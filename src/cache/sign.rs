@@ -146,24 +146,37 @@ impl Survey {
             match e.kind {
                 Kind::File => {}
                 Kind::Dir => {
-                    crate::events::cache::not_signed_directory(rel);
+                    crate::events::Event::NotSignedDirectory {
+                        path: rel.to_string(),
+                        reason: "a directory",
+                    }
+                    .emit();
                     continue;
                 }
                 k => {
-                    crate::events::cache::not_signed(
-                        rel,
-                        format_args!("not a regular file ({})", k.name()),
-                    );
+                    crate::events::Event::NotSigned {
+                        path: rel.to_string(),
+                        reason: (format_args!("not a regular file ({})", k.name())).to_string(),
+                    }
+                    .emit();
                     unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
             }
             if let Some(u) = dir.untrusted {
-                crate::events::cache::not_signed_unsafe(rel, &u.0);
+                crate::events::Event::NotSignedUnsafe {
+                    path: rel.to_string(),
+                    reason: u.0.to_string(),
+                }
+                .emit();
                 continue;
             }
             let Some(path) = rel.to_string_exact() else {
-                crate::events::cache::not_signed_unsafe(rel, "the path is not UTF-8");
+                crate::events::Event::NotSignedUnsafe {
+                    path: rel.to_string(),
+                    reason: "the path is not UTF-8".to_string(),
+                }
+                .emit();
                 unsignable.get_or_insert_with(|| rel.to_string());
                 continue;
             };
@@ -192,15 +205,20 @@ impl Survey {
             ) {
                 Ok(h) => h,
                 Err(Unsignable::Io(e)) => {
-                    crate::events::cache::not_signed_unsafe(
-                        rel,
-                        format_args!("cannot read it ({e})"),
-                    );
+                    crate::events::Event::NotSignedUnsafe {
+                        path: rel.to_string(),
+                        reason: format!("cannot read it ({e})"),
+                    }
+                    .emit();
                     unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
                 Err(Unsignable::Json(e)) => {
-                    crate::events::cache::not_signed(rel, e.into_reason());
+                    crate::events::Event::NotSigned {
+                        path: rel.to_string(),
+                        reason: e.into_reason().to_string(),
+                    }
+                    .emit();
                     unsignable.get_or_insert_with(|| rel.to_string());
                     continue;
                 }
@@ -220,7 +238,12 @@ impl Survey {
                 self.stamps.truncate(first);
                 self.knowns.truncate(first);
                 self.racy.retain(|&i| i < first);
-                crate::events::cache::dir_not_signed(dropped, Rel(dir.rel, b""), &bad);
+                crate::events::Event::DirNotSigned {
+                    files: dropped,
+                    dir: (Rel(dir.rel, b"")).to_string(),
+                    unsignable: bad.to_string(),
+                }
+                .emit();
             }
         }
     }
@@ -444,7 +467,11 @@ fn stamp_racy(
     }
     let wait = latest.saturating_sub(sidecar::now_ns());
     if wait > SETTLE_WAIT_NS {
-        crate::events::cache::not_stamping(racy.len(), wait);
+        crate::events::Event::NotStamping {
+            files: racy.len(),
+            settle_ns: wait,
+        }
+        .emit();
         return;
     }
     if wait > 0 {
@@ -551,7 +578,11 @@ fn write_sidecars(root: &OwnedFd, sidecars: &[Sidecar], total: usize) -> io::Res
         }
         if let Err(e) = fsx::fsync_dir(dir.as_fd()) {
             let (parent, _) = split(&sidecars[*first].path);
-            crate::events::cache::cannot_fsync_dir(parent, e);
+            crate::events::Event::CannotFsyncDir {
+                dir: parent.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
         }
     }
     Ok(())

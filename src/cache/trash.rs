@@ -49,9 +49,13 @@ fn open_existing(root: BorrowedFd<'_>) -> Option<OwnedFd> {
 /// Remove everything in the open trash directory.
 fn empty_trash_dir(trash: BorrowedFd<'_>) -> usize {
     let n = fsx::remove_contents(trash, &mut |name, e| {
-        crate::events::cache::trash_remove_failed(super::layout::Rel(b"", name), e);
+        crate::events::Event::TrashRemoveFailed {
+            name: (super::layout::Rel(b"", name)).to_string(),
+            error: e.to_string(),
+        }
+        .emit();
     });
-    crate::events::cache::trash_emptied(n);
+    crate::events::Event::TrashEmptied { entries: n }.emit();
     n
 }
 
@@ -125,6 +129,9 @@ fn spawn_empty_dir(trash: OwnedFd) {
         empty_trash_dir(trash.as_fd());
     });
     if let Err(e) = spawned {
-        crate::events::cache::trash_thread_failed(e);
+        crate::events::Event::TrashThreadFailed {
+            error: e.to_string(),
+        }
+        .emit();
     }
 }

@@ -15,7 +15,10 @@ use crate::logging::{self, LogFormat};
 pub(super) fn usage_error(what: &str) -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     logging::init_with(error_format(&argv), &logging::level(0, 0, Some("error")));
-    crate::events::cli::usage_error(what);
+    crate::events::Event::UsageError {
+        what: what.to_string(),
+    }
+    .emit();
     ExitCode::from(EXIT_USAGE)
 }
 

@@ -220,7 +220,13 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     let tables = started.elapsed();
     let deadline = Instant::now() + SCAN_BUDGET;
     let tree = engine_tree(deadline);
-    crate::events::done::port_listeners(to, &inodes, tables, &tree);
+    crate::events::Event::PortListeners {
+        address: to.to_string(),
+        inodes: inodes.iter().copied().collect(),
+        tables,
+        pids: tree.clone(),
+    }
+    .emit();
     let mut found = HashSet::new();
     for &pid in &tree {
         holds(pid, &inodes, &mut found, Some(deadline));

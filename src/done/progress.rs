@@ -79,24 +79,43 @@ pub fn landed(root: &Path, fingerprint: &str, landed: &[PathBuf], at: Duration) 
     for line in lines {
         match line {
             Line::File(rel) => match crate::cache::landed(&root.join(&rel), Some(fingerprint)) {
-                Ok(l) if l.as_signed => crate::events::done::landed_unchanged(&rel, l.entries, at),
-                Ok(l) => crate::events::done::landed(&rel, &entries(l.entries), at),
-                Err(crate::cache::Uncounted::Gone) => crate::events::done::landed_gone(&rel, at),
-                Err(why) => crate::events::done::landed(&rel, &why.to_string(), at),
+                Ok(l) if l.as_signed => crate::events::Event::LandedUnchanged {
+                    path: rel,
+                    entries: l.entries,
+                    after: at,
+                }
+                .emit(),
+                Ok(l) => crate::events::Event::Landed {
+                    path: rel,
+                    entries: l.entries,
+                    after: at,
+                }
+                .emit(),
+                Err(crate::cache::Uncounted::Gone) => crate::events::Event::LandedGone {
+                    path: rel,
+                    after: at,
+                }
+                .emit(),
+                Err(why) => crate::events::Event::LandedUncounted {
+                    path: rel,
+                    reason: why.to_string(),
+                    after: at,
+                }
+                .emit(),
             },
-            Line::Switch { distinct } => crate::events::done::landed_summing(distinct, at, EVERY),
-            Line::Sum { landed, distinct } => {
-                crate::events::done::landed_more(landed, distinct, at)
+            Line::Switch { distinct } => crate::events::Event::LandedSumming {
+                distinct,
+                after: at,
+                every: EVERY,
             }
+            .emit(),
+            Line::Sum { landed, distinct } => crate::events::Event::LandedMore {
+                landed,
+                distinct,
+                after: at,
+            }
+            .emit(),
         }
-    }
-}
-
-fn entries(n: usize) -> String {
-    if n == 1 {
-        "1 entry".to_string()
-    } else {
-        format!("{n} entries")
     }
 }
 

@@ -201,7 +201,11 @@ impl Watcher {
             // 0700): prune and sign cannot read it either, so nothing in it
             // is signed. Watch the rest rather than give up on the launch.
             Err(e) if !rel.as_os_str().is_empty() => {
-                crate::events::done::cannot_watch_dir(&rel, e);
+                crate::events::Event::CannotWatchDir {
+                    path: rel.clone(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Ok(());
             }
             Err(e) => {
@@ -217,7 +221,11 @@ impl Watcher {
                 return Ok(())
             }
             Err(e) if !rel.as_os_str().is_empty() => {
-                crate::events::done::cannot_list_dir(&rel, e);
+                crate::events::Event::CannotListDir {
+                    path: rel.clone(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Ok(());
             }
             Err(e) => {
@@ -279,7 +287,10 @@ impl Watcher {
                 self.add_tree(PathBuf::new(), &mut landed)
             };
             if let Err(e) = walked {
-                crate::events::done::watch_error(e);
+                crate::events::Event::WatchError {
+                    error: e.to_string(),
+                }
+                .emit();
             }
         }
         while self.armed() {
@@ -288,7 +299,11 @@ impl Watcher {
                 Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
-                    crate::events::done::inotify_read_failed(&self.root, e);
+                    crate::events::Event::InotifyReadFailed {
+                        dir: self.root.clone(),
+                        error: e.to_string(),
+                    }
+                    .emit();
                     rescan = true;
                     break;
                 }
@@ -309,7 +324,10 @@ impl Watcher {
                 if ev.mask.contains(AddWatchFlags::IN_ISDIR) {
                     if !skipped_dir(name) {
                         if let Err(e) = self.add_tree(rel, &mut landed) {
-                            crate::events::done::watch_error(e);
+                            crate::events::Event::WatchError {
+                                error: e.to_string(),
+                            }
+                            .emit();
                         }
                     }
                 } else if ev
@@ -321,9 +339,15 @@ impl Watcher {
             }
         }
         if rescan {
-            crate::events::done::inotify_overflow(&self.root);
+            crate::events::Event::InotifyOverflow {
+                dir: self.root.clone(),
+            }
+            .emit();
             if let Err(e) = self.add_tree(PathBuf::new(), &mut landed) {
-                crate::events::done::watch_error(e);
+                crate::events::Event::WatchError {
+                    error: e.to_string(),
+                }
+                .emit();
             }
         }
         let mut seen = HashSet::new();

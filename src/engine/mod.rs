@@ -103,8 +103,11 @@ impl NoRoot {
     /// The line that says why the launch goes on without keeping the cache.
     pub fn log(self) {
         match self {
-            NoRoot::NoHome => crate::events::keeper::no_cache_root(),
-            NoRoot::Vllm(e) => crate::events::vllm::no_vllm_cache_root(e),
+            NoRoot::NoHome => crate::events::Event::NoCacheRoot {}.emit(),
+            NoRoot::Vllm(e) => crate::events::Event::NoVllmCacheRoot {
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 }

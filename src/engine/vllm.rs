@@ -97,7 +97,7 @@ fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 's
     let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {
         return None;
     };
-    let reason = crate::events::vllm::shared_file_hangs(why);
+    let reason = crate::events::shared_file_hangs(why);
     Some(move |path: &str| {
         let name = path.rsplit('/').next().unwrap_or(path);
         is_shared_name(name).then(|| reason.clone())
@@ -162,7 +162,11 @@ fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         }
         match &verdict {
             Verdict::Keep(why) => {
-                crate::events::vllm::kept_shared_file(p, why);
+                crate::events::Event::KeptSharedFile {
+                    path: p.to_path_buf(),
+                    reason: why.to_string(),
+                }
+                .emit();
                 true
             }
             Verdict::Remove(why) => {
@@ -173,12 +177,20 @@ fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
                         Ok(()) => true,
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                         Err(e) => {
-                            crate::events::vllm::cannot_remove_shared_file(f, e);
+                            crate::events::Event::CannotRemoveSharedFile {
+                                path: f.to_path_buf(),
+                                error: e.to_string(),
+                            }
+                            .emit();
                             false
                         }
                     });
                 if gone {
-                    crate::events::vllm::removed_shared_file(p, why);
+                    crate::events::Event::RemovedSharedFile {
+                        path: p.to_path_buf(),
+                        reason: why.to_string(),
+                    }
+                    .emit();
                 }
                 !gone
             }
@@ -202,7 +214,10 @@ fn under_ray(launch: &Launch) -> bool {
     let Some(arg) = ray_arg(launch) else {
         return false;
     };
-    crate::events::vllm::ray_launch(&arg);
+    crate::events::Event::RayLaunch {
+        arg: arg.to_string(),
+    }
+    .emit();
     true
 }
 
@@ -251,7 +266,10 @@ fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
     let store = facts::managed_store_root(env, &crate::launch::home::passwd_home)
         .map(|p| p.join("v2").display().to_string())
         .unwrap_or_else(|e| format!("unknown: {e}"));
-    crate::events::vllm::managed_store(&store);
+    crate::events::Event::ManagedStore {
+        store: store.to_string(),
+    }
+    .emit();
 }
 
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
@@ -306,11 +324,19 @@ fn take_own(
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
     let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me))? {
         None => {
-            crate::events::share::share_slow(dir, timeout);
+            crate::events::Event::ShareSlow {
+                dir: dir.to_path_buf(),
+                timeout,
+            }
+            .emit();
             return Ok(None);
         }
         Some(Err(e)) => {
-            crate::events::share::share_unreadable(dir, e);
+            crate::events::Event::ShareUnreadable {
+                dir: dir.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             return Ok(None);
         }
         Some(Ok(Err(missing))) => {
@@ -330,17 +356,28 @@ fn take_own(
         .iter()
         .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
     if let Err(e) = written {
-        crate::events::vllm::share_cannot_write_own(e);
+        crate::events::Event::ShareCannotWriteOwn {
+            error: e.to_string(),
+        }
+        .emit();
         return Ok(None);
     }
     Ok(match crate::cache::sign(root, fingerprint) {
         Ok(r) if !r.signed.is_empty() => {
-            crate::events::vllm::share_restored_own(own.files.len(), me.nnodes);
+            crate::events::Event::ShareRestoredOwn {
+                files: own.files.len(),
+                nodes: me.nnodes,
+            }
+            .emit();
             Some(r.signed)
         }
         Ok(_) => None,
         Err(e) => {
-            crate::events::share::share_cannot_sign(root, e);
+            crate::events::Event::ShareCannotSign {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             None
         }
     })

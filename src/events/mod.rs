@@ -1,38 +1,388 @@
-//! The catalogue of everything keepwrap logs: one function per event, each
-//! with its name, level, message and fields, a file per folder of the
-//! crate. No log call lives outside this module (a test holds that), and
-//! the troubleshooting reference has one row per event name, at the same
-//! level (a test holds that too).
+//! Everything keepwrap logs: one [`Event`] type, an enum whose variants are
+//! the events, each with typed fields, its level, its stable reason code
+//! (`snake_case`, e.g. `kept`) and its message (its `Display`, the line
+//! users read). The variants are declared in [`catalogue`], grouped by the
+//! folder they belong to; [`CATALOGUE`] lists every code with its target,
+//! its levels and its message template, and the troubleshooting reference
+//! has one row per code (a test holds it). No log call lives outside this
+//! module (a test holds that).
 //!
-//! An event is one `tracing` call whose first field is `event = "name"`
-//! (unique across the catalogue, `snake_case`). The text form of the logs
-//! shows its message (`keepwrap: tuned and signed 3 cache files`); the JSON
-//! form carries every field. The fields keep one vocabulary:
-//! - `path`: a cache file or directory, relative to the cache root; `root`:
-//!   the cache root; `dir`: another directory; `file`: a state file;
-//! - `fingerprint`: the launch's fingerprint (all 64 digits where known,
-//!   else the 8 a message shows);
+//! [`Event::emit`] logs one through `tracing`: the text form shows the
+//! message (`keepwrap: tuned and signed 3 cache files`), the JSON form
+//! (`--log-format json`) the schema of [`crate::logging`]: the code, the
+//! message, and every field as its type (counts as numbers, durations as
+//! seconds in `*_s`, paths as strings). The fields keep one vocabulary:
+//! - `path`: a cache file or directory, relative to the cache root; `dir`:
+//!   another directory; `file`: a state file;
+//! - `fingerprint`: this launch's fingerprint, all 64 digits;
+//!   `other_fingerprint`: another launch's (all its digits where known);
 //! - counts by what they count: `files`, `entries`, `nodes`, `kept`, ...;
 //! - `reason`: why keepwrap decided what it did; `error`: the system error;
-//! - durations in seconds as numbers: `after_s`, `waited_s`, `grace_s`,
-//!   ...;
+//! - durations in seconds as numbers: `after_s`, `waited_s`, `grace_s`, ...;
 //! - `pid`, `signal` (`SIGTERM`), `status` (the engine's exit, as shown).
 //!
 //! The target of each event is the folder it belongs to (`keepwrap::done`,
 //! `keepwrap::cache`, ...), so `KEEPWRAP_LOG=warn,keepwrap::done=debug`
 //! filters as the folders read.
 
-pub mod cache;
-pub mod cli;
-pub mod done;
-pub mod keeper;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tracing::Level;
+
+/// Declares [`Event`]: per target, each variant with its fields, its
+/// levels (the usual first), its code and its message.
+macro_rules! catalogue {
+    ($( $target:literal { $(
+        $(#[$doc:meta])*
+        $variant:ident { $($field:ident : $ty:ty),* $(,)? }
+            $level:ident $(| $alt:ident)* $code:literal
+            => $fmt:literal $(, $arg:expr)* ;
+    )* } )*) => {
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Event {
+            $($( $(#[$doc])* $variant { $($field: $ty),* }, )*)*
+        }
+
+        impl Event {
+            /// The stable reason code.
+            pub fn code(&self) -> &'static str {
+                match self { $($( Event::$variant { .. } => $code, )*)* }
+            }
+
+            /// The target: the folder the event belongs to.
+            pub fn target(&self) -> &'static str {
+                match self { $($( Event::$variant { .. } => $target, )*)* }
+            }
+
+            /// The levels it is logged at, its usual one first.
+            pub fn levels(&self) -> &'static [tracing::Level] {
+                match self { $($( Event::$variant { .. } => &[tracing::Level::$level $(, tracing::Level::$alt)*], )*)* }
+            }
+
+            pub(super) fn put_fields(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+                let _ = &out;
+                match self { $($(
+                    #[allow(unused_variables)]
+                    Event::$variant { $($field),* } => { $( super::put($field, stringify!($field), out); )* }
+                )*)* }
+            }
+        }
+
+        impl std::fmt::Display for Event {
+            fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self { $($(
+                    #[allow(unused_variables)]
+                    Event::$variant { $($field),* } => {
+                        $( let $field = super::AsArg::arg($field); )*
+                        write!(formatter, $fmt $(, $arg)*)
+                    }
+                )*)* }
+            }
+        }
+
+        /// Every code of the catalogue.
+        pub const CATALOGUE: &[super::Entry] = &[ $($( super::Entry {
+            code: $code,
+            target: $target,
+            levels: &[tracing::Level::$level $(, tracing::Level::$alt)*],
+            template: $fmt,
+        }, )*)* ];
+    };
+}
+
+mod catalogue;
 pub mod policy;
-pub mod root;
-pub mod share;
-pub mod store;
-pub mod supervisor;
-pub mod unify;
-pub mod vllm;
+
+pub use catalogue::Event;
+
+/// One code of the catalogue: its target, the levels it is logged at (the
+/// first is its usual one) and its message template (the format string,
+/// `{name}` for a field or `{}` for a value made from the fields).
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub code: &'static str,
+    pub target: &'static str,
+    pub levels: &'static [Level],
+    pub template: &'static str,
+}
+
+/// A field as a message sees it: a count or a duration by value, a
+/// string as `&str`, a path as `&Path`.
+pub trait AsArg {
+    type Out<'a>
+    where
+        Self: 'a;
+    fn arg(&self) -> Self::Out<'_>;
+}
+
+macro_rules! copy_arg {
+    ($($t:ty),*) => {$(
+        impl AsArg for $t {
+            type Out<'a> = $t;
+            fn arg(&self) -> $t {
+                *self
+            }
+        }
+    )*};
+}
+copy_arg!(
+    usize,
+    u64,
+    u32,
+    u16,
+    u8,
+    i64,
+    i32,
+    bool,
+    Duration,
+    &'static str,
+    Option<u16>
+);
+
+impl AsArg for String {
+    type Out<'a> = &'a str;
+    fn arg(&self) -> &str {
+        self
+    }
+}
+
+impl AsArg for PathBuf {
+    type Out<'a> = &'a std::path::Path;
+    fn arg(&self) -> &std::path::Path {
+        self
+    }
+}
+
+impl AsArg for Option<String> {
+    type Out<'a> = Option<&'a str>;
+    fn arg(&self) -> Option<&str> {
+        self.as_deref()
+    }
+}
+
+impl<T> AsArg for Vec<T> {
+    type Out<'a>
+        = &'a [T]
+    where
+        T: 'a;
+    fn arg(&self) -> &[T] {
+        self
+    }
+}
+
+/// A field's value in the JSON form, by its type.
+pub trait Field {
+    /// Appended to the field's name in JSON (`_s` for a duration).
+    const SUFFIX: &'static str = "";
+    fn json(&self) -> Value;
+}
+
+impl Field for String {
+    fn json(&self) -> Value {
+        Value::String(self.clone())
+    }
+}
+
+impl Field for &'static str {
+    fn json(&self) -> Value {
+        Value::String((*self).to_string())
+    }
+}
+
+impl Field for bool {
+    fn json(&self) -> Value {
+        Value::Bool(*self)
+    }
+}
+
+macro_rules! number_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn json(&self) -> Value {
+                Value::from(*self)
+            }
+        }
+    )*};
+}
+number_field!(usize, u64, u32, i64, i32, u16, u8);
+
+impl Field for Duration {
+    const SUFFIX: &'static str = "_s";
+    fn json(&self) -> Value {
+        serde_json::Number::from_f64(self.as_secs_f64()).map_or(Value::Null, Value::Number)
+    }
+}
+
+impl Field for PathBuf {
+    fn json(&self) -> Value {
+        Value::String(Shown(self).to_string())
+    }
+}
+
+impl<T: Field> Field for Option<T> {
+    const SUFFIX: &'static str = T::SUFFIX;
+    fn json(&self) -> Value {
+        self.as_ref().map_or(Value::Null, Field::json)
+    }
+}
+
+impl<T: Field> Field for Vec<T> {
+    fn json(&self) -> Value {
+        Value::Array(self.iter().map(Field::json).collect())
+    }
+}
+
+fn put<T: Field>(value: &T, name: &str, out: &mut Map<String, Value>) {
+    out.insert(format!("{name}{}", T::SUFFIX), value.json());
+}
+
+/// The fields of an event as a JSON object, written only when a log line
+/// shows them (the JSON form).
+struct Fields<'a>(&'a Event);
+
+impl std::fmt::Display for Fields<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", Value::Object(self.0.fields()))
+    }
+}
+
+impl Event {
+    /// The level this event is logged at: its usual one, or another of its
+    /// declared levels where its fields say so (a line after the first few
+    /// of a kind, a file in a root said once to be untrusted).
+    pub fn level(&self) -> Level {
+        self.quieter().unwrap_or_else(|| self.levels()[0])
+    }
+
+    /// Every field as its JSON value.
+    pub fn fields(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        self.put_fields(&mut out);
+        out
+    }
+
+    /// Log this event.
+    pub fn emit(&self) {
+        dispatch(self.target(), self.level(), self.code(), self);
+    }
+}
+
+/// The entry of `code`, if it is one.
+pub fn entry(code: &str) -> Option<&'static Entry> {
+    CATALOGUE.iter().find(|e| e.code == code)
+}
+
+pub use catalogue::CATALOGUE;
+
+/// The launch this process logs for: an id of its own (16 hex digits, new
+/// at each start) and its cache root once known.
+struct Context {
+    launch: String,
+    root: std::sync::Mutex<Option<String>>,
+}
+
+fn shared() -> &'static Context {
+    static CONTEXT: std::sync::OnceLock<Context> = std::sync::OnceLock::new();
+    CONTEXT.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seed = format!(
+            "{}:{}:{}",
+            std::process::id(),
+            now.as_nanos(),
+            crate::digest::sha256_hex(
+                &std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default()
+            )
+        );
+        Context {
+            launch: crate::digest::sha256_hex(seed.as_bytes())[..16].to_string(),
+            root: std::sync::Mutex::new(None),
+        }
+    })
+}
+
+/// The cache root every JSON event names from now on.
+pub fn set_root(root: &std::path::Path) {
+    let shown = Shown(root).to_string();
+    if let Ok(mut r) = shared().root.lock() {
+        *r = Some(shown);
+    }
+}
+
+/// The launch id and the cache root (once known) every JSON event names.
+pub fn context() -> (&'static str, Option<String>) {
+    let c = shared();
+    (&c.launch, c.root.lock().ok().and_then(|r| r.clone()))
+}
+
+/// The lowercase name of a level, as the troubleshooting reference and
+/// `KEEPWRAP_LOG` spell it.
+pub fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "error",
+        Level::WARN => "warn",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "trace",
+    }
+}
+
+/// Every code with its levels and message template, one a line
+/// (`code<TAB>levels<TAB>target<TAB>template`), as the hidden `keepwrap
+/// events` prints them.
+pub fn catalogue_lines() -> String {
+    let mut out = String::new();
+    for e in CATALOGUE {
+        let levels: Vec<&str> = e.levels.iter().map(|l| level_name(*l)).collect();
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            e.code,
+            levels.join(","),
+            e.target,
+            e.template
+        ));
+    }
+    out
+}
+
+/// The `tracing` call of `target` at `level`: a call site has both fixed.
+fn dispatch(target: &str, level: Level, code: &str, message: &Event) {
+    let fields = tracing::field::display(Fields(message));
+    macro_rules! at {
+        ($t:literal) => {
+            match level {
+                Level::ERROR => tracing::event!(target: $t, Level::ERROR, code, fields, "{message}"),
+                Level::WARN => tracing::event!(target: $t, Level::WARN, code, fields, "{message}"),
+                Level::INFO => tracing::event!(target: $t, Level::INFO, code, fields, "{message}"),
+                Level::DEBUG => tracing::event!(target: $t, Level::DEBUG, code, fields, "{message}"),
+                Level::TRACE => tracing::event!(target: $t, Level::TRACE, code, fields, "{message}"),
+            }
+        };
+    }
+    match target {
+        "keepwrap::cache" => at!("keepwrap::cache"),
+        "keepwrap::cli" => at!("keepwrap::cli"),
+        "keepwrap::done" => at!("keepwrap::done"),
+        "keepwrap::keeper" => at!("keepwrap::keeper"),
+        "keepwrap::root" => at!("keepwrap::root"),
+        "keepwrap::share" => at!("keepwrap::share"),
+        "keepwrap::store" => at!("keepwrap::store"),
+        "keepwrap::supervisor" => at!("keepwrap::supervisor"),
+        "keepwrap::unify" => at!("keepwrap::unify"),
+        "keepwrap::vllm" => at!("keepwrap::vllm"),
+        _ => at!("keepwrap"),
+    }
+}
+
+/// Another launch on the cache root, as its events name it: shown in full
+/// by `Display` (`launch 0123abcd... (pid 7 on host h, tuning since ...)`).
+pub trait OtherLaunch: std::fmt::Display {
+    fn fingerprint(&self) -> &str;
+    fn pid(&self) -> u32;
+}
 
 /// A path for a log line: bytes that are not UTF-8 as `\xNN` (control
 /// characters are escaped by the line formatter).
@@ -79,6 +429,23 @@ pub fn counted(n: usize, one: &str, many: &str) -> String {
         format!("1 {one}")
     } else {
         format!("{n} {many}")
+    }
+}
+
+/// Why the shared cache file is removed for this launch (`why`: what makes
+/// it a MoE launch of more than one rank): prune's reason for such a file
+/// signed for it, and the text of [`Event::RemovedSharedFile`].
+pub fn shared_file_hangs(why: impl std::fmt::Display) -> String {
+    format!("vLLM 0.27.1-0.31.x keeps one cache file for all ranks with rank 0's MoE tactics only, and a kept one hangs every warm boot of a MoE model under more than one rank until the 30-minute collective timeout (vLLM issues 57423, 54618; fixed in vLLM 0.32.0 by per-rank files): the engine re-tunes ({why})")
+}
+
+/// How a launch differs from another, as a line shows it: `arg --tp 4 ->
+/// 8, env X added`.
+pub fn differences(d: &[String]) -> String {
+    if d.is_empty() {
+        "nothing visible (only in redacted or ignored values)".to_string()
+    } else {
+        d.join(", ")
     }
 }
 

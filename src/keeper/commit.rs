@@ -141,9 +141,18 @@ impl Committer {
     /// Drop the late files the engine saved again as signed at done, and
     /// judge the set signed at done: a member changed or gone breaks it.
     fn judge_late(&self, late: &mut Late) {
-        let done = &self.signed_at_done;
-        let mut changed = Vec::new();
+        let done: std::collections::HashSet<&PathBuf> = self.signed_at_done.iter().collect();
         let n = late.files.len();
+        // A member the engine removed after done lands nowhere: looked for.
+        let landed: std::collections::HashSet<&PathBuf> = late.files.iter().collect();
+        let mut changed: Vec<PathBuf> = self
+            .signed_at_done
+            .iter()
+            .filter(|rel| !landed.contains(rel))
+            .filter(|rel| std::fs::symlink_metadata(self.root.join(rel)).is_err())
+            .cloned()
+            .collect();
+        drop(landed);
         late.files.retain(|rel| {
             if !done.contains(rel) {
                 return true;
@@ -161,11 +170,15 @@ impl Committer {
         late.outcome = if done.is_empty() {
             Outcome::NothingSigned
         } else if !changed.is_empty() && self.stored_whole() {
-            Outcome::Stored { signed: done.len() }
+            Outcome::Stored {
+                signed: self.signed_at_done.len(),
+            }
         } else if !changed.is_empty() {
             Outcome::Broken { changed }
         } else {
-            Outcome::Holds { signed: done.len() }
+            Outcome::Holds {
+                signed: self.signed_at_done.len(),
+            }
         };
     }
 
@@ -200,7 +213,11 @@ impl Committer {
         let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
-                crate::events::keeper::cannot_sign(&self.root, e);
+                crate::events::Event::CannotSign {
+                    root: self.root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Vec::new();
             }
         };
@@ -208,7 +225,12 @@ impl Committer {
         self.publish(&report);
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
-            crate::events::keeper::signed_again(n, late, &self.fingerprint);
+            crate::events::Event::SignedAgain {
+                files: n,
+                late,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
             if let Some(s) = &self.store {
                 if n > 0 && !report.unchanged {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
@@ -224,14 +246,22 @@ impl Committer {
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
-                crate::events::keeper::nothing_signed(present);
+                crate::events::Event::NothingSigned { present }.emit();
             } else {
-                crate::events::keeper::nothing_to_keep();
+                crate::events::Event::NothingToKeep {}.emit();
             }
         } else if reused {
-            crate::events::keeper::reused(n, &self.fingerprint);
+            crate::events::Event::Reused {
+                files: n,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
         } else {
-            crate::events::keeper::signed(n, &self.fingerprint);
+            crate::events::Event::Signed {
+                files: n,
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
         }
         if let Some(s) = &self.store {
             if n > 0 {

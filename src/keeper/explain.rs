@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use crate::clock::now_secs;
-use crate::digest::short;
+use crate::events::Event;
 use crate::launch::fingerprint::is_secret_name;
 use crate::store::{ago, LaunchRecord, Store};
 
@@ -275,32 +275,26 @@ pub fn nearest(
     v
 }
 
-pub fn differences(d: &[String]) -> String {
-    if d.is_empty() {
-        "nothing visible (only in redacted or ignored values)".to_string()
-    } else {
-        d.join(", ")
-    }
-}
+pub use crate::events::differences;
 
-/// The line of a launch with no signed cache; None when no launch is
+/// The event of a launch with no signed cache; None when no launch is
 /// recorded. A launch that signed before lost its files (removed by prune
 /// as changed or incomplete, or deleted): that is the cause, not how
 /// another launch differs.
-pub fn no_cache_line(store: &Store, fp: &str, inputs: &Value) -> Option<String> {
+pub fn no_cache_event(store: &Store, fp: &str, inputs: &Value) -> Option<Event> {
     if let Some(own) = store.record(fp) {
-        return Some(format!(
-            "no cache for this launch: it was signed {}, but its cache files were removed or are gone (the lines above say which and why); it tunes again",
-            ago(own.last_signed, now_secs())
-        ));
+        return Some(Event::NoCacheFilesGone {
+            fingerprint: fp.to_string(),
+            signed: ago(own.last_signed, now_secs()),
+        });
     }
     let (rec, d) = nearest(store.records(), fp, inputs).into_iter().next()?;
-    Some(format!(
-        "no cache for this launch; the nearest signed launch ({}, {}) differs in: {}",
-        short(&rec.fingerprint),
-        ago(rec.last_signed, now_secs()),
-        differences(&d)
-    ))
+    Some(Event::NoCacheNearest {
+        fingerprint: fp.to_string(),
+        other_signed: ago(rec.last_signed, now_secs()),
+        other_fingerprint: rec.fingerprint,
+        differences: d,
+    })
 }
 
 #[cfg(test)]

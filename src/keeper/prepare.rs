@@ -59,7 +59,11 @@ impl Keeper {
         let (runs, opened) = match open_state(&root) {
             Ok(r) => r,
             Err(e) => {
-                crate::events::keeper::cannot_open_running(&running_dir(&root), e);
+                crate::events::Event::CannotOpenRunning {
+                    dir: (&running_dir(&root)).to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Ok(Prepared::default());
             }
         };
@@ -73,7 +77,12 @@ impl Keeper {
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
-                crate::events::keeper::store_unusable(STATE_DIR, &root, e);
+                crate::events::Event::StoreUnusable {
+                    state: STATE_DIR.to_string(),
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 None
             }
         };
@@ -83,7 +92,8 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch) else {
+        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+        else {
             return Ok(Prepared::hands_off(marker));
         };
         let (after_start, evict) = match &store {
@@ -104,7 +114,10 @@ impl Keeper {
         let mut watcher = match watched {
             Ok(w) => w,
             Err(e) => {
-                crate::events::keeper::watch_failed(e);
+                crate::events::Event::WatchFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 return Ok(Prepared::hands_off(marker));
             }
         };
@@ -131,7 +144,11 @@ impl Keeper {
             // them. Rewriting and signing them again here would make the
             // engine wait for work that grows with the set (seconds at
             // 10,000 files).
-            crate::events::keeper::kept_not_unified(pruned.split.len(), &commit.fingerprint);
+            crate::events::Event::KeptNotUnified {
+                dirs: pruned.split.len(),
+                fingerprint: commit.fingerprint.to_string(),
+            }
+            .emit();
         }
         let keeper = Keeper {
             marker,
@@ -211,21 +228,29 @@ fn locate(
         .ok()?;
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
-        crate::events::keeper::launch_warning(&line);
+        crate::events::Event::LaunchWarning {
+            line: line.to_string(),
+        }
+        .emit();
     }
     let done = match args.done.resolve(launch) {
         Ok(done) => done,
         Err(e) => {
-            crate::events::keeper::done_rule_unusable(e);
+            crate::events::Event::DoneRuleUnusable {
+                error: e.to_string(),
+            }
+            .emit();
             return None;
         }
     };
-    crate::events::keeper::launch(
-        launch.fingerprint(),
-        launch.profile().as_str(),
-        &root,
-        &done,
-    );
+    crate::events::set_root(&root);
+    crate::events::Event::Launch {
+        fingerprint: launch.fingerprint().to_string(),
+        profile: (launch.profile().as_str()).to_string(),
+        root: root.to_path_buf(),
+        done: done.to_string(),
+    }
+    .emit();
     engine.note_launch(launch, env);
     ensure_root(&root).then_some((root, done))
 }
@@ -266,7 +291,11 @@ fn take_turn(
     let mut marker = match runs.register(id, state) {
         Ok(m) => m,
         Err(e) => {
-            crate::events::keeper::cannot_leave_marker(&running_dir(root), e);
+            crate::events::Event::CannotLeaveMarker {
+                dir: (&running_dir(root)).to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             return Ok(Err(Box::default()));
         }
     };
@@ -309,7 +338,11 @@ fn prune(
     match pruned {
         Ok(pruned) => Some(pruned),
         Err(e) => {
-            crate::events::keeper::cannot_prune(root, e);
+            crate::events::Event::CannotPrune {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             None
         }
     }
@@ -333,7 +366,12 @@ fn restore(
     if pruned.kept.is_empty() {
         if let Some(r) = s.restore(fingerprint) {
             restored = r.paths.len();
-            crate::events::keeper::restored(restored, fingerprint, store::ago(r.signed_at, now));
+            crate::events::Event::Restored {
+                files: restored,
+                fingerprint: fingerprint.to_string(),
+                signed_ago: (store::ago(r.signed_at, now)).to_string(),
+            }
+            .emit();
             pruned.kept = r.paths;
             pruned.kept_ids.clear();
             // The tree changed since prune listed it.
@@ -387,17 +425,19 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
                 &format!("launch {} (eviction)", crate::digest::short(&fingerprint)),
             )
             .map_err(|e| match e {
-                crate::root::lock::LockError::TimedOut(who) => crate::events::keeper::lock_gave_up(
+                crate::root::lock::LockError::TimedOut(who) => crate::events::Event::LockGaveUp {
                     timeout,
-                    "eviction",
-                    who,
-                    "the store is evicted by the next launch",
-                ),
-                crate::root::lock::LockError::Io(e) => crate::events::keeper::lock_failed(
-                    "eviction",
-                    e,
-                    "the store is evicted by the next launch",
-                ),
+                    what: ("eviction").to_string(),
+                    holder: who.to_string(),
+                    then: ("the store is evicted by the next launch").to_string(),
+                }
+                .emit(),
+                crate::root::lock::LockError::Io(e) => crate::events::Event::LockFailed {
+                    what: ("eviction").to_string(),
+                    error: e.to_string(),
+                    then: ("the store is evicted by the next launch").to_string(),
+                }
+                .emit(),
                 // Stopped while waiting: the next launch evicts.
                 crate::root::lock::LockError::Stopped(_) => {}
             }) else {
@@ -422,8 +462,8 @@ fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> 
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
-            if let Some(line) = explain::no_cache_line(&s, &fingerprint, &inputs) {
-                crate::events::keeper::no_cache(&fingerprint, &line);
+            if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {
+                event.emit();
             }
         }
     })
@@ -435,21 +475,35 @@ fn ensure_root(root: &Path) -> bool {
     match std::fs::symlink_metadata(root) {
         Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
         Ok(_) => {
-            crate::events::keeper::root_not_a_directory(root);
+            crate::events::Event::RootNotADirectory {
+                root: root.to_path_buf(),
+            }
+            .emit();
             false
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
             Ok(()) => {
-                crate::events::keeper::root_created(root);
+                crate::events::Event::RootCreated {
+                    root: root.to_path_buf(),
+                }
+                .emit();
                 true
             }
             Err(e) => {
-                crate::events::keeper::cannot_create_root(root, e);
+                crate::events::Event::CannotCreateRoot {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 false
             }
         },
         Err(e) => {
-            crate::events::keeper::cannot_use_root(root, e);
+            crate::events::Event::CannotUseRoot {
+                root: root.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             false
         }
     }
@@ -462,12 +516,19 @@ fn writable(root: &Path) -> bool {
     use nix::sys::statvfs::{statvfs, FsFlags};
     match statvfs(root) {
         Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
-            crate::events::keeper::root_read_only(root);
+            crate::events::Event::RootReadOnly {
+                root: root.to_path_buf(),
+            }
+            .emit();
             false
         }
         _ => match cache::root_untrusted(root) {
             Some(why) => {
-                crate::events::keeper::root_untrusted(root, why);
+                crate::events::Event::RootUntrusted {
+                    root: root.to_path_buf(),
+                    reason: why.to_string(),
+                }
+                .emit();
                 true
             }
             None => true,

@@ -2,6 +2,7 @@
 //! other launches (the verdict is [`running::verdict`]'s), go on, go on
 //! hands-off, or wait for one that is still tuning.
 
+use crate::events::OtherLaunch as _;
 use std::time::{Duration, Instant};
 
 use crate::root::lock::{self, CacheLock, LockFor};
@@ -57,16 +58,30 @@ pub(super) fn wait_turn(
         let other = match running::verdict(me, &seen) {
             Verdict::Go => {
                 if let Some(other) = waited_for {
-                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
+                    crate::events::Event::OtherDoneTuning {
+                        other: other.to_string(),
+                        waited: started.elapsed(),
+                    }
+                    .emit();
                 }
                 return Ok((lock, Turn::Go(Vec::new())));
             }
             Verdict::Beside(others) => {
                 if let Some(other) = waited_for {
-                    crate::events::keeper::other_done_tuning(&other, started.elapsed());
+                    crate::events::Event::OtherDoneTuning {
+                        other: other.to_string(),
+                        waited: started.elapsed(),
+                    }
+                    .emit();
                 }
                 if let Some(first) = others.first() {
-                    crate::events::keeper::beside_other_launch(*first, others.len() - 1);
+                    crate::events::Event::BesideOtherLaunch {
+                        other: first.to_string(),
+                        other_fingerprint: first.fingerprint().to_string(),
+                        other_pid: first.pid(),
+                        more: others.len() - 1,
+                    }
+                    .emit();
                 }
                 return Ok((lock, Turn::Go(others.into_iter().cloned().collect())));
             }
@@ -77,12 +92,24 @@ pub(super) fn wait_turn(
             Verdict::Wait(other) => other.clone(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            crate::events::keeper::gave_up_waiting(&other, args.wait_for_tuning);
+            crate::events::Event::GaveUpWaiting {
+                other: other.to_string(),
+                other_fingerprint: other.fingerprint().to_string(),
+                other_pid: other.pid(),
+                limit: args.wait_for_tuning,
+            }
+            .emit();
             return Ok((lock, Turn::HandsOff));
         }
         drop(lock);
         if waited_for.is_none() {
-            crate::events::keeper::waiting_for_other(&other, args.wait_for_tuning);
+            crate::events::Event::WaitingForOther {
+                other: other.to_string(),
+                other_fingerprint: other.fingerprint().to_string(),
+                other_pid: other.pid(),
+                limit: args.wait_for_tuning,
+            }
+            .emit();
         }
         waited_for = Some(other.who());
         let mut next_progress = Instant::now() + WAIT_PROGRESS;
@@ -97,11 +124,14 @@ pub(super) fn wait_turn(
             match running::verdict(me, &seen) {
                 Verdict::Wait(o) => {
                     if now >= next_progress {
-                        crate::events::keeper::still_waiting(
-                            o,
-                            started.elapsed(),
-                            args.wait_for_tuning,
-                        );
+                        crate::events::Event::StillWaiting {
+                            other: o.to_string(),
+                            other_fingerprint: o.fingerprint().to_string(),
+                            other_pid: o.pid(),
+                            waited: started.elapsed(),
+                            limit: args.wait_for_tuning,
+                        }
+                        .emit();
                         next_progress = now + WAIT_PROGRESS;
                     }
                 }
@@ -114,9 +144,28 @@ pub(super) fn wait_turn(
 /// The one line a launch that goes on hands-off logs, naming the launch in
 /// its way and the topology that works.
 fn hands_off_line(why: Why, other: &Seen) {
+    use crate::events::{Event, OtherLaunch};
+    let (other, other_fingerprint, other_pid) = (
+        other.to_string(),
+        other.fingerprint().to_string(),
+        other.pid(),
+    );
     match why {
-        Why::Peer => crate::events::keeper::peer_on_root(other),
-        Why::Orphan => crate::events::keeper::orphan_on_root(other),
-        Why::HandsOff => crate::events::keeper::other_on_root(other),
+        Why::Peer => Event::PeerOnRoot {
+            other,
+            other_fingerprint,
+            other_pid,
+        },
+        Why::Orphan => Event::OrphanOnRoot {
+            other,
+            other_fingerprint,
+            other_pid,
+        },
+        Why::HandsOff => Event::OtherOnRoot {
+            other,
+            other_fingerprint,
+            other_pid,
+        },
     }
+    .emit();
 }

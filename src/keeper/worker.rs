@@ -77,7 +77,10 @@ impl Worker {
         let (wake, wake_tx) = match UnixStream::pair() {
             Ok(pair) => pair,
             Err(e) => {
-                crate::events::keeper::commit_worker_failed(e);
+                crate::events::Event::CommitWorkerFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 return Mode::Inline(committer);
             }
         };
@@ -114,7 +117,10 @@ impl Worker {
                 }
             }
             Err(e) => {
-                crate::events::keeper::commit_worker_failed(e);
+                crate::events::Event::CommitWorkerFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 Mode::Inline(committer)
             }
         }

@@ -132,11 +132,22 @@ pub fn take(
         Ok(l) => Some(l),
         Err(LockError::Stopped(stopped)) => return Err(stopped),
         Err(LockError::TimedOut(who)) => {
-            crate::events::keeper::lock_gave_up(timeout, purpose.what(), who, purpose.without());
+            crate::events::Event::LockGaveUp {
+                timeout,
+                what: purpose.what().to_string(),
+                holder: who.to_string(),
+                then: purpose.without().to_string(),
+            }
+            .emit();
             None
         }
         Err(LockError::Io(e)) => {
-            crate::events::keeper::lock_failed(purpose.what(), e, purpose.without());
+            crate::events::Event::LockFailed {
+                what: purpose.what().to_string(),
+                error: e.to_string(),
+                then: purpose.without().to_string(),
+            }
+            .emit();
             None
         }
     })
@@ -164,7 +175,11 @@ pub fn acquire(
                     return Err(LockError::TimedOut(who));
                 }
                 if !logged {
-                    crate::events::root::lock_waiting(timeout, &who);
+                    crate::events::Event::LockWaiting {
+                        timeout,
+                        holder: who.to_string(),
+                    }
+                    .emit();
                     logged = true;
                 }
                 crate::stops::pause(Duration::from_millis(10)).map_err(LockError::Stopped)?;
@@ -180,7 +195,10 @@ pub fn acquire(
     );
     let written = write_holder(&file, line.into_bytes());
     if logged {
-        crate::events::root::lock_taken(start.elapsed());
+        crate::events::Event::LockTaken {
+            waited: start.elapsed(),
+        }
+        .emit();
     }
     Ok(CacheLock { file, written })
 }

@@ -97,7 +97,12 @@ pub fn warn_cache_dir(cache_dir: Option<&Path>, argv: &[OsString], env: &[(OsStr
     if let (Some(dir), Some((engine, from))) =
         (cache_dir, outside_engine_cache(cache_dir, argv, env))
     {
-        crate::events::root::cache_dir_not_engines(dir, &engine, from);
+        crate::events::Event::CacheDirNotEngines {
+            dir: dir.to_path_buf(),
+            engine: engine.to_path_buf(),
+            from: from.to_string(),
+        }
+        .emit();
     }
 }
 

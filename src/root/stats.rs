@@ -222,7 +222,11 @@ impl Stats {
         if let Err(e) = s.save(state) {
             // Best effort: a full or read-only disk has been warned about
             // by the cache work itself.
-            crate::events::root::cannot_write_stats(FILE, e);
+            crate::events::Event::CannotWriteStats {
+                file: FILE.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
         }
     }
 

@@ -43,7 +43,10 @@ impl Share {
     ) -> Option<Share> {
         let dir = args.dir.clone()?;
         if !unify {
-            crate::events::share::share_unify_off(&dir);
+            crate::events::Event::ShareUnifyOff {
+                dir: dir.to_path_buf(),
+            }
+            .emit();
             return None;
         }
         Share::for_node(args, launch, node_of(argv), max_age)
@@ -60,16 +63,29 @@ impl Share {
         let node = match node {
             Ok(n) => n,
             Err(e) => {
-                crate::events::share::share_unusable(&dir, e);
+                crate::events::Event::ShareUnusable {
+                    dir: dir.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return None;
             }
         };
         if node.nnodes == 1 {
-            crate::events::share::share_single_node(&dir);
+            crate::events::Event::ShareSingleNode {
+                dir: dir.to_path_buf(),
+            }
+            .emit();
             return None;
         }
         let cluster = String::from(launch.cluster_fingerprint(&args.node_local()));
-        crate::events::share::share_cluster(&cluster, node.rank, node.nnodes, &dir);
+        crate::events::Event::ShareCluster {
+            cluster_fingerprint: cluster.to_string(),
+            node: node.rank,
+            nodes: node.nnodes,
+            dir: dir.to_path_buf(),
+        }
+        .emit();
         Some(Share {
             dir,
             cluster,
@@ -95,11 +111,19 @@ impl Share {
         let started = Instant::now();
         let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node))? {
             None => {
-                crate::events::share::share_slow(&self.dir, self.timeout);
+                crate::events::Event::ShareSlow {
+                    dir: self.dir.to_path_buf(),
+                    timeout: self.timeout,
+                }
+                .emit();
                 return Ok(None);
             }
             Some(Err(e)) => {
-                crate::events::share::share_unreadable(&self.dir, e);
+                crate::events::Event::ShareUnreadable {
+                    dir: self.dir.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 return Ok(None);
             }
             Some(Ok(g)) => g,
@@ -115,17 +139,29 @@ impl Share {
         for d in &dirs {
             wrote += apply(root, d);
         }
-        crate::events::share::share_union_taken(started.elapsed());
+        crate::events::Event::ShareUnionTaken {
+            took: started.elapsed(),
+        }
+        .emit();
         if wrote == 0 {
             return Ok(None);
         }
         Ok(match cache::sign(root, fingerprint) {
             Ok(r) => {
-                crate::events::share::share_signed(r.signed.len(), self.node.nnodes, fingerprint);
+                crate::events::Event::ShareSigned {
+                    files: r.signed.len(),
+                    nodes: self.node.nnodes,
+                    fingerprint: fingerprint.to_string(),
+                }
+                .emit();
                 Some(r.signed)
             }
             Err(e) => {
-                crate::events::share::share_cannot_sign(root, e);
+                crate::events::Event::ShareCannotSign {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
                 None
             }
         })
@@ -157,7 +193,10 @@ impl Share {
         let job = move || publish_and_clean(&dir, &p, max_age);
         match crate::signals::spawn("keepwrap-publish", job) {
             Ok(h) => self.running = Some(h),
-            Err(e) => crate::events::share::share_publish_not_started(e),
+            Err(e) => crate::events::Event::SharePublishNotStarted {
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
 
@@ -176,7 +215,11 @@ impl Share {
                     None => return,
                 }
             } else if Instant::now() >= deadline {
-                crate::events::share::share_publish_slow(&self.dir, self.timeout);
+                crate::events::Event::SharePublishSlow {
+                    dir: self.dir.to_path_buf(),
+                    timeout: self.timeout,
+                }
+                .emit();
                 return;
             } else {
                 std::thread::sleep(Duration::from_millis(5));
@@ -187,21 +230,30 @@ impl Share {
 
 fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
     match publish_to(dir, p) {
-        Ok(written) => crate::events::share::share_published(
-            p.files.len(),
-            p.node.rank,
-            p.node.nnodes,
-            written,
-            dir,
-        ),
+        Ok(written) => crate::events::Event::SharePublished {
+            files: p.files.len(),
+            node: p.node.rank,
+            nodes: p.node.nnodes,
+            rewritten: written,
+            dir: dir.to_path_buf(),
+        }
+        .emit(),
         Err(e) => {
-            crate::events::share::share_cannot_publish(dir, e);
+            crate::events::Event::ShareCannotPublish {
+                dir: dir.to_path_buf(),
+                error: e.to_string(),
+            }
+            .emit();
             return;
         }
     }
     let removed = remove_old(dir, max_age);
     if removed > 0 {
-        crate::events::share::share_old_removed(removed, max_age);
+        crate::events::Event::ShareOldRemoved {
+            publications: removed,
+            max_age,
+        }
+        .emit();
     }
 }
 
@@ -211,7 +263,11 @@ fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
 fn apply(root: &Path, d: &DirUnion) -> usize {
     let u = match &d.outcome {
         Outcome::Leave(reason) => {
-            crate::events::share::share_left(&d.dir, reason);
+            crate::events::Event::ShareLeft {
+                dir: d.dir.to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
             return 0;
         }
         Outcome::Unified(u) => u,
@@ -256,21 +312,32 @@ fn apply(root: &Path, d: &DirUnion) -> usize {
     })();
     match res {
         Ok(0) => {
-            crate::events::share::share_already_union(&d.dir, names.len(), d.nodes, u.entries);
+            crate::events::Event::ShareAlreadyUnion {
+                dir: d.dir.to_string(),
+                files: names.len(),
+                nodes: d.nodes,
+                entries: u.entries,
+            }
+            .emit();
             0
         }
         Ok(n) => {
-            crate::events::share::share_union_written(
-                &d.dir,
-                d.nodes,
-                n,
-                u.entries,
-                u.conflicts.len(),
-            );
+            crate::events::Event::ShareUnionWritten {
+                dir: d.dir.to_string(),
+                nodes: d.nodes,
+                files: n,
+                entries: u.entries,
+                conflicts: u.conflicts.len(),
+            }
+            .emit();
             n
         }
         Err(e) => {
-            crate::events::share::share_cannot_write_union(&d.dir, e);
+            crate::events::Event::ShareCannotWriteUnion {
+                dir: d.dir.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             0
         }
     }

@@ -43,7 +43,11 @@ pub fn collect(root: &Path, signed: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
             .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE));
         match read {
             Ok(_) => out.push((path.to_string(), bytes)),
-            Err(e) => crate::events::share::share_not_publishing(path, e),
+            Err(e) => crate::events::Event::ShareNotPublishing {
+                path: path.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
     out
@@ -167,7 +171,11 @@ pub fn remove_old(share: &Path, max_age: Duration) -> usize {
             let _ = std::fs::remove_file(path.join(MANIFEST));
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => removed += 1,
-                Err(e) => crate::events::share::share_cannot_remove_old(&path, e),
+                Err(e) => crate::events::Event::ShareCannotRemoveOld {
+                    dir: path.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit(),
             }
         }
         let _ = std::fs::remove_dir(cluster.path());

@@ -178,5 +178,10 @@ pub fn report_incomplete(missing: &[(u32, NotPublished)], nnodes: u32) {
         .iter()
         .map(|(r, w)| format!("node {r}: {w}"))
         .collect();
-    crate::events::share::share_incomplete(&which.join(", "), nnodes, &why.join("; "));
+    crate::events::Event::ShareIncomplete {
+        missing: (&which.join(", ")).to_string(),
+        nodes: nnodes,
+        reason: (&why.join("; ")).to_string(),
+    }
+    .emit();
 }

@@ -126,14 +126,15 @@ impl Store {
         }
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
         cache::remove_manifest(self.root_fd.as_fd(), fp);
-        crate::events::store::evicted(
-            fp,
-            e.manifest.set.members.len(),
-            e.bytes,
-            size_text(e.bytes),
-            ago(used, now),
-            why,
-        );
+        crate::events::Event::Evicted {
+            fingerprint: fp.to_string(),
+            files: e.manifest.set.members.len(),
+            bytes: e.bytes,
+            size: (size_text(e.bytes)).to_string(),
+            last_used: (ago(used, now)).to_string(),
+            reason: why.to_string(),
+        }
+        .emit();
         trash
     }
 

@@ -50,7 +50,11 @@ impl Store {
             files,
         };
         if let Err(e) = write_json(self.launches.as_fd(), &format!("{fp}.json"), &rec) {
-            crate::events::store::cannot_write_record(fp, e);
+            crate::events::Event::CannotWriteRecord {
+                fingerprint: fp.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
         }
     }
 

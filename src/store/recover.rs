@@ -93,10 +93,11 @@ impl Store {
             // A tree's manifest is written before any member moves; a flat
             // directory without one is put back by its launch's manifest.
             if holds_rank_files(dir.as_fd()) {
-                crate::events::store::recovery_store_failed(
-                    fp,
-                    "it has no manifest to put it back by",
-                );
+                crate::events::Event::RecoveryStoreFailed {
+                    fingerprint: fp.to_string(),
+                    error: ("it has no manifest to put it back by").to_string(),
+                }
+                .emit();
             }
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             return;
@@ -104,8 +105,16 @@ impl Store {
         if man.flat {
             drop(dir);
             match self.unstage_flat(self.store.as_fd(), name, &man, inside) {
-                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
-                Err(e) => crate::events::store::recovery_store_failed(fp, e),
+                Ok(k) => crate::events::Event::RecoveryStoreUndone {
+                    fingerprint: fp.to_string(),
+                    files: k,
+                }
+                .emit(),
+                Err(e) => crate::events::Event::RecoveryStoreFailed {
+                    fingerprint: fp.to_string(),
+                    error: e.to_string(),
+                }
+                .emit(),
             }
             let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             let _ = fsx::fsync_dir(self.store.as_fd());
@@ -114,11 +123,23 @@ impl Store {
         let root = Side::tree(self.root_fd.as_fd());
         let taken = conflicts(Side::tree(dir.as_fd()), root, &man.set.members);
         if !taken.is_empty() {
-            crate::events::store::recovery_store_taken(fp, &taken[0]);
+            crate::events::Event::RecoveryStoreTaken {
+                fingerprint: fp.to_string(),
+                taken: (&taken[0]).to_string(),
+            }
+            .emit();
         } else {
             match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
-                Ok(k) => crate::events::store::recovery_store_undone(fp, k),
-                Err(e) => crate::events::store::recovery_store_failed(fp, e),
+                Ok(k) => crate::events::Event::RecoveryStoreUndone {
+                    fingerprint: fp.to_string(),
+                    files: k,
+                }
+                .emit(),
+                Err(e) => crate::events::Event::RecoveryStoreFailed {
+                    fingerprint: fp.to_string(),
+                    error: e.to_string(),
+                }
+                .emit(),
             }
         }
         let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
@@ -193,12 +214,20 @@ impl Store {
             drop(dir);
             match self.unstage_flat(self.state.as_fd(), name, &man, inside) {
                 Ok(k) => {
-                    crate::events::store::recovery_restore_finished(fp, k);
+                    crate::events::Event::RecoveryRestoreFinished {
+                        fingerprint: fp.to_string(),
+                        files: k,
+                    }
+                    .emit();
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
-                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
+                Err(e) => crate::events::Event::RecoveryRestoreFailed {
+                    fingerprint: fp.to_string(),
+                    error: e.to_string(),
+                }
+                .emit(),
             }
             self.unrestore(name, &man);
             return;
@@ -208,15 +237,27 @@ impl Store {
         if taken.is_empty() {
             match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
                 Ok(k) => {
-                    crate::events::store::recovery_restore_finished(fp, k);
+                    crate::events::Event::RecoveryRestoreFinished {
+                        fingerprint: fp.to_string(),
+                        files: k,
+                    }
+                    .emit();
                     let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
-                Err(e) => crate::events::store::recovery_restore_failed(fp, e),
+                Err(e) => crate::events::Event::RecoveryRestoreFailed {
+                    fingerprint: fp.to_string(),
+                    error: e.to_string(),
+                }
+                .emit(),
             }
         } else {
-            crate::events::store::recovery_restore_taken(fp, &taken[0]);
+            crate::events::Event::RecoveryRestoreTaken {
+                fingerprint: fp.to_string(),
+                taken: (&taken[0]).to_string(),
+            }
+            .emit();
         }
         self.unrestore(name, &man);
     }

@@ -104,33 +104,53 @@ impl Store {
         let man = self.manifest(fp)?;
         let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
         if man.set.fingerprint != fp {
-            crate::events::store::entry_misnamed(fp);
+            crate::events::Event::EntryMisnamed {
+                fingerprint: fp.to_string(),
+            }
+            .emit();
             self.delete_entry(fp);
             return None;
         }
         // From: a set another user could have planted or edited is not
         // trusted, whatever its sidecars say.
         if let Some(why) = self.untrusted_in_entry(fp, &man) {
-            crate::events::store::entry_untrusted(fp, why);
+            crate::events::Event::EntryUntrusted {
+                fingerprint: fp.to_string(),
+                reason: why.to_string(),
+            }
+            .emit();
             self.delete_entry(fp);
             return None;
         }
         // Every byte as signed: a rank file edited in the store (its size
         // unchanged) is never loaded by the engine.
         if let Err(why) = self.verify(dir.as_fd(), &man) {
-            crate::events::store::entry_not_intact(fp, why);
+            crate::events::Event::EntryNotIntact {
+                fingerprint: fp.to_string(),
+                reason: why.to_string(),
+            }
+            .emit();
             self.delete_entry(fp);
             return None;
         }
         // Into: never a directory another user can write.
         if let Some((parent, why)) = self.untrusted_destination(&man) {
-            crate::events::store::restore_destination_untrusted(fp, parent, why);
+            crate::events::Event::RestoreDestinationUntrusted {
+                fingerprint: fp.to_string(),
+                dir: parent.to_string(),
+                reason: why.to_string(),
+            }
+            .emit();
             return None;
         }
         let root = Side::tree(self.root_fd.as_fd());
         let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.set.members);
         if let Some(t) = taken.first() {
-            crate::events::store::restore_in_the_way(fp, t);
+            crate::events::Event::RestoreInTheWay {
+                fingerprint: fp.to_string(),
+                path: t.to_string(),
+            }
+            .emit();
             return None;
         }
         drop(dir);
@@ -141,7 +161,11 @@ impl Store {
             self.state.as_fd(),
             restoring.as_str(),
         ) {
-            crate::events::store::cannot_restore(fp, e);
+            crate::events::Event::CannotRestore {
+                fingerprint: fp.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             return None;
         }
         crate::failpoint::hit("store");
@@ -150,7 +174,11 @@ impl Store {
             // any, is of a set of this launch prune did not keep), then the
             // directory in place.
             if let Err(e) = self.unstage_flat(self.state.as_fd(), &restoring, &man, true) {
-                crate::events::store::restore_move_failed(fp, e);
+                crate::events::Event::RestoreMoveFailed {
+                    fingerprint: fp.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 self.unrestore(&restoring, &man);
                 return None;
             }
@@ -162,7 +190,11 @@ impl Store {
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
         // Durable at once, with one sync below.
         if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &man.set.members, false) {
-            crate::events::store::restore_move_failed(fp, e);
+            crate::events::Event::RestoreMoveFailed {
+                fingerprint: fp.to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             drop(dir);
             self.unrestore(&restoring, &man);
             return None;

@@ -159,7 +159,10 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 let trash = format!("trash-{}", fsx::unique_name());
                 fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str())?;
-                crate::events::store::store_replaced(fp);
+                crate::events::Event::StoreReplaced {
+                    fingerprint: fp.to_string(),
+                }
+                .emit();
                 crate::failpoint::hit("store");
                 let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
                 fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;

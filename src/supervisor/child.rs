@@ -25,7 +25,10 @@ pub fn become_subreaper() {
         return;
     }
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        crate::events::supervisor::cannot_become_subreaper(e);
+        crate::events::Event::CannotBecomeSubreaper {
+            error: e.to_string(),
+        }
+        .emit();
     }
 }
 
@@ -147,7 +150,12 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     };
     match crate::sys::kill(target, signo) {
         Ok(_) | Err(Errno::ESRCH) => {}
-        Err(e) => crate::events::supervisor::cannot_forward(signal_name(signo), target, e),
+        Err(e) => crate::events::Event::CannotForward {
+            signal: (signal_name(signo)).to_string(),
+            pid: target,
+            error: e.to_string(),
+        }
+        .emit(),
     }
 }
 
@@ -183,7 +191,10 @@ pub fn reap(main: Pid) -> Option<Ended> {
                 Errno::EINTR => {}
                 Errno::ECHILD => return ended,
                 e => {
-                    crate::events::supervisor::waitpid_failed(e);
+                    crate::events::Event::WaitpidFailed {
+                        error: e.to_string(),
+                    }
+                    .emit();
                     return ended;
                 }
             },

@@ -32,14 +32,20 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let signals = match child::block_signals() {
         Ok(set) => set,
         Err(e) => {
-            crate::events::supervisor::cannot_block_signals(e);
+            crate::events::Event::CannotBlockSignals {
+                error: e.to_string(),
+            }
+            .emit();
             return ExitCode::from(1);
         }
     };
     let sfd = match SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
         Ok(fd) => fd,
         Err(e) => {
-            crate::events::supervisor::cannot_open_signalfd(e);
+            crate::events::Event::CannotOpenSignalfd {
+                error: e.to_string(),
+            }
+            .emit();
             return ExitCode::from(1);
         }
     };
@@ -56,7 +62,11 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let supervising_only = keeps.is_err();
     let prepared = match keeps {
         Err(line) => {
-            crate::events::supervisor::supervising_only(line.reason(), &line);
+            crate::events::Event::SupervisingOnly {
+                reason: line.reason().to_string(),
+                why: line.to_string(),
+            }
+            .emit();
             Prepared::default()
         }
         Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
@@ -78,11 +88,12 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     let pid = match spawned {
         Ok(pid) => pid,
         Err(e) => {
-            crate::events::supervisor::cannot_run(
-                e.program.to_string_lossy(),
-                e.reason(),
-                e.exit_code(),
-            );
+            crate::events::Event::CannotRun {
+                program: e.program.to_string_lossy().to_string(),
+                reason: e.reason().to_string(),
+                status: e.exit_code(),
+            }
+            .emit();
             return ExitCode::from(e.exit_code());
         }
     };
@@ -114,11 +125,16 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             Ended::Exited(_) => None,
             Ended::Signaled(signo) => Some(crate::signals::signal_name(signo)),
         };
-        crate::events::supervisor::engine_ended(
-            ended.exit_code(),
-            signal.as_deref(),
-            started.elapsed(),
-        );
+        let (status, uptime) = (ended.exit_code(), started.elapsed());
+        match signal {
+            None => crate::events::Event::EngineExited { status, uptime },
+            Some(signal) => crate::events::Event::EngineKilled {
+                status,
+                signal,
+                uptime,
+            },
+        }
+        .emit();
     }
     ExitCode::from(ended.exit_code())
 }
@@ -148,7 +164,11 @@ fn prepare_interruptibly(
 /// A stop signal before the engine started: say so; keepwrap exits 128+N.
 fn stopped_before_start(Stopped(sig): Stopped) -> ExitCode {
     let code = 128 + sig as i32;
-    crate::events::supervisor::stopped_before_start(sig, code);
+    crate::events::Event::StoppedBeforeStart {
+        signal: sig.to_string(),
+        status: code,
+    }
+    .emit();
     ExitCode::from(code as u8)
 }
 
@@ -162,7 +182,10 @@ fn run_detached(
     match crate::signals::spawn("keepwrap-explain", move || job(tx)) {
         Ok(_) => Some(rx),
         Err(e) => {
-            crate::events::supervisor::explain_thread_failed(e);
+            crate::events::Event::ExplainThreadFailed {
+                error: e.to_string(),
+            }
+            .emit();
             None
         }
     }
@@ -183,7 +206,10 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
             k.tick(now);
         }
         if kill_at.is_some_and(|at| now >= at) {
-            crate::events::supervisor::kill_after(args.kill_after.unwrap_or_default());
+            crate::events::Event::KillAfter {
+                after: args.kill_after.unwrap_or_default(),
+            }
+            .emit();
             child::forward(pid, Signal::SIGKILL, true);
             kill_at = None;
         }
@@ -207,7 +233,10 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
         match poll(&mut fds, timeout_until(deadline, now)) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
-                crate::events::supervisor::poll_failed(e);
+                crate::events::Event::PollFailed {
+                    error: e.to_string(),
+                }
+                .emit();
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -274,7 +303,7 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
     if !leftovers() {
         return;
     }
-    crate::events::supervisor::drain_term(args.grace);
+    crate::events::Event::DrainTerm { grace: args.grace }.emit();
     terminate_all(pid, libc::SIGTERM);
     let deadline = clock::after(Instant::now(), args.grace);
     loop {
@@ -298,7 +327,7 @@ fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
             }
         }
     }
-    crate::events::supervisor::drain_kill(args.grace);
+    crate::events::Event::DrainKill { grace: args.grace }.emit();
     terminate_all(pid, libc::SIGKILL);
     // KILL cannot be caught: wait for the kernel to finish them, boundedly.
     let deadline = clock::after(Instant::now(), Duration::from_secs(2));

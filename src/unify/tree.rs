@@ -33,7 +33,11 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
     let root_fd = match fsx::open_root(root) {
         Ok(fd) => fd,
         Err(e) => {
-            crate::events::unify::cannot_unify_root(root.display(), e);
+            crate::events::Event::CannotUnifyRoot {
+                root: root.display().to_string(),
+                error: e.to_string(),
+            }
+            .emit();
             return report;
         }
     };
@@ -44,10 +48,19 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
             Ok(false) => {}
             // Every other directory would fail the same way: one warning.
             Err(e) if no_room(&e) => {
-                crate::events::unify::unify_no_room(dir.display(), e, total - n - 1);
+                crate::events::Event::UnifyNoRoom {
+                    dir: dir.display().to_string(),
+                    error: e.to_string(),
+                    others: total - n - 1,
+                }
+                .emit();
                 break;
             }
-            Err(e) => crate::events::unify::unify_failed(dir.display(), e),
+            Err(e) => crate::events::Event::UnifyFailed {
+                dir: dir.display().to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
         }
     }
     report
@@ -85,12 +98,20 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
     // Never rewrite files another user can swap or planted: they are not
     // signed either.
     if let Some(why) = cache::untrusted_dir(root, dir)? {
-        crate::events::unify::unify_left(dir.display(), format_args!("left as they are: {why}"));
+        crate::events::Event::UnifyLeft {
+            dir: dir.display().to_string(),
+            reason: format!("left as they are: {why}"),
+        }
+        .emit();
         return Ok(false);
     }
     let dfd = fsx::open_dir_path(root, dir)?;
     if one_file(dfd.as_fd(), names) {
-        crate::events::unify::already_unified(dir.display(), names.len());
+        crate::events::Event::AlreadyUnified {
+            dir: dir.display().to_string(),
+            files: names.len(),
+        }
+        .emit();
         return Ok(false);
     }
     let mut files = Vec::with_capacity(names.len());
@@ -107,13 +128,21 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
     }
     let unified = match unify(&files) {
         Outcome::Leave(reason) => {
-            crate::events::unify::unify_left(dir.display(), reason);
+            crate::events::Event::UnifyLeft {
+                dir: dir.display().to_string(),
+                reason: reason.to_string(),
+            }
+            .emit();
             return Ok(false);
         }
         Outcome::Unified(u) => u,
     };
     if unified.already_identical {
-        crate::events::unify::already_unified(dir.display(), files.len());
+        crate::events::Event::AlreadyUnified {
+            dir: dir.display().to_string(),
+            files: files.len(),
+        }
+        .emit();
         return Ok(false);
     }
     // The union is one content: written once (a temp file, fsynced), then
@@ -138,20 +167,26 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
     let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
     linked?;
     fsx::fsync_dir(dfd.as_fd())?;
-    crate::events::unify::unified(
-        dir.display(),
-        files.len(),
-        unified.entries,
-        unified.conflicts.len(),
-    );
+    crate::events::Event::Unified {
+        dir: dir.display().to_string(),
+        files: files.len(),
+        entries: unified.entries,
+        conflicts: unified.conflicts.len(),
+    }
+    .emit();
     for c in unified.conflicts.iter().take(CONFLICT_LINES) {
-        crate::events::unify::unify_conflict(dir.display(), c);
+        crate::events::Event::UnifyConflict {
+            dir: dir.display().to_string(),
+            conflict: c.to_string(),
+        }
+        .emit();
     }
     if unified.conflicts.len() > CONFLICT_LINES {
-        crate::events::unify::unify_more_conflicts(
-            dir.display(),
-            unified.conflicts.len() - CONFLICT_LINES,
-        );
+        crate::events::Event::UnifyMoreConflicts {
+            dir: dir.display().to_string(),
+            conflicts: unified.conflicts.len() - CONFLICT_LINES,
+        }
+        .emit();
     }
     Ok(true)
 }

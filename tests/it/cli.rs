@@ -457,7 +457,7 @@ fn a_cache_dir_outside_the_engine_directory_warns() {
     assert_eq!(f.code, 0, "{}", f.stderr);
     let w = f.warnings();
     assert_eq!(w.len(), 1, "{}", f.stderr);
-    assert_eq!(w[0]["event"], "cache_dir_not_engines", "{}", f.stderr);
+    assert_eq!(w[0]["code"], "cache_dir_not_engines", "{}", f.stderr);
     assert_eq!(w[0]["dir"], elsewhere.to_str().unwrap(), "{}", f.stderr);
     assert_eq!(w[0]["engine"], engine.to_str().unwrap(), "{}", f.stderr);
     let f = run(&engine);
@@ -765,7 +765,7 @@ fn every_line_keepwrap_says_on_a_usage_error_starts_with_its_name() {
                 "{args:?}: {}",
                 f.stderr
             );
-            assert_eq!(events[0]["event"], "usage_error", "{args:?}: {}", f.stderr);
+            assert_eq!(events[0]["code"], "usage_error", "{args:?}: {}", f.stderr);
             assert_eq!(events[0]["level"], "ERROR");
             // The same words (a hint shows the command line, with the
             // --log-format words in it).
@@ -786,7 +786,7 @@ fn every_line_keepwrap_says_on_a_usage_error_starts_with_its_name() {
                 .args(args),
         );
         assert_eq!(
-            common::log_events(&f.stderr)[0]["event"],
+            common::log_events(&f.stderr)[0]["code"],
             "usage_error",
             "{args:?}: {}",
             f.stderr

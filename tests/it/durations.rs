@@ -152,7 +152,7 @@ fn the_shortest_probe_interval_does_not_spin() {
         .args(["sleep", "30"])
         .env("KEEPWRAP_LOG", "debug");
     let mut r = Running::spawn(&mut cmd);
-    let probe = |e: &serde_json::Value| e["event"].as_str().unwrap().starts_with("probe_");
+    let probe = |e: &serde_json::Value| e["code"].as_str().unwrap().starts_with("probe_");
     r.wait_event_where("probe_failed", T, |_| true);
     let start = std::time::Instant::now();
     let probes = || r.log_events().iter().filter(|e| probe(e)).count();

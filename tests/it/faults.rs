@@ -694,7 +694,7 @@ fn crashed(killed: &Finished, ctx: &str) -> bool {
 fn warnings(f: &Finished) -> Vec<String> {
     f.warnings()
         .iter()
-        .map(|e| e["event"].as_str().unwrap().to_string())
+        .map(|e| e["code"].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -747,7 +747,7 @@ fn a_read_only_root_gets_one_warning_and_the_launch_goes_on() {
     assert!(
         !b.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("not_signing")),
         "{}",
         b.stderr
     );
@@ -808,7 +808,7 @@ fn a_full_disk_gets_one_warning_per_failed_step_and_nothing_is_trusted() {
     );
     let last = w.last().unwrap();
     assert!(
-        last["event"] == "cannot_sign"
+        last["code"] == "cannot_sign"
             && last["error"]
                 .as_str()
                 .unwrap()

@@ -46,7 +46,7 @@ fn serve(home: &Path, cwd: &Path, command: &[&str], env: &[(&str, &str)]) -> Fin
             .iter()
             .any(|e| {
                 ["signed", "reused", "nothing_to_keep", "nothing_signed"]
-                    .contains(&e["event"].as_str().unwrap())
+                    .contains(&e["code"].as_str().unwrap())
             })
             .then_some(())
     });
@@ -99,10 +99,10 @@ fn editing_the_config_file_retunes_and_an_unchanged_one_reuses() {
     );
     assert_eq!(edited.hit(), 0, "no partial hit: {}", edited.stderr);
     assert!(
-        edited.events_named("no_cache").iter().any(|e| e["message"]
-            .as_str()
-            .unwrap()
-            .ends_with("differs in: arg --chunked-prefill-size 256 -> 512")),
+        edited.logged_with(
+            "no_cache",
+            json!({"differences": ["arg --chunked-prefill-size 256 -> 512"]})
+        ),
         "{}",
         edited.stderr
     );
@@ -346,7 +346,7 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         let events = common::log_events(&err);
         assert_eq!(events.len(), 1, "one line: {err}");
         assert_eq!(
-            (&events[0]["event"], &events[0]["reason"]),
+            (&events[0]["code"], &events[0]["reason"]),
             (&"supervising_only".into(), &"not_an_engine".into()),
             "{command:?}: {err}"
         );

@@ -79,7 +79,7 @@ fn each_rank_file_is_logged_as_it_lands() {
             .find(|e| e["path"] == rel.to_str().unwrap())
             .unwrap_or_else(|| panic!("no landing event for {}: {}", rel.display(), b.stderr));
         assert!(
-            landed["entries"].as_str().unwrap().ends_with(" entries")
+            landed["entries"].as_u64().is_some_and(|n| n != 1)
                 && landed["after_s"].as_f64().unwrap() > 0.0,
             "{landed}"
         );

@@ -267,7 +267,7 @@ fn serve(mut cmd: Command) -> Finished {
     wait_for("the signing event", DEADLINE, || {
         run.log_events()
             .iter()
-            .any(|e| ["signed", "reused"].contains(&e["event"].as_str().unwrap()))
+            .any(|e| ["signed", "reused"].contains(&e["code"].as_str().unwrap()))
             .then_some(())
     });
     run.guard.signal(Signal::SIGTERM);
@@ -428,7 +428,7 @@ fn a_launch_it_cannot_read_whole_is_supervised_only_with_one_line() {
         assert_eq!(out.code, 0, "{argv:?}: {}", out.stderr);
         let events = out.log_events();
         assert_eq!(events.len(), 1, "{argv:?}: one line: {}", out.stderr);
-        assert_eq!(events[0]["event"], "supervising_only", "{argv:?}");
+        assert_eq!(events[0]["code"], "supervising_only", "{argv:?}");
         assert_eq!(events[0]["reason"], "unreadable_launch", "{argv:?}");
         let m = events[0]["message"].as_str().unwrap();
         assert!(m.contains(names) && m.contains("supervising only"), "{argv:?}: {m}");

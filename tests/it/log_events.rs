@@ -43,12 +43,16 @@ fn engine(root: &Path, format: &str, done: &[&str], body: &str) -> Command {
     cmd
 }
 
-/// Every line of `stderr` as a JSON object, or a panic naming the line.
+/// Every line of `stderr` as a JSON object of the log schema
+/// ([`common::check_schema`]), or a panic naming the line.
 fn objects(stderr: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
     stderr
         .lines()
         .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
-            Ok(serde_json::Value::Object(o)) => o,
+            Ok(v @ serde_json::Value::Object(_)) => {
+                common::check_schema(&v, l);
+                v.as_object().unwrap().clone()
+            }
             other => panic!("not a JSON object ({other:?}): {l}"),
         })
         .collect()
@@ -58,7 +62,7 @@ fn named<'a>(
     events: &'a [serde_json::Map<String, serde_json::Value>],
     name: &str,
 ) -> Vec<&'a serde_json::Map<String, serde_json::Value>> {
-    events.iter().filter(|e| e["event"] == name).collect()
+    events.iter().filter(|e| e["code"] == name).collect()
 }
 
 #[test]
@@ -69,15 +73,23 @@ fn json_logs_are_one_event_per_line_with_its_fields() {
     assert_eq!(tuned.code, 0, "{}", tuned.stderr);
     let events = objects(&tuned.stderr);
     for e in &events {
-        for key in ["timestamp", "level", "message", "event"] {
+        for key in ["timestamp", "level", "target", "code", "message", "launch"] {
             assert!(e[key].is_string(), "{key} in {e:?}");
         }
         assert!(!e["message"].as_str().unwrap().starts_with("keepwrap:"));
     }
+    // One launch id on every event, new at the next start; the root on
+    // every event once it is known (from the first).
+    let launch_id = events[0]["launch"].as_str().unwrap().to_string();
+    for e in &events {
+        assert_eq!(e["launch"], launch_id.as_str(), "{e:?}");
+        assert_eq!(e["root"], root.to_str().unwrap(), "{e:?}");
+        assert_eq!(e["schema"], 1, "{e:?}");
+    }
     // The first event names the launch: its whole fingerprint, its
     // profile, its root.
     let first = &events[0];
-    assert_eq!(first["event"], "launch");
+    assert_eq!(first["code"], "launch");
     assert_eq!(first["level"], "INFO");
     let fp = first["fingerprint"].as_str().unwrap();
     assert!(
@@ -108,6 +120,7 @@ fn json_logs_are_one_event_per_line_with_its_fields() {
     let reused = output(&mut launch(&root, "json"));
     assert_eq!(reused.code, 0, "{}", reused.stderr);
     let events = objects(&reused.stderr);
+    assert_ne!(events[0]["launch"], launch_id.as_str());
     let kept: Vec<&str> = named(&events, "kept")
         .iter()
         .map(|e| e["path"].as_str().unwrap())
@@ -251,6 +264,63 @@ fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
                 "keepwrap: the engine was killed by SIGTERM (status 143) after "
             ),
             "{}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
+fn every_signal_and_a_kill_of_the_engine_after_reused_end_on_how_the_engine_ended() {
+    use nix::sys::signal::{kill, Signal};
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let server = || {
+        engine(
+            &root,
+            "text",
+            &["--done", "quiet=300ms"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"; exec sleep 30",
+        )
+    };
+    let reused = "keepwrap: reused 1 cache file signed for this launch";
+    let mut first = common::Running::spawn(&mut server());
+    first.wait_stderr(
+        "keepwrap: tuned and signed 1 cache file",
+        std::time::Duration::from_secs(20),
+    );
+    first.guard.signal(Signal::SIGTERM);
+    first.finish(std::time::Duration::from_secs(20));
+    // Signals to keepwrap, forwarded; then a KILL of the engine itself.
+    for (to_engine, sig, code) in [
+        (false, Signal::SIGINT, 130),
+        (false, Signal::SIGHUP, 129),
+        (false, Signal::SIGQUIT, 131),
+        (true, Signal::SIGKILL, 137),
+    ] {
+        let mut run = common::Running::spawn(&mut server());
+        run.wait_stderr(reused, std::time::Duration::from_secs(20));
+        if to_engine {
+            let pid = run.guard.pid().as_raw();
+            let engine = common::wait_for("the engine", std::time::Duration::from_secs(10), || {
+                common::children_of(pid).first().copied()
+            });
+            kill(nix::unistd::Pid::from_raw(engine), sig).unwrap();
+        } else {
+            run.guard.signal(sig);
+        }
+        let f = run.finish(std::time::Duration::from_secs(20));
+        assert_eq!(f.code, code, "{sig}: {}", f.stderr);
+        let lines = keepwrap_lines(&f.stderr);
+        assert!(lines.contains(&reused), "{}", f.stderr);
+        assert!(
+            after_seconds(
+                lines.last().unwrap(),
+                &format!(
+                    "keepwrap: the engine was killed by {} (status {code}) after ",
+                    sig.as_str()
+                )
+            ),
+            "{sig}: {}",
             f.stderr
         );
     }
@@ -671,6 +741,9 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
         all.borrow_mut().push_str(&s.stdout.join("\n"));
     }
     let all = all.into_inner();
+    // A temporary renamed over a rank file, or a file the engine removed,
+    // is no unreadable file.
+    assert!(!all.contains("No such file or directory"), "{all}");
     let bad = misworded_lines(&all);
     assert!(bad.is_empty(), "{}\n\nin:\n{all}", bad.join("\n"));
 }

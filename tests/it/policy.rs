@@ -304,7 +304,7 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
     // is broken, and the next launch tunes again.
     assert_eq!(
         b.event("late_not_signed_abnormal")["message"],
-        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{0}): the engine ended abnormally with status 137 (killed by SIGKILL); the set signed at done no longer holds ({DIR}/{0} changed since it was signed): the next launch tunes again", rank(0)),
+        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{0}): the engine ended abnormally with status 137 (killed by SIGKILL); the set signed at done no longer holds ({DIR}/{0} changed or gone since it was signed): the next launch tunes again", rank(0)),
         "{}",
         b.stderr
     );
@@ -315,7 +315,7 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
 fn ends_on_how_the_engine_ended(b: &Finished, head: &str) {
     let events = b.log_events();
     let last = events.last().unwrap();
-    assert_eq!(last["event"], "engine_ended", "{}", b.stderr);
+    assert_eq!(last["code"], "engine_ended", "{}", b.stderr);
     let message = last["message"].as_str().unwrap();
     assert!(
         message
@@ -432,7 +432,7 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
         b.event("late_not_signed_stopped")["message"]
             .as_str()
             .unwrap()
-            .ends_with(&format!("; the set signed at done no longer holds ({DIR}/{} changed since it was signed): the next launch tunes again", rank(0))),
+            .ends_with(&format!("; the set signed at done no longer holds ({DIR}/{} changed or gone since it was signed): the next launch tunes again", rank(0))),
         "{}",
         b.stderr
     );
@@ -451,7 +451,7 @@ fn rule2_a_rank_saved_again_as_signed_after_done_then_a_stop_leaves_the_set_as_s
     assert!(
         !b.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("late_not_signed")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("late_not_signed")),
         "{}",
         b.stderr
     );
@@ -496,7 +496,7 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     // One USR1 at a time, each waited for, while the sign runs; the
     // latency is measured on the engine's side of the signal.
     let mut during = Vec::new();
-    while !kw.log_events().iter().any(|e| e["event"] == "signed") {
+    while !kw.log_events().iter().any(|e| e["code"] == "signed") {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);

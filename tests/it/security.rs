@@ -557,7 +557,7 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
 fn warning_count(b: &Finished) -> usize {
     b.warnings()
         .iter()
-        .filter(|e| e["event"] != "launch_warning")
+        .filter(|e| e["code"] != "launch_warning")
         .count()
 }
 
@@ -565,7 +565,7 @@ fn warning_count(b: &Finished) -> usize {
 fn warnings_named(b: &Finished, event: &str) -> Vec<serde_json::Value> {
     b.warnings()
         .into_iter()
-        .filter(|e| e["event"] == event)
+        .filter(|e| e["code"] == event)
         .collect()
 }
 
@@ -844,7 +844,7 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
     let warnings = b.warnings();
     assert_eq!(warnings.len(), 1, "{}", b.stderr);
     // root: rank_tp0...; 0.7.2: notes.json; sm121: 0123, x.json; DIR: other.json, sub
-    assert_eq!(warnings[0]["event"], "untouched", "{}", b.stderr);
+    assert_eq!(warnings[0]["code"], "untouched", "{}", b.stderr);
     assert_eq!(warnings[0]["entries"], 6, "{}", b.stderr);
     assert_eq!(
         warnings[0]["first"], "rank_tp0_pp0_dp0.json",

@@ -65,7 +65,7 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
             s["path"].as_str().unwrap().starts_with("0.7.2/sm121/"),
             "{s}"
         );
-        assert_eq!(s["fingerprint"], fp_a[..8], "{s}");
+        assert_eq!(s["other_fingerprint"], fp_a.as_str(), "{s}");
     }
     assert!(
         b2.logged_with(

@@ -270,7 +270,7 @@ fn sigkill_at_every_crash_point_of_store_and_sign_loses_no_file_and_trusts_nothi
                         assert_eq!(killed.code, 0, "{ctx}: {}", killed.stderr);
                         let events = killed.log_events().into_iter();
                         each.entry((step, x, edit)).or_default().1 = events
-                            .filter_map(|e| e["event"].as_str().map(str::to_string))
+                            .filter_map(|e| e["code"].as_str().map(str::to_string))
                             .collect();
                         let _ = std::fs::remove_dir_all(&dir);
                         break;
@@ -405,7 +405,7 @@ fn eight_launches_racing_on_one_root_each_log_an_outcome_and_tear_nothing() {
         let outcome = b
             .log_events()
             .into_iter()
-            .map(|e| e["event"].as_str().unwrap().to_string())
+            .map(|e| e["code"].as_str().unwrap().to_string())
             .find(|e| {
                 [
                     "reused",

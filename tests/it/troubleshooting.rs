@@ -1,10 +1,13 @@
 //! The troubleshooting reference comes from the catalogue of events
 //! (`src/events/`): no log call lives elsewhere in `src/`; every event the
-//! catalogue logs has exactly one row of the reference, keyed by its name
-//! in the `Event` column, at the levels it is logged at; no row names an
-//! event that does not exist; and the row's `Line` column holds the fixed
-//! text of the event's message, so that the wording a user greps for is
-//! the wording keepwrap writes.
+//! catalogue logs (the variants of `Event`, as the hidden `keepwrap
+//! events` lists them with their levels and message templates, and the
+//! events still logged by a function of their own, read from their calls)
+//! has exactly one row of the reference, keyed by its code in the `Event`
+//! column, at the levels it is logged at; no row names an event that does
+//! not exist; and the row's `Line` column holds the fixed text of the
+//! event's message, so that the wording a user greps for is the wording
+//! keepwrap writes.
 
 use crate::common;
 
@@ -221,7 +224,41 @@ fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
         unnamed.is_empty(),
         "log calls without an `event = \"name\"` field: {unnamed:?}"
     );
+    for (code, (levels, templates)) in typed_catalogue() {
+        let entry = out.entry(code).or_default();
+        entry.0.extend(levels);
+        entry.1.extend(templates);
+    }
     out
+}
+
+/// The variants of `keepwrap::events::Event`, as the hidden `keepwrap
+/// events` lists them: each code with its levels and message templates.
+fn typed_catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
+    let out = std::process::Command::new(common::BIN)
+        .arg("events")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "keepwrap events: {out:?}");
+    let mut codes: BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        assert_eq!(cols.len(), 4, "{line}");
+        let entry = codes.entry(cols[0].to_string()).or_default();
+        for level in cols[1].split(',') {
+            let level = LEVELS
+                .iter()
+                .find(|l| **l == level)
+                .unwrap_or_else(|| panic!("level {level} of {line}"));
+            entry
+                .0
+                .insert(if *level == "trace" { "debug" } else { level });
+        }
+        assert!(cols[2].starts_with("keepwrap::"), "{line}");
+        entry.1.push(cols[3].to_string());
+    }
+    assert!(!codes.is_empty());
+    codes
 }
 
 /// The troubleshooting reference: `docs/troubleshooting.md`, or the
@@ -317,10 +354,18 @@ fn no_log_call_outside_the_events_catalogue() {
 
 #[test]
 fn the_catalogue_reader_reads_every_call() {
-    let calls = log_calls(&common::repo().join("src/events"));
-    assert!(calls.len() >= 100, "{} calls", calls.len());
+    let mut levels: BTreeSet<&str> = log_calls(&common::repo().join("src/events"))
+        .iter()
+        .map(|c| c.level)
+        .collect();
+    let typed = typed_catalogue();
+    for (l, _) in typed.values() {
+        levels.extend(l);
+    }
+    let names = catalogue();
+    assert!(names.len() >= 100, "{} events", names.len());
     for level in ["info", "warn", "error", "debug"] {
-        assert!(calls.iter().any(|c| c.level == level), "{level}");
+        assert!(levels.contains(level), "{level}");
     }
     assert_eq!(
         event_and_message(

@@ -28,7 +28,7 @@ fn two_verdicts(b: &Finished) -> Vec<(String, Vec<String>)> {
     ];
     let mut by_path: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for e in b.log_events() {
-        let name = e["event"].as_str().unwrap_or("");
+        let name = e["code"].as_str().unwrap_or("");
         if let (true, Some(path)) = (VERDICTS.contains(&name), e["path"].as_str()) {
             by_path
                 .entry(path.to_string())
@@ -151,6 +151,10 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
     assert_eq!(a2.tuned(), 0, "{:#?}", a2.stdout);
     assert_eq!(tactics_of(&a2), tactics_of(&a));
     let b2 = serve(home.path(), &args, &other);
+    // Each per-rank file one verdict per boot: stored, or kept.
+    for boot in [&b, &a2, &b2] {
+        assert_eq!(two_verdicts(boot), [], "{}", boot.stderr);
+    }
     assert_eq!(b2.tuned(), 0, "{:#?}", b2.stdout);
     assert_eq!(tactics_of(&b2), tactics_of(&b));
 }
@@ -589,7 +593,7 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
     assert!(
         f.log_events()
             .iter()
-            .any(|e| e["event"].as_str().unwrap().starts_with("not_signing")),
+            .any(|e| e["code"].as_str().unwrap().starts_with("not_signing")),
         "{}",
         f.stderr
     );

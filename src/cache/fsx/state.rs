@@ -134,5 +134,10 @@ pub fn warn_state_file(shown: &str, e: &io::Error, then: &str) {
         return;
     }
     warned.push(shown.to_string());
-    crate::events::cache::state_file_ignored(shown, e, then);
+    crate::events::Event::StateFileIgnored {
+        file: shown.to_string(),
+        error: e.to_string(),
+        then: then.to_string(),
+    }
+    .emit();
 }

@@ -45,7 +45,11 @@ impl State<'_, '_> {
         for ((path, _, ino), verdict) in cands.iter().zip(verdicts) {
             match verdict {
                 None => {
-                    crate::events::cache::kept(path, self.report.kept.len() < PER_FILE_LINES);
+                    crate::events::Event::Kept {
+                        path: path.to_string(),
+                        loud: self.report.kept.len() < PER_FILE_LINES,
+                    }
+                    .emit();
                     self.report.kept.push(PathBuf::from(path));
                     self.report.kept_ids.push(*ino);
                     let ino = &ino.ino;
@@ -107,11 +111,12 @@ impl State<'_, '_> {
             }
             Err(e) => {
                 self.report.left += 1;
-                crate::events::cache::cannot_remove(
-                    path,
-                    reason,
-                    format_args!("open directory {parent}: {e}"),
-                );
+                crate::events::Event::CannotRemove {
+                    path: path.to_string(),
+                    reason: reason.to_string(),
+                    error: (format_args!("open directory {parent}: {e}")).to_string(),
+                }
+                .emit();
             }
         }
     }
@@ -271,12 +276,22 @@ impl State<'_, '_> {
         match stash(root.as_fd(), set) {
             Ok(()) => {
                 for m in &set.manifest.members {
-                    crate::events::cache::stored(&m.path, fp8, self.report.stored < PER_FILE_LINES);
+                    crate::events::Event::Stored {
+                        path: m.path.to_string(),
+                        other_fingerprint: set.manifest.fingerprint.clone(),
+                        loud: self.report.stored < PER_FILE_LINES,
+                    }
+                    .emit();
                     self.report.stored += 1;
                 }
             }
             Err(e) => {
-                crate::events::cache::cannot_store(set.manifest.members.len(), fp8, e);
+                crate::events::Event::CannotStore {
+                    files: set.manifest.members.len(),
+                    fingerprint: fp8.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
                 for m in &set.manifest.members {
                     self.remove_path(root, &m.path, &Reason::OtherLaunch(fp8.to_string()));
                 }
@@ -322,7 +337,11 @@ impl State<'_, '_> {
 /// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
 fn more_lines(n: usize, what: &str) {
     if n > PER_FILE_LINES {
-        crate::events::cache::more_files(what, n - PER_FILE_LINES);
+        crate::events::Event::MoreFiles {
+            what: what.to_string(),
+            files: n - PER_FILE_LINES,
+        }
+        .emit();
     }
 }
 

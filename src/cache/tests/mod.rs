@@ -44,14 +44,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 /// them.
 fn capture<R>(f: impl FnOnce() -> R) -> (R, Logged) {
     let logs = Logs::default();
-    let sub = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .json()
-        .flatten_event(true)
-        .without_time()
-        .with_target(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
+    let sub = crate::logging::json_subscriber(logs.clone());
     let r = tracing::subscriber::with_default(sub, f);
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     let events = text
@@ -70,7 +63,7 @@ impl Logged {
     /// reason that starts with `reason`.
     fn said(&self, name: &str, path: &str, reason: &str) -> bool {
         self.0.iter().any(|e| {
-            e["event"].as_str().is_some_and(|n| n.starts_with(name))
+            e["code"].as_str().is_some_and(|n| n.starts_with(name))
                 && e["path"] == path
                 && e["reason"].as_str().is_some_and(|r| r.starts_with(reason))
         })
@@ -79,7 +72,7 @@ impl Logged {
     /// An event named `name` with every field of `fields` at that value.
     fn has(&self, name: &str, fields: serde_json::Value) -> bool {
         self.0.iter().any(|e| {
-            e["event"] == name && fields.as_object().unwrap().iter().all(|(k, v)| &e[k] == v)
+            e["code"] == name && fields.as_object().unwrap().iter().all(|(k, v)| &e[k] == v)
         })
     }
 

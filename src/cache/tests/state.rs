@@ -96,7 +96,7 @@ fn kept_lines_past_sixteen_are_debug_with_one_summary() {
     let kept = |level: &str| {
         logs.0
             .iter()
-            .filter(|e| e["event"] == "kept" && e["level"] == level)
+            .filter(|e| e["code"] == "kept" && e["level"] == level)
             .count()
     };
     assert_eq!((kept("INFO"), kept("DEBUG")), (16, 4), "{logs}");

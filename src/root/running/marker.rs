@@ -83,10 +83,11 @@ impl Runs {
     pub fn scan_and_tidy(&self) -> Vec<Seen> {
         let (seen, strays, foreign) = scan_dir(self.dir.as_fd(), None);
         for (name, uid) in foreign {
-            crate::events::root::foreign_marker(
-                &format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR),
+            crate::events::Event::ForeignMarker {
+                marker: (&format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR)).to_string(),
                 uid,
-            );
+            }
+            .emit();
         }
         tidy(self.dir.as_fd(), &seen, &strays, None);
         seen
@@ -377,10 +378,11 @@ impl Marker {
     pub fn set_state(&self, state: State) {
         self.state.set(state);
         if let Err(e) = self.shared.write_all_at(state.word(), 0) {
-            crate::events::root::cannot_update_marker(
-                &format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name),
-                e,
-            );
+            crate::events::Event::CannotUpdateMarker {
+                marker: (&format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name)).to_string(),
+                error: e.to_string(),
+            }
+            .emit();
         }
     }
 
@@ -443,7 +445,10 @@ impl Marker {
             FdFlag::FD_CLOEXEC
         };
         if let Err(e) = fcntl(self.shared.as_fd(), FcntlArg::F_SETFD(flags)) {
-            crate::events::root::cannot_pass_marker(e);
+            crate::events::Event::CannotPassMarker {
+                error: e.to_string(),
+            }
+            .emit();
         }
     }
 }

@@ -198,7 +198,7 @@ impl Seen {
     }
 }
 
-impl crate::events::keeper::OtherLaunch for Seen {
+impl crate::events::OtherLaunch for Seen {
     fn fingerprint(&self) -> &str {
         &self.id.fingerprint
     }

@@ -36,27 +36,129 @@ pub fn keepwrap(cache: &Path) -> Command {
 }
 
 /// keepwrap's log events in `stderr`: the lines `--log-format json`
-/// writes, each a JSON object with an `event` field. Other lines (the
-/// engine's own) are skipped; a keepwrap line that is not valid JSON
-/// panics.
+/// writes, each a JSON object of the log schema (docs/troubleshooting.md,
+/// "JSON logs"), each checked against it ([`check_schema`]). Other lines
+/// (the engine's own) are skipped; a keepwrap line that is not valid JSON
+/// or breaks the schema panics.
 pub fn log_events(stderr: &str) -> Vec<serde_json::Value> {
     stderr
         .lines()
-        .filter(|l| l.starts_with("{\"timestamp\""))
+        .filter(|l| l.starts_with("{\"schema\""))
         .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l}"))
+            let v = serde_json::from_str::<serde_json::Value>(l)
+                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l}"));
+            check_schema(&v, l);
+            v
         })
-        .filter(|v| v.get("event").is_some())
         .collect()
 }
 
-/// The events named `name` in `stderr` ([`log_events`]).
-pub fn events_named(stderr: &str, name: &str) -> Vec<serde_json::Value> {
+/// The events with code `code` in `stderr` ([`log_events`]).
+pub fn events_named(stderr: &str, code: &str) -> Vec<serde_json::Value> {
     log_events(stderr)
         .into_iter()
-        .filter(|v| v["event"] == name)
+        .filter(|v| v["code"] == code)
         .collect()
+}
+
+/// The first event of code `code` whose fields include every field of
+/// `fields` (a JSON object) at that value, in `stderr`'s JSON log.
+pub fn find_event(
+    stderr: &str,
+    code: &str,
+    fields: serde_json::Value,
+) -> Option<serde_json::Value> {
+    events_named(stderr, code)
+        .into_iter()
+        .find(|e| has_fields(e, &fields))
+}
+
+/// The codes of the troubleshooting reference (every code keepwrap logs
+/// has its row there, held by `troubleshooting::`).
+pub fn known_codes() -> &'static std::collections::BTreeSet<String> {
+    static CODES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    CODES.get_or_init(|| {
+        let doc = std::fs::read_to_string(repo().join("docs/troubleshooting.md")).unwrap();
+        doc.lines()
+            .filter(|l| l.starts_with("| `") || l.starts_with("| see `"))
+            .flat_map(|l| {
+                let cell = l.trim_start_matches('|').split(" | ").next().unwrap_or("");
+                cell.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    })
+}
+
+/// Panics unless `e` (the JSON log line `line`) holds to the log schema:
+/// `schema` 1, `timestamp`, `level` (`ERROR` ... `TRACE`), `target`
+/// (`keepwrap...`), `code` (a known code), `message` (without the
+/// `keepwrap:` prefix), `launch` (16 hex digits), `root` (a string or
+/// null); durations (`*_s`) and counts as numbers, fingerprints whole.
+pub fn check_schema(e: &serde_json::Value, line: &str) {
+    let fail = |what: &str| panic!("a log line breaks the schema ({what}): {line}");
+    let Some(o) = e.as_object() else {
+        fail("not an object")
+    };
+    if o.get("schema").and_then(serde_json::Value::as_u64) != Some(1) {
+        fail("schema is not 1");
+    }
+    let keys: Vec<&str> = o.keys().map(String::as_str).take(8).collect();
+    if keys
+        != [
+            "schema",
+            "timestamp",
+            "level",
+            "target",
+            "code",
+            "message",
+            "launch",
+            "root",
+        ]
+    {
+        fail("the required keys, in order");
+    }
+    for key in ["timestamp", "level", "target", "code", "message", "launch"] {
+        if !o[key].is_string() {
+            fail(&format!("{key} is not a string"));
+        }
+    }
+    if !["ERROR", "WARN", "INFO", "DEBUG", "TRACE"].contains(&o["level"].as_str().unwrap()) {
+        fail("level");
+    }
+    if !o["target"].as_str().unwrap().starts_with("keepwrap") {
+        fail("target");
+    }
+    if !known_codes().contains(o["code"].as_str().unwrap()) {
+        fail("code is not a code of the troubleshooting reference");
+    }
+    if o["message"].as_str().unwrap().starts_with("keepwrap:") {
+        fail("message with the prefix");
+    }
+    let launch = o["launch"].as_str().unwrap();
+    if launch.len() != 16 || !launch.bytes().all(|b| b.is_ascii_hexdigit()) {
+        fail("launch is not 16 hex digits");
+    }
+    if !(o["root"].is_string() || o["root"].is_null()) {
+        fail("root is neither a string nor null");
+    }
+    for (k, v) in o {
+        if k.ends_with("_s") && !(v.is_number() || v.is_null()) {
+            fail(&format!("{k} is not a number of seconds"));
+        }
+        if [
+            "files", "entries", "kept", "removed", "stored", "late", "pid",
+        ]
+        .contains(&k.as_str())
+            && !v.is_number()
+        {
+            fail(&format!("{k} is not a number"));
+        }
+    }
 }
 
 /// Poll `f` until it returns `Some`, or panic with `what` at the deadline.
@@ -247,7 +349,7 @@ impl Running {
             self.drain();
             log_events(complete_lines(&self.stderr()))
                 .into_iter()
-                .find(|e| e["event"].as_str().is_some_and(|n| names.contains(&n)))
+                .find(|e| e["code"].as_str().is_some_and(|n| names.contains(&n)))
         })
     }
 
@@ -387,7 +489,7 @@ impl Finished {
                     return Some(l.to_string());
                 }
                 let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                v.get("event")?;
+                v.get("schema")?;
                 let prefix = match v["level"].as_str()? {
                     "ERROR" => "error: ",
                     "WARN" => "warning: ",

@@ -1,0 +1,831 @@
+//! The variants of [`Event`], by the folder they belong to: each with its
+//! fields, its levels (the usual one first), its code and its message.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::cache_files;
+use super::secs;
+use super::Shown;
+use crate::digest::short;
+use crate::STATE_DIR;
+
+/// The advice for two launches that meet on one root.
+const ROOT_PER_POD: &str =
+    "give each pod its own cache root (e.g. SGLANG_CACHE_DIR=/cache/$(POD_NAME)), with --share DIR for what the nodes of a multi-node launch have in common";
+
+/// What the engine keeps running without.
+const WITHOUT: &str = "this launch goes on without keeping the cache (prunes nothing, signs nothing: its engine sees the cache as it is)";
+
+/// How to fix a cache root another user can write (`why`).
+fn untrusted_fix(root: &std::path::Path, why: &str) -> String {
+    if why.starts_with("world-writable") {
+        format!("chmod o-w {}", Shown(root))
+    } else {
+        "give it to this user (chown) or use a root of its own".to_string()
+    }
+}
+
+fn tenths(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// `1 entry`, `N entries`.
+fn count_entries(n: usize) -> String {
+    if n == 1 {
+        "1 entry".to_string()
+    } else {
+        format!("{n} entries")
+    }
+}
+
+/// What a probe's status line said.
+fn status_line(status: Option<u16>) -> String {
+    status.map_or_else(
+        || "no HTTP status line".to_string(),
+        |s| format!("status {s}"),
+    )
+}
+
+catalogue! {
+    "keepwrap::done" {
+        // ---- the health probe (debug: one line per probe) ----
+
+        ProbeTimedOut { url: String }
+            DEBUG "probe_timed_out"
+            => "health probe of {url} timed out";
+        ProbeFailed { url: String, error: String }
+            DEBUG "probe_failed"
+            => "health probe of {url}: {error}";
+        ProbeStatus { url: String, status: Option<u16> }
+            DEBUG "probe_status"
+            => "health probe of {url}: {}", status_line(status);
+        ProbeUnresolved { host: String, error: String }
+            DEBUG "probe_unresolved"
+            => "health probe: cannot resolve {host}: {error}";
+        ProbeSocketFailed { error: String }
+            DEBUG "probe_socket_failed"
+            => "health probe: socket: {error}";
+        /// Which sockets listen on the probed address, and the engine's
+        /// processes.
+        PortListeners { address: String, inodes: Vec<u64>, tables: Duration, pids: Vec<u32> }
+            DEBUG "port_listeners"
+            => "sockets listening for {address}: inodes {} (socket tables read in {:.1} ms); the engine's tree: pids {}",
+                super::listed(inodes), tables.as_secs_f64() * 1000.0, super::listed(pids);
+
+        // ---- the watch ----
+
+        CannotWatchDir { path: PathBuf, error: String }
+            WARN "cannot_watch_dir"
+            => "cannot watch {}: {error}; nothing in it will be signed", Shown(path);
+        CannotListDir { path: PathBuf, error: String }
+            WARN "cannot_list_dir"
+            => "cannot list {}: {error}; nothing in it will be signed", Shown(path);
+        /// The cache root itself cannot be watched or listed any more.
+        WatchError { error: String }
+            WARN "watch_error"
+            => "{error}";
+        InotifyReadFailed { dir: PathBuf, error: String }
+            WARN "inotify_read_failed"
+            => "reading inotify events for {} failed: {error}; rescanning", Shown(dir);
+        InotifyOverflow { dir: PathBuf }
+            INFO "inotify_overflow"
+            => "the inotify queue overflowed: rescanning {}", Shown(dir);
+
+        // ---- progress ----
+
+        /// The engine saved a cache file of `entries` entries.
+        Landed { path: PathBuf, entries: usize, after: Duration }
+            INFO "landed"
+            => "landed {} ({}, {} after the launch)", Shown(path), count_entries(entries), tenths(after);
+        /// The engine saved a cache file keepwrap cannot count (`reason`).
+        LandedUncounted { path: PathBuf, reason: String, after: Duration }
+            INFO "landed"
+            => "landed {} ({reason}, {} after the launch)", Shown(path), tenths(after);
+        /// The engine saved again a cache file as it was signed for this
+        /// launch (a warm boot that tuned nothing new).
+        LandedUnchanged { path: PathBuf, entries: usize, after: Duration }
+            DEBUG "landed_unchanged"
+            => "landed {} unchanged: as signed for this launch, nothing new tuned ({} after the launch)", Shown(path), tenths(after);
+        /// A file landed and was gone before it was read: the engine
+        /// removed it (its entry gate) or renamed it.
+        LandedGone { path: PathBuf, after: Duration }
+            DEBUG "landed_gone"
+            => "{} was saved and then removed or renamed by the engine before keepwrap read it ({} after the launch)", Shown(path), tenths(after);
+        /// From now on landings are summed up every `every`.
+        LandedSumming { distinct: usize, after: Duration, every: Duration }
+            INFO "landed_summing"
+            => "landed {distinct} distinct cache files ({} after the launch): from now on one line every {} s sums up the landings",
+                tenths(after), every.as_secs();
+        LandedMore { landed: usize, distinct: usize, after: Duration }
+            INFO "landed_more"
+            => "landed {landed} more {} ({distinct} distinct so far, {} after the launch)", cache_files(landed), tenths(after);
+    }
+    "keepwrap::keeper" {
+        /// vLLM's cache root cannot be found.
+        NoVllmCacheRoot { error: String }
+            WARN "no_vllm_cache_root"
+            => "no cache root: {error}; the launch goes on without keeping the cache";
+
+        /// The shared cache file is kept: the launch is not a MoE model under more
+        /// than one rank (`why`).
+        /// The shared cache file is kept: the launch is not a MoE model
+        /// under more than one rank (`reason`). At debug level: the file's
+        /// verdict is prune's `kept` line; this says why that is safe.
+        KeptSharedFile { path: PathBuf, reason: String }
+            DEBUG "kept_shared_file"
+            => "kept {}: vLLM 0.27.1-0.31.x's one shared cache file hangs only a MoE model under more than one rank, and this is {reason}", Shown(path);
+
+        /// The shared cache file the store restored for this launch is
+        /// removed: kept, it hangs every warm boot. (One prune kept is
+        /// refused there, with the same reason, in prune's `removed` line.)
+        RemovedSharedFile { path: PathBuf, reason: String }
+            INFO "removed_shared_file"
+            => "removed {}: {}", Shown(path), super::shared_file_hangs(reason);
+
+        CannotRemoveSharedFile { path: PathBuf, error: String }
+            WARN "cannot_remove_shared_file"
+            => "cannot remove {}: {error}", Shown(path);
+
+        /// A one-rank launch of vLLM 0.33.0 or later: its tactics live in
+        /// FlashInfer's managed store, left alone.
+        ManagedStore { store: String }
+            INFO "managed_store"
+            => "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss";
+
+        /// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`): its
+        /// workers write their rank files from Ray's processes, on the nodes Ray
+        /// picks, with each node's own Ray environment; keepwrap cannot vouch for
+        /// them and leaves vLLM's cache as vLLM leaves it.
+        RayLaunch { arg: String }
+            INFO "ray_launch"
+            => "a Ray launch ({arg}): vLLM's workers run as Ray actors on whichever nodes Ray places them, each writing its rank file with its own node's Ray environment (which wins over this launch's), so keepwrap can tell neither which rank files are written here nor under which settings: it leaves vLLM's cache as vLLM leaves it (nothing kept, signed or removed) and only supervises; to keep the cache run the nodes with --nnodes/--node-rank instead";
+
+        /// The first line of a launch that keeps its cache.
+        Launch { fingerprint: String, profile: String, root: PathBuf, done: String }
+            INFO "launch"
+            => "launch fingerprint {} ({profile} profile); cache root {}; tuning is done {done}", short(fingerprint), Shown(root);
+
+        NoCacheRoot {}
+            WARN "no_cache_root"
+            => "no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry; the launch goes on without keeping the cache";
+
+        /// The `--done` rule cannot be used for this launch.
+        DoneRuleUnusable { error: String }
+            WARN "done_rule_unusable"
+            => "{error}; the launch goes on without keeping the cache";
+
+        RootNotADirectory { root: PathBuf }
+            WARN "root_not_a_directory"
+            => "cache root {} is not a directory; the launch goes on without keeping the cache", Shown(root);
+
+        RootCreated { root: PathBuf }
+            INFO "root_created"
+            => "cache root {} did not exist (first boot): created it", Shown(root);
+
+        CannotCreateRoot { root: PathBuf, error: String }
+            WARN "cannot_create_root"
+            => "cannot create cache root {}: {error}; the launch goes on without keeping the cache", Shown(root);
+
+        CannotUseRoot { root: PathBuf, error: String }
+            WARN "cannot_use_root"
+            => "cannot use cache root {}: {error}; the launch goes on without keeping the cache", Shown(root);
+
+        RootReadOnly { root: PathBuf }
+            WARN "root_read_only"
+            => "cache root {} is on a read-only file system; the launch goes on without keeping the cache", Shown(root);
+
+        /// The directory of the running markers cannot be opened.
+        CannotOpenRunning { dir: PathBuf, error: String }
+            WARN "cannot_open_running"
+            => "cannot open {}: {error}; the launch goes on without keeping the cache", Shown(dir);
+
+        CannotLeaveMarker { dir: PathBuf, error: String }
+            WARN "cannot_leave_marker"
+            => "cannot leave this launch's marker in {}: {error}; the launch goes on without keeping the cache", Shown(dir);
+
+        StoreUnusable { state: String, root: PathBuf, error: String }
+            WARN "store_unusable"
+            => "cannot open the store {state}/ in {}: {error}; cache files of other launches are removed, not stored", Shown(root);
+
+        CannotPrune { root: PathBuf, error: String }
+            WARN "cannot_prune"
+            => "cannot prune {}: {error}; the launch goes on, and nothing it writes will be signed", Shown(root);
+
+        /// The watch of the cache tree cannot start.
+        WatchFailed { error: String }
+            WARN "watch_failed"
+            => "{error}; the launch goes on, and nothing it writes will be signed";
+
+        /// This launch's set came back from the store.
+        Restored { files: usize, fingerprint: String, signed_ago: String }
+            INFO "restored"
+            => "restored {files} {} of this launch from the store (signed {signed_ago})", cache_files(files);
+
+        /// This launch was never signed; `line` names the nearest launch that was
+        /// and how it differs.
+        NoCacheFilesGone { fingerprint: String, signed: String }
+            INFO "no_cache"
+            => "no cache for this launch: it was signed {signed}, but its cache files were removed or are gone (the lines above say which and why); it tunes again";
+        /// This launch was never signed: the nearest signed launch, when it
+        /// signed, and how this one differs (`arg --tp 4 -> 8`, `env X
+        /// added`; none when they differ only in redacted or ignored
+        /// values).
+        NoCacheNearest { fingerprint: String, other_fingerprint: String, other_signed: String, differences: Vec<String> }
+            INFO "no_cache"
+            => "no cache for this launch; the nearest signed launch ({}, {other_signed}) differs in: {}",
+                short(other_fingerprint), super::differences(differences);
+
+        /// A line about the launch itself, logged once: a config file that cannot
+        /// be used, a shell command that cannot be read.
+        LaunchWarning { line: String }
+            WARN "launch_warning"
+            => "{line}";
+
+        OtherDoneTuning { other: String, waited: Duration }
+            INFO "other_done_tuning"
+            => "{other} is done tuning; this launch goes on after waiting {:.1} s", secs(waited);
+
+        LockGaveUp { timeout: Duration, what: String, holder: String, then: String }
+            WARN "lock_gave_up"
+            => "gave up waiting {} for the cache lock {}/lock ({what}), held by {holder}: {then}", humantime::format_duration(timeout), crate::STATE_DIR;
+
+        LockFailed { what: String, error: String, then: String }
+            WARN "lock_failed"
+            => "cannot take the cache lock {}/lock ({what}): {error}: {then}", crate::STATE_DIR;
+
+        CannotSign { root: PathBuf, error: String }
+            WARN "cannot_sign"
+            => "cannot sign {}: {error}; the next launch will tune again", Shown(root);
+
+        /// Files kept for this launch were signed without unify: unified at done.
+        KeptNotUnified { dirs: usize, fingerprint: String }
+            INFO "kept_not_unified"
+            => "the cache files kept in {dirs} {} are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done", if dirs == 1 { "directory" } else { "directories" };
+
+        /// This boot tuned; its set is signed for the next identical launch.
+        Signed { files: usize, fingerprint: String }
+            INFO "signed"
+            => "tuned and signed {files} {}", cache_files(files);
+
+        /// This boot loaded what an earlier identical launch signed.
+        Reused { files: usize, fingerprint: String }
+            INFO "reused"
+            => "reused {files} {} signed for this launch", cache_files(files);
+
+        SignedAgain { files: usize, late: usize, fingerprint: String }
+            INFO "signed_again"
+            => "signed again at exit: {files} {}, with the {late} that landed after tuning was done", cache_files(files);
+
+        NothingSigned { present: usize }
+            INFO "nothing_signed"
+            => "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again";
+
+        NothingToKeep {}
+            INFO "nothing_to_keep"
+            => "nothing to keep: the engine wrote no autotune cache";
+
+        CommitWorkerFailed { error: String }
+            WARN "commit_worker_failed"
+            => "cannot start the commit worker ({error}): signing runs in the supervisor loop";
+
+        /// Another user can write the cache root (`reason`): keepwrap can
+        /// never sign there, and prune removes every cache file in it at each
+        /// boot. The one line a boot gets about it: the lines of each file
+        /// are at debug level ([`super::in_untrusted_root`]).
+        RootUntrusted { root: PathBuf, reason: String }
+            WARN "root_untrusted"
+            => "cache root {} is {reason}: will never keep here (another user could plant what keepwrap would sign), so every cache file in it is removed at each boot and none is signed: {}",
+                Shown(root), untrusted_fix(root, reason);
+
+        // ---- other launches on the root: `other` as shown (`launch
+        // 0123abcd... (pid 7 on host h, tuning since ...)`), its whole
+        // fingerprint and its pid ----
+
+        WaitingForOther { other: String, other_fingerprint: String, other_pid: u32, limit: Duration }
+            INFO "waiting_for_other"
+            => "waiting up to {} for {other} to finish tuning on this cache root before starting the engine: two engines tuning on one root would remove and sign each other's files",
+                humantime::format_duration(limit);
+        StillWaiting { other: String, other_fingerprint: String, other_pid: u32, waited: Duration, limit: Duration }
+            INFO "still_waiting"
+            => "still waiting for {other} to finish tuning ({} of {})",
+                humantime::format_duration(Duration::from_secs(waited.as_secs())),
+                humantime::format_duration(limit);
+        GaveUpWaiting { other: String, other_fingerprint: String, other_pid: u32, limit: Duration }
+            WARN "gave_up_waiting"
+            => "gave up waiting {} (--wait-for-tuning) for {other} to finish tuning: this launch goes on hands-off: it prunes nothing and signs nothing, so that neither engine removes or signs the other's files",
+                humantime::format_duration(limit);
+        /// A node or data-parallel rank of this very launch uses the root.
+        PeerOnRoot { other: String, other_fingerprint: String, other_pid: u32 }
+            WARN "peer_on_root"
+            => "{other} is another node or data-parallel rank of this multi-node launch on the same cache root: the engines need each other to finish tuning, so {WITHOUT}, and so does that one; {ROOT_PER_POD}";
+        /// An engine whose keepwrap was killed still runs on the root.
+        OrphanOnRoot { other: String, other_fingerprint: String, other_pid: u32 }
+            WARN "orphan_on_root"
+            => "{other} left its engine running on this cache root when keepwrap was killed: {WITHOUT}, so that nothing is removed under that engine and nothing it writes is signed";
+        /// Launches done tuning run on the root (of another fingerprint, or
+        /// orphaned): this one goes around them, `more` besides the one named.
+        BesideOtherLaunch { other: String, other_fingerprint: String, other_pid: u32, more: usize }
+            INFO "beside_other_launch"
+            => "{other}{} is done tuning and still runs on this cache root: its signed set goes into the store (its next boot brings it back whole) and this launch's engine loads none of its files; nothing is signed on this boot, as the two engines run side by side (the next boot of this launch that starts alone tunes and signs)",
+                if more == 0 { String::new() } else { format!(" (and {more} more)") };
+        /// Another launch runs on the root, itself hands-off.
+        OtherOnRoot { other: String, other_fingerprint: String, other_pid: u32 }
+            WARN "other_on_root"
+            => "{other} is using this cache root: {WITHOUT}, so that neither removes nor signs the other's files; {ROOT_PER_POD}";
+ }
+    "keepwrap::supervisor" {
+        /// `KEEPWRAP_LOG` is neither a level nor a filter.
+        UnknownLogLevel { value: String }
+            WARN "unknown_log_level"
+            => "KEEPWRAP_LOG={value:?} is not a log level (off, error, warn, info, debug, trace) nor a filter such as keepwrap=debug: logging at info";
+
+        CannotBlockSignals { error: String }
+            ERROR "cannot_block_signals"
+            => "cannot block signals: {error}";
+
+        CannotOpenSignalfd { error: String }
+            ERROR "cannot_open_signalfd"
+            => "cannot open a signalfd: {error}";
+
+        PollFailed { error: String }
+            ERROR "poll_failed"
+            => "poll failed: {error}";
+
+        /// The cache is not kept for this command: `--disable` (`reason`
+        /// `disabled`), `--keep never` (`keep_never`), no engine launch under
+        /// `--keep auto` (`not_an_engine`), or an engine launch keepwrap cannot read
+        /// whole under `--keep auto` (`unreadable_launch`); `why` says it to the
+        /// operator.
+        SupervisingOnly { reason: String, why: String }
+            INFO "supervising_only"
+            => "{why}";
+
+        /// The command could not be started.
+        CannotRun { program: String, reason: String, status: u8 }
+            ERROR "cannot_run"
+            => "cannot run '{program}': {reason}";
+
+        /// A stop signal came before the engine was started.
+        StoppedBeforeStart { signal: String, status: i32 }
+            INFO "stopped_before_start"
+            => "received {signal} before the engine started: exiting with {status} without starting it";
+
+        ExplainThreadFailed { error: String }
+            DEBUG "explain_thread_failed"
+            => "cannot start a thread for the explanation: {error}";
+
+        /// `--kill-after` fired.
+        KillAfter { after: Duration }
+            WARN "kill_after"
+            => "the engine is still running {} after TERM/INT: killing its process group", humantime::format_duration(after);
+
+        /// The engine exited and processes of its group are left.
+        DrainTerm { grace: Duration }
+            INFO "drain_term"
+            => "the engine exited; sending TERM to what is left of its process group ({} grace)", humantime::format_duration(grace);
+
+        /// What was left of the group outlived `--grace`.
+        DrainKill { grace: Duration }
+            WARN "drain_kill"
+            => "processes of the engine outlived the {} grace: sending KILL", humantime::format_duration(grace);
+
+        CannotBecomeSubreaper { error: String }
+            WARN "cannot_become_subreaper"
+            => "cannot become a child subreaper ({error}): orphans of the engine will not be reaped by keepwrap";
+
+        CannotForward { signal: String, pid: i32, error: String }
+            WARN "cannot_forward"
+            => "cannot forward {signal} to {pid}: {error}";
+
+        WaitpidFailed { error: String }
+            WARN "waitpid_failed"
+            => "waitpid failed: {error}";
+
+        /// The last line of a launch whose engine exited: its status and
+        /// after how long, once everything keepwrap did at the end is logged.
+        EngineExited { status: u8, uptime: Duration }
+            INFO "engine_ended"
+            => "the engine exited with status {status} after {:.1} s", secs(uptime);
+        /// The last line of a launch whose engine a signal killed.
+        EngineKilled { status: u8, signal: String, uptime: Duration }
+            INFO "engine_ended"
+            => "the engine was killed by {signal} (status {status}) after {:.1} s", secs(uptime);
+ }
+    "keepwrap::root" {
+        LockWaiting { timeout: Duration, holder: String }
+            INFO "lock_waiting"
+            => "waiting up to {} for the cache lock {STATE_DIR}/lock, held by {holder}", humantime::format_duration(timeout);
+
+        LockTaken { waited: Duration }
+            INFO "lock_taken"
+            => "took the cache lock after waiting {:.1} s", secs(waited);
+
+        /// A marker another user put among the running markers
+        /// (`.keepwrap/running/NAME`).
+        ForeignMarker { marker: String, uid: u32 }
+            WARN "foreign_marker"
+            => "ignored the marker {marker}: owned by another user (uid {uid}); only this user's (or root's) launches are waited for or left alone";
+
+        CannotUpdateMarker { marker: String, error: String }
+            WARN "cannot_update_marker"
+            => "cannot update this launch's marker {marker}: {error}";
+
+        CannotPassMarker { error: String }
+            WARN "cannot_pass_marker"
+            => "cannot pass this launch's marker to the engine: {error}";
+
+        /// Best effort: a full or read-only disk is warned about by the cache work.
+        CannotWriteStats { file: String, error: String }
+            DEBUG "cannot_write_stats"
+            => "cannot write {STATE_DIR}/{file}: {error}";
+
+        /// `--cache-dir` is not where the engine writes.
+        CacheDirNotEngines { dir: PathBuf, engine: PathBuf, from: String }
+            WARN "cache_dir_not_engines"
+            => "--cache-dir {} is not under the engine's cache directory {} ({from}): the engine writes its autotune cache there, so keepwrap does not protect it; set SGLANG_CACHE_DIR instead (one per pod: SGLANG_CACHE_DIR=/cache/$(POD_NAME))", Shown(dir), Shown(engine);
+    }
+    "keepwrap::cli" {
+        /// A keepwrap setting (`option`, from `variable` when a variable set it)
+        /// has a value keepwrap cannot read: `what` says it as a usage error would,
+        /// `then` what the launch does instead.
+        SettingInvalid { what: String, option: String, variable: Option<String>, value: String, then: String }
+            ERROR "setting_invalid"
+            => "{what}; {then} (--strict, or KEEPWRAP_STRICT=1, refuses it)";
+
+        /// The command line cannot be used: `what` says why (exit status 2).
+        UsageError { what: String }
+            ERROR "usage_error"
+            => "{what}";
+    }
+    "keepwrap::unify" {
+        CannotUnifyRoot { root: String, error: String }
+            WARN "cannot_unify_root"
+            => "cannot unify rank files under {root}: {error}";
+
+        /// No room left: the other directories are left as they are too.
+        UnifyNoRoom { dir: String, error: String, others: usize }
+            WARN "unify_no_room"
+            => "cannot unify the rank files of {dir}: {error}; left them and the {others} other directories as they are";
+
+        UnifyFailed { dir: String, error: String }
+            WARN "unify_failed"
+            => "cannot unify the rank files of {dir}: {error}; left as they are";
+
+        /// One entry two ranks tuned differently; `conflict` names it and says
+        /// which value was kept.
+        UnifyConflict { dir: String, conflict: String }
+            INFO "unify_conflict"
+            => "{dir}: {conflict}";
+
+        /// Unify does not apply to this directory; `reason` starts with
+        /// `left as they are: ` (at debug level in a root said once to be
+        /// untrusted).
+        UnifyLeft { dir: String, reason: String }
+            INFO | DEBUG "unify_left"
+            => "{dir}: {reason}";
+        AlreadyUnified { dir: String, files: usize }
+            DEBUG "already_unified"
+            => "{dir}: the {} are already one union", super::counted(files, "rank file", "rank files");
+        Unified { dir: String, files: usize, entries: usize, conflicts: usize }
+            INFO "unified"
+            => "unified {files} rank files in {dir}: {} each, {conflicts} conflicting",
+                super::counted(entries, "entry", "entries");
+        UnifyMoreConflicts { dir: String, conflicts: usize }
+            INFO "unify_more_conflicts"
+            => "{dir}: and {}", super::counted(conflicts, "more conflicting entry", "more conflicting entries");
+ }
+    "keepwrap::share" {
+        ShareCannotWriteOwn { error: String }
+            WARN "share_cannot_write_own"
+            => "share: cannot write this node's rank files: {error}; single-node behaviour";
+
+        /// This node's own published rank files were written back and signed.
+        ShareRestoredOwn { files: usize, nodes: u32 }
+            INFO "share_restored_own"
+            => "share: restored this node's {} from the share, published with every other node's for this launch ({nodes} nodes), and signed them",
+                super::counted(files, "rank file", "rank files");
+
+        ShareUnifyOff { dir: PathBuf }
+            INFO "share_unify_off"
+            => "share: --unify off: the share {} is not used", Shown(dir);
+
+        ShareSingleNode { dir: PathBuf }
+            INFO "share_single_node"
+            => "share: --nnodes is 1 (a single-node launch): the share {} is not used", Shown(dir);
+
+        ShareUnusable { dir: PathBuf, error: String }
+            WARN "share_unusable"
+            => "share: {error}; the share {} is not used", Shown(dir);
+
+        /// This node's place in the launch.
+        ShareCluster { cluster_fingerprint: String, node: u32, nodes: u32, dir: PathBuf }
+            INFO "share_cluster"
+            => "share: cluster fingerprint {} (node {node} of {nodes}); share {}", short(cluster_fingerprint), Shown(dir);
+
+        ShareSlow { dir: PathBuf, timeout: Duration }
+            WARN "share_slow"
+            => "share: reading {} took more than {}; single-node behaviour", Shown(dir), humantime::format_duration(timeout);
+
+        ShareUnreadable { dir: PathBuf, error: String }
+            WARN "share_unreadable"
+            => "share: cannot read {}: {error}; single-node behaviour", Shown(dir);
+
+        /// Nodes whose publication is missing or does not verify.
+        ShareIncomplete { missing: String, nodes: u32, reason: String }
+            INFO "share_incomplete"
+            => "share: not every node has published: node {missing} of {nodes} ({reason}); single-node behaviour";
+
+        ShareUnionTaken { took: Duration }
+            DEBUG "share_union_taken"
+            => "share: union taken in {:.1} ms", took.as_secs_f64() * 1000.0;
+
+        ShareCannotSign { root: PathBuf, error: String }
+            WARN "share_cannot_sign"
+            => "share: cannot sign {}: {error}", Shown(root);
+
+        /// The union does not apply to this directory.
+        ShareLeft { dir: String, reason: String }
+            INFO "share_left"
+            => "share: {dir}: {reason}";
+
+        ShareCannotWriteUnion { dir: String, error: String }
+            WARN "share_cannot_write_union"
+            => "share: {dir}: cannot write the union: {error}";
+
+        ShareNotPublishing { path: String, error: String }
+            WARN "share_not_publishing"
+            => "share: not publishing {path}: cannot read it ({error})";
+
+        SharePublishNotStarted { error: String }
+            WARN "share_publish_not_started"
+            => "share: cannot start publishing: {error}; the launch goes on";
+
+        SharePublishSlow { dir: PathBuf, timeout: Duration }
+            WARN "share_publish_slow"
+            => "share: publishing to {} did not finish within {}; the launch goes on", Shown(dir), humantime::format_duration(timeout);
+
+        ShareCannotPublish { dir: PathBuf, error: String }
+            WARN "share_cannot_publish"
+            => "share: cannot publish to {}: {error}; the launch goes on", Shown(dir);
+
+        ShareOldRemoved { publications: usize, max_age: Duration }
+            INFO "share_old_removed"
+            => "share: removed {publications} node publications older than {}", humantime::format_duration(max_age);
+
+        ShareCannotRemoveOld { dir: PathBuf, error: String }
+            WARN "share_cannot_remove_old"
+            => "share: cannot remove the old publication {}: {error}", Shown(dir);
+
+        ShareSigned { files: usize, nodes: u32, fingerprint: String }
+            INFO "share_signed"
+            => "share: signed {} holding the union of {nodes} nodes for this launch", super::counted(files, "cache file", "cache files");
+
+        ShareAlreadyUnion { dir: String, files: usize, nodes: usize, entries: usize }
+            INFO "share_already_union"
+            => "share: {dir}: this node's {} already hold the union of {nodes} nodes ({})", super::counted(files, "rank file", "rank files"), super::counted(entries, "entry", "entries");
+
+        ShareUnionWritten { dir: String, nodes: usize, files: usize, entries: usize, conflicts: usize }
+            INFO "share_union_written"
+            => "share: {dir}: wrote the union of {nodes} nodes' rank files to {} here: {} each, {conflicts} conflicting", super::counted(files, "rank file", "rank files"), super::counted(entries, "entry", "entries");
+
+        SharePublished { files: usize, node: u32, nodes: u32, rewritten: usize, dir: PathBuf }
+            INFO "share_published"
+            => "share: published {} as node {node} of {nodes} ({rewritten} rewritten) to {}", super::counted(files, "rank file", "rank files"), Shown(dir);
+ }
+    "keepwrap::store" {
+        RecoveryStoreTaken { fingerprint: String, taken: String }
+            WARN "recovery_store_taken"
+            => "recovery: an interrupted store of launch {} cannot go back in place ({taken} is taken); its files are removed", short(fingerprint);
+
+        RecoveryStoreFailed { fingerprint: String, error: String }
+            WARN "recovery_store_failed"
+            => "recovery: cannot move the files of an interrupted store of launch {} back in place: {error}; they are removed", short(fingerprint);
+
+        RecoveryRestoreFailed { fingerprint: String, error: String }
+            WARN "recovery_restore_failed"
+            => "recovery: cannot finish an interrupted restore of launch {}: {error}; putting it back in the store", short(fingerprint);
+
+        RecoveryRestoreTaken { fingerprint: String, taken: String }
+            WARN "recovery_restore_taken"
+            => "recovery: an interrupted restore of launch {} cannot finish ({taken} is taken); putting it back in the store", short(fingerprint);
+
+        /// A launch was signed again: its older stored set goes.
+        StoreReplaced { fingerprint: String }
+            INFO "store_replaced"
+            => "store: the newer set of launch {} replaces the one stored", short(fingerprint);
+
+        EntryMisnamed { fingerprint: String }
+            WARN "entry_misnamed"
+            => "store: the entry {} names another launch; removed it", short(fingerprint);
+
+        /// The stored set sits in a directory another user can write.
+        EntryUntrusted { fingerprint: String, reason: String }
+            WARN "entry_untrusted"
+            => "store: not restoring the stored set of this launch: {reason}; removed it, the launch tunes";
+
+        EntryNotIntact { fingerprint: String, reason: String }
+            WARN "entry_not_intact"
+            => "store: the stored set of this launch is not intact ({reason}); removed it, the launch tunes";
+
+        /// The directory the set would return to is another user's to write.
+        RestoreDestinationUntrusted { fingerprint: String, dir: String, reason: String }
+            WARN "restore_destination_untrusted"
+            => "store: not restoring the stored set of this launch into {dir}: {reason}; it stays in the store";
+
+        RestoreInTheWay { fingerprint: String, path: String }
+            WARN "restore_in_the_way"
+            => "store: cannot restore the stored set of this launch: {path} is in the way; it stays in the store";
+
+        /// The stored set could not be taken out of the store.
+        CannotRestore { fingerprint: String, error: String }
+            WARN "cannot_restore"
+            => "store: cannot restore the stored set of this launch: {error}";
+
+        /// The stored set could not be moved in place: it goes back to the store.
+        RestoreMoveFailed { fingerprint: String, error: String }
+            WARN "restore_move_failed"
+            => "store: cannot restore the stored set of this launch: {error}; it stays in the store";
+
+        CannotWriteRecord { fingerprint: String, error: String }
+            WARN "cannot_write_record"
+            => "cannot write the launch record of {}: {error}", short(fingerprint);
+
+        RecoveryStoreUndone { fingerprint: String, files: usize }
+            INFO "recovery_store_undone"
+            => "recovery: moved {} of an interrupted store of launch {} back in place", super::counted(files, "file", "files"), short(fingerprint);
+
+        RecoveryRestoreFinished { fingerprint: String, files: usize }
+            INFO "recovery_restore_finished"
+            => "recovery: moved the last {} of an interrupted restore of launch {} in place", super::counted(files, "file", "files"), short(fingerprint);
+
+        Evicted { fingerprint: String, files: usize, bytes: u64, size: String, last_used: String, reason: String }
+            INFO "evicted"
+            => "evicted the stored set of launch {} ({}, {size}, last used {last_used}): {reason}", short(fingerprint), super::counted(files, "file", "files");
+ }
+    "keepwrap::cache" {
+        /// How many more files were kept or stored than have a line each.
+        MoreFiles { what: String, files: usize }
+            INFO "more_files"
+            => "{what} {files} more {} (KEEPWRAP_LOG=debug lists each)", cache_files(files);
+
+        /// A cache file this launch must not load was removed.
+        Removed { path: String, reason: String }
+            INFO "removed"
+            => "removed {path}: {reason}";
+
+        /// A leftover (orphan sidecar, temp file) was removed.
+        RemovedLeftover { path: String, reason: String }
+            INFO "removed_leftover"
+            => "removed {path}: {reason}";
+
+        /// A symlink to a directory planted in the tree was removed.
+        RemovedSymlink { path: String, reason: String }
+            WARN "removed_symlink"
+            => "removed {path}: {reason} (its target is left alone)";
+
+        /// A file prune must remove could not go.
+        CannotRemove { path: String, reason: String, error: String }
+            WARN "cannot_remove"
+            => "cannot remove {path} ({reason}): {error}";
+
+        CannotRemoveSidecar { path: String, error: String }
+            WARN "cannot_remove_sidecar"
+            => "cannot remove {path}: {error}";
+
+        /// Entries not shaped like the engine's cache, never judged nor touched;
+        /// `hint` asks whether `--cache-dir` is the engine's cache directory.
+        Untouched { entries: usize, first: String, hint: String }
+            WARN "untouched"
+            => "left {entries} {} under the cache root untouched: not the engine's autotune cache (first: {first}); {hint}", if entries == 1 { "entry" } else { "entries" };
+
+        /// Another launch's set could not be moved into the store.
+        CannotStore { files: usize, fingerprint: String, error: String }
+            WARN "cannot_store"
+            => "cannot store the {files} {} signed for launch {fingerprint}...: {error}; removing them", cache_files(files);
+
+        TrashUnusable { error: String }
+            WARN "trash_unusable"
+            => "cannot use .keepwrap/trash ({error}): removing files one by one";
+
+        TrashMoveFailed { dir: String, error: String }
+            DEBUG "trash_move_failed"
+            => "cannot move {dir} to .keepwrap/trash ({error}): removing files one by one";
+
+        TrashThreadFailed { error: String }
+            WARN "trash_thread_failed"
+            => "cannot start the thread that empties .keepwrap/trash: {error}";
+
+        TrashRemoveFailed { name: String, error: String }
+            WARN "trash_remove_failed"
+            => "cannot remove .keepwrap/trash/{name}: {error}";
+
+        CannotReadDir { dir: String, error: String }
+            WARN "cannot_read_dir"
+            => "cannot read directory {dir}: {error}";
+
+        CannotOpenDir { dir: String, error: String }
+            WARN "cannot_open_dir"
+            => "cannot open directory {dir}: {error}";
+
+        CannotStatDir { dir: String, error: String }
+            WARN "cannot_stat_dir"
+            => "cannot stat directory {dir}: {error}";
+
+        /// An entry vanished while the tree was read.
+        CannotStat { path: String, error: String }
+            DEBUG "cannot_stat"
+            => "cannot stat {path}: {error}";
+
+        /// A file FlashInfer could not load as a cache file.
+        NotSigned { path: String, reason: String }
+            INFO "not_signed"
+            => "not signed {path}: {reason}";
+
+        /// One unsignable file keeps its whole directory unsigned.
+        DirNotSigned { files: usize, dir: String, unsignable: String }
+            WARN "dir_not_signed"
+            => "not signed the {files} other cache files of {dir}: {unsignable} cannot be signed, and trusting part of a directory's rank files would give a partial hit";
+
+        CannotFsyncDir { dir: String, error: String }
+            WARN "cannot_fsync_dir"
+            => "cannot fsync directory {dir}: {error}";
+
+        /// A state file under `.keepwrap` (statistics, a launch record, a store
+        /// manifest) that cannot be used; `then` says what the launch does.
+        StateFileIgnored { file: String, error: String, then: String }
+            WARN "state_file_ignored"
+            => "ignored {file}: {error}; {then}";
+
+        TrashEmptied { entries: usize }
+            DEBUG "trash_emptied"
+            => "emptied .keepwrap/trash: {}", super::counted(entries, "entry", "entries");
+
+        NotStamping { files: usize, settle_ns: i64 }
+            DEBUG "not_stamping"
+            => "not stamping {}: their change times settle in {settle_ns} ns", super::counted(files, "cache file", "cache files");
+
+        /// A cache file signed for this launch stays; after the first
+        /// lines at debug level only (`loud` false).
+        Kept { path: String, loud: bool }
+            INFO | DEBUG "kept"
+            => "kept {path}: signed for this launch";
+        /// A file of another launch's whole set moved to the store; after
+        /// the first lines at debug level only (`loud` false).
+        Stored { path: String, other_fingerprint: String, loud: bool }
+            INFO | DEBUG "stored"
+            => "stored {path}: signed for another launch (fingerprint {})", short(other_fingerprint);
+        /// A cache file in a directory another user can write was removed;
+        /// at debug level when that directory is the root (said once at the
+        /// start).
+        RemovedUntrusted { path: String, reason: String }
+            WARN | DEBUG "removed_untrusted"
+            => "removed {path}: {reason}";
+        /// A directory named like a cache file.
+        LeftDirectory { path: String, reason: &'static str }
+            WARN "left_directory"
+            => "left {path}: {reason}";
+        /// The summary of prune.
+        Pruned { kept: usize, stored: usize, removed: usize, leftovers: usize, left: usize }
+            INFO "pruned"
+            => "prune: kept {kept}, {}removed {} and {}{}",
+                if stored > 0 { format!("stored {stored}, ") } else { String::new() },
+                super::counted(removed, "cache file", "cache files"),
+                super::counted(leftovers, "leftover", "leftovers"),
+                if left > 0 { format!(", left {left} that could not be removed") } else { String::new() };
+        /// A directory named like a rank file.
+        NotSignedDirectory { path: String, reason: &'static str }
+            DEBUG "not_signed_directory"
+            => "not signed {path}: {reason}";
+        /// A file that cannot be signed safely: in an untrusted directory, a
+        /// path that is not UTF-8, unreadable; at debug level in a root said
+        /// once to be untrusted.
+        NotSignedUnsafe { path: String, reason: String }
+            WARN | DEBUG "not_signed_unsafe"
+            => "not signed {path}: {reason}";
+ }
+}
+
+impl Event {
+    /// A quieter level than the usual one where the fields say so.
+    pub(super) fn quieter(&self) -> Option<tracing::Level> {
+        match self {
+            Event::Kept { loud: false, .. } | Event::Stored { loud: false, .. } => {
+                Some(tracing::Level::DEBUG)
+            }
+            Event::RemovedUntrusted { reason, .. } | Event::NotSignedUnsafe { reason, .. }
+                if super::in_untrusted_root(reason) =>
+            {
+                Some(tracing::Level::DEBUG)
+            }
+            Event::UnifyLeft { reason, .. }
+                if reason
+                    .strip_prefix("left as they are: ")
+                    .is_some_and(super::in_untrusted_root) =>
+            {
+                Some(tracing::Level::DEBUG)
+            }
+            _ => None,
+        }
+    }
+}
