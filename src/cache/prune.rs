@@ -79,6 +79,13 @@ struct State<'f, 's> {
     /// Whether a stamp may vouch for a file of the directory being
     /// visited ([`fsx::changes_noticed`]), once asked.
     noticed: Option<bool>,
+    /// A member of this launch's committed set that is not trusted: the
+    /// set cannot be whole, so every other file of this launch goes too,
+    /// without being read (never a partial hit). Its path.
+    doomed: Option<String>,
+    /// The paths this launch's set manifest lists, once a file of this
+    /// launch was rejected (None before; empty when unreadable).
+    listed: Option<std::collections::HashSet<String>>,
 }
 
 struct Foreign {
@@ -161,6 +168,8 @@ pub fn prune<'s>(
         sets: None,
         updir: None,
         noticed: None,
+        doomed: None,
+        listed: None,
     };
     let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -571,6 +580,26 @@ impl State<'_, '_> {
             return None;
         }
         drop(sidecar);
+        if let Some(member) = &self.doomed {
+            // The set of this launch lost a member: this file goes with it,
+            // whatever its bytes (not read; another size than signed is
+            // said as such, from one `lstat`).
+            let cname = cstr_buf(&mut self.cname, name);
+            if let Ok(st) = fsx::lstat_at(dir.fd, cname) {
+                let size = st.st_size.max(0) as u64;
+                if Kind::from_mode(st.st_mode) == Kind::File && size != sc.size {
+                    self.rejected.push(path);
+                    return Some(Reason::SizeChanged {
+                        now: size,
+                        signed: sc.size,
+                    });
+                }
+            }
+            return Some(Reason::SetIncomplete {
+                member: member.clone(),
+                why: MemberWhy::NotTrusted,
+            });
+        }
         // The very file that was hashed at signing (same inode, times and
         // size; its change time was settled then, so no change since could
         // keep it): its bytes are the ones signed, and were a JSON object.
@@ -582,10 +611,29 @@ impl State<'_, '_> {
                 None
             }
             Err(reason) => {
+                if self.lists(&path) {
+                    self.doomed = Some(path.clone());
+                }
                 self.rejected.push(path);
                 Some(reason)
             }
         }
+    }
+
+    /// Does this launch's set manifest list `path` (read once)?
+    fn lists(&mut self, path: &str) -> bool {
+        if self.listed.is_none() {
+            let mut listed = std::collections::HashSet::new();
+            if let Some(root) = self.root.take() {
+                self.load_manifest(&root, self.fingerprint);
+                self.root = Some(root);
+            }
+            if let Some(Ok(m)) = self.manifests.get(self.fingerprint) {
+                listed.extend(m.members.iter().map(|m| m.path.clone()));
+            }
+            self.listed = Some(listed);
+        }
+        self.listed.as_ref().is_some_and(|l| l.contains(path))
     }
 }
 

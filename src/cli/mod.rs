@@ -22,7 +22,7 @@ pub use args::{
 pub use parse::command;
 
 pub use crate::clock::{parse_duration, MAX_DURATION};
-use crate::launch::fingerprint;
+use crate::launch::fingerprint::{self, Launch};
 use crate::logging;
 
 pub use crate::cmd::EXIT_USAGE;
@@ -200,14 +200,11 @@ fn print_fingerprint(cmd: FingerprintCmd) -> ExitCode {
 /// `keepwrap status`, then the share's when `--share` names one.
 fn status(cmd: StatusCmd) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-    let root = crate::engine::of(profile)
-        .root(cmd.cache_dir.as_deref(), &env)
-        .ok();
+    let opts = cmd.fingerprint.options();
+    let launch = (!cmd.command.is_empty()).then(|| Launch::new(&opts, &cmd.command, &env));
     let code = crate::cmd::status::run(
-        root,
-        &cmd.fingerprint.options(),
-        &cmd.command,
+        root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env),
+        launch.as_ref(),
         cmd.json,
         cmd.zero,
         cmd.verify,
@@ -222,6 +219,17 @@ fn status(cmd: StatusCmd) -> ExitCode {
     }
 }
 
+/// The root of `launch`'s engine (with no command, the profile's).
+fn root_of(
+    opts: &fingerprint::Options,
+    launch: Option<&Launch>,
+    cache_dir: Option<&std::path::Path>,
+    env: &[(OsString, OsString)],
+) -> Option<std::path::PathBuf> {
+    let profile = launch.map_or_else(|| opts.profile.without_command(), Launch::profile);
+    crate::engine::of(profile).root(cache_dir, env).ok()
+}
+
 /// `keepwrap explain`.
 fn explain(cmd: ExplainCmd) -> ExitCode {
     if cmd.command.is_empty() {
@@ -230,9 +238,8 @@ fn explain(cmd: ExplainCmd) -> ExitCode {
         );
     }
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let profile = cmd.fingerprint.profile.resolve_for(&cmd.command, &env);
-    let root = crate::engine::of(profile)
-        .root(cmd.cache_dir.as_deref(), &env)
-        .ok();
-    crate::cmd::explain::print(root, &cmd.fingerprint.options(), &cmd.command)
+    let opts = cmd.fingerprint.options();
+    let launch = Launch::new(&opts, &cmd.command, &env);
+    let root = root_of(&opts, Some(&launch), cmd.cache_dir.as_deref(), &env);
+    crate::cmd::explain::print(root, &launch)
 }

@@ -10,6 +10,7 @@ use clap::{ArgMatches, Command};
 use serde_json::{json, Map, Value};
 
 use crate::keeper::Settings;
+use crate::launch::fingerprint::Launch;
 use crate::logging::LogLevel;
 
 /// Top-level arguments that are not settings of a launch.
@@ -67,10 +68,14 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
 fn root_setting(
     run: &Settings,
     cache_dir: &Setting,
-    command: &[OsString],
+    launch: Option<&Launch>,
     env: &[(OsString, OsString)],
 ) -> Setting {
-    let engine = crate::engine::of(run.fingerprint.profile.resolve_for(command, env));
+    let profile = launch.map_or_else(
+        || run.fingerprint.profile.without_command(),
+        Launch::profile,
+    );
+    let engine = crate::engine::of(profile);
     let root = engine.root(run.cache_dir.as_deref(), env).ok();
     let (source, origin) = if run.cache_dir.is_some() {
         (cache_dir.source, cache_dir.origin.clone())
@@ -98,11 +103,12 @@ pub fn print(
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut all = settings(cmd, matches);
     let cache_dir = all.iter().find(|s| s.name == "cache-dir");
-    let root = cache_dir.map(|c| root_setting(run, c, command, &env));
+    let launch = (!command.is_empty()).then(|| Launch::new(&run.fingerprint, command, &env));
+    let root = cache_dir.map(|c| root_setting(run, c, launch.as_ref(), &env));
     all.extend(root);
     all.push(log_setting(level));
-    if !command.is_empty() {
-        let for_command = command_settings(&all, run, command, &env);
+    if let Some(launch) = &launch {
+        let for_command = command_settings(&all, run, launch);
         all.extend(for_command);
     }
     crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
@@ -131,15 +137,9 @@ fn log_setting(level: &LogLevel) -> Setting {
 
 /// For a launch named after `--`: the done rule and the profile it
 /// resolves to, each from where the setting it resolves came from.
-fn command_settings(
-    all: &[Setting],
-    run: &Settings,
-    command: &[OsString],
-    env: &[(OsString, OsString)],
-) -> [Setting; 2] {
+fn command_settings(all: &[Setting], run: &Settings, launch: &Launch) -> [Setting; 2] {
     let done = all.iter().find(|s| s.name == "done");
-    let launch = crate::launch::fingerprint::Launch::new(&run.fingerprint, command, env);
-    let resolved = match run.done.resolve(&launch) {
+    let resolved = match run.done.resolve(launch) {
         Ok(d) => format!("tuning is done {d}"),
         Err(e) => e.to_string(),
     };

@@ -1,7 +1,6 @@
 //! `keepwrap explain`: how a launch differs from every signed launch
 //! recorded in the store, nearest first ([`crate::keeper::explain`]).
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,14 +8,12 @@ use std::process::ExitCode;
 use crate::clock::now_secs;
 use crate::digest::short;
 use crate::keeper::explain::{differences, nearest};
-use crate::launch::fingerprint::{Launch, Options};
+use crate::launch::fingerprint::Launch;
 use crate::store::{ago, Store};
 
-/// `keepwrap explain`: compare the launch of `command` with every signed
-/// launch in the store, nearest first.
-pub fn print(root: Option<PathBuf>, opts: &Options, command: &[OsString]) -> ExitCode {
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let launch = Launch::new(opts, command, &env);
+/// `keepwrap explain`: compare `launch` with every signed launch in the
+/// store, nearest first.
+pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
     let fp = launch.fingerprint().to_string();
     let inputs = launch.redacted_inputs();
     let mut out = String::new();

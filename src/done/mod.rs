@@ -9,7 +9,8 @@ pub mod watch;
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -287,14 +288,43 @@ impl Endpoint {
 pub struct Probe {
     endpoint: Endpoint,
     addr: Option<SocketAddr>,
+    /// The name lookup under way on its own thread, if any.
+    resolver: Option<Resolver>,
     interval: Duration,
     timeout: Duration,
     next_at: Instant,
     state: ProbeState,
 }
 
+/// A name lookup on a thread of its own (`getaddrinfo` blocks, for as long
+/// as a DNS server takes not to answer): it sends its answer, then closes
+/// the pipe's write end, which makes `wake` readable for the poll loop.
+struct Resolver {
+    answer: mpsc::Receiver<io::Result<SocketAddr>>,
+    wake: OwnedFd,
+}
+
+impl Resolver {
+    /// Look `endpoint` up on a new thread; `None` when none can start.
+    fn start(endpoint: &Endpoint) -> Option<Resolver> {
+        let (wake, done) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        let (tx, answer) = mpsc::channel();
+        let endpoint = endpoint.clone();
+        crate::signals::spawn("keepwrap-resolve", move || {
+            let _ = tx.send(endpoint.socket_addr());
+            drop(done);
+        })
+        .ok()?;
+        Some(Resolver { answer, wake })
+    }
+}
+
 enum ProbeState {
     Idle,
+    /// Waiting for the resolver's answer.
+    Resolving {
+        deadline: Instant,
+    },
     Connecting {
         stream: TcpStream,
         deadline: Instant,
@@ -328,6 +358,7 @@ impl Probe {
         Probe {
             endpoint,
             addr: None,
+            resolver: None,
             interval,
             timeout,
             next_at: start,
@@ -354,6 +385,10 @@ impl Probe {
     pub fn poll_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
         match &self.state {
             ProbeState::Idle => None,
+            ProbeState::Resolving { .. } => self
+                .resolver
+                .as_ref()
+                .map(|r| (r.wake.as_fd(), PollFlags::POLLIN)),
             ProbeState::Connecting { stream, .. } => Some((stream.as_fd(), PollFlags::POLLOUT)),
             ProbeState::Reading { stream, .. } => Some((stream.as_fd(), PollFlags::POLLIN)),
             ProbeState::Tls { stream, conn, .. } => {
@@ -371,7 +406,8 @@ impl Probe {
     pub fn deadline(&self) -> Instant {
         match &self.state {
             ProbeState::Idle => self.next_at,
-            ProbeState::Connecting { deadline, .. }
+            ProbeState::Resolving { deadline }
+            | ProbeState::Connecting { deadline, .. }
             | ProbeState::Reading { deadline, .. }
             | ProbeState::Tls { deadline, .. } => *deadline,
         }
@@ -384,6 +420,9 @@ impl Probe {
         let (next, result) = match state {
             ProbeState::Idle if now >= self.next_at => self.start(now),
             ProbeState::Idle => (ProbeState::Idle, ProbeResult::Pending),
+            ProbeState::Resolving { deadline } if ready || now >= deadline => {
+                self.resolved(deadline, now)
+            }
             ProbeState::Connecting { deadline, .. }
             | ProbeState::Reading { deadline, .. }
             | ProbeState::Tls { deadline, .. }
@@ -428,20 +467,74 @@ impl Probe {
 
     fn start(&mut self, now: Instant) -> (ProbeState, ProbeResult) {
         let deadline = now + self.timeout;
-        let addr = match self.addr {
-            Some(a) => a,
-            None => match self.endpoint.socket_addr() {
-                Ok(a) => *self.addr.insert(a),
-                Err(e) => {
-                    crate::events::Event::ProbeUnresolved {
-                        host: self.endpoint.host.to_string(),
-                        error: e.to_string(),
-                    }
-                    .emit();
-                    return (ProbeState::Idle, ProbeResult::NotYet);
+        match self.addr {
+            Some(addr) => self.connect(addr, deadline),
+            // A lookup still under way from an earlier probe is waited for,
+            // not started again.
+            None if self.resolver.is_some() => self.resolved(deadline, now),
+            None => match Resolver::start(&self.endpoint) {
+                Some(r) => {
+                    self.resolver = Some(r);
+                    (ProbeState::Resolving { deadline }, ProbeResult::Pending)
                 }
+                // No thread: look it up here rather than never.
+                None => match self.endpoint.socket_addr() {
+                    Ok(a) => {
+                        self.addr = Some(a);
+                        self.connect(a, deadline)
+                    }
+                    Err(e) => {
+                        crate::events::Event::ProbeUnresolved {
+                            host: self.endpoint.host.to_string(),
+                            error: e.to_string(),
+                        }
+                        .emit();
+                        (ProbeState::Idle, ProbeResult::NotYet)
+                    }
+                },
             },
+        }
+    }
+
+    /// The resolver's answer, if it has one: connect to the address, or
+    /// probe again later (the lookup failed, or it is still under way past
+    /// `deadline`, and goes on for the next probe).
+    fn resolved(&mut self, deadline: Instant, now: Instant) -> (ProbeState, ProbeResult) {
+        let answer = match self.resolver.as_ref().map(|r| r.answer.try_recv()) {
+            Some(Err(mpsc::TryRecvError::Empty)) if now < deadline => {
+                return (ProbeState::Resolving { deadline }, ProbeResult::Pending)
+            }
+            Some(Err(mpsc::TryRecvError::Empty)) => {
+                crate::events::Event::ProbeTimedOut {
+                    url: self.endpoint.to_string(),
+                }
+                .emit();
+                return (ProbeState::Idle, ProbeResult::NotYet);
+            }
+            Some(Ok(answer)) => answer,
+            None | Some(Err(mpsc::TryRecvError::Disconnected)) => Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the name lookup ended without an answer",
+            )),
         };
+        self.resolver = None;
+        match answer {
+            Ok(a) => {
+                self.addr = Some(a);
+                self.connect(a, deadline)
+            }
+            Err(e) => {
+                crate::events::Event::ProbeUnresolved {
+                    host: self.endpoint.host.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
+                (ProbeState::Idle, ProbeResult::NotYet)
+            }
+        }
+    }
+
+    fn connect(&self, addr: SocketAddr, deadline: Instant) -> (ProbeState, ProbeResult) {
         let family = if addr.is_ipv6() {
             AddressFamily::Inet6
         } else {

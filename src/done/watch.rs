@@ -102,7 +102,9 @@ impl Watcher {
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
         let mut w = Watcher::unwalked(root, seen)?;
-        if !std::fs::symlink_metadata(root)?.is_dir() {
+        // `root/`: a root that is a symlink to a directory is watched
+        // through it, as the walk would.
+        if !std::fs::symlink_metadata(root.join(""))?.is_dir() {
             // What the watch would refuse (IN_ONLYDIR | IN_DONT_FOLLOW).
             return Err(io::Error::other(format!(
                 "cannot watch {}: {}",

@@ -143,7 +143,7 @@ impl Late {
             }
             Outcome::Broken { changed } => write!(
                 f,
-                "the set signed at done no longer holds ({} changed since it was signed): the next launch tunes again",
+                "the set signed at done no longer holds ({} changed or gone since it was signed): the next launch tunes again",
                 some_paths(changed)
             ),
             Outcome::Stored { signed } => write!(

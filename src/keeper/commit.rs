@@ -141,9 +141,18 @@ impl Committer {
     /// Drop the late files the engine saved again as signed at done, and
     /// judge the set signed at done: a member changed or gone breaks it.
     fn judge_late(&self, late: &mut Late) {
-        let done = &self.signed_at_done;
-        let mut changed = Vec::new();
+        let done: std::collections::HashSet<&PathBuf> = self.signed_at_done.iter().collect();
         let n = late.files.len();
+        // A member the engine removed after done lands nowhere: looked for.
+        let landed: std::collections::HashSet<&PathBuf> = late.files.iter().collect();
+        let mut changed: Vec<PathBuf> = self
+            .signed_at_done
+            .iter()
+            .filter(|rel| !landed.contains(rel))
+            .filter(|rel| std::fs::symlink_metadata(self.root.join(rel)).is_err())
+            .cloned()
+            .collect();
+        drop(landed);
         late.files.retain(|rel| {
             if !done.contains(rel) {
                 return true;
@@ -161,11 +170,15 @@ impl Committer {
         late.outcome = if done.is_empty() {
             Outcome::NothingSigned
         } else if !changed.is_empty() && self.stored_whole() {
-            Outcome::Stored { signed: done.len() }
+            Outcome::Stored {
+                signed: self.signed_at_done.len(),
+            }
         } else if !changed.is_empty() {
             Outcome::Broken { changed }
         } else {
-            Outcome::Holds { signed: done.len() }
+            Outcome::Holds {
+                signed: self.signed_at_done.len(),
+            }
         };
     }
 

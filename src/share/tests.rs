@@ -167,3 +167,41 @@ fn a_file_that_does_not_match_its_manifest_is_not_published() {
         g => panic!("{g:?}"),
     }
 }
+
+#[test]
+fn a_manifest_that_lists_part_of_its_set_is_not_published() {
+    let share = tempfile::tempdir().unwrap();
+    let node = |rank| Node { nnodes: 2, rank };
+    let file = |tp: u32| {
+        (
+            format!("0.7.2/sm121/0123456789abcdef/rank_tp{tp}_pp0_dp0.json"),
+            format!("{{\"a{tp}\": [1, 2], \"_generation\": \"x\"}}").into_bytes(),
+        )
+    };
+    for r in 0..2 {
+        let p = Publication {
+            cluster: "c".into(),
+            node: node(r),
+            files: vec![file(2 * r), file(2 * r + 1)],
+        };
+        publish_to(share.path(), &p).unwrap();
+    }
+    // Node 1's manifest edited to list one of its two files: a part of
+    // what it published is never taken for the whole.
+    let path = share.path().join(format!("keepwrap/c/node1/{MANIFEST}"));
+    let mut m: Manifest = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(m.set.members.len(), 2);
+    m.set.members.pop();
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    match gather(share.path(), "c", node(0)).unwrap() {
+        Gathered::Incomplete(m) => {
+            assert_eq!(m.len(), 1);
+            assert_eq!(m[0].0, 1);
+            assert_eq!(
+                m[0].1.to_string(),
+                "its manifest's set is not valid (id does not match its members)"
+            );
+        }
+        g => panic!("{g:?}"),
+    }
+}

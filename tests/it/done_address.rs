@@ -412,3 +412,97 @@ fn a_vllm_https_server_is_probed_over_tls_and_an_https_url_is_a_rule() {
         assert!(f.logged_with("signed", json!({"files": 2})), "{}", f.stderr);
     }
 }
+
+/// Answers no query: a UDP socket on 127.0.0.1:53 that says `listening`
+/// once bound and `query` on each datagram it takes, and never replies.
+const SILENT_DNS: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 53))
+print("listening", flush=True)
+while True:
+    s.recvfrom(512)
+    print("query", flush=True)
+"#;
+
+/// The name of the probed host takes long to resolve (a headless node's
+/// leader not in DNS yet, a DNS server that does not answer): the lookup
+/// runs off the poll loop, so a signal sent meanwhile reaches the engine
+/// at once, not after the resolver gives up (30 s here). In a network and
+/// mount namespace of its own: `/etc/resolv.conf` names a server on its
+/// loopback that never answers.
+#[test]
+#[ignore = "needs root and unshare"]
+fn a_name_that_takes_long_to_resolve_does_not_delay_signals() {
+    if !has_need(
+        is_root() && have("unshare") && have("nsenter") && have("ip"),
+        "root, unshare, nsenter and ip",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("resolv.conf");
+    std::fs::write(
+        &conf,
+        "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n",
+    )
+    .unwrap();
+    let mut dns = Running::spawn(
+        Command::new("unshare")
+            .args(["--net", "--mount", "sh", "-c"])
+            .arg("ip link set lo up && mount --bind \"$0\" /etc/resolv.conf && exec python3 -c \"$1\"")
+            .arg(&conf)
+            .arg(SILENT_DNS),
+    );
+    dns.wait_stdout("the DNS server", Duration::from_secs(20), |l| {
+        l == "listening"
+    });
+    let report = tmp.path().join("report");
+    let mut kw = keepwrap(&tmp.path().join("cache"));
+    kw.args([
+        "--done",
+        "health=http://leader.keepwrap-test.invalid:8000/health",
+        "--probe-interval",
+        "50ms",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo usr1 >> \"$0\"' USR1; echo ready >> \"$0\"; while :; do sleep 0.05; done",
+    ])
+    .arg(&report);
+    let mut entered = Command::new("nsenter");
+    entered
+        .arg("-t")
+        .arg(dns.guard.pid().as_raw().to_string())
+        .args(["--net", "--mount", "--"])
+        .arg(kw.get_program())
+        .args(kw.get_args());
+    for (k, v) in kw.get_envs() {
+        match v {
+            Some(v) => entered.env(k, v),
+            None => entered.env_remove(k),
+        };
+    }
+    let r = Running::spawn(&mut entered);
+    wait_for("the engine to start", Duration::from_secs(20), || {
+        lines(&report).iter().any(|l| l == "ready").then_some(())
+    });
+    dns.wait_stdout("the probe's name lookup", Duration::from_secs(20), |l| {
+        l == "query"
+    });
+    let sent = std::time::Instant::now();
+    r.guard.signal(nix::sys::signal::Signal::SIGUSR1);
+    wait_for(
+        "USR1 to reach the engine while the name is being looked up",
+        Duration::from_secs(10),
+        || lines(&report).iter().any(|l| l == "usr1").then_some(()),
+    );
+    let took = sent.elapsed();
+    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    let f = r.finish(Duration::from_secs(20));
+    assert!(
+        took < Duration::from_secs(10),
+        "forwarded after {took:?}: {}",
+        f.stderr
+    );
+}

@@ -270,6 +270,63 @@ fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
 }
 
 #[test]
+fn every_signal_and_a_kill_of_the_engine_after_reused_end_on_how_the_engine_ended() {
+    use nix::sys::signal::{kill, Signal};
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let server = || {
+        engine(
+            &root,
+            "text",
+            &["--done", "quiet=300ms"],
+            "printf '{\"k\": [\"R\", 0]}' > \"$d/rank_tp0_pp0_dp0.json\"; exec sleep 30",
+        )
+    };
+    let reused = "keepwrap: reused 1 cache file signed for this launch";
+    let mut first = common::Running::spawn(&mut server());
+    first.wait_stderr(
+        "keepwrap: tuned and signed 1 cache file",
+        std::time::Duration::from_secs(20),
+    );
+    first.guard.signal(Signal::SIGTERM);
+    first.finish(std::time::Duration::from_secs(20));
+    // Signals to keepwrap, forwarded; then a KILL of the engine itself.
+    for (to_engine, sig, code) in [
+        (false, Signal::SIGINT, 130),
+        (false, Signal::SIGHUP, 129),
+        (false, Signal::SIGQUIT, 131),
+        (true, Signal::SIGKILL, 137),
+    ] {
+        let mut run = common::Running::spawn(&mut server());
+        run.wait_stderr(reused, std::time::Duration::from_secs(20));
+        if to_engine {
+            let pid = run.guard.pid().as_raw();
+            let engine = common::wait_for("the engine", std::time::Duration::from_secs(10), || {
+                common::children_of(pid).first().copied()
+            });
+            kill(nix::unistd::Pid::from_raw(engine), sig).unwrap();
+        } else {
+            run.guard.signal(sig);
+        }
+        let f = run.finish(std::time::Duration::from_secs(20));
+        assert_eq!(f.code, code, "{sig}: {}", f.stderr);
+        let lines = keepwrap_lines(&f.stderr);
+        assert!(lines.contains(&reused), "{}", f.stderr);
+        assert!(
+            after_seconds(
+                lines.last().unwrap(),
+                &format!(
+                    "keepwrap: the engine was killed by {} (status {code}) after ",
+                    sig.as_str()
+                )
+            ),
+            "{sig}: {}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
 fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
@@ -684,6 +741,9 @@ fn no_line_of_many_boots_shows_rust_debug_output_or_a_count_of_one_in_the_plural
         all.borrow_mut().push_str(&s.stdout.join("\n"));
     }
     let all = all.into_inner();
+    // A temporary renamed over a rank file, or a file the engine removed,
+    // is no unreadable file.
+    assert!(!all.contains("No such file or directory"), "{all}");
     let bad = misworded_lines(&all);
     assert!(bad.is_empty(), "{}\n\nin:\n{all}", bad.join("\n"));
 }

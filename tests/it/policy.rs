@@ -304,7 +304,7 @@ fn rule2_a_rank_rewritten_after_done_then_a_crash_leaves_nothing_trusted() {
     // is broken, and the next launch tunes again.
     assert_eq!(
         b.event("late_not_signed_abnormal")["message"],
-        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{0}): the engine ended abnormally with status 137 (killed by SIGKILL); the set signed at done no longer holds ({DIR}/{0} changed since it was signed): the next launch tunes again", rank(0)),
+        format!("not signing the 1 cache file that landed after tuning was done ({DIR}/{0}): the engine ended abnormally with status 137 (killed by SIGKILL); the set signed at done no longer holds ({DIR}/{0} changed or gone since it was signed): the next launch tunes again", rank(0)),
         "{}",
         b.stderr
     );
@@ -432,7 +432,7 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
         b.event("late_not_signed_stopped")["message"]
             .as_str()
             .unwrap()
-            .ends_with(&format!("; the set signed at done no longer holds ({DIR}/{} changed since it was signed): the next launch tunes again", rank(0))),
+            .ends_with(&format!("; the set signed at done no longer holds ({DIR}/{} changed or gone since it was signed): the next launch tunes again", rank(0))),
         "{}",
         b.stderr
     );

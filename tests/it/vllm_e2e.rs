@@ -151,6 +151,10 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
     assert_eq!(a2.tuned(), 0, "{:#?}", a2.stdout);
     assert_eq!(tactics_of(&a2), tactics_of(&a));
     let b2 = serve(home.path(), &args, &other);
+    // Each per-rank file one verdict per boot: stored, or kept.
+    for boot in [&b, &a2, &b2] {
+        assert_eq!(two_verdicts(boot), [], "{}", boot.stderr);
+    }
     assert_eq!(b2.tuned(), 0, "{:#?}", b2.stdout);
     assert_eq!(tactics_of(&b2), tactics_of(&b));
 }

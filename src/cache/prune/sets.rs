@@ -90,7 +90,7 @@ impl State<'_, '_> {
     }
 
     /// Read and check the set manifest of launch `fp`, once.
-    fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
+    pub(super) fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
         if self.manifests.contains_key(fp) {
             return;
         }

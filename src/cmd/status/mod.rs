@@ -4,13 +4,12 @@
 //! store and remove. Reads sidecars and manifests only (`--verify` also
 //! hashes the cache files), so it stays fast on large trees.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
-use crate::launch::fingerprint::{Launch, Options};
+use crate::launch::fingerprint::Launch;
 use crate::root::stats::Stats;
 use crate::store::Store;
 
@@ -24,8 +23,7 @@ pub use report::report;
 /// Run `keepwrap status`.
 pub fn run(
     root: Option<std::path::PathBuf>,
-    opts: &Options,
-    command: &[OsString],
+    launch: Option<&Launch>,
     json_out: bool,
     zero: bool,
     verify: bool,
@@ -46,13 +44,9 @@ pub fn run(
             }
         }
     }
-    let launch = (!command.is_empty()).then(|| {
-        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        Launch::new(opts, command, &env)
-    });
-    let fp = launch.as_ref().map(|l| l.fingerprint().to_string());
+    let fp = launch.map(|l| l.fingerprint().to_string());
     let mut report = report(&root, fp.as_deref(), verify);
-    if let Some(l) = &launch {
+    if let Some(l) = launch {
         crate::engine::of(l.profile()).plan(&mut report, l);
     }
     report["store_max_size"] = json!(store_max_size);

@@ -64,12 +64,13 @@ impl ProfileName {
         }
     }
 
-    /// [`ProfileName::resolve`] for a command and its environment.
-    pub fn resolve_for(self, argv: &[OsString], env: &[(OsString, OsString)]) -> ProfileName {
-        if self != ProfileName::Auto {
-            return self;
+    /// The profile of the launches a subcommand without a command looks
+    /// at: `auto` is `sglang`'s.
+    pub fn without_command(self) -> ProfileName {
+        match self {
+            ProfileName::Auto => ProfileName::Sglang,
+            p => p,
         }
-        self.resolve(&launch::analyze(argv, env))
     }
 }
 
