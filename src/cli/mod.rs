@@ -215,7 +215,14 @@ fn status(cmd: StatusCmd) -> ExitCode {
     let opts = cmd.fingerprint.options();
     let launch = (!cmd.command.is_empty()).then(|| Launch::new(&opts, &cmd.command, &env));
     let root = root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env);
-    let fleet_root = root.clone();
+    let fleet = crate::cmd::fleet::state_json(
+        root.as_deref(),
+        std::env::var("KEEPWRAP_FLEET")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .as_deref(),
+        std::env::var("KEEPWRAP_FLEET_MODE").ok().as_deref(),
+    );
     let code = crate::cmd::status::run(
         root,
         launch.as_ref(),
@@ -223,12 +230,10 @@ fn status(cmd: StatusCmd) -> ExitCode {
         cmd.zero,
         cmd.verify,
         cmd.store_max_size,
+        fleet.clone(),
     );
     if code == ExitCode::SUCCESS && !cmd.json {
-        crate::cmd::fleet::print_state(
-            fleet_root.as_deref(),
-            std::env::var("KEEPWRAP_FLEET").ok().as_deref(),
-        );
+        crate::cmd::fleet::print_state(&fleet);
     }
     match &cmd.share {
         Some(dir) if code == ExitCode::SUCCESS => {

@@ -612,6 +612,76 @@ fn a_bucket_that_is_down_slow_or_refuses_costs_a_cold_boot_within_the_timeout() 
 }
 
 #[test]
+fn status_json_shows_the_fleet_its_last_restore_and_its_last_error() {
+    let h = home();
+    let (ep, _server) = broken_bucket(Some(403));
+    let p = boot(&mut pod(
+        h.path(),
+        &ep,
+        "s3://kw-broken/pods",
+        &["--fleet-timeout", "2s"],
+    ));
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    let st = output(
+        keepwrap(&cache_root(h.path()))
+            .args(["status", "--json"])
+            .env("KEEPWRAP_FLEET", "s3://AKIAKEY:s3cr3t@kw-broken/pods")
+            .env("KEEPWRAP_FLEET_MODE", "read-only"),
+    );
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let text = st.stdout.join("\n");
+    assert!(
+        !text.contains("s3cr3t") && !text.contains("AKIAKEY"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let f = &v["fleet"];
+    assert_eq!(f["url"], "s3://kw-broken/pods", "{f}");
+    assert_eq!(f["mode"], "read-only", "{f}");
+    let restore = f["last_restore"]["outcome"].as_str().unwrap();
+    assert!(restore.contains("HTTP 403"), "{f}");
+    assert!(f["last_restore"]["at"].as_u64().unwrap() > 0, "{f}");
+    assert!(
+        f["last_publish"].is_object(),
+        "the cold boot published: {f}"
+    );
+    assert_eq!(f["last_error"]["status"], 403, "{f}");
+    assert!(
+        f["last_error"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("pods/keepwrap/v1/sglang/"),
+        "{f}"
+    );
+    // The text status says the same.
+    let txt = output(
+        keepwrap(&cache_root(h.path()))
+            .arg("status")
+            .env("KEEPWRAP_FLEET", "s3://AKIAKEY:s3cr3t@kw-broken/pods")
+            .env("KEEPWRAP_FLEET_MODE", "read-only"),
+    );
+    assert!(
+        txt.stdout
+            .iter()
+            .any(|l| l == "fleet: s3://kw-broken/pods (read-only)"),
+        "{:?}",
+        txt.stdout
+    );
+    assert!(
+        txt.stdout
+            .iter()
+            .any(|l| l.starts_with("  last error: pods/keepwrap/v1/sglang/")
+                && l.contains(": HTTP 403 ")),
+        "{:?}",
+        txt.stdout
+    );
+    // Without a fleet and with none used on the root, no fleet.
+    let none = output(keepwrap(&cache_root(home().path())).args(["status", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&none.stdout.join("\n")).unwrap();
+    assert!(v["fleet"].is_null(), "{v}");
+}
+
+#[test]
 fn a_multi_node_launch_does_not_use_the_fleet() {
     let h = home();
     let mut cmd = keepwrap_engine(

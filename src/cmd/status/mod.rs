@@ -28,6 +28,7 @@ pub fn run(
     zero: bool,
     verify: bool,
     store_max_size: u64,
+    fleet: Value,
 ) -> ExitCode {
     let Some(root) = root else {
         return crate::cmd::no_root();
@@ -50,6 +51,7 @@ pub fn run(
         crate::engine::of(l.profile()).plan(&mut report, l);
     }
     report["store_max_size"] = json!(store_max_size);
+    report["fleet"] = fleet;
     let text = if json_out {
         let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
         v.push(b'\n');
