@@ -55,6 +55,13 @@ use s3::{Client, Cond, Endpoint, Failure, Location, Put};
 pub const FORMAT: u32 = 1;
 /// Most files one set may list.
 const MAX_FILES: usize = 4096;
+/// Largest HEAD read (a HEAD is about 90 bytes).
+const MAX_HEAD: u64 = 4 << 10;
+/// Largest manifest read (a file's entry is a few hundred bytes).
+const MAX_MANIFEST: u64 = MAX_FILES as u64 * 1024;
+/// Most bytes one set's blobs may hold together: a restore holds them in
+/// memory until every one verifies.
+const MAX_SET: u64 = 1 << 30;
 /// Where the objects of every launch live under the prefix.
 pub const TOP: &str = "keepwrap/v1";
 
@@ -416,7 +423,7 @@ fn fetch(
         why,
     };
     let head = client
-        .get(head_key)
+        .get_at_most(head_key, MAX_HEAD)
         .map_err(Miss::Failed)?
         .ok_or(Miss::Empty)?;
     let head: Head = serde_json::from_slice(&head.bytes)
@@ -426,7 +433,7 @@ fn fetch(
     }
     let set_key = format!("{sets}{}.json", head.set);
     let bytes = client
-        .get(&set_key)
+        .get_at_most(&set_key, MAX_MANIFEST)
         .map_err(Miss::Failed)?
         .ok_or_else(|| bad(&set_key, "named by HEAD but missing".into()))?
         .bytes;
@@ -442,8 +449,10 @@ fn fetch(
     let mut out = Vec::with_capacity(m.files.len());
     for f in &m.files {
         let key = format!("{blobs}{}", f.sha256);
+        // Read no more than the manifest says: a blob that is longer is
+        // refused at its size, never read whole.
         let got = client
-            .get(&key)
+            .get_at_most(&key, f.size)
             .map_err(Miss::Failed)?
             .ok_or_else(|| bad(&key, format!("blob of {} missing", f.path)))?;
         if got.bytes.len() as u64 != f.size || cache::sha256_hex(&got.bytes) != f.sha256 {
@@ -477,6 +486,10 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
     }
     if files.windows(2).any(|w| w[0].path >= w[1].path) {
         return Err("its paths are not sorted and unique".into());
+    }
+    let total: u64 = files.iter().map(|f| f.size).fold(0, u64::saturating_add);
+    if total > MAX_SET {
+        return Err(format!("its files hold {total} bytes (at most {MAX_SET})"));
     }
     for f in files {
         if crate::share::checked_path(&f.path).is_none() {
@@ -745,5 +758,27 @@ mod tests {
             assert!(check_files(&[entry(p)]).is_err(), "{p}");
         }
         assert!(check_files(&[]).is_err());
+    }
+
+    #[test]
+    fn a_set_too_large_to_hold_or_naming_a_path_twice_is_refused() {
+        let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
+        let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
+        assert!(check_files(&[entry(p), entry(q)]).is_ok());
+        assert!(check_files(&[entry(p), entry(p)]).is_err(), "twice");
+        assert!(check_files(&[entry(q), entry(p)]).is_err(), "unsorted");
+        let big = |path: &str| Entry {
+            size: cache::MAX_CACHE_FILE,
+            ..entry(path)
+        };
+        let many: Vec<Entry> = (0..5)
+            .map(|i| {
+                big(&format!(
+                    "0.5.23/sm90/0123456789abcdef/rank_tp{i}_pp0_dp0.json"
+                ))
+            })
+            .collect();
+        let e = check_files(&many).unwrap_err();
+        assert!(e.contains("at most"), "{e}");
     }
 }

@@ -17,6 +17,8 @@ use reqsign_core::{Context, FileRead, HttpSend, OsEnv, Signer};
 
 /// Largest object the fleet reads (a cache file is at most a few MiB).
 pub const MAX_OBJECT: u64 = 256 << 20;
+/// Largest answer read to a PUT or DELETE (an error document at most).
+const MAX_ANSWER: u64 = 1 << 20;
 
 /// Where the fleet's objects live: `s3://BUCKET/PREFIX`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +260,20 @@ impl Client {
         body: &[u8],
         headers: &[(&str, String)],
     ) -> Result<(u16, http::HeaderMap, Vec<u8>), Failure> {
+        self.call_at_most(method, key, query, body, headers, MAX_OBJECT)
+    }
+
+    /// [`Client::call`], reading at most `limit` bytes of the answer (a
+    /// longer one is a failure, never read whole into memory).
+    fn call_at_most(
+        &self,
+        method: &str,
+        key: &str,
+        query: &str,
+        body: &[u8],
+        headers: &[(&str, String)],
+        limit: u64,
+    ) -> Result<(u16, http::HeaderMap, Vec<u8>), Failure> {
         let fail = |status: Option<u16>, what: String| Failure {
             key: key.to_string(),
             status,
@@ -289,7 +305,7 @@ impl Client {
         let bytes = resp
             .into_body()
             .with_config()
-            .limit(MAX_OBJECT)
+            .limit(limit.min(MAX_OBJECT))
             .read_to_vec()
             .map_err(|e| {
                 fail(
@@ -310,7 +326,13 @@ impl Client {
 
     /// GET: None on 404.
     pub fn get(&self, key: &str) -> Result<Option<Object>, Failure> {
-        let (status, headers, bytes) = self.call("GET", key, "", &[], &[])?;
+        self.get_at_most(key, MAX_OBJECT)
+    }
+
+    /// GET of an object of at most `limit` bytes (a longer answer is a
+    /// failure, read no further than the limit): None on 404.
+    pub fn get_at_most(&self, key: &str, limit: u64) -> Result<Option<Object>, Failure> {
+        let (status, headers, bytes) = self.call_at_most("GET", key, "", &[], &[], limit)?;
         match status {
             200 => Ok(Some(Object {
                 bytes,
@@ -327,7 +349,7 @@ impl Client {
             Cond::Absent => ("if-none-match", "*".to_string()),
             Cond::Matches(e) => ("if-match", e.clone()),
         };
-        let (status, _, bytes) = self.call("PUT", key, "", body, &[h])?;
+        let (status, _, bytes) = self.call_at_most("PUT", key, "", body, &[h], MAX_ANSWER)?;
         match status {
             200 | 201 | 204 => Ok(Put::Written),
             412 => Ok(Put::Refused),
@@ -340,7 +362,7 @@ impl Client {
 
     /// DELETE (a missing key is no error).
     pub fn delete(&self, key: &str) -> Result<(), Failure> {
-        let (status, _, bytes) = self.call("DELETE", key, "", &[], &[])?;
+        let (status, _, bytes) = self.call_at_most("DELETE", key, "", &[], &[], MAX_ANSWER)?;
         match status {
             200 | 204 | 404 => Ok(()),
             s => Err(Self::refused(key, s, &bytes)),

@@ -681,6 +681,96 @@ fn status_json_shows_the_fleet_its_last_restore_and_its_last_error() {
     assert!(v["fleet"].is_null(), "{v}");
 }
 
+/// A bucket that answers HEAD and the manifest with `head` and
+/// `manifest`, and every blob with an endless body; the bytes of blob it
+/// managed to send.
+fn endless_blob_bucket(
+    head: Vec<u8>,
+    manifest: Vec<u8>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", l.local_addr().unwrap());
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        l.set_nonblocking(true).unwrap();
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            let Ok((mut s, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let path = req.split(' ').nth(1).unwrap_or("").to_string();
+            let small = |s: &mut std::net::TcpStream, body: &[u8]| {
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(body);
+            };
+            if path.ends_with("/HEAD") {
+                small(&mut s, &head);
+            } else if path.contains("/sets/") {
+                small(&mut s, &manifest);
+            } else if path.contains("/blobs/") {
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    1u64 << 40
+                );
+                let chunk = vec![b' '; 64 << 10];
+                while s.write_all(&chunk).is_ok() {
+                    counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+            } else {
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 404 X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+            }
+        }
+    });
+    (ep, sent)
+}
+
+#[test]
+#[ignore = "needs moto"]
+fn a_blob_longer_than_its_manifest_says_is_never_read_whole() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let p1 = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let dir = b.launch_dir();
+    let head = b.get(&format!("{dir}HEAD")).1;
+    let set = serde_json::from_slice::<serde_json::Value>(&head).unwrap()["set"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let manifest = b.get(&format!("{dir}sets/{set}.json")).1;
+    let (fake, sent) = endless_blob_bucket(head, manifest);
+    let h2 = home();
+    let p2 = boot(&mut pod(h2.path(), &fake, &b.url(), &[]));
+    assert_eq!(p2.code, 0, "{}", p2.stderr);
+    let e = p2.event("fleet_restore_failed");
+    let reason = e["reason"].as_str().unwrap();
+    assert!(reason.contains("/blobs/"), "{reason}");
+    assert!(p2.tuned() > 0, "a cold boot");
+    // Each blob of the set is a few hundred bytes: keepwrap reads no more
+    // than that (what the server got out is that plus socket buffers),
+    // never up to the 256 MiB object cap; nor does the cold boot's publish
+    // read an endless answer to its PUT of a blob.
+    let n = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n < 32 << 20, "{n} bytes of one blob were read");
+}
+
 #[test]
 fn a_multi_node_launch_does_not_use_the_fleet() {
     let h = home();
