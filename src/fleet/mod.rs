@@ -543,6 +543,7 @@ fn place(root: &Path, fingerprint: &str, files: &[(String, Vec<u8>)]) -> io::Res
             )
             .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("{path}: {e}")))?;
             linked.push(PathBuf::from(path));
+            crate::failpoint::hit("fleet-place");
         }
         Ok(())
     })();

@@ -844,3 +844,36 @@ fn kill_9_in_the_middle_of_a_publish_leaves_no_pointer_to_an_incomplete_set() {
         assert_eq!(again.tuned(), 0);
     }
 }
+
+/// `kill -9` after the first file of a restore was linked into place: the
+/// next launch on that root trusts none of it (never a partial hit) and
+/// restores the set whole.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn kill_9_in_the_middle_of_a_restore_leaves_nothing_trusted() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let p1 = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let h = home();
+    let mut cmd = pod(h.path(), &ep, &b.url(), &[]);
+    cmd.env("KEEPWRAP_FAILPOINT", "fleet-place:1");
+    let p2 = boot(&mut cmd);
+    assert_eq!(p2.code, 128 + 9, "{}", p2.stderr);
+    assert!(!p2.has_event("fleet_restored"), "{}", p2.stderr);
+    let p3 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
+    assert_eq!(p3.code, 0, "{}", p3.stderr);
+    assert!(
+        !p3.logged_with("reused", json!({"files": 1})),
+        "{}",
+        p3.stderr
+    );
+    assert!(
+        p3.logged_with("fleet_restored", json!({"files": 2})),
+        "{}",
+        p3.stderr
+    );
+    assert_eq!(p3.tuned(), 0, "{}", p3.stderr);
+    assert_eq!(p3.tactics(), p1.tactics());
+}
