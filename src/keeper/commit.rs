@@ -80,6 +80,7 @@ pub(super) struct Committer {
     pub(super) profile: ProfileName,
     pub(super) inputs: serde_json::Value,
     pub(super) share: Option<Share>,
+    pub(super) fleet: Option<crate::fleet::Fleet>,
     /// When the members signed without a stamp settle ([`Committer::settle`]).
     pub(super) settle_at: Option<i64>,
     /// The files the sign at done signed, relative to root.
@@ -229,6 +230,9 @@ impl Committer {
         };
         self.settle_at = report.settle_at;
         self.publish(&report);
+        if let (SignKind::Done, Some(fleet)) = (kind, self.fleet.as_mut()) {
+            fleet.publish(&self.root, &report.signed);
+        }
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
             crate::events::Event::SignedAgain {
@@ -358,6 +362,9 @@ impl Committer {
         }
         if let Some(share) = self.share.as_mut() {
             share.finish();
+        }
+        if let Some(fleet) = self.fleet.as_mut() {
+            fleet.finish();
         }
     }
 }
