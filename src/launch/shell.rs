@@ -35,6 +35,14 @@ pub fn is_shell(argv0: &str) -> bool {
     )
 }
 
+/// Whether the environment variable `name` changes what a shell's `-c`
+/// string runs before or instead of what it says: bash sources `BASH_ENV`
+/// and takes functions (`BASH_FUNC_exec%%`, which even `exec` would call)
+/// and options (`SHELLOPTS`, `BASHOPTS`) from the environment.
+pub fn env_changes_the_string(name: &str) -> bool {
+    matches!(name, "BASH_ENV" | "SHELLOPTS" | "BASHOPTS") || name.starts_with("BASH_FUNC_")
+}
+
 /// The STRING of `SHELL [OPTIONS] -c STRING [NAME [ARGS...]]` and its
 /// positional parameters ARGS (`"$@"`): `Ok(None)` when the shell runs no
 /// `-c` string (an interactive shell, a script), `Err` when the options are
