@@ -51,6 +51,7 @@ const PARTS: &[&str] = &[
     "${V}",
     "\"$V\"",
     "$EMPTY",
+    "${EMPTY}",
     "\"$EMPTY\"",
     "$SPACE",
     "\"$SPACE\"",
@@ -66,6 +67,7 @@ const PARTS: &[&str] = &[
     "\"$@\"",
     "$@",
     "#",
+    "#x",
     "a#",
     "~",
     "a~",
@@ -132,6 +134,7 @@ proptest! {
             // simple commands before the engine, as charts write them
             "ulimit -n 1024; exec ", "export V=w; exec ", "V='x y'; exec ", "export EMPTY=e V\nexec ",
             "set -e\n# a comment\nexec ", ": ; true && exec ", "cd . && exec ",
+            "x=; exec ", "$EMPTY exec ", "IFS=v; exec ",
         ][..]),
         parts in prop::collection::vec(prop::sample::select(PARTS), 0..8),
     ) {
