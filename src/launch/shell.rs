@@ -133,6 +133,15 @@ fn join_lines(script: &str) -> Vec<char> {
                 single = true;
                 out.push(c);
             }
+            // a comment, up to the newline: a backslash in it continues
+            // no line, a quote in it opens nothing
+            '#' if !double && out.last().is_none_or(|p| " \t\n;&|()<>".contains(*p)) => {
+                out.push(c);
+                while let Some(&k) = chars.get(i).filter(|&&k| k != '\n') {
+                    out.push(k);
+                    i += 1;
+                }
+            }
             '"' => {
                 double = !double;
                 out.push(c);
@@ -864,6 +873,16 @@ mod tests {
         assert!(s.assigns.is_empty());
         assert_eq!(s.argv, ["A=1", "python3"]);
         assert!(split("python3 $EMPTY\"$@\"", &env, &["a".into()]).is_err());
+    }
+
+    #[test]
+    fn a_comment_ends_at_its_newline() {
+        // a backslash in a comment continues no line, a quote opens nothing
+        let s = script("# don't\nexec python3 x \\\n --port 1 # a \\\n").unwrap();
+        assert_eq!(s.simple.argv, ["python3", "x", "--port", "1"]);
+        assert!(script("python3 x # a \\\n''").is_err());
+        // no comment inside a word
+        assert_eq!(ok("python3 x\\\n#").argv, ["python3", "x#"]);
     }
 
     #[test]

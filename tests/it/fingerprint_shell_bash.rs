@@ -203,6 +203,9 @@ fn an_empty_expansion_is_still_a_token() {
         ("exec $EMPTY printargs a", &["a"]),
         // IFS from the environment is not the shell's IFS
         ("printargs $V", &["v"]),
+        // a comment ends at its newline: a backslash or a quote in it is text
+        ("# don't\nexec printargs a \\\n b", &["a", "b"]),
+        ("set -e # x \\\nexec printargs b", &["b"]),
     ];
     for (script, want) in read_as {
         let want: Vec<String> = want.iter().map(|w| w.to_string()).collect();
@@ -226,6 +229,8 @@ fn an_empty_expansion_is_still_a_token() {
         "IFS=v export IFS; exec printargs $V",
         "$EMPTY; exec printargs a",
         "$EMPTY A=1; exec printargs a",
+        // the line after a comment's backslash is a command of its own
+        "A=1 printargs # \\\n''",
     ] {
         assert_eq!(keepwrap_words(script), None, "{script:?}");
     }
