@@ -57,6 +57,7 @@ pub mod done;
 pub mod engine;
 pub mod events;
 pub mod failpoint;
+pub mod fleet;
 pub mod keeper;
 pub mod launch;
 pub mod logging;

@@ -89,6 +89,9 @@ pub enum Sub {
     Config(ConfigCmd),
     /// List what each node published in the share (--share DIR)
     ShareStatus(ShareStatusCmd),
+    /// The fleet store (--fleet s3://BUCKET/PREFIX): list its launches, or
+    /// remove those unused for longer than a duration
+    Fleet(FleetCmd),
     /// Print the launch fingerprint of COMMAND, without launching it
     Fingerprint(FingerprintCmd),
     /// Show every cache file and store entry, totals and statistics; with
@@ -375,6 +378,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub share: ShareArgs,
+
+    #[command(flatten)]
+    pub fleet: FleetArgs,
 }
 
 impl RunArgs {
@@ -398,6 +404,7 @@ impl RunArgs {
                 lock_timeout: self.lock_timeout,
                 wait_for_tuning: self.wait_for_tuning,
                 share: self.share.settings(),
+                fleet: self.fleet.settings(),
             },
         }
     }
@@ -477,6 +484,74 @@ impl ShareArgs {
             share_timeout: self.share_timeout,
         }
     }
+}
+
+// The fleet store: signed sets shared through an S3-compatible bucket.
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// A bucket every pod of the fleet reads (s3://BUCKET/PREFIX): a launch
+    /// with no set of its own restores the fleet's before the engine starts,
+    /// and publishes its own once signed. The endpoint, region and
+    /// credentials come from the standard AWS variables and files
+    #[arg(long = "fleet", env = "KEEPWRAP_FLEET", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// read-only restores and never publishes (for untrusted jobs; the real
+    /// boundary is the bucket's IAM policy)
+    #[arg(
+        long,
+        env = "KEEPWRAP_FLEET_MODE",
+        value_enum,
+        default_value = "read-write",
+        value_name = "MODE"
+    )]
+    pub fleet_mode: crate::fleet::Mode,
+
+    /// How long the fleet may take before the start (the whole restore), and
+    /// each publication before keepwrap exits
+    #[arg(long, env = "KEEPWRAP_FLEET_TIMEOUT", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub fleet_timeout: Duration,
+}
+
+impl FleetArgs {
+    /// What the fleet module needs of these options.
+    pub fn settings(&self) -> crate::fleet::Settings {
+        crate::fleet::Settings {
+            url: self.url.clone(),
+            mode: self.fleet_mode,
+            timeout: self.fleet_timeout,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct FleetCmd {
+    /// The fleet store
+    #[arg(long = "fleet", env = "KEEPWRAP_FLEET", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// How long each call to the bucket may take
+    #[arg(long, env = "KEEPWRAP_FLEET_TIMEOUT", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub fleet_timeout: Duration,
+
+    #[command(subcommand)]
+    pub action: FleetAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetAction {
+    /// List every launch in the bucket: its fingerprint, the set its HEAD
+    /// names, when HEAD was written
+    Ls,
+    /// Remove every launch none of whose objects was written within
+    /// --older-than (HEAD first, then its sets and blobs)
+    Gc {
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        older_than: Duration,
+        /// Say what would be removed, remove nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Args)]

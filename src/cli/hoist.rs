@@ -163,6 +163,7 @@ pub(super) fn hoist(
             )?;
         }
         Some(Sub::ShareStatus(c)) => h.one("dir", "share", &run.share.dir, &mut c.share)?,
+        Some(Sub::Fleet(c)) => h.one("url", "fleet", &run.fleet.url, &mut c.url)?,
     }
     match h.refused(cmd) {
         Some(e) => Err(e),

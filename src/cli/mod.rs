@@ -108,6 +108,18 @@ pub fn main() -> ExitCode {
             c.json,
         ),
         Some(Sub::ShareStatus(cmd)) => share_status(cmd),
+        Some(Sub::Fleet(cmd)) => {
+            let Some(url) = cmd.url.as_deref() else {
+                return usage_error("no fleet: keepwrap fleet --fleet s3://BUCKET/PREFIX ls (or KEEPWRAP_FLEET=URL)");
+            };
+            match cmd.action {
+                args::FleetAction::Ls => crate::cmd::fleet::ls(url, cmd.fleet_timeout),
+                args::FleetAction::Gc {
+                    older_than,
+                    dry_run,
+                } => crate::cmd::fleet::gc(url, cmd.fleet_timeout, older_than, dry_run),
+            }
+        }
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
@@ -202,14 +214,22 @@ fn status(cmd: StatusCmd) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let opts = cmd.fingerprint.options();
     let launch = (!cmd.command.is_empty()).then(|| Launch::new(&opts, &cmd.command, &env));
+    let root = root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env);
+    let fleet_root = root.clone();
     let code = crate::cmd::status::run(
-        root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env),
+        root,
         launch.as_ref(),
         cmd.json,
         cmd.zero,
         cmd.verify,
         cmd.store_max_size,
     );
+    if code == ExitCode::SUCCESS && !cmd.json {
+        crate::cmd::fleet::print_state(
+            fleet_root.as_deref(),
+            std::env::var("KEEPWRAP_FLEET").ok().as_deref(),
+        );
+    }
     match &cmd.share {
         Some(dir) if code == ExitCode::SUCCESS => {
             println!("\nshare {}:", dir.display());

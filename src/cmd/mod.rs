@@ -1,6 +1,6 @@
 //! The subcommands that report and do not launch: `keepwrap status`,
 //! `keepwrap explain`, `keepwrap config`, `keepwrap evict` and `clean`,
-//! `keepwrap share-status --json`.
+//! `keepwrap share-status --json`, `keepwrap fleet ls` and `gc`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +11,7 @@ use crate::store::Store;
 pub mod config;
 pub mod evict;
 pub mod explain;
+pub mod fleet;
 pub mod share_status;
 pub mod status;
 

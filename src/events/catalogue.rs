@@ -495,6 +495,56 @@ catalogue! {
             INFO "unify_more_conflicts"
             => "{dir}: and {}", super::counted(conflicts, "more conflicting entry", "more conflicting entries");
  }
+    "keepwrap::fleet" {
+        FleetUnusable { url: String, error: String }
+            WARN "fleet_unusable"
+            => "fleet: {error}; the fleet {url} is not used";
+
+        FleetMultiNode { url: String }
+            INFO "fleet_multi_node"
+            => "fleet: a multi-node launch: the fleet {url} is not used (multi-node sets travel through --share)";
+
+        FleetOn { url: String, mode: String, endpoint: String }
+            INFO "fleet_on"
+            => "fleet: {url} ({mode}, endpoint {endpoint})";
+
+        FleetEmpty { key: String }
+            INFO "fleet_empty"
+            => "fleet: no set for this launch yet ({key}: HTTP 404); a cold boot";
+
+        FleetRestoreFailed { reason: String }
+            WARN "fleet_restore_failed"
+            => "fleet: not restored: {reason}; a cold boot";
+
+        FleetCannotPlace { root: PathBuf, error: String }
+            WARN "fleet_cannot_place"
+            => "fleet: cannot place the restored set in {}: {error}; nothing restored, a cold boot", Shown(root);
+
+        FleetRestored { files: usize, set: String, took: Duration }
+            INFO "fleet_restored"
+            => "fleet: restored and signed {files} cache files of set {set} in {:.1}s", took.as_secs_f64();
+
+        FleetPublished { set: String }
+            INFO "fleet_published"
+            => "fleet: published set {set}; HEAD names it";
+
+        FleetPublishedOther { set: String }
+            INFO "fleet_published_other"
+            => "fleet: uploaded set {set}; HEAD already names another complete set, left as it is";
+
+        FleetPublishFailed { error: String }
+            WARN "fleet_publish_failed"
+            => "fleet: not published: {error}";
+
+        FleetPublishAbandoned { timeout: Duration }
+            WARN "fleet_publish_abandoned"
+            => "fleet: the publication did not finish within {:.1}s; keepwrap exits without it (HEAD never names an incomplete set)", timeout.as_secs_f64();
+
+        FleetNoThread { error: String }
+            WARN "fleet_no_thread"
+            => "fleet: cannot start its thread: {error}; the fleet is not used this time";
+    }
+
     "keepwrap::share" {
         ShareCannotWriteOwn { error: String }
             WARN "share_cannot_write_own"

@@ -366,6 +366,7 @@ fn dispatch(target: &str, level: Level, code: &str, message: &Event) {
         "keepwrap::cache" => at!("keepwrap::cache"),
         "keepwrap::cli" => at!("keepwrap::cli"),
         "keepwrap::done" => at!("keepwrap::done"),
+        "keepwrap::fleet" => at!("keepwrap::fleet"),
         "keepwrap::keeper" => at!("keepwrap::keeper"),
         "keepwrap::root" => at!("keepwrap::root"),
         "keepwrap::share" => at!("keepwrap::share"),

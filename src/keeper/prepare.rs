@@ -60,7 +60,7 @@ impl Keeper {
             Ok(r) => r,
             Err(e) => {
                 crate::events::Event::CannotOpenRunning {
-                    dir: (&running_dir(&root)).to_path_buf(),
+                    dir: running_dir(&root).to_path_buf(),
                     error: e.to_string(),
                 }
                 .emit();
@@ -74,6 +74,7 @@ impl Keeper {
             args.unifies(profile),
             args.store_max_age,
         );
+        let fleet = fleet_of(args, &launch, fingerprint.as_str(), &root);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -132,10 +133,12 @@ impl Keeper {
             profile,
             inputs,
             share,
+            fleet,
             settle_at: None,
             signed_at_done: Vec::new(),
         };
         take_share(engine, &mut commit, &mut watcher)?;
+        take_fleet(&mut commit, &mut watcher)?;
         engine.before_start(&commit.root, &launch, &mut commit.kept);
         if commit.unify && !pruned.split.is_empty() {
             // Files kept for this launch but signed without being unified
@@ -205,6 +208,40 @@ fn take_share(
         commit.kept = signed;
     }
     Ok(())
+}
+
+/// The fleet: when the root has no set for this launch, restore the
+/// fleet's (signed locally, all or nothing).
+fn take_fleet(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopped> {
+    let Some(fleet) = commit.fleet.as_ref().filter(|_| commit.kept.is_empty()) else {
+        return Ok(());
+    };
+    if let Some(signed) = fleet.restore(&commit.root)? {
+        // keepwrap's own writes are not landings of the engine.
+        watcher.read();
+        commit.kept = signed;
+    }
+    Ok(())
+}
+
+/// The fleet of this launch, when `--fleet` is set (a multi-node launch
+/// does not use it: its nodes' files must come from one boot).
+fn fleet_of(
+    args: &Settings,
+    launch: &Launch,
+    fingerprint: &str,
+    root: &Path,
+) -> Option<crate::fleet::Fleet> {
+    args.fleet.url.as_ref()?;
+    let multi_node = crate::share::node_of(&launch.command().argv).map_or(true, |n| n.nnodes > 1);
+    crate::fleet::Fleet::new(
+        &args.fleet,
+        launch.profile().as_str(),
+        fingerprint,
+        root,
+        multi_node,
+        |k| std::env::var(k).ok(),
+    )
 }
 
 /// The cache root (created on a first boot) and the done rule of this
@@ -292,7 +329,7 @@ fn take_turn(
         Ok(m) => m,
         Err(e) => {
             crate::events::Event::CannotLeaveMarker {
-                dir: (&running_dir(root)).to_path_buf(),
+                dir: running_dir(root).to_path_buf(),
                 error: e.to_string(),
             }
             .emit();

@@ -40,6 +40,8 @@ pub struct Settings {
     pub wait_for_tuning: Duration,
     /// Multi-node launches.
     pub share: crate::share::Settings,
+    /// `--fleet`: the fleet store in a bucket.
+    pub fleet: crate::fleet::Settings,
 }
 
 /// Why the cache of a launch is not kept (the launch is only supervised);

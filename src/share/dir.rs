@@ -19,7 +19,7 @@ pub(super) fn cstring(name: &str) -> io::Result<CString> {
 /// `(dir, name)` of a published path that is safe to use: plain relative
 /// components (no `.`, `..`, hidden or empty ones), a cache file, and a rank
 /// file name.
-pub(super) fn checked_path(path: &str) -> Option<(&str, &str)> {
+pub(crate) fn checked_path(path: &str) -> Option<(&str, &str)> {
     let (dir, name) = match path.rfind('/') {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => ("", path),

@@ -49,8 +49,9 @@ mod settings;
 mod status;
 mod union;
 
+pub(crate) use dir::checked_path;
 pub(crate) use dir::mkdirs;
-use dir::{checked_path, cstring, open_share};
+use dir::{cstring, open_share};
 pub use handle::*;
 pub use publish::*;
 pub use read::*;

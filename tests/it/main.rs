@@ -24,6 +24,7 @@ mod fingerprint_launch;
 mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;
 mod fingerprint_vllm;
+mod fleet;
 mod home;
 mod keep;
 mod kubernetes;

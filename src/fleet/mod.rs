@@ -1,0 +1,749 @@
+//! The fleet store: signed sets shared through an S3-compatible bucket
+//! (`--fleet s3://BUCKET/PREFIX`), so that the first pod of a launch tunes
+//! and every other pod boots warm without a shared file system.
+//!
+//! # Layout
+//!
+//! Under `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`:
+//!
+//! - `blobs/<sha256>`: a cache file's bytes, immutable, content-addressed;
+//! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
+//!   canonical bytes (what [`Manifest::canonical`] writes);
+//! - `HEAD`: `{"format":1,"set":"<id>"}`, the one mutable object.
+//!
+//! # Publish (after the set is signed locally at done, on a helper thread)
+//!
+//! Every blob, then the manifest, each `If-None-Match: *` (a 412 means the
+//! same bytes are there already). Then HEAD: created with `If-None-Match:
+//! *`; when one exists it is left alone (the first complete set wins:
+//! every set of one fingerprint comes from an identical launch). Blobs and
+//! manifest land before HEAD, so no HEAD ever names an incomplete set.
+//!
+//! # Restore (before the engine starts, when the root has no set for it)
+//!
+//! HEAD, then the manifest (its hash is its id; its format, profile and
+//! fingerprint are ours; every path is a cache file path, which carries the
+//! FlashInfer version, the GPU architecture and the engine's own key), then
+//! every blob (its size and sha256 as the manifest says; a JSON object, as
+//! prune judges a cache file). Only when all passed are they written into
+//! a staging directory beside the set (`<root>/.keepwrap/fleet-staging`),
+//! linked into place (never over an existing file) and signed locally;
+//! any failure removes what was linked and the launch boots cold. All the
+//! network work runs on a helper thread, bounded by `--fleet-timeout`; a
+//! stop signal ends the wait.
+
+pub mod s3;
+mod state;
+
+pub use state::{FleetState, STATE_FILE};
+
+use std::collections::BTreeSet;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{self, fsx};
+use s3::{Client, Cond, Endpoint, Failure, Location, Put};
+
+/// Version of the manifest and HEAD formats.
+pub const FORMAT: u32 = 1;
+/// Most files one set may list.
+const MAX_FILES: usize = 4096;
+/// Where the objects of every launch live under the prefix.
+pub const TOP: &str = "keepwrap/v1";
+
+/// `--fleet-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// Restore and publish.
+    #[default]
+    ReadWrite,
+    /// Restore only: never publish.
+    ReadOnly,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadWrite => "read-write",
+            Mode::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// `--fleet`, `--fleet-mode`, `--fleet-timeout`.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub url: Option<String>,
+    pub mode: Mode,
+    pub timeout: Duration,
+}
+
+/// One file of a set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Relative to the cache root.
+    pub path: String,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// `sets/<id>.json`: one complete set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: u32,
+    pub profile: String,
+    pub fingerprint: String,
+    /// Sorted by path.
+    pub files: Vec<Entry>,
+}
+
+impl Manifest {
+    /// The canonical bytes: compact JSON, fields in this order, files
+    /// sorted by path.
+    pub fn canonical(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn id(&self) -> String {
+        cache::sha256_hex(&self.canonical())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Head {
+    format: u32,
+    set: String,
+}
+
+/// Why a restore gave a cold boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    /// No HEAD for this launch (404).
+    Empty,
+    /// A call failed: the key, the status.
+    Failed(Failure),
+    /// An object that does not verify: its key, and why.
+    Bad { key: String, why: String },
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::Empty => write!(f, "no set for this launch in the bucket"),
+            Miss::Failed(e) => write!(f, "{e}"),
+            Miss::Bad { key, why } => write!(f, "{key}: {why}"),
+        }
+    }
+}
+
+/// The fleet of one launch.
+pub struct Fleet {
+    client: Arc<Client>,
+    pub mode: Mode,
+    timeout: Duration,
+    profile: String,
+    fingerprint: String,
+    /// The publication under way.
+    running: Option<JoinHandle<()>>,
+    /// `<root>/.keepwrap`, where the fleet's state file is written.
+    state_dir: PathBuf,
+}
+
+/// `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`, relative to the prefix.
+fn launch_dir(profile: &str, fingerprint: &str) -> String {
+    format!("{TOP}/{profile}/{fingerprint}")
+}
+
+impl Fleet {
+    /// The fleet of this launch, when `--fleet` is set and usable (else
+    /// None, logged). `var` reads keepwrap's environment.
+    pub fn new(
+        args: &Settings,
+        profile: &str,
+        fingerprint: &str,
+        root: &Path,
+        multi_node: bool,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Option<Fleet> {
+        let url = args.url.as_deref().filter(|u| !u.is_empty())?;
+        let made = Location::parse(url).and_then(|l| Ok((l, Endpoint::from_env(&var)?)));
+        let (location, endpoint) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                crate::events::Event::FleetUnusable {
+                    url: url.to_string(),
+                    error: e.to_string(),
+                }
+                .emit();
+                return None;
+            }
+        };
+        if multi_node {
+            crate::events::Event::FleetMultiNode {
+                url: url.to_string(),
+            }
+            .emit();
+            return None;
+        }
+        crate::events::Event::FleetOn {
+            url: url.to_string(),
+            mode: args.mode.as_str().to_string(),
+            endpoint: endpoint.url.clone().unwrap_or_else(|| "AWS S3".to_string()),
+        }
+        .emit();
+        Some(Fleet {
+            client: Arc::new(Client::new(location, endpoint, args.timeout)),
+            mode: args.mode,
+            timeout: args.timeout,
+            profile: profile.to_string(),
+            fingerprint: fingerprint.to_string(),
+            running: None,
+            state_dir: root.join(crate::STATE_DIR),
+        })
+    }
+
+    fn key(&self, rel: &str) -> String {
+        self.client.location.key(&format!(
+            "{}/{rel}",
+            launch_dir(&self.profile, &self.fingerprint)
+        ))
+    }
+
+    /// Before the start, when the root has no set for this launch: bring
+    /// the fleet's set into the root and sign it (the files signed), or
+    /// None (a cold boot, logged). Bounded by `--fleet-timeout`; a stop
+    /// signal ends it (and keepwrap).
+    pub fn restore(&self, root: &Path) -> Result<Option<Vec<PathBuf>>, crate::stops::Stopped> {
+        let started = Instant::now();
+        let (tx, rx) = mpsc::channel();
+        let client = self.client.clone();
+        let keys = (self.key("HEAD"), self.key("sets/"), self.key("blobs/"));
+        let (profile, fingerprint) = (self.profile.clone(), self.fingerprint.clone());
+        let job = move || {
+            let _ = tx.send(fetch(&client, &keys, &profile, &fingerprint));
+        };
+        if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
+            crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit();
+            return Ok(None);
+        }
+        let deadline = crate::clock::after(started, self.timeout);
+        let got = loop {
+            crate::stops::check()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(r) => break Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+        };
+        let result = match got {
+            None => Err(Miss::Failed(Failure {
+                key: self.key("HEAD"),
+                status: None,
+                what: format!(
+                    "no answer within {}",
+                    humantime::format_duration(self.timeout)
+                ),
+            })),
+            Some(r) => r,
+        };
+        let (id, files) = match result {
+            Ok(x) => x,
+            Err(miss) => {
+                match &miss {
+                    Miss::Empty => crate::events::Event::FleetEmpty {
+                        key: self.key("HEAD"),
+                    }
+                    .emit(),
+                    m => crate::events::Event::FleetRestoreFailed {
+                        reason: m.to_string(),
+                    }
+                    .emit(),
+                }
+                self.note(|s| s.restored(&miss.to_string(), failure_of(&miss)));
+                return Ok(None);
+            }
+        };
+        match place(root, &self.fingerprint, &files) {
+            Ok(signed) => {
+                crate::events::Event::FleetRestored {
+                    files: signed.len(),
+                    set: id.clone(),
+                    took: started.elapsed(),
+                }
+                .emit();
+                self.note(|s| s.restored(&format!("restored set {id}"), None));
+                Ok(Some(signed))
+            }
+            Err(e) => {
+                crate::events::Event::FleetCannotPlace {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
+                self.note(|s| s.restored(&format!("not placed: {e}"), None));
+                Ok(None)
+            }
+        }
+    }
+
+    /// After the set is signed locally at done: publish it, on a helper
+    /// thread (read-only mode publishes nothing).
+    pub fn publish(&mut self, root: &Path, signed: &[PathBuf]) {
+        if self.mode == Mode::ReadOnly || signed.is_empty() {
+            return;
+        }
+        if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let mut files = Vec::new();
+        for rel in signed {
+            let Some(path) = rel.to_str() else { return };
+            let mut buf = Vec::new();
+            if fsx::read_at(
+                nix::fcntl::AT_FDCWD,
+                &root.join(rel),
+                &mut buf,
+                cache::MAX_CACHE_FILE,
+            )
+            .is_err()
+            {
+                return;
+            }
+            files.push((path.to_string(), buf));
+        }
+        let client = self.client.clone();
+        let dir = self.key("");
+        let (profile, fingerprint) = (self.profile.clone(), self.fingerprint.clone());
+        let state_dir = self.state_dir.clone();
+        let job = move || {
+            let out = publish(&client, &dir, &profile, &fingerprint, files);
+            let note = match &out {
+                Ok((id, won)) => {
+                    if *won {
+                        crate::events::Event::FleetPublished { set: id.clone() }.emit()
+                    } else {
+                        crate::events::Event::FleetPublishedOther { set: id.clone() }.emit()
+                    }
+                    (
+                        if *won {
+                            format!("published set {id}")
+                        } else {
+                            format!("set {id} uploaded; HEAD names another set")
+                        },
+                        None,
+                    )
+                }
+                Err(e) => {
+                    crate::events::Event::FleetPublishFailed {
+                        error: e.to_string(),
+                    }
+                    .emit();
+                    (format!("failed: {e}"), Some(e.clone()))
+                }
+            };
+            state::update(&state_dir, |s| s.published(&note.0, note.1.as_ref()));
+        };
+        match crate::signals::spawn("keepwrap-fleet-publish", job) {
+            Ok(h) => self.running = Some(h),
+            Err(e) => crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit(),
+        }
+    }
+
+    /// Before keepwrap exits: let the publication finish, at most
+    /// `--fleet-timeout`.
+    pub fn finish(&mut self) {
+        let deadline = crate::clock::after(Instant::now(), self.timeout);
+        while self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            if Instant::now() >= deadline {
+                crate::events::Event::FleetPublishAbandoned {
+                    timeout: self.timeout,
+                }
+                .emit();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(h) = self.running.take() {
+            let _ = h.join();
+        }
+    }
+
+    fn note(&self, f: impl FnOnce(&mut FleetState)) {
+        state::update(&self.state_dir, f);
+    }
+}
+
+fn failure_of(m: &Miss) -> Option<&Failure> {
+    match m {
+        Miss::Failed(f) => Some(f),
+        _ => None,
+    }
+}
+
+/// A set's files: each path with its bytes.
+type Files = Vec<(String, Vec<u8>)>;
+
+/// The network half of a restore: HEAD, the manifest, every blob, each
+/// verified. The set's id and its files with their bytes.
+fn fetch(
+    client: &Client,
+    (head_key, sets, blobs): &(String, String, String),
+    profile: &str,
+    fingerprint: &str,
+) -> Result<(String, Files), Miss> {
+    let bad = |key: &str, why: String| Miss::Bad {
+        key: key.to_string(),
+        why,
+    };
+    let head = client
+        .get(head_key)
+        .map_err(Miss::Failed)?
+        .ok_or(Miss::Empty)?;
+    let head: Head = serde_json::from_slice(&head.bytes)
+        .map_err(|e| bad(head_key, format!("not a HEAD ({e})")))?;
+    if head.format != FORMAT || !is_sha256(&head.set) {
+        return Err(bad(head_key, "not a HEAD of format 1 naming a set".into()));
+    }
+    let set_key = format!("{sets}{}.json", head.set);
+    let bytes = client
+        .get(&set_key)
+        .map_err(Miss::Failed)?
+        .ok_or_else(|| bad(&set_key, "named by HEAD but missing".into()))?
+        .bytes;
+    if cache::sha256_hex(&bytes) != head.set {
+        return Err(bad(&set_key, "its sha256 is not its id".into()));
+    }
+    let m: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(&set_key, format!("not a manifest ({e})")))?;
+    if m.format != FORMAT || m.profile != profile || m.fingerprint != fingerprint {
+        return Err(bad(&set_key, "a set of another launch or format".into()));
+    }
+    check_files(&m.files).map_err(|why| bad(&set_key, why))?;
+    let mut out = Vec::with_capacity(m.files.len());
+    for f in &m.files {
+        let key = format!("{blobs}{}", f.sha256);
+        let got = client
+            .get(&key)
+            .map_err(Miss::Failed)?
+            .ok_or_else(|| bad(&key, format!("blob of {} missing", f.path)))?;
+        if got.bytes.len() as u64 != f.size || cache::sha256_hex(&got.bytes) != f.sha256 {
+            return Err(bad(
+                &key,
+                format!("blob of {} does not match its size and sha256", f.path),
+            ));
+        }
+        if cache::json_object_entries(&got.bytes).is_err() {
+            return Err(bad(
+                &key,
+                format!("blob of {} is not a cache file (not a JSON object)", f.path),
+            ));
+        }
+        out.push((f.path.clone(), got.bytes));
+    }
+    Ok((head.set, out))
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A manifest's files: at least one, at most [`MAX_FILES`], sorted and
+/// unique paths, each a cache file path, sizes within the cache file limit.
+fn check_files(files: &[Entry]) -> Result<(), String> {
+    if files.is_empty() || files.len() > MAX_FILES {
+        return Err(format!("{} files", files.len()));
+    }
+    if files.windows(2).any(|w| w[0].path >= w[1].path) {
+        return Err("its paths are not sorted and unique".into());
+    }
+    for f in files {
+        if crate::share::checked_path(&f.path).is_none() {
+            return Err(format!("'{}' is not a cache file path", f.path));
+        }
+        if !is_sha256(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
+            return Err(format!("'{}' has no sha256 or is too large", f.path));
+        }
+    }
+    Ok(())
+}
+
+/// Write the verified files into staging, link them into place (never
+/// over an existing file) and sign them: all or nothing. The files signed.
+fn place(root: &Path, fingerprint: &str, files: &[(String, Vec<u8>)]) -> io::Result<Vec<PathBuf>> {
+    let root_fd = fsx::open_root(root)?;
+    let state = crate::share::mkdirs(root_fd.as_fd(), crate::STATE_DIR)?;
+    let staging_name = format!("fleet-staging.{}", std::process::id());
+    let staging_path = root.join(crate::STATE_DIR).join(&staging_name);
+    let _ = std::fs::remove_dir_all(&staging_path);
+    let staging = crate::share::mkdirs(state.as_fd(), &staging_name)?;
+    let mut linked: Vec<PathBuf> = Vec::new();
+    let res = (|| -> io::Result<()> {
+        let mut staged = Vec::new();
+        for (i, (_, bytes)) in files.iter().enumerate() {
+            let tmp = fsx::write_temp_at(staging.as_fd(), bytes, 0o644, true)?;
+            let name = format!("{i}");
+            nix::fcntl::renameat(
+                staging.as_fd(),
+                tmp.as_slice(),
+                staging.as_fd(),
+                name.as_str(),
+            )
+            .map_err(io::Error::from)?;
+            staged.push(name);
+        }
+        for ((path, _), name) in files.iter().zip(&staged) {
+            let (dir, file) = crate::share::checked_path(path).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a path that is not a cache file",
+                )
+            })?;
+            let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
+            nix::unistd::linkat(
+                staging.as_fd(),
+                name.as_str(),
+                dfd.as_fd(),
+                file,
+                nix::fcntl::AtFlags::empty(),
+            )
+            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("{path}: {e}")))?;
+            linked.push(PathBuf::from(path));
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&staging_path);
+    let undo = |linked: &[PathBuf]| {
+        for p in linked {
+            let _ = std::fs::remove_file(root.join(p));
+        }
+    };
+    if let Err(e) = res {
+        undo(&linked);
+        return Err(e);
+    }
+    match cache::sign(root, fingerprint) {
+        Ok(r) => {
+            let want: BTreeSet<&PathBuf> = linked.iter().collect();
+            if want.iter().all(|p| r.signed.contains(p)) {
+                return Ok(r.signed);
+            }
+            undo(&linked);
+            Err(io::Error::other("not every restored file was signed"))
+        }
+        Err(e) => {
+            undo(&linked);
+            Err(e)
+        }
+    }
+}
+
+/// Blobs, manifest, then HEAD (created only when there is none). The set's
+/// id, and whether HEAD names it.
+fn publish(
+    client: &Client,
+    dir: &str,
+    profile: &str,
+    fingerprint: &str,
+    files: Vec<(String, Vec<u8>)>,
+) -> Result<(String, bool), Failure> {
+    let mut entries: Vec<Entry> = files
+        .iter()
+        .map(|(path, bytes)| Entry {
+            path: path.clone(),
+            sha256: cache::sha256_hex(bytes),
+            size: bytes.len() as u64,
+        })
+        .collect();
+    entries.sort();
+    entries.dedup_by(|a, b| a.path == b.path);
+    let m = Manifest {
+        format: FORMAT,
+        profile: profile.to_string(),
+        fingerprint: fingerprint.to_string(),
+        files: entries,
+    };
+    let mut done = BTreeSet::new();
+    for (_, bytes) in &files {
+        let sha = cache::sha256_hex(bytes);
+        if done.insert(sha.clone()) {
+            client.put(&format!("{dir}blobs/{sha}"), bytes, &Cond::Absent)?;
+        }
+        crate::failpoint::hit("fleet");
+    }
+    let id = m.id();
+    client.put(
+        &format!("{dir}sets/{id}.json"),
+        &m.canonical(),
+        &Cond::Absent,
+    )?;
+    crate::failpoint::hit("fleet");
+    let head = serde_json::to_vec(&Head {
+        format: FORMAT,
+        set: id.clone(),
+    })
+    .unwrap_or_default();
+    let won = match client.put(&format!("{dir}HEAD"), &head, &Cond::Absent)? {
+        Put::Written => true,
+        Put::Refused => match client.get(&format!("{dir}HEAD"))? {
+            // HEAD names this set already: written again (the same bytes,
+            // only if it is still that object), so that its time says when
+            // the launch was last used, which `fleet gc` reads.
+            Some(o) if o.bytes == head => {
+                client.put(&format!("{dir}HEAD"), &head, &Cond::Matches(o.etag))?;
+                true
+            }
+            _ => false,
+        },
+    };
+    Ok((id, won))
+}
+
+/// `keepwrap fleet ls`: every launch in the bucket, with its HEAD's set
+/// and time.
+pub fn list(client: &Client) -> Result<Vec<(String, String, String)>, Failure> {
+    let top = client.location.key(&format!("{TOP}/"));
+    let mut out = Vec::new();
+    for o in client.list(&top)? {
+        let Some(rest) = o.key.strip_prefix(&top) else {
+            continue;
+        };
+        let Some(launch) = rest.strip_suffix("/HEAD") else {
+            continue;
+        };
+        let set = client
+            .get(&o.key)?
+            .and_then(|h| serde_json::from_slice::<Head>(&h.bytes).ok())
+            .map(|h| h.set)
+            .unwrap_or_default();
+        out.push((launch.to_string(), set, o.modified));
+    }
+    Ok(out)
+}
+
+/// `keepwrap fleet gc --older-than D`: remove the launches whose HEAD was
+/// not written within D, with their sets and blobs. A HEAD written within
+/// D keeps its launch whole.
+pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<String>, Failure> {
+    let top = client.location.key(&format!("{TOP}/"));
+    let now = std::time::SystemTime::now();
+    let all = client.list(&top)?;
+    let fresh = |modified: &str| {
+        humantime::parse_rfc3339_weak(
+            modified
+                .trim_end_matches('Z')
+                .split('.')
+                .next()
+                .unwrap_or(""),
+        )
+        .ok()
+        .and_then(|t| now.duration_since(t).ok())
+        .is_none_or(|age| age < older_than)
+    };
+    let mut live: BTreeSet<String> = BTreeSet::new();
+    let mut launches: BTreeSet<String> = BTreeSet::new();
+    for o in &all {
+        let Some(rest) = o.key.strip_prefix(&top) else {
+            continue;
+        };
+        let parts: Vec<&str> = rest.splitn(3, '/').collect();
+        if parts.len() < 3 {
+            continue;
+        }
+        let launch = format!("{}/{}", parts[0], parts[1]);
+        // Anything written within D keeps its launch (a set published
+        // just now whose HEAD is not there yet, too).
+        if fresh(&o.modified) {
+            live.insert(launch.clone());
+        }
+        launches.insert(launch);
+    }
+    let mut removed = Vec::new();
+    for launch in launches.difference(&live) {
+        let prefix = format!("{top}{launch}/");
+        // HEAD first: no reader ever sees a HEAD whose set is going.
+        let mut keys: Vec<&str> = all
+            .iter()
+            .map(|o| o.key.as_str())
+            .filter(|k| k.starts_with(&prefix))
+            .collect();
+        keys.sort_by_key(|k| !k.ends_with("/HEAD"));
+        for k in keys {
+            if !dry_run {
+                client.delete(k)?;
+            }
+        }
+        removed.push(launch.clone());
+    }
+    Ok(removed)
+}
+
+/// A client for `keepwrap fleet`.
+pub fn client_of(url: &str, timeout: Duration) -> Result<Client, String> {
+    let location = Location::parse(url)?;
+    let endpoint = Endpoint::from_env(|k| std::env::var(k).ok())?;
+    Ok(Client::new(location, endpoint, timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str) -> Entry {
+        Entry {
+            path: path.into(),
+            sha256: "a".repeat(64),
+            size: 2,
+        }
+    }
+
+    #[test]
+    fn manifest_ids_are_the_hash_of_the_canonical_bytes() {
+        let m = Manifest {
+            format: 1,
+            profile: "sglang".into(),
+            fingerprint: "f".repeat(64),
+            files: vec![entry("0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json")],
+        };
+        let bytes = m.canonical();
+        assert!(bytes.starts_with(br#"{"format":1,"profile":"sglang","#));
+        assert_eq!(m.id(), cache::sha256_hex(&bytes));
+        let back: Manifest = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.canonical(), bytes);
+    }
+
+    #[test]
+    fn hostile_paths_are_refused() {
+        for p in [
+            "../x.json",
+            "/abs.json",
+            "a/../../b.json",
+            ".keepwrap/x.json",
+            "plain.txt",
+        ] {
+            assert!(check_files(&[entry(p)]).is_err(), "{p}");
+        }
+        assert!(check_files(&[]).is_err());
+    }
+}
