@@ -401,6 +401,16 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
         Some(s) => s,
         None => return Ok(false),
     };
+    if let Some((k, _)) = l
+        .env
+        .iter()
+        .find(|(k, _)| k.to_str().is_some_and(shell::env_changes_the_string))
+    {
+        return Err(format!(
+            "{} in the environment, which changes what the shell runs",
+            k.to_string_lossy()
+        ));
+    }
     for n in shell::names(script) {
         if !l.names.contains(&n) {
             l.names.push(n);

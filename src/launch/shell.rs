@@ -9,8 +9,11 @@
 //! than that is refused with the reason: operators (`|`, `&&`, `;`,
 //! redirections, a second line), command substitution, special parameters,
 //! `${NAME:-...}` forms, unset variables, globs, an unquoted `~`, a comment, brace
-//! expansion, or an unquoted expansion whose value would be split or
-//! globbed. Crates such as `shell-words` and `shlex` split words but neither
+//! expansion, an unquoted expansion whose value would be split or
+//! globbed, or (in [`read`]) an assignment to `IFS`. A token is read as the
+//! shell's lexer reads it, before expansion: one that expands to no word
+//! (`$EMPTY`) still makes a `#` after it part of a word, no comment, and
+//! ends the command's assignments (`$EMPTY A=1 cmd` runs `A=1`). Crates such as `shell-words` and `shlex` split words but neither
 //! expand variables nor tell an operator from a word, which is what deciding
 //! "safe" needs, hence this small hand-written splitter.
 
@@ -30,6 +33,14 @@ pub fn is_shell(argv0: &str) -> bool {
         base,
         "sh" | "bash" | "dash" | "ash" | "ksh" | "zsh" | "busybox"
     )
+}
+
+/// Whether the environment variable `name` changes what a shell's `-c`
+/// string runs before or instead of what it says: bash sources `BASH_ENV`
+/// and takes functions (`BASH_FUNC_exec%%`, which even `exec` would call)
+/// and options (`SHELLOPTS`, `BASHOPTS`) from the environment.
+pub fn env_changes_the_string(name: &str) -> bool {
+    matches!(name, "BASH_ENV" | "SHELLOPTS" | "BASHOPTS") || name.starts_with("BASH_FUNC_")
 }
 
 /// The STRING of `SHELL [OPTIONS] -c STRING [NAME [ARGS...]]` and its
@@ -121,6 +132,15 @@ fn join_lines(script: &str) -> Vec<char> {
             '\'' if !double => {
                 single = true;
                 out.push(c);
+            }
+            // a comment, up to the newline: a backslash in it continues
+            // no line, a quote in it opens nothing
+            '#' if !double && out.last().is_none_or(|p| " \t\n;&|()<>".contains(*p)) => {
+                out.push(c);
+                while let Some(&k) = chars.get(i).filter(|&&k| k != '\n') {
+                    out.push(k);
+                    i += 1;
+                }
             }
             '"' => {
                 double = !double;
@@ -235,6 +255,10 @@ fn leading(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), &'static str> {
     let mut set = |name: &str, value: Option<String>, export: bool| {
+        if name == "IFS" {
+            // it changes how every unquoted expansion after it splits
+            return Err("a change of IFS");
+        }
         let was = vars.iter().position(|v| v.name == name);
         let exported = export
             || match was {
@@ -253,12 +277,13 @@ fn leading(
             value,
             exported,
         });
+        Ok(())
     };
     if words.iter().all(|(_, eq)| eq.is_some()) {
         // `A=1 B=2`: shell variables (exported when already in the environment)
         for (w, eq) in &words {
             let p = eq.unwrap_or_default();
-            set(&w[..p], Some(w[p + 1..].to_string()), false);
+            set(&w[..p], Some(w[p + 1..].to_string()), false)?;
         }
         return Ok(());
     }
@@ -271,8 +296,8 @@ fn leading(
         ["export", ref names @ ..] if !names.is_empty() => {
             for (w, eq) in &words[1..] {
                 match eq {
-                    Some(p) => set(&w[..*p], Some(w[*p + 1..].to_string()), true),
-                    None if is_name(w) => set(w, None, true),
+                    Some(p) => set(&w[..*p], Some(w[*p + 1..].to_string()), true)?,
+                    None if is_name(w) => set(w, None, true)?,
                     None => return Err("export with an option or a word that is no name"),
                 }
             }
@@ -367,6 +392,14 @@ struct Splitter<'a> {
     cur: String,
     /// the word exists (it has content or quotes)
     started: bool,
+    /// a token is being read, even one that may expand to no word
+    /// (`$EMPTY`): a `#` here is part of it, no comment
+    token: bool,
+    /// every word of the command so far is an assignment
+    assigning: bool,
+    /// a token among the assignments expanded to no word: the next word is
+    /// the command's name, whatever `=` it holds
+    vanished: bool,
     /// byte position of the first unquoted `=` when everything before it
     /// was plain unquoted name characters
     eq: Option<usize>,
@@ -388,6 +421,9 @@ impl<'a> Splitter<'a> {
             words: Vec::new(),
             cur: String::new(),
             started: false,
+            token: false,
+            assigning: true,
+            vanished: false,
             eq: None,
             plain_so_far: true,
         }
@@ -418,7 +454,7 @@ impl<'a> Splitter<'a> {
                     sep = Some(Sep::Operator);
                     break;
                 }
-                '#' if !self.started => {
+                '#' if !self.token => {
                     while self.chars.get(self.i).is_some_and(|&c| c != '\n') {
                         self.i += 1;
                     }
@@ -439,21 +475,36 @@ impl<'a> Splitter<'a> {
                 _ => self.plain(c),
             }
         }
-        if self.started {
-            self.words.push((self.cur, self.eq));
-        }
+        self.end_token();
         Ok((self.words, self.i, sep))
     }
 
     /// A blank ends the word being read, if any.
     fn blank(&mut self) {
+        self.end_token();
+        self.i += 1;
+    }
+
+    /// The end of a token: its word, if it expanded to one. A token that
+    /// expanded to none still took its place: after it, no word is an
+    /// assignment (`$EMPTY A=1 cmd` runs the command `A=1`).
+    fn end_token(&mut self) {
         if self.started {
-            self.words.push((std::mem::take(&mut self.cur), self.eq));
+            let eq = if std::mem::take(&mut self.vanished) {
+                None
+            } else {
+                self.eq
+            };
+            self.assigning &= eq.is_some();
+            self.words.push((std::mem::take(&mut self.cur), eq));
+        } else if self.token && self.assigning {
+            self.vanished = true;
+            self.assigning = false;
         }
         self.started = false;
+        self.token = false;
         self.eq = None;
         self.plain_so_far = true;
-        self.i += 1;
     }
 
     /// `'...'`: every character as it is.
@@ -465,21 +516,28 @@ impl<'a> Splitter<'a> {
             .ok_or("an unterminated quote")?;
         self.cur.extend(&self.chars[i + 1..i + 1 + end]);
         self.started = true;
+        self.token = true;
         self.plain_so_far = false;
         self.i += end + 2;
         Ok(())
     }
 
-    /// A whole-word `"$@"` at the start of a word.
+    /// A whole-word `"$@"` at the start of a token (not after `$EMPTY`).
     fn at_all_positional(&self) -> bool {
         let i = self.i;
-        !self.started
+        !self.token
             && self.chars[i..].starts_with(&['"', '$', '@', '"'])
             && self.chars.get(i + 4).is_none_or(|c| c.is_whitespace())
     }
 
     /// `"$@"`: the positional parameters, one word each.
     fn all_positional(&mut self) {
+        if self.positional.is_empty() {
+            self.vanished |= self.assigning;
+        } else {
+            self.vanished = false;
+        }
+        self.assigning = false;
         self.words
             .extend(self.positional.iter().map(|p| (p.clone(), None)));
         self.i += 4;
@@ -489,6 +547,7 @@ impl<'a> Splitter<'a> {
     fn double_quoted(&mut self) -> Result<(), &'static str> {
         self.i += 1;
         self.started = true;
+        self.token = true;
         self.plain_so_far = false;
         loop {
             match self.chars.get(self.i) {
@@ -532,6 +591,7 @@ impl<'a> Splitter<'a> {
             Some(&n) => {
                 self.cur.push(n);
                 self.started = true;
+                self.token = true;
                 self.plain_so_far = false;
                 self.i += 2;
             }
@@ -544,6 +604,7 @@ impl<'a> Splitter<'a> {
     /// globbed.
     fn unquoted_expansion(&mut self) -> Result<(), &'static str> {
         self.i += 1;
+        self.token = true;
         match self.expand()? {
             Some(v) => {
                 if v.chars().any(|c| " \t\n*?[".contains(c)) {
@@ -572,6 +633,7 @@ impl<'a> Splitter<'a> {
         }
         self.cur.push(c);
         self.started = true;
+        self.token = true;
         self.i += 1;
     }
 
@@ -791,12 +853,36 @@ mod tests {
             "ulimit -n 1 & exec python3 x",
             "ulimit -n 1 | exec python3 x",
             "echo $UNSET; exec python3 x",
+            "IFS=:; exec python3 x",
+            "export IFS; exec python3 x",
+            "$EMPTY; exec python3 x",
+            "$EMPTY A=1; exec python3 x",
         ] {
             assert!(script(s).is_err(), "{s}");
         }
         let cdpath = |n: &str| (n == "CDPATH").then(|| "/x".to_string());
         assert!(read("cd sub; exec python3 x", &cdpath, &[]).is_err());
         assert!(read("cd ./sub; exec python3 x", &cdpath, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_token_that_expands_to_nothing_is_still_a_token() {
+        assert_eq!(ok("python3 $EMPTY#x").argv, ["python3", "#x"]);
+        assert_eq!(ok("python3 $EMPTY #x").argv, ["python3"]);
+        let s = ok("$EMPTY A=1 python3");
+        assert!(s.assigns.is_empty());
+        assert_eq!(s.argv, ["A=1", "python3"]);
+        assert!(split("python3 $EMPTY\"$@\"", &env, &["a".into()]).is_err());
+    }
+
+    #[test]
+    fn a_comment_ends_at_its_newline() {
+        // a backslash in a comment continues no line, a quote opens nothing
+        let s = script("# don't\nexec python3 x \\\n --port 1 # a \\\n").unwrap();
+        assert_eq!(s.simple.argv, ["python3", "x", "--port", "1"]);
+        assert!(script("python3 x # a \\\n''").is_err());
+        // no comment inside a word
+        assert_eq!(ok("python3 x\\\n#").argv, ["python3", "x#"]);
     }
 
     #[test]

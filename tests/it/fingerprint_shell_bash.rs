@@ -21,6 +21,8 @@ const ENV: &[(&str, &str)] = &[
     ("Q", "'\""),
     ("EQ", "a=b"),
     ("U", "é\u{1F600}"),
+    // the shells do not take IFS from the environment
+    ("IFS", "v"),
 ];
 
 const PARTS: &[&str] = &[
@@ -49,6 +51,7 @@ const PARTS: &[&str] = &[
     "${V}",
     "\"$V\"",
     "$EMPTY",
+    "${EMPTY}",
     "\"$EMPTY\"",
     "$SPACE",
     "\"$SPACE\"",
@@ -64,6 +67,7 @@ const PARTS: &[&str] = &[
     "\"$@\"",
     "$@",
     "#",
+    "#x",
     "a#",
     "~",
     "a~",
@@ -130,6 +134,7 @@ proptest! {
             // simple commands before the engine, as charts write them
             "ulimit -n 1024; exec ", "export V=w; exec ", "V='x y'; exec ", "export EMPTY=e V\nexec ",
             "set -e\n# a comment\nexec ", ": ; true && exec ", "cd . && exec ",
+            "x=; exec ", "$EMPTY exec ", "IFS=v; exec ",
         ][..]),
         parts in prop::collection::vec(prop::sample::select(PARTS), 0..8),
     ) {
@@ -155,5 +160,97 @@ proptest! {
             prop_assert_eq!(&simple.argv[0], "printargs", "{:?}", script);
             prop_assert_eq!(&simple.argv[1..], &words[..], "{} -c {:?}", shell, script);
         }
+    }
+}
+
+/// keepwrap's reading of `script`: its words after `printargs`, or `None`
+/// when it refuses the string.
+fn keepwrap_words(script: &str) -> Option<Vec<String>> {
+    let env = |n: &str| {
+        ENV.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.to_string())
+    };
+    let read = read(script, &env, &[]).ok()?;
+    assert!(read.simple.assigns.is_empty(), "{script:?}: {read:?}");
+    assert_eq!(read.simple.argv[0], "printargs", "{script:?}");
+    Some(read.simple.argv[1..].to_vec())
+}
+
+/// A token that expands to nothing still is a token: a `#` after it is
+/// part of a word, no comment, and a `NAME=value` after it is no
+/// assignment. A change of IFS is refused. Each case exactly, against bash
+/// and sh.
+#[test]
+fn an_empty_expansion_is_still_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    printer(dir.path());
+    let read_as: &[(&str, &[&str])] = &[
+        ("printargs $EMPTY#", &["#"]),
+        ("printargs $EMPTY#x y", &["#x", "y"]),
+        ("printargs ${EMPTY}#", &["#"]),
+        ("printargs \"$EMPTY\"#", &["#"]),
+        ("printargs $EMPTY$EMPTY#", &["#"]),
+        ("printargs $EMPTY\\\n#", &["#"]),
+        ("x=; exec printargs $x#", &["#"]),
+        ("export EMPTY; exec printargs $EMPTY#", &["#"]),
+        ("printargs $EMPTY #c", &[]),
+        ("printargs $EMPTY", &[]),
+        ("printargs $EMPTY$EMPTY", &[]),
+        ("printargs $EMPTY\"\"", &[""]),
+        ("printargs a$EMPTY#", &["a#"]),
+        ("$EMPTY exec printargs a", &["a"]),
+        ("exec $EMPTY printargs a", &["a"]),
+        // IFS from the environment is not the shell's IFS
+        ("printargs $V", &["v"]),
+        // a comment ends at its newline: a backslash or a quote in it is text
+        ("# don't\nexec printargs a \\\n b", &["a", "b"]),
+        ("set -e # x \\\nexec printargs b", &["b"]),
+    ];
+    for (script, want) in read_as {
+        let want: Vec<String> = want.iter().map(|w| w.to_string()).collect();
+        assert_eq!(keepwrap_words(script), Some(want.clone()), "{script:?}");
+        for shell in ["bash", "sh"] {
+            assert!(common::have(shell), "needs {shell}");
+            let words = shell_words(shell, dir.path(), script);
+            assert_eq!(words, Some(want.clone()), "{shell} -c {script:?}");
+        }
+    }
+    for script in [
+        "printargs $1#",
+        "printargs $@#",
+        "printargs $*#",
+        "printargs $#",
+        "printargs \"$@\"#",
+        "printargs $EMPTY\"$@\"",
+        "printargs ${EMPTY:-}#",
+        "IFS=v; exec printargs $V",
+        "export IFS=v; exec printargs $V",
+        "IFS=v export IFS; exec printargs $V",
+        "$EMPTY; exec printargs a",
+        "$EMPTY A=1; exec printargs a",
+        // the line after a comment's backslash is a command of its own
+        "A=1 printargs # \\\n''",
+    ] {
+        assert_eq!(keepwrap_words(script), None, "{script:?}");
+    }
+    // what the shell runs after an empty first token is the command `A=1`
+    let env = |n: &str| {
+        ENV.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.to_string())
+    };
+    let s = read("$EMPTY A=1 B=2 printargs", &env, &[]).unwrap().simple;
+    assert!(s.assigns.is_empty(), "{s:?}");
+    assert_eq!(s.argv, ["A=1", "B=2", "printargs"]);
+    let s = read("A=1 $EMPTY B=2 printargs", &env, &[]).unwrap().simple;
+    assert_eq!(s.assigns, [("A".to_string(), "1".to_string())]);
+    assert_eq!(s.argv, ["B=2", "printargs"]);
+    for shell in ["bash", "sh"] {
+        assert_eq!(
+            shell_words(shell, dir.path(), "$EMPTY A=1 printargs x"),
+            None,
+            "{shell}"
+        );
     }
 }

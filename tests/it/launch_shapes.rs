@@ -197,6 +197,25 @@ fn a_shell_string_of_simple_commands_then_exec_is_the_plain_launch() {
     assert_eq!(fp(&sh("bash", script), &[("CPS", "8192")], &c), cps);
 }
 
+/// bash sources BASH_ENV and takes functions from the environment, even
+/// one named `exec`: a string it runs with them is not the launch it says.
+#[test]
+fn a_shell_string_under_bash_env_or_exported_functions_is_not_read() {
+    let c = [("c.yaml", C1)];
+    let plain = fp(&w(&format!("{BASE} --port 8000")), &[], &c);
+    let script = format!("exec {BASE} --port 8000");
+    assert_eq!(fp(&sh("bash", &script), &[], &c), plain);
+    for env in [
+        ("BASH_ENV", "/dev/null"),
+        ("BASH_FUNC_exec%%", "() { builtin exec python3 bench.py; }"),
+        ("BASH_FUNC_python3%%", "() { echo; }"),
+        ("SHELLOPTS", "xtrace"),
+        ("BASHOPTS", "expand_aliases"),
+    ] {
+        assert_ne!(fp(&sh("bash", &script), &[env], &c), plain, "{env:?}");
+    }
+}
+
 #[test]
 fn a_shell_string_it_cannot_read_counts_the_variables_it_names() {
     let script = "python3 -m sglang.launch_server --model-path model --chunked-prefill-size $CPS --port 8000 | tee /dev/null";
