@@ -1025,16 +1025,38 @@ catalogue! {
  }
 }
 
+/// The variants about the cache files that landed after done, binding
+/// their paths and outcome.
+macro_rules! late {
+    ($paths:ident, $outcome:ident) => {
+        Event::LateNotSignedExitUnproven {
+            paths: $paths,
+            outcome: $outcome,
+        } | Event::LateNotSignedHeadless {
+            paths: $paths,
+            outcome: $outcome,
+        } | Event::LateNotSignedStopped {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        } | Event::LateNotSignedAbnormal {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        } | Event::LateNotSignedOther {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        }
+    };
+}
+
 impl Event {
     /// The cache files that landed after done and what became of the set
     /// signed at done, for the commit worker to judge.
     pub fn late_mut(&mut self) -> Option<(&mut Vec<PathBuf>, &mut Outcome)> {
         match self {
-            Event::LateNotSignedExitUnproven { paths, outcome }
-            | Event::LateNotSignedHeadless { paths, outcome }
-            | Event::LateNotSignedStopped { paths, outcome, .. }
-            | Event::LateNotSignedAbnormal { paths, outcome, .. }
-            | Event::LateNotSignedOther { paths, outcome, .. } => Some((paths, outcome)),
+            late!(paths, outcome) => Some((paths, outcome)),
             _ => None,
         }
     }
@@ -1053,12 +1075,7 @@ impl Event {
         if let Some(rule) = rule {
             out.insert("rule".to_string(), rule.into());
         }
-        if let Event::LateNotSignedExitUnproven { paths, outcome }
-        | Event::LateNotSignedHeadless { paths, outcome }
-        | Event::LateNotSignedStopped { paths, outcome, .. }
-        | Event::LateNotSignedAbnormal { paths, outcome, .. }
-        | Event::LateNotSignedOther { paths, outcome, .. } = self
-        {
+        if let late!(paths, outcome) = self {
             out.insert("late".to_string(), paths.len().into());
             let holds = matches!(outcome, Outcome::Holds { .. } | Outcome::Stored { .. });
             out.insert("set_holds".to_string(), holds.into());
