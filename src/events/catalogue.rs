@@ -47,6 +47,86 @@ fn status_line(status: Option<u16>) -> String {
     )
 }
 
+/// What became of the set signed at done, as a line about the cache files
+/// that landed after done says it: the policy knows the files, the commit
+/// worker (which signed the set) judges the rest before the line is
+/// logged, so that the launch's last verdict is true.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Outcome {
+    /// Not judged against the set signed at done.
+    #[default]
+    Unjudged,
+    /// Nothing was signed at done.
+    NothingSigned,
+    /// These members of the set signed at done changed (or are gone) since:
+    /// the set no longer holds.
+    Broken { changed: Vec<PathBuf> },
+    /// The set signed at done (`signed` files) is as it was signed; the
+    /// late files are new ones beside it.
+    Holds { signed: usize },
+    /// The set signed at done (`signed` files) is in the store, whole
+    /// (another launch's prune moved it there).
+    Stored { signed: usize },
+}
+
+impl super::AsArg for Outcome {
+    type Out<'a> = &'a Outcome;
+    fn arg(&self) -> &Outcome {
+        self
+    }
+}
+
+/// In the JSON form: `unjudged`, `nothing_signed`, `broken`, `holds` or
+/// `stored`.
+impl super::Field for Outcome {
+    fn json(&self) -> serde_json::Value {
+        serde_json::Value::from(match self {
+            Outcome::Unjudged => "unjudged",
+            Outcome::NothingSigned => "nothing_signed",
+            Outcome::Broken { .. } => "broken",
+            Outcome::Holds { .. } => "holds",
+            Outcome::Stored { .. } => "stored",
+        })
+    }
+}
+
+/// At most four paths, then how many more.
+fn some_paths(paths: &[PathBuf]) -> String {
+    const SHOWN: usize = 4;
+    let mut text = super::listed(paths.iter().take(SHOWN).map(|p| Shown(p)));
+    if paths.len() > SHOWN {
+        text.push_str(&format!(" and {} more", paths.len() - SHOWN));
+    }
+    text
+}
+
+/// `N cache files`, the files that landed after done.
+fn late_files(files: &[PathBuf]) -> String {
+    super::counted(files.len(), "cache file", "cache files")
+}
+
+/// What became of the set signed at done, `late` files having landed
+/// after it.
+fn verdict(outcome: &Outcome, late: usize) -> String {
+    match outcome {
+        Outcome::Unjudged => "the next launch keeps the set signed at done if its files did not change, and tunes again otherwise".to_string(),
+        Outcome::NothingSigned => "nothing was signed at done: the next launch tunes again".to_string(),
+        Outcome::Broken { changed } => format!(
+            "the set signed at done no longer holds ({} changed or gone since it was signed): the next launch tunes again",
+            some_paths(changed)
+        ),
+        Outcome::Stored { signed } => format!(
+            "the {signed} {} signed at done went into the store whole: the next launch of this one brings them back",
+            cache_files(*signed)
+        ),
+        Outcome::Holds { signed } => format!(
+            "the {signed} {} signed at done stay signed as they were: the next launch keeps them and removes the {}",
+            cache_files(*signed),
+            if late == 1 { "late one" } else { "late ones" }
+        ),
+    }
+}
+
 catalogue! {
     "keepwrap::done" {
         // ---- the health probe (debug: one line per probe) ----
@@ -122,6 +202,95 @@ catalogue! {
             => "landed {landed} more {} ({distinct} distinct so far, {} after the launch)", cache_files(landed), tenths(after);
     }
     "keepwrap::keeper" {
+
+        // ---- the done rule's decisions (the keeper's policy) ----
+
+        /// The health endpoint answered 200 from the engine.
+        DoneHealth { url: String, after: Duration }
+            INFO "tuning_done"
+            => "tuning is done: GET {url} answered 200 {} after the launch", tenths(after);
+        /// No cache file landed for the quiet period.
+        DoneQuiet { quiet: Duration, after: Duration }
+            INFO "tuning_done"
+            => "tuning is done: no cache file landed for {} ({} after the launch)", humantime::format_duration(quiet), tenths(after);
+        /// The command exited 0 (`--done exit`, or `quiet=` before it fired).
+        DoneExit { after: Duration }
+            INFO "tuning_done"
+            => "tuning is done: the command exited 0 ({} after the launch)", tenths(after);
+        /// The probed port is served by another process than the engine.
+        NotDoneForeign { url: String, owner: String }
+            INFO "port_not_engines"
+            => "not done yet: GET {url} answered 200, but the port is served by {owner}, not by the engine; waiting for the engine's own server";
+        /// Another launch used the root while this one ran.
+        OtherLaunch { other: String }
+            INFO "not_signing_other_launch"
+            => "not signing: {other} used this cache root while this launch ran; their rank files may be mixed";
+        /// Another launch used the root after the sign at done.
+        OtherAfterSign { other: String }
+            INFO "other_launch_after_done"
+            => "{other} used this cache root after tuning was done: what lands now is not signed, even at an exit 0 (the last line of this launch about the cache says what became of the set signed at done)";
+        /// The first file that landed after done.
+        LateLanding {}
+            INFO "late_landing"
+            => "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own";
+        /// The engine was stopped before done.
+        NotSigningStopped { status: String, signal: String }
+            INFO "not_signing_stopped"
+            => "not signing: the engine ended with status {status} after keepwrap forwarded {signal}: a stop is never tuning done";
+        /// The engine exited before done.
+        NotSigningEarly { status: String }
+            INFO "not_signing_early_exit"
+            => "not signing: the engine exited with status {status} before tuning was done";
+        /// A headless node exited 0 before done: its exit says nothing about
+        /// tuning.
+        NotSigningHeadless {}
+            INFO "not_signing_headless"
+            => "not signing: a headless node exited 0 before tuning was done: its exit says nothing about tuning";
+        /// The command exited 0 before done, but its exit status may not be
+        /// the engine's (a launch not read whole, `timeout --preserve-status`).
+        NotSigningExitUnproven {}
+            INFO "not_signing_exit_unproven"
+            => "not signing: the command exited 0 before tuning was done, and its exit status may not be the engine's";
+
+        // ---- the cache files that landed after done, not signed (`paths`,
+        // relative to the cache root), and what became of the set signed at
+        // done (`outcome`, judged by the commit worker before the line is
+        // logged); the JSON form adds `late` (their count) and `set_holds`
+        // ----
+
+        /// The command's exit 0 may not be the engine's.
+        LateNotSignedExitUnproven { paths: Vec<PathBuf>, outcome: Outcome }
+            INFO "late_not_signed_exit_unproven"
+            => "not signing the {} that landed after tuning was done ({}): the command's exit 0 may not be the engine's; {}",
+                late_files(paths), some_paths(paths), verdict(outcome, paths.len());
+        /// A headless node's exit 0 says nothing about tuning.
+        LateNotSignedHeadless { paths: Vec<PathBuf>, outcome: Outcome }
+            INFO "late_not_signed_headless"
+            => "not signing the {} that landed after tuning was done ({}): a headless node's exit 0 says nothing about tuning; {}",
+                late_files(paths), some_paths(paths), verdict(outcome, paths.len());
+        /// The engine was stopped.
+        LateNotSignedStopped { paths: Vec<PathBuf>, outcome: Outcome, status: String, signal: String }
+            INFO "late_not_signed_stopped"
+            => "not signing the {} that landed after tuning was done ({}): the engine ended with status {status} after keepwrap forwarded {signal}; {}",
+                late_files(paths), some_paths(paths), verdict(outcome, paths.len());
+        /// The engine failed.
+        LateNotSignedAbnormal { paths: Vec<PathBuf>, outcome: Outcome, status: String }
+            INFO "late_not_signed_abnormal"
+            => "not signing the {} that landed after tuning was done ({}): the engine ended abnormally with status {status}; {}",
+                late_files(paths), some_paths(paths), verdict(outcome, paths.len());
+        /// Another launch used the root after the sign at done.
+        LateNotSignedOther { paths: Vec<PathBuf>, outcome: Outcome, other: String }
+            INFO "late_not_signed_other_launch"
+            => "not signing the {} that landed after tuning was done ({}): {other} used this cache root while this launch ran, and its files may be mixed in; {}",
+                late_files(paths), some_paths(paths), verdict(outcome, paths.len());
+        /// The files that landed after done are all as the sign at done left
+        /// them (the engine saved again what it had): the set signed at done
+        /// holds.
+        LateAsSigned { files: usize }
+            DEBUG "late_as_signed"
+            => "the {files} {} that landed after tuning was done {} as signed at done: the set signed at done holds",
+                cache_files(files), if files == 1 { "is" } else { "are" };
+
         /// vLLM's cache root cannot be found.
         NoVllmCacheRoot { error: String }
             WARN "no_vllm_cache_root"
@@ -856,7 +1025,63 @@ catalogue! {
  }
 }
 
+/// The variants about the cache files that landed after done, binding
+/// their paths and outcome.
+macro_rules! late {
+    ($paths:ident, $outcome:ident) => {
+        Event::LateNotSignedExitUnproven {
+            paths: $paths,
+            outcome: $outcome,
+        } | Event::LateNotSignedHeadless {
+            paths: $paths,
+            outcome: $outcome,
+        } | Event::LateNotSignedStopped {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        } | Event::LateNotSignedAbnormal {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        } | Event::LateNotSignedOther {
+            paths: $paths,
+            outcome: $outcome,
+            ..
+        }
+    };
+}
+
 impl Event {
+    /// The cache files that landed after done and what became of the set
+    /// signed at done, for the commit worker to judge.
+    pub fn late_mut(&mut self) -> Option<(&mut Vec<PathBuf>, &mut Outcome)> {
+        match self {
+            late!(paths, outcome) => Some((paths, outcome)),
+            _ => None,
+        }
+    }
+
+    /// The JSON fields made from others: the done rule of `tuning_done`
+    /// (`rule`: `health`, `quiet` or `exit`), and for the files that
+    /// landed after done their count (`late`) and whether the set signed
+    /// at done holds (`set_holds`).
+    pub(super) fn derived_fields(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+        let rule = match self {
+            Event::DoneHealth { .. } => Some("health"),
+            Event::DoneQuiet { .. } => Some("quiet"),
+            Event::DoneExit { .. } => Some("exit"),
+            _ => None,
+        };
+        if let Some(rule) = rule {
+            out.insert("rule".to_string(), rule.into());
+        }
+        if let late!(paths, outcome) = self {
+            out.insert("late".to_string(), paths.len().into());
+            let holds = matches!(outcome, Outcome::Holds { .. } | Outcome::Stored { .. });
+            out.insert("set_holds".to_string(), holds.into());
+        }
+    }
+
     /// A quieter level than the usual one where the fields say so.
     pub(super) fn quieter(&self) -> Option<tracing::Level> {
         match self {

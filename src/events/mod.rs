@@ -93,9 +93,8 @@ macro_rules! catalogue {
 }
 
 mod catalogue;
-pub mod policy;
 
-pub use catalogue::Event;
+pub use catalogue::{Event, Outcome};
 
 /// One code of the catalogue: its target, the levels it is logged at (the
 /// first is its usual one) and its message template (the format string,
@@ -260,6 +259,7 @@ impl Event {
     pub fn fields(&self) -> Map<String, Value> {
         let mut out = Map::new();
         self.put_fields(&mut out);
+        self.derived_fields(&mut out);
         out
     }
 

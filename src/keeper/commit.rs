@@ -9,7 +9,7 @@ use crate::cache;
 use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
-use crate::events::policy::{Late, Note, Outcome};
+use crate::events::{Event, Outcome};
 use crate::keeper::policy::Owner;
 use crate::launch::fingerprint::ProfileName;
 use crate::root::lock::{self, CacheLock, LockFor};
@@ -20,8 +20,8 @@ use crate::unify;
 
 /// What the worker is asked to do.
 pub(super) enum Job {
-    /// One `keepwrap:` line at info level.
-    Log(Note),
+    /// One `keepwrap:` line of the policy.
+    Log(Event),
     /// Log the tuning progress of the cache files that landed (each is
     /// parsed to count its entries).
     Landed {
@@ -135,23 +135,23 @@ impl Committer {
     /// Log a decision of the policy. A line about the files that landed
     /// after done first says what became of the set signed at done, as the
     /// files are now: it is the launch's verdict, and must be true.
-    pub(super) fn log(&self, mut note: Note) {
-        if let Some(late) = note.late_mut() {
-            self.judge_late(late);
-            if late.files.is_empty() {
+    pub(super) fn log(&self, mut event: Event) {
+        if let Some((files, outcome)) = event.late_mut() {
+            *outcome = self.judge_late(files);
+            if files.is_empty() {
                 return;
             }
         }
-        note.log();
+        event.emit();
     }
 
     /// Drop the late files the engine saved again as signed at done, and
     /// judge the set signed at done: a member changed or gone breaks it.
-    fn judge_late(&self, late: &mut Late) {
+    fn judge_late(&self, late: &mut Vec<PathBuf>) -> Outcome {
         let done: std::collections::HashSet<&PathBuf> = self.signed_at_done.iter().collect();
-        let n = late.files.len();
+        let n = late.len();
         // A member the engine removed after done lands nowhere: looked for.
-        let landed: std::collections::HashSet<&PathBuf> = late.files.iter().collect();
+        let landed: std::collections::HashSet<&PathBuf> = late.iter().collect();
         let mut changed: Vec<PathBuf> = self
             .signed_at_done
             .iter()
@@ -160,7 +160,7 @@ impl Committer {
             .cloned()
             .collect();
         drop(landed);
-        late.files.retain(|rel| {
+        late.retain(|rel| {
             if !done.contains(rel) {
                 return true;
             }
@@ -171,10 +171,10 @@ impl Committer {
             changed.push(rel.clone());
             true
         });
-        if late.files.is_empty() {
-            crate::events::policy::late_as_signed(n);
+        if late.is_empty() {
+            Event::LateAsSigned { files: n }.emit();
         }
-        late.outcome = if done.is_empty() {
+        if done.is_empty() {
             Outcome::NothingSigned
         } else if !changed.is_empty() && self.stored_whole() {
             Outcome::Stored {
@@ -186,7 +186,7 @@ impl Committer {
             Outcome::Holds {
                 signed: self.signed_at_done.len(),
             }
-        };
+        }
     }
 
     /// The set signed at done is the one in the store for this launch
@@ -220,7 +220,7 @@ impl Committer {
         let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
-                crate::events::Event::CannotSign {
+                Event::CannotSign {
                     root: self.root.to_path_buf(),
                     error: e.to_string(),
                 }
@@ -235,7 +235,7 @@ impl Committer {
         }
         let n = report.signed.len();
         if let SignKind::Late(late) = kind {
-            crate::events::Event::SignedAgain {
+            Event::SignedAgain {
                 files: n,
                 late,
                 fingerprint: self.fingerprint.to_string(),
@@ -256,18 +256,18 @@ impl Committer {
                 .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
                 .count();
             if present > 0 {
-                crate::events::Event::NothingSigned { present }.emit();
+                Event::NothingSigned { present }.emit();
             } else {
-                crate::events::Event::NothingToKeep {}.emit();
+                Event::NothingToKeep {}.emit();
             }
         } else if reused {
-            crate::events::Event::Reused {
+            Event::Reused {
                 files: n,
                 fingerprint: self.fingerprint.to_string(),
             }
             .emit();
         } else {
-            crate::events::Event::Signed {
+            Event::Signed {
                 files: n,
                 fingerprint: self.fingerprint.to_string(),
             }

@@ -317,7 +317,7 @@ impl Keeper {
             match action {
                 // Through the worker, so that the lines keep the order of
                 // the events (landing lines are written there).
-                Action::Info(line) => {
+                Action::Log(line) => {
                     s.worker.run(Job::Log(line));
                 }
                 Action::ProbeAgain => {

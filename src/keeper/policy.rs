@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use crate::done::owner::Owner;
-pub use crate::events::policy::{Late, Note};
+use crate::events::{self, Outcome};
 use crate::signals::Ended;
 
 /// What marks tuning done, as far as the policy needs to know.
@@ -74,8 +74,8 @@ pub enum Action {
     /// (its engine may be the one writing), and say so as
     /// [`Event::OtherLaunch`].
     LookForOthers,
-    /// One `keepwrap:` line at info level.
-    Info(Note),
+    /// One `keepwrap:` line.
+    Log(events::Event),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +228,7 @@ impl Policy {
             Event::Tick(now) => {
                 if let (Some(end), Rule::Quiet(d)) = (self.deadline(), self.rule) {
                     if now >= end {
-                        out.push(Action::Info(Note::DoneQuiet {
+                        out.push(Action::Log(events::Event::DoneQuiet {
                             quiet: d,
                             after: now.saturating_duration_since(self.launched),
                         }));
@@ -258,21 +258,22 @@ impl Policy {
         self.other = true;
         let signed = self.phase != Phase::Tuning && !self.late.is_empty();
         if !signed {
-            out.push(Action::Info(Note::OtherLaunch { other: who }));
+            out.push(Action::Log(events::Event::OtherLaunch { other: who }));
         } else if self.phase == Phase::Ended {
-            out.push(Action::Info(Note::LateNotSignedOther {
-                late: self.late(),
+            out.push(Action::Log(events::Event::LateNotSignedOther {
+                paths: self.late(),
+                outcome: Outcome::Unjudged,
                 other: who,
             }));
         } else {
             self.other_after_sign = Some(who.clone());
-            out.push(Action::Info(Note::OtherAfterSign { other: who }));
+            out.push(Action::Log(events::Event::OtherAfterSign { other: who }));
         }
     }
 
     /// The files that landed after done, for a line about them.
-    fn late(&self) -> Late {
-        Late::new(self.late.iter().cloned().collect())
+    fn late(&self) -> Vec<PathBuf> {
+        self.late.iter().cloned().collect()
     }
 
     fn landed(&mut self, at: Instant, files: Vec<PathBuf>, out: &mut Vec<Action>) {
@@ -291,7 +292,7 @@ impl Policy {
                 self.late.extend(files);
                 if !self.other {
                     if first {
-                        out.push(Action::Info(Note::LateLanding));
+                        out.push(Action::Log(events::Event::LateLanding {}));
                     }
                     out.push(Action::LookForOthers);
                 }
@@ -306,7 +307,7 @@ impl Policy {
         }
         match owner {
             Owner::Engine | Owner::Remote => {
-                out.push(Action::Info(Note::DoneHealth {
+                out.push(Action::Log(events::Event::DoneHealth {
                     url,
                     after: at.saturating_duration_since(self.launched),
                 }));
@@ -315,7 +316,10 @@ impl Policy {
             Owner::Foreign(who) => {
                 if !self.foreign_said {
                     self.foreign_said = true;
-                    out.push(Action::Info(Note::NotDoneForeign { url, owner: who }));
+                    out.push(Action::Log(events::Event::NotDoneForeign {
+                        url,
+                        owner: who,
+                    }));
                 }
                 out.push(Action::ProbeAgain);
             }
@@ -337,21 +341,21 @@ impl Policy {
                 if self.other {
                     // Said when it was seen.
                 } else if let Some(sig) = self.stopped {
-                    out.push(Action::Info(Note::NotSigningStopped {
+                    out.push(Action::Log(events::Event::NotSigningStopped {
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if self.headless && ended.succeeded() {
-                    out.push(Action::Info(Note::NotSigningHeadless));
+                    out.push(Action::Log(events::Event::NotSigningHeadless {}));
                 } else if self.exit_unproven && ended.succeeded() {
-                    out.push(Action::Info(Note::NotSigningExitUnproven));
+                    out.push(Action::Log(events::Event::NotSigningExitUnproven {}));
                 } else if matches!(self.rule, Rule::Exit | Rule::Quiet(_)) && ended.succeeded() {
-                    out.push(Action::Info(Note::DoneExit {
+                    out.push(Action::Log(events::Event::DoneExit {
                         after: at.saturating_duration_since(self.launched),
                     }));
                     out.push(Action::SignDone);
                 } else {
-                    out.push(Action::Info(Note::NotSigningEarly {
+                    out.push(Action::Log(events::Event::NotSigningEarly {
                         status: ended.to_string(),
                     }));
                 }
@@ -359,8 +363,9 @@ impl Policy {
             Phase::Done => {
                 let n = self.late.len();
                 if let Some(other) = self.other_after_sign.take() {
-                    out.push(Action::Info(Note::LateNotSignedOther {
-                        late: self.late(),
+                    out.push(Action::Log(events::Event::LateNotSignedOther {
+                        paths: self.late(),
+                        outcome: Outcome::Unjudged,
                         other,
                     }));
                     return;
@@ -368,22 +373,31 @@ impl Policy {
                 if n == 0 || self.other {
                     return;
                 }
-                let late = self.late();
+                let paths = self.late();
+                let outcome = Outcome::Unjudged;
                 if let Some(sig) = self.stopped {
-                    out.push(Action::Info(Note::LateNotSignedStopped {
-                        late,
+                    out.push(Action::Log(events::Event::LateNotSignedStopped {
+                        paths,
+                        outcome,
                         status: ended.to_string(),
                         signal: signal_name(sig),
                     }));
                 } else if ended.succeeded() && self.headless {
-                    out.push(Action::Info(Note::LateNotSignedHeadless { late }));
+                    out.push(Action::Log(events::Event::LateNotSignedHeadless {
+                        paths,
+                        outcome,
+                    }));
                 } else if ended.succeeded() && self.exit_unproven {
-                    out.push(Action::Info(Note::LateNotSignedExitUnproven { late }));
+                    out.push(Action::Log(events::Event::LateNotSignedExitUnproven {
+                        paths,
+                        outcome,
+                    }));
                 } else if ended.succeeded() {
                     out.push(Action::SignLate { late: n });
                 } else {
-                    out.push(Action::Info(Note::LateNotSignedAbnormal {
-                        late,
+                    out.push(Action::Log(events::Event::LateNotSignedAbnormal {
+                        paths,
+                        outcome,
                         status: ended.to_string(),
                     }));
                 }

@@ -1,9 +1,8 @@
 //! The troubleshooting reference comes from the catalogue of events
 //! (`src/events/`): no log call lives elsewhere in `src/`; every event the
 //! catalogue logs (the variants of `Event`, as the hidden `keepwrap
-//! events` lists them with their levels and message templates, and the
-//! events still logged by a function of their own, read from their calls)
-//! has exactly one row of the reference, keyed by its code in the `Event`
+//! events` lists them with their levels and message templates) has
+//! exactly one row of the reference, keyed by its code in the `Event`
 //! column, at the levels it is logged at; no row names an event that does
 //! not exist; and the row's `Line` column holds the fixed text of the
 //! event's message, so that the wording a user greps for is the wording
@@ -27,113 +26,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The string literal at the start of `s`: its value (plain or raw, with
-/// `\` line continuations folded as Rust folds them) and its length in `s`.
-fn literal(s: &str) -> Option<(String, usize)> {
-    if let Some(rest) = s.strip_prefix('r') {
-        let hashes = rest.len() - rest.trim_start_matches('#').len();
-        let body = rest[hashes..].strip_prefix('"')?;
-        let close = format!("\"{}", "#".repeat(hashes));
-        let end = body.find(&close)?;
-        return Some((body[..end].to_string(), 1 + hashes + 1 + end + close.len()));
-    }
-    let body = s.strip_prefix('"')?;
-    let mut out = String::new();
-    let mut chars = body.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => return Some((out, i + 2)),
-            '\\' => match chars.next()?.1 {
-                '\n' => {
-                    while chars.peek().is_some_and(|(_, c)| c.is_whitespace()) {
-                        chars.next();
-                    }
-                }
-                'n' => out.push('\n'),
-                other => out.push(other),
-            },
-            c => out.push(c),
-        }
-    }
-    None
-}
-
-/// One log call: where, its level, its event name, its message literal.
-#[derive(Debug)]
-struct Call {
-    at: String,
-    level: &'static str,
-    event: Option<String>,
-    message: Option<String>,
-}
-
-/// The arguments of the macro call whose `(` is at the start of `s`, up to
-/// the matching `)`, with string literals kept whole.
-fn call_args(s: &str) -> &str {
-    let mut depth = 0usize;
-    let mut i = 0;
-    while i < s.len() {
-        let rest = &s[i..];
-        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
-            if let Some((_, len)) = literal(rest) {
-                i += len;
-                continue;
-            }
-        }
-        let c = rest.chars().next().unwrap();
-        match c {
-            '(' | '[' | '{' => depth += 1,
-            ')' | ']' | '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return &s[1..i];
-                }
-            }
-            _ => {}
-        }
-        i += c.len_utf8();
-    }
-    &s[1..]
-}
-
-/// The event name (`event = "name"`) and the message (the first literal
-/// that is not a field's value) of a call's arguments.
-fn event_and_message(args: &str) -> (Option<String>, Option<String>) {
-    let mut event = None;
-    let mut message = None;
-    let mut i = 0;
-    while i < args.len() {
-        let rest = &args[i..];
-        if rest.starts_with('"') || rest.starts_with("r#") || rest.starts_with("r\"") {
-            // A raw string only where `r` starts a token.
-            let token_start = args[..i]
-                .chars()
-                .last()
-                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
-            if token_start {
-                if let Some((value, len)) = literal(rest) {
-                    let before = args[..i].trim_end();
-                    if before.ends_with(':') {
-                        // `target: "..."`: not the message.
-                    } else if let Some(field) = before.strip_suffix('=') {
-                        if field.trim_end().ends_with("event") && event.is_none() {
-                            event = Some(value);
-                        }
-                    } else if message.is_none() {
-                        message = Some(value);
-                    }
-                    i += len;
-                    continue;
-                }
-            }
-        }
-        i += rest.chars().next().unwrap().len_utf8();
-    }
-    (event, message)
-}
-
-/// Every `tracing` log call in the files under `dir`.
-fn log_calls(dir: &Path) -> Vec<Call> {
+/// Every `tracing` level-macro call (`info!(`, `tracing::warn!(`, ...) in
+/// the files under `dir`, as `path:line`.
+fn log_calls(dir: &Path) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(dir, &mut files);
     files.sort();
@@ -153,17 +48,10 @@ fn log_calls(dir: &Path) -> Vec<Call> {
                 if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
                     continue;
                 }
-                let after = text[at + mac.len()..].trim_start();
-                if !after.starts_with('(') {
+                if !text[at + mac.len()..].trim_start().starts_with('(') {
                     continue;
                 }
-                let (event, message) = event_and_message(call_args(after));
-                calls.push(Call {
-                    at: format!("{rel}:{}", text[..at].matches('\n').count() + 1),
-                    level: if level == "trace" { "debug" } else { level },
-                    event,
-                    message,
-                });
+                calls.push(format!("{rel}:{}", text[..at].matches('\n').count() + 1));
             }
         }
     }
@@ -207,29 +95,9 @@ fn fixed_text(message: &str) -> Option<String> {
 }
 
 /// The catalogue: every event name, with the levels it is logged at and
-/// the messages it is logged with.
+/// the message templates it is logged with.
 fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
-    let mut out: BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> = BTreeMap::new();
-    let mut unnamed = Vec::new();
-    for call in log_calls(&common::repo().join("src/events")) {
-        let Some(event) = call.event else {
-            unnamed.push(call.at);
-            continue;
-        };
-        let entry = out.entry(event).or_default();
-        entry.0.insert(call.level);
-        entry.1.extend(call.message);
-    }
-    assert!(
-        unnamed.is_empty(),
-        "log calls without an `event = \"name\"` field: {unnamed:?}"
-    );
-    for (code, (levels, templates)) in typed_catalogue() {
-        let entry = out.entry(code).or_default();
-        entry.0.extend(levels);
-        entry.1.extend(templates);
-    }
-    out
+    typed_catalogue()
 }
 
 /// The variants of `keepwrap::events::Event`, as the hidden `keepwrap
@@ -337,50 +205,31 @@ fn rows(reference: &str) -> Vec<Row> {
     out
 }
 
+/// Every line goes through `Event::emit`: no level macro anywhere in
+/// `src/`, the catalogue included.
 #[test]
 fn no_log_call_outside_the_events_catalogue() {
-    let events = common::repo().join("src/events");
-    let outside: Vec<String> = log_calls(&common::repo().join("src"))
-        .into_iter()
-        .filter(|c| !c.at.starts_with("src/events/"))
-        .map(|c| c.at)
-        .collect();
+    let calls = log_calls(&common::repo().join("src"));
     assert!(
-        outside.is_empty(),
-        "log calls outside {}: {outside:?}",
-        events.display()
+        calls.is_empty(),
+        "log calls that are no `Event` variant: {calls:?}"
     );
 }
 
 #[test]
-fn the_catalogue_reader_reads_every_call() {
-    let mut levels: BTreeSet<&str> = log_calls(&common::repo().join("src/events"))
-        .iter()
-        .map(|c| c.level)
-        .collect();
-    let typed = typed_catalogue();
-    for (l, _) in typed.values() {
-        levels.extend(l);
-    }
+fn the_catalogue_reader_reads_every_code() {
     let names = catalogue();
+    let levels: BTreeSet<&str> = names
+        .values()
+        .flat_map(|(l, _)| l.iter().copied())
+        .collect();
     assert!(names.len() >= 100, "{} events", names.len());
     for level in ["info", "warn", "error", "debug"] {
         assert!(levels.contains(level), "{level}");
     }
-    assert_eq!(
-        event_and_message(
-            "\n target: T, event = \"signed\", files, fingerprint, \"tuned and \\\n    signed {files} cache files\"\n"
-        ),
-        (
-            Some("signed".to_string()),
-            Some("tuned and signed {files} cache files".to_string())
-        )
-    );
-    assert_eq!(
-        event_and_message("event = \"x\", rule = \"health\", url = %u, r#\"say \"hi\"\"#"),
-        (Some("x".to_string()), Some("say \"hi\"".to_string()))
-    );
-    assert_eq!(call_args("(a, \"(\", f(b)) tail"), "a, \"(\", f(b)");
+    for code in ["tuning_done", "late_not_signed_stopped", "late_as_signed"] {
+        assert!(names.contains_key(code), "{code}");
+    }
     assert_eq!(
         fixed_text("prune: kept {}, removed {} cache files and {} leftovers").as_deref(),
         Some("cache files and")
