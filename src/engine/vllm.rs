@@ -14,6 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
+use crate::done::{Done, DoneError};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
 
@@ -450,6 +451,12 @@ impl Engine for Vllm {
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         before_start(root, launch, kept);
+    }
+
+    /// The first 200 of `/health` on the API node; a headless node's
+    /// head, else its rank files landed and quiet (`done::vllm`).
+    fn default_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {
+        launch.vllm().map(crate::done::vllm::auto_done)
     }
 
     fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {

@@ -270,7 +270,7 @@ fn locate(
         }
         .emit();
     }
-    let done = match args.done.resolve(launch) {
+    let done = match args.done.resolve(launch, engine.default_done(launch)) {
         Ok(done) => done,
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
