@@ -222,7 +222,7 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     let tree = engine_tree(deadline);
     crate::events::Event::PortListeners {
         address: to.to_string(),
-        inodes: inodes.iter().copied().collect(),
+        inodes: inodes.to_vec(),
         tables,
         pids: tree.clone(),
     }

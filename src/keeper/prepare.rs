@@ -60,7 +60,7 @@ impl Keeper {
             Ok(r) => r,
             Err(e) => {
                 crate::events::Event::CannotOpenRunning {
-                    dir: (&running_dir(&root)).to_path_buf(),
+                    dir: running_dir(&root).to_path_buf(),
                     error: e.to_string(),
                 }
                 .emit();
@@ -329,7 +329,7 @@ fn take_turn(
         Ok(m) => m,
         Err(e) => {
             crate::events::Event::CannotLeaveMarker {
-                dir: (&running_dir(root)).to_path_buf(),
+                dir: running_dir(root).to_path_buf(),
                 error: e.to_string(),
             }
             .emit();

@@ -179,9 +179,9 @@ pub fn report_incomplete(missing: &[(u32, NotPublished)], nnodes: u32) {
         .map(|(r, w)| format!("node {r}: {w}"))
         .collect();
     crate::events::Event::ShareIncomplete {
-        missing: (&which.join(", ")).to_string(),
+        missing: which.join(", ").to_string(),
         nodes: nnodes,
-        reason: (&why.join("; ")).to_string(),
+        reason: why.join("; ").to_string(),
     }
     .emit();
 }

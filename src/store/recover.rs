@@ -125,7 +125,7 @@ impl Store {
         if !taken.is_empty() {
             crate::events::Event::RecoveryStoreTaken {
                 fingerprint: fp.to_string(),
-                taken: (&taken[0]).to_string(),
+                taken: taken[0].to_string(),
             }
             .emit();
         } else {
@@ -255,7 +255,7 @@ impl Store {
         } else {
             crate::events::Event::RecoveryRestoreTaken {
                 fingerprint: fp.to_string(),
-                taken: (&taken[0]).to_string(),
+                taken: taken[0].to_string(),
             }
             .emit();
         }

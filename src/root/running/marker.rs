@@ -84,7 +84,7 @@ impl Runs {
         let (seen, strays, foreign) = scan_dir(self.dir.as_fd(), None);
         for (name, uid) in foreign {
             crate::events::Event::ForeignMarker {
-                marker: (&format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR)).to_string(),
+                marker: format!("{}/{RUNNING_DIR}/{name}", crate::STATE_DIR).to_string(),
                 uid,
             }
             .emit();
@@ -379,7 +379,7 @@ impl Marker {
         self.state.set(state);
         if let Err(e) = self.shared.write_all_at(state.word(), 0) {
             crate::events::Event::CannotUpdateMarker {
-                marker: (&format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name)).to_string(),
+                marker: format!("{}/{RUNNING_DIR}/{}", crate::STATE_DIR, self.name).to_string(),
                 error: e.to_string(),
             }
             .emit();

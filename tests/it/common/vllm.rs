@@ -16,7 +16,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 const OUTCOMES: [&str; 4] = ["signed", "reused", "nothing_to_keep", "nothing_signed"];
 
 pub fn is_outcome(e: &serde_json::Value) -> bool {
-    let name = e["event"].as_str().unwrap_or_default();
+    let name = e["code"].as_str().unwrap_or_default();
     OUTCOMES.contains(&name) || name.starts_with("not_signing")
 }
 
