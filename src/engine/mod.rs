@@ -53,7 +53,7 @@ pub trait Engine: Sync {
         &self,
         share: &Share,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped>;
 

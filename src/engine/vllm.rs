@@ -319,7 +319,7 @@ fn share(
 fn take_own(
     share: &Share,
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &crate::digest::Fingerprint,
 ) -> Result<Option<Vec<PathBuf>>, Stopped> {
     let (dir, cluster, me, timeout) = share.parts();
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
@@ -428,7 +428,7 @@ impl Engine for Vllm {
         &self,
         share: &Share,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         if !kept.is_empty() {

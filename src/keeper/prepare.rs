@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cache::{self, PruneReport};
+use crate::digest::Fingerprint;
 use crate::done::watch::Watcher;
 use crate::done::Done;
 use crate::engine::{Engine, NoRoot};
@@ -74,7 +75,7 @@ impl Keeper {
             args.unifies(profile),
             args.store_max_age,
         );
-        let fleet = fleet_of(args, &launch, fingerprint.as_str(), &root);
+        let fleet = fleet_of(args, &launch, &fingerprint, &root);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -229,7 +230,7 @@ fn take_fleet(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopp
 fn fleet_of(
     args: &Settings,
     launch: &Launch,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     root: &Path,
 ) -> Option<crate::fleet::Fleet> {
     args.fleet.url.as_ref()?;
@@ -351,7 +352,7 @@ fn take_turn(
 /// started (the returned job, run after the spawn).
 fn prune(
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     store: Option<&Store>,
     engine: &dyn Engine,
     launch: &Launch,
