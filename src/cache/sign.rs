@@ -13,7 +13,7 @@ use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
-use super::SignReport;
+use super::{AsHashed, SignReport};
 use crate::SIDECAR_FORMAT;
 
 /// What sign does with files whose change time is too fresh to vouch for
@@ -49,11 +49,11 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
     if settle == Settle::Wait {
         survey.stamp_racy(&root_fd);
     }
-    let (members, stamps, knowns) = survey.in_path_order();
+    let (members, stamps, knowns, hashed) = survey.in_path_order();
     let id = sidecar::set_id(fingerprint, &members);
     let signed: Vec<PathBuf> = members.iter().map(|m| PathBuf::from(&m.path)).collect();
     if members.is_empty() {
-        return Ok(report(signed, true, id, None));
+        return Ok(report(signed, hashed, true, id, None));
     }
 
     // 2. What is recorded already: the manifest, and each member's sidecar.
@@ -83,17 +83,17 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
         // the manifest if it is not there. The set stays whole throughout.
         Some(restamp) => {
             if restamp.is_empty() && manifest_ok {
-                return Ok(report(signed, true, id, settle_at));
+                return Ok(report(signed, hashed, true, id, settle_at));
             }
             write_sidecars(&root_fd, &restamp, members.len())?;
             if settle == Settle::Restamp {
-                return Ok(report(signed, true, id, None));
+                return Ok(report(signed, hashed, true, id, None));
             }
             true
         }
         // Not the set signed: a restamp writes nothing.
         None if settle == Settle::Restamp => {
-            return Ok(report(signed, false, id, None));
+            return Ok(report(signed, hashed, false, id, None));
         }
         // 3b. Every sidecar, one directory at a time, then the manifest:
         // until the manifest names this set, no member is trusted.
@@ -106,7 +106,7 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
     if !manifest_ok || !unchanged {
         write_set_manifest(&root_fd, &manifest)?;
     }
-    Ok(report(signed, unchanged, id, settle_at))
+    Ok(report(signed, hashed, unchanged, id, settle_at))
 }
 
 /// What sign found, read once: the members, per member its identity when
@@ -118,6 +118,8 @@ struct Survey {
     members: Vec<Member>,
     stamps: Vec<Option<Stamp>>,
     knowns: Vec<Option<Sidecar>>,
+    /// Each member as it was when read.
+    as_hashed: Vec<AsHashed>,
     racy: Vec<usize>,
     settle_at: i64,
     hashed: Hashed,
@@ -193,7 +195,7 @@ impl Survey {
                     judge::judge_sidecar(&self.sbuf, fingerprint, |p| p == path).ok()
                 });
             let now = sidecar::now_ns();
-            let (sha256, size, stamp) = match self.hashed.hash(
+            let (sha256, size, stamp, as_hashed) = match self.hashed.hash(
                 dir.fd,
                 self.cname.as_slice(),
                 &mut self.buf,
@@ -229,6 +231,7 @@ impl Survey {
             }
             self.stamps.push(stamp.filter(|s| s.settled(now)));
             self.knowns.push(known);
+            self.as_hashed.push(as_hashed);
             self.members.push(Member { path, sha256, size });
         }
         if let Some(bad) = unsignable {
@@ -237,6 +240,7 @@ impl Survey {
                 self.members.truncate(first);
                 self.stamps.truncate(first);
                 self.knowns.truncate(first);
+                self.as_hashed.truncate(first);
                 self.racy.retain(|&i| i < first);
                 crate::events::Event::DirNotSigned {
                     files: dropped,
@@ -263,16 +267,25 @@ impl Survey {
         );
     }
 
-    /// The members, their stamps and known sidecars, sorted by path.
+    /// The members, their stamps, known sidecars and identities as read,
+    /// sorted by path.
     #[allow(clippy::type_complexity)]
-    fn in_path_order(mut self) -> (Vec<Member>, Vec<Option<Stamp>>, Vec<Option<Sidecar>>) {
+    fn in_path_order(
+        mut self,
+    ) -> (
+        Vec<Member>,
+        Vec<Option<Stamp>>,
+        Vec<Option<Sidecar>>,
+        Vec<AsHashed>,
+    ) {
         let members = &self.members;
         let mut order: Vec<usize> = (0..members.len()).collect();
         order.sort_unstable_by(|&a, &b| members[a].path.cmp(&members[b].path));
         let sorted: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
         let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| self.stamps[i]).collect();
         let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| self.knowns[i].take()).collect();
-        (sorted, stamps, knowns)
+        let as_hashed: Vec<AsHashed> = order.iter().map(|&i| self.as_hashed[i]).collect();
+        (sorted, stamps, knowns, as_hashed)
     }
 }
 
@@ -296,6 +309,7 @@ fn open_root(root: &Path) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
 
 fn report(
     signed: Vec<PathBuf>,
+    hashed: Vec<AsHashed>,
     unchanged: bool,
     set_id: String,
     settle_at: Option<i64>,
@@ -305,6 +319,7 @@ fn report(
         unchanged,
         set_id,
         settle_at,
+        hashed,
     }
 }
 
@@ -384,7 +399,8 @@ struct Hashing {
 
 impl Hashed {
     /// The sha256 and size of the regular file `name` in `dir`, with its
-    /// stamp when one may vouch for these bytes; only if it is a JSON
+    /// stamp when one may vouch for these bytes and the file as it was when
+    /// read (from the descriptor read); only if it is a JSON
     /// object with `how.json`. Not read when `known`, its sidecar, records
     /// its stamp: the bytes are the ones it signs.
     ///
@@ -405,16 +421,17 @@ impl Hashed {
         buf: &mut Vec<u8>,
         how: Hashing,
         known: Option<&Sidecar>,
-    ) -> Result<(String, u64, Option<Stamp>), Unsignable> {
+    ) -> Result<(String, u64, Option<Stamp>, AsHashed), Unsignable> {
         let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
         let stamp = Stamp::of(&st);
+        let as_hashed = AsHashed::of(&st);
         let size = st.st_size.max(0) as u64;
         if let Some(sc) = known.filter(|sc| how.stamps && sc.stat == Some(stamp) && sc.size == size)
         {
-            return Ok((sc.sha256.clone(), size, Some(stamp)));
+            return Ok((sc.sha256.clone(), size, Some(stamp), as_hashed));
         }
         if let Some((sha, clean)) = self.0.get(&(stamp, size)) {
-            return Ok((sha.clone(), size, clean.then_some(stamp)));
+            return Ok((sha.clone(), size, clean.then_some(stamp), as_hashed));
         }
         // Where there are no leases (network file systems: their server
         // gives each write it receives a new change time), as before. A
@@ -432,7 +449,7 @@ impl Hashed {
         if buf.len() as u64 == size {
             self.0.insert((stamp, size), (sha.clone(), clean));
         }
-        Ok((sha, buf.len() as u64, clean.then_some(stamp)))
+        Ok((sha, buf.len() as u64, clean.then_some(stamp), as_hashed))
     }
 }
 
@@ -496,7 +513,7 @@ fn stamp_racy(
             json: false,
             stamps: true,
         };
-        if let Ok((sha, size, Some(stamp))) =
+        if let Ok((sha, size, Some(stamp), _)) =
             hashed.hash(d.as_fd(), name.as_bytes(), buf, how, None)
         {
             if sha == m.sha256 && size == m.size && stamp.settled(now) {

@@ -51,8 +51,8 @@ pub(super) enum SignKind {
 
 /// What the worker reports.
 pub(super) enum Report {
-    /// A sign finished: the cache files as it left them; `done`: it was
-    /// the sign at done.
+    /// A sign finished: the cache files as it left them (those signed, as
+    /// it read them); `done`: it was the sign at done.
     Signed {
         stamps: Vec<(PathBuf, Stamp)>,
         done: bool,
@@ -99,15 +99,21 @@ impl Committer {
                 None
             }
             Job::Sign { kind, files } => {
-                let signed = self.sign(kind, &files);
-                let stamps = files
-                    .iter()
-                    .chain(&signed)
-                    .filter_map(|rel| {
-                        let meta = std::fs::symlink_metadata(self.root.join(rel)).ok()?;
-                        Some((rel.clone(), watch::stamp(&meta)))
-                    })
-                    .collect();
+                // The files signed are keepwrap's own writes as the sign
+                // read them: a save of the engine after that lands. The
+                // others, as unify left them.
+                let mut stamps = self.sign(kind, &files);
+                let signed: std::collections::HashSet<PathBuf> =
+                    stamps.iter().map(|(rel, _)| rel.clone()).collect();
+                stamps.extend(
+                    files
+                        .iter()
+                        .filter(|rel| !signed.contains(*rel))
+                        .filter_map(|rel| {
+                            let meta = std::fs::symlink_metadata(self.root.join(rel)).ok()?;
+                            Some((rel.clone(), watch::stamp(&meta)))
+                        }),
+                );
                 Some(Report::Signed {
                     stamps,
                     done: matches!(kind, SignKind::Done),
@@ -201,8 +207,8 @@ impl Committer {
     }
 
     /// Unify, then sign every cache file present as one set, and say how
-    /// this boot went. The files signed.
-    fn sign(&mut self, kind: SignKind, files: &[PathBuf]) -> Vec<PathBuf> {
+    /// this boot went. The files signed, each as the sign read it.
+    fn sign(&mut self, kind: SignKind, files: &[PathBuf]) -> Vec<(PathBuf, Stamp)> {
         if self.unify {
             unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path));
         }
@@ -240,7 +246,7 @@ impl Committer {
                     s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
                 }
             }
-            return report.signed;
+            return as_read(report);
         }
         self.signed_at_done.clone_from(&report.signed);
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
@@ -291,7 +297,7 @@ impl Committer {
             );
             Stats::flush(s.state_fd());
         }
-        report.signed
+        as_read(report)
     }
 
     /// Multi-node: publish the signed rank files into the share.
@@ -365,6 +371,16 @@ impl Committer {
 
 /// Longest wait for the lock at commit, whatever `--lock-timeout` says.
 const COMMIT_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The files a sign signed, each with its stamp as the sign read it.
+fn as_read(report: cache::SignReport) -> Vec<(PathBuf, Stamp)> {
+    report
+        .signed
+        .into_iter()
+        .zip(report.hashed)
+        .map(|(rel, h)| (rel, (h.ino, h.size, h.mtime, h.mtime_nsec)))
+        .collect()
+}
 
 fn same_files(a: &[PathBuf], b: &[PathBuf]) -> bool {
     let mut a: Vec<&Path> = a.iter().map(PathBuf::as_path).collect();

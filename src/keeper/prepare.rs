@@ -94,10 +94,12 @@ impl Keeper {
             Err(prepared) => return Ok(*prepared),
         };
         let inputs = launch.redacted_inputs();
-        let Some((mut pruned, trash)) = prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+        let Some((mut pruned, trash, leftover)) =
+            prune(&root, &fingerprint, store.as_ref(), engine, &launch)
         else {
             return Ok(Prepared::hands_off(marker));
         };
+        let leftover = leftover.map(|l| remove_leftover_later(&root, l));
         let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
             None => (None, None),
@@ -168,22 +170,28 @@ impl Keeper {
         };
         // Nothing to evict or explain and nothing in the trash: no work, no
         // thread. keepwrap's exit waits (a bounded time) for the eviction
-        // only.
-        let after_start: Option<AfterStart> =
-            if after_start.is_none() && evict.is_none() && !trash.has_work() {
-                None
-            } else {
-                Some(Box::new(move |done| {
-                    if let Some(job) = evict {
-                        job();
-                    }
-                    drop(done);
-                    if let Some(job) = after_start {
-                        job();
-                    }
-                    trash.run();
-                }))
-            };
+        // and the eviction trash a killed keepwrap left, only.
+        let after_start: Option<AfterStart> = if after_start.is_none()
+            && evict.is_none()
+            && !trash.has_work()
+            && leftover.is_none()
+        {
+            None
+        } else {
+            Some(Box::new(move |done| {
+                if let Some(job) = evict {
+                    job();
+                }
+                if let Some(job) = leftover {
+                    job();
+                }
+                drop(done);
+                if let Some(job) = after_start {
+                    job();
+                }
+                trash.run();
+            }))
+        };
         Ok(Prepared {
             keeper: Some(keeper),
             marker: None,
@@ -349,19 +357,22 @@ fn take_turn(
 /// Remove what this launch must not load, other launches' whole sets into
 /// the store when there is one; None (logged) when the root cannot be
 /// pruned. The trash the prune filled is emptied once the engine has
-/// started (the returned job, run after the spawn).
+/// started (the returned job, run after the spawn), and so is the eviction
+/// trash a killed keepwrap left (the last value, when there is any).
 fn prune(
     root: &Path,
     fingerprint: &Fingerprint,
     store: Option<&Store>,
     engine: &dyn Engine,
     launch: &Launch,
-) -> Option<(PruneReport, cache::TrashJob)> {
+) -> Option<(PruneReport, cache::TrashJob, Option<store::Evicted>)> {
     let refuse = engine.refuse_at_prune(launch);
     let refuse = refuse.as_deref();
+    let mut leftover = None;
     let pruned = match store {
         Some(s) => {
             s.recover();
+            leftover = Some(s.leftover_trash()).filter(|l| !l.is_empty());
             let r = cache::prune_then_empty_refusing(
                 root,
                 fingerprint,
@@ -374,7 +385,7 @@ fn prune(
         None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
     };
     match pruned {
-        Ok(pruned) => Some(pruned),
+        Ok((pruned, trash)) => Some((pruned, trash, leftover)),
         Err(e) => {
             crate::events::Event::CannotPrune {
                 root: root.to_path_buf(),
@@ -487,6 +498,18 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
         s.remove_evicted(evicted);
         if n > 0 {
             Stats::record(|st| st.evicted += n);
+        }
+    })
+}
+
+/// Delete, once the engine has started, the eviction trash a killed
+/// keepwrap left (it grows with what was left; no lock needed: it is out
+/// of the store already).
+fn remove_leftover_later(root: &Path, leftover: store::Evicted) -> Job {
+    let root = root.to_path_buf();
+    Box::new(move || {
+        if let Some(s) = Store::open_existing(&root) {
+            s.remove_evicted(leftover);
         }
     })
 }

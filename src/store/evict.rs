@@ -167,5 +167,12 @@ impl Store {
 #[derive(Debug, Default)]
 pub struct Evicted {
     pub entries: usize,
-    trash: Vec<String>,
+    pub(super) trash: Vec<String>,
+}
+
+impl Evicted {
+    /// Nothing to delete.
+    pub fn is_empty(&self) -> bool {
+        self.trash.is_empty()
+    }
 }

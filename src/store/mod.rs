@@ -199,6 +199,8 @@ pub struct Store {
     updir: std::cell::RefCell<Option<(String, std::sync::Arc<OwnedFd>)>>,
     /// Something moved into the store and is not fsynced yet.
     unsynced: std::cell::Cell<bool>,
+    /// Eviction trash a killed keepwrap left (names in `.keepwrap`).
+    leftover: std::cell::RefCell<Vec<String>>,
 }
 
 impl Store {
@@ -223,6 +225,7 @@ impl Store {
             sets: std::cell::OnceCell::new(),
             updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
+            leftover: std::cell::RefCell::default(),
         })
     }
 
@@ -241,6 +244,7 @@ impl Store {
             sets: std::cell::OnceCell::new(),
             updir: std::cell::RefCell::new(None),
             unsynced: std::cell::Cell::new(false),
+            leftover: std::cell::RefCell::default(),
         })
     }
 

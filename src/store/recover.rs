@@ -4,7 +4,11 @@ use super::*;
 
 impl Store {
     /// Finish or undo what a killed keepwrap left halfway. Run under the
-    /// lock, before prune. Returns the number of sets recovered.
+    /// lock, before prune. Returns the number of sets recovered. What a
+    /// keepwrap killed mid-eviction left to delete (`trash-*`) is not
+    /// deleted here (it grows with what was left, and the engine must not
+    /// wait for it): [`Store::leftover_trash`] hands it over, to delete
+    /// after the start.
     pub fn recover(&self) -> usize {
         let mut n = 0;
         if let Ok(list) = fsx::list_dir(self.store.as_fd()) {
@@ -27,13 +31,22 @@ impl Store {
                     self.recover_restoring(&name, fp);
                     n += 1;
                 } else if name.starts_with("trash-") {
-                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    self.leftover.borrow_mut().push(name);
                 } else if fsx::is_keepwrap_tmp(name.as_bytes()) {
                     let _ = fsx::unlink_at(self.state.as_fd(), name.as_bytes());
                 }
             }
         }
         n
+    }
+
+    /// The eviction trash [`Store::recover`] found, to delete with
+    /// [`Store::remove_evicted`] once the engine has started.
+    pub fn leftover_trash(&self) -> Evicted {
+        Evicted {
+            entries: 0,
+            trash: std::mem::take(&mut *self.leftover.borrow_mut()),
+        }
     }
 
     /// The directory `up` below `root`, kept open for the next set.

@@ -17,6 +17,8 @@ by temp file + rename as FlashInfer saves them. Steps:
   report           print {"present": [rank file names]} on stdout; with
                    STAGED_REPORT_ONLY=1 in the environment, then exit 0
   mark:NAME        print "mark NAME" on stdout
+  waitfor:NAME     wait (at most 30 s, else exit 97) until the file NAME is
+                   in the rank files' directory
   wait             sleep until a signal ends the process
   exit:C           exit with status C
   kill:SIG         kill itself with signal number SIG (its default action)
@@ -123,6 +125,12 @@ def main():
                 sys.exit(0)
         elif name == "mark":
             out(f"mark {arg}")
+        elif name == "waitfor":
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(DIR, arg)):
+                if time.monotonic() > deadline:
+                    sys.exit(97)
+                time.sleep(0.005)
         elif name == "wait":
             while True:
                 time.sleep(3600)

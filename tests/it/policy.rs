@@ -417,9 +417,9 @@ fn a_stop_after(kw_args: &[&str], late: &str) -> (Finished, Vec<String>) {
     (b, kept)
 }
 
-#[test]
-fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
-    let (b, kept) = a_stop_after(&["--done", "quiet=400ms"], "write:0");
+/// The verdict of a launch stopped by TERM (the engine exiting 0) after
+/// rank 0 changed since the sign at done: not signed, the set broken.
+fn rank_0_broke_the_set_then_a_stop(b: &Finished) {
     assert!(
         b.logged_with(
             "late_not_signed_stopped",
@@ -436,6 +436,12 @@ fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
         "{}",
         b.stderr
     );
+}
+
+#[test]
+fn rule2_what_lands_after_done_is_not_signed_after_a_stop() {
+    let (b, kept) = a_stop_after(&["--done", "quiet=400ms"], "write:0");
+    rank_0_broke_the_set_then_a_stop(&b);
     assert!(
         kept.is_empty(),
         "rank 0 changed after done: nothing of the mixed set is kept"
@@ -456,6 +462,63 @@ fn rule2_a_rank_saved_again_as_signed_after_done_then_a_stop_leaves_the_set_as_s
         b.stderr
     );
     assert_eq!(kept, vec![rank(0), rank(1)], "{}", b.stderr);
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn rule2_a_rank_saved_while_the_sign_at_done_runs_is_a_late_landing() {
+    // Each sidecar written at sign takes 1.5 s more (a slow disk). The
+    // engine saves rank 0 anew once the sign has hashed every file (its
+    // first sidecar is written) and before it ends: the set signed at
+    // done holds the old bytes of rank 0, so the new ones landed after
+    // done, whatever keepwrap looks at once the sign is over.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache");
+    let kw_args = ["--done", "quiet=400ms", "--unify", "off"];
+    let steps = [
+        "report",
+        "onterm:0",
+        "write:0",
+        "write:1",
+        "waitfor:rank_tp0_pp0_dp0.launch",
+        "write:0",
+        "mark:late",
+        "wait",
+    ];
+    let mut cmd = staged(&root, &kw_args, &steps);
+    cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "1500");
+    let mut kw = Running::spawn(&mut cmd);
+    kw.wait_stdout("the save during the sign", Duration::from_secs(20), |l| {
+        l == "mark late"
+    });
+    kw.wait_event("signed", Duration::from_secs(20));
+    kw.wait_event("late_landing", Duration::from_secs(10));
+    kw.guard.signal(Signal::SIGTERM);
+    let b = kw.finish(Duration::from_secs(20));
+    assert_eq!(b.code, 0);
+    assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+    let events = b.log_events();
+    let count = |code: &str, path: Option<String>| {
+        events
+            .iter()
+            .filter(|e| e["code"] == code && path.as_ref().is_none_or(|p| e["path"] == *p))
+            .count()
+    };
+    // Rank 0 landed twice, before done and during the sign; the second
+    // time is the landing after done.
+    assert_eq!(
+        count("landed", Some(format!("{DIR}/{}", rank(0)))),
+        2,
+        "{}",
+        b.stderr
+    );
+    assert_eq!(count("late_landing", None), 1, "{}", b.stderr);
+    rank_0_broke_the_set_then_a_stop(&b);
+    ends_on_how_the_engine_ended(&b, "the engine exited with status 0 after ");
+    assert!(
+        next_boot_keeps(&root, &kw_args, &steps).is_empty(),
+        "rank 0 is not the one signed: nothing of the mixed set is kept"
+    );
 }
 
 /// CLOCK_MONOTONIC in ns, the clock the engine's handler reads too.
