@@ -68,7 +68,11 @@ fn main() {
         // As the commit worker signs: at once, the stamps of the files
         // unify just wrote recorded once their change times settle (after
         // "signed", off the timed part; its bytes counted).
-        let s = keepwrap::cache::sign_unsettled(root, FP).unwrap();
+        let s = keepwrap::cache::sign_unsettled(
+            root,
+            &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
+        )
+        .unwrap();
         times.push(t0.elapsed());
         signs.push(t1.elapsed());
         cpus.push(process_cpu() - c0);
@@ -78,7 +82,8 @@ fn main() {
             std::thread::sleep(Duration::from_nanos(wait.max(0) as u64));
         }
         let c1 = process_cpu();
-        let r = keepwrap::cache::restamp(root, FP).unwrap();
+        let r = keepwrap::cache::restamp(root, &keepwrap::digest::Fingerprint::parse(FP).unwrap())
+            .unwrap();
         restamps.push((r0.elapsed(), process_cpu() - c1));
         assert!(r.unchanged, "the restamp keeps the set");
         bytes = written() - w0;

@@ -174,12 +174,13 @@ fn run(mode: Mode, files: usize, runs: usize) {
                 t
             }
         };
+        let this = keepwrap::digest::Fingerprint::parse(THIS).unwrap();
         let c = process_cpu();
         let t = Instant::now();
         let store = Store::open(tmp.path()).unwrap();
         store.recover();
         let (r, trash) =
-            cache::prune_then_empty(tmp.path(), THIS, Some(&mut |fd, set| store.stash(fd, set)))
+            cache::prune_then_empty(tmp.path(), &this, Some(&mut |fd, set| store.stash(fd, set)))
                 .unwrap();
         store.sync();
         times.push(t.elapsed());

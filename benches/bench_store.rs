@@ -72,11 +72,16 @@ fn main() {
     let root = t.path().join("restore");
     write_ranks(&root, "0.7.2/sm121/0123456789abcdef", 8, 200_000);
     let (a, b) = (fp('a'), fp('b'));
-    cache::sign(&root, &a).unwrap();
+    cache::sign(&root, &keepwrap::digest::Fingerprint::parse(&a).unwrap()).unwrap();
     let store = Store::open(&root).unwrap();
     let mut times = Vec::new();
     for _ in 0..iters {
-        cache::prune_stashing(&root, &b, &mut |fd, set| store.stash(fd, set)).unwrap();
+        cache::prune_stashing(
+            &root,
+            &keepwrap::digest::Fingerprint::parse(&b).unwrap(),
+            &mut |fd, set| store.stash(fd, set),
+        )
+        .unwrap();
         let t0 = Instant::now();
         let r = store.restore(&a).expect("restored");
         times.push(t0.elapsed());
@@ -122,7 +127,7 @@ fn main() {
         let _ = std::fs::remove_dir_all(&stage);
         write_ranks(&stage, &dir, 8, 2_000);
         let f = format!("{:064x}", s + 1);
-        cache::sign(&stage, &f).unwrap();
+        cache::sign(&stage, &keepwrap::digest::Fingerprint::parse(&f).unwrap()).unwrap();
         std::fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
         std::fs::rename(stage.join(&dir), root.join(&dir)).unwrap();
         // and the set's manifest

@@ -34,6 +34,14 @@ impl Fingerprint {
         Fingerprint(sha256_hex(bytes))
     }
 
+    /// A fingerprint read back from disk (a marker, a file name): exactly
+    /// 64 lowercase hex digits, as keepwrap writes one; None for anything
+    /// else, which names no launch.
+    pub fn parse(s: &str) -> Option<Fingerprint> {
+        let digit = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        (s.len() == 64 && s.bytes().all(digit)).then(|| Fingerprint(s.to_string()))
+    }
+
     /// The 64 hex digits.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -128,6 +136,17 @@ mod tests {
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_fingerprint_read_back_is_64_lowercase_hex_digits() {
+        let f = Fingerprint::of(b"{}");
+        assert_eq!(Fingerprint::parse(f.as_str()), Some(f.clone()));
+        assert_eq!(Fingerprint::parse(&f.as_str().to_uppercase()), None);
+        assert_eq!(Fingerprint::parse(&f.as_str()[..63]), None);
+        assert_eq!(Fingerprint::parse(&format!("{f}0")), None);
+        assert_eq!(Fingerprint::parse(&format!("{}g", &f.as_str()[..63])), None);
+        assert_eq!(Fingerprint::parse(""), None);
     }
 
     #[test]

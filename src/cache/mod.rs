@@ -28,6 +28,7 @@
 //! removed, so no launch ever loads part of a set (a crash between two
 //! sidecar writes, or before the manifest, included).
 
+use crate::digest::Fingerprint;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -152,13 +153,17 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// decision and one summary line. A missing root gives an empty report.
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
-pub fn prune(root: &Path, fingerprint: &str) -> io::Result<PruneReport> {
+pub fn prune(root: &Path, fingerprint: &Fingerprint) -> io::Result<PruneReport> {
     prune::prune(root, fingerprint, Empty::Background, None, None).map(|(r, _)| r)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
 /// false (tests; a one-shot `keepwrap prune` command).
-pub fn prune_with(root: &Path, fingerprint: &str, background: bool) -> io::Result<PruneReport> {
+pub fn prune_with(
+    root: &Path,
+    fingerprint: &Fingerprint,
+    background: bool,
+) -> io::Result<PruneReport> {
     let empty = if background {
         Empty::Background
     } else {
@@ -206,7 +211,7 @@ impl FileId {
 /// `stored <path>: signed for another launch (fingerprint ...)`.
 pub fn prune_stashing(
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
     prune::prune(root, fingerprint, Empty::Background, Some(stash), None).map(|(r, _)| r)
@@ -218,7 +223,7 @@ pub fn prune_stashing(
 /// without running empties the trash in a background thread.
 pub fn prune_then_empty(
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     stash: Option<prune::Stash<'_>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
     prune::prune(root, fingerprint, Empty::Later, stash, None)
@@ -228,7 +233,7 @@ pub fn prune_then_empty(
 /// names removed (one `removed P: WHY` line each) instead of kept.
 pub fn prune_then_empty_refusing<'s>(
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     stash: Option<prune::Stash<'s>>,
     refuse: Option<prune::Refuse<'s>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
@@ -238,7 +243,7 @@ pub fn prune_then_empty_refusing<'s>(
 /// Sign every cache file present under the root for this launch, as one set.
 /// Writes nothing when the same set is already recorded (`unchanged`). A
 /// missing root gives an empty, unchanged report.
-pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+pub fn sign(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
     sign::sign(root, fingerprint, sign::Settle::Wait)
 }
 
@@ -246,7 +251,7 @@ pub fn sign(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
 /// now to settle: those members are signed without a stamp (the next
 /// prune reads and hashes them), and the report says when [`restamp`] can
 /// record their stamps.
-pub fn sign_unsettled(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+pub fn sign_unsettled(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
     sign::sign(root, fingerprint, sign::Settle::Later)
 }
 
@@ -254,7 +259,7 @@ pub fn sign_unsettled(root: &Path, fingerprint: &str) -> io::Result<SignReport> 
 /// none (their change times settled since): each read and hashed again,
 /// and only a file whose bytes are still the ones signed gets one. Writes
 /// nothing when the files present are not exactly that set any more.
-pub fn restamp(root: &Path, fingerprint: &str) -> io::Result<SignReport> {
+pub fn restamp(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
     sign::sign(root, fingerprint, sign::Settle::Restamp)
 }
 

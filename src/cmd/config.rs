@@ -139,7 +139,8 @@ fn log_setting(level: &LogLevel) -> Setting {
 /// resolves to, each from where the setting it resolves came from.
 fn command_settings(all: &[Setting], run: &Settings, launch: &Launch) -> [Setting; 2] {
     let done = all.iter().find(|s| s.name == "done");
-    let resolved = match run.done.resolve(launch) {
+    let engine = crate::engine::of(launch.profile());
+    let resolved = match run.done.resolve(launch, engine.default_done(launch)) {
         Ok(d) => format!("tuning is done {d}"),
         Err(e) => e.to_string(),
     };

@@ -102,9 +102,15 @@ pub enum Done {
 
 impl DoneRule {
     /// Resolve `auto` and a bare `health` against the launch (the command
-    /// inside a shell wrapper, its config file included).
-    pub fn resolve(&self, launch: &Launch) -> Result<Done, DoneError> {
-        let done = self.resolve_rule(launch)?;
+    /// inside a shell wrapper, its config file included). `engine_done`:
+    /// the engine's own rule for both, when it has one for this launch
+    /// (`engine::Engine::default_done`).
+    pub fn resolve(
+        &self,
+        launch: &Launch,
+        engine_done: Option<Result<Done, DoneError>>,
+    ) -> Result<Done, DoneError> {
+        let done = self.resolve_rule(launch, engine_done)?;
         if let Done::Health(ep) | Done::HeadHealth(ep) = &done {
             if let Some(missing) = ep.tls.then(tls::unsupported).flatten() {
                 return Err(DoneError::TlsUnsupported(ep.to_string(), missing));
@@ -113,26 +119,24 @@ impl DoneRule {
         Ok(done)
     }
 
-    fn resolve_rule(&self, launch: &Launch) -> Result<Done, DoneError> {
-        match self {
-            DoneRule::Auto if launch.vllm().is_some() => match launch.vllm() {
-                Some(v) => vllm::auto_done(v),
-                None => Ok(Done::Exit),
-            },
-            DoneRule::Auto if runs_sglang_server(launch) => {
+    fn resolve_rule(
+        &self,
+        launch: &Launch,
+        engine_done: Option<Result<Done, DoneError>>,
+    ) -> Result<Done, DoneError> {
+        match (self, engine_done) {
+            (DoneRule::Auto | DoneRule::Health(None), Some(done)) => done,
+            (DoneRule::Auto, None) if runs_sglang_server(launch) => {
                 Ok(Done::Health(Endpoint::of_launch(launch)))
             }
-            DoneRule::Auto => match launch.command().exit_unproven_why() {
+            (DoneRule::Auto, None) => match launch.command().exit_unproven_why() {
                 Some(why) => Err(DoneError::ExitUnproven(why)),
                 None => Ok(Done::Exit),
             },
-            DoneRule::Exit => Ok(Done::Exit),
-            DoneRule::Health(None) => match launch.vllm() {
-                Some(v) => vllm::auto_done(v),
-                None => Ok(Done::Health(Endpoint::of_launch(launch))),
-            },
-            DoneRule::Health(Some(url)) => Endpoint::parse(url).map(Done::Health),
-            DoneRule::Quiet(d) => Ok(Done::Quiet(*d)),
+            (DoneRule::Exit, _) => Ok(Done::Exit),
+            (DoneRule::Health(None), None) => Ok(Done::Health(Endpoint::of_launch(launch))),
+            (DoneRule::Health(Some(url)), _) => Endpoint::parse(url).map(Done::Health),
+            (DoneRule::Quiet(d), _) => Ok(Done::Quiet(*d)),
         }
     }
 }
@@ -914,7 +918,7 @@ mod tests {
             "http://10.0.0.2:8123/health"
         );
         assert_eq!(
-            DoneRule::Auto.resolve(&l),
+            DoneRule::Auto.resolve(&l, None),
             Ok(Done::Health(Endpoint::of_launch(&l)))
         );
     }

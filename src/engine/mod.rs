@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::done::{Done, DoneError};
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
 use crate::stops::Stopped;
@@ -52,7 +53,7 @@ pub trait Engine: Sync {
         &self,
         share: &Share,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped>;
 
@@ -74,6 +75,13 @@ pub trait Engine: Sync {
 
     /// Before the start: remove the kept files that would hurt this launch.
     fn before_start(&self, _root: &Path, _launch: &Launch, _kept: &mut Vec<PathBuf>) {}
+
+    /// `--done auto` and a bare `--done health` for this launch, when the
+    /// engine has its own rule for them (vLLM: its `/health`, a headless
+    /// node's head or rank files); None: the common rules.
+    fn default_done(&self, _launch: &Launch) -> Option<Result<Done, DoneError>> {
+        None
+    }
 
     /// `status -- COMMAND`: the plan as this engine changes it.
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}

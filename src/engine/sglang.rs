@@ -54,7 +54,7 @@ impl Engine for Sglang {
         &self,
         share: &Share,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         _kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         share.take_union(root, fingerprint)

@@ -14,6 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
+use crate::done::{Done, DoneError};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
 
@@ -318,7 +319,7 @@ fn share(
 fn take_own(
     share: &Share,
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &crate::digest::Fingerprint,
 ) -> Result<Option<Vec<PathBuf>>, Stopped> {
     let (dir, cluster, me, timeout) = share.parts();
     let (d, c) = (dir.to_path_buf(), cluster.to_string());
@@ -427,7 +428,7 @@ impl Engine for Vllm {
         &self,
         share: &Share,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         if !kept.is_empty() {
@@ -450,6 +451,12 @@ impl Engine for Vllm {
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         before_start(root, launch, kept);
+    }
+
+    /// The first 200 of `/health` on the API node; a headless node's
+    /// head, else its rank files landed and quiet (`done::vllm`).
+    fn default_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {
+        launch.vllm().map(crate::done::vllm::auto_done)
     }
 
     fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {

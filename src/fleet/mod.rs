@@ -159,7 +159,7 @@ pub struct Fleet {
     pub mode: Mode,
     timeout: Duration,
     profile: String,
-    fingerprint: String,
+    fingerprint: crate::digest::Fingerprint,
     /// The publication under way.
     running: Option<JoinHandle<()>>,
     /// `<root>/.keepwrap`, where the fleet's state file is written.
@@ -177,7 +177,7 @@ impl Fleet {
     pub fn new(
         args: &Settings,
         profile: &str,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
         root: &Path,
         multi_node: bool,
         var: impl Fn(&str) -> Option<String>,
@@ -213,7 +213,7 @@ impl Fleet {
             mode: args.mode,
             timeout: args.timeout,
             profile: profile.to_string(),
-            fingerprint: fingerprint.to_string(),
+            fingerprint: fingerprint.clone(),
             running: None,
             state_dir: root.join(crate::STATE_DIR),
         })
@@ -504,7 +504,11 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
 
 /// Write the verified files into staging, link them into place (never
 /// over an existing file) and sign them: all or nothing. The files signed.
-fn place(root: &Path, fingerprint: &str, files: &[(String, Vec<u8>)]) -> io::Result<Vec<PathBuf>> {
+fn place(
+    root: &Path,
+    fingerprint: &crate::digest::Fingerprint,
+    files: &[(String, Vec<u8>)],
+) -> io::Result<Vec<PathBuf>> {
     let root_fd = fsx::open_root(root)?;
     let state = crate::share::mkdirs(root_fd.as_fd(), crate::STATE_DIR)?;
     let staging_name = format!("fleet-staging.{}", std::process::id());

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cache::{self, PruneReport};
+use crate::digest::Fingerprint;
 use crate::done::watch::Watcher;
 use crate::done::Done;
 use crate::engine::{Engine, NoRoot};
@@ -74,7 +75,7 @@ impl Keeper {
             args.unifies(profile),
             args.store_max_age,
         );
-        let fleet = fleet_of(args, &launch, fingerprint.as_str(), &root);
+        let fleet = fleet_of(args, &launch, &fingerprint, &root);
         let store = match Store::open_in(&root, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -237,7 +238,7 @@ fn take_fleet(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopp
 fn fleet_of(
     args: &Settings,
     launch: &Launch,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     root: &Path,
 ) -> Option<crate::fleet::Fleet> {
     args.fleet.url.as_ref()?;
@@ -278,7 +279,7 @@ fn locate(
         }
         .emit();
     }
-    let done = match args.done.resolve(launch) {
+    let done = match args.done.resolve(launch, engine.default_done(launch)) {
         Ok(done) => done,
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
@@ -360,7 +361,7 @@ fn take_turn(
 /// trash a killed keepwrap left (the last value, when there is any).
 fn prune(
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     store: Option<&Store>,
     engine: &dyn Engine,
     launch: &Launch,

@@ -105,7 +105,7 @@ impl Share {
     pub fn take_union(
         &self,
         root: &Path,
-        fingerprint: &str,
+        fingerprint: &crate::digest::Fingerprint,
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         let (share, cluster, node) = (self.dir.clone(), self.cluster.clone(), self.node);
         let started = Instant::now();

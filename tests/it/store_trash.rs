@@ -27,7 +27,11 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
         )
         .unwrap();
     }
-    cache::sign(stage.path(), f).unwrap();
+    cache::sign(
+        stage.path(),
+        &keepwrap::digest::Fingerprint::parse(&f).unwrap(),
+    )
+    .unwrap();
     fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
     fs::rename(stage.path().join(&dir), root.join(&dir)).unwrap();
     // and the set's manifest
@@ -39,7 +43,12 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
 
 fn prune(root: &Path, store: &Store) -> cache::PruneReport {
     store.recover();
-    let r = cache::prune_stashing(root, THIS, &mut |fd, set| store.stash(fd, set)).unwrap();
+    let r = cache::prune_stashing(
+        root,
+        &keepwrap::digest::Fingerprint::parse(&THIS).unwrap(),
+        &mut |fd, set| store.stash(fd, set),
+    )
+    .unwrap();
     store.sync();
     r
 }
@@ -127,10 +136,14 @@ fn a_directory_with_something_else_is_stored_file_by_file() {
 /// into the store.
 fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::PruneReport {
     store.recover();
-    let r = cache::prune_stashing(root, THIS, &mut |fd, set| {
-        meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
-        store.stash(fd, set)
-    })
+    let r = cache::prune_stashing(
+        root,
+        &keepwrap::digest::Fingerprint::parse(&THIS).unwrap(),
+        &mut |fd, set| {
+            meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
+            store.stash(fd, set)
+        },
+    )
     .unwrap();
     store.sync();
     r
@@ -278,7 +291,12 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     );
     // Whole again for its launch: the next prune of that launch keeps it.
     store.recover();
-    let r = cache::prune_stashing(root, &a, &mut |fd, set| store.stash(fd, set)).unwrap();
+    let r = cache::prune_stashing(
+        root,
+        &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
+        &mut |fd, set| store.stash(fd, set),
+    )
+    .unwrap();
     assert_eq!((r.kept.len(), r.removed), (4, 0));
 }
 

@@ -165,9 +165,14 @@ fn forge(root: &Path, rel: &str, fp: &str) {
     .unwrap();
 }
 
+/// A test's fingerprint as the cache takes it.
+fn fingerprint(fp: &str) -> crate::digest::Fingerprint {
+    crate::digest::Fingerprint::parse(fp).expect("64 lowercase hex digits")
+}
+
 /// Prune with the trash emptied before returning.
 fn prune(root: &Path, fp: &str) -> std::io::Result<PruneReport> {
-    prune_with(root, fp, false)
+    prune_with(root, &fingerprint(fp), false)
 }
 
 fn exists(root: &Path, rel: &str) -> bool {

@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::digest::short;
+use crate::digest::{short, Fingerprint};
 use crate::launch::fingerprint::{self, Launch};
 
 use super::{RANK_FLAGS, VLLM_RANK_FLAGS};
@@ -50,7 +50,7 @@ impl State {
 /// Who a launch is, as other launches on the root compare it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    pub fingerprint: String,
+    pub fingerprint: Fingerprint,
     /// The cluster fingerprint without the node and data-parallel ranks.
     pub peer_key: String,
     /// The values of [`RANK_FLAGS`] (`-` when none is given).
@@ -93,7 +93,7 @@ impl Identity {
                 .join(",")
         };
         Identity {
-            fingerprint: launch.fingerprint().to_string(),
+            fingerprint: launch.fingerprint().clone(),
             peer_key: peer_key.into(),
             rank,
         }
@@ -312,15 +312,13 @@ pub(super) fn parse(name: &str, text: &str) -> Option<(Identity, u128, State, St
     let f: Vec<&str> = text.split_whitespace().collect();
     // Only what keepwrap writes: hex digests and plain tokens (a planted
     // marker never puts control characters into a log line).
-    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex = |s: &str| Fingerprint::parse(s).is_some();
     let plain = |s: &str| token(s) == s;
     match f.as_slice() {
-        [state, fp, started, peer, rank, host]
-            if hex(fp) && hex(peer) && plain(rank) && plain(host) =>
-        {
+        [state, fp, started, peer, rank, host] if hex(peer) && plain(rank) && plain(host) => {
             Some((
                 Identity {
-                    fingerprint: fp.to_string(),
+                    fingerprint: Fingerprint::parse(fp)?,
                     peer_key: peer.to_string(),
                     rank: rank.to_string(),
                 },

@@ -8,9 +8,11 @@ use super::marker::{line, lock_byte, ALIVE_BYTE};
 use super::seen::{parse, rank_values};
 use super::*;
 
+/// `fp`: a fingerprint in full, or a label standing for one.
 fn id(fp: &str, peer: &str, rank: &str) -> Identity {
+    use crate::digest::Fingerprint;
     Identity {
-        fingerprint: fp.into(),
+        fingerprint: Fingerprint::parse(fp).unwrap_or_else(|| Fingerprint::of(fp.as_bytes())),
         peer_key: peer.into(),
         rank: rank.into(),
     }
@@ -312,6 +314,11 @@ fn a_marker_line_round_trips() {
     assert!(parse("7-42", "tuning \u{e9}\u{e9}\u{e9}\u{e9}\u{e9} 1 b - h").is_none());
     let unreleased = format!("{} 42", "c".repeat(64));
     assert!(parse("7-42", &unreleased).is_none(), "no other format");
+    let upper = format!("tuning {} 1 {} - h", "A".repeat(64), "b".repeat(64));
+    assert!(
+        parse("7-42", &upper).is_none(),
+        "no fingerprint keepwrap writes"
+    );
 }
 
 #[test]
