@@ -29,7 +29,7 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
     }
     cache::sign(
         stage.path(),
-        &keepwrap::digest::Fingerprint::parse(&f).unwrap(),
+        &keepwrap::digest::Fingerprint::parse(f).unwrap(),
     )
     .unwrap();
     fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
@@ -45,7 +45,7 @@ fn prune(root: &Path, store: &Store) -> cache::PruneReport {
     store.recover();
     let r = cache::prune_stashing(
         root,
-        &keepwrap::digest::Fingerprint::parse(&THIS).unwrap(),
+        &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| store.stash(fd, set),
     )
     .unwrap();
@@ -138,7 +138,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
     store.recover();
     let r = cache::prune_stashing(
         root,
-        &keepwrap::digest::Fingerprint::parse(&THIS).unwrap(),
+        &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| {
             meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
             store.stash(fd, set)
