@@ -429,17 +429,28 @@ impl State<'_, '_> {
     }
 
     fn leftover(&mut self, dir: &DirView<'_>, name: &[u8], why: &str) {
+        self.remove_leftover(dir, name, why, |path, reason| {
+            crate::events::Event::RemovedLeftover { path, reason }
+        });
+    }
+
+    /// Unlink `name` of `dir`, counted as a leftover, with one line: the
+    /// `removed` event, or why it could not be removed.
+    fn remove_leftover(
+        &mut self,
+        dir: &DirView<'_>,
+        name: &[u8],
+        why: &str,
+        removed: impl FnOnce(String, String) -> crate::events::Event,
+    ) {
+        let path = Rel(dir.rel, name).to_string();
         match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
             Ok(()) => {
                 self.report.leftovers += 1;
-                crate::events::Event::RemovedLeftover {
-                    path: (Rel(dir.rel, name)).to_string(),
-                    reason: why.to_string(),
-                }
-                .emit();
+                removed(path, why.to_string()).emit();
             }
             Err(e) => crate::events::Event::CannotRemove {
-                path: (Rel(dir.rel, name)).to_string(),
+                path,
                 reason: why.to_string(),
                 error: e.to_string(),
             }
@@ -459,22 +470,9 @@ impl State<'_, '_> {
             return;
         }
         let why = "a symlink to a directory, through which the engine would load cache files keepwrap does not judge";
-        match fsx::unlink_at(dir.fd, cstr_buf(&mut self.sname, name)) {
-            Ok(()) => {
-                self.report.leftovers += 1;
-                crate::events::Event::RemovedSymlink {
-                    path: (Rel(dir.rel, name)).to_string(),
-                    reason: why.to_string(),
-                }
-                .emit();
-            }
-            Err(e) => crate::events::Event::CannotRemove {
-                path: (Rel(dir.rel, name)).to_string(),
-                reason: why.to_string(),
-                error: e.to_string(),
-            }
-            .emit(),
-        }
+        self.remove_leftover(dir, name, why, |path, reason| {
+            crate::events::Event::RemovedSymlink { path, reason }
+        });
     }
 
     /// Remove cache file `name` of `dir` (and its sidecar), one log line.
