@@ -33,6 +33,7 @@ pub fn evict(
     let Some(root) = crate::root::place::root_from(cache_dir, &env) else {
         return super::no_root();
     };
+    crate::events::set_root(&root);
     let Some(store) = Store::open_existing(&root) else {
         println!(
             "{} 0 stored sets (0 files, 0 B): {} has no store",
@@ -63,10 +64,10 @@ pub fn evict(
     let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "keepwrap: error: cannot take the cache lock of {}: {e}",
+            super::failed(format!(
+                "cannot take the cache lock of {}: {e}",
                 root.display()
-            );
+            ));
             return ExitCode::FAILURE;
         }
     };
@@ -145,7 +146,10 @@ fn launch_prefix(which: &Evict) -> Result<Option<String>, ExitCode> {
         Evict::Launch(prefix) => {
             let p = prefix.to_ascii_lowercase();
             if p.len() < 8 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-                eprintln!("keepwrap: error: {prefix:?} is not a fingerprint (8 to 64 hex digits)");
+                crate::events::Event::UsageError {
+                    what: format!("{prefix:?} is not a fingerprint (8 to 64 hex digits)"),
+                }
+                .emit();
                 return Err(ExitCode::from(EXIT_USAGE));
             }
             Ok(Some(p))
@@ -164,15 +168,15 @@ fn matches_one(store: &Store, prefix: &str) -> bool {
         .filter(|fp| fp.starts_with(prefix))
         .collect();
     if matching.len() != 1 {
-        eprintln!(
-            "keepwrap: error: {} stored sets match {prefix}{}",
-            matching.len(),
+        super::failed(format!(
+            "{} {prefix}{}",
+            crate::events::counted(matching.len(), "stored set matches", "stored sets match"),
             if matching.is_empty() {
                 ""
             } else {
                 ": give more digits"
             }
-        );
+        ));
         return false;
     }
     true

@@ -20,6 +20,7 @@ pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
     let Some(root) = root else {
         return super::no_root();
     };
+    crate::events::set_root(&root);
     let store = Store::open_existing(&root);
     let now = now_secs();
     let records = store.as_ref().map(Store::records).unwrap_or_default();

@@ -13,7 +13,7 @@ fn client(url: &str, timeout: Duration) -> Option<fleet::s3::Client> {
     match fleet::client_of(url, timeout) {
         Ok(c) => Some(c),
         Err(e) => {
-            eprintln!("keepwrap: error: {e}");
+            super::failed(e.to_string());
             None
         }
     }
@@ -33,7 +33,7 @@ pub fn ls(url: &str, timeout: Duration) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("keepwrap: error: fleet: cannot list {url}: {e}");
+            super::failed(format!("fleet: cannot list {url}: {e}"));
             ExitCode::from(1)
         }
     }
@@ -58,7 +58,7 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("keepwrap: error: fleet: gc of {url} stopped: {e}");
+            super::failed(format!("fleet: gc of {url} stopped: {e}"));
             ExitCode::from(1)
         }
     }

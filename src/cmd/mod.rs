@@ -39,8 +39,11 @@ fn print(text: &[u8]) -> bool {
 
 /// A subcommand without a cache root: say so, and fail.
 fn no_root() -> ExitCode {
-    eprintln!(
-        "keepwrap: error: no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry"
-    );
+    failed("no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry".into());
     ExitCode::FAILURE
+}
+
+/// Say why a subcommand failed, in the launch's log format.
+fn failed(what: String) {
+    crate::events::Event::CommandFailed { what }.emit();
 }

@@ -8,6 +8,7 @@ use super::cache_files;
 use super::secs;
 use super::Shown;
 use crate::digest::short;
+use crate::signals::Ended;
 use crate::STATE_DIR;
 
 /// The advice for two launches that meet on one root.
@@ -234,11 +235,11 @@ catalogue! {
             INFO "late_landing"
             => "a cache file landed after tuning was done: what lands now is provisional, signed only if the engine exits 0 on its own";
         /// The engine was stopped before done.
-        NotSigningStopped { status: String, signal: String }
+        NotSigningStopped { status: Ended, signal: String }
             INFO "not_signing_stopped"
             => "not signing: the engine ended with status {status} after keepwrap forwarded {signal}: a stop is never tuning done";
         /// The engine exited before done.
-        NotSigningEarly { status: String }
+        NotSigningEarly { status: Ended }
             INFO "not_signing_early_exit"
             => "not signing: the engine exited with status {status} before tuning was done";
         /// A headless node exited 0 before done: its exit says nothing about
@@ -269,12 +270,12 @@ catalogue! {
             => "not signing the {} that landed after tuning was done ({}): a headless node's exit 0 says nothing about tuning; {}",
                 late_files(paths), some_paths(paths), verdict(outcome, paths.len());
         /// The engine was stopped.
-        LateNotSignedStopped { paths: Vec<PathBuf>, outcome: Outcome, status: String, signal: String }
+        LateNotSignedStopped { paths: Vec<PathBuf>, outcome: Outcome, status: Ended, signal: String }
             INFO "late_not_signed_stopped"
             => "not signing the {} that landed after tuning was done ({}): the engine ended with status {status} after keepwrap forwarded {signal}; {}",
                 late_files(paths), some_paths(paths), verdict(outcome, paths.len());
         /// The engine failed.
-        LateNotSignedAbnormal { paths: Vec<PathBuf>, outcome: Outcome, status: String }
+        LateNotSignedAbnormal { paths: Vec<PathBuf>, outcome: Outcome, status: Ended }
             INFO "late_not_signed_abnormal"
             => "not signing the {} that landed after tuning was done ({}): the engine ended abnormally with status {status}; {}",
                 late_files(paths), some_paths(paths), verdict(outcome, paths.len());
@@ -626,6 +627,19 @@ catalogue! {
         UsageError { what: String }
             ERROR "usage_error"
             => "{what}";
+        /// A subcommand (`status`, `evict`, `clean`, `fleet`) could not do
+        /// its work: `what` says why (exit status 1).
+        CommandFailed { what: String }
+            ERROR "command_failed"
+            => "{what}";
+        /// `status --zero` reset the statistics.
+        StatsReset {}
+            INFO "stats_reset"
+            => "statistics reset";
+        /// `status --verify` found files or stored sets that are not intact.
+        VerifyFound { what: String }
+            INFO "verify_found"
+            => "status --verify: {what}";
     }
     "keepwrap::unify" {
         CannotUnifyRoot { root: String, error: String }

@@ -137,7 +137,8 @@ copy_arg!(
     bool,
     Duration,
     &'static str,
-    Option<u16>
+    Option<u16>,
+    crate::signals::Ended
 );
 
 impl AsArg for String {
@@ -206,6 +207,14 @@ macro_rules! number_field {
     )*};
 }
 number_field!(usize, u64, u32, i64, i32, u16, u8);
+
+/// How the engine ended, as the status keepwrap reports: its code, or
+/// 128+N for a signal (the message says which signal).
+impl Field for crate::signals::Ended {
+    fn json(&self) -> Value {
+        Value::from(self.exit_code())
+    }
+}
 
 impl Field for Duration {
     const SUFFIX: &'static str = "_s";

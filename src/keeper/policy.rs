@@ -342,7 +342,7 @@ impl Policy {
                     // Said when it was seen.
                 } else if let Some(sig) = self.stopped {
                     out.push(Action::Log(events::Event::NotSigningStopped {
-                        status: ended.to_string(),
+                        status: ended,
                         signal: signal_name(sig),
                     }));
                 } else if self.headless && ended.succeeded() {
@@ -356,7 +356,7 @@ impl Policy {
                     out.push(Action::SignDone);
                 } else {
                     out.push(Action::Log(events::Event::NotSigningEarly {
-                        status: ended.to_string(),
+                        status: ended,
                     }));
                 }
             }
@@ -379,7 +379,7 @@ impl Policy {
                     out.push(Action::Log(events::Event::LateNotSignedStopped {
                         paths,
                         outcome,
-                        status: ended.to_string(),
+                        status: ended,
                         signal: signal_name(sig),
                     }));
                 } else if ended.succeeded() && self.headless {
@@ -398,7 +398,7 @@ impl Policy {
                     out.push(Action::Log(events::Event::LateNotSignedAbnormal {
                         paths,
                         outcome,
-                        status: ended.to_string(),
+                        status: ended,
                     }));
                 }
             }

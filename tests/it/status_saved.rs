@@ -331,7 +331,7 @@ fn status_verify_hashes_the_stored_sets_too() {
     let f = change_a_digit_then_verify(h.path(), &file);
     assert!(
         f.stderr
-            .contains("status --verify: 1 stored sets are not intact"),
+            .contains("status --verify: 1 stored set is not intact"),
         "{}",
         f.stderr
     );

@@ -406,6 +406,17 @@ fn a_launch_waits_for_the_lock_then_goes_on_without_keeping_the_cache() {
         b.stderr
     );
     assert!(store_entries(&root).is_empty(), "a's set was not stored");
+    // A subcommand's lines name the root it works on, as a launch's do.
+    let e = output(keepwrap(&root).args(["--lock-timeout", "300ms", "evict", "--all"]));
+    assert_eq!(e.code, 1, "{}", e.stderr);
+    assert!(
+        e.logged_with(
+            "lock_waiting",
+            json!({"timeout_s": 0.3, "holder": "the test (pid 1)", "root": root.to_str().unwrap()})
+        ),
+        "{}",
+        e.stderr
+    );
     drop(lock);
     let b = tiny(&root, "b", 10, &[]);
     assert!(

@@ -33,14 +33,15 @@ pub fn run(
     let Some(root) = root else {
         return crate::cmd::no_root();
     };
+    crate::events::set_root(&root);
     if zero {
         match zero_stats(&root) {
-            Ok(()) => eprintln!("keepwrap: statistics reset"),
+            Ok(()) => crate::events::Event::StatsReset {}.emit(),
             Err(e) => {
-                eprintln!(
-                    "keepwrap: error: cannot reset the statistics under {}: {e}",
+                crate::cmd::failed(format!(
+                    "cannot reset the statistics under {}: {e}",
                     root.display()
-                );
+                ));
                 return ExitCode::FAILURE;
             }
         }
@@ -65,19 +66,26 @@ pub fn run(
     let corrupt = report["totals"]["corrupt"]["files"].as_u64().unwrap_or(0);
     let stored = report["totals"]["stored"]["corrupt"].as_u64().unwrap_or(0);
     if verify && corrupt > 0 {
-        eprintln!(
-            "keepwrap: status --verify: {} (see the corrupt rows); the next launch removes them",
-            crate::events::counted(
-                corrupt as usize,
-                "corrupt or mismatched cache file",
-                "corrupt or mismatched cache files"
-            )
-        );
+        crate::events::Event::VerifyFound {
+            what: format!(
+                "{} (see the corrupt rows); the next launch removes them",
+                crate::events::counted(
+                    corrupt as usize,
+                    "corrupt or mismatched cache file",
+                    "corrupt or mismatched cache files"
+                )
+            ),
+        }
+        .emit();
     }
     if verify && stored > 0 {
-        eprintln!(
-            "keepwrap: status --verify: {stored} stored sets are not intact (see the corrupt rows); they are removed when their launch returns"
-        );
+        crate::events::Event::VerifyFound {
+            what: format!(
+                "{} not intact (see the corrupt rows); they are removed when their launch returns",
+                crate::events::counted(stored as usize, "stored set is", "stored sets are")
+            ),
+        }
+        .emit();
     }
     if verify && corrupt + stored > 0 {
         return ExitCode::FAILURE;

@@ -176,7 +176,7 @@ const ROWS: &[Row] = &[
         expect: &[
             log!(L::NotDoneForeign { .. }),
             A::Again,
-            log!(L::NotSigningEarly { status } if status == "139 (killed by SIGSEGV)"),
+            log!(L::NotSigningEarly { status } if *status == Ended::Signaled(11)),
         ],
     },
     Row {
@@ -218,20 +218,20 @@ const ROWS: &[Row] = &[
         name: "a server exiting 0 never answered: not done",
         rule: Rule::Health,
         events: &[E::Land(100, &["a/x.json"]), E::Fail, E::Exit(200, 0)],
-        expect: &[log!(L::NotSigningEarly { status } if status == "0")],
+        expect: &[log!(L::NotSigningEarly { status } if *status == Ended::Exited(0))],
     },
     Row {
         name: "a non-zero exit is not done",
         rule: Rule::Exit,
         events: &[E::Exit(200, 7)],
-        expect: &[log!(L::NotSigningEarly { status } if status == "7")],
+        expect: &[log!(L::NotSigningEarly { status } if *status == Ended::Exited(7))],
     },
     // Rule 1: a stop is never tuning done.
     Row {
         name: "rule 1: exit 0 after a forwarded TERM signs nothing",
         rule: Rule::Exit,
         events: &[E::Land(100, &["a/x.json"]), E::Fwd(TERM), E::Exit(300, 0)],
-        expect: &[log!(L::NotSigningStopped { status, signal } if status == "0" && signal == "SIGTERM")],
+        expect: &[log!(L::NotSigningStopped { status, signal } if *status == Ended::Exited(0) && signal == "SIGTERM")],
     },
     Row {
         name: "rule 1: INT, HUP and QUIT are stops too",
@@ -255,7 +255,7 @@ const ROWS: &[Row] = &[
         name: "rule 1: the quiet window does not close after a stop",
         rule: QUIET,
         events: &[E::Land(100, &["a/x.json"]), E::Fwd(TERM), E::Tick(5_000), E::Exit(6_000, 0)],
-        expect: &[log!(L::NotSigningStopped { status, signal } if status == "0" && signal == "SIGTERM")],
+        expect: &[log!(L::NotSigningStopped { status, signal } if *status == Ended::Exited(0) && signal == "SIGTERM")],
     },
     Row {
         name: "rule 1: a 200 while draining after a stop is not done",
@@ -267,7 +267,7 @@ const ROWS: &[Row] = &[
         name: "rule 1: killed after the stop (--kill-after) signs nothing",
         rule: Rule::Exit,
         events: &[E::Fwd(TERM), E::Killed(100, Signal::SIGKILL)],
-        expect: &[log!(L::NotSigningStopped { status, signal } if status == "137 (killed by SIGKILL)" && signal == "SIGTERM")],
+        expect: &[log!(L::NotSigningStopped { status, signal } if *status == Ended::Signaled(9) && signal == "SIGTERM")],
     },
     Row {
         name: "a stop after done keeps the set signed at done",
@@ -309,7 +309,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             log!(L::LateLanding {}),
             A::Look,
-            log!(L::LateNotSignedAbnormal { paths, outcome: Outcome::Unjudged, status } if *paths == rel(&["a/y.json"]) && status == "137 (killed by SIGKILL)"),
+            log!(L::LateNotSignedAbnormal { paths, outcome: Outcome::Unjudged, status } if *paths == rel(&["a/y.json"]) && *status == Ended::Signaled(9)),
         ],
     },
     Row {
@@ -321,7 +321,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             log!(L::LateLanding {}),
             A::Look,
-            log!(L::LateNotSignedAbnormal { status, .. } if status == "143 (killed by SIGTERM)"),
+            log!(L::LateNotSignedAbnormal { status, .. } if *status == Ended::Signaled(15)),
         ],
     },
     Row {
@@ -333,7 +333,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             log!(L::LateLanding {}),
             A::Look,
-            log!(L::LateNotSignedAbnormal { status, .. } if status == "1"),
+            log!(L::LateNotSignedAbnormal { status, .. } if *status == Ended::Exited(1)),
         ],
     },
     Row {
@@ -345,7 +345,7 @@ const ROWS: &[Row] = &[
             A::Sign,
             log!(L::LateLanding {}),
             A::Look,
-            log!(L::LateNotSignedStopped { paths, outcome: Outcome::Unjudged, status, signal } if *paths == rel(&["a/y.json"]) && status == "0" && signal == "SIGTERM"),
+            log!(L::LateNotSignedStopped { paths, outcome: Outcome::Unjudged, status, signal } if *paths == rel(&["a/y.json"]) && *status == Ended::Exited(0) && signal == "SIGTERM"),
         ],
     },
     Row {
@@ -436,7 +436,7 @@ const ROWS: &[Row] = &[
         name: "after the end, nothing more happens",
         rule: Rule::Health,
         events: &[E::Exit(100, 0), E::Ok(200), E::Land(300, &["a/x.json"]), E::Exit(400, 0)],
-        expect: &[log!(L::NotSigningEarly { status } if status == "0")],
+        expect: &[log!(L::NotSigningEarly { status } if *status == Ended::Exited(0))],
     },
 ];
 
