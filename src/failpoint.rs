@@ -7,7 +7,9 @@
 //!   restoring or store directory, a directory installed or restored, an
 //!   evicted entry moved out);
 //! - `sign`: each sidecar written at sign, and the set manifest after them;
-//! - `unify`: each rank file replaced by the union of its directory.
+//! - `unify`: each rank file replaced by the union of its directory;
+//! - `evict`: the start of the eviction after the engine's spawn, before
+//!   its first change (a kill there leaves the store as it was).
 //!
 //! A test enumerates every crash point of a step: n = 1, 2, ... until the
 //! launch runs to its end (the step has fewer than n points).

@@ -467,6 +467,9 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
             return;
         };
         let timeout = timeout.min(EVICT_LOCK_WAIT);
+        // Not a change: a point before the eviction's first one, so that
+        // a slowed store (`KEEPWRAP_FAILPOINT_DELAY_MS`) slows its start too.
+        crate::failpoint::hit("evict");
         let evicted = {
             let Ok(_lock) = crate::root::lock::acquire(
                 s.state_fd(),
