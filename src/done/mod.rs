@@ -482,20 +482,10 @@ impl Probe {
                     (ProbeState::Resolving { deadline }, ProbeResult::Pending)
                 }
                 // No thread: look it up here rather than never.
-                None => match self.endpoint.socket_addr() {
-                    Ok(a) => {
-                        self.addr = Some(a);
-                        self.connect(a, deadline)
-                    }
-                    Err(e) => {
-                        crate::events::Event::ProbeUnresolved {
-                            host: self.endpoint.host.to_string(),
-                            error: e.to_string(),
-                        }
-                        .emit();
-                        (ProbeState::Idle, ProbeResult::NotYet)
-                    }
-                },
+                None => {
+                    let answer = self.endpoint.socket_addr();
+                    self.connect_to(answer, deadline)
+                }
             },
         }
     }
@@ -522,6 +512,16 @@ impl Probe {
             )),
         };
         self.resolver = None;
+        self.connect_to(answer, deadline)
+    }
+
+    /// A name lookup's answer: connect to the address (kept for the next
+    /// probes), or probe again later, one line saying why not now.
+    fn connect_to(
+        &mut self,
+        answer: io::Result<SocketAddr>,
+        deadline: Instant,
+    ) -> (ProbeState, ProbeResult) {
         match answer {
             Ok(a) => {
                 self.addr = Some(a);

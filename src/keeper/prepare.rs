@@ -292,7 +292,7 @@ fn locate(
     crate::events::set_root(&root);
     crate::events::Event::Launch {
         fingerprint: launch.fingerprint().to_string(),
-        profile: (launch.profile().as_str()).to_string(),
+        profile: launch.profile().as_str().to_string(),
         root: root.to_path_buf(),
         done: done.to_string(),
     }
@@ -418,7 +418,7 @@ fn restore(
             crate::events::Event::Restored {
                 files: restored,
                 fingerprint: fingerprint.to_string(),
-                signed_ago: (store::ago(r.signed_at, now)).to_string(),
+                signed_ago: store::ago(r.signed_at, now).to_string(),
             }
             .emit();
             pruned.kept = r.paths;
@@ -476,15 +476,15 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
             .map_err(|e| match e {
                 crate::root::lock::LockError::TimedOut(who) => crate::events::Event::LockGaveUp {
                     timeout,
-                    what: ("eviction").to_string(),
+                    what: "eviction".to_string(),
                     holder: who.to_string(),
-                    then: ("the store is evicted by the next launch").to_string(),
+                    then: "the store is evicted by the next launch".to_string(),
                 }
                 .emit(),
                 crate::root::lock::LockError::Io(e) => crate::events::Event::LockFailed {
-                    what: ("eviction").to_string(),
+                    what: "eviction".to_string(),
                     error: e.to_string(),
-                    then: ("the store is evicted by the next launch").to_string(),
+                    then: "the store is evicted by the next launch".to_string(),
                 }
                 .emit(),
                 // Stopped while waiting: the next launch evicts.
