@@ -279,7 +279,7 @@ fn locate(
         }
         .emit();
     }
-    let done = match args.done.resolve(launch, engine.default_done(launch)) {
+    let done = match engine.done(&args.done, launch) {
         Ok(done) => done,
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
