@@ -92,6 +92,12 @@ pub trait Engine: Sync {
         rule.resolve(launch, self.server_done(launch), self.health(launch))
     }
 
+    /// The flags that tell the nodes or data-parallel ranks of one launch
+    /// apart.
+    fn rank_flags(&self, _launch: &Launch) -> &'static [&'static str] {
+        &crate::root::running::RANK_FLAGS
+    }
+
     /// `status -- COMMAND`: the plan as this engine changes it.
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
 }

@@ -469,6 +469,15 @@ impl Engine for Vllm {
         super::sglang::health(launch)
     }
 
+    /// With vLLM's short aliases, for a launch keepwrap reads as vLLM's.
+    fn rank_flags(&self, launch: &Launch) -> &'static [&'static str] {
+        if launch.vllm().is_some() {
+            &crate::root::running::VLLM_RANK_FLAGS
+        } else {
+            &crate::root::running::RANK_FLAGS
+        }
+    }
+
     fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {
         plan_shared_files(report, launch);
         plan_ray(report, launch);

@@ -68,7 +68,13 @@ impl Keeper {
                 return Ok(Prepared::default());
             }
         };
-        let id = Identity::of(&launch, &opts, env, &args.share.node_local());
+        let id = Identity::of(
+            &launch,
+            &opts,
+            env,
+            &args.share.node_local(),
+            engine.rank_flags(&launch),
+        );
         let share = engine.share(
             &args.share,
             &launch,
