@@ -412,7 +412,7 @@ fn restore(
     args: &Settings,
     s: &Store,
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     inputs: &serde_json::Value,
     pruned: &mut PruneReport,
 ) -> (Option<Job>, Option<Job>) {
@@ -466,8 +466,13 @@ fn restore(
 /// lock (a short wait: another launch holds it for milliseconds; when it
 /// cannot be had, the next launch evicts), each entry out of the store,
 /// then deleted after the lock is given back.
-fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprint: &str) -> Job {
-    let (root, fingerprint) = (root.to_path_buf(), fingerprint.to_string());
+fn evict_later(
+    root: &Path,
+    limits: store::Limits,
+    timeout: Duration,
+    fingerprint: &Fingerprint,
+) -> Job {
+    let (root, fingerprint) = (root.to_path_buf(), fingerprint.clone());
     Box::new(move || {
         let Some(s) = Store::open_existing(&root) else {
             return;
@@ -477,7 +482,7 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
             let Ok(_lock) = crate::root::lock::acquire(
                 s.state_fd(),
                 timeout,
-                &format!("launch {} (eviction)", crate::digest::short(&fingerprint)),
+                &format!("launch {} (eviction)", fingerprint.short()),
             )
             .map_err(|e| match e {
                 crate::root::lock::LockError::TimedOut(who) => crate::events::Event::LockGaveUp {
@@ -525,8 +530,8 @@ const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> Job {
-    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
+fn explain_later(root: &Path, fingerprint: &Fingerprint, inputs: &serde_json::Value) -> Job {
+    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.clone(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
             if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {
