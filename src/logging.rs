@@ -36,9 +36,10 @@ pub enum LogFormat {
     Json,
 }
 
-struct KeepwrapLine;
+/// One line per event in the chosen form.
+struct Line(LogFormat);
 
-impl<S, N> FormatEvent<S, N> for KeepwrapLine
+impl<S, N> FormatEvent<S, N> for Line
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
@@ -49,18 +50,26 @@ where
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut text = Message::default();
-        event.record(&mut text);
-        w.write_str("keepwrap: ")?;
-        match *event.metadata().level() {
-            Level::ERROR => w.write_str("error: ")?,
-            Level::WARN => w.write_str("warning: ")?,
-            Level::DEBUG | Level::TRACE => w.write_str("debug: ")?,
-            Level::INFO => {}
+        match self.0 {
+            LogFormat::Text => text_line(&mut w, event),
+            LogFormat::Json => json_line(&mut w, event),
         }
-        escape_into(&mut w, &text.0)?;
-        writeln!(w)
     }
+}
+
+/// The text form: `keepwrap: [error: |warning: |debug: ]<message>`.
+fn text_line(w: &mut Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    let mut text = Message::default();
+    event.record(&mut text);
+    w.write_str("keepwrap: ")?;
+    match *event.metadata().level() {
+        Level::ERROR => w.write_str("error: ")?,
+        Level::WARN => w.write_str("warning: ")?,
+        Level::DEBUG | Level::TRACE => w.write_str("debug: ")?,
+        Level::INFO => {}
+    }
+    escape_into(w, &text.0)?;
+    writeln!(w)
 }
 
 /// The version of the JSON form's schema: raised when a key changes
@@ -68,55 +77,42 @@ where
 pub const SCHEMA: u64 = 1;
 
 /// The JSON form: one object per event, in the key order of [`SCHEMA`].
-struct JsonLine;
-
-impl<S, N> FormatEvent<S, N> for JsonLine
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        _ctx: &FmtContext<'_, S, N>,
-        mut w: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        use serde_json::Value;
-        use tracing_subscriber::fmt::time::FormatTime;
-        let mut fields = JsonFields::default();
-        event.record(&mut fields);
-        let mut time = String::new();
-        let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut time));
-        let (launch, root) = crate::events::context();
-        let mut out = serde_json::Map::new();
-        out.insert("schema".into(), Value::from(SCHEMA));
-        out.insert("timestamp".into(), Value::String(time));
-        out.insert(
-            "level".into(),
-            Value::String(event.metadata().level().to_string()),
-        );
-        out.insert(
-            "target".into(),
-            Value::String(event.metadata().target().to_string()),
-        );
-        out.insert("code".into(), Value::String(fields.code));
-        out.insert("message".into(), Value::String(fields.message));
-        out.insert("launch".into(), Value::String(launch.to_string()));
-        out.insert("root".into(), root.map_or(Value::Null, Value::String));
-        for (k, v) in fields.rest {
-            match out.get_mut(&k) {
-                // An event about a root before the launch's is known.
-                Some(r) if k == "root" && r.is_null() => *r = v,
-                Some(_) => {}
-                None => {
-                    out.insert(k, v);
-                }
+fn json_line(w: &mut Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    use serde_json::Value;
+    use tracing_subscriber::fmt::time::FormatTime;
+    let mut fields = JsonFields::default();
+    event.record(&mut fields);
+    let mut time = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut time));
+    let (launch, root) = crate::events::context();
+    let mut out = serde_json::Map::new();
+    out.insert("schema".into(), Value::from(SCHEMA));
+    out.insert("timestamp".into(), Value::String(time));
+    out.insert(
+        "level".into(),
+        Value::String(event.metadata().level().to_string()),
+    );
+    out.insert(
+        "target".into(),
+        Value::String(event.metadata().target().to_string()),
+    );
+    out.insert("code".into(), Value::String(fields.code));
+    out.insert("message".into(), Value::String(fields.message));
+    out.insert("launch".into(), Value::String(launch.to_string()));
+    out.insert("root".into(), root.map_or(Value::Null, Value::String));
+    for (k, v) in fields.rest {
+        match out.get_mut(&k) {
+            // An event about a root before the launch's is known.
+            Some(r) if k == "root" && r.is_null() => *r = v,
+            Some(_) => {}
+            None => {
+                out.insert(k, v);
             }
         }
-        let line = serde_json::to_string(&Value::Object(out)).map_err(|_| fmt::Error)?;
-        w.write_str(&line)?;
-        writeln!(w)
     }
+    let line = serde_json::to_string(&Value::Object(out)).map_err(|_| fmt::Error)?;
+    w.write_str(&line)?;
+    writeln!(w)
 }
 
 /// A subscriber writing the JSON form to `writer`, every level: for the
@@ -128,12 +124,12 @@ where
 {
     tracing_subscriber::fmt()
         .with_writer(writer)
-        .event_format(JsonLine)
+        .event_format(Line(LogFormat::Json))
         .with_max_level(LevelFilter::TRACE)
         .finish()
 }
 
-/// What [`JsonLine`] reads of an event: its code, its message, its fields
+/// What [`json_line`] reads of an event: its code, its message, its fields
 /// (the JSON object [`crate::events::Event::emit`] passes as `fields`).
 #[derive(Default)]
 struct JsonFields {
@@ -175,19 +171,7 @@ impl Visit for JsonFields {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let text = format!("{value:?}");
-        match field.name() {
-            "message" => self.message = text,
-            "code" | "event" => self.code = text,
-            "fields" => {
-                if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&text) {
-                    self.rest.extend(m);
-                }
-            }
-            name => {
-                self.rest.insert(name.to_string(), text.into());
-            }
-        }
+        self.record_str(field, &format!("{value:?}"));
     }
 }
 
@@ -358,18 +342,11 @@ pub fn init_with(format: LogFormat, level: &LogLevel) {
         // reporting that on stderr too would panic in `eprintln!`.
         .log_internal_errors(false)
         .with_max_level(LevelFilter::TRACE);
-    let _ = match format {
-        LogFormat::Text => builder
-            .event_format(KeepwrapLine)
-            .finish()
-            .with(filter)
-            .try_init(),
-        LogFormat::Json => builder
-            .event_format(JsonLine)
-            .finish()
-            .with(filter)
-            .try_init(),
-    };
+    let _ = builder
+        .event_format(Line(format))
+        .finish()
+        .with(filter)
+        .try_init();
     if let Some(raw) = &level.unknown {
         crate::events::Event::UnknownLogLevel {
             value: raw.to_string(),

@@ -259,7 +259,7 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
     });
     if let Err(e) = read {
         crate::events::Event::CannotReadDir {
-            dir: (Rel(rel, b"")).to_string(),
+            dir: Rel(rel, b"").to_string(),
             error: e.to_string(),
         }
         .emit();
@@ -278,7 +278,7 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
                     // Gone meanwhile, most likely; a File is judged and
                     // its open fails with the reason.
                     crate::events::Event::CannotStat {
-                        path: (Rel(rel, &cname)).to_string(),
+                        path: Rel(rel, &cname).to_string(),
                         error: err.to_string(),
                     }
                     .emit();
@@ -342,7 +342,7 @@ fn walk_dir(
         }),
         Err(e) => {
             crate::events::Event::CannotStatDir {
-                dir: (Rel(rel, b"")).to_string(),
+                dir: Rel(rel, b"").to_string(),
                 error: e.to_string(),
             }
             .emit();
@@ -379,7 +379,7 @@ fn walk_dir(
             Err(err) => {
                 if err.raw_os_error() != Some(libc_enoent()) {
                     crate::events::Event::CannotOpenDir {
-                        dir: (Rel(rel, name)).to_string(),
+                        dir: Rel(rel, name).to_string(),
                         error: err.to_string(),
                     }
                     .emit();

@@ -367,7 +367,7 @@ pub struct Landed {
 
 /// [`entry_count`], and (with `fingerprint`) whether the file is still as
 /// signed for that launch by the sidecar beside it.
-pub fn landed(path: &Path, fingerprint: Option<&str>) -> Result<Landed, Uncounted> {
+pub fn landed(path: &Path, fingerprint: Option<&Fingerprint>) -> Result<Landed, Uncounted> {
     // Counting runs in the supervisor loop as files land: a huge file is
     // judged by prune and sign, not parsed here.
     const COUNTED_MAX: u64 = 32 << 20;

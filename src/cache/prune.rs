@@ -189,7 +189,7 @@ pub fn prune<'s>(
         crate::events::Event::Untouched {
             entries: n,
             first: first.to_string(),
-            hint: (layout::shape().root_hint()).to_string(),
+            hint: layout::shape().root_hint().to_string(),
         }
         .emit();
     }
@@ -343,7 +343,7 @@ impl State<'_, '_> {
                     Act::Leftover(why) => {
                         self.report.leftovers += 1;
                         crate::events::Event::RemovedLeftover {
-                            path: (Rel(dir.rel, name)).to_string(),
+                            path: Rel(dir.rel, name).to_string(),
                             reason: why.to_string(),
                         }
                         .emit();
@@ -402,7 +402,7 @@ impl State<'_, '_> {
             Ok(()) => true,
             Err(e) => {
                 crate::events::Event::TrashMoveFailed {
-                    dir: (Rel(rel, b"")).to_string(),
+                    dir: Rel(rel, b"").to_string(),
                     error: e.to_string(),
                 }
                 .emit();
@@ -421,7 +421,7 @@ impl State<'_, '_> {
             .emit();
         } else {
             crate::events::Event::Removed {
-                path: (Rel(rel, name)).to_string(),
+                path: Rel(rel, name).to_string(),
                 reason: reason.to_string(),
             }
             .emit();
@@ -482,7 +482,7 @@ impl State<'_, '_> {
             Err(e) => {
                 self.report.left += 1;
                 crate::events::Event::CannotRemove {
-                    path: (Rel(rel, name)).to_string(),
+                    path: Rel(rel, name).to_string(),
                     reason: reason.to_string(),
                     error: e.to_string(),
                 }
@@ -495,7 +495,7 @@ impl State<'_, '_> {
         if let Err(e) = fsx::unlink_at(fd, sname) {
             if e.raw_os_error() != Some(nix::errno::Errno::EISDIR as i32) {
                 crate::events::Event::CannotRemoveSidecar {
-                    path: (Rel(rel, sname)).to_string(),
+                    path: Rel(rel, sname).to_string(),
                     error: e.to_string(),
                 }
                 .emit();

@@ -158,7 +158,7 @@ impl Survey {
                 k => {
                     crate::events::Event::NotSigned {
                         path: rel.to_string(),
-                        reason: (format_args!("not a regular file ({})", k.name())).to_string(),
+                        reason: format!("not a regular file ({})", k.name()),
                     }
                     .emit();
                     unsignable.get_or_insert_with(|| rel.to_string());
@@ -244,7 +244,7 @@ impl Survey {
                 self.racy.retain(|&i| i < first);
                 crate::events::Event::DirNotSigned {
                     files: dropped,
-                    dir: (Rel(dir.rel, b"")).to_string(),
+                    dir: Rel(dir.rel, b"").to_string(),
                     unsignable: bad.to_string(),
                 }
                 .emit();

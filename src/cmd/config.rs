@@ -140,7 +140,7 @@ fn log_setting(level: &LogLevel) -> Setting {
 fn command_settings(all: &[Setting], run: &Settings, launch: &Launch) -> [Setting; 2] {
     let done = all.iter().find(|s| s.name == "done");
     let engine = crate::engine::of(launch.profile());
-    let resolved = match run.done.resolve(launch, engine.default_done(launch)) {
+    let resolved = match engine.done(&run.done, launch) {
         Ok(d) => format!("tuning is done {d}"),
         Err(e) => e.to_string(),
     };

@@ -14,7 +14,7 @@ use crate::store::{ago, Store};
 /// `keepwrap explain`: compare `launch` with every signed launch in the
 /// store, nearest first.
 pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
-    let fp = launch.fingerprint().to_string();
+    let fp = launch.fingerprint();
     let inputs = launch.redacted_inputs();
     let mut out = String::new();
     let Some(root) = root else {
@@ -24,10 +24,10 @@ pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
     let store = Store::open_existing(&root);
     let now = now_secs();
     let records = store.as_ref().map(Store::records).unwrap_or_default();
-    let own = records.iter().find(|r| r.fingerprint == fp).cloned();
+    let own = records.iter().find(|r| *fp == r.fingerprint).cloned();
     out.push_str(&format!(
         "this launch: {} ({} profile)",
-        short(&fp),
+        fp.short(),
         launch.profile().as_str()
     ));
     match &own {
@@ -39,7 +39,7 @@ pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
         )),
         None => out.push_str(": never signed under this cache root\n"),
     }
-    let others = nearest(records, &fp, &inputs);
+    let others = nearest(records, fp, &inputs);
     if others.is_empty() {
         out.push_str(&format!(
             "no other signed launch recorded under {}\n",

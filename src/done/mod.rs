@@ -3,10 +3,8 @@
 pub mod owner;
 pub mod progress;
 pub mod tls;
-pub mod vllm;
 pub mod watch;
 
-use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -102,15 +100,17 @@ pub enum Done {
 
 impl DoneRule {
     /// Resolve `auto` and a bare `health` against the launch (the command
-    /// inside a shell wrapper, its config file included). `engine_done`:
-    /// the engine's own rule for both, when it has one for this launch
-    /// (`engine::Engine::default_done`).
+    /// inside a shell wrapper, its config file included). `server_done`:
+    /// the engine's rule for both when the launch runs a server the engine
+    /// knows; `health`: what a bare `health` probes otherwise
+    /// (`engine::Engine::done`).
     pub fn resolve(
         &self,
         launch: &Launch,
-        engine_done: Option<Result<Done, DoneError>>,
+        server_done: Option<Result<Done, DoneError>>,
+        health: Endpoint,
     ) -> Result<Done, DoneError> {
-        let done = self.resolve_rule(launch, engine_done)?;
+        let done = self.resolve_rule(launch, server_done, health)?;
         if let Done::Health(ep) | Done::HeadHealth(ep) = &done {
             if let Some(missing) = ep.tls.then(tls::unsupported).flatten() {
                 return Err(DoneError::TlsUnsupported(ep.to_string(), missing));
@@ -122,19 +122,17 @@ impl DoneRule {
     fn resolve_rule(
         &self,
         launch: &Launch,
-        engine_done: Option<Result<Done, DoneError>>,
+        server_done: Option<Result<Done, DoneError>>,
+        health: Endpoint,
     ) -> Result<Done, DoneError> {
-        match (self, engine_done) {
+        match (self, server_done) {
             (DoneRule::Auto | DoneRule::Health(None), Some(done)) => done,
-            (DoneRule::Auto, None) if runs_sglang_server(launch) => {
-                Ok(Done::Health(Endpoint::of_launch(launch)))
-            }
             (DoneRule::Auto, None) => match launch.command().exit_unproven_why() {
                 Some(why) => Err(DoneError::ExitUnproven(why)),
                 None => Ok(Done::Exit),
             },
             (DoneRule::Exit, _) => Ok(Done::Exit),
-            (DoneRule::Health(None), None) => Ok(Done::Health(Endpoint::of_launch(launch))),
+            (DoneRule::Health(None), None) => Ok(Done::Health(health)),
             (DoneRule::Health(Some(url)), _) => Endpoint::parse(url).map(Done::Health),
             (DoneRule::Quiet(d), _) => Ok(Done::Quiet(*d)),
         }
@@ -166,26 +164,6 @@ impl std::fmt::Display for Done {
     }
 }
 
-/// Does argv run an SGLang server: `python -m sglang.launch_server ...`,
-/// `.../sglang/launch_server.py ...` or `sglang serve ...`?
-pub fn is_sglang_server(argv: &[OsString]) -> bool {
-    argv.iter().enumerate().any(|(i, arg)| {
-        let a = arg.as_encoded_bytes();
-        let base = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
-        a == b"sglang.launch_server"
-            || a.ends_with(b"sglang/launch_server.py")
-            || (base == b"sglang" && argv.get(i + 1).is_some_and(|n| n == "serve"))
-    })
-}
-
-/// Does the launch run an SGLang server: one keepwrap reads (directly,
-/// behind launcher prefixes, inside a shell wrapper), or a command naming
-/// one that keepwrap cannot read whole (`torchrun ... -m
-/// sglang.launch_server ...`, kept only with `--keep always`)?
-pub fn runs_sglang_server(launch: &Launch) -> bool {
-    launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
-}
-
 /// An HTTP endpoint to probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -205,18 +183,6 @@ impl std::fmt::Display for Endpoint {
 }
 
 impl Endpoint {
-    /// `/health` on the launch's `--host`/`--port` (SGLang's defaults
-    /// 127.0.0.1 and 30000; a wildcard bind is probed on loopback), over
-    /// TLS when the launch gives `--ssl-certfile` or `--ssl-keyfile`.
-    pub fn of_launch(launch: &Launch) -> Endpoint {
-        Endpoint::health(
-            launch.option("--host").as_deref(),
-            launch.option("--port").as_deref(),
-            30000,
-            serves_tls(|f| launch.option(f)),
-        )
-    }
-
     /// `/health` on the server's `host` (none or a wildcard: loopback) and
     /// `port` as the engine's `int()` reads it (`default` when none or
     /// not a port); `tls`: HTTPS.
@@ -482,20 +448,10 @@ impl Probe {
                     (ProbeState::Resolving { deadline }, ProbeResult::Pending)
                 }
                 // No thread: look it up here rather than never.
-                None => match self.endpoint.socket_addr() {
-                    Ok(a) => {
-                        self.addr = Some(a);
-                        self.connect(a, deadline)
-                    }
-                    Err(e) => {
-                        crate::events::Event::ProbeUnresolved {
-                            host: self.endpoint.host.to_string(),
-                            error: e.to_string(),
-                        }
-                        .emit();
-                        (ProbeState::Idle, ProbeResult::NotYet)
-                    }
-                },
+                None => {
+                    let answer = self.endpoint.socket_addr();
+                    self.connect_to(answer, deadline)
+                }
             },
         }
     }
@@ -522,6 +478,16 @@ impl Probe {
             )),
         };
         self.resolver = None;
+        self.connect_to(answer, deadline)
+    }
+
+    /// A name lookup's answer: connect to the address (kept for the next
+    /// probes), or probe again later, one line saying why not now.
+    fn connect_to(
+        &mut self,
+        answer: io::Result<SocketAddr>,
+        deadline: Instant,
+    ) -> (ProbeState, ProbeResult) {
         match answer {
             Ok(a) => {
                 self.addr = Some(a);
@@ -835,93 +801,6 @@ pub fn python_u16(text: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn sglang_server_launches_are_recognised() {
-        assert!(is_sglang_server(&argv(
-            "python3 -m sglang.launch_server --model-path m"
-        )));
-        assert!(is_sglang_server(&argv(
-            "/usr/bin/sglang serve --model-path m"
-        )));
-        assert!(is_sglang_server(&argv(
-            "python /opt/sglang/launch_server.py"
-        )));
-        assert!(!is_sglang_server(&argv(
-            "python3 -m sglang.bench_one_batch --model-path m"
-        )));
-        assert!(!is_sglang_server(&argv("sglang version")));
-    }
-
-    fn launch(s: &str) -> Launch {
-        let opts = crate::launch::fingerprint::Options {
-            profile: crate::launch::fingerprint::ProfileName::Sglang,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
-        let env = [(OsString::from("PORT"), OsString::from("8123"))];
-        Launch::new(&opts, &argv(s), &env)
-    }
-
-    #[test]
-    fn the_launch_endpoint_follows_host_and_port() {
-        let ep = |s| Endpoint::of_launch(&launch(s)).to_string();
-        assert_eq!(
-            ep("python -m sglang.launch_server"),
-            "http://127.0.0.1:30000/health"
-        );
-        assert_eq!(
-            ep("x --host 0.0.0.0 --port 8000"),
-            "http://127.0.0.1:8000/health"
-        );
-        assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
-        assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
-        assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
-        // `type=int`: Python's int() of the text
-        assert_eq!(ep("x --port 3_1555"), "http://127.0.0.1:31555/health");
-        assert_eq!(ep("x --port=08000"), "http://127.0.0.1:8000/health");
-        // uvicorn serves HTTPS with either file
-        assert_eq!(
-            ep("x --ssl-certfile /c.pem --ssl-keyfile /k.pem"),
-            "https://127.0.0.1:30000/health"
-        );
-        assert_eq!(
-            ep("x --ssl-certfile=/both.pem"),
-            "https://127.0.0.1:30000/health"
-        );
-        // server arguments as SGLang reads them, inside a shell wrapper too
-        assert_eq!(
-            ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
-            "http://127.0.0.1:8000/health"
-        );
-        let opts = crate::launch::fingerprint::Options {
-            profile: crate::launch::fingerprint::ProfileName::Sglang,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
-        let wrapped = [
-            "sh",
-            "-c",
-            "exec python3 -m sglang.launch_server --host 10.0.0.2 --port $PORT",
-        ]
-        .map(OsString::from);
-        let env = [(OsString::from("PORT"), OsString::from("8123"))];
-        let l = Launch::new(&opts, &wrapped, &env);
-        assert_eq!(
-            Endpoint::of_launch(&l).to_string(),
-            "http://10.0.0.2:8123/health"
-        );
-        assert_eq!(
-            DoneRule::Auto.resolve(&l, None),
-            Ok(Done::Health(Endpoint::of_launch(&l)))
-        );
-    }
 
     #[test]
     fn health_urls_parse() {

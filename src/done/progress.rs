@@ -4,6 +4,7 @@
 //! [`EVERY`], so a tuning boot of many minutes shows progress without
 //! flooding the log.
 
+use crate::digest::Fingerprint;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -71,7 +72,7 @@ static PROGRESS: Mutex<Option<Progress>> = Mutex::new(None);
 /// Log the landings of `landed` (relative to `root`), `at` after the launch
 /// (one launch per process) of `fingerprint`: a file saved again as it was
 /// signed for it, or gone before it was read, at debug level only.
-pub fn landed(root: &Path, fingerprint: &str, landed: &[PathBuf], at: Duration) {
+pub fn landed(root: &Path, fingerprint: &Fingerprint, landed: &[PathBuf], at: Duration) {
     let lines = {
         let mut p = PROGRESS.lock().unwrap_or_else(|e| e.into_inner());
         p.get_or_insert_with(Progress::default).note(landed, at)

@@ -3,7 +3,8 @@
 //! match on the profile ([`of`]). The cache root and the layout of its
 //! tree, the unify default, the share of a multi-node launch, what the
 //! share gives a node before the start, launches left alone, the files
-//! kept that must go before the start, and what `status` plans for them.
+//! kept that must go before the start, what `status` plans for them, and
+//! when tuning is done for a server the engine knows.
 //! Everything else (prune, the store, sign, done, the policy) is the same
 //! machinery for every engine. Adding an engine is one file here and one
 //! arm in [`of`].
@@ -15,7 +16,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::done::{Done, DoneError};
+use crate::done::{Done, DoneError, DoneRule, Endpoint};
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
 use crate::stops::Stopped;
@@ -76,11 +77,25 @@ pub trait Engine: Sync {
     /// Before the start: remove the kept files that would hurt this launch.
     fn before_start(&self, _root: &Path, _launch: &Launch, _kept: &mut Vec<PathBuf>) {}
 
-    /// `--done auto` and a bare `--done health` for this launch, when the
-    /// engine has its own rule for them (vLLM: its `/health`, a headless
-    /// node's head or rank files); None: the common rules.
-    fn default_done(&self, _launch: &Launch) -> Option<Result<Done, DoneError>> {
-        None
+    /// `--done auto` and a bare `--done health` for a launch that runs a
+    /// server the engine knows (SGLang: its `/health`; vLLM: its `/health`,
+    /// a headless node's head or rank files); None: the command's exit for
+    /// `auto`, [`Engine::health`] for `health`.
+    fn server_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>>;
+
+    /// What a bare `--done health` probes when the launch runs no server
+    /// the engine knows.
+    fn health(&self, launch: &Launch) -> Endpoint;
+
+    /// The rule `--done` gives for this launch.
+    fn done(&self, rule: &DoneRule, launch: &Launch) -> Result<Done, DoneError> {
+        rule.resolve(launch, self.server_done(launch), self.health(launch))
+    }
+
+    /// The flags that tell the nodes or data-parallel ranks of one launch
+    /// apart.
+    fn rank_flags(&self, _launch: &Launch) -> &'static [&'static str] {
+        &crate::root::running::RANK_FLAGS
     }
 
     /// `status -- COMMAND`: the plan as this engine changes it.

@@ -1,12 +1,14 @@
 //! SGLang: the root is `$SGLANG_CACHE_DIR/flashinfer/autotune` (else
 //! `~/.cache/sglang/flashinfer/autotune`), its stock gate needs the rank
-//! files unified, and a multi-node launch takes the union of every node's
-//! rank files from the share.
+//! files unified, a multi-node launch takes the union of every node's
+//! rank files from the share, and a server is done at its first `200` of
+//! `/health`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::done::{serves_tls, Done, DoneError, Endpoint};
 use crate::launch::fingerprint::Launch;
 use crate::share::Share;
 use crate::stops::Stopped;
@@ -58,5 +60,134 @@ impl Engine for Sglang {
         _kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
         share.take_union(root, fingerprint)
+    }
+    fn server_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {
+        runs_sglang_server(launch).then(|| Ok(Done::Health(health(launch))))
+    }
+
+    fn health(&self, launch: &Launch) -> Endpoint {
+        health(launch)
+    }
+}
+
+/// Does argv run an SGLang server: `python -m sglang.launch_server ...`,
+/// `.../sglang/launch_server.py ...` or `sglang serve ...`?
+fn is_sglang_server(argv: &[OsString]) -> bool {
+    argv.iter().enumerate().any(|(i, arg)| {
+        let a = arg.as_encoded_bytes();
+        let base = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
+        a == b"sglang.launch_server"
+            || a.ends_with(b"sglang/launch_server.py")
+            || (base == b"sglang" && argv.get(i + 1).is_some_and(|n| n == "serve"))
+    })
+}
+
+/// Does the launch run an SGLang server: one keepwrap reads (directly,
+/// behind launcher prefixes, inside a shell wrapper), or a command naming
+/// one that keepwrap cannot read whole (`torchrun ... -m
+/// sglang.launch_server ...`, kept only with `--keep always`)?
+pub(super) fn runs_sglang_server(launch: &Launch) -> bool {
+    launch.canonical().is_some() || is_sglang_server(&launch.command().argv)
+}
+
+/// `/health` on the launch's `--host`/`--port` (SGLang's defaults
+/// 127.0.0.1 and 30000; a wildcard bind is probed on loopback), over
+/// TLS when the launch gives `--ssl-certfile` or `--ssl-keyfile`.
+pub(super) fn health(launch: &Launch) -> Endpoint {
+    Endpoint::health(
+        launch.option("--host").as_deref(),
+        launch.option("--port").as_deref(),
+        30000,
+        serves_tls(|f| launch.option(f)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::done::DoneRule;
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn sglang_server_launches_are_recognised() {
+        assert!(is_sglang_server(&argv(
+            "python3 -m sglang.launch_server --model-path m"
+        )));
+        assert!(is_sglang_server(&argv(
+            "/usr/bin/sglang serve --model-path m"
+        )));
+        assert!(is_sglang_server(&argv(
+            "python /opt/sglang/launch_server.py"
+        )));
+        assert!(!is_sglang_server(&argv(
+            "python3 -m sglang.bench_one_batch --model-path m"
+        )));
+        assert!(!is_sglang_server(&argv("sglang version")));
+    }
+
+    fn launch(s: &str) -> Launch {
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        Launch::new(&opts, &argv(s), &env)
+    }
+
+    #[test]
+    fn the_launch_endpoint_follows_host_and_port() {
+        let ep = |s| health(&launch(s)).to_string();
+        assert_eq!(
+            ep("python -m sglang.launch_server"),
+            "http://127.0.0.1:30000/health"
+        );
+        assert_eq!(
+            ep("x --host 0.0.0.0 --port 8000"),
+            "http://127.0.0.1:8000/health"
+        );
+        assert_eq!(ep("x --host=:: --port=9"), "http://[::1]:9/health");
+        assert_eq!(ep("x --host 10.1.2.3"), "http://10.1.2.3:30000/health");
+        assert_eq!(ep("x --host fe80::1"), "http://[fe80::1]:30000/health");
+        // `type=int`: Python's int() of the text
+        assert_eq!(ep("x --port 3_1555"), "http://127.0.0.1:31555/health");
+        assert_eq!(ep("x --port=08000"), "http://127.0.0.1:8000/health");
+        // uvicorn serves HTTPS with either file
+        assert_eq!(
+            ep("x --ssl-certfile /c.pem --ssl-keyfile /k.pem"),
+            "https://127.0.0.1:30000/health"
+        );
+        assert_eq!(
+            ep("x --ssl-certfile=/both.pem"),
+            "https://127.0.0.1:30000/health"
+        );
+        // server arguments as SGLang reads them, inside a shell wrapper too
+        assert_eq!(
+            ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
+            "http://127.0.0.1:8000/health"
+        );
+        let opts = crate::launch::fingerprint::Options {
+            profile: crate::launch::fingerprint::ProfileName::Sglang,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let wrapped = [
+            "sh",
+            "-c",
+            "exec python3 -m sglang.launch_server --host 10.0.0.2 --port $PORT",
+        ]
+        .map(OsString::from);
+        let env = [(OsString::from("PORT"), OsString::from("8123"))];
+        let l = Launch::new(&opts, &wrapped, &env);
+        assert_eq!(health(&l).to_string(), "http://10.0.0.2:8123/health");
+        assert_eq!(
+            Sglang.done(&DoneRule::Auto, &l),
+            Ok(Done::Health(health(&l)))
+        );
     }
 }

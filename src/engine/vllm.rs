@@ -1,6 +1,8 @@
 //! The cache side of a vLLM launch, where it differs from SGLang's: where
-//! the cache is (and so the shape of the tree), when tuning is done, and the
-//! shared file of vLLM 0.27.1-0.31.x, which hangs every warm boot of a MoE
+//! the cache is (and so the shape of the tree), when tuning is done (the
+//! first `200` of `/health` on the API node; for a headless node, the
+//! head's `/health` when the launch names the head and its port, else this
+//! node's rank files landed and quiet, never its exit 0), and the shared file of vLLM 0.27.1-0.31.x, which hangs every warm boot of a MoE
 //! model under more than one rank when it is kept.
 //!
 //! Everything else is the same machinery: prune keeps a set signed for this
@@ -14,7 +16,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::layout_vllm::{set_shape, Shape};
-use crate::done::{Done, DoneError};
+use crate::done::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
 
@@ -454,9 +456,26 @@ impl Engine for Vllm {
     }
 
     /// The first 200 of `/health` on the API node; a headless node's
-    /// head, else its rank files landed and quiet (`done::vllm`).
-    fn default_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {
-        launch.vllm().map(crate::done::vllm::auto_done)
+    /// head, else its rank files landed and quiet ([`server_done`]). A
+    /// command keepwrap does not read as vLLM's: as SGLang's.
+    fn server_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {
+        match launch.vllm() {
+            Some(v) => Some(server_done(v)),
+            None => super::sglang::Sglang.server_done(launch),
+        }
+    }
+
+    fn health(&self, launch: &Launch) -> Endpoint {
+        super::sglang::health(launch)
+    }
+
+    /// With vLLM's short aliases, for a launch keepwrap reads as vLLM's.
+    fn rank_flags(&self, launch: &Launch) -> &'static [&'static str] {
+        if launch.vllm().is_some() {
+            &crate::root::running::VLLM_RANK_FLAGS
+        } else {
+            &crate::root::running::RANK_FLAGS
+        }
     }
 
     fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {
@@ -480,6 +499,68 @@ fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
     let _ = fsx::unlink_at(dfd.as_fd(), tmp.as_slice());
     linked?;
     fsx::fsync_dir(dfd.as_fd())
+}
+
+/// vLLM's default API port.
+const DEFAULT_PORT: u16 = 8000;
+
+/// `--done auto` for a vLLM server launch: the first 200 from `/health` on
+/// its `--host`/`--port` (8000; loopback for a wildcard bind). A server on
+/// a Unix socket (`--uds`) cannot be probed: Err says what to give.
+fn server_done(v: &VllmLaunch) -> Result<Done, DoneError> {
+    let sizes = v.sizes();
+    if sizes.headless {
+        return headless_done(v, &sizes);
+    }
+    if v.option("--uds").is_some() {
+        return Err(DoneError::UnixSocket);
+    }
+    // ssl.CERT_REQUIRED: the probe has no client certificate to give
+    if v.option("--ssl-cert-reqs")
+        .as_deref()
+        .and_then(crate::done::python_u16)
+        == Some(2)
+    {
+        return Err(DoneError::ClientCertificate);
+    }
+    Ok(Done::Health(health(
+        v.option("--host").as_deref().unwrap_or("127.0.0.1"),
+        v,
+    )))
+}
+
+/// `/health` on `host` (a wildcard bind probed on loopback) and the
+/// launch's `--port` (8000).
+fn health(host: &str, v: &VllmLaunch) -> Endpoint {
+    let tls = crate::done::serves_tls(|f| v.option(f));
+    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT, tls)
+}
+
+/// How long a headless node's rank files must be quiet once they have all
+/// landed: every local rank saves once, after a barrier, so they land
+/// together and nothing follows.
+const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `--done auto` for a headless node (`--headless`), which serves nothing
+/// (vLLM's `run_headless` starts only engine cores or workers, whose
+/// readiness goes to the head, never to a port of this node) and needs no
+/// `--port`. When the launch names the head (`--master-addr` for TP/PP
+/// across nodes, `--data-parallel-address` for DP) and the API port
+/// (`--port`, as the head's own launch says it), the head's `/health`;
+/// else this node's expected rank files (layout C) landed and quiet. Never
+/// a guessed 8000, which the head need not use (the node would never sign,
+/// and the cluster would tune on every boot); never its exit 0.
+fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, DoneError> {
+    let head = v
+        .option("--master-addr")
+        .or_else(|| v.option("--data-parallel-address"));
+    if let Some(addr) = head.filter(|_| v.option("--port").is_some()) {
+        return Ok(Done::HeadHealth(health(&addr, v)));
+    }
+    match sizes.local_rank_files() {
+        Some(names) if !names.is_empty() => Ok(Done::RankFiles(names, HEADLESS_QUIET)),
+        _ => Err(DoneError::HeadlessUnknown),
+    }
 }
 
 #[cfg(test)]
@@ -532,5 +613,78 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), r#"{"num_experts": 8}"#).unwrap();
         assert!(remove(&format!("vllm serve {m} -tp 4")));
         assert!(!remove(&format!("vllm serve {m}")));
+    }
+
+    fn done(args: &str) -> Result<Done, DoneError> {
+        server_done(&launch(args))
+    }
+
+    #[test]
+    fn done_rules() {
+        let health = |host: &str, port: u16| {
+            Done::Health(Endpoint {
+                host: host.into(),
+                port,
+                path: "/health".into(),
+                tls: false,
+            })
+        };
+        assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
+        assert_eq!(
+            done("vllm serve m --host 0.0.0.0 --port=9000"),
+            Ok(health("127.0.0.1", 9000))
+        );
+        assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
+        assert!(done("vllm serve m --uds /tmp/s").is_err());
+        assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --port 9"),
+            Ok(Done::Health(Endpoint {
+                host: "127.0.0.1".into(),
+                port: 9,
+                path: "/health".into(),
+                tls: true,
+            }))
+        );
+        assert_eq!(
+            done("vllm serve m --ssl-certfile c --ssl-keyfile k --ssl-cert-reqs 2"),
+            Err(DoneError::ClientCertificate)
+        );
+        assert!(done("vllm serve m --ssl-certfile c --ssl-cert-reqs 1").is_ok());
+        let files = |ranks: std::ops::Range<u64>, within: u64| {
+            Ok(Done::RankFiles(
+                ranks
+                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / within))
+                    .collect(),
+                HEADLESS_QUIET,
+            ))
+        };
+        // the head and its port named: the head's /health
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
+            Ok(Done::HeadHealth(Endpoint {
+                host: "10.0.0.1".into(),
+                port: 8001,
+                path: "/health".into(),
+                tls: false,
+            }))
+        );
+        // no port: this node's own rank files, never a guessed 8000
+        assert_eq!(
+            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless"),
+            files(1..2, 2)
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
+            files(2..4, 1)
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
+            files(4..8, 2)
+        );
+        assert_eq!(
+            done("vllm serve m -dp 4 -dpr 2 -dpa 10.0.0.1 --headless"),
+            Err(DoneError::HeadlessUnknown)
+        );
+        assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
     }
 }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use crate::clock::now_secs;
+use crate::digest::Fingerprint;
 use crate::events::Event;
 use crate::launch::fingerprint::is_secret_name;
 use crate::store::{ago, LaunchRecord, Store};
@@ -254,14 +255,14 @@ fn diff_argv(out: &mut Vec<String>, base: &Value, this: &Value) {
 /// differences, then most recently signed), with its differences.
 pub fn nearest(
     records: Vec<LaunchRecord>,
-    fp: &str,
+    fp: &Fingerprint,
     inputs: &Value,
 ) -> Vec<(LaunchRecord, Vec<String>)> {
     let mut v: Vec<(LaunchRecord, Vec<String>)> = records
         .into_iter()
         // a record that names no fingerprint is no signed launch (planted
         // or torn): it is never sliced into a line
-        .filter(|r| r.fingerprint != fp && crate::cache::is_sha256_hex(&r.fingerprint))
+        .filter(|r| *fp != r.fingerprint && crate::cache::is_sha256_hex(&r.fingerprint))
         .map(|r| {
             let d = diff(&r.inputs, inputs);
             (r, d)
@@ -281,7 +282,7 @@ pub use crate::events::differences;
 /// recorded. A launch that signed before lost its files (removed by prune
 /// as changed or incomplete, or deleted): that is the cause, not how
 /// another launch differs.
-pub fn no_cache_event(store: &Store, fp: &str, inputs: &Value) -> Option<Event> {
+pub fn no_cache_event(store: &Store, fp: &Fingerprint, inputs: &Value) -> Option<Event> {
     if let Some(own) = store.record(fp) {
         return Some(Event::NoCacheFilesGone {
             fingerprint: fp.to_string(),

@@ -68,7 +68,13 @@ impl Keeper {
                 return Ok(Prepared::default());
             }
         };
-        let id = Identity::of(&launch, &opts, env, &args.share.node_local());
+        let id = Identity::of(
+            &launch,
+            &opts,
+            env,
+            &args.share.node_local(),
+            engine.rank_flags(&launch),
+        );
         let share = engine.share(
             &args.share,
             &launch,
@@ -279,7 +285,7 @@ fn locate(
         }
         .emit();
     }
-    let done = match args.done.resolve(launch, engine.default_done(launch)) {
+    let done = match engine.done(&args.done, launch) {
         Ok(done) => done,
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
@@ -292,7 +298,7 @@ fn locate(
     crate::events::set_root(&root);
     crate::events::Event::Launch {
         fingerprint: launch.fingerprint().to_string(),
-        profile: (launch.profile().as_str()).to_string(),
+        profile: launch.profile().as_str().to_string(),
         root: root.to_path_buf(),
         done: done.to_string(),
     }
@@ -406,7 +412,7 @@ fn restore(
     args: &Settings,
     s: &Store,
     root: &Path,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     inputs: &serde_json::Value,
     pruned: &mut PruneReport,
 ) -> (Option<Job>, Option<Job>) {
@@ -418,7 +424,7 @@ fn restore(
             crate::events::Event::Restored {
                 files: restored,
                 fingerprint: fingerprint.to_string(),
-                signed_ago: (store::ago(r.signed_at, now)).to_string(),
+                signed_ago: store::ago(r.signed_at, now).to_string(),
             }
             .emit();
             pruned.kept = r.paths;
@@ -460,8 +466,13 @@ fn restore(
 /// lock (a short wait: another launch holds it for milliseconds; when it
 /// cannot be had, the next launch evicts), each entry out of the store,
 /// then deleted after the lock is given back.
-fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprint: &str) -> Job {
-    let (root, fingerprint) = (root.to_path_buf(), fingerprint.to_string());
+fn evict_later(
+    root: &Path,
+    limits: store::Limits,
+    timeout: Duration,
+    fingerprint: &Fingerprint,
+) -> Job {
+    let (root, fingerprint) = (root.to_path_buf(), fingerprint.clone());
     Box::new(move || {
         let Some(s) = Store::open_existing(&root) else {
             return;
@@ -474,20 +485,20 @@ fn evict_later(root: &Path, limits: store::Limits, timeout: Duration, fingerprin
             let Ok(_lock) = crate::root::lock::acquire(
                 s.state_fd(),
                 timeout,
-                &format!("launch {} (eviction)", crate::digest::short(&fingerprint)),
+                &format!("launch {} (eviction)", fingerprint.short()),
             )
             .map_err(|e| match e {
                 crate::root::lock::LockError::TimedOut(who) => crate::events::Event::LockGaveUp {
                     timeout,
-                    what: ("eviction").to_string(),
+                    what: "eviction".to_string(),
                     holder: who.to_string(),
-                    then: ("the store is evicted by the next launch").to_string(),
+                    then: "the store is evicted by the next launch".to_string(),
                 }
                 .emit(),
                 crate::root::lock::LockError::Io(e) => crate::events::Event::LockFailed {
-                    what: ("eviction").to_string(),
+                    what: "eviction".to_string(),
                     error: e.to_string(),
-                    then: ("the store is evicted by the next launch").to_string(),
+                    then: "the store is evicted by the next launch".to_string(),
                 }
                 .emit(),
                 // Stopped while waiting: the next launch evicts.
@@ -522,8 +533,8 @@ const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(root: &Path, fingerprint: &str, inputs: &serde_json::Value) -> Job {
-    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.to_string(), inputs.clone());
+fn explain_later(root: &Path, fingerprint: &Fingerprint, inputs: &serde_json::Value) -> Job {
+    let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.clone(), inputs.clone());
     Box::new(move || {
         if let Some(s) = Store::open_existing(&root) {
             if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {

@@ -17,6 +17,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use crate::digest::Fingerprint;
 use crate::stops::Stopped;
 
 /// The holder's line is padded to at least this many bytes, so that the
@@ -124,10 +125,10 @@ impl LockFor {
 pub fn take(
     state: BorrowedFd<'_>,
     timeout: Duration,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     purpose: LockFor,
 ) -> Result<Option<CacheLock>, Stopped> {
-    let holder = format!("launch {}", crate::digest::short(fingerprint));
+    let holder = format!("launch {}", fingerprint.short());
     Ok(match acquire(state, timeout, &holder) {
         Ok(l) => Some(l),
         Err(LockError::Stopped(stopped)) => return Err(stopped),

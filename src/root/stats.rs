@@ -15,6 +15,7 @@
 use std::os::fd::BorrowedFd;
 use std::sync::Mutex;
 
+use crate::digest::Fingerprint;
 use serde::{Deserialize, Serialize};
 
 const FILE: &str = "stats.json";
@@ -26,7 +27,7 @@ const SPARE: &std::ffi::CStr = c".stats.json.spare";
 /// the boot to credit ([`credit_boot`]).
 struct Pending {
     delta: Stats,
-    credit: Option<(String, Outcome, std::time::Duration)>,
+    credit: Option<(Fingerprint, Outcome, std::time::Duration)>,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -120,7 +121,7 @@ impl Stats {
 /// [`Stats::flush`].
 pub fn credit_boot(
     _state: BorrowedFd<'_>,
-    fp: &str,
+    fp: &Fingerprint,
     reused: bool,
     signed: usize,
     launched: std::time::Instant,
@@ -132,7 +133,7 @@ pub fn credit_boot(
         _ => Outcome::Nothing,
     };
     if outcome != Outcome::Nothing {
-        pending_mut(|p| p.credit = Some((fp.to_string(), outcome, boot)));
+        pending_mut(|p| p.credit = Some((fp.clone(), outcome, boot)));
     }
 }
 

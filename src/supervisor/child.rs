@@ -151,7 +151,7 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
     match crate::sys::kill(target, signo) {
         Ok(_) | Err(Errno::ESRCH) => {}
         Err(e) => crate::events::Event::CannotForward {
-            signal: (signal_name(signo)).to_string(),
+            signal: signal_name(signo).to_string(),
             pid: target,
             error: e.to_string(),
         }

@@ -114,7 +114,7 @@ impl State<'_, '_> {
                 crate::events::Event::CannotRemove {
                     path: path.to_string(),
                     reason: reason.to_string(),
-                    error: (format_args!("open directory {parent}: {e}")).to_string(),
+                    error: format!("open directory {parent}: {e}"),
                 }
                 .emit();
             }

@@ -46,8 +46,7 @@ pub fn run(
             }
         }
     }
-    let fp = launch.map(|l| l.fingerprint().to_string());
-    let mut report = report(&root, fp.as_deref(), verify);
+    let mut report = report(&root, launch.map(Launch::fingerprint), verify);
     if let Some(l) = launch {
         crate::engine::of(l.profile()).plan(&mut report, l);
     }

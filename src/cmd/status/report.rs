@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::cache::{self, FileInfo, FileState};
 use crate::clock::now_secs;
+use crate::digest::Fingerprint;
 use crate::root::stats::Stats;
 use crate::store::{Entry, Store};
 use crate::STATE_DIR;
@@ -25,7 +26,7 @@ struct Plan {
 type Totals = HashMap<&'static str, (u64, u64)>;
 
 /// The whole report as JSON (what `--json` prints; the text form renders it).
-pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
+pub fn report(root: &Path, fp: Option<&Fingerprint>, verify: bool) -> Value {
     let now = now_secs();
     let files = cache::survey(root, verify);
     let store = Store::open_existing(root);
@@ -53,7 +54,7 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
         "root": root.display().to_string(),
         "root_exists": root.exists(),
         "now": now,
-        "fingerprint": fp,
+        "fingerprint": fp.map(Fingerprint::as_str),
         "files": rows,
         "store": store_rows,
         "totals": totals_v,
@@ -66,7 +67,7 @@ pub fn report(root: &Path, fp: Option<&str>, verify: bool) -> Value {
 /// the launch would do with it.
 fn file_rows(
     files: &[FileInfo],
-    fp: Option<&str>,
+    fp: Option<&Fingerprint>,
     used: &HashMap<String, u64>,
     plan: &mut Plan,
     totals: &mut Totals,
@@ -124,7 +125,7 @@ fn file_rows(
 fn store_rows(
     store: Option<&Store>,
     entries: &[Entry],
-    fp: Option<&str>,
+    fp: Option<&Fingerprint>,
     used: &HashMap<String, u64>,
     verify: bool,
     plan: &mut Plan,
@@ -144,7 +145,7 @@ fn store_rows(
         stored_bytes += e.bytes;
         let last_used = used.get(&m.set.fingerprint).copied().unwrap_or(m.stored_at);
         let action = fp.map(|me| {
-            if me == m.set.fingerprint && plan.keep == 0 {
+            if *me == m.set.fingerprint && plan.keep == 0 {
                 plan.restore += m.set.members.len();
                 "restore"
             } else {

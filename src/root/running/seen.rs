@@ -9,8 +9,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use crate::digest::{short, Fingerprint};
 use crate::launch::fingerprint::{self, Launch};
 
-use super::{RANK_FLAGS, VLLM_RANK_FLAGS};
-
 /// What a launch on the root is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -53,23 +51,21 @@ pub struct Identity {
     pub fingerprint: Fingerprint,
     /// The cluster fingerprint without the node and data-parallel ranks.
     pub peer_key: String,
-    /// The values of [`RANK_FLAGS`] (`-` when none is given).
+    /// The values of the engine's rank flags (`-` when none is given).
     pub rank: String,
 }
 
 impl Identity {
-    /// The identity of `launch` (made with `opts` and `env`).
+    /// The identity of `launch` (made with `opts` and `env`), its nodes or
+    /// data-parallel ranks told apart by `flags` (the engine's,
+    /// [`super::RANK_FLAGS`] or [`super::VLLM_RANK_FLAGS`]).
     pub fn of(
         launch: &Launch,
         opts: &fingerprint::Options,
         env: &[(OsString, OsString)],
         node_local: &[String],
+        flags: &[&'static str],
     ) -> Identity {
-        let flags: &[&'static str] = if launch.vllm().is_some() {
-            &VLLM_RANK_FLAGS
-        } else {
-            &RANK_FLAGS
-        };
         // the engine's own arguments: after its prefixes, inside its shell string
         let ranks = rank_values(&launch.command().argv, flags);
         // `--node-rank` is left out of the cluster fingerprint already; the

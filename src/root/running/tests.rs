@@ -257,14 +257,16 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         volatile_env: vec![],
         ignored_args: vec![],
     };
+    let identity = |argv: &[OsString]| {
+        Identity::of(&Launch::new(&opts, argv, &[]), &opts, &[], &[], &RANK_FLAGS)
+    };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
             .iter()
             .chain(args)
             .map(OsString::from)
             .collect();
-        let launch = Launch::new(&opts, &argv, &[]);
-        Identity::of(&launch, &opts, &[], &[])
+        identity(&argv)
     };
     let n0 = of(&["--nnodes", "2", "--node-rank", "0"]);
     let n1 = of(&["--nnodes", "2", "--node-rank=1"]);
@@ -296,7 +298,7 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         ]
         .map(OsString::from)
         .to_vec();
-        Identity::of(&Launch::new(&opts, &argv, &[]), &opts, &[], &[])
+        identity(&argv)
     };
     assert_eq!(behind("1").rank, "node-rank=1");
     assert!(behind("0").is_peer_of(&behind("1")));
