@@ -180,6 +180,11 @@ pub struct ForeignSet {
     /// The directory (relative to the root) that holds exactly this set:
     /// its members and their sidecars, nothing else. It may move whole.
     pub dir: Option<String>,
+    /// Every directory (relative to the root, below a directory of the
+    /// root) that holds nothing but members of this set and their
+    /// sidecars, as prune listed it: each may move into the store with one
+    /// rename, as it is.
+    pub whole_dirs: Vec<String>,
     /// Each member whose bytes prune checked against its sidecar (size,
     /// sha256, a JSON object) just before: its path, and the identity of
     /// the cache file and of the sidecar as they were read.

@@ -188,8 +188,20 @@ impl Store {
             return Some(Restored::of(&man));
         }
         let dir = fsx::open_dir_at(self.state.as_fd(), restoring.as_str()).ok()?;
-        // Durable at once, with one sync below.
-        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &man.set.members, false) {
+        // A directory that holds exactly its members moves back whole (its
+        // files keep their change times, so the sign at done finds each
+        // with the stamp its sidecar records, and hashes none of them
+        // again); the others file by file. Durable at once, with one sync
+        // below.
+        let whole = self.move_out_dirs(dir.as_fd(), &man);
+        let rest: Vec<Member> = man
+            .set
+            .members
+            .iter()
+            .filter(|m| !whole.contains(split(&m.path).0))
+            .cloned()
+            .collect();
+        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &rest, false) {
             crate::events::Event::RestoreMoveFailed {
                 fingerprint: fp.to_string(),
                 error: e.to_string(),
@@ -204,6 +216,62 @@ impl Store {
         self.sync();
         let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
         Some(Restored::of(&man))
+    }
+
+    /// Move back to its place in the tree, with one rename, each directory
+    /// of the tree entry being restored (`from`) that holds exactly the
+    /// set's members there and their sidecars (listed just now; every byte
+    /// was verified before), when its place is free (an empty directory
+    /// there is removed first). Returns the directories (relative to the
+    /// root) moved. A kill between two renames leaves the rest in
+    /// `restoring-<fp>`, which recovery moves forward file by file.
+    fn move_out_dirs<'m>(
+        &self,
+        from: BorrowedFd<'_>,
+        man: &'m Manifest,
+    ) -> std::collections::HashSet<&'m str> {
+        let mut moved = std::collections::HashSet::new();
+        let mut want: BTreeMap<&str, Vec<Vec<u8>>> = BTreeMap::new();
+        for m in &man.set.members {
+            let (parent, name) = split(&m.path);
+            if parent.contains('/') && cache::is_cache_file(Path::new(&m.path)) {
+                let list = want.entry(parent).or_default();
+                list.extend(names(name).iter().map(|n| n.as_bytes().to_vec()));
+            }
+        }
+        let mut ups: BTreeMap<&str, Option<(OwnedFd, OwnedFd)>> = BTreeMap::new();
+        for (parent, mut names) in want {
+            let (up, base) = split(parent);
+            let Some((src, dst)) = ups
+                .entry(up)
+                .or_insert_with(|| {
+                    let src = fsx::open_dir_path(from, Path::new(up)).ok()?;
+                    let dst =
+                        fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(up), DIR_MODE).ok()?;
+                    Some((src, dst))
+                })
+                .as_ref()
+            else {
+                continue;
+            };
+            let Ok(held) =
+                fsx::open_dir_at(src.as_fd(), base).and_then(|d| fsx::list_dir(d.as_fd()))
+            else {
+                continue;
+            };
+            let mut held: Vec<Vec<u8>> = held.into_iter().map(|(n, _)| n).collect();
+            held.sort_unstable();
+            names.sort_unstable();
+            if held != names {
+                continue;
+            }
+            let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
+            if fsx::rename_noreplace(src.as_fd(), base, dst.as_fd(), base).is_ok() {
+                moved.insert(parent);
+                crate::failpoint::hit("store");
+            }
+        }
+        moved
     }
 
     /// Why the entry of `fp` is not to be trusted: a directory of it (or

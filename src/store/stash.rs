@@ -1,5 +1,7 @@
 //! Storing: a whole set moves from the cache tree into the store.
 
+use std::collections::HashMap;
+
 use super::*;
 
 impl Store {
@@ -32,7 +34,7 @@ impl Store {
             .and_then(|()| {
                 // Durable with the rest of the prune's moves (one sync).
                 self.unsynced.set(true);
-                move_members_with(from, to, &man.set.members, false).map(|_| ())
+                self.move_in(root, dir.as_fd(), set)
             })
             .and_then(|()| {
                 // What enters the store is what was signed: a file the
@@ -48,12 +50,70 @@ impl Store {
             })
             .and_then(|()| self.install(&staging, &set.manifest.fingerprint));
         if let Err(e) = res {
-            // Back in place, whatever was moved.
+            // Back in place, whatever was moved: a directory that moved
+            // whole as it is (with anything planted in it meanwhile), the
+            // rest file by file.
+            self.move_out_whole(root, dir.as_fd(), set);
             let _ = move_members(to, from, &man.set.members);
             let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Move the members of `set` into the staging tree `to`, each at its
+    /// path: a directory of `set.whole_dirs` with one rename (prune listed
+    /// it: it holds nothing but members and their sidecars, and the
+    /// listing after the move proves it still does), the others file by
+    /// file. The staging directory's `.set.json` is inside already: a kill
+    /// at any point leaves each file in the tree or in staging, and
+    /// recovery moves the staged ones back by that manifest, file by file,
+    /// whichever way they came.
+    fn move_in(
+        &self,
+        root: BorrowedFd<'_>,
+        to: BorrowedFd<'_>,
+        set: &ForeignSet,
+    ) -> io::Result<()> {
+        let mut made: HashMap<&str, OwnedFd> = HashMap::new();
+        for d in &set.whole_dirs {
+            let (up, name) = split(d);
+            let src = self.up_dir(root, up)?;
+            let dst = match made.entry(up) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(fsx::ensure_dir_path(to, Path::new(up), DIR_MODE)?)
+                }
+            };
+            fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name)?;
+            crate::failpoint::hit("store");
+        }
+        let whole: std::collections::HashSet<&str> =
+            set.whole_dirs.iter().map(String::as_str).collect();
+        let rest: Vec<Member> = set
+            .manifest
+            .members
+            .iter()
+            .filter(|m| !whole.contains(split(&m.path).0))
+            .cloned()
+            .collect();
+        move_members_with(Side::tree(root), Side::tree(to), &rest, false).map(|_| ())
+    }
+
+    /// Undo [`Store::move_in`]'s directory renames: each directory of
+    /// `set.whole_dirs` found in the staging tree `from` goes back whole
+    /// (when its place is free; else its files go back one by one after).
+    fn move_out_whole(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
+        for d in &set.whole_dirs {
+            let (up, name) = split(d);
+            let (Ok(dst), Ok(src)) = (
+                self.up_dir(root, up),
+                fsx::open_dir_path(from, Path::new(up)),
+            ) else {
+                continue;
+            };
+            let _ = fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name);
+        }
     }
 
     /// [`Store::stash`] of a set that is the whole content of directory

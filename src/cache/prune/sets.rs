@@ -2,7 +2,7 @@
 //! as sets; sets of other launches are checked byte by byte and stored
 //! whole, or removed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -191,6 +191,7 @@ impl State<'_, '_> {
         };
         let set = ForeignSet {
             manifest: manifest.clone(),
+            whole_dirs: self.whole_dirs(files),
             dir,
             checked: files
                 .iter()
@@ -199,6 +200,21 @@ impl State<'_, '_> {
                 .collect(),
         };
         self.stash_set(root, &set, &fp8);
+    }
+
+    /// The directories (below a directory of the root) that hold nothing
+    /// but files of this set and their sidecars: prune listed each, and
+    /// every file of another launch it found there is one of `files`.
+    fn whole_dirs(&self, files: &[&Foreign]) -> Vec<String> {
+        let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+        for f in files {
+            *count.entry(split(&f.path).0).or_default() += 1;
+        }
+        count
+            .into_iter()
+            .filter(|(d, n)| d.contains('/') && self.pure.get(*d) == Some(n))
+            .map(|(d, _)| d.to_string())
+            .collect()
     }
 
     /// The bytes of a set, member by member; the first that fails fails the
