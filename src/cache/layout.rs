@@ -11,7 +11,7 @@ use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::fsx::{self, Kind};
-pub use super::layout_vllm::{shape, Shape};
+pub use super::layout_vllm::Shape;
 
 /// What a directory entry's name makes it, before its type is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,12 +31,42 @@ pub enum Role {
 pub const CACHE_EXT: &[u8] = b".json";
 pub const SIDECAR_EXT: &[u8] = b".launch";
 
-/// What the name of an entry of a folder of cache files makes it, in the
-/// tree's shape (see [`super::layout_vllm`]).
-pub fn role(name: &[u8]) -> Role {
-    match shape() {
-        Shape::Sglang => sglang_role(name),
-        Shape::VllmTree | Shape::VllmFlat => super::layout_vllm::role(name),
+impl Shape {
+    /// What the name of an entry of a folder of cache files makes it, in
+    /// this shape (see [`super::layout_vllm`]).
+    pub fn role(self, name: &[u8]) -> Role {
+        match self {
+            Shape::Sglang => sglang_role(name),
+            Shape::VllmTree | Shape::VllmFlat => super::layout_vllm::role(name),
+        }
+    }
+
+    /// Is `name` the name of a directory of the engine's layout at `depth`
+    /// (the root is 0), in this shape? SGLang's: `<version>` (`0.7.2`,
+    /// `0.6.1.post2`, `unknown`), `sm<arch>` (`sm90`, `sm121`), `<key16>`
+    /// (16 lowercase hex digits).
+    pub fn is_layout_dir(self, depth: usize, name: &[u8]) -> bool {
+        match self {
+            Shape::Sglang => sglang_layout_dir(depth, name),
+            s => super::layout_vllm::is_layout_dir(s, depth, name),
+        }
+    }
+
+    /// Is an entry of a directory at `depth` keepwrap's or the engine's, by
+    /// its name and kind (a directory of the layout, a file of a `<key16>/`
+    /// directory, `runs/`, keepwrap's `.keepwrap/` at the root)? What is
+    /// not is left alone, and reported.
+    pub fn is_engines(self, depth: usize, name: &[u8], kind: Kind) -> bool {
+        if depth < self.key_depth() {
+            return (depth == 0 && name == crate::STATE_DIR.as_bytes())
+                || (kind == Kind::Dir
+                    && super::layout_vllm::is_engines_unwalked(self, depth, name))
+                || (matches!(kind, Kind::Dir | Kind::Symlink) && self.is_layout_dir(depth, name));
+        }
+        match self.role(name) {
+            Role::Other => name == b"runs",
+            _ => kind != Kind::Dir || self.role(name) == Role::Cache,
+        }
     }
 }
 
@@ -62,11 +92,6 @@ fn sglang_role(name: &[u8]) -> Role {
     }
 }
 
-/// The depth of the folders of cache files in the tree's shape.
-pub fn key_depth() -> usize {
-    shape().key_depth()
-}
-
 /// A FlashInfer version directory: `0.7.2`, `0.6.1.post2`, `unknown`.
 pub fn is_version_dir(name: &[u8]) -> bool {
     name == b"unknown"
@@ -75,17 +100,6 @@ pub fn is_version_dir(name: &[u8]) -> bool {
             && name
                 .iter()
                 .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(b)))
-}
-
-/// Is `name` the name of a directory of the engine's layout at `depth`
-/// (the root is 0), in the tree's shape? SGLang's: `<version>` (`0.7.2`,
-/// `0.6.1.post2`, `unknown`), `sm<arch>` (`sm90`, `sm121`), `<key16>` (16
-/// lowercase hex digits).
-pub fn is_layout_dir(depth: usize, name: &[u8]) -> bool {
-    match shape() {
-        Shape::Sglang => sglang_layout_dir(depth, name),
-        s => super::layout_vllm::is_layout_dir(s, depth, name),
-    }
 }
 
 fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
@@ -104,23 +118,6 @@ fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
         }
         _ => false,
-    }
-}
-
-/// Is an entry of a directory at `depth` keepwrap's or the engine's, by
-/// its name and kind (a directory of the layout, a file of a `<key16>/`
-/// directory, `runs/`, keepwrap's `.keepwrap/` at the root)? What is not is
-/// left alone, and reported.
-pub fn is_engines(depth: usize, name: &[u8], kind: Kind) -> bool {
-    if depth < key_depth() {
-        return (depth == 0 && name == crate::STATE_DIR.as_bytes())
-            || (kind == Kind::Dir
-                && super::layout_vllm::is_engines_unwalked(shape(), depth, name))
-            || (matches!(kind, Kind::Dir | Kind::Symlink) && is_layout_dir(depth, name));
-    }
-    match role(name) {
-        Role::Other => name == b"runs",
-        _ => kind != Kind::Dir || role(name) == Role::Cache,
     }
 }
 
@@ -223,16 +220,18 @@ pub struct DirView<'a> {
     pub untrusted: Option<&'a Untrusted>,
     /// The parent directory and this directory's name in it (None for the root).
     pub parent: Option<(BorrowedFd<'a>, &'a [u8])>,
-    /// 0 for the root, [`key_depth`] for a folder of cache files.
+    /// 0 for the root, [`Shape::key_depth`] for a folder of cache files.
     pub depth: usize,
+    /// The shape of the tree.
+    pub shape: Shape,
 }
 
 impl DirView<'_> {
-    /// What an entry called `name` is here: its [`role`] in a `<key16>/`
-    /// directory, [`Role::Other`] anywhere else.
+    /// What an entry called `name` is here: its [`Shape::role`] in a
+    /// `<key16>/` directory, [`Role::Other`] anywhere else.
     pub fn role(&self, name: &[u8]) -> Role {
-        if self.depth == key_depth() {
-            role(name)
+        if self.depth == self.shape.key_depth() {
+            self.shape.role(name)
         } else {
             Role::Other
         }
@@ -294,30 +293,33 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
     true
 }
 
-/// Walk the engine's layout below `root` (already open): `visit` is called
+/// Walk the engine's layout below `root` (already open), a tree of
+/// `shape`: `visit` is called
 /// once per directory (the root, `<version>/`, `sm<arch>/`, `<key16>/`)
 /// with its listing, before walking into its subdirectories. Walks into
 /// nothing else: not `runs/`, nor a directory of another shape, nor a
 /// symlink. I/O errors are logged and the subtree skipped. Returns whether
 /// every directory of the layout was listed (no error skipped one).
-pub fn walk(root: OwnedFd, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) -> bool {
+pub fn walk(root: OwnedFd, shape: Shape, visit: &mut dyn FnMut(&DirView<'_>, &Listing)) -> bool {
     let euid = nix::unistd::geteuid().as_raw();
     let mut rel = Vec::new();
     let mut cx = WalkCx {
         euid,
         buf: super::dirents::large_buf(),
         complete: true,
+        shape,
     };
     walk_dir(root, None, &mut rel, None, &mut cx, 0, visit);
     cx.complete
 }
 
 /// What every directory of a walk shares: who we are, the listing buffer,
-/// whether no directory was skipped.
+/// whether no directory was skipped, the shape of the tree.
 struct WalkCx {
     euid: u32,
     buf: Vec<u8>,
     complete: bool,
+    shape: Shape,
 }
 
 fn walk_dir(
@@ -363,13 +365,14 @@ fn walk_dir(
             untrusted,
             parent,
             depth,
+            shape: cx.shape,
         },
         &listing,
     );
     let mut cname = Vec::new();
     for e in &listing.ents {
         let name = listing.name(e);
-        if e.kind != Kind::Dir || !is_layout_dir(depth, name) {
+        if e.kind != Kind::Dir || !cx.shape.is_layout_dir(depth, name) {
             continue;
         }
         cname.clear();

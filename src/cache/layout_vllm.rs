@@ -12,9 +12,11 @@
 //! one-rank launch on 0.33.0 keeps FlashInfer's managed store in `v2/`
 //! beside the folders: it is the engine's, and keepwrap never walks into it.
 //!
-//! One process keeps one launch's cache, so the shape is set once, before
-//! any cache work, by [`set_shape`]; until then (and in every unit test of
-//! the cache module) it is SGLang's.
+//! The engine names the shape (`engine::Engine::shape`), and the walk
+//! takes it as a value. One process keeps one launch's cache, so the
+//! keeper sets it once for the cache's entry points, before any cache
+//! work, by [`set_shape`]; until then (and in every unit test of the cache
+//! module) it is SGLang's.
 
 use std::sync::OnceLock;
 

@@ -130,6 +130,7 @@ impl AsHashed {
 /// the engine's, `<version>/sm<arch>/<key16>/rank_*.json`.
 pub fn is_cache_file(rel: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let shape = layout_vllm::shape();
     let mut depth = 0;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
@@ -138,12 +139,12 @@ pub fn is_cache_file(rel: &Path) -> bool {
         };
         let name = name.as_bytes();
         if comps.peek().is_some() {
-            if !layout::is_layout_dir(depth, name) {
+            if !shape.is_layout_dir(depth, name) {
                 return false;
             }
             depth += 1;
         } else {
-            return depth == layout::key_depth() && layout::role(name) == layout::Role::Cache;
+            return depth == shape.key_depth() && shape.role(name) == layout::Role::Cache;
         }
     }
     false

@@ -171,7 +171,8 @@ pub fn prune<'s>(
         doomed: None,
         listed: None,
     };
-    let listed = layout::walk(fd, &mut |dir, listing| st.visit(dir, listing));
+    let shape = super::layout_vllm::shape();
+    let listed = layout::walk(fd, shape, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
     st.report.whole = listed && st.report.left == 0;
     let mut job = TrashJob::none();
@@ -189,7 +190,7 @@ pub fn prune<'s>(
         crate::events::Event::Untouched {
             entries: n,
             first: first.to_string(),
-            hint: layout::shape().root_hint().to_string(),
+            hint: shape.root_hint().to_string(),
         }
         .emit();
     }
@@ -216,12 +217,12 @@ impl State<'_, '_> {
         self.plan.clear();
         self.noticed = None;
         self.count_untouched(dir, listing);
-        if dir.depth < layout::key_depth() {
+        if dir.depth < dir.shape.key_depth() {
             // Above the rank files: only links where the engine would find
             // a directory of its layout.
             for e in &listing.ents {
                 let name = listing.name(e);
-                if e.kind == Kind::Symlink && layout::is_layout_dir(dir.depth, name) {
+                if e.kind == Kind::Symlink && dir.shape.is_layout_dir(dir.depth, name) {
                     self.symlinked_dir(dir, name);
                 }
             }
@@ -247,7 +248,7 @@ impl State<'_, '_> {
     fn count_untouched(&mut self, dir: &DirView<'_>, listing: &Listing) {
         for e in &listing.ents {
             let name = listing.name(e);
-            if !layout::is_engines(dir.depth, name, e.kind) {
+            if !dir.shape.is_engines(dir.depth, name, e.kind) {
                 self.untouched += 1;
                 if self.untouched_first.is_none() {
                     self.untouched_first = Some(Rel(dir.rel, name).to_string());

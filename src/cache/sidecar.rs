@@ -49,7 +49,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::fsx;
-use super::layout;
 
 /// One file of a signed set: path relative to the root, sha256 hex, size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,7 +200,6 @@ pub fn is_member_path(p: &str) -> bool {
         && !p.starts_with('/')
         && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
         && super::is_cache_file(std::path::Path::new(p))
-        && layout::role(p.rsplit('/').next().unwrap_or(p).as_bytes()) == layout::Role::Cache
 }
 
 /// Check a sidecar is well formed: its sha256 and set id are hex. Err: what

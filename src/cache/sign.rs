@@ -41,7 +41,8 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
         settle_at: i64::MIN,
         ..Survey::default()
     };
-    layout::walk(fd, &mut |dir: &DirView<'_>, listing: &Listing| {
+    let shape = super::layout_vllm::shape();
+    layout::walk(fd, shape, &mut |dir: &DirView<'_>, listing: &Listing| {
         survey.dir(dir, listing, fingerprint)
     });
     let settle_at =

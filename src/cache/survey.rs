@@ -42,21 +42,25 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
         return Vec::new();
     };
     let mut jobs: Vec<Job> = Vec::new();
-    layout::walk(walk_fd, &mut |dir: &DirView<'_>, listing: &Listing| {
-        let ents: Vec<(Vec<u8>, Kind)> = listing
-            .ents
-            .iter()
-            .filter(|e| dir.role(listing.name(e)) == Role::Cache && e.kind != Kind::Dir)
-            .map(|e| (listing.name(e).to_vec(), e.kind))
-            .collect();
-        if !ents.is_empty() {
-            jobs.push(Job {
-                rel: dir.rel.to_vec(),
-                untrusted: dir.untrusted.map(|u| u.0.clone()),
-                ents,
-            });
-        }
-    });
+    layout::walk(
+        walk_fd,
+        super::layout_vllm::shape(),
+        &mut |dir: &DirView<'_>, listing: &Listing| {
+            let ents: Vec<(Vec<u8>, Kind)> = listing
+                .ents
+                .iter()
+                .filter(|e| dir.role(listing.name(e)) == Role::Cache && e.kind != Kind::Dir)
+                .map(|e| (listing.name(e).to_vec(), e.kind))
+                .collect();
+            if !ents.is_empty() {
+                jobs.push(Job {
+                    rel: dir.rel.to_vec(),
+                    untrusted: dir.untrusted.map(|u| u.0.clone()),
+                    ents,
+                });
+            }
+        },
+    );
     let root_fd = root_fd.as_fd();
     let parts = crate::signals::in_parts(&jobs, "keepwrap-survey", |part| {
         part.iter()

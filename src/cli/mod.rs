@@ -252,7 +252,10 @@ fn root_of(
     env: &[(OsString, OsString)],
 ) -> Option<std::path::PathBuf> {
     let profile = launch.map_or_else(|| opts.profile.without_command(), Launch::profile);
-    crate::engine::of(profile).root(cache_dir, env).ok()
+    let engine = crate::engine::of(profile);
+    let root = engine.root(cache_dir, env).ok()?;
+    crate::cache::layout_vllm::set_shape(engine.shape(env));
+    Some(root)
 }
 
 /// `keepwrap explain`.

@@ -16,6 +16,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cache::layout_vllm::Shape;
 use crate::done::{Done, DoneError, DoneRule, Endpoint};
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
@@ -24,13 +25,16 @@ use crate::stops::Stopped;
 /// One engine's side of a launch. The defaults are the common case.
 pub trait Engine: Sync {
     /// The cache root keepwrap guards (`--cache-dir` if given, else the
-    /// engine's own from the engine's environment), with the layout of its
-    /// tree set for the process. Err: why there is none.
+    /// engine's own from the engine's environment). Err: why there is none.
     fn root(
         &self,
         cache_dir: Option<&Path>,
         env: &[(OsString, OsString)],
     ) -> Result<PathBuf, NoRoot>;
+
+    /// The layout of the tree below the root, as the engine's environment
+    /// makes it.
+    fn shape(&self, env: &[(OsString, OsString)]) -> Shape;
 
     /// The variable the default root came from (`config`), else where `~`
     /// came from.

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cache::layout_vllm::Shape;
 use crate::done::{serves_tls, Done, DoneError, Endpoint};
 use crate::launch::fingerprint::Launch;
 use crate::share::Share;
@@ -27,6 +28,10 @@ impl Engine for Sglang {
         env: &[(OsString, OsString)],
     ) -> Result<PathBuf, NoRoot> {
         crate::root::place::root_from(cache_dir, env).ok_or(NoRoot::NoHome)
+    }
+
+    fn shape(&self, _env: &[(OsString, OsString)]) -> Shape {
+        Shape::Sglang
     }
 
     fn root_origin(&self, env: &[(OsString, OsString)]) -> &'static str {

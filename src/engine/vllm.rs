@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::cache::layout_vllm::{set_shape, Shape};
+use crate::cache::layout_vllm::Shape;
 use crate::done::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
@@ -30,25 +30,29 @@ use crate::stops::Stopped;
 #[error("cannot tell vLLM's cache directory: {0}")]
 pub struct NoVllmRoot(#[from] facts::RootError);
 
-/// The root keepwrap guards for a vLLM launch, and the shape of its tree
-/// (set for the process): `--cache-dir` if given, else vLLM's own
-/// (`$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`, else
+/// The root keepwrap guards for a vLLM launch: `--cache-dir` if given,
+/// else vLLM's own (`$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`, else
 /// `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, ...; `~` expanded as the
-/// engine's Python does: `HOME`, else the password database). The folders sit right
-/// in the root when `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
-/// `<flashinfer version>/<arch>/`. Err: why there is none.
+/// engine's Python does: `HOME`, else the password database). Err: why
+/// there is none.
 fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBuf, NoVllmRoot> {
-    let computed = facts::autotune_root(env, &crate::launch::home::passwd_home);
-    let flat = matches!(computed, Ok(AutotuneRoot::Override(_)));
-    set_shape(if flat {
-        Shape::VllmFlat
-    } else {
-        Shape::VllmTree
-    });
     if let Some(dir) = cache_dir {
         return Ok(dir.to_path_buf());
     }
-    Ok(computed?.path().to_path_buf())
+    let computed = facts::autotune_root(env, &crate::launch::home::passwd_home)?;
+    Ok(computed.path().to_path_buf())
+}
+
+/// The folders sit right in the root when
+/// `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` is set, else below
+/// `<flashinfer version>/<arch>/`.
+fn shape(env: &[(OsString, OsString)]) -> Shape {
+    let computed = facts::autotune_root(env, &crate::launch::home::passwd_home);
+    if matches!(computed, Ok(AutotuneRoot::Override(_))) {
+        Shape::VllmFlat
+    } else {
+        Shape::VllmTree
+    }
 }
 
 /// The bytes of the model's `config.json`, when the model is a local
@@ -396,6 +400,10 @@ impl Engine for Vllm {
         env: &[(OsString, OsString)],
     ) -> Result<PathBuf, NoRoot> {
         root(cache_dir, env).map_err(NoRoot::Vllm)
+    }
+
+    fn shape(&self, env: &[(OsString, OsString)]) -> Shape {
+        shape(env)
     }
 
     fn root_origin(&self, env: &[(OsString, OsString)]) -> &'static str {

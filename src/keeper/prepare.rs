@@ -278,6 +278,7 @@ fn locate(
         .root(args.cache_dir.as_deref(), engine_env)
         .map_err(NoRoot::log)
         .ok()?;
+    crate::cache::layout_vllm::set_shape(engine.shape(engine_env));
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
         crate::events::Event::LaunchWarning {
