@@ -20,6 +20,11 @@ minus the same on the empty root. Beside each, keepwrap's own reads at the
 engine's start (/proc/<keepwrap>/io: read system calls and bytes read), per
 rank file. `--strace` adds one run of each under `strace -f`, counting every
 system call keepwrap made before the engine's execve. Medians of R runs (5).
+
+With several N (`1000 10000 100000`), a last table gives each case's time
+per rank file at each N, before the start and after the exit, and the slope
+between consecutive N (the added time per added file): linear growth is
+the same slope throughout.
 """
 import collections
 import os
@@ -163,13 +168,38 @@ def med(xs):
     return statistics.median(xs)
 
 
+# (case, n) -> (before the start, after the exit), medians minus the anchor, ms.
+FIGURES = {}
+
+
 def row(name, n, pre, post, io, anchor):
     a_pre, a_post, a_io = anchor
+    FIGURES[(name.split(" (")[0], n)] = (med(pre) - a_pre, med(post) - a_post)
     syscr = (med([x["syscr"] for x in io]) - a_io["syscr"]) / max(n, 1)
     rchar = (med([x["rchar"] for x in io]) - a_io["rchar"]) / max(n, 1)
     print(f"| {name} | {n:,} | {med(pre) - a_pre:.0f} ms (min {min(pre) - a_pre:.0f}) "
           f"| {syscr:.2f} reads, {rchar / 1024:.1f} KiB read a file "
           f"| {med(post) - a_post:.0f} ms (min {min(post) - a_post:.0f}) |", flush=True)
+
+
+def slopes():
+    """Per rank file at each N, and the slope between consecutive N."""
+    print("\n| case | rank files | before the start, per file | slope from the N before "
+          "| after the exit, per file | slope from the N before |")
+    print("|---|---|---|---|---|---|")
+    for case in dict.fromkeys(c for c, _ in FIGURES):
+        prev = None
+        for n in sorted(n for c, n in FIGURES if c == case):
+            pre, post = FIGURES[(case, n)]
+            if prev:
+                pn, ppre, ppost = prev
+                s_pre = f"{(pre - ppre) * 1000 / (n - pn):.1f} us a file"
+                s_post = f"{(post - ppost) * 1000 / (n - pn):.1f} us a file"
+            else:
+                s_pre = s_post = ""
+            print(f"| {case} | {n:,} | {pre * 1000 / n:.1f} us | {s_pre} "
+                  f"| {post * 1000 / n:.1f} us | {s_post} |")
+            prev = (n, pre, post)
 
 
 def main():
@@ -205,7 +235,7 @@ def main():
                 stash.append(b.launch(cache, variant="b"))
                 b.expect(f"stored {n}")
                 restore.append(b.launch(cache))
-                b.expect(f"brought back {n}") if False else None
+                b.expect(f"restored {n} cache files")
             row("stash (a launch of another fingerprint)", n, *zip(*stash), anchor)
             row("restore (the set back from the store)", n, *zip(*restore), anchor)
             if use_strace:
@@ -231,6 +261,8 @@ def main():
                 per = (total - e) / n if n else 0
                 top = ", ".join(f"{k} {v:,}" for k, v in c.most_common(5))
                 print(f"| {what} | {n:,} | {total:,} | {per:.2f} | {top} |")
+        if len(SIZES) > 1:
+            slopes()
         load = os.getloadavg()
         print(f"\n(load average {load[0]:.2f} after)")
     finally:

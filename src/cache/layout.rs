@@ -170,6 +170,8 @@ pub struct Ent {
     off: u32,
     len: u32,
     pub kind: Kind,
+    /// `d_ino`: the inode number the name was bound to when listed.
+    pub ino: u64,
 }
 
 /// The entries of one directory: names packed in one buffer.
@@ -253,6 +255,7 @@ fn read_listing(dir: BorrowedFd<'_>, rel: &[u8], out: &mut Listing, buf: &mut [u
             off,
             len: e.name.len() as u32,
             kind,
+            ino: e.ino,
         });
         true
     });

@@ -513,11 +513,11 @@ impl State<'_, '_> {
         layout::sidecar_name(name, &mut self.sname);
         let sname = &self.sname[..self.sname.len() - 1];
         // The listing says already when there is no sidecar (no open).
-        match listing.find(sname).map(|e| e.kind) {
+        let sidecar_ino = match listing.find(sname).map(|e| (e.kind, e.ino)) {
             None => return Some(Reason::NoSidecar),
-            Some(Kind::File) => {}
-            Some(k) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
-        }
+            Some((Kind::File, ino)) => ino,
+            Some((k, _)) => return Some(Reason::SidecarUnreadable(format!("a {}", k.name()))),
+        };
         // The listing said a regular file: read without an `fstat` (the
         // identity of a sidecar matters only for another launch's set).
         let sidecar = match fsx::read_listed_at(dir.fd, sname, &mut self.sbuf, MAX_SIDECAR) {
@@ -558,27 +558,29 @@ impl State<'_, '_> {
         }
         // judge_sidecar matched the path, so it is UTF-8.
         let path = rel.to_string_exact().unwrap_or_default();
+        drop(sidecar);
         if foreign {
-            let sidecar_st = match fsx::stat_fd(sidecar.as_fd()) {
-                Ok(st) if Kind::from_mode(st.st_mode) == Kind::File => st,
-                Ok(st) => {
-                    let kind = Kind::from_mode(st.st_mode).name();
-                    return Some(Reason::SidecarUnreadable(format!("a {kind}")));
-                }
-                Err(e) => return Some(Reason::SidecarUnreadable(e.to_string())),
-            };
-            drop(sidecar);
             // Its bytes (or its stamp) are checked only once its set is
             // whole by the sidecars (a set is stored or removed whole: one
-            // changed member is enough to know).
+            // changed member is enough to know). The sidecar's identity is
+            // the inode number this listing bound its name to (no
+            // `fstat`): the listing of the directory after it moves into
+            // the store must show the same number, else the sidecar was
+            // replaced (by the one read, or after it) and the set is not
+            // stored ([`crate::store`]'s `same_as_checked`: a number that
+            // differs is refused, as no `lstat` gives this identity's
+            // modification time).
             self.foreign.push(Foreign {
                 path,
                 sc,
-                sidecar_id: FileId::of(&sidecar_st),
+                sidecar_id: FileId {
+                    ino: sidecar_ino,
+                    size: self.sbuf.len() as u64,
+                    mtime: (i64::MIN, 0),
+                },
             });
             return None;
         }
-        drop(sidecar);
         if let Some(member) = &self.doomed {
             // The set of this launch lost a member: this file goes with it,
             // whatever its bytes (not read; another size than signed is

@@ -24,8 +24,11 @@
 //! moves into the store with one rename, and the launch's set manifest
 //! (`.keepwrap/sets/<fp>.json`) moves into it as its `.set.json`; nothing
 //! is created, so storing costs two renames whatever the file system's
-//! inode allocator does. Any other set is stored as a tree, file by file,
-//! with a copy of the same set manifest as its `.set.json`. Every entry's
+//! inode allocator does. Any other set is stored as a tree, with a copy of
+//! the same set manifest as its `.set.json`: each directory that holds
+//! nothing but the set's files with one rename, the other members file by
+//! file; a restore moves such a directory back the same way (its files keep
+//! their stamps: the sign at done reads none of them again). Every entry's
 //! manifest is the cache's one set format ([`SetManifest`]), checked
 //! whole (its id hashes its members); which layout an entry has, its
 //! directory says: rank files right inside it are a flat entry, anything

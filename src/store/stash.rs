@@ -269,7 +269,9 @@ fn moved_as_checked(staging: BorrowedFd<'_>, set: &ForeignSet) -> Result<(), Str
 /// - a member replaced by `rename` over it (as the engine saves its files)
 ///   is its name bound to another inode: the new file is created while the
 ///   old one still holds its number (a rename over it frees the old inode
-///   only when the new one is in place), so the numbers differ: refused. A
+///   only when the new one is in place), so the numbers differ: refused
+///   (a sidecar's identity is the number prune's listing bound its name
+///   to: one that differs is refused whatever an `lstat` says). A
 ///   member deleted first and then written anew may get the freed number
 ///   back (ext4 and xfs reuse it) and is then not seen here, like a member
 ///   rewritten in place (below). Where they differ for
@@ -336,4 +338,73 @@ pub(super) fn same_as_checked<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A directory holding one member, checked as prune checks it: the
+    /// cache file by its `lstat`, the sidecar by the inode number listed.
+    fn member() -> (tempfile::TempDir, Vec<(String, [cache::FileId; 2])>) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("rank_tp0_pp0_dp0.json"), "{}").unwrap();
+        std::fs::write(t.path().join("rank_tp0_pp0_dp0.launch"), "{}").unwrap();
+        let file = std::fs::symlink_metadata(t.path().join("rank_tp0_pp0_dp0.json")).unwrap();
+        let sidecar = std::fs::symlink_metadata(t.path().join("rank_tp0_pp0_dp0.launch")).unwrap();
+        let ids = [
+            cache::FileId {
+                ino: file.ino(),
+                size: file.size(),
+                mtime: (file.mtime(), file.mtime_nsec()),
+            },
+            cache::FileId {
+                ino: sidecar.ino(),
+                size: 2,
+                mtime: (i64::MIN, 0),
+            },
+        ];
+        (t, vec![("k/rank_tp0_pp0_dp0.json".to_string(), ids)])
+    }
+
+    fn check(
+        t: &tempfile::TempDir,
+        checked: &[(String, [cache::FileId; 2])],
+    ) -> Result<(), String> {
+        let dir =
+            fsx::open_dir_path(fsx::open_root(t.path()).unwrap().as_fd(), Path::new(".")).unwrap();
+        same_as_checked(dir.as_fd(), checked.iter())
+    }
+
+    #[test]
+    fn the_very_files_checked_pass() {
+        let (t, checked) = member();
+        assert_eq!(check(&t, &checked), Ok(()));
+    }
+
+    #[test]
+    fn a_sidecar_replaced_after_it_was_read_is_refused() {
+        let (t, checked) = member();
+        std::fs::write(t.path().join("new"), "{}").unwrap();
+        std::fs::rename(
+            t.path().join("new"),
+            t.path().join("rank_tp0_pp0_dp0.launch"),
+        )
+        .unwrap();
+        let why = check(&t, &checked).unwrap_err();
+        assert!(why.contains("changed after signing"), "{why}");
+    }
+
+    #[test]
+    fn a_cache_file_replaced_or_a_file_planted_is_refused() {
+        let (t, checked) = member();
+        std::fs::write(t.path().join("new"), "{}").unwrap();
+        std::fs::rename(t.path().join("new"), t.path().join("rank_tp0_pp0_dp0.json")).unwrap();
+        assert!(check(&t, &checked).is_err());
+        let (t, checked) = member();
+        std::fs::write(t.path().join("rank_tp1_pp0_dp0.json"), "{}").unwrap();
+        let why = check(&t, &checked).unwrap_err();
+        assert!(why.contains("is not the set's"), "{why}");
+    }
 }

@@ -389,18 +389,19 @@ fn reuse_makes_at_most_5_system_calls_a_kept_file() {
 }
 
 /// Stash, a launch of another fingerprint before the engine's start,
-/// makes at most 7.5 system calls a file of the set it moves into the
-/// store (8 rank files a directory, signed by a default launch): the
-/// sidecar read (`openat`, `read`, `fstat`, `close`), the file's `lstat`
-/// for its stamp, and a share of its directory's: the walk, one rename of
-/// the directory, whose every entry is the set's, and one listing of it
-/// in the store. Counted between 64 and 512 files, so that the launch's
-/// constant work cancels out. Before: 11.9 a file, the file and its
-/// sidecar moved one by one (an `lstat` and a rename each) into
-/// directories created in the staging tree.
+/// makes at most 6 system calls a file of the set it moves into the store
+/// (8 rank files a directory, signed by a default launch): the sidecar
+/// read (`openat`, `read`, `close`; its identity is the inode number of
+/// the listing), the file's `lstat` for its stamp, and a share of its
+/// directory's: the walk, one rename of the directory, whose every entry
+/// is the set's, and one listing of it in the store. Counted between 64
+/// and 512 files, so that the launch's constant work cancels out. Before:
+/// 11.9 a file, the file and its sidecar moved one by one (an `lstat` and
+/// a rename each) into directories created in the staging tree, and each
+/// sidecar `fstat`ed.
 #[test]
 #[ignore = "needs strace"]
-fn stash_makes_at_most_7_5_system_calls_a_file() {
+fn stash_makes_at_most_6_system_calls_a_file() {
     let mut at = Vec::new();
     for files in [64, 512] {
         let t = tempfile::tempdir().unwrap();
@@ -427,7 +428,7 @@ fn stash_makes_at_most_7_5_system_calls_a_file() {
     let per_file = (cb - ca) as f64 / (b - a) as f64;
     eprintln!("system calls before the start at stash: {ca} at {a} files, {cb} at {b}: {per_file:.2} a file");
     assert!(
-        per_file <= 7.5,
+        per_file <= 6.0,
         "{per_file:.2} system calls a file at stash ({ca} at {a} files, {cb} at {b})"
     );
 }
@@ -502,6 +503,60 @@ fn the_sign_after_a_restore_reads_no_rank_file() {
         after, 0,
         "{after} reads of rank files after the engine's start"
     );
+}
+
+/// A restored rank file changed in place while the engine runs (same
+/// size, its modification time put back: only its change time differs) is
+/// hashed again by the sign after the exit: its sidecar records the bytes
+/// it holds, not the ones restored, and the next launch reuses the set
+/// with them. The sign trusts the stamps the move kept, never the restore's
+/// word for a file.
+#[test]
+#[ignore = "slow: run by .ci/run"]
+fn a_rank_file_changed_after_a_restore_is_signed_by_its_new_bytes() {
+    let files = 16;
+    let t = tempfile::tempdir().unwrap();
+    let ctl = t.path().join("ctl");
+    std::fs::create_dir(&ctl).unwrap();
+    let cache = t.path().join("cache");
+    launch(&cache, &ctl, files, false);
+    let (_, log) = launch(&cache, &ctl, 0, true);
+    assert!(log.contains(&format!("stored {files}")), "{log}");
+    let rel = "0.7.2/sm121/0000000000000002/rank_tp3_pp0_dp0.json";
+    let before = std::fs::read(
+        cache
+            .join(".keepwrap/store")
+            .read_dir()
+            .unwrap()
+            .flatten()
+            .find(|e| !e.file_name().to_string_lossy().contains('.'))
+            .unwrap()
+            .path()
+            .join(rel),
+    )
+    .unwrap();
+    std::fs::write(ctl.join("edit"), rel).unwrap();
+    let (_, log) = launch(&cache, &ctl, 0, false);
+    std::fs::remove_file(ctl.join("edit")).unwrap();
+    assert!(
+        log.contains(&format!("restored {files} cache files of this launch")),
+        "{log}"
+    );
+    let now = std::fs::read(cache.join(rel)).unwrap();
+    assert_eq!(now.len(), before.len());
+    assert_ne!(now, before, "the engine's edit");
+    let sidecar: Value =
+        serde_json::from_slice(&std::fs::read(cache.join(rel).with_extension("launch")).unwrap())
+            .unwrap();
+    use sha2::Digest;
+    let sha = crate::common::hex(sha2::Sha256::digest(&now));
+    assert_eq!(sidecar["sha256"], sha, "{log}");
+    let (_, log) = launch(&cache, &ctl, 0, false);
+    assert!(
+        log.contains(&format!("reused {files} cache files")),
+        "{log}"
+    );
+    assert_eq!(std::fs::read(cache.join(rel)).unwrap(), now);
 }
 
 /// Every rank file replaced after signing (same size, other bytes): the

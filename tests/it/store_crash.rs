@@ -479,3 +479,153 @@ fn eight_launches_racing_on_one_root_each_log_an_outcome_and_tear_nothing() {
         assert!(b.tuned() == 0 || b.hit() == 0, "{}", b.stderr);
     }
 }
+
+/// One launch with the defaults of `tests/helpers/reads_at_start.py` on
+/// `cache`, writing `write` rank files (8 a directory); `variant`: another
+/// fingerprint; `failpoint`: `KEEPWRAP_FAILPOINT`.
+fn helper_launch(
+    cache: &Path,
+    ctl: &Path,
+    write: usize,
+    variant: bool,
+    failpoint: Option<String>,
+) -> Finished {
+    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
+    let mut cmd = keepwrap(cache);
+    cmd.env("READS_CTL", ctl)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("reads_at_start.py"));
+    if variant {
+        cmd.arg("b");
+    }
+    if let Some(f) = failpoint {
+        cmd.env("KEEPWRAP_FAILPOINT", f);
+    }
+    boot(&mut cmd)
+}
+
+/// Every file under `root` (a path relative to it, sha256), the store's
+/// staging and restoring directories included, with the entry's path
+/// prefix (`.keepwrap/store/<name>/`, `.keepwrap/restoring-<fp>/`)
+/// stripped: where each member's bytes are, by path.
+fn placed(root: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in files(root) {
+        let rel = if let Some(rest) = k.strip_prefix(".keepwrap/store/") {
+            rest.split_once('/').map(|(_, p)| p.to_string())
+        } else if let Some(rest) = k.strip_prefix(".keepwrap/restoring-") {
+            rest.split_once('/').map(|(_, p)| p.to_string())
+        } else if k.starts_with(".keepwrap/") {
+            None
+        } else {
+            Some(k)
+        };
+        if let Some(rel) = rel {
+            out.push((rel, v));
+        }
+    }
+    out
+}
+
+/// A set of three directories (8, 8 and 4 rank files; the third also
+/// holds a file that is not the engine's, so that its members move one by
+/// one and the others' directories with one rename each), killed at every
+/// crash point of its stash and then of its restore: after each kill every
+/// rank file is, byte for byte, in its place or in the store (staging or
+/// restoring included); the next launch of the set's own fingerprint
+/// recovers and finds the set whole (reused, or restored whole), and the
+/// file that is not the engine's is where it was, untouched.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn sigkill_at_every_point_of_a_set_of_whole_directories_loses_nothing() {
+    let files = 20;
+    let t = tempfile::tempdir().unwrap();
+    let ctl = t.path().join("ctl");
+    std::fs::create_dir(&ctl).unwrap();
+    let signed = t.path().join("signed");
+    let b = helper_launch(&signed, &ctl, files, false, None);
+    assert!(
+        b.stderr
+            .contains(&format!("tuned and signed {files} cache files")),
+        "{}",
+        b.stderr
+    );
+    let notes = "0.7.2/sm121/0000000000000003/notes.txt";
+    std::fs::write(signed.join(notes), "mine").unwrap();
+    let want: BTreeMap<String, String> = files_of(&signed);
+    assert_eq!(want.len(), files + 1);
+    // The same root with the set stored by a launch of another fingerprint.
+    let stored = t.path().join("stored");
+    copy_tree(&signed, &stored);
+    let b = helper_launch(&stored, &ctl, 0, true, None);
+    assert!(
+        b.stderr.contains(&format!("stored {files}")),
+        "{}",
+        b.stderr
+    );
+    let mut points = BTreeMap::new();
+    for (step, from, variant) in [("stash", &signed, true), ("restore", &stored, false)] {
+        for n in 1.. {
+            let ctx = format!("{step}, killed after store change {n}");
+            let dir = t.path().join(format!("{step}-{n}"));
+            copy_tree(from, &dir);
+            let killed = helper_launch(&dir, &ctl, 0, variant, Some(format!("store:{n}")));
+            if killed.code != 128 + 9 {
+                assert_eq!(killed.code, 0, "{ctx}: {}", killed.stderr);
+                let _ = std::fs::remove_dir_all(&dir);
+                break;
+            }
+            *points.entry(step).or_insert(0) += 1;
+            let now = placed(&dir);
+            for (path, sha) in &want {
+                assert!(
+                    now.iter().any(|(p, s)| p == path && s == sha),
+                    "{ctx}: {path} is nowhere\n{}",
+                    killed.stderr
+                );
+            }
+            let b = helper_launch(&dir, &ctl, 0, false, None);
+            assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
+            assert!(
+                b.stderr.contains(&format!("reused {files} cache files"))
+                    || b.stderr.contains(&format!("restored {files} cache files")),
+                "{ctx}: the set is not whole after recovery\n{}\n{}",
+                killed.stderr,
+                b.stderr
+            );
+            assert_eq!(files_of(&dir), want, "{ctx}: {}", b.stderr);
+            let left: Vec<String> = std::fs::read_dir(dir.join(".keepwrap"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("restoring-"))
+                .chain(
+                    std::fs::read_dir(dir.join(".keepwrap/store"))
+                        .unwrap()
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.contains(".in-")),
+                )
+                .collect();
+            assert!(left.is_empty(), "{ctx}: {left:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    eprintln!("crash points: {points:?}");
+    // Two directories renamed, four files and their sidecars one by one,
+    // the entry installed (stash); the entry out of the store, two
+    // directories back, four files and their sidecars (restore). File by
+    // file, each would be 40 renames.
+    assert_eq!(points["stash"], 2 + 8 + 1, "{points:?}");
+    assert_eq!(points["restore"], 1 + 2 + 8, "{points:?}");
+}
+
+/// The rank files and other files of the cache tree (not `.keepwrap`),
+/// each with its sha256.
+fn files_of(root: &Path) -> BTreeMap<String, String> {
+    files(root)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(".keepwrap") && !k.ends_with(".launch"))
+        .collect()
+}
