@@ -168,6 +168,28 @@ fn status_verify_fails_on_a_changed_file() {
 /// Two other launches' sets in the store: A (prefill 1024) and B (2048),
 /// then C (4096) in place. Returns the stored fingerprints, A's first.
 fn two_stored_sets(home: &Path) -> Vec<String> {
+    // Made once per test process by three boots in a home of its own under
+    // the target directory, then copied whole (modes and times kept) into
+    // each test's home: the tests that take it only read or evict it.
+    // (The made home stays there, for `cargo clean`.)
+    static MADE: std::sync::OnceLock<(tempfile::TempDir, Vec<String>)> = std::sync::OnceLock::new();
+    let (made, fps) = MADE.get_or_init(|| {
+        let made = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let fps = make_two_stored_sets(made.path());
+        (made, fps)
+    });
+    let cp = output(
+        Command::new("cp")
+            .arg("-a")
+            .arg(made.path().join("."))
+            .arg(home),
+    );
+    assert_eq!(cp.code, 0, "{}", cp.stderr);
+    assert_eq!(stored(home).len(), 2);
+    fps.clone()
+}
+
+fn make_two_stored_sets(home: &Path) -> Vec<String> {
     let mut fps = Vec::new();
     for chunked in ["1024", "2048", "4096"] {
         let b = boot(&mut engine(home, &["--chunked-prefill-size", chunked]));
