@@ -65,6 +65,26 @@ fn boot_nodes(homes: &Path, kw: impl Fn(u32) -> Vec<String>) -> Vec<Finished> {
     )
 }
 
+/// Boot 1 of the four nodes with `<homes>/share` (each node tunes and
+/// publishes its own file), made once per test process in a directory of
+/// its own under the target directory (left there for `cargo clean`), then
+/// copied whole (modes and times kept) into `homes` for each test that goes
+/// on from it. The four boots, for what they logged.
+fn booted_once(homes: &Path) -> &'static [Finished] {
+    static MADE: std::sync::OnceLock<(tempfile::TempDir, Vec<Finished>)> =
+        std::sync::OnceLock::new();
+    let (made, b1) = MADE.get_or_init(|| {
+        let made = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let share = made.path().join("share");
+        std::fs::create_dir(&share).unwrap();
+        let b1 = boot_nodes(made.path(), share_kw(&share));
+        all_ok(&b1, "boot 1");
+        (made, b1)
+    });
+    crate::harden::copy_tree(made.path(), homes);
+    b1
+}
+
 fn share_kw(share: &Path) -> impl Fn(u32) -> Vec<String> + '_ {
     move |_| vec!["--share".to_string(), share.display().to_string()]
 }
@@ -120,12 +140,9 @@ fn all_equal(v: &[impl PartialEq]) -> bool {
 fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
-    std::fs::create_dir(&share).unwrap();
-
-    let b1 = boot_nodes(t.path(), share_kw(&share));
-    all_ok(&b1, "boot 1");
-    assert!(tuned(&b1).iter().all(|&n| n > 0), "boot 1 tunes");
-    for b in &b1 {
+    let b1 = booted_once(t.path());
+    assert!(tuned(b1).iter().all(|&n| n > 0), "boot 1 tunes");
+    for b in b1 {
         assert!(
             b.logged_with(
                 "share_incomplete",
@@ -185,7 +202,7 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
         runs.push(tactics(&b));
     }
     assert_eq!(runs[0], runs[1], "the tactics stay the same on boot 3");
-    assert_eq!(runs[0], tactics(&b1), "and they are boot 1's");
+    assert_eq!(runs[0], tactics(b1), "and they are boot 1's");
 
     // keepwrap status --share (and share-status) list what each node published.
     let mut status = Command::new(BIN);
@@ -231,9 +248,7 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
 fn a_node_whose_cache_was_wiped_gets_its_files_back_from_the_share() {
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
-    std::fs::create_dir(&share).unwrap();
-    all_ok(&boot_nodes(t.path(), share_kw(&share)), "boot 1");
-
+    booted_once(t.path());
     std::fs::remove_dir_all(root_of(t.path(), 2)).unwrap();
     let b = boot_nodes(t.path(), share_kw(&share));
     all_ok(&b, "boot 2");
@@ -318,9 +333,7 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
     }
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
-    std::fs::create_dir(&share).unwrap();
-    all_ok(&boot_nodes(t.path(), share_kw(&share)), "boot 1");
-
+    booted_once(t.path());
     let s = share.display().to_string();
     let setup = "mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\"";
     let port = free_port();

@@ -178,13 +178,7 @@ fn two_stored_sets(home: &Path) -> Vec<String> {
         let fps = make_two_stored_sets(made.path());
         (made, fps)
     });
-    let cp = output(
-        Command::new("cp")
-            .arg("-a")
-            .arg(made.path().join("."))
-            .arg(home),
-    );
-    assert_eq!(cp.code, 0, "{}", cp.stderr);
+    crate::harden::copy_tree(made.path(), home);
     assert_eq!(stored(home).len(), 2);
     fps.clone()
 }
