@@ -511,6 +511,13 @@ pub struct FleetArgs {
     /// each publication before keepwrap exits
     #[arg(long, env = "KEEPWRAP_FLEET_TIMEOUT", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub fleet_timeout: Duration,
+
+    /// The boot a multi-node launch's nodes share (each node's files are
+    /// published under it); without it, SLURM_JOB_ID with
+    /// SLURM_RESTART_COUNT. A multi-node launch with none restores and
+    /// never publishes
+    #[arg(long, env = "KEEPWRAP_BOOT_ID", value_name = "ID")]
+    pub boot_id: Option<String>,
 }
 
 impl FleetArgs {
@@ -520,6 +527,7 @@ impl FleetArgs {
             url: self.url.clone(),
             mode: self.fleet_mode,
             timeout: self.fleet_timeout,
+            boot_id: self.boot_id.clone(),
         }
     }
 }

@@ -683,9 +683,21 @@ catalogue! {
             WARN "fleet_unusable"
             => "fleet: {error}; the fleet {url} is not used";
 
-        FleetMultiNode { url: String }
+        FleetMultiNode { node: u32, nnodes: u32, boot: String, source: String }
             INFO "fleet_multi_node"
-            => "fleet: a multi-node launch: the fleet {url} is not used (multi-node sets travel through --share)";
+            => "fleet: node {node} of {nnodes}, boot {boot} (from {source}): this node's files are published under that boot; a set is restored only when every node's part verifies";
+
+        FleetNoBootId { node: u32, nnodes: u32 }
+            INFO "fleet_no_boot_id"
+            => "fleet: node {node} of {nnodes} with no boot id (--boot-id, KEEPWRAP_BOOT_ID, SLURM_JOB_ID): nothing is published; a set is restored only when every node's part verifies";
+
+        FleetPartPublished { node: u32, nnodes: u32, boot: String, waiting: usize }
+            INFO "fleet_part_published"
+            => "fleet: uploaded node {node}'s part of boot {boot}; {waiting} of {nnodes} nodes not yet (the last node to publish names the set)";
+
+        FleetStaleStaging { dir: PathBuf }
+            INFO "fleet_stale_staging"
+            => "fleet: removed {}, left by a keepwrap killed during a restore", Shown(dir);
 
         FleetOn { url: String, mode: String, endpoint: String }
             INFO "fleet_on"

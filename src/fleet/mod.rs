@@ -90,6 +90,17 @@ pub struct Settings {
     pub url: Option<String>,
     pub mode: Mode,
     pub timeout: Duration,
+    /// `--boot-id`: what the nodes of a multi-node launch share.
+    pub boot_id: Option<String>,
+}
+
+/// A multi-node launch's place: this node's rank, the node count, and the
+/// cluster fingerprint every node of the launch computes alike.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    pub rank: u32,
+    pub nnodes: u32,
+    pub cluster: String,
 }
 
 /// One file of a set.
@@ -100,6 +111,9 @@ pub struct Entry {
     pub path: String,
     pub sha256: String,
     pub size: u64,
+    /// The node whose file this is (multi-node sets only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
 }
 
 /// `sets/<id>.json`: one complete set.
@@ -111,6 +125,9 @@ pub struct Manifest {
     pub fingerprint: String,
     /// Sorted by path.
     pub files: Vec<Entry>,
+    /// The node count of a multi-node set (every file names its node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nnodes: Option<u32>,
 }
 
 impl Manifest {
@@ -159,7 +176,14 @@ pub struct Fleet {
     pub mode: Mode,
     timeout: Duration,
     profile: String,
+    /// What this launch signs locally.
     fingerprint: crate::digest::Fingerprint,
+    /// The launch's name in the bucket: the fingerprint, or the cluster
+    /// fingerprint of a multi-node launch (alike on every node).
+    name: String,
+    /// A multi-node launch's place, and the boot its nodes share (hashed;
+    /// None: never published).
+    nodes: Option<(Nodes, Option<String>)>,
     /// The publication under way.
     running: Option<JoinHandle<()>>,
     /// `<root>/.keepwrap`, where the fleet's state file is written.
@@ -179,7 +203,7 @@ impl Fleet {
         profile: &str,
         fingerprint: &crate::digest::Fingerprint,
         root: &Path,
-        multi_node: bool,
+        nodes: Option<Nodes>,
         var: impl Fn(&str) -> Option<String>,
     ) -> Option<Fleet> {
         let url = args.url.as_deref().filter(|u| !u.is_empty())?;
@@ -195,35 +219,50 @@ impl Fleet {
                 return None;
             }
         };
-        if multi_node {
-            crate::events::Event::FleetMultiNode {
-                url: url.to_string(),
-            }
-            .emit();
-            return None;
-        }
         crate::events::Event::FleetOn {
             url: url.to_string(),
             mode: args.mode.as_str().to_string(),
             endpoint: endpoint.url.clone().unwrap_or_else(|| "AWS S3".to_string()),
         }
         .emit();
+        let name = nodes
+            .as_ref()
+            .map_or_else(|| fingerprint.to_string(), |n| n.cluster.clone());
+        let nodes = nodes.map(|n| {
+            let boot = boot_id(args.boot_id.as_deref(), &var);
+            match &boot {
+                Some((id, source)) => crate::events::Event::FleetMultiNode {
+                    node: n.rank,
+                    nnodes: n.nnodes,
+                    boot: id.clone(),
+                    source: source.to_string(),
+                }
+                .emit(),
+                None => crate::events::Event::FleetNoBootId {
+                    node: n.rank,
+                    nnodes: n.nnodes,
+                }
+                .emit(),
+            }
+            (n, boot.map(|b| b.0))
+        });
         Some(Fleet {
             client: Arc::new(Client::new(location, endpoint, args.timeout)),
             mode: args.mode,
             timeout: args.timeout,
             profile: profile.to_string(),
             fingerprint: fingerprint.clone(),
+            name,
+            nodes,
             running: None,
             state_dir: root.join(crate::STATE_DIR),
         })
     }
 
     fn key(&self, rel: &str) -> String {
-        self.client.location.key(&format!(
-            "{}/{rel}",
-            launch_dir(&self.profile, &self.fingerprint)
-        ))
+        self.client
+            .location
+            .key(&format!("{}/{rel}", launch_dir(&self.profile, &self.name)))
     }
 
     /// Before the start, when the root has no set for this launch: bring
@@ -235,9 +274,10 @@ impl Fleet {
         let (tx, rx) = mpsc::channel();
         let client = self.client.clone();
         let keys = (self.key("HEAD"), self.key("sets/"), self.key("blobs/"));
-        let (profile, fingerprint) = (self.profile.clone(), self.fingerprint.clone());
+        let (profile, name) = (self.profile.clone(), self.name.clone());
+        let place_of = self.nodes.as_ref().map(|(n, _)| (n.rank, n.nnodes));
         let job = move || {
-            let _ = tx.send(fetch(&client, &keys, &profile, &fingerprint));
+            let _ = tx.send(fetch(&client, &keys, &profile, &name, place_of));
         };
         if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
             crate::events::Event::FleetNoThread {
@@ -335,12 +375,41 @@ impl Fleet {
             }
             files.push((path.to_string(), buf));
         }
+        let part = match &self.nodes {
+            None => None,
+            // No boot id: said at the start; nothing is published.
+            Some((_, None)) => return,
+            Some((n, Some(boot))) => Some((n.rank, n.nnodes, boot.clone())),
+        };
         let client = self.client.clone();
         let dir = self.key("");
-        let (profile, fingerprint) = (self.profile.clone(), self.fingerprint.clone());
+        let (profile, name) = (self.profile.clone(), self.name.clone());
         let state_dir = self.state_dir.clone();
         let job = move || {
-            let out = publish(&client, &dir, &profile, &fingerprint, files);
+            let launch = (dir.as_str(), profile.as_str(), name.as_str());
+            let out = match part {
+                None => publish(&client, launch, files),
+                Some((rank, nnodes, boot)) => {
+                    match publish_part(&client, launch, (rank, nnodes), &boot, files) {
+                        Ok(Err(waiting)) => {
+                            crate::events::Event::FleetPartPublished {
+                                node: rank,
+                                nnodes,
+                                boot: boot.clone(),
+                                waiting,
+                            }
+                            .emit();
+                            let what = format!(
+                                "node {rank}'s part of boot {boot} uploaded; {waiting} of {nnodes} nodes not yet"
+                            );
+                            state::update(&state_dir, |s| s.published(&what, None));
+                            return;
+                        }
+                        Ok(Ok(x)) => Ok(x),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
             let note = match &out {
                 Ok((id, won)) => {
                     if *won {
@@ -417,6 +486,7 @@ fn fetch(
     (head_key, sets, blobs): &(String, String, String),
     profile: &str,
     fingerprint: &str,
+    place_of: Option<(u32, u32)>,
 ) -> Result<(String, Files), Miss> {
     let bad = |key: &str, why: String| Miss::Bad {
         key: key.to_string(),
@@ -446,6 +516,9 @@ fn fetch(
         return Err(bad(&set_key, "a set of another launch or format".into()));
     }
     check_files(&m.files).map_err(|why| bad(&set_key, why))?;
+    check_nodes(&m, place_of.map(|p| p.1)).map_err(|why| bad(&set_key, why))?;
+    // Every node's part is fetched and verified, this node's placed: all
+    // or nothing across the nodes, as every node decides alike.
     let mut out = Vec::with_capacity(m.files.len());
     for f in &m.files {
         let key = format!("{blobs}{}", f.sha256);
@@ -467,9 +540,65 @@ fn fetch(
                 format!("blob of {} is not a cache file (not a JSON object)", f.path),
             ));
         }
-        out.push((f.path.clone(), got.bytes));
+        if f.node == place_of.map(|p| p.0) {
+            out.push((f.path.clone(), got.bytes));
+        }
     }
     Ok((head.set, out))
+}
+
+/// A set's nodes: none for a single-node launch; for one of `want` nodes,
+/// that many, each file naming one, each node with at least one file.
+fn check_nodes(m: &Manifest, want: Option<u32>) -> Result<(), String> {
+    let n = match (m.nnodes, want) {
+        (None, None) if m.files.iter().all(|f| f.node.is_none()) => return Ok(()),
+        (Some(n), Some(w)) if n == w && (n as usize) <= MAX_FILES => n,
+        (got, want) => {
+            return Err(format!(
+                "a set of {} nodes, for a launch of {}",
+                got.unwrap_or(1),
+                want.unwrap_or(1)
+            ))
+        }
+    };
+    let mut seen = vec![false; n as usize];
+    for f in &m.files {
+        match f.node {
+            Some(r) if r < n => seen[r as usize] = true,
+            _ => return Err(format!("'{}' names no node of {n}", f.path)),
+        }
+    }
+    match seen.iter().position(|s| !s) {
+        Some(r) => Err(format!("node {r} of {n} has no part in it")),
+        None => Ok(()),
+    }
+}
+
+/// The boot id of a multi-node launch, hashed, and where it came from:
+/// `--boot-id` (`KEEPWRAP_BOOT_ID`), else SLURM's job id with its restart
+/// count (and cluster name). None: the nodes share no boot keepwrap can
+/// name (LeaderWorkerSet's variables name a group, not one boot of it).
+fn boot_id(
+    explicit: Option<&str>,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<(String, &'static str)> {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty());
+    let (value, source) = match explicit.filter(|v| !v.is_empty()) {
+        Some(v) => (format!("explicit:{v}"), "--boot-id"),
+        None => {
+            let job = set("SLURM_JOB_ID")?;
+            let cluster = set("SLURM_CLUSTER_NAME").unwrap_or_default();
+            let restart = set("SLURM_RESTART_COUNT").unwrap_or_else(|| "0".into());
+            (
+                format!("slurm:{cluster}:{job}:{restart}"),
+                "SLURM_JOB_ID and SLURM_RESTART_COUNT",
+            )
+        }
+    };
+    Some((
+        cache::sha256_hex(value.as_bytes())[..32].to_string(),
+        source,
+    ))
 }
 
 fn is_sha256(s: &str) -> bool {
@@ -502,6 +631,51 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
     Ok(())
 }
 
+/// A restore's staging directory in `<root>/.keepwrap`, before its pid.
+const STAGING: &str = "fleet-staging.";
+
+/// Remove the staging directories that keepwrap processes killed during a
+/// restore left (when keepwrap is not PID 1, the next launch's pid
+/// differs): only a directory named `fleet-staging.<pid>` whose pid is no
+/// live keepwrap's. Called with the root's lock held, with or without
+/// `--fleet`.
+pub fn remove_stale_staging(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root.join(crate::STATE_DIR)) else {
+        return;
+    };
+    let own = std::process::id();
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGING))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == own || !e.file_type().is_ok_and(|t| t.is_dir()) || keepwrap_lives(pid) {
+            continue;
+        }
+        let path = e.path();
+        if std::fs::remove_dir_all(&path).is_ok() {
+            crate::events::Event::FleetStaleStaging { dir: path }.emit();
+        }
+    }
+}
+
+/// Whether `pid` is a live keepwrap process (its command name says so).
+fn keepwrap_lives(pid: u32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/comm")) {
+        Ok(comm) => comm.trim_ascii_end() == b"keepwrap",
+        // Not in /proc (or no /proc): any process of that pid, even one
+        // not ours to signal, counts as keepwrap.
+        Err(_) => i32::try_from(pid).map_or(true, |p| {
+            !matches!(crate::sys::kill(p, 0), Err(nix::errno::Errno::ESRCH))
+        }),
+    }
+}
+
 /// Write the verified files into staging, link them into place (never
 /// over an existing file) and sign them: all or nothing. The files signed.
 fn place(
@@ -511,7 +685,7 @@ fn place(
 ) -> io::Result<Vec<PathBuf>> {
     let root_fd = fsx::open_root(root)?;
     let state = crate::share::mkdirs(root_fd.as_fd(), crate::STATE_DIR)?;
-    let staging_name = format!("fleet-staging.{}", std::process::id());
+    let staging_name = format!("{STAGING}{}", std::process::id());
     let staging_path = root.join(crate::STATE_DIR).join(&staging_name);
     let _ = std::fs::remove_dir_all(&staging_path);
     let staging = crate::share::mkdirs(state.as_fd(), &staging_name)?;
@@ -577,39 +751,61 @@ fn place(
     }
 }
 
+/// A launch in the bucket: its directory key (ending in `/`), profile and
+/// name.
+type LaunchAt<'a> = (&'a str, &'a str, &'a str);
+
 /// Blobs, manifest, then HEAD (created only when there is none). The set's
 /// id, and whether HEAD names it.
-fn publish(
-    client: &Client,
-    dir: &str,
-    profile: &str,
-    fingerprint: &str,
-    files: Vec<(String, Vec<u8>)>,
-) -> Result<(String, bool), Failure> {
+fn publish(client: &Client, launch: LaunchAt, files: Files) -> Result<(String, bool), Failure> {
+    upload_blobs(client, launch.0, &files)?;
+    name_set(client, launch, entries_of(&files, None), None)
+}
+
+/// A set's entries, sorted by path, each path once.
+fn entries_of(files: &Files, node: Option<u32>) -> Vec<Entry> {
     let mut entries: Vec<Entry> = files
         .iter()
         .map(|(path, bytes)| Entry {
             path: path.clone(),
             sha256: cache::sha256_hex(bytes),
             size: bytes.len() as u64,
+            node,
         })
         .collect();
     entries.sort();
     entries.dedup_by(|a, b| a.path == b.path);
-    let m = Manifest {
-        format: FORMAT,
-        profile: profile.to_string(),
-        fingerprint: fingerprint.to_string(),
-        files: entries,
-    };
+    entries
+}
+
+/// Every blob, each created only when absent (content addressing).
+fn upload_blobs(client: &Client, dir: &str, files: &Files) -> Result<(), Failure> {
     let mut done = BTreeSet::new();
-    for (_, bytes) in &files {
+    for (_, bytes) in files {
         let sha = cache::sha256_hex(bytes);
         if done.insert(sha.clone()) {
             client.put(&format!("{dir}blobs/{sha}"), bytes, &Cond::Absent)?;
         }
         crate::failpoint::hit("fleet");
     }
+    Ok(())
+}
+
+/// The manifest of these entries, then HEAD (created only when there is
+/// none). The set's id, and whether HEAD names it.
+fn name_set(
+    client: &Client,
+    (dir, profile, name): LaunchAt,
+    files: Vec<Entry>,
+    nnodes: Option<u32>,
+) -> Result<(String, bool), Failure> {
+    let m = Manifest {
+        format: FORMAT,
+        profile: profile.to_string(),
+        fingerprint: name.to_string(),
+        files,
+        nnodes,
+    };
     let id = m.id();
     client.put(
         &format!("{dir}sets/{id}.json"),
@@ -636,6 +832,72 @@ fn publish(
         },
     };
     Ok((id, won))
+}
+
+/// A multi-node launch's node: its blobs, then its part
+/// (`parts/<boot>/<rank>.json`, created only when absent: the first part
+/// of a node in a boot stays), then every node's part of the boot. When
+/// all are there, their union is the set, named as one node's would be:
+/// Ok(the set's id, whether HEAD names it). Else Err(how many nodes have
+/// no part yet): a later node names the set.
+fn publish_part(
+    client: &Client,
+    launch: LaunchAt,
+    (rank, nnodes): (u32, u32),
+    boot: &str,
+    files: Files,
+) -> Result<Result<(String, bool), usize>, Failure> {
+    let (dir, profile, name) = launch;
+    upload_blobs(client, dir, &files)?;
+    let part = Manifest {
+        format: FORMAT,
+        profile: profile.to_string(),
+        fingerprint: name.to_string(),
+        files: entries_of(&files, Some(rank)),
+        nnodes: Some(nnodes),
+    };
+    let parts = format!("{dir}parts/{boot}/");
+    client.put(
+        &format!("{parts}{rank}.json"),
+        &part.canonical(),
+        &Cond::Absent,
+    )?;
+    crate::failpoint::hit("fleet");
+    let (mut all, mut missing) = (Vec::new(), 0);
+    for r in 0..nnodes {
+        let key = format!("{parts}{r}.json");
+        let Some(o) = client.get_at_most(&key, MAX_MANIFEST)? else {
+            missing += 1;
+            continue;
+        };
+        let bad = |what: String| Failure {
+            key: key.clone(),
+            status: None,
+            what,
+        };
+        let p: Manifest =
+            serde_json::from_slice(&o.bytes).map_err(|e| bad(format!("not a part ({e})")))?;
+        if p.format != FORMAT
+            || p.profile != profile
+            || p.fingerprint != name
+            || p.nnodes != Some(nnodes)
+            || p.files.iter().any(|f| f.node != Some(r))
+        {
+            return Err(bad(format!("not node {r}'s part of this launch")));
+        }
+        check_files(&p.files).map_err(bad)?;
+        all.extend(p.files);
+    }
+    if missing > 0 {
+        return Ok(Err(missing));
+    }
+    all.sort();
+    check_files(&all).map_err(|what| Failure {
+        key: parts.clone(),
+        status: None,
+        what: format!("the union of the parts: {what}"),
+    })?;
+    name_set(client, launch, all, Some(nnodes)).map(Ok)
 }
 
 /// `keepwrap fleet ls`: every launch in the bucket, with its HEAD's set
@@ -733,6 +995,7 @@ mod tests {
             path: path.into(),
             sha256: "a".repeat(64),
             size: 2,
+            node: None,
         }
     }
 
@@ -743,12 +1006,72 @@ mod tests {
             profile: "sglang".into(),
             fingerprint: "f".repeat(64),
             files: vec![entry("0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json")],
+            nnodes: None,
         };
         let bytes = m.canonical();
         assert!(bytes.starts_with(br#"{"format":1,"profile":"sglang","#));
         assert_eq!(m.id(), cache::sha256_hex(&bytes));
         let back: Manifest = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back.canonical(), bytes);
+    }
+
+    #[test]
+    fn a_boot_id_is_the_explicit_one_else_slurms_job_and_restart_count() {
+        use super::s3::env;
+        assert_eq!(boot_id(None, env(&[])), None, "LWS alone names no boot");
+        assert_eq!(boot_id(Some(""), env(&[("LWS_GROUP_SIZE", "2")])), None);
+        let job = boot_id(None, env(&[("SLURM_JOB_ID", "7")])).unwrap();
+        let job0 = boot_id(
+            None,
+            env(&[("SLURM_JOB_ID", "7"), ("SLURM_RESTART_COUNT", "0")]),
+        )
+        .unwrap();
+        let requeued = boot_id(
+            None,
+            env(&[("SLURM_JOB_ID", "7"), ("SLURM_RESTART_COUNT", "1")]),
+        )
+        .unwrap();
+        assert_eq!(job, job0, "no restart count is restart 0");
+        assert_ne!(job.0, requeued.0, "a requeued job is another boot");
+        assert_eq!(job.0.len(), 32);
+        let explicit = boot_id(Some("b1"), env(&[("SLURM_JOB_ID", "7")])).unwrap();
+        assert_eq!(explicit.1, "--boot-id");
+        assert_ne!(explicit.0, job.0);
+    }
+
+    #[test]
+    fn a_multi_node_set_names_every_node_and_only_a_launch_of_as_many_takes_it() {
+        let at = |path: &str, node: Option<u32>| Entry {
+            node,
+            ..entry(path)
+        };
+        let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
+        let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
+        let set = |files: Vec<Entry>, nnodes: Option<u32>| Manifest {
+            format: 1,
+            profile: "sglang".into(),
+            fingerprint: "f".repeat(64),
+            files,
+            nnodes,
+        };
+        let two = set(vec![at(p, Some(0)), at(q, Some(1))], Some(2));
+        assert!(check_nodes(&two, Some(2)).is_ok());
+        assert!(check_nodes(&two, None).is_err(), "a single-node launch");
+        assert!(check_nodes(&two, Some(3)).is_err(), "three nodes");
+        let missing = set(vec![at(p, Some(0)), at(q, Some(0))], Some(2));
+        assert!(check_nodes(&missing, Some(2))
+            .unwrap_err()
+            .contains("node 1"));
+        let huge = set(vec![at(p, Some(0))], Some(u32::MAX));
+        assert!(check_nodes(&huge, Some(u32::MAX)).is_err());
+        let stray = set(vec![at(p, Some(0))], None);
+        assert!(
+            check_nodes(&stray, None).is_err(),
+            "a node in a single-node set"
+        );
+        // A single-node set's bytes are those of the format before nodes.
+        let one = set(vec![at(p, None)], None);
+        assert!(!String::from_utf8(one.canonical()).unwrap().contains("node"));
     }
 
     #[test]

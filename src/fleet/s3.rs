@@ -518,6 +518,19 @@ fn parse_listing(body: &[u8]) -> Result<Page, String> {
     })
 }
 
+/// A test's environment: these variables, no other.
+#[cfg(test)]
+pub(crate) fn env(
+    pairs: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> Option<String> {
+    move |k: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,14 +548,6 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let e = Endpoint::from_env(env(&[
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000/"),
             ("AWS_DEFAULT_REGION", "eu-west-1"),

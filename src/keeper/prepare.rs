@@ -99,6 +99,7 @@ impl Keeper {
             Ok(turn) => turn,
             Err(prepared) => return Ok(*prepared),
         };
+        crate::fleet::remove_stale_staging(&root);
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash, leftover)) =
             prune(&root, &fingerprint, store.as_ref(), engine, &launch)
@@ -240,21 +241,37 @@ fn take_fleet(commit: &mut Committer, watcher: &mut Watcher) -> Result<(), Stopp
 }
 
 /// The fleet of this launch, when `--fleet` is set (a multi-node launch
-/// does not use it: its nodes' files must come from one boot).
+/// names itself in the bucket by its cluster fingerprint, alike on every
+/// node).
 fn fleet_of(
     args: &Settings,
     launch: &Launch,
     fingerprint: &Fingerprint,
     root: &Path,
 ) -> Option<crate::fleet::Fleet> {
-    args.fleet.url.as_ref()?;
-    let multi_node = crate::share::node_of(&launch.command().argv).map_or(true, |n| n.nnodes > 1);
+    let url = args.fleet.url.as_ref()?;
+    let nodes = match crate::share::node_of(&launch.command().argv) {
+        Ok(n) if n.nnodes == 1 => None,
+        Ok(n) => Some(crate::fleet::Nodes {
+            rank: n.rank,
+            nnodes: n.nnodes,
+            cluster: String::from(launch.cluster_fingerprint(&args.share.node_local())),
+        }),
+        Err(e) => {
+            crate::events::Event::FleetUnusable {
+                url: url.clone(),
+                error: e.to_string(),
+            }
+            .emit();
+            return None;
+        }
+    };
     crate::fleet::Fleet::new(
         &args.fleet,
         launch.profile().as_str(),
         fingerprint,
         root,
-        multi_node,
+        nodes,
         |k| std::env::var(k).ok(),
     )
 }

@@ -155,12 +155,17 @@ fn rand_u64() -> u64 {
 
 /// A pod: the fake engine under keepwrap on its own root, with the fleet.
 fn pod(home: &Path, endpoint: &str, url: &str, extra: &[&str]) -> Command {
+    pod_of(home, endpoint, url, extra, TP2)
+}
+
+/// [`pod`] with the engine's arguments.
+fn pod_of(home: &Path, endpoint: &str, url: &str, extra: &[&str], engine: &[&str]) -> Command {
     let mut kw = vec!["--fleet", url];
     kw.extend_from_slice(extra);
     if !extra.contains(&"--fleet-timeout") {
         kw.extend(["--fleet-timeout", "10s"]);
     }
-    let mut cmd = keepwrap_engine(home, &kw, TP2);
+    let mut cmd = keepwrap_engine(home, &kw, engine);
     without_keepwrap_env(&mut cmd);
     cmd.env("KEEPWRAP_LOG_FORMAT", "json")
         .env("AWS_ENDPOINT_URL", endpoint)
@@ -771,31 +776,164 @@ fn a_blob_longer_than_its_manifest_says_is_never_read_whole() {
     assert!(n < 32 << 20, "{n} bytes of one blob were read");
 }
 
+/// The two nodes of one launch (TP2 across `--nnodes 2`, one rank a node,
+/// loopback rendezvous), each a pod on a fresh root of its own, started
+/// together; `env` is set on both.
+fn boot_nodes(ep: &str, url: &str, env: &[(&str, &str)]) -> Vec<Finished> {
+    let homes = [home(), home()];
+    let port = free_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let running: Vec<Running> = homes
+        .iter()
+        .enumerate()
+        .map(|(rank, h)| {
+            let rank = rank.to_string();
+            let engine = [
+                "--tp",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                &rank,
+                "--dist-init-addr",
+                &addr,
+                "--offline",
+            ];
+            let mut cmd = pod_of(h.path(), ep, url, &[], &engine);
+            cmd.env_remove("SLURM_JOB_ID")
+                .env_remove("SLURM_RESTART_COUNT");
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            Running::spawn(&mut cmd)
+        })
+        .collect();
+    running
+        .into_iter()
+        .map(|r| r.finish(Duration::from_secs(120)))
+        .collect()
+}
+
+/// A multi-node launch through the bucket: each node publishes its part
+/// under the boot id both share, the last one names the set; the two nodes
+/// of a later launch each restore their own part of it and tune nothing.
 #[test]
-fn a_multi_node_launch_does_not_use_the_fleet() {
-    let h = home();
-    let mut cmd = keepwrap_engine(
-        h.path(),
-        &["--fleet", "s3://kw-any/pods", "--done", "quiet=200ms"],
-        &[
-            "--tp",
-            "2",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            "0",
-            "--offline",
-            "--dist-init-addr",
-            "127.0.0.1:1",
-        ],
+#[ignore = "needs moto"]
+fn a_multi_node_launch_publishes_under_its_boot_id_and_both_nodes_boot_warm() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let first = boot_nodes(
+        &ep,
+        &b.url(),
+        &[("SLURM_JOB_ID", "4242"), ("SLURM_RESTART_COUNT", "0")],
     );
-    cmd.env("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
-    let mut r = Running::spawn(&mut cmd);
-    r.wait_event("fleet_multi_node", Duration::from_secs(20));
-    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
-    let p = r.finish(Duration::from_secs(30));
-    assert!(!p.has_event("fleet_restore_failed"), "{}", p.stderr);
-    assert!(!p.has_event("fleet_on"), "{}", p.stderr);
+    for (r, n) in first.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_empty"), "node {r}: {}", n.stderr);
+        assert!(
+            n.logged_with(
+                "fleet_multi_node",
+                json!({"node": r, "nnodes": 2, "source": "SLURM_JOB_ID and SLURM_RESTART_COUNT"})
+            ),
+            "node {r}: {}",
+            n.stderr
+        );
+        assert!(n.tuned() > 0, "node {r} tunes cold");
+    }
+    let named = first
+        .iter()
+        .filter(|n| n.has_event("fleet_published"))
+        .count();
+    assert!(
+        named >= 1,
+        "the last node names the set: {}",
+        first[1].stderr
+    );
+    let keys = b.keys();
+    assert_eq!(
+        keys.iter().filter(|k| k.contains("/parts/")).count(),
+        2,
+        "one part a node, under one boot: {keys:?}"
+    );
+    let tactics: std::collections::BTreeMap<u64, String> =
+        first.iter().flat_map(|n| n.tactics()).collect();
+    let second = boot_nodes(&ep, &b.url(), &[]);
+    for (r, n) in second.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(
+            n.logged_with("fleet_restored", json!({"files": 1})),
+            "node {r} restores its own part: {}",
+            n.stderr
+        );
+        assert_eq!(n.tuned(), 0, "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_no_boot_id"), "node {r}: {}", n.stderr);
+    }
+    let again: std::collections::BTreeMap<u64, String> =
+        second.iter().flat_map(|n| n.tactics()).collect();
+    assert_eq!(again, tactics, "the first launch's tactics, on every rank");
+}
+
+/// One node's part that does not verify costs every node its restore (all
+/// or nothing across the nodes): node 0, whose own part is intact, boots
+/// cold too.
+#[test]
+#[ignore = "needs moto"]
+fn a_multi_node_set_is_restored_only_when_every_nodes_part_verifies() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let first = boot_nodes(&ep, &b.url(), &[("KEEPWRAP_BOOT_ID", "group-7-boot-1")]);
+    assert!(
+        first.iter().any(|n| n.has_event("fleet_published")),
+        "{}",
+        first[1].stderr
+    );
+    let dir = b.launch_dir();
+    let (_, head) = b.get(&format!("{dir}HEAD"));
+    let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
+    let (_, set) = b.get(&format!("{dir}sets/{}.json", head["set"].as_str().unwrap()));
+    let set: serde_json::Value = serde_json::from_slice(&set).unwrap();
+    assert_eq!(set["nnodes"], 2, "{set}");
+    let node1 = set["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["node"] == 1)
+        .unwrap();
+    let blob = format!("{dir}blobs/{}", node1["sha256"].as_str().unwrap());
+    b.put(&blob, b"{\"planted\": 1}");
+    let second = boot_nodes(&ep, &b.url(), &[]);
+    for (r, n) in second.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(
+            n.logged_starting("fleet_restore_failed", "reason", &blob),
+            "node {r} names node 1's blob: {}",
+            n.stderr
+        );
+        assert!(!n.has_event("fleet_restored"), "node {r}: {}", n.stderr);
+        assert!(n.tuned() > 0, "node {r} boots cold");
+    }
+}
+
+/// A multi-node launch with no boot id restores but publishes nothing, and
+/// says so in one line.
+#[test]
+#[ignore = "needs moto"]
+fn a_multi_node_launch_without_a_boot_id_publishes_nothing() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let nodes = boot_nodes(&ep, &b.url(), &[]);
+    for (r, n) in nodes.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        let e = n.event("fleet_no_boot_id");
+        assert_eq!(e["node"], r as u64, "{e}");
+        assert!(n.has_event("fleet_empty"), "node {r}: {}", n.stderr);
+        assert!(
+            !n.has_event("fleet_part_published"),
+            "node {r}: {}",
+            n.stderr
+        );
+    }
+    assert!(b.keys().is_empty(), "{:?}", b.keys());
 }
 
 #[test]
@@ -845,6 +983,22 @@ fn kill_9_in_the_middle_of_a_publish_leaves_no_pointer_to_an_incomplete_set() {
     }
 }
 
+/// A bucket with pod 1's set, and a pod on another root whose restore of
+/// it was killed (`kill -9`) after its first file was linked into place.
+#[cfg(feature = "failpoints")]
+fn killed_in_a_restore(ep: &str) -> (Bucket, Finished, tempfile::TempDir) {
+    let b = Bucket::new(ep);
+    let p1 = boot(&mut pod(home().path(), ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let h = home();
+    let mut cmd = pod(h.path(), ep, &b.url(), &[]);
+    cmd.env("KEEPWRAP_FAILPOINT", "fleet-place:1");
+    let p2 = boot(&mut cmd);
+    assert_eq!(p2.code, 128 + 9, "{}", p2.stderr);
+    assert!(!p2.has_event("fleet_restored"), "{}", p2.stderr);
+    (b, p1, h)
+}
+
 /// `kill -9` after the first file of a restore was linked into place: the
 /// next launch on that root trusts none of it (never a partial hit) and
 /// restores the set whole.
@@ -853,15 +1007,7 @@ fn kill_9_in_the_middle_of_a_publish_leaves_no_pointer_to_an_incomplete_set() {
 #[ignore = "needs moto"]
 fn kill_9_in_the_middle_of_a_restore_leaves_nothing_trusted() {
     let Some(ep) = moto() else { return };
-    let b = Bucket::new(&ep);
-    let p1 = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
-    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
-    let h = home();
-    let mut cmd = pod(h.path(), &ep, &b.url(), &[]);
-    cmd.env("KEEPWRAP_FAILPOINT", "fleet-place:1");
-    let p2 = boot(&mut cmd);
-    assert_eq!(p2.code, 128 + 9, "{}", p2.stderr);
-    assert!(!p2.has_event("fleet_restored"), "{}", p2.stderr);
+    let (b, p1, h) = killed_in_a_restore(&ep);
     let p3 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
     assert_eq!(p3.code, 0, "{}", p3.stderr);
     assert!(
@@ -876,4 +1022,108 @@ fn kill_9_in_the_middle_of_a_restore_leaves_nothing_trusted() {
     );
     assert_eq!(p3.tuned(), 0, "{}", p3.stderr);
     assert_eq!(p3.tactics(), p1.tactics());
+}
+
+/// The staging directories in `<root>/.keepwrap`, by name.
+#[cfg(feature = "failpoints")]
+fn stagings(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join(".keepwrap"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("fleet-staging."))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// `kill -9` of a keepwrap that is not PID 1 during a restore leaves its
+/// staging directory beside the root; the next launch removes it (and any
+/// other whose keepwrap is gone), and leaves the one of a live keepwrap.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn the_staging_a_killed_restore_left_is_removed_by_the_next_launch() {
+    let Some(ep) = moto() else { return };
+    let (b, _, h) = killed_in_a_restore(&ep);
+    let root = cache_root(h.path());
+    let left = stagings(&root);
+    assert_eq!(left.len(), 1, "the killed restore's staging: {left:?}");
+    // A live process that is not keepwrap, and a live keepwrap.
+    let mut other = Guard::spawn(Command::new("sleep").arg("60"));
+    let lh = home();
+    let mut live_cmd = keepwrap_engine(lh.path(), &["--done", "quiet=200ms"], &["--tp", "2"]);
+    live_cmd.env("KEEPWRAP_LOG_FORMAT", "json");
+    let mut live = Running::spawn(&mut live_cmd);
+    live.wait_event("launch", Duration::from_secs(20));
+    let state = root.join(".keepwrap");
+    let other_name = format!("fleet-staging.{}", other.pid());
+    let live_name = format!("fleet-staging.{}", live.guard.pid());
+    for n in [&other_name, &live_name, &"fleet-staging.x1".to_string()] {
+        std::fs::create_dir(state.join(n)).unwrap();
+        std::fs::write(state.join(n).join("0"), b"{}").unwrap();
+    }
+    let p3 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
+    assert_eq!(p3.code, 0, "{}", p3.stderr);
+    assert!(
+        p3.logged_with("fleet_restored", json!({"files": 2})),
+        "{}",
+        p3.stderr
+    );
+    assert_eq!(
+        p3.events_named("fleet_stale_staging").len(),
+        2,
+        "{}",
+        p3.stderr
+    );
+    let mut want = vec!["fleet-staging.x1".to_string(), live_name];
+    want.sort();
+    assert_eq!(
+        stagings(&root),
+        want,
+        "only a live keepwrap's, and what is not keepwrap's, are left"
+    );
+    other.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = other.child.wait();
+    live.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    let _ = live.finish(Duration::from_secs(30));
+}
+
+/// `kill -9` at every point of the local sign after a fleet restore (each
+/// sidecar, the set manifest): the next launch on that root trusts nothing
+/// in part and loses nothing good: it boots warm with the fleet's tactics.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn kill_9_during_the_sign_after_a_restore_trusts_nothing_in_part() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let p1 = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    for n in 1..=3 {
+        let h = home();
+        let mut cmd = pod(h.path(), &ep, &b.url(), &[]);
+        cmd.env("KEEPWRAP_FAILPOINT", format!("sign:{n}"));
+        let p2 = boot(&mut cmd);
+        assert_eq!(p2.code, 128 + 9, "point {n}: {}", p2.stderr);
+        assert!(!p2.has_event("fleet_restored"), "point {n}: {}", p2.stderr);
+        let p3 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
+        assert_eq!(p3.code, 0, "point {n}: {}", p3.stderr);
+        assert!(
+            !p3.logged_with("reused", json!({"files": 1})),
+            "point {n}: never a partial hit: {}",
+            p3.stderr
+        );
+        assert!(
+            p3.logged_with("fleet_restored", json!({"files": 2}))
+                || p3.logged_with("reused", json!({"files": 2})),
+            "point {n}: {}",
+            p3.stderr
+        );
+        assert_eq!(p3.tuned(), 0, "point {n}: {}", p3.stderr);
+        assert_eq!(p3.tactics(), p1.tactics(), "point {n}");
+        assert!(stagings(&cache_root(h.path())).is_empty(), "point {n}");
+    }
 }
