@@ -10,6 +10,8 @@
 //! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
 //!   canonical bytes (what [`Manifest::canonical`] writes);
 //! - `HEAD`: `{"format":1,"set":"<id>"}`, the one mutable object.
+//! - `parts/<boot>/<rank>.json`: a multi-node launch's node's part of one
+//!   boot (under the cluster fingerprint; see `publish_part`).
 //!
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
