@@ -387,7 +387,9 @@ fn a_warm_boot_that_tuned_nothing_logs_no_landed_line() {
 /// for over a second (40 rounds of 20 files): keepwrap watches the
 /// directory the engine creates only once it has seen it, so an engine
 /// that saves and removes only a few files may be done before the watch.
-const GATE: &str = "for round in $(seq 40); do for r in $(seq 0 19); do f=\"$d/rank_tp${r}_pp0_dp0.json\"; printf '{\"k\": [\"R\", 0]}' > \"$f\"; rm \"$f\"; done; sleep 0.03; done";
+/// Each file is saved as FlashInfer saves it (a temporary file renamed over
+/// it), so that keepwrap never reads one half written.
+const GATE: &str = "for round in $(seq 40); do for r in $(seq 0 19); do f=\"$d/rank_tp${r}_pp0_dp0.json\"; t=\"$d/.autotuner_$r.tmp\"; printf '{\"k\": [\"R\", 0]}' > \"$t\"; mv \"$t\" \"$f\"; rm \"$f\"; done; sleep 0.03; done";
 
 #[test]
 fn a_file_the_engine_removes_is_told_at_debug_level_not_as_unreadable() {
