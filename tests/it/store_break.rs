@@ -71,6 +71,16 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
     r
 }
 
+/// The set of launch `a` in directories `keys` (`n` rank files each),
+/// stored by a prune of launch THIS.
+fn stored_set(root: &Path, keys: &[&str], n: usize) -> (String, Store) {
+    let a = fp('a');
+    signed_dirs(root, keys, n, &a, 1);
+    let store = Store::open(root).unwrap();
+    assert_eq!(prune_as(root, &store, THIS).stored, n * keys.len());
+    (a, store)
+}
+
 fn ctime_of(p: &Path) -> (i64, i64) {
     let m = fs::metadata(p).unwrap();
     (m.ctime(), m.ctime_nsec())
@@ -284,10 +294,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
 fn known_hole_a_file_planted_before_a_kill_between_the_flat_renames_is_not_lost() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
-    let a = fp('a');
-    signed_dirs(root, &[KEY_A], 4, &a, 1);
-    let store = Store::open(root).unwrap();
-    assert_eq!(prune_as(root, &store, THIS).stored, 4);
+    let (a, store) = stored_set(root, &[KEY_A], 4);
     let entry = root.join(format!(".keepwrap/store/{a}"));
     fs::rename(
         entry.join(".set.json"),
@@ -399,10 +406,7 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
 fn known_hole_a_file_planted_before_a_kill_in_a_staged_directory_is_not_lost() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
-    let a = fp('a');
-    signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
-    let store = Store::open(root).unwrap();
-    assert_eq!(prune_as(root, &store, THIS).stored, 4);
+    let (a, store) = stored_set(root, &[KEY_A, KEY_B], 2);
     let staging = root.join(format!(".keepwrap/store/{a}.in-killed"));
     fs::rename(root.join(format!(".keepwrap/store/{a}")), &staging).unwrap();
     fs::write(staging.join(format!("0.7.2/sm121/{KEY_A}/README")), "mine").unwrap();
