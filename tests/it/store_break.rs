@@ -393,17 +393,17 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
     );
 }
 
-/// A known hole. keepwrap killed (SIGKILL) after a stash moved a
+/// A hole, fixed. keepwrap killed (SIGKILL) after a stash moved a
 /// directory of a tree set into its staging directory with one rename,
 /// while a file of the user's (README) had been planted in that directory
-/// between prune's listing and the rename. Recovery rolls the staging
+/// between prune's listing and the rename. Recovery rolled the staging
 /// directory back by its manifest, member by member (creating the
-/// directory anew), then removes the staging tree: README, which rode in
-/// with the directory, is deleted. The state the kill leaves
-/// (`KEEPWRAP_FAILPOINT=store:2` with the plant) is built here by hand.
+/// directory anew), then removed the staging tree: README, which rode in
+/// with the directory, was deleted. Now a directory whose place is free
+/// goes back whole. The state the kill leaves (`KEEPWRAP_FAILPOINT=store:2`
+/// with the plant) is built here by hand.
 #[test]
-#[ignore = "known hole: recovery of a staged tree deletes a file planted in a directory that moved whole"]
-fn known_hole_a_file_planted_before_a_kill_in_a_staged_directory_is_not_lost() {
+fn a_file_planted_before_a_kill_in_a_staged_directory_is_not_lost() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     let (a, store) = stored_set(root, &[KEY_A, KEY_B], 2);
