@@ -142,10 +142,11 @@ impl Store {
             }
             .emit();
         } else {
+            let whole = self.unstage_dirs(dir.as_fd(), &man);
             match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
                 Ok(k) => crate::events::Event::RecoveryStoreUndone {
                     fingerprint: fp.to_string(),
-                    files: k,
+                    files: k + whole,
                 }
                 .emit(),
                 Err(e) => crate::events::Event::RecoveryStoreFailed {
@@ -157,6 +158,38 @@ impl Store {
         }
         let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
         let _ = fsx::fsync_dir(self.store.as_fd());
+    }
+
+    /// Put back whole, with one rename, each directory of the staging tree
+    /// `from` whose place in the tree is free (an empty directory there
+    /// removed first): a directory that moved in whole returns as it was,
+    /// with whatever was planted in it before the move (the staging tree
+    /// is removed after). Returns the number of member files moved.
+    fn unstage_dirs(&self, from: BorrowedFd<'_>, man: &Manifest) -> usize {
+        let mut moved = 0;
+        for parent in member_parents(man) {
+            let (up, base) = split(parent);
+            if up.is_empty() || !fsx::exists_at(from, Path::new(parent)) {
+                continue;
+            }
+            let (Ok(src), Ok(dst)) = (
+                fsx::open_dir_path(from, Path::new(up)),
+                fsx::open_dir_path(self.root_fd.as_fd(), Path::new(up)),
+            ) else {
+                continue;
+            };
+            let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
+            if fsx::rename_noreplace(src.as_fd(), base, dst.as_fd(), base).is_ok() {
+                let n = man
+                    .set
+                    .members
+                    .iter()
+                    .filter(|m| split(&m.path).0 == parent);
+                moved += 2 * n.count();
+                crate::failpoint::hit("store");
+            }
+        }
+        moved
     }
 
     /// Put the flat directory `name` of `parent` (staging, restoring) back

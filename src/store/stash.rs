@@ -102,7 +102,9 @@ impl Store {
 
     /// Undo [`Store::move_in`]'s directory renames: each directory of
     /// `set.whole_dirs` found in the staging tree `from` goes back whole
-    /// (when its place is free; else its files go back one by one after).
+    /// (when its place is free, an empty directory made there meanwhile
+    /// removed first, as a restore does; else its files go back one by one
+    /// after).
     fn move_out_whole(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
         for d in &set.whole_dirs {
             let (up, name) = split(d);
@@ -112,6 +114,9 @@ impl Store {
             ) else {
                 continue;
             };
+            // What else it holds (a file planted before the move) goes back
+            // with it: the staging tree is removed after.
+            let _ = nix::unistd::unlinkat(dst.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir);
             let _ = fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name);
         }
     }

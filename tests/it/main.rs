@@ -42,6 +42,7 @@ mod signals;
 mod stats;
 mod status_saved;
 mod store;
+mod store_break;
 mod store_crash;
 mod store_trash;
 mod troubleshooting;
