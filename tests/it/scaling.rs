@@ -225,21 +225,36 @@ fn launch(cache: &Path, ctl: &Path, write: usize, variant: bool) -> (Reads, Stri
     )
 }
 
-/// A scratch directory (kept while the first value lives) with `ctl/`,
-/// the anchor's reads (a launch on an empty root, after its first) and
+/// A scratch directory (kept while the first value lives) with `ctl/` and
 /// `cache/`, where a default launch signed `files` rank files.
-fn signed(files: usize) -> (tempfile::TempDir, PathBuf, PathBuf, Reads) {
+fn signed_root(files: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let ctl = t.path().join("ctl");
     std::fs::create_dir(&ctl).unwrap();
-    let (empty, cache) = (t.path().join("empty"), t.path().join("cache"));
-    launch(&empty, &ctl, 0, false);
-    let (anchor, _) = launch(&empty, &ctl, 0, false);
+    let cache = t.path().join("cache");
     let (_, log) = launch(&cache, &ctl, files, false);
     assert!(
         log.contains(&format!("tuned and signed {files} cache files")),
         "{log}"
     );
+    (t, ctl, cache)
+}
+
+/// [`signed_root`], then a launch of another fingerprint stored the set.
+fn stored_root(files: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (t, ctl, cache) = signed_root(files);
+    let (_, log) = launch(&cache, &ctl, 0, true);
+    assert!(log.contains(&format!("stored {files}")), "{log}");
+    (t, ctl, cache)
+}
+
+/// [`signed_root`], with the anchor's reads (a launch on an empty root,
+/// after its first).
+fn signed(files: usize) -> (tempfile::TempDir, PathBuf, PathBuf, Reads) {
+    let (t, ctl, cache) = signed_root(files);
+    let empty = t.path().join("empty");
+    launch(&empty, &ctl, 0, false);
+    let (anchor, _) = launch(&empty, &ctl, 0, false);
     (t, ctl, cache, anchor)
 }
 
@@ -296,14 +311,19 @@ fn calls_before_start(cache: &Path, ctl: &Path, write: usize) -> Vec<String> {
     traced_calls_before_start(cache, ctl, write, false)
 }
 
-/// [`calls_before_start`]; `variant`: an argument more (another
-/// fingerprint).
-fn traced_calls_before_start(cache: &Path, ctl: &Path, write: usize, variant: bool) -> Vec<String> {
-    let write_file = ctl.join("write");
-    std::fs::write(&write_file, write.to_string()).unwrap();
+/// One launch of [`launch`]'s engine under `strace -f -qq` with `options`
+/// more: its output and the trace.
+fn traced(
+    cache: &Path,
+    ctl: &Path,
+    options: &[&str],
+    variant: bool,
+) -> (crate::common::Finished, String) {
     let trace = ctl.join("strace.txt");
     let mut cmd = std::process::Command::new("strace");
-    cmd.args(["-f", "-qq", "-o"])
+    cmd.args(["-f", "-qq"])
+        .args(options)
+        .arg("-o")
         .arg(&trace)
         .arg(crate::common::BIN)
         .env("KEEPWRAP_CACHE_DIR", cache)
@@ -320,6 +340,14 @@ fn traced_calls_before_start(cache: &Path, ctl: &Path, write: usize, variant: bo
     let out = crate::common::output(&mut cmd);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let text = std::fs::read_to_string(&trace).unwrap();
+    (out, text)
+}
+
+/// [`calls_before_start`]; `variant`: an argument more (another
+/// fingerprint).
+fn traced_calls_before_start(cache: &Path, ctl: &Path, write: usize, variant: bool) -> Vec<String> {
+    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
+    let (_, text) = traced(cache, ctl, &[], variant);
     let mut calls = Vec::new();
     for line in text.lines() {
         let Some((_pid, call)) = line.split_once(char::is_whitespace) else {
@@ -358,15 +386,7 @@ fn traced_calls_before_start(cache: &Path, ctl: &Path, write: usize, variant: bo
 fn reuse_makes_at_most_5_system_calls_a_kept_file() {
     let mut at = Vec::new();
     for files in [64, 512] {
-        let t = tempfile::tempdir().unwrap();
-        let ctl = t.path().join("ctl");
-        std::fs::create_dir(&ctl).unwrap();
-        let cache = t.path().join("cache");
-        let (_, log) = launch(&cache, &ctl, files, false);
-        assert!(
-            log.contains(&format!("tuned and signed {files} cache files")),
-            "{log}"
-        );
+        let (_t, ctl, cache) = signed_root(files);
         let calls = syscalls_before_start(&cache, &ctl, 0);
         let (_, log) = launch(&cache, &ctl, 0, false);
         assert!(
@@ -404,15 +424,7 @@ fn reuse_makes_at_most_5_system_calls_a_kept_file() {
 fn stash_makes_at_most_6_system_calls_a_file() {
     let mut at = Vec::new();
     for files in [64, 512] {
-        let t = tempfile::tempdir().unwrap();
-        let ctl = t.path().join("ctl");
-        std::fs::create_dir(&ctl).unwrap();
-        let cache = t.path().join("cache");
-        let (_, log) = launch(&cache, &ctl, files, false);
-        assert!(
-            log.contains(&format!("tuned and signed {files} cache files")),
-            "{log}"
-        );
+        let (_t, ctl, cache) = signed_root(files);
         let calls = traced_calls_before_start(&cache, &ctl, 0, true).len();
         // What moved is in the store, whole: the first launch reuses it.
         let (_, log) = launch(&cache, &ctl, 0, false);
@@ -445,36 +457,15 @@ fn stash_makes_at_most_6_system_calls_a_file() {
 #[ignore = "needs strace"]
 fn the_sign_after_a_restore_reads_no_rank_file() {
     let files = 128;
-    let t = tempfile::tempdir().unwrap();
-    let ctl = t.path().join("ctl");
-    std::fs::create_dir(&ctl).unwrap();
-    let cache = t.path().join("cache");
-    launch(&cache, &ctl, files, false);
-    let (_, log) = launch(&cache, &ctl, 0, true);
-    assert!(log.contains(&format!("stored {files}")), "{log}");
+    let (_t, ctl, cache) = stored_root(files);
     std::fs::write(ctl.join("write"), "0").unwrap();
-    let trace = ctl.join("strace.txt");
-    let mut cmd = std::process::Command::new("strace");
-    cmd.args(["-f", "-qq", "-y", "-e", "trace=execve,read", "-o"])
-        .arg(&trace)
-        .arg(crate::common::BIN)
-        .env("KEEPWRAP_CACHE_DIR", &cache)
-        .env("KEEPWRAP_KEEP", "always")
-        .env_remove("KEEPWRAP_LOG")
-        .env("KEEPWRAP_LOG_FORMAT", "json")
-        .env("READS_CTL", &ctl)
-        .arg("--")
-        .arg("python3")
-        .arg(crate::common::helper("reads_at_start.py"));
-    let out = crate::common::output(&mut cmd);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (out, text) = traced(&cache, &ctl, &["-y", "-e", "trace=execve,read"], false);
     assert!(
         out.stderr
             .contains(&format!("restored {files} cache files of this launch")),
         "{}",
         out.stderr
     );
-    let text = std::fs::read_to_string(&trace).unwrap();
     let mut started = false;
     let (mut before, mut after) = (0, 0);
     for line in text.lines() {
@@ -515,13 +506,7 @@ fn the_sign_after_a_restore_reads_no_rank_file() {
 #[ignore = "slow: run by .ci/run"]
 fn a_rank_file_changed_after_a_restore_is_signed_by_its_new_bytes() {
     let files = 16;
-    let t = tempfile::tempdir().unwrap();
-    let ctl = t.path().join("ctl");
-    std::fs::create_dir(&ctl).unwrap();
-    let cache = t.path().join("cache");
-    launch(&cache, &ctl, files, false);
-    let (_, log) = launch(&cache, &ctl, 0, true);
-    assert!(log.contains(&format!("stored {files}")), "{log}");
+    let (_t, ctl, cache) = stored_root(files);
     let rel = "0.7.2/sm121/0000000000000002/rank_tp3_pp0_dp0.json";
     let before = std::fs::read(
         cache
