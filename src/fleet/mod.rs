@@ -199,18 +199,19 @@ fn launch_dir(profile: &str, fingerprint: &str) -> String {
 
 impl Fleet {
     /// The fleet of this launch, when `--fleet` is set and usable (else
-    /// None, logged). `var` reads keepwrap's environment.
+    /// None, logged). `nodes`: the nodes of a multi-node launch, or why its
+    /// node flags cannot be read. `var` reads keepwrap's environment.
     pub fn new(
         args: &Settings,
         profile: &str,
         fingerprint: &crate::digest::Fingerprint,
         root: &Path,
-        nodes: Option<Nodes>,
+        nodes: Result<Option<Nodes>, String>,
         var: impl Fn(&str) -> Option<String>,
     ) -> Option<Fleet> {
         let url = args.url.as_deref().filter(|u| !u.is_empty())?;
-        let made = Location::parse(url).and_then(|l| Ok((l, Endpoint::from_env(&var)?)));
-        let (location, endpoint) = match made {
+        let made = nodes.and_then(|n| Ok((n, Location::parse(url)?, Endpoint::from_env(&var)?)));
+        let (nodes, location, endpoint) = match made {
             Ok(x) => x,
             Err(e) => {
                 crate::events::Event::FleetUnusable {

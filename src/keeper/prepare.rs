@@ -249,23 +249,16 @@ fn fleet_of(
     fingerprint: &Fingerprint,
     root: &Path,
 ) -> Option<crate::fleet::Fleet> {
-    let url = args.fleet.url.as_ref()?;
-    let nodes = match crate::share::node_of(&launch.command().argv) {
-        Ok(n) if n.nnodes == 1 => None,
-        Ok(n) => Some(crate::fleet::Nodes {
-            rank: n.rank,
-            nnodes: n.nnodes,
-            cluster: String::from(launch.cluster_fingerprint(&args.share.node_local())),
-        }),
-        Err(e) => {
-            crate::events::Event::FleetUnusable {
-                url: url.clone(),
-                error: e.to_string(),
-            }
-            .emit();
-            return None;
-        }
-    };
+    args.fleet.url.as_ref()?;
+    let nodes = crate::share::node_of(&launch.command().argv)
+        .map(|n| {
+            (n.nnodes > 1).then(|| crate::fleet::Nodes {
+                rank: n.rank,
+                nnodes: n.nnodes,
+                cluster: String::from(launch.cluster_fingerprint(&args.share.node_local())),
+            })
+        })
+        .map_err(|e| e.to_string());
     crate::fleet::Fleet::new(
         &args.fleet,
         launch.profile().as_str(),
