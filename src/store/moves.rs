@@ -115,6 +115,16 @@ pub(super) fn move_members_with(
     Ok(moved)
 }
 
+/// The members not in one of the directories `whole` (moved with one
+/// rename each): those that move file by file.
+pub(super) fn outside(members: &[Member], whole: &std::collections::HashSet<&str>) -> Vec<Member> {
+    members
+        .iter()
+        .filter(|m| !whole.contains(split(&m.path).0))
+        .cloned()
+        .collect()
+}
+
 /// The directories (relative to the entry) that hold the members of a
 /// stored set, once each.
 pub(super) fn entry_parents(man: &Manifest) -> Vec<&str> {

@@ -194,13 +194,7 @@ impl Store {
         // again); the others file by file. Durable at once, with one sync
         // below.
         let whole = self.move_out_dirs(dir.as_fd(), &man);
-        let rest: Vec<Member> = man
-            .set
-            .members
-            .iter()
-            .filter(|m| !whole.contains(split(&m.path).0))
-            .cloned()
-            .collect();
+        let rest = outside(&man.set.members, &whole);
         if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &rest, false) {
             crate::events::Event::RestoreMoveFailed {
                 fingerprint: fp.to_string(),

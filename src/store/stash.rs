@@ -90,13 +90,7 @@ impl Store {
         }
         let whole: std::collections::HashSet<&str> =
             set.whole_dirs.iter().map(String::as_str).collect();
-        let rest: Vec<Member> = set
-            .manifest
-            .members
-            .iter()
-            .filter(|m| !whole.contains(split(&m.path).0))
-            .cloned()
-            .collect();
+        let rest = outside(&set.manifest.members, &whole);
         move_members_with(Side::tree(root), Side::tree(to), &rest, false).map(|_| ())
     }
 
