@@ -637,36 +637,30 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
 /// A restore's staging directory in `<root>/.keepwrap`, before its pid.
 const STAGING: &str = "fleet-staging.";
 
-/// The staging directories that keepwrap processes killed during a
+/// Remove the staging directories that keepwrap processes killed during a
 /// restore left (when keepwrap is not PID 1, the next launch's pid
 /// differs): only a directory named `fleet-staging.<pid>` whose pid is no
-/// live keepwrap's. Found with the root's lock held, with or without
-/// `--fleet`; [`remove_staging`] deletes them once the engine has started
-/// (what they hold grows with the set).
-pub fn stale_staging(root: &Path) -> Vec<PathBuf> {
+/// live keepwrap's. Called with the root's lock held, with or without
+/// `--fleet`.
+pub fn remove_stale_staging(root: &Path) {
     let Ok(dir) = std::fs::read_dir(root.join(crate::STATE_DIR)) else {
-        return Vec::new();
+        return;
     };
     let own = std::process::id();
-    dir.flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(STAGING))
-                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|p| p.parse::<u32>().ok());
-            pid.is_some_and(|pid| {
-                pid != own && e.file_type().is_ok_and(|t| t.is_dir()) && !keepwrap_lives(pid)
-            })
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Delete what [`stale_staging`] found, each said in one line.
-pub fn remove_staging(stale: Vec<PathBuf>) {
-    for path in stale {
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGING))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == own || !e.file_type().is_ok_and(|t| t.is_dir()) || keepwrap_lives(pid) {
+            continue;
+        }
+        let path = e.path();
         if std::fs::remove_dir_all(&path).is_ok() {
             crate::events::Event::FleetStaleStaging { dir: path }.emit();
         }

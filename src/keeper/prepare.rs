@@ -99,14 +99,14 @@ impl Keeper {
             Ok(turn) => turn,
             Err(prepared) => return Ok(*prepared),
         };
-        let stale = crate::fleet::stale_staging(&root);
+        crate::fleet::remove_stale_staging(&root);
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash, leftover)) =
             prune(&root, &fingerprint, store.as_ref(), engine, &launch)
         else {
             return Ok(Prepared::hands_off(marker));
         };
-        let leftover = remove_leftover_later(&root, leftover, stale);
+        let leftover = leftover.map(|l| remove_leftover_later(&root, l));
         let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
             None => (None, None),
@@ -527,27 +527,16 @@ fn evict_later(
     })
 }
 
-/// Delete, once the engine has started, the eviction trash and the fleet
-/// restore staging that killed keepwrap processes left (they grow with
-/// what was left; no lock needed: they are out of the store and the tree
-/// already). None when there is neither.
-fn remove_leftover_later(
-    root: &Path,
-    leftover: Option<store::Evicted>,
-    stale: Vec<PathBuf>,
-) -> Option<Job> {
-    if leftover.is_none() && stale.is_empty() {
-        return None;
-    }
+/// Delete, once the engine has started, the eviction trash a killed
+/// keepwrap left (it grows with what was left; no lock needed: it is out
+/// of the store already).
+fn remove_leftover_later(root: &Path, leftover: store::Evicted) -> Job {
     let root = root.to_path_buf();
-    Some(Box::new(move || {
-        if let Some(l) = leftover {
-            if let Some(s) = Store::open_existing(&root) {
-                s.remove_evicted(l);
-            }
+    Box::new(move || {
+        if let Some(s) = Store::open_existing(&root) {
+            s.remove_evicted(leftover);
         }
-        crate::fleet::remove_staging(stale);
-    }))
+    })
 }
 
 /// Longest wait for the lock to evict after the start.
