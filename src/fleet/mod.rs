@@ -634,51 +634,6 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
     Ok(())
 }
 
-/// A restore's staging directory in `<root>/.keepwrap`, before its pid.
-const STAGING: &str = "fleet-staging.";
-
-/// Remove the staging directories that keepwrap processes killed during a
-/// restore left (when keepwrap is not PID 1, the next launch's pid
-/// differs): only a directory named `fleet-staging.<pid>` whose pid is no
-/// live keepwrap's. Called with the root's lock held, with or without
-/// `--fleet`.
-pub fn remove_stale_staging(root: &Path) {
-    let Ok(dir) = std::fs::read_dir(root.join(crate::STATE_DIR)) else {
-        return;
-    };
-    let own = std::process::id();
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(STAGING))
-            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == own || !e.file_type().is_ok_and(|t| t.is_dir()) || keepwrap_lives(pid) {
-            continue;
-        }
-        let path = e.path();
-        if std::fs::remove_dir_all(&path).is_ok() {
-            crate::events::Event::FleetStaleStaging { dir: path }.emit();
-        }
-    }
-}
-
-/// Whether `pid` is a live keepwrap process (its command name says so).
-fn keepwrap_lives(pid: u32) -> bool {
-    match std::fs::read(format!("/proc/{pid}/comm")) {
-        Ok(comm) => comm.trim_ascii_end() == b"keepwrap",
-        // Not in /proc (or no /proc): any process of that pid, even one
-        // not ours to signal, counts as keepwrap.
-        Err(_) => i32::try_from(pid).map_or(true, |p| {
-            !matches!(crate::sys::kill(p, 0), Err(nix::errno::Errno::ESRCH))
-        }),
-    }
-}
-
 /// Write the verified files into staging, link them into place (never
 /// over an existing file) and sign them: all or nothing. The files signed.
 fn place(
@@ -688,7 +643,7 @@ fn place(
 ) -> io::Result<Vec<PathBuf>> {
     let root_fd = fsx::open_root(root)?;
     let state = crate::share::mkdirs(root_fd.as_fd(), crate::STATE_DIR)?;
-    let staging_name = format!("{STAGING}{}", std::process::id());
+    let staging_name = format!("{}{}", crate::store::FLEET_STAGING, std::process::id());
     let staging_path = root.join(crate::STATE_DIR).join(&staging_name);
     let _ = std::fs::remove_dir_all(&staging_path);
     let staging = crate::share::mkdirs(state.as_fd(), &staging_name)?;

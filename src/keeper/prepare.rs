@@ -99,7 +99,6 @@ impl Keeper {
             Ok(turn) => turn,
             Err(prepared) => return Ok(*prepared),
         };
-        crate::fleet::remove_stale_staging(&root);
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash, leftover)) =
             prune(&root, &fingerprint, store.as_ref(), engine, &launch)

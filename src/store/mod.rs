@@ -66,6 +66,7 @@ use crate::STATE_DIR;
 
 mod evict;
 pub use evict::Evicted;
+pub use recover::FLEET_STAGING;
 mod moves;
 mod records;
 mod recover;

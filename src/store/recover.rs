@@ -5,7 +5,8 @@ use super::*;
 impl Store {
     /// Finish or undo what a killed keepwrap left halfway. Run under the
     /// lock, before prune. Returns the number of sets recovered. What a
-    /// keepwrap killed mid-eviction left to delete (`trash-*`) is not
+    /// keepwrap killed mid-eviction left to delete (`trash-*`), and the
+    /// staging a killed fleet restore left (moved into the trash), are not
     /// deleted here (it grows with what was left, and the engine must not
     /// wait for it): [`Store::leftover_trash`] hands it over, to delete
     /// after the start.
@@ -23,7 +24,7 @@ impl Store {
             }
         }
         if let Ok(list) = fsx::list_dir(self.state.as_fd()) {
-            for (name, _) in list {
+            for (name, kind) in list {
                 let Ok(name) = String::from_utf8(name) else {
                     continue;
                 };
@@ -32,6 +33,18 @@ impl Store {
                     n += 1;
                 } else if name.starts_with("trash-") {
                     self.leftover.borrow_mut().push(name);
+                } else if kind == fsx::Kind::Dir && is_stale_staging(&name) {
+                    // Out of the way under the lock (no later launch can be
+                    // using it), deleted after the start with the trash.
+                    let trash = format!("trash-{}", fsx::unique_name());
+                    let state = self.state.as_fd();
+                    if fsx::rename_between(state, name.as_str(), state, trash.as_str()).is_ok() {
+                        crate::events::Event::FleetStaleStaging {
+                            dir: self.root().join(STATE_DIR).join(&name),
+                        }
+                        .emit();
+                        self.leftover.borrow_mut().push(trash);
+                    }
                 } else if fsx::is_keepwrap_tmp(name.as_bytes()) {
                     let _ = fsx::unlink_at(self.state.as_fd(), name.as_bytes());
                 }
@@ -363,5 +376,33 @@ impl Store {
         fsx::read_at(d.as_fd(), json.as_c_str(), &mut buf, cache::MAX_CACHE_FILE).is_ok()
             && buf.len() as u64 == m.size
             && cache::sha256_hex(&buf) == m.sha256
+    }
+}
+
+/// A fleet restore's staging directory in `<root>/.keepwrap`, before its
+/// pid (`crate::fleet` makes it).
+pub const FLEET_STAGING: &str = "fleet-staging.";
+
+/// Whether `name`, an entry of `.keepwrap`, is the staging directory of a
+/// restore that a killed keepwrap left (when keepwrap is not PID 1, the
+/// next launch's pid differs): `fleet-staging.<pid>` whose pid is no live
+/// keepwrap's, nor this one. The store's recovery, with the root's lock
+/// held, moves each into its trash (deleted once the engine has started).
+fn is_stale_staging(name: &str) -> bool {
+    name.strip_prefix(FLEET_STAGING)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| pid != std::process::id() && !keepwrap_lives(pid))
+}
+
+/// Whether `pid` is a live keepwrap process (its command name says so).
+fn keepwrap_lives(pid: u32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/comm")) {
+        Ok(comm) => comm.trim_ascii_end() == b"keepwrap",
+        // Not in /proc (or no /proc): any process of that pid, even one
+        // not ours to signal, counts as keepwrap.
+        Err(_) => i32::try_from(pid).map_or(true, |p| {
+            !matches!(crate::sys::kill(p, 0), Err(nix::errno::Errno::ESRCH))
+        }),
     }
 }
