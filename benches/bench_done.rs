@@ -70,6 +70,7 @@ fn main() {
         // "signed", off the timed part; its bytes counted).
         let s = keepwrap::cache::sign_unsettled(
             root,
+            keepwrap::cache::Shape::Sglang,
             &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
         )
         .unwrap();
@@ -82,8 +83,12 @@ fn main() {
             std::thread::sleep(Duration::from_nanos(wait.max(0) as u64));
         }
         let c1 = process_cpu();
-        let r = keepwrap::cache::restamp(root, &keepwrap::digest::Fingerprint::parse(FP).unwrap())
-            .unwrap();
+        let r = keepwrap::cache::restamp(
+            root,
+            keepwrap::cache::Shape::Sglang,
+            &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
+        )
+        .unwrap();
         restamps.push((r0.elapsed(), process_cpu() - c1));
         assert!(r.unchanged, "the restamp keeps the set");
         bytes = written() - w0;

@@ -179,9 +179,13 @@ fn run(mode: Mode, files: usize, runs: usize) {
         let t = Instant::now();
         let store = Store::open(tmp.path()).unwrap();
         store.recover();
-        let (r, trash) =
-            cache::prune_then_empty(tmp.path(), &this, Some(&mut |fd, set| store.stash(fd, set)))
-                .unwrap();
+        let (r, trash) = cache::prune_then_empty(
+            tmp.path(),
+            keepwrap::cache::Shape::Sglang,
+            &this,
+            Some(&mut |fd, set| store.stash(fd, set)),
+        )
+        .unwrap();
         store.sync();
         times.push(t.elapsed());
         cpus.push(process_cpu() - c);

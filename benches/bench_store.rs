@@ -72,12 +72,18 @@ fn main() {
     let root = t.path().join("restore");
     write_ranks(&root, "0.7.2/sm121/0123456789abcdef", 8, 200_000);
     let (a, b) = (fp('a'), fp('b'));
-    cache::sign(&root, &keepwrap::digest::Fingerprint::parse(&a).unwrap()).unwrap();
+    cache::sign(
+        &root,
+        keepwrap::cache::Shape::Sglang,
+        &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
+    )
+    .unwrap();
     let store = Store::open(&root).unwrap();
     let mut times = Vec::new();
     for _ in 0..iters {
         cache::prune_stashing(
             &root,
+            keepwrap::cache::Shape::Sglang,
             &keepwrap::digest::Fingerprint::parse(&b).unwrap(),
             &mut |fd, set| store.stash(fd, set),
         )
@@ -127,7 +133,12 @@ fn main() {
         let _ = std::fs::remove_dir_all(&stage);
         write_ranks(&stage, &dir, 8, 2_000);
         let f = format!("{:064x}", s + 1);
-        cache::sign(&stage, &keepwrap::digest::Fingerprint::parse(&f).unwrap()).unwrap();
+        cache::sign(
+            &stage,
+            keepwrap::cache::Shape::Sglang,
+            &keepwrap::digest::Fingerprint::parse(&f).unwrap(),
+        )
+        .unwrap();
         std::fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
         std::fs::rename(stage.join(&dir), root.join(&dir)).unwrap();
         // and the set's manifest

@@ -38,6 +38,7 @@ mod json;
 mod judge;
 mod layout;
 pub mod layout_vllm;
+pub use layout_vllm::Shape;
 mod prune;
 pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
@@ -126,11 +127,11 @@ impl AsHashed {
     }
 }
 
-/// Is `rel` (relative to the root) a cache file keepwrap guards: shaped like
-/// the engine's, `<version>/sm<arch>/<key16>/rank_*.json`.
-pub fn is_cache_file(rel: &Path) -> bool {
+/// Is `rel` (relative to the root) a cache file keepwrap guards in a tree
+/// of `shape`: shaped like the engine's (SGLang's
+/// `<version>/sm<arch>/<key16>/rank_*.json`).
+pub fn is_cache_file(rel: &Path, shape: Shape) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let shape = layout_vllm::shape();
     let mut depth = 0;
     let mut comps = rel.components().peekable();
     while let Some(c) = comps.next() {
@@ -154,14 +155,15 @@ pub fn is_cache_file(rel: &Path) -> bool {
 /// decision and one summary line. A missing root gives an empty report.
 /// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
 /// (all signals blocked in it) started before returning.
-pub fn prune(root: &Path, fingerprint: &Fingerprint) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, Empty::Background, None, None).map(|(r, _)| r)
+pub fn prune(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<PruneReport> {
+    prune::prune(root, shape, fingerprint, Empty::Background, None, None).map(|(r, _)| r)
 }
 
 /// [`prune`], with the trash emptied before returning when `background` is
 /// false (tests; a one-shot `keepwrap prune` command).
 pub fn prune_with(
     root: &Path,
+    shape: Shape,
     fingerprint: &Fingerprint,
     background: bool,
 ) -> io::Result<PruneReport> {
@@ -170,7 +172,7 @@ pub fn prune_with(
     } else {
         Empty::Now
     };
-    prune::prune(root, fingerprint, empty, None, None).map(|(r, _)| r)
+    prune::prune(root, shape, fingerprint, empty, None, None).map(|(r, _)| r)
 }
 
 /// A whole set signed for another launch, still in place, to be stored.
@@ -217,10 +219,19 @@ impl FileId {
 /// `stored <path>: signed for another launch (fingerprint ...)`.
 pub fn prune_stashing(
     root: &Path,
+    shape: Shape,
     fingerprint: &Fingerprint,
     stash: prune::Stash<'_>,
 ) -> io::Result<PruneReport> {
-    prune::prune(root, fingerprint, Empty::Background, Some(stash), None).map(|(r, _)| r)
+    prune::prune(
+        root,
+        shape,
+        fingerprint,
+        Empty::Background,
+        Some(stash),
+        None,
+    )
+    .map(|(r, _)| r)
 }
 
 /// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
@@ -229,44 +240,50 @@ pub fn prune_stashing(
 /// without running empties the trash in a background thread.
 pub fn prune_then_empty(
     root: &Path,
+    shape: Shape,
     fingerprint: &Fingerprint,
     stash: Option<prune::Stash<'_>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
-    prune::prune(root, fingerprint, Empty::Later, stash, None)
+    prune::prune(root, shape, fingerprint, Empty::Later, stash, None)
 }
 
 /// [`prune_then_empty`], with files signed for this launch that `refuse`
 /// names removed (one `removed P: WHY` line each) instead of kept.
 pub fn prune_then_empty_refusing<'s>(
     root: &Path,
+    shape: Shape,
     fingerprint: &Fingerprint,
     stash: Option<prune::Stash<'s>>,
     refuse: Option<prune::Refuse<'s>>,
 ) -> io::Result<(PruneReport, TrashJob)> {
-    prune::prune(root, fingerprint, Empty::Later, stash, refuse)
+    prune::prune(root, shape, fingerprint, Empty::Later, stash, refuse)
 }
 
 /// Sign every cache file present under the root for this launch, as one set.
 /// Writes nothing when the same set is already recorded (`unchanged`). A
 /// missing root gives an empty, unchanged report.
-pub fn sign(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
-    sign::sign(root, fingerprint, sign::Settle::Wait)
+pub fn sign(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<SignReport> {
+    sign::sign(root, shape, fingerprint, sign::Settle::Wait)
 }
 
 /// [`sign`] without waiting for the change times of files written just
 /// now to settle: those members are signed without a stamp (the next
 /// prune reads and hashes them), and the report says when [`restamp`] can
 /// record their stamps.
-pub fn sign_unsettled(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
-    sign::sign(root, fingerprint, sign::Settle::Later)
+pub fn sign_unsettled(
+    root: &Path,
+    shape: Shape,
+    fingerprint: &Fingerprint,
+) -> io::Result<SignReport> {
+    sign::sign(root, shape, fingerprint, sign::Settle::Later)
 }
 
 /// Record the stamps of the members of this launch's signed set that have
 /// none (their change times settled since): each read and hashed again,
 /// and only a file whose bytes are still the ones signed gets one. Writes
 /// nothing when the files present are not exactly that set any more.
-pub fn restamp(root: &Path, fingerprint: &Fingerprint) -> io::Result<SignReport> {
-    sign::sign(root, fingerprint, sign::Settle::Restamp)
+pub fn restamp(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<SignReport> {
+    sign::sign(root, shape, fingerprint, sign::Settle::Restamp)
 }
 
 /// Why another user can write the cache root itself (following a final

@@ -12,7 +12,7 @@ use super::judge::{self, Candidate, Manifests, MemberWhy, Reason};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
-use super::{FileId, ForeignSet, PruneReport};
+use super::{FileId, ForeignSet, PruneReport, Shape};
 
 mod sets;
 
@@ -37,6 +37,8 @@ pub const PER_FILE_LINES: usize = 16;
 
 struct State<'f, 's> {
     fingerprint: &'f str,
+    /// The shape of the tree (the manifests' members are judged by it).
+    shape: Shape,
     /// Where whole sets of other launches go; None: they are removed.
     stash: Option<Stash<'s>>,
     /// Files this launch must not load although signed for it.
@@ -123,6 +125,7 @@ pub enum Empty {
 /// must not load all the same.
 pub fn prune<'s>(
     root: &Path,
+    shape: Shape,
     fingerprint: &str,
     empty: Empty,
     stash: Option<Stash<'s>>,
@@ -148,6 +151,7 @@ pub fn prune<'s>(
     })?;
     let mut st = State {
         fingerprint,
+        shape,
         stash,
         refuse,
         foreign: Vec::new(),
@@ -171,7 +175,6 @@ pub fn prune<'s>(
         doomed: None,
         listed: None,
     };
-    let shape = super::layout_vllm::shape();
     let listed = layout::walk(fd, shape, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
     st.report.whole = listed && st.report.left == 0;

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::fsx;
+use super::Shape;
 
 /// One file of a signed set: path relative to the root, sha256 hex, size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,12 +195,13 @@ pub fn is_sha256_hex(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A member path as signed: relative, plain components, and a cache file.
-pub fn is_member_path(p: &str) -> bool {
+/// A member path as signed: relative, plain components, and a cache file
+/// of a tree of `shape`.
+pub fn is_member_path(p: &str, shape: Shape) -> bool {
     !p.is_empty()
         && !p.starts_with('/')
         && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
-        && super::is_cache_file(std::path::Path::new(p))
+        && super::is_cache_file(std::path::Path::new(p), shape)
 }
 
 /// Check a sidecar is well formed: its sha256 and set id are hex. Err: what
@@ -220,7 +222,7 @@ pub fn validate(s: &Sidecar) -> Result<(), String> {
 /// Check a set manifest is well formed and self-consistent: signed for
 /// `fingerprint`, the members strictly sorted, each path a cache file
 /// path, each sha256 hex, and the id the hash of fingerprint + members.
-pub fn validate_manifest(m: &SetManifest, fingerprint: &str) -> Result<(), String> {
+pub fn validate_manifest(m: &SetManifest, fingerprint: &str, shape: Shape) -> Result<(), String> {
     if m.format != crate::SIDECAR_FORMAT {
         return Err(format!("format {}", m.format));
     }
@@ -228,7 +230,7 @@ pub fn validate_manifest(m: &SetManifest, fingerprint: &str) -> Result<(), Strin
         return Err("signed for another launch".into());
     }
     for (i, mem) in m.members.iter().enumerate() {
-        if !is_member_path(&mem.path) {
+        if !is_member_path(&mem.path, shape) {
             return Err(format!("member {:?} is not a cache file path", mem.path));
         }
         if !is_sha256_hex(&mem.sha256) {
@@ -276,6 +278,7 @@ pub fn open_sets(root: BorrowedFd<'_>, create: bool) -> io::Result<OwnedFd> {
 pub fn read_manifest(
     sets: Option<BorrowedFd<'_>>,
     fingerprint: &str,
+    shape: Shape,
 ) -> Result<SetManifest, String> {
     if !is_sha256_hex(fingerprint) {
         return Err("missing".into());
@@ -295,7 +298,7 @@ pub fn read_manifest(
         Err(e) => return Err(format!("unreadable ({e})")),
     }
     let m: SetManifest = serde_json::from_slice(&buf).map_err(|e| format!("not valid ({e})"))?;
-    validate_manifest(&m, fingerprint).map_err(|e| format!("not valid ({e})"))?;
+    validate_manifest(&m, fingerprint, shape).map_err(|e| format!("not valid ({e})"))?;
     Ok(m)
 }
 

@@ -13,7 +13,7 @@ use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
-use super::{AsHashed, SignReport};
+use super::{AsHashed, Shape, SignReport};
 use crate::SIDECAR_FORMAT;
 
 /// What sign does with files whose change time is too fresh to vouch for
@@ -28,7 +28,12 @@ pub enum Settle {
     Restamp,
 }
 
-pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignReport> {
+pub fn sign(
+    root: &Path,
+    shape: Shape,
+    fingerprint: &str,
+    settle: Settle,
+) -> io::Result<SignReport> {
     let Some((fd, root_fd)) = open_root(root)? else {
         return Ok(SignReport {
             unchanged: true,
@@ -41,7 +46,6 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
         settle_at: i64::MIN,
         ..Survey::default()
     };
-    let shape = super::layout_vllm::shape();
     layout::walk(fd, shape, &mut |dir: &DirView<'_>, listing: &Listing| {
         survey.dir(dir, listing, fingerprint)
     });
@@ -59,7 +63,8 @@ pub fn sign(root: &Path, fingerprint: &str, settle: Settle) -> io::Result<SignRe
 
     // 2. What is recorded already: the manifest, and each member's sidecar.
     let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
-    let committed = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint).ok();
+    let committed =
+        sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint, shape).ok();
     let manifest_ok = committed.as_ref().is_some_and(|m| m.id == id);
     let recorded = recorded(&members, &stamps, &knowns, &id);
 

@@ -11,6 +11,7 @@ use super::judge::{self, Candidate};
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::Sidecar;
+use super::Shape;
 
 /// What one cache file is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +38,14 @@ pub struct FileInfo {
 ///
 /// The tree is listed first; the files are then read in up to four threads
 /// (a status over thousands of files is system calls and small parses).
-pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
+pub fn survey(root: &Path, shape: Shape, verify: bool) -> Vec<FileInfo> {
     let (Ok(walk_fd), Ok(root_fd)) = (fsx::open_root(root), fsx::open_root(root)) else {
         return Vec::new();
     };
     let mut jobs: Vec<Job> = Vec::new();
     layout::walk(
         walk_fd,
-        super::layout_vllm::shape(),
+        shape,
         &mut |dir: &DirView<'_>, listing: &Listing| {
             let ents: Vec<(Vec<u8>, Kind)> = listing
                 .ents
@@ -76,7 +77,7 @@ pub fn survey(root: &Path, verify: bool) -> Vec<FileInfo> {
     for &i in &idx {
         let fp = &sidecars[i].as_ref().expect("signed").fingerprint;
         if !manifests.contains_key(fp) {
-            let m = super::sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
+            let m = super::sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp, shape);
             manifests.insert(fp.clone(), m);
         }
     }

@@ -252,7 +252,7 @@ impl Watcher {
 
     /// Record a file; if it is a cache file that is new or changed, it landed.
     fn note_file(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) {
-        if !cache::is_cache_file(&rel) {
+        if !cache::is_cache_file(&rel, crate::cache::layout_vllm::shape()) {
             return;
         }
         if let Some(seen) = self.seed.remove(&rel) {

@@ -369,25 +369,27 @@ fn take_own(
         .emit();
         return Ok(None);
     }
-    Ok(match crate::cache::sign(root, fingerprint) {
-        Ok(r) if !r.signed.is_empty() => {
-            crate::events::Event::ShareRestoredOwn {
-                files: own.files.len(),
-                nodes: me.nnodes,
+    Ok(
+        match crate::cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
+            Ok(r) if !r.signed.is_empty() => {
+                crate::events::Event::ShareRestoredOwn {
+                    files: own.files.len(),
+                    nodes: me.nnodes,
+                }
+                .emit();
+                Some(r.signed)
             }
-            .emit();
-            Some(r.signed)
-        }
-        Ok(_) => None,
-        Err(e) => {
-            crate::events::Event::ShareCannotSign {
-                root: root.to_path_buf(),
-                error: e.to_string(),
+            Ok(_) => None,
+            Err(e) => {
+                crate::events::Event::ShareCannotSign {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
+                None
             }
-            .emit();
-            None
-        }
-    })
+        },
+    )
 }
 
 /// vLLM's side of the seam: the functions above.

@@ -693,7 +693,7 @@ fn place(
         undo(&linked);
         return Err(e);
     }
-    match cache::sign(root, fingerprint) {
+    match cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
         Ok(r) => {
             let want: BTreeSet<&PathBuf> = linked.iter().collect();
             if want.iter().all(|p| r.signed.contains(p)) {

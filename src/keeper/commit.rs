@@ -217,7 +217,11 @@ impl Committer {
         };
         // Files unify just wrote are signed at once, their stamps recorded
         // once their change times settle (settle, after the report).
-        let report = match cache::sign_unsettled(&self.root, &self.fingerprint) {
+        let report = match cache::sign_unsettled(
+            &self.root,
+            crate::cache::layout_vllm::shape(),
+            &self.fingerprint,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 Event::CannotSign {
@@ -348,7 +352,11 @@ impl Committer {
         };
         // Best effort: without the stamps the next launch reads and hashes
         // those files instead.
-        let _ = cache::restamp(&self.root, &self.fingerprint);
+        let _ = cache::restamp(
+            &self.root,
+            crate::cache::layout_vllm::shape(),
+            &self.fingerprint,
+        );
     }
 
     /// Before keepwrap exits: write the statistics this launch gathered

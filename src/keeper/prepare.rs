@@ -391,6 +391,7 @@ fn prune(
             leftover = Some(s.leftover_trash()).filter(|l| !l.is_empty());
             let r = cache::prune_then_empty_refusing(
                 root,
+                crate::cache::layout_vllm::shape(),
                 fingerprint,
                 Some(&mut |fd, set| s.stash(fd, set)),
                 refuse,
@@ -398,7 +399,13 @@ fn prune(
             s.sync();
             r
         }
-        None => cache::prune_then_empty_refusing(root, fingerprint, None, refuse),
+        None => cache::prune_then_empty_refusing(
+            root,
+            crate::cache::layout_vllm::shape(),
+            fingerprint,
+            None,
+            refuse,
+        ),
     };
     match pruned {
         Ok((pruned, trash)) => Some((pruned, trash, leftover)),

@@ -28,7 +28,7 @@ pub(crate) fn checked_path(path: &str) -> Option<(&str, &str)> {
     // vLLM's file names are judged by the tree's shape (is_cache_file).
     let sglang = cache::layout_vllm::shape() == cache::layout_vllm::Shape::Sglang;
     if !path.split('/').all(plain)
-        || !cache::is_cache_file(Path::new(path))
+        || !cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape())
         || (sglang && RankId::from_file_name(name).is_none())
     {
         return None;

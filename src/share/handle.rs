@@ -146,25 +146,27 @@ impl Share {
         if wrote == 0 {
             return Ok(None);
         }
-        Ok(match cache::sign(root, fingerprint) {
-            Ok(r) => {
-                crate::events::Event::ShareSigned {
-                    files: r.signed.len(),
-                    nodes: self.node.nnodes,
-                    fingerprint: fingerprint.to_string(),
+        Ok(
+            match cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
+                Ok(r) => {
+                    crate::events::Event::ShareSigned {
+                        files: r.signed.len(),
+                        nodes: self.node.nnodes,
+                        fingerprint: fingerprint.to_string(),
+                    }
+                    .emit();
+                    Some(r.signed)
                 }
-                .emit();
-                Some(r.signed)
-            }
-            Err(e) => {
-                crate::events::Event::ShareCannotSign {
-                    root: root.to_path_buf(),
-                    error: e.to_string(),
+                Err(e) => {
+                    crate::events::Event::ShareCannotSign {
+                        root: root.to_path_buf(),
+                        error: e.to_string(),
+                    }
+                    .emit();
+                    None
                 }
-                .emit();
-                None
-            }
-        })
+            },
+        )
     }
 
     /// The share directory, this launch's cluster fingerprint and place.

@@ -88,7 +88,8 @@ fn read_node(
         });
     }
     // A set whole by its id: never a part of what the node published.
-    cache::validate_manifest(&m.set, cluster).map_err(NotPublished::InvalidSet)?;
+    cache::validate_manifest(&m.set, cluster, crate::cache::layout_vllm::shape())
+        .map_err(NotPublished::InvalidSet)?;
     let mut files = Vec::with_capacity(m.set.members.len());
     for f in &m.set.members {
         let (sub, name) =

@@ -41,7 +41,8 @@ impl<'a> Side<'a> {
     /// like the engine's cache, so that the store never moves anything else.
     pub(super) fn dir(&self, path: &str) -> Option<Held<'a>> {
         if self.flat {
-            return cache::is_cache_file(Path::new(path)).then_some(Held::Here(self.fd));
+            return cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape())
+                .then_some(Held::Here(self.fd));
         }
         member_dir(self.fd, path).map(Held::Below)
     }
@@ -59,7 +60,7 @@ impl<'a> Side<'a> {
 /// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
 /// rank_*.json`), so that the store never moves anything else.
 pub(super) fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
-    if !cache::is_cache_file(Path::new(path)) {
+    if !cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape()) {
         return None;
     }
     fsx::open_dir_path(base, Path::new(split(path).0)).ok()
@@ -257,7 +258,11 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manif
         Ok(m) => m,
         Err(e) => return bad(format!("not valid: {e}")),
     };
-    if let Err(e) = cache::validate_manifest(&set, &set.fingerprint.clone()) {
+    if let Err(e) = cache::validate_manifest(
+        &set,
+        &set.fingerprint.clone(),
+        crate::cache::layout_vllm::shape(),
+    ) {
         return bad(format!("not valid: {e}"));
     }
     // Stored when its manifest moved or was written in (nothing changes

@@ -105,7 +105,7 @@ impl Store {
             return None;
         }
         let sets = self.sets().ok();
-        let m = cache::read_manifest(sets, fp).ok()?;
+        let m = cache::read_manifest(sets, fp, crate::cache::layout_vllm::shape()).ok()?;
         flat_manifest(m, now_secs()).map(|man| (man, false))
     }
 

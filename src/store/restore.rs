@@ -228,7 +228,9 @@ impl Store {
         let mut want: BTreeMap<&str, Vec<Vec<u8>>> = BTreeMap::new();
         for m in &man.set.members {
             let (parent, name) = split(&m.path);
-            if parent.contains('/') && cache::is_cache_file(Path::new(&m.path)) {
+            if parent.contains('/')
+                && cache::is_cache_file(Path::new(&m.path), crate::cache::layout_vllm::shape())
+            {
                 let list = want.entry(parent).or_default();
                 list.extend(names(name).iter().map(|n| n.as_bytes().to_vec()));
             }

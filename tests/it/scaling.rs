@@ -71,8 +71,12 @@ fn commit(dirs: usize, ranks: usize) -> Commit {
     let files = tree(root, dirs, ranks);
     let before = written();
     keepwrap::unify::unify_tree(root, files.iter().map(PathBuf::as_path));
-    let r =
-        keepwrap::cache::sign(root, &keepwrap::digest::Fingerprint::parse(FP).unwrap()).unwrap();
+    let r = keepwrap::cache::sign(
+        root,
+        keepwrap::cache::Shape::Sglang,
+        &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
+    )
+    .unwrap();
     let bytes = written() - before;
     assert_eq!(r.signed.len(), dirs * ranks);
     let mut sidecar_sizes = BTreeSet::new();

@@ -39,7 +39,7 @@ fn signed_dirs(root: &Path, keys: &[&str], n: usize, f: &str, salt: u32) {
             .unwrap();
         }
     }
-    cache::sign(stage.path(), &launch(f)).unwrap();
+    cache::sign(stage.path(), keepwrap::cache::Shape::Sglang, &launch(f)).unwrap();
     fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
     for key in keys {
         let dir = format!("0.7.2/sm121/{key}");
@@ -53,7 +53,13 @@ fn signed_dirs(root: &Path, keys: &[&str], n: usize, f: &str, salt: u32) {
 
 fn prune_as(root: &Path, store: &Store, f: &str) -> cache::PruneReport {
     store.recover();
-    let r = cache::prune_stashing(root, &launch(f), &mut |fd, set| store.stash(fd, set)).unwrap();
+    let r = cache::prune_stashing(
+        root,
+        keepwrap::cache::Shape::Sglang,
+        &launch(f),
+        &mut |fd, set| store.stash(fd, set),
+    )
+    .unwrap();
     store.sync();
     r
 }
@@ -62,10 +68,15 @@ fn prune_as(root: &Path, store: &Store, f: &str) -> cache::PruneReport {
 /// directory (between prune's listing and check and the move).
 fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::PruneReport {
     store.recover();
-    let r = cache::prune_stashing(root, &launch(THIS), &mut |fd, set| {
-        meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
-        store.stash(fd, set)
-    })
+    let r = cache::prune_stashing(
+        root,
+        keepwrap::cache::Shape::Sglang,
+        &launch(THIS),
+        &mut |fd, set| {
+            meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
+            store.stash(fd, set)
+        },
+    )
     .unwrap();
     store.sync();
     r
@@ -261,7 +272,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
         assert_eq!(fs::metadata(&f).unwrap().modified().unwrap(), mtime);
         assert_eq!(fs::read(&f).unwrap(), bytes);
         if sign {
-            cache::sign(&root, &launch(&a)).unwrap();
+            cache::sign(&root, keepwrap::cache::Shape::Sglang, &launch(&a)).unwrap();
             let sc: serde_json::Value =
                 serde_json::from_slice(&fs::read(f.with_extension("launch")).unwrap()).unwrap();
             use sha2::Digest;

@@ -29,6 +29,7 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
     }
     cache::sign(
         stage.path(),
+        keepwrap::cache::Shape::Sglang,
         &keepwrap::digest::Fingerprint::parse(f).unwrap(),
     )
     .unwrap();
@@ -45,6 +46,7 @@ fn prune(root: &Path, store: &Store) -> cache::PruneReport {
     store.recover();
     let r = cache::prune_stashing(
         root,
+        keepwrap::cache::Shape::Sglang,
         &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| store.stash(fd, set),
     )
@@ -138,6 +140,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
     store.recover();
     let r = cache::prune_stashing(
         root,
+        keepwrap::cache::Shape::Sglang,
         &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| {
             meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
@@ -293,6 +296,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     store.recover();
     let r = cache::prune_stashing(
         root,
+        keepwrap::cache::Shape::Sglang,
         &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
         &mut |fd, set| store.stash(fd, set),
     )

@@ -97,7 +97,7 @@ impl State<'_, '_> {
         let sets = self
             .sets
             .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok());
-        let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp);
+        let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp, self.shape);
         self.manifests.insert(fp.to_string(), m);
     }
 

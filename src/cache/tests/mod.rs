@@ -172,7 +172,7 @@ fn fingerprint(fp: &str) -> crate::digest::Fingerprint {
 
 /// Prune with the trash emptied before returning.
 fn prune(root: &Path, fp: &str) -> std::io::Result<PruneReport> {
-    prune_with(root, &fingerprint(fp), false)
+    prune_with(root, Shape::Sglang, &fingerprint(fp), false)
 }
 
 fn exists(root: &Path, rel: &str) -> bool {

@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn set_with_a_member_missing_is_removed_whole() {
     let t = tree(3);
-    sign(t.path(), &fingerprint(FP)).unwrap();
+    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     fs::remove_file(t.path().join(rank(1))).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
@@ -33,7 +33,7 @@ fn set_with_a_member_missing_is_removed_whole() {
 #[test]
 fn set_with_a_member_changed_is_removed_whole() {
     let t = tree(3);
-    sign(t.path(), &fingerprint(FP)).unwrap();
+    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     put(t.path(), &rank(2), &body("changed"));
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
@@ -56,7 +56,7 @@ fn set_across_directories_is_one_set() {
     let t = tree(2);
     let draft = "0.6.18/sm121/aaaaaaaaaaaaaaaa/rank_tp0_pp0_dp0.json";
     put(t.path(), draft, &body("d"));
-    let s = sign(t.path(), &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     assert_eq!(s.signed.len(), 3);
     fs::remove_file(t.path().join(draft)).unwrap();
     let (r, _) = prune_logged(t.path(), FP);
@@ -83,11 +83,15 @@ fn crash_mid_resign_trusts_nothing() {
     // nothing is trusted.
     for written in [vec![0], vec![1], vec![0, 1], vec![1, 2]] {
         let t = tree(3);
-        sign(t.path(), &fingerprint(FP)).unwrap();
+        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
         let old = sidecars(t.path(), 3);
         let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(0), &body("retuned"));
-        assert!(!sign(t.path(), &fingerprint(FP)).unwrap().unchanged);
+        assert!(
+            !sign(t.path(), Shape::Sglang, &fingerprint(FP))
+                .unwrap()
+                .unchanged
+        );
         for i in 0..3u32 {
             if !written.contains(&i) {
                 fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
@@ -111,11 +115,11 @@ fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
     // whichever set their sidecars name; r2 is in no committed set.
     for written in [vec![2], vec![0], vec![0, 1], vec![0, 2]] {
         let t = tree(2);
-        sign(t.path(), &fingerprint(FP)).unwrap();
+        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
         let old = sidecars(t.path(), 2);
         let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(2), &body("r2"));
-        sign(t.path(), &fingerprint(FP)).unwrap();
+        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
         for i in 0..2u32 {
             if !written.contains(&i) {
                 fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
@@ -145,7 +149,7 @@ fn a_manifest_vouches_only_for_sidecars_that_name_it() {
     // names the set {r0, r1}, so the manifest proves nothing for it, and
     // nothing is trusted (never the part r0 of r0 + r1).
     let t = tree(2);
-    sign(t.path(), &fingerprint(FP)).unwrap();
+    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     let bytes = fs::read(t.path().join(rank(0))).unwrap();
     let members = vec![Member {
         path: rank(0),

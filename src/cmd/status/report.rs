@@ -28,7 +28,7 @@ type Totals = HashMap<&'static str, (u64, u64)>;
 /// The whole report as JSON (what `--json` prints; the text form renders it).
 pub fn report(root: &Path, fp: Option<&Fingerprint>, verify: bool) -> Value {
     let now = now_secs();
-    let files = cache::survey(root, verify);
+    let files = cache::survey(root, crate::cache::layout_vllm::shape(), verify);
     let store = Store::open_existing(root);
     let mut used: HashMap<String, u64> = HashMap::new();
     if let Some(s) = &store {
