@@ -177,7 +177,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
         let this = keepwrap::digest::Fingerprint::parse(THIS).unwrap();
         let c = process_cpu();
         let t = Instant::now();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = Store::open(tmp.path(), keepwrap::cache::Shape::Sglang).unwrap();
         store.recover();
         let (r, trash) = cache::prune_then_empty(
             tmp.path(),

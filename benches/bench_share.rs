@@ -44,13 +44,13 @@ fn main() {
                 bytes,
             )],
         };
-        publish_to(&share, &p).unwrap();
+        publish_to(&share, &p, keepwrap::cache::Shape::Sglang).unwrap();
     }
     let me = Node {
         nnodes: NODES,
         rank: 0,
     };
-    let run = || match gather(&share, &cluster, me).unwrap() {
+    let run = || match gather(&share, &cluster, me, keepwrap::cache::Shape::Sglang).unwrap() {
         Gathered::Complete(dirs) => match &dirs[0].outcome {
             Outcome::Unified(u) => (u.entries, u.bytes.len()),
             Outcome::Leave(r) => panic!("{r}"),

@@ -78,7 +78,7 @@ fn main() {
         &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
     )
     .unwrap();
-    let store = Store::open(&root).unwrap();
+    let store = Store::open(&root, keepwrap::cache::Shape::Sglang).unwrap();
     let mut times = Vec::new();
     for _ in 0..iters {
         cache::prune_stashing(

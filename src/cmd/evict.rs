@@ -34,7 +34,7 @@ pub fn evict(
         return super::no_root();
     };
     crate::events::set_root(&root);
-    let Some(store) = Store::open_existing(&root) else {
+    let Some(store) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) else {
         println!(
             "{} 0 stored sets (0 files, 0 B): {} has no store",
             if dry_run { "would evict" } else { "evicted" },

@@ -21,7 +21,7 @@ pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
         return super::no_root();
     };
     crate::events::set_root(&root);
-    let store = Store::open_existing(&root);
+    let store = Store::open_existing(&root, crate::cache::layout_vllm::shape());
     let now = now_secs();
     let records = store.as_ref().map(Store::records).unwrap_or_default();
     let own = records.iter().find(|r| *fp == r.fingerprint).cloned();

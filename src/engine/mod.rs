@@ -43,11 +43,13 @@ pub trait Engine: Sync {
     /// Whether `--unify auto` rewrites rank files as their union.
     fn unifies_by_default(&self) -> bool;
 
-    /// The share of a multi-node launch (`--share DIR`), if it has one.
+    /// The share of a multi-node launch (`--share DIR`), if it has one, of
+    /// the files of a tree of `shape`.
     fn share(
         &self,
         args: &crate::share::Settings,
         launch: &Launch,
+        shape: Shape,
         unify: bool,
         max_age: Duration,
     ) -> Option<Share>;

@@ -50,10 +50,11 @@ impl Engine for Sglang {
         &self,
         args: &crate::share::Settings,
         launch: &Launch,
+        shape: Shape,
         unify: bool,
         max_age: Duration,
     ) -> Option<Share> {
-        Share::new(args, launch, &launch.command().argv, unify, max_age)
+        Share::new(args, launch, &launch.command().argv, shape, unify, max_age)
     }
 
     /// The union of every node's rank files, written over this node's.

@@ -311,10 +311,11 @@ pub fn node(v: &VllmLaunch) -> Result<Node, String> {
 fn share(
     args: &crate::share::Settings,
     launch: &Launch,
+    shape: Shape,
     max_age: std::time::Duration,
 ) -> Option<Share> {
     let v = launch.vllm()?;
-    Share::for_node(args, launch, node(v), max_age)
+    Share::for_node(args, launch, node(v), shape, max_age)
 }
 
 /// Before the engine starts, on a node that kept nothing: when every node
@@ -328,8 +329,8 @@ fn take_own(
     fingerprint: &crate::digest::Fingerprint,
 ) -> Result<Option<Vec<PathBuf>>, Stopped> {
     let (dir, cluster, me, timeout) = share.parts();
-    let (d, c) = (dir.to_path_buf(), cluster.to_string());
-    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me))? {
+    let (d, c, shape) = (dir.to_path_buf(), cluster.to_string(), share.shape());
+    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me, shape))? {
         None => {
             crate::events::Event::ShareSlow {
                 dir: dir.to_path_buf(),
@@ -369,27 +370,25 @@ fn take_own(
         .emit();
         return Ok(None);
     }
-    Ok(
-        match crate::cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
-            Ok(r) if !r.signed.is_empty() => {
-                crate::events::Event::ShareRestoredOwn {
-                    files: own.files.len(),
-                    nodes: me.nnodes,
-                }
-                .emit();
-                Some(r.signed)
+    Ok(match crate::cache::sign(root, share.shape(), fingerprint) {
+        Ok(r) if !r.signed.is_empty() => {
+            crate::events::Event::ShareRestoredOwn {
+                files: own.files.len(),
+                nodes: me.nnodes,
             }
-            Ok(_) => None,
-            Err(e) => {
-                crate::events::Event::ShareCannotSign {
-                    root: root.to_path_buf(),
-                    error: e.to_string(),
-                }
-                .emit();
-                None
+            .emit();
+            Some(r.signed)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            crate::events::Event::ShareCannotSign {
+                root: root.to_path_buf(),
+                error: e.to_string(),
             }
-        },
-    )
+            .emit();
+            None
+        }
+    })
 }
 
 /// vLLM's side of the seam: the functions above.
@@ -428,10 +427,11 @@ impl Engine for Vllm {
         &self,
         args: &crate::share::Settings,
         launch: &Launch,
+        shape: Shape,
         _unify: bool,
         max_age: std::time::Duration,
     ) -> Option<Share> {
-        share(args, launch, max_age)
+        share(args, launch, shape, max_age)
     }
 
     /// Each node keeps its own ranks' files; a node whose cache is empty

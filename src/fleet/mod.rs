@@ -624,7 +624,7 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
         return Err(format!("its files hold {total} bytes (at most {MAX_SET})"));
     }
     for f in files {
-        if crate::share::checked_path(&f.path).is_none() {
+        if crate::share::checked_path(&f.path, crate::cache::layout_vllm::shape()).is_none() {
             return Err(format!("'{}' is not a cache file path", f.path));
         }
         if !is_sha256(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
@@ -663,12 +663,13 @@ fn place(
             staged.push(name);
         }
         for ((path, _), name) in files.iter().zip(&staged) {
-            let (dir, file) = crate::share::checked_path(path).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "a path that is not a cache file",
-                )
-            })?;
+            let (dir, file) = crate::share::checked_path(path, crate::cache::layout_vllm::shape())
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a path that is not a cache file",
+                    )
+                })?;
             let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
             nix::unistd::linkat(
                 staging.as_fd(),

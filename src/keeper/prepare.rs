@@ -78,11 +78,17 @@ impl Keeper {
         let share = engine.share(
             &args.share,
             &launch,
+            crate::cache::layout_vllm::shape(),
             args.unifies(profile),
             args.store_max_age,
         );
         let fleet = fleet_of(args, &launch, &fingerprint, &root);
-        let store = match Store::open_in(&root, opened.0, opened.1) {
+        let store = match Store::open_in(
+            &root,
+            crate::cache::layout_vllm::shape(),
+            opened.0,
+            opened.1,
+        ) {
             Ok(s) => Some(s),
             Err(e) => {
                 crate::events::Event::StoreUnusable {
@@ -491,7 +497,7 @@ fn evict_later(
 ) -> Job {
     let (root, fingerprint) = (root.to_path_buf(), fingerprint.clone());
     Box::new(move || {
-        let Some(s) = Store::open_existing(&root) else {
+        let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) else {
             return;
         };
         let timeout = timeout.min(EVICT_LOCK_WAIT);
@@ -539,7 +545,7 @@ fn evict_later(
 fn remove_leftover_later(root: &Path, leftover: store::Evicted) -> Job {
     let root = root.to_path_buf();
     Box::new(move || {
-        if let Some(s) = Store::open_existing(&root) {
+        if let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) {
             s.remove_evicted(leftover);
         }
     })
@@ -553,7 +559,7 @@ const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 fn explain_later(root: &Path, fingerprint: &Fingerprint, inputs: &serde_json::Value) -> Job {
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.clone(), inputs.clone());
     Box::new(move || {
-        if let Some(s) = Store::open_existing(&root) {
+        if let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) {
             if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {
                 event.emit();
             }

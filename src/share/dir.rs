@@ -9,7 +9,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::sys::stat::{mkdirat, Mode};
 
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Shape};
 use crate::unify::RankId;
 
 pub(super) fn cstring(name: &str) -> io::Result<CString> {
@@ -18,17 +18,16 @@ pub(super) fn cstring(name: &str) -> io::Result<CString> {
 
 /// `(dir, name)` of a published path that is safe to use: plain relative
 /// components (no `.`, `..`, hidden or empty ones), a cache file, and a rank
-/// file name.
-pub(crate) fn checked_path(path: &str) -> Option<(&str, &str)> {
+/// file name (vLLM's file names are judged by the tree's `shape`).
+pub(crate) fn checked_path(path: &str, shape: Shape) -> Option<(&str, &str)> {
     let (dir, name) = match path.rfind('/') {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => ("", path),
     };
     let plain = |c: &str| !c.is_empty() && !c.starts_with('.');
-    // vLLM's file names are judged by the tree's shape (is_cache_file).
-    let sglang = cache::layout_vllm::shape() == cache::layout_vllm::Shape::Sglang;
+    let sglang = shape == Shape::Sglang;
     if !path.split('/').all(plain)
-        || !cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape())
+        || !cache::is_cache_file(Path::new(path), shape)
         || (sglang && RankId::from_file_name(name).is_none())
     {
         return None;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Shape};
 use crate::launch::fingerprint::Launch;
 use crate::stops::Stopped;
 use crate::unify::{Outcome, RankId};
@@ -25,6 +25,8 @@ pub struct Share {
     dir: PathBuf,
     cluster: String,
     node: Node,
+    /// The shape of the cache tree: which published paths are files of it.
+    shape: Shape,
     max_age: Duration,
     timeout: Duration,
     running: Option<JoinHandle<()>>,
@@ -38,6 +40,7 @@ impl Share {
         args: &Settings,
         launch: &Launch,
         argv: &[OsString],
+        shape: Shape,
         unify: bool,
         max_age: Duration,
     ) -> Option<Share> {
@@ -49,7 +52,7 @@ impl Share {
             .emit();
             return None;
         }
-        Share::for_node(args, launch, node_of(argv), max_age)
+        Share::for_node(args, launch, node_of(argv), shape, max_age)
     }
 
     /// [`Share::new`] for a launch whose place among the nodes is `node`.
@@ -57,6 +60,7 @@ impl Share {
         args: &Settings,
         launch: &Launch,
         node: Result<Node, E>,
+        shape: Shape,
         max_age: Duration,
     ) -> Option<Share> {
         let dir = args.dir.clone()?;
@@ -90,6 +94,7 @@ impl Share {
             dir,
             cluster,
             node,
+            shape,
             max_age,
             timeout: args.share_timeout,
             running: None,
@@ -107,9 +112,14 @@ impl Share {
         root: &Path,
         fingerprint: &crate::digest::Fingerprint,
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
-        let (share, cluster, node) = (self.dir.clone(), self.cluster.clone(), self.node);
+        let (share, cluster, node, shape) = (
+            self.dir.clone(),
+            self.cluster.clone(),
+            self.node,
+            self.shape,
+        );
         let started = Instant::now();
-        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node))? {
+        let gathered = match bounded(self.timeout, move || gather(&share, &cluster, node, shape))? {
             None => {
                 crate::events::Event::ShareSlow {
                     dir: self.dir.to_path_buf(),
@@ -146,27 +156,25 @@ impl Share {
         if wrote == 0 {
             return Ok(None);
         }
-        Ok(
-            match cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
-                Ok(r) => {
-                    crate::events::Event::ShareSigned {
-                        files: r.signed.len(),
-                        nodes: self.node.nnodes,
-                        fingerprint: fingerprint.to_string(),
-                    }
-                    .emit();
-                    Some(r.signed)
+        Ok(match cache::sign(root, self.shape, fingerprint) {
+            Ok(r) => {
+                crate::events::Event::ShareSigned {
+                    files: r.signed.len(),
+                    nodes: self.node.nnodes,
+                    fingerprint: fingerprint.to_string(),
                 }
-                Err(e) => {
-                    crate::events::Event::ShareCannotSign {
-                        root: root.to_path_buf(),
-                        error: e.to_string(),
-                    }
-                    .emit();
-                    None
+                .emit();
+                Some(r.signed)
+            }
+            Err(e) => {
+                crate::events::Event::ShareCannotSign {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
                 }
-            },
-        )
+                .emit();
+                None
+            }
+        })
     }
 
     /// The share directory, this launch's cluster fingerprint and place.
@@ -174,10 +182,15 @@ impl Share {
         (&self.dir, &self.cluster, self.node, self.timeout)
     }
 
+    /// The shape of the cache tree whose files the share holds.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
     /// At commit: publish this node's signed rank files (in the background;
     /// a publication still running makes this one wait its turn).
     pub fn publish(&mut self, root: &Path, signed: &[PathBuf]) {
-        let files = collect(root, signed);
+        let files = collect(root, signed, self.shape);
         let p = Publication {
             cluster: self.cluster.clone(),
             node: self.node,
@@ -191,8 +204,8 @@ impl Share {
     }
 
     fn spawn(&mut self, p: Publication) {
-        let (dir, max_age) = (self.dir.clone(), self.max_age);
-        let job = move || publish_and_clean(&dir, &p, max_age);
+        let (dir, max_age, shape) = (self.dir.clone(), self.max_age, self.shape);
+        let job = move || publish_and_clean(&dir, &p, max_age, shape);
         match crate::signals::spawn("keepwrap-publish", job) {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::Event::SharePublishNotStarted {
@@ -230,8 +243,8 @@ impl Share {
     }
 }
 
-fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration) {
-    match publish_to(dir, p) {
+fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration, shape: Shape) {
+    match publish_to(dir, p, shape) {
         Ok(written) => crate::events::Event::SharePublished {
             files: p.files.len(),
             node: p.node.rank,

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::cache::{self, fsx, Member, SetManifest};
+use crate::cache::{self, fsx, Member, SetManifest, Shape};
 use crate::clock::now_secs;
 use crate::digest::sha256_hex;
 
@@ -28,14 +28,14 @@ pub struct Publication {
 
 /// Read this node's signed rank files (among `signed`, relative to `root`)
 /// for a publication. Files that cannot be read are left out (logged).
-pub fn collect(root: &Path, signed: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
+pub fn collect(root: &Path, signed: &[PathBuf], shape: Shape) -> Vec<(String, Vec<u8>)> {
     let Ok(root_fd) = fsx::open_root(root) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for rel in signed {
         let Some(path) = rel.to_str() else { continue };
-        let Some((dir, name)) = checked_path(path) else {
+        let Some((dir, name)) = checked_path(path, shape) else {
             continue;
         };
         let mut bytes = Vec::new();
@@ -55,7 +55,7 @@ pub fn collect(root: &Path, signed: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
 
 /// Publish `p` into the share: files first, then the manifest, each
 /// atomically. Returns how many files were (re)written.
-pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
+pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usize> {
     let share_fd = open_share(share)?;
     let node_rel = format!("{TOP}/{}/node{}", p.cluster, p.node.rank);
     let node_dir = mkdirs(share_fd.as_fd(), &node_rel)?;
@@ -65,7 +65,7 @@ pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
     let mut written = 0;
     let mut existing = Vec::new();
     for (path, bytes) in &p.files {
-        let Some((dir, name)) = checked_path(path) else {
+        let Some((dir, name)) = checked_path(path, shape) else {
             continue;
         };
         let dfd = mkdirs(node_dir.as_fd(), dir)?;
@@ -120,7 +120,7 @@ pub fn publish_to(share: &Path, p: &Publication) -> io::Result<usize> {
             .iter()
             .filter(|f| !now_listed.contains(f.path.as_str()))
         {
-            if let Some((dir, name)) = checked_path(&f.path) {
+            if let Some((dir, name)) = checked_path(&f.path, shape) {
                 if let Ok(d) = fsx::open_dir_path(node_dir.as_fd(), Path::new(dir)) {
                     let _ = fsx::unlink_at(d.as_fd(), name);
                 }

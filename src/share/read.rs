@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Shape};
 use crate::digest::{sha256_hex, short};
 
 use super::{
@@ -70,6 +70,7 @@ fn read_node(
     cluster_dir: BorrowedFd<'_>,
     cluster: &str,
     node: Node,
+    shape: Shape,
 ) -> Result<NodeFiles, NotPublished> {
     let dir = match fsx::open_dir_at(cluster_dir, format!("node{}", node.rank).as_str()) {
         Ok(d) => d,
@@ -88,12 +89,11 @@ fn read_node(
         });
     }
     // A set whole by its id: never a part of what the node published.
-    cache::validate_manifest(&m.set, cluster, crate::cache::layout_vllm::shape())
-        .map_err(NotPublished::InvalidSet)?;
+    cache::validate_manifest(&m.set, cluster, shape).map_err(NotPublished::InvalidSet)?;
     let mut files = Vec::with_capacity(m.set.members.len());
     for f in &m.set.members {
         let (sub, name) =
-            checked_path(&f.path).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
+            checked_path(&f.path, shape).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
         let mut bytes = Vec::new();
         fsx::open_dir_path(dir.as_fd(), Path::new(sub))
             .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE))
@@ -124,10 +124,10 @@ pub enum Gathered {
 /// Read and verify every node's publication of `cluster`, and when all are
 /// there, take the union of each cache directory (`me` is this node's rank).
 /// An error means the share itself cannot be read.
-pub fn gather(share: &Path, cluster: &str, me: Node) -> io::Result<Gathered> {
-    Ok(match gather_nodes(share, cluster, me)? {
+pub fn gather(share: &Path, cluster: &str, me: Node, shape: Shape) -> io::Result<Gathered> {
+    Ok(match gather_nodes(share, cluster, me, shape)? {
         Err(missing) => Gathered::Incomplete(missing),
-        Ok(nodes) => Gathered::Complete(union_of(nodes, me.rank)),
+        Ok(nodes) => Gathered::Complete(union_of(nodes, me.rank, shape)),
     })
 }
 
@@ -138,6 +138,7 @@ pub fn gather_nodes(
     share: &Path,
     cluster: &str,
     me: Node,
+    shape: Shape,
 ) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, NotPublished)>>> {
     let share_fd = open_share(share)?;
     let cluster_dir = match fsx::open_dir_at(share_fd.as_fd(), TOP)
@@ -159,8 +160,8 @@ pub fn gather_nodes(
             rank,
         };
         // A publication being replaced fails to verify: read it once more.
-        let read = read_node(cluster_dir.as_fd(), cluster, node)
-            .or_else(|_| read_node(cluster_dir.as_fd(), cluster, node));
+        let read = read_node(cluster_dir.as_fd(), cluster, node, shape)
+            .or_else(|_| read_node(cluster_dir.as_fd(), cluster, node, shape));
         match read {
             Ok(n) => nodes.push(n),
             Err(why) => missing.push((rank, why)),

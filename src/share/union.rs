@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::cache::Shape;
 use crate::unify::{self, Outcome, RankFile};
 
 use super::{checked_path, NodeFiles};
@@ -21,7 +22,7 @@ pub struct DirUnion {
 
 /// The union, per cache directory, of every node's rank files. Where two
 /// nodes publish the same file name, the lowest node's file counts.
-pub fn union_of(nodes: Vec<NodeFiles>, me: u32) -> Vec<DirUnion> {
+pub fn union_of(nodes: Vec<NodeFiles>, me: u32, shape: Shape) -> Vec<DirUnion> {
     struct Dir {
         files: BTreeMap<String, Vec<u8>>,
         nodes: BTreeSet<u32>,
@@ -30,7 +31,7 @@ pub fn union_of(nodes: Vec<NodeFiles>, me: u32) -> Vec<DirUnion> {
     let mut dirs: BTreeMap<String, Dir> = BTreeMap::new();
     for node in nodes {
         for (path, bytes) in node.files {
-            let Some((dir, name)) = checked_path(&path) else {
+            let Some((dir, name)) = checked_path(&path, shape) else {
                 continue;
             };
             let d = dirs.entry(dir.to_string()).or_insert_with(|| Dir {

@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::fsx::split;
-use crate::cache::{self, fsx, ForeignSet, Member, SetManifest};
+use crate::cache::{self, fsx, ForeignSet, Member, SetManifest, Shape};
 use crate::launch::canonical::{self, Style};
 use crate::STATE_DIR;
 
@@ -192,6 +192,8 @@ pub fn ago(then: u64, now: u64) -> String {
 
 pub struct Store {
     root: PathBuf,
+    /// The shape of the cache tree: which paths are a set's members.
+    shape: Shape,
     root_fd: OwnedFd,
     state: OwnedFd,
     store: OwnedFd,
@@ -210,18 +212,24 @@ pub struct Store {
 impl Store {
     /// Open (creating) `<root>/.keepwrap/` and its directories. The root
     /// must exist.
-    pub fn open(root: &Path) -> io::Result<Store> {
+    pub fn open(root: &Path, shape: Shape) -> io::Result<Store> {
         let root_fd = fsx::open_root(root)?;
         let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, Some(DIR_MODE))?;
-        Store::open_in(root, root_fd, state)
+        Store::open_in(root, shape, root_fd, state)
     }
 
     /// [`Store::open`] with the root and its `.keepwrap` already open.
-    pub fn open_in(root: &Path, root_fd: OwnedFd, state: OwnedFd) -> io::Result<Store> {
+    pub fn open_in(
+        root: &Path,
+        shape: Shape,
+        root_fd: OwnedFd,
+        state: OwnedFd,
+    ) -> io::Result<Store> {
         let store = fsx::open_state_dir_at(state.as_fd(), "store", Some(DIR_MODE))?;
         let launches = fsx::open_state_dir_at(state.as_fd(), "launches", Some(DIR_MODE))?;
         Ok(Store {
             root: root.to_path_buf(),
+            shape,
             root_fd,
             state,
             store,
@@ -234,13 +242,14 @@ impl Store {
     }
 
     /// Open an existing store read-only; None when there is none.
-    pub fn open_existing(root: &Path) -> Option<Store> {
+    pub fn open_existing(root: &Path, shape: Shape) -> Option<Store> {
         let root_fd = fsx::open_root(root).ok()?;
         let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, None).ok()?;
         let store = fsx::open_state_dir_at(state.as_fd(), "store", None).ok()?;
         let launches = fsx::open_state_dir_at(state.as_fd(), "launches", None).ok()?;
         Some(Store {
             root: root.to_path_buf(),
+            shape,
             root_fd,
             state,
             store,
@@ -254,6 +263,11 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The shape of the cache tree the store keeps sets of.
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     pub fn state_fd(&self) -> BorrowedFd<'_> {

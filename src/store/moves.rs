@@ -11,6 +11,8 @@ use super::*;
 pub(super) struct Side<'a> {
     pub(super) fd: BorrowedFd<'a>,
     pub(super) flat: bool,
+    /// The shape of the cache tree: which paths are members.
+    pub(super) shape: Shape,
 }
 
 /// The directory a member's files are in: the side's own, or one below it.
@@ -29,22 +31,30 @@ impl Held<'_> {
 }
 
 impl<'a> Side<'a> {
-    pub(super) fn tree(fd: BorrowedFd<'a>) -> Side<'a> {
-        Side { fd, flat: false }
+    pub(super) fn tree(fd: BorrowedFd<'a>, shape: Shape) -> Side<'a> {
+        Side {
+            fd,
+            flat: false,
+            shape,
+        }
     }
 
-    pub(super) fn of(fd: BorrowedFd<'a>, man: &Manifest) -> Side<'a> {
-        Side { fd, flat: man.flat }
+    pub(super) fn of(fd: BorrowedFd<'a>, man: &Manifest, shape: Shape) -> Side<'a> {
+        Side {
+            fd,
+            flat: man.flat,
+            shape,
+        }
     }
 
     /// Where the files of the member at `path` are: only for a path shaped
     /// like the engine's cache, so that the store never moves anything else.
     pub(super) fn dir(&self, path: &str) -> Option<Held<'a>> {
         if self.flat {
-            return cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape())
+            return cache::is_cache_file(Path::new(path), self.shape)
                 .then_some(Held::Here(self.fd));
         }
-        member_dir(self.fd, path).map(Held::Below)
+        member_dir(self.fd, path, self.shape).map(Held::Below)
     }
 
     /// [`Side::dir`], creating the missing directories of a tree.
@@ -59,8 +69,8 @@ impl<'a> Side<'a> {
 /// Where a member's two files are, relative to a base directory: only
 /// for a path shaped like the engine's cache (`<version>/sm<arch>/<key16>/
 /// rank_*.json`), so that the store never moves anything else.
-pub(super) fn member_dir(base: BorrowedFd<'_>, path: &str) -> Option<OwnedFd> {
-    if !cache::is_cache_file(Path::new(path), crate::cache::layout_vllm::shape()) {
+pub(super) fn member_dir(base: BorrowedFd<'_>, path: &str, shape: Shape) -> Option<OwnedFd> {
+    if !cache::is_cache_file(Path::new(path), shape) {
         return None;
     }
     fsx::open_dir_path(base, Path::new(split(path).0)).ok()
@@ -238,7 +248,7 @@ pub(super) fn flat_manifest(set: SetManifest, stored_at: u64) -> Option<Manifest
 /// member's file is right inside `dir` (then its members share one
 /// directory), else of a tree (inside `dir` at its path). None when there is none; any other is not used, with one
 /// warning.
-pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manifest> {
+pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -> Option<Manifest> {
     let v: Value = read_json(dir, shown, MANIFEST)?;
     let bad = |why: String| {
         fsx::warn_state_file(
@@ -258,11 +268,7 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str) -> Option<Manif
         Ok(m) => m,
         Err(e) => return bad(format!("not valid: {e}")),
     };
-    if let Err(e) = cache::validate_manifest(
-        &set,
-        &set.fingerprint.clone(),
-        crate::cache::layout_vllm::shape(),
-    ) {
+    if let Err(e) = cache::validate_manifest(&set, &set.fingerprint.clone(), shape) {
         return bad(format!("not valid: {e}"));
     }
     // Stored when its manifest moved or was written in (nothing changes

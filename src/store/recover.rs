@@ -98,14 +98,14 @@ impl Store {
         shown: &str,
         fp: &str,
     ) -> Option<(Manifest, bool)> {
-        if let Some(man) = read_manifest_at(dir, shown) {
+        if let Some(man) = read_manifest_at(dir, shown, self.shape) {
             return Some((man, true));
         }
         if !holds_rank_files(dir) {
             return None;
         }
         let sets = self.sets().ok();
-        let m = cache::read_manifest(sets, fp, crate::cache::layout_vllm::shape()).ok()?;
+        let m = cache::read_manifest(sets, fp, self.shape).ok()?;
         flat_manifest(m, now_secs()).map(|man| (man, false))
     }
 
@@ -146,8 +146,8 @@ impl Store {
             let _ = fsx::fsync_dir(self.store.as_fd());
             return;
         }
-        let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.set.members);
+        let root = Side::tree(self.root_fd.as_fd(), self.shape);
+        let taken = conflicts(Side::tree(dir.as_fd(), self.shape), root, &man.set.members);
         if !taken.is_empty() {
             crate::events::Event::RecoveryStoreTaken {
                 fingerprint: fp.to_string(),
@@ -156,7 +156,7 @@ impl Store {
             .emit();
         } else {
             let whole = self.unstage_dirs(dir.as_fd(), &man);
-            match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
+            match move_members(Side::tree(dir.as_fd(), self.shape), root, &man.set.members) {
                 Ok(k) => crate::events::Event::RecoveryStoreUndone {
                     fingerprint: fp.to_string(),
                     files: k + whole,
@@ -243,8 +243,9 @@ impl Store {
                 let from = Side {
                     fd: dir.as_fd(),
                     flat: true,
+                    shape: self.shape,
                 };
-                let root = Side::tree(self.root_fd.as_fd());
+                let root = Side::tree(self.root_fd.as_fd(), self.shape);
                 if let Some(t) = conflicts(from, root, &man.set.members).first() {
                     return Err(io::Error::new(
                         io::ErrorKind::AlreadyExists,
@@ -291,10 +292,10 @@ impl Store {
             self.unrestore(name, &man);
             return;
         }
-        let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::tree(dir.as_fd()), root, &man.set.members);
+        let root = Side::tree(self.root_fd.as_fd(), self.shape);
+        let taken = conflicts(Side::tree(dir.as_fd(), self.shape), root, &man.set.members);
         if taken.is_empty() {
-            match move_members(Side::tree(dir.as_fd()), root, &man.set.members) {
+            match move_members(Side::tree(dir.as_fd(), self.shape), root, &man.set.members) {
                 Ok(k) => {
                     crate::events::Event::RecoveryRestoreFinished {
                         fingerprint: fp.to_string(),
@@ -327,7 +328,7 @@ impl Store {
         let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
             return;
         };
-        let side = Side::of(dir.as_fd(), man);
+        let side = Side::of(dir.as_fd(), man, self.shape);
         // Only files the set does not hold any more, and only when they are
         // its bytes (the cache file) or its sidecar.
         let placed: Vec<Member> = man
@@ -343,7 +344,7 @@ impl Store {
             })
             .cloned()
             .collect();
-        let _ = move_members(Side::tree(self.root_fd.as_fd()), side, &placed);
+        let _ = move_members(Side::tree(self.root_fd.as_fd(), self.shape), side, &placed);
         if man.flat && !fsx::exists_at(dir.as_fd(), MANIFEST) {
             if let Ok(sets) = self.sets() {
                 let from = cache::manifest_name(&man.set.fingerprint);
@@ -368,7 +369,7 @@ impl Store {
     }
 
     pub(super) fn in_place_matches(&self, m: &Member) -> bool {
-        let Some(d) = member_dir(self.root_fd.as_fd(), &m.path) else {
+        let Some(d) = member_dir(self.root_fd.as_fd(), &m.path, self.shape) else {
             return false;
         };
         let [json, _] = names(split(&m.path).1);

@@ -23,7 +23,7 @@ impl Store {
         shown: &str,
         fp: &str,
     ) -> Option<Manifest> {
-        if let Some(man) = read_manifest_at(dir, shown) {
+        if let Some(man) = read_manifest_at(dir, shown, self.shape) {
             return Some(man);
         }
         if fsx::exists_at(dir, MANIFEST) {
@@ -58,7 +58,7 @@ impl Store {
                 return Err(format!("{} is not the set's", String::from_utf8_lossy(n)));
             }
         }
-        let side = Side::of(dir, man);
+        let side = Side::of(dir, man, self.shape);
         let mut buf = Vec::new();
         for m in &man.set.members {
             let d = side
@@ -143,8 +143,12 @@ impl Store {
             .emit();
             return None;
         }
-        let root = Side::tree(self.root_fd.as_fd());
-        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.set.members);
+        let root = Side::tree(self.root_fd.as_fd(), self.shape);
+        let taken = conflicts(
+            Side::of(dir.as_fd(), &man, self.shape),
+            root,
+            &man.set.members,
+        );
         if let Some(t) = taken.first() {
             crate::events::Event::RestoreInTheWay {
                 fingerprint: fp.to_string(),
@@ -195,7 +199,7 @@ impl Store {
         // below.
         let whole = self.move_out_dirs(dir.as_fd(), &man);
         let rest = outside(&man.set.members, &whole);
-        if let Err(e) = move_members_with(Side::tree(dir.as_fd()), root, &rest, false) {
+        if let Err(e) = move_members_with(Side::tree(dir.as_fd(), self.shape), root, &rest, false) {
             crate::events::Event::RestoreMoveFailed {
                 fingerprint: fp.to_string(),
                 error: e.to_string(),
@@ -228,9 +232,7 @@ impl Store {
         let mut want: BTreeMap<&str, Vec<Vec<u8>>> = BTreeMap::new();
         for m in &man.set.members {
             let (parent, name) = split(&m.path);
-            if parent.contains('/')
-                && cache::is_cache_file(Path::new(&m.path), crate::cache::layout_vllm::shape())
-            {
+            if parent.contains('/') && cache::is_cache_file(Path::new(&m.path), self.shape) {
                 let list = want.entry(parent).or_default();
                 list.extend(names(name).iter().map(|n| n.as_bytes().to_vec()));
             }

@@ -28,7 +28,10 @@ impl Store {
             stored_at: now_secs(),
             flat: false,
         };
-        let (from, to) = (Side::tree(root), Side::tree(dir.as_fd()));
+        let (from, to) = (
+            Side::tree(root, self.shape),
+            Side::tree(dir.as_fd(), self.shape),
+        );
         let res = write_json(dir.as_fd(), MANIFEST, &man.set)
             .and_then(|()| fsx::fsync_dir(self.store.as_fd()))
             .and_then(|()| {
@@ -91,7 +94,13 @@ impl Store {
         let whole: std::collections::HashSet<&str> =
             set.whole_dirs.iter().map(String::as_str).collect();
         let rest = outside(&set.manifest.members, &whole);
-        move_members_with(Side::tree(root), Side::tree(to), &rest, false).map(|_| ())
+        move_members_with(
+            Side::tree(root, self.shape),
+            Side::tree(to, self.shape),
+            &rest,
+            false,
+        )
+        .map(|_| ())
     }
 
     /// Undo [`Store::move_in`]'s directory renames: each directory of

@@ -87,7 +87,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
 fn stored_set(root: &Path, keys: &[&str], n: usize) -> (String, Store) {
     let a = fp('a');
     signed_dirs(root, keys, n, &a, 1);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, n * keys.len());
     (a, store)
 }
@@ -112,7 +112,7 @@ fn a_symlink_or_a_directory_planted_after_the_check_is_not_stored_and_left_alone
         let root = t.path();
         let a = fp('a');
         signed_dirs(root, &[KEY_A], 4, &a, 1);
-        let store = Store::open(root).unwrap();
+        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         let r = prune_meddled(root, &store, |dir| match how {
             "link" => {
                 std::os::unix::fs::symlink(&target, dir.join("rank_tp9_pp0_dp0.json")).unwrap()
@@ -147,7 +147,7 @@ fn a_member_and_its_sidecar_rewritten_as_a_consistent_pair_never_come_back() {
     signed_dirs(root, &[KEY_A], 4, &a, 1);
     let other = tempfile::tempdir().unwrap();
     signed_dirs(other.path(), &[KEY_A], 4, &a, 7);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     prune_meddled(root, &store, |dir| {
         for ext in ["json", "launch"] {
             let name = format!("rank_tp2_pp0_dp0.{ext}");
@@ -171,7 +171,7 @@ fn a_rank_file_planted_in_a_stored_entry_never_comes_back() {
         let root = t.path();
         let a = fp('a');
         signed_dirs(root, keys, 2, &a, 1);
-        let store = Store::open(root).unwrap();
+        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 2 * keys.len());
         let entry = root.join(format!(".keepwrap/store/{a}"));
         let dir = if keys.len() > 1 {
@@ -209,7 +209,7 @@ fn a_restore_target_that_is_taken_is_never_replaced_nor_followed() {
         let a = fp('a');
         signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
         let ctime = ctime_of(&rank(root, KEY_A, 1));
-        let store = Store::open(root).unwrap();
+        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4);
         let at = root.join(format!("0.7.2/sm121/{KEY_A}"));
         match taken {
@@ -257,7 +257,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
         signed_dirs(&root, &[KEY_A, KEY_B], 2, &a, 1);
         let link = t.path().join("outside-link");
         fs::hard_link(rank(&root, KEY_A, 1), &link).unwrap();
-        let store = Store::open(&root).unwrap();
+        let store = Store::open(&root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(&root, &store, THIS).stored, 4);
         assert_eq!(store.restore(&a).expect("restored").paths.len(), 4);
         let f = rank(&root, KEY_A, 1);

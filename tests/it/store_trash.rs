@@ -71,7 +71,7 @@ fn a_whole_set_moves_with_its_directory_and_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     let r = prune(root, &store);
     assert_eq!((r.stored, r.removed), (4, 0));
     assert!(!root.join("0.7.2/sm121/00000000000000aa").exists());
@@ -99,7 +99,7 @@ fn a_changed_set_goes_to_the_trash_whole_and_the_store_is_untouched() {
     let root = t.path();
     let (a, b) = (fp('a'), fp('b'));
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     assert_eq!(prune(root, &store).stored, 4);
     // b's set, one member changed after signing (same size).
     signed_dir(root, "00000000000000bb", 4, &b);
@@ -126,7 +126,7 @@ fn a_directory_with_something_else_is_stored_file_by_file() {
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 2, &a);
     fs::write(root.join("0.7.2/sm121/00000000000000aa/README"), "mine").unwrap();
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     let r = prune(root, &store);
     assert_eq!(r.stored, 2);
     assert!(root.join("0.7.2/sm121/00000000000000aa/README").is_file());
@@ -158,7 +158,7 @@ fn a_member_replaced_after_the_check_is_not_stored() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     // As the engine saves: a new file renamed over the member, here with
     // the very bytes signed (only the file is another).
     let r = prune_meddled(root, &store, |dir| {
@@ -181,7 +181,7 @@ fn a_file_planted_after_the_check_is_not_stored() {
         let root = t.path();
         let a = fp('a');
         signed_dir(root, "00000000000000aa", 4, &a);
-        let store = Store::open(root).unwrap();
+        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         let r = prune_meddled(root, &store, |dir| {
             fs::write(dir.join(planted), "{}").unwrap();
         });
@@ -221,7 +221,7 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     // The same inode, other bytes of the same size.
     prune_meddled(root, &store, |dir| {
         let (f, bytes) = rank2_changed(dir);
@@ -245,7 +245,7 @@ fn a_member_deleted_and_written_anew_after_the_check_never_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     prune_meddled(root, &store, |dir| {
         let (f, bytes) = rank2_changed(dir);
         fs::remove_file(&f).unwrap();
@@ -273,7 +273,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     killed_between_the_renames(root, &store, &a);
     let entries = store.entries();
     assert_eq!(entries.len(), 1);
@@ -313,7 +313,7 @@ fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
     let a = fp('a');
     let b = fp('b');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     killed_between_the_renames(root, &store, &a);
     signed_dir(root, "00000000000000bb", 2, &b);
     for _ in 0..2 {
@@ -332,7 +332,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_checked_and_evicted_like_any() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     killed_between_the_renames(root, &store, &a);
     // A member edited in the store: not restored, and the entry goes.
     let f = root.join(format!(".keepwrap/store/{a}/rank_tp1_pp0_dp0.json"));

@@ -119,7 +119,7 @@ fn ms_text(v: &Value) -> String {
 }
 
 fn zero_stats(root: &Path) -> std::io::Result<()> {
-    let store = Store::open(root)?;
+    let store = Store::open(root, crate::cache::layout_vllm::shape())?;
     let _lock = lock(
         &store,
         std::time::Duration::from_secs(60),

@@ -29,7 +29,7 @@ type Totals = HashMap<&'static str, (u64, u64)>;
 pub fn report(root: &Path, fp: Option<&Fingerprint>, verify: bool) -> Value {
     let now = now_secs();
     let files = cache::survey(root, crate::cache::layout_vllm::shape(), verify);
-    let store = Store::open_existing(root);
+    let store = Store::open_existing(root, crate::cache::layout_vllm::shape());
     let mut used: HashMap<String, u64> = HashMap::new();
     if let Some(s) = &store {
         for r in s.records() {
