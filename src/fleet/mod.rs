@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Shape};
 use s3::{Client, Cond, Endpoint, Failure, Location, Put};
 
 /// Version of the manifest and HEAD formats.
@@ -180,6 +180,8 @@ pub struct Fleet {
     profile: String,
     /// What this launch signs locally.
     fingerprint: crate::digest::Fingerprint,
+    /// The shape of the cache tree: which paths are its files.
+    shape: Shape,
     /// The launch's name in the bucket: the fingerprint, or the cluster
     /// fingerprint of a multi-node launch (alike on every node).
     name: String,
@@ -206,6 +208,7 @@ impl Fleet {
         profile: &str,
         fingerprint: &crate::digest::Fingerprint,
         root: &Path,
+        shape: Shape,
         nodes: Result<Option<Nodes>, String>,
         var: impl Fn(&str) -> Option<String>,
     ) -> Option<Fleet> {
@@ -255,6 +258,7 @@ impl Fleet {
             timeout: args.timeout,
             profile: profile.to_string(),
             fingerprint: fingerprint.clone(),
+            shape,
             name,
             nodes,
             running: None,
@@ -279,8 +283,9 @@ impl Fleet {
         let keys = (self.key("HEAD"), self.key("sets/"), self.key("blobs/"));
         let (profile, name) = (self.profile.clone(), self.name.clone());
         let place_of = self.nodes.as_ref().map(|(n, _)| (n.rank, n.nnodes));
+        let shape = self.shape;
         let job = move || {
-            let _ = tx.send(fetch(&client, &keys, &profile, &name, place_of));
+            let _ = tx.send(fetch(&client, &keys, &profile, &name, place_of, shape));
         };
         if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
             crate::events::Event::FleetNoThread {
@@ -330,7 +335,7 @@ impl Fleet {
                 return Ok(None);
             }
         };
-        match place(root, &self.fingerprint, &files) {
+        match place(root, self.shape, &self.fingerprint, &files) {
             Ok(signed) => {
                 crate::events::Event::FleetRestored {
                     files: signed.len(),
@@ -387,13 +392,13 @@ impl Fleet {
         let client = self.client.clone();
         let dir = self.key("");
         let (profile, name) = (self.profile.clone(), self.name.clone());
-        let state_dir = self.state_dir.clone();
+        let (state_dir, shape) = (self.state_dir.clone(), self.shape);
         let job = move || {
             let launch = (dir.as_str(), profile.as_str(), name.as_str());
             let out = match part {
                 None => publish(&client, launch, files),
                 Some((rank, nnodes, boot)) => {
-                    match publish_part(&client, launch, (rank, nnodes), &boot, files) {
+                    match publish_part(&client, launch, (rank, nnodes), &boot, files, shape) {
                         Ok(Err(waiting)) => {
                             crate::events::Event::FleetPartPublished {
                                 node: rank,
@@ -490,6 +495,7 @@ fn fetch(
     profile: &str,
     fingerprint: &str,
     place_of: Option<(u32, u32)>,
+    shape: Shape,
 ) -> Result<(String, Files), Miss> {
     let bad = |key: &str, why: String| Miss::Bad {
         key: key.to_string(),
@@ -518,7 +524,7 @@ fn fetch(
     if m.format != FORMAT || m.profile != profile || m.fingerprint != fingerprint {
         return Err(bad(&set_key, "a set of another launch or format".into()));
     }
-    check_files(&m.files).map_err(|why| bad(&set_key, why))?;
+    check_files(&m.files, shape).map_err(|why| bad(&set_key, why))?;
     check_nodes(&m, place_of.map(|p| p.1)).map_err(|why| bad(&set_key, why))?;
     // Every node's part is fetched and verified, this node's placed: all
     // or nothing across the nodes, as every node decides alike.
@@ -612,7 +618,7 @@ fn is_sha256(s: &str) -> bool {
 
 /// A manifest's files: at least one, at most [`MAX_FILES`], sorted and
 /// unique paths, each a cache file path, sizes within the cache file limit.
-fn check_files(files: &[Entry]) -> Result<(), String> {
+fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
     if files.is_empty() || files.len() > MAX_FILES {
         return Err(format!("{} files", files.len()));
     }
@@ -624,7 +630,7 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
         return Err(format!("its files hold {total} bytes (at most {MAX_SET})"));
     }
     for f in files {
-        if crate::share::checked_path(&f.path, crate::cache::layout_vllm::shape()).is_none() {
+        if crate::share::checked_path(&f.path, shape).is_none() {
             return Err(format!("'{}' is not a cache file path", f.path));
         }
         if !is_sha256(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
@@ -638,6 +644,7 @@ fn check_files(files: &[Entry]) -> Result<(), String> {
 /// over an existing file) and sign them: all or nothing. The files signed.
 fn place(
     root: &Path,
+    shape: Shape,
     fingerprint: &crate::digest::Fingerprint,
     files: &[(String, Vec<u8>)],
 ) -> io::Result<Vec<PathBuf>> {
@@ -663,13 +670,12 @@ fn place(
             staged.push(name);
         }
         for ((path, _), name) in files.iter().zip(&staged) {
-            let (dir, file) = crate::share::checked_path(path, crate::cache::layout_vllm::shape())
-                .ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "a path that is not a cache file",
-                    )
-                })?;
+            let (dir, file) = crate::share::checked_path(path, shape).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a path that is not a cache file",
+                )
+            })?;
             let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
             nix::unistd::linkat(
                 staging.as_fd(),
@@ -694,7 +700,7 @@ fn place(
         undo(&linked);
         return Err(e);
     }
-    match cache::sign(root, crate::cache::layout_vllm::shape(), fingerprint) {
+    match cache::sign(root, shape, fingerprint) {
         Ok(r) => {
             let want: BTreeSet<&PathBuf> = linked.iter().collect();
             if want.iter().all(|p| r.signed.contains(p)) {
@@ -805,6 +811,7 @@ fn publish_part(
     (rank, nnodes): (u32, u32),
     boot: &str,
     files: Files,
+    shape: Shape,
 ) -> Result<Result<(String, bool), usize>, Failure> {
     let (dir, profile, name) = launch;
     upload_blobs(client, dir, &files)?;
@@ -844,14 +851,14 @@ fn publish_part(
         {
             return Err(bad(format!("not node {r}'s part of this launch")));
         }
-        check_files(&p.files).map_err(bad)?;
+        check_files(&p.files, shape).map_err(bad)?;
         all.extend(p.files);
     }
     if missing > 0 {
         return Ok(Err(missing));
     }
     all.sort();
-    check_files(&all).map_err(|what| Failure {
+    check_files(&all, shape).map_err(|what| Failure {
         key: parts.clone(),
         status: None,
         what: format!("the union of the parts: {what}"),
@@ -1042,18 +1049,24 @@ mod tests {
             ".keepwrap/x.json",
             "plain.txt",
         ] {
-            assert!(check_files(&[entry(p)]).is_err(), "{p}");
+            assert!(check_files(&[entry(p)], Shape::Sglang).is_err(), "{p}");
         }
-        assert!(check_files(&[]).is_err());
+        assert!(check_files(&[], Shape::Sglang).is_err());
     }
 
     #[test]
     fn a_set_too_large_to_hold_or_naming_a_path_twice_is_refused() {
         let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
         let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
-        assert!(check_files(&[entry(p), entry(q)]).is_ok());
-        assert!(check_files(&[entry(p), entry(p)]).is_err(), "twice");
-        assert!(check_files(&[entry(q), entry(p)]).is_err(), "unsorted");
+        assert!(check_files(&[entry(p), entry(q)], Shape::Sglang).is_ok());
+        assert!(
+            check_files(&[entry(p), entry(p)], Shape::Sglang).is_err(),
+            "twice"
+        );
+        assert!(
+            check_files(&[entry(q), entry(p)], Shape::Sglang).is_err(),
+            "unsorted"
+        );
         let big = |path: &str| Entry {
             size: cache::MAX_CACHE_FILE,
             ..entry(path)
@@ -1065,7 +1078,7 @@ mod tests {
                 ))
             })
             .collect();
-        let e = check_files(&many).unwrap_err();
+        let e = check_files(&many, Shape::Sglang).unwrap_err();
         assert!(e.contains("at most"), "{e}");
     }
 }

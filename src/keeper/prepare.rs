@@ -269,6 +269,7 @@ fn fleet_of(
         launch.profile().as_str(),
         fingerprint,
         root,
+        crate::cache::layout_vllm::shape(),
         nodes,
         |k| std::env::var(k).ok(),
     )
