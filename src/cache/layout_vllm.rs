@@ -12,13 +12,10 @@
 //! one-rank launch on 0.33.0 keeps FlashInfer's managed store in `v2/`
 //! beside the folders: it is the engine's, and keepwrap never walks into it.
 //!
-//! The engine names the shape (`engine::Engine::shape`), and the walk
-//! takes it as a value. One process keeps one launch's cache, so the
-//! keeper sets it once for the cache's entry points, before any cache
-//! work, by [`set_shape`]; until then (and in every unit test of the cache
-//! module) it is SGLang's.
-
-use std::sync::OnceLock;
+//! The engine names the shape (`engine::Engine::shape`), and it is a
+//! value wherever a path is judged: the walk, the cache's checks, the
+//! store, the share, the fleet, the watcher and the commit are each given
+//! it by the launch (or the subcommand) that knows its engine.
 
 use crate::launch::vllm::{self as facts, FileKind};
 
@@ -33,18 +30,6 @@ pub enum Shape {
     VllmTree,
     /// `<sha256>/autotune_configs*.json` (`VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`)
     VllmFlat,
-}
-
-static SHAPE: OnceLock<Shape> = OnceLock::new();
-
-/// Set the shape of the tree for this process (the first call wins).
-pub fn set_shape(shape: Shape) {
-    let _ = SHAPE.set(shape);
-}
-
-/// The shape of the tree this process guards (SGLang's unless set).
-pub fn shape() -> Shape {
-    SHAPE.get().copied().unwrap_or(Shape::Sglang)
 }
 
 /// The managed store's directory in a [`Shape::VllmFlat`] root.

@@ -216,7 +216,7 @@ fn status(cmd: StatusCmd) -> ExitCode {
     let launch = (!cmd.command.is_empty()).then(|| Launch::new(&opts, &cmd.command, &env));
     let root = root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env);
     let fleet = crate::cmd::fleet::state_json(
-        root.as_deref(),
+        root.as_ref().map(|(root, _)| root.as_path()),
         std::env::var("KEEPWRAP_FLEET")
             .ok()
             .filter(|u| !u.is_empty())
@@ -244,18 +244,18 @@ fn status(cmd: StatusCmd) -> ExitCode {
     }
 }
 
-/// The root of `launch`'s engine (with no command, the profile's).
+/// The root of `launch`'s engine (with no command, the profile's), with
+/// the shape of its tree.
 fn root_of(
     opts: &fingerprint::Options,
     launch: Option<&Launch>,
     cache_dir: Option<&std::path::Path>,
     env: &[(OsString, OsString)],
-) -> Option<std::path::PathBuf> {
+) -> Option<(std::path::PathBuf, crate::cache::Shape)> {
     let profile = launch.map_or_else(|| opts.profile.without_command(), Launch::profile);
     let engine = crate::engine::of(profile);
     let root = engine.root(cache_dir, env).ok()?;
-    crate::cache::layout_vllm::set_shape(engine.shape(env));
-    Some(root)
+    Some((root, engine.shape(env)))
 }
 
 /// `keepwrap explain`.

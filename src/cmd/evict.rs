@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cache::Shape;
 use crate::clock::now_secs;
 use crate::store::{size_text, Store};
 
@@ -34,7 +35,8 @@ pub fn evict(
         return super::no_root();
     };
     crate::events::set_root(&root);
-    let Some(store) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) else {
+    // Its root is SGLang's (or --cache-dir): a tree of SGLang's shape.
+    let Some(store) = Store::open_existing(&root, Shape::Sglang) else {
         println!(
             "{} 0 stored sets (0 files, 0 B): {} has no store",
             if dry_run { "would evict" } else { "evicted" },

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cache::Shape;
 use crate::clock::now_secs;
 use crate::digest::short;
 use crate::keeper::explain::{differences, nearest};
@@ -13,15 +14,15 @@ use crate::store::{ago, Store};
 
 /// `keepwrap explain`: compare `launch` with every signed launch in the
 /// store, nearest first.
-pub fn print(root: Option<PathBuf>, launch: &Launch) -> ExitCode {
+pub fn print(root: Option<(PathBuf, Shape)>, launch: &Launch) -> ExitCode {
     let fp = launch.fingerprint();
     let inputs = launch.redacted_inputs();
     let mut out = String::new();
-    let Some(root) = root else {
+    let Some((root, shape)) = root else {
         return super::no_root();
     };
     crate::events::set_root(&root);
-    let store = Store::open_existing(&root, crate::cache::layout_vllm::shape());
+    let store = Store::open_existing(&root, shape);
     let now = now_secs();
     let records = store.as_ref().map(Store::records).unwrap_or_default();
     let own = records.iter().find(|r| *fp == r.fingerprint).cloned();

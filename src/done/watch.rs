@@ -28,7 +28,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
-use crate::cache;
+use crate::cache::{self, Shape};
 
 /// Identity of a file's contents as far as a watcher can tell cheaply.
 pub type Stamp = (u64, u64, i64, i64);
@@ -43,6 +43,8 @@ pub struct Watcher {
     timer: Option<TimerFd>,
     inotify: Inotify,
     root: PathBuf,
+    /// The shape of the tree: which files are cache files.
+    shape: Shape,
     /// Directory watched, relative to the root.
     dirs: HashMap<WatchDescriptor, PathBuf>,
     /// Cache files seen, relative to the root, with what they looked like.
@@ -74,8 +76,8 @@ fn skipped_dir(name: &OsStr) -> bool {
 impl Watcher {
     /// Watch `root` (which must exist) and every directory below it: record
     /// what is there now, and add the watches [`ARM_AFTER`] from now.
-    pub fn new(root: &Path) -> io::Result<Watcher> {
-        Watcher::seeded(root, std::iter::empty())
+    pub fn new(root: &Path, shape: Shape) -> io::Result<Watcher> {
+        Watcher::seeded(root, shape, std::iter::empty())
     }
 
     /// [`Watcher::new`], with files already looked at just before (`seen`:
@@ -84,9 +86,10 @@ impl Watcher {
     /// looked at with nothing started since that could change it.
     pub fn seeded(
         root: &Path,
+        shape: Shape,
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
-        let mut w = Watcher::unwalked(root, seen)?;
+        let mut w = Watcher::unwalked(root, shape, seen)?;
         let mut landed = Vec::new();
         w.add_tree(PathBuf::new(), &mut landed)?;
         w.seed = HashMap::new();
@@ -99,9 +102,10 @@ impl Watcher {
     /// [`Watcher::read`] walks the tree, finding what landed since.
     pub fn seeded_whole(
         root: &Path,
+        shape: Shape,
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
-        let mut w = Watcher::unwalked(root, seen)?;
+        let mut w = Watcher::unwalked(root, shape, seen)?;
         // `root/`: a root that is a symlink to a directory is watched
         // through it, as the walk would.
         if !std::fs::symlink_metadata(root.join(""))?.is_dir() {
@@ -119,6 +123,7 @@ impl Watcher {
     /// The watcher, before any walk: `seen` as its seed.
     fn unwalked(
         root: &Path,
+        shape: Shape,
         seen: impl IntoIterator<Item = (PathBuf, Stamp)>,
     ) -> io::Result<Watcher> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
@@ -137,6 +142,7 @@ impl Watcher {
             timer: Some(timer),
             inotify,
             root: root.to_path_buf(),
+            shape,
             dirs: HashMap::new(),
             files: HashMap::new(),
             seed: seen.into_iter().collect(),
@@ -252,7 +258,7 @@ impl Watcher {
 
     /// Record a file; if it is a cache file that is new or changed, it landed.
     fn note_file(&mut self, rel: PathBuf, landed: &mut Vec<PathBuf>) {
-        if !cache::is_cache_file(&rel, crate::cache::layout_vllm::shape()) {
+        if !cache::is_cache_file(&rel, self.shape) {
             return;
         }
         if let Some(seen) = self.seed.remove(&rel) {

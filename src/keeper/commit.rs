@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cache;
+use crate::cache::{self, Shape};
 use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
@@ -69,6 +69,8 @@ pub(super) enum Report {
 /// lock, the store's record and statistics, the share's publication.
 pub(super) struct Committer {
     pub(super) root: PathBuf,
+    /// The shape of the cache tree.
+    pub(super) shape: Shape,
     pub(super) fingerprint: Fingerprint,
     /// When the launch started (the statistics credit a boot's tuning time).
     pub(super) launched: Instant,
@@ -217,11 +219,7 @@ impl Committer {
         };
         // Files unify just wrote are signed at once, their stamps recorded
         // once their change times settle (settle, after the report).
-        let report = match cache::sign_unsettled(
-            &self.root,
-            crate::cache::layout_vllm::shape(),
-            &self.fingerprint,
-        ) {
+        let report = match cache::sign_unsettled(&self.root, self.shape, &self.fingerprint) {
             Ok(r) => r,
             Err(e) => {
                 Event::CannotSign {
@@ -352,11 +350,7 @@ impl Committer {
         };
         // Best effort: without the stamps the next launch reads and hashes
         // those files instead.
-        let _ = cache::restamp(
-            &self.root,
-            crate::cache::layout_vllm::shape(),
-            &self.fingerprint,
-        );
+        let _ = cache::restamp(&self.root, self.shape, &self.fingerprint);
     }
 
     /// Before keepwrap exits: write the statistics this launch gathered

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cache::{self, PruneReport};
+use crate::cache::{self, PruneReport, Shape};
 use crate::digest::Fingerprint;
 use crate::done::watch::Watcher;
 use crate::done::Done;
@@ -52,7 +52,7 @@ impl Keeper {
         let fingerprint = launch.fingerprint().clone();
         let profile = launch.profile();
         let engine = crate::engine::of(profile);
-        let Some((root, done)) = locate(args, engine, &launch, env) else {
+        let Some((root, shape, done)) = locate(args, engine, &launch, env) else {
             return Ok(Prepared::default());
         };
         // The root and its `.keepwrap` are opened once, for the markers
@@ -78,17 +78,12 @@ impl Keeper {
         let share = engine.share(
             &args.share,
             &launch,
-            crate::cache::layout_vllm::shape(),
+            shape,
             args.unifies(profile),
             args.store_max_age,
         );
-        let fleet = fleet_of(args, &launch, &fingerprint, &root);
-        let store = match Store::open_in(
-            &root,
-            crate::cache::layout_vllm::shape(),
-            opened.0,
-            opened.1,
-        ) {
+        let fleet = fleet_of(args, &launch, &fingerprint, &root, shape);
+        let store = match Store::open_in(&root, shape, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
                 crate::events::Event::StoreUnusable {
@@ -107,11 +102,11 @@ impl Keeper {
         };
         let inputs = launch.redacted_inputs();
         let Some((mut pruned, trash, leftover)) =
-            prune(&root, &fingerprint, store.as_ref(), engine, &launch)
+            prune(&root, shape, &fingerprint, store.as_ref(), engine, &launch)
         else {
             return Ok(Prepared::hands_off(marker));
         };
-        let leftover = leftover.map(|l| remove_leftover_later(&root, l));
+        let leftover = leftover.map(|l| remove_leftover_later(&root, shape, l));
         let (after_start, evict) = match &store {
             Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
             None => (None, None),
@@ -123,9 +118,9 @@ impl Keeper {
             .zip(&pruned.kept_ids)
             .map(|(p, id)| (p.clone(), (id.ino, id.size, id.mtime.0, id.mtime.1)));
         let watched = if pruned.whole {
-            Watcher::seeded_whole(&root, seen)
+            Watcher::seeded_whole(&root, shape, seen)
         } else {
-            Watcher::seeded(&root, seen)
+            Watcher::seeded(&root, shape, seen)
         };
         let mut watcher = match watched {
             Ok(w) => w,
@@ -139,6 +134,7 @@ impl Keeper {
         };
         let mut commit = Committer {
             root,
+            shape,
             fingerprint,
             launched,
             kept: pruned.kept,
@@ -253,6 +249,7 @@ fn fleet_of(
     launch: &Launch,
     fingerprint: &Fingerprint,
     root: &Path,
+    shape: Shape,
 ) -> Option<crate::fleet::Fleet> {
     args.fleet.url.as_ref()?;
     let nodes = crate::share::node_of(&launch.command().argv)
@@ -269,7 +266,7 @@ fn fleet_of(
         launch.profile().as_str(),
         fingerprint,
         root,
-        crate::cache::layout_vllm::shape(),
+        shape,
         nodes,
         |k| std::env::var(k).ok(),
     )
@@ -283,7 +280,7 @@ fn locate(
     engine: &dyn Engine,
     launch: &Launch,
     env: &[(OsString, OsString)],
-) -> Option<(PathBuf, Done)> {
+) -> Option<(PathBuf, Shape, Done)> {
     if engine.left_alone(launch) {
         return None;
     }
@@ -294,7 +291,7 @@ fn locate(
         .root(args.cache_dir.as_deref(), engine_env)
         .map_err(NoRoot::log)
         .ok()?;
-    crate::cache::layout_vllm::set_shape(engine.shape(engine_env));
+    let shape = engine.shape(engine_env);
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
     for line in launch.warnings() {
         crate::events::Event::LaunchWarning {
@@ -321,7 +318,7 @@ fn locate(
     }
     .emit();
     engine.note_launch(launch, env);
-    ensure_root(&root).then_some((root, done))
+    ensure_root(&root).then_some((root, shape, done))
 }
 
 /// Open (creating) `<root>/.keepwrap/running`, never through a symlink:
@@ -384,6 +381,7 @@ fn take_turn(
 /// trash a killed keepwrap left (the last value, when there is any).
 fn prune(
     root: &Path,
+    shape: Shape,
     fingerprint: &Fingerprint,
     store: Option<&Store>,
     engine: &dyn Engine,
@@ -398,7 +396,7 @@ fn prune(
             leftover = Some(s.leftover_trash()).filter(|l| !l.is_empty());
             let r = cache::prune_then_empty_refusing(
                 root,
-                crate::cache::layout_vllm::shape(),
+                shape,
                 fingerprint,
                 Some(&mut |fd, set| s.stash(fd, set)),
                 refuse,
@@ -406,13 +404,7 @@ fn prune(
             s.sync();
             r
         }
-        None => cache::prune_then_empty_refusing(
-            root,
-            crate::cache::layout_vllm::shape(),
-            fingerprint,
-            None,
-            refuse,
-        ),
+        None => cache::prune_then_empty_refusing(root, shape, fingerprint, None, refuse),
     };
     match pruned {
         Ok((pruned, trash)) => Some((pruned, trash, leftover)),
@@ -462,7 +454,7 @@ fn restore(
     // record of this launch to touch).
     if pruned.kept.is_empty() {
         if s.has_records() {
-            explain = Some(explain_later(root, fingerprint, inputs));
+            explain = Some(explain_later(root, s.shape(), fingerprint, inputs));
         }
     } else {
         s.touch(fingerprint);
@@ -474,7 +466,13 @@ fn restore(
             max_size: args.store_max_size,
             max_age: args.store_max_age,
         };
-        evict = Some(evict_later(root, limits, args.lock_timeout, fingerprint));
+        evict = Some(evict_later(
+            root,
+            s.shape(),
+            limits,
+            args.lock_timeout,
+            fingerprint,
+        ));
     }
     let (removed, stored) = (pruned.removed, pruned.stored);
     Stats::record(|st| {
@@ -492,13 +490,14 @@ fn restore(
 /// then deleted after the lock is given back.
 fn evict_later(
     root: &Path,
+    shape: Shape,
     limits: store::Limits,
     timeout: Duration,
     fingerprint: &Fingerprint,
 ) -> Job {
     let (root, fingerprint) = (root.to_path_buf(), fingerprint.clone());
     Box::new(move || {
-        let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) else {
+        let Some(s) = Store::open_existing(&root, shape) else {
             return;
         };
         let timeout = timeout.min(EVICT_LOCK_WAIT);
@@ -543,10 +542,10 @@ fn evict_later(
 /// Delete, once the engine has started, the eviction trash a killed
 /// keepwrap left (it grows with what was left; no lock needed: it is out
 /// of the store already).
-fn remove_leftover_later(root: &Path, leftover: store::Evicted) -> Job {
+fn remove_leftover_later(root: &Path, shape: Shape, leftover: store::Evicted) -> Job {
     let root = root.to_path_buf();
     Box::new(move || {
-        if let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) {
+        if let Some(s) = Store::open_existing(&root, shape) {
             s.remove_evicted(leftover);
         }
     })
@@ -557,10 +556,15 @@ const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The line a launch with no cache logs, computed off the start path: with
 /// many arguments the comparison takes time the engine must not wait for.
-fn explain_later(root: &Path, fingerprint: &Fingerprint, inputs: &serde_json::Value) -> Job {
+fn explain_later(
+    root: &Path,
+    shape: Shape,
+    fingerprint: &Fingerprint,
+    inputs: &serde_json::Value,
+) -> Job {
     let (root, fingerprint, inputs) = (root.to_path_buf(), fingerprint.clone(), inputs.clone());
     Box::new(move || {
-        if let Some(s) = Store::open_existing(&root, crate::cache::layout_vllm::shape()) {
+        if let Some(s) = Store::open_existing(&root, shape) {
             if let Some(event) = explain::no_cache_event(&s, &fingerprint, &inputs) {
                 event.emit();
             }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
+use crate::cache::Shape;
 use crate::launch::fingerprint::Launch;
 use crate::root::stats::Stats;
 use crate::store::Store;
@@ -22,7 +23,7 @@ pub use report::report;
 
 /// Run `keepwrap status`.
 pub fn run(
-    root: Option<std::path::PathBuf>,
+    root: Option<(std::path::PathBuf, Shape)>,
     launch: Option<&Launch>,
     json_out: bool,
     zero: bool,
@@ -30,12 +31,12 @@ pub fn run(
     store_max_size: u64,
     fleet: Value,
 ) -> ExitCode {
-    let Some(root) = root else {
+    let Some((root, shape)) = root else {
         return crate::cmd::no_root();
     };
     crate::events::set_root(&root);
     if zero {
-        match zero_stats(&root) {
+        match zero_stats(&root, shape) {
             Ok(()) => crate::events::Event::StatsReset {}.emit(),
             Err(e) => {
                 crate::cmd::failed(format!(
@@ -46,7 +47,7 @@ pub fn run(
             }
         }
     }
-    let mut report = report(&root, launch.map(Launch::fingerprint), verify);
+    let mut report = report(&root, shape, launch.map(Launch::fingerprint), verify);
     if let Some(l) = launch {
         crate::engine::of(l.profile()).plan(&mut report, l);
     }
@@ -118,8 +119,8 @@ fn ms_text(v: &Value) -> String {
     duration_text(std::time::Duration::from_millis(v.as_u64().unwrap_or(0)))
 }
 
-fn zero_stats(root: &Path) -> std::io::Result<()> {
-    let store = Store::open(root, crate::cache::layout_vllm::shape())?;
+fn zero_stats(root: &Path, shape: Shape) -> std::io::Result<()> {
+    let store = Store::open(root, shape)?;
     let _lock = lock(
         &store,
         std::time::Duration::from_secs(60),

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::cache::{self, FileInfo, FileState};
+use crate::cache::{self, FileInfo, FileState, Shape};
 use crate::clock::now_secs;
 use crate::digest::Fingerprint;
 use crate::root::stats::Stats;
@@ -26,10 +26,10 @@ struct Plan {
 type Totals = HashMap<&'static str, (u64, u64)>;
 
 /// The whole report as JSON (what `--json` prints; the text form renders it).
-pub fn report(root: &Path, fp: Option<&Fingerprint>, verify: bool) -> Value {
+pub fn report(root: &Path, shape: Shape, fp: Option<&Fingerprint>, verify: bool) -> Value {
     let now = now_secs();
-    let files = cache::survey(root, crate::cache::layout_vllm::shape(), verify);
-    let store = Store::open_existing(root, crate::cache::layout_vllm::shape());
+    let files = cache::survey(root, shape, verify);
+    let store = Store::open_existing(root, shape);
     let mut used: HashMap<String, u64> = HashMap::new();
     if let Some(s) = &store {
         for r in s.records() {
