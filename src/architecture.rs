@@ -1,6 +1,7 @@
 //! The rules of the layout, checked over the source tree: nothing below
 //! `cli` imports `cli`; the top modules import each other without a
-//! circle; engines are told apart in `engine/` only; every `unsafe` block
+//! circle; engines are told apart in `engine/` only, and neither the
+//! engine nor the tree's shape is a process-global; every `unsafe` block
 //! is in `sys`, each under a `SAFETY:` note, and the crate root denies
 //! `unsafe_code` everywhere else.
 
@@ -191,6 +192,48 @@ fn engines_are_told_apart_in_engine_only() {
         offenders.is_empty(),
         "an engine picked by its profile outside engine/ (give engine::Engine a method instead):\n{}",
         offenders.join("\n")
+    );
+}
+
+/// The engine and the shape of the tree it keeps are values, passed from
+/// where the launch (or a subcommand) knows them to every function that
+/// reads them: no `static` (nor thread-local) holds one.
+#[test]
+fn neither_the_engine_nor_the_shape_is_a_static() {
+    let kinds = ["Shape", "Engine", "ProfileName"];
+    let mut found = Vec::new();
+    for (rel, text) in sources() {
+        if rel == "architecture.rs" {
+            continue;
+        }
+        let c = code_of(&text);
+        let statics = c.match_indices("static ").filter_map(|(i, m)| {
+            let before = c[..i].chars().next_back();
+            let rest = &c[i + m.len()..];
+            // An item `static NAME: TYPE = ...;` (not a `'static` lifetime).
+            let item = !before.is_some_and(|b| b.is_alphanumeric() || b == '_' || b == '\'')
+                && rest.starts_with(|ch: char| ch.is_ascii_uppercase());
+            item.then(|| rest.split(['=', ';']).next().unwrap_or(rest))
+        });
+        let locals = c
+            .match_indices(concat!("thread_", "local!"))
+            .map(|(i, _)| &c[i..c.len().min(i + 400)]);
+        for decl in statics.chain(locals) {
+            let names = |k: &&str| {
+                decl.match_indices(*k).any(|(j, _)| {
+                    let after = decl[j + k.len()..].chars().next();
+                    !after.is_some_and(|a| a.is_alphanumeric() || a == '_')
+                })
+            };
+            if kinds.iter().any(names) {
+                found.push(format!("src/{rel}: {}", decl.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the engine or the tree's shape kept in a static (pass it as a value):\n{}",
+        found.join("\n")
     );
 }
 
