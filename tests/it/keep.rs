@@ -18,8 +18,8 @@ use nix::sys::signal::Signal;
 /// tuning is done when the engine exits 0.
 const EP4_FIXED: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
 
-/// The same with two ranks: the fewest that make a whole set of more than
-/// the rank file changed.
+/// The same with two ranks, for what holds of any set of more than one
+/// rank file (a change, a crash, a fingerprint).
 const EP2_FIXED: &[&str] = &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"];
 
 fn rank_file(root: &Path, tp: usize) -> PathBuf {
@@ -126,7 +126,7 @@ fn a_volatile_env_change_reuses_and_a_fingerprinted_one_retunes() {
         } else {
             &[]
         };
-        let mut cmd = keepwrap_engine(h.path(), flags, EP4_FIXED);
+        let mut cmd = keepwrap_engine(h.path(), flags, EP2_FIXED);
         cmd.env("SGLANG_TEST_SWITCH", value);
         boot(&mut cmd)
     };
@@ -156,7 +156,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     let b1 = boot(&mut keepwrap_engine(
         h.path(),
         &[],
-        &[EP4_FIXED, &["--crash", "1:extend"]].concat(),
+        &[EP2_FIXED, &["--crash", "1:extend"]].concat(),
     ));
     assert_ne!(b1.code, 0);
     assert!(
@@ -172,7 +172,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     );
     assert!(sidecars(&root).is_empty(), "nothing signed");
 
-    let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
+    let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
     assert_eq!(b2.code, 0, "no rank got a partial hit: {}", b2.stderr);
     assert_eq!(b2.hit(), 0, "everything tuned again");
     assert!(
@@ -364,7 +364,7 @@ fn a_server_that_dies_before_ready_signs_nothing() {
     let mut cmd = keepwrap_engine(
         h.path(),
         &["--done", &format!("health=http://127.0.0.1:{dead}/health")],
-        EP4_FIXED,
+        EP2_FIXED,
     );
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0);
