@@ -448,15 +448,15 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         h.path(),
         &["--done", &health],
         &[
-            "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
+            "--tp", "2", "--ep", "2", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    a.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
+    a.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(60));
     // B, another launch, starts while A runs on the same cache root.
     let b = boot(&mut keepwrap_engine(
         h.path(),
         &[],
-        &[EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
+        &[EP2_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
     ));
     a.wait_event("other_launch_after_done", Duration::from_secs(30));
     a.guard.signal(Signal::SIGTERM);
@@ -465,7 +465,7 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
     // B goes around A: A's set into the store, B's engine loads nothing.
     assert!(b.has_event("beside_other_launch"), "{}", b.stderr);
     assert!(
-        b.logged_with("pruned", json!({"stored": 4})),
+        b.logged_with("pruned", json!({"stored": 2})),
         "{}",
         b.stderr
     );
@@ -485,7 +485,7 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
     let verdict = a.event("late_not_signed_other_launch");
     assert!(
         verdict["message"].as_str().unwrap().ends_with(
-            "; the 4 cache files signed at done went into the store whole: the next launch of this one brings them back"
+            "; the 2 cache files signed at done went into the store whole: the next launch of this one brings them back"
         ),
         "{}",
         a.stderr
@@ -495,14 +495,14 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         h.path(),
         &["--done", &health],
         &[
-            "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
+            "--tp", "2", "--ep", "2", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    next.wait_event_with("reused", json!({"files": 4}), Duration::from_secs(60));
+    next.wait_event_with("reused", json!({"files": 2}), Duration::from_secs(60));
     next.guard.signal(Signal::SIGTERM);
     let next = next.finish(Duration::from_secs(60));
     assert!(
-        next.logged_with("restored", json!({"files": 4})),
+        next.logged_with("restored", json!({"files": 2})),
         "{}",
         next.stderr
     );
