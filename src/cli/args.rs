@@ -328,6 +328,12 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_probe_duration, value_name = "DURATION")]
     pub probe_timeout: Duration,
 
+    /// A headless vLLM node whose launch names no head API to probe: how
+    /// long no cache file may land, once its rank files all have, before
+    /// tuning is done (at least 100ms)
+    #[arg(long, env = "KEEPWRAP_HEADLESS_QUIET", default_value = "5s", value_parser = parse_quiet, value_name = "DURATION")]
+    pub headless_quiet: Duration,
+
     /// Rewrite the rank files of each cache directory as their union at commit,
     /// so SGLang's stock entry gate sees agreement under expert parallelism
     /// (auto: on for the sglang and seed profiles, off for vllm)
@@ -396,6 +402,7 @@ impl RunArgs {
                 done: self.done.clone(),
                 probe_interval: self.probe_interval,
                 probe_timeout: self.probe_timeout,
+                headless_quiet: self.headless_quiet,
                 unify: self.unify,
                 disable: self.disable,
                 keep: self.keep,
@@ -442,11 +449,24 @@ fn parse_probe_duration(s: &str) -> Result<Duration, String> {
 /// `--done`: a rule, whose quiet window is at least [`MIN_QUIET`].
 fn parse_done(s: &str) -> Result<DoneRule, String> {
     match DoneRule::parse(s).map_err(|e| e.to_string())? {
-        DoneRule::Quiet(d) if d < MIN_QUIET => Err(format!(
-            "'{s}' is too short a quiet window: at least 100ms, or tuning would be done at the first cache file that lands"
-        )),
+        DoneRule::Quiet(d) => quiet_enough(s, d).map(DoneRule::Quiet),
         rule => Ok(rule),
     }
+}
+
+/// `--headless-quiet`: a quiet window of at least [`MIN_QUIET`].
+fn parse_quiet(s: &str) -> Result<Duration, String> {
+    quiet_enough(s, parse_duration(s).map_err(|e| e.to_string())?)
+}
+
+/// `d`, written `s`, unless it is under [`MIN_QUIET`].
+fn quiet_enough(s: &str, d: Duration) -> Result<Duration, String> {
+    if d < MIN_QUIET {
+        return Err(format!(
+            "'{s}' is too short a quiet window: at least 100ms, or tuning would be done at the first cache file that lands"
+        ));
+    }
+    Ok(d)
 }
 
 // Multi-node launches: the directory every node mounts.

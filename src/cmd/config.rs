@@ -141,7 +141,7 @@ fn command_settings(all: &[Setting], run: &Settings, launch: &Launch) -> [Settin
     let done = all.iter().find(|s| s.name == "done");
     let engine = crate::engine::of(launch.profile());
     let resolved = match engine.done(&run.done, launch) {
-        Ok(d) => format!("tuning is done {d}"),
+        Ok(d) => format!("tuning is done {}", d.headless_quiet(run.headless_quiet)),
         Err(e) => e.to_string(),
     };
     let source = done.map_or("default", |d| d.source);

@@ -139,6 +139,17 @@ impl DoneRule {
     }
 }
 
+impl Done {
+    /// A headless node's rank-files rule with the quiet window `quiet`
+    /// (`--headless-quiet`); any other rule as it is.
+    pub fn headless_quiet(self, quiet: Duration) -> Done {
+        match self {
+            Done::RankFiles(names, _) => Done::RankFiles(names, quiet),
+            done => done,
+        }
+    }
+}
+
 impl std::fmt::Display for Done {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -548,7 +548,8 @@ fn health(host: &str, v: &VllmLaunch) -> Endpoint {
 
 /// How long a headless node's rank files must be quiet once they have all
 /// landed: every local rank saves once, after a barrier, so they land
-/// together and nothing follows.
+/// together and nothing follows. The default of `--headless-quiet`, which
+/// replaces it ([`Done::headless_quiet`]).
 const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `--done auto` for a headless node (`--headless`), which serves nothing

@@ -300,7 +300,7 @@ fn locate(
         .emit();
     }
     let done = match engine.done(&args.done, launch) {
-        Ok(done) => done,
+        Ok(done) => done.headless_quiet(args.headless_quiet),
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
                 error: e.to_string(),

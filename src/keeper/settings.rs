@@ -24,6 +24,9 @@ pub struct Settings {
     pub probe_interval: Duration,
     /// How long one health probe may take.
     pub probe_timeout: Duration,
+    /// `--headless-quiet`: a headless vLLM node's quiet window once its
+    /// rank files have landed.
+    pub headless_quiet: Duration,
     /// `--unify`.
     pub unify: UnifyMode,
     /// `--disable`: only supervise.

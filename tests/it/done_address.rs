@@ -146,7 +146,8 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
     let port = free_port().to_string();
     let master = free_port().to_string();
     let boot = || {
-        common::vllm::two_nodes(&homes, &["--probe-interval", "50ms"], |rank| {
+        let kw = ["--probe-interval", "50ms", "--headless-quiet", "300ms"];
+        common::vllm::two_nodes(&homes, &kw, |rank| {
             let mut args: Vec<String> = [
                 "-tp",
                 "2",
@@ -171,10 +172,9 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
         })
     };
     let [head, headless] = boot();
-    assert!(
-        done_line(&headless).starts_with(
-            "when this headless node's 1 rank files (autotune_configs_dp0_rank1.json) have landed"
-        ),
+    assert_eq!(
+        done_line(&headless),
+        "when this headless node's 1 rank files (autotune_configs_dp0_rank1.json) have landed and no cache file has for 300ms",
         "{}",
         headless.stderr
     );

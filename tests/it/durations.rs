@@ -13,11 +13,12 @@ use common::*;
 const T: Duration = Duration::from_secs(20);
 
 /// Every duration option of a launch, with its variable.
-const OPTIONS: [(&str, &str); 8] = [
+const OPTIONS: [(&str, &str); 9] = [
     ("--grace", "KEEPWRAP_GRACE"),
     ("--kill-after", "KEEPWRAP_KILL_AFTER"),
     ("--probe-interval", "KEEPWRAP_PROBE_INTERVAL"),
     ("--probe-timeout", "KEEPWRAP_PROBE_TIMEOUT"),
+    ("--headless-quiet", "KEEPWRAP_HEADLESS_QUIET"),
     ("--store-max-age", "KEEPWRAP_STORE_MAX_AGE"),
     ("--lock-timeout", "KEEPWRAP_LOCK_TIMEOUT"),
     ("--share-timeout", "KEEPWRAP_SHARE_TIMEOUT"),
@@ -89,6 +90,8 @@ fn a_zero_probe_interval_probe_timeout_or_quiet_window_is_refused() {
         (["--probe-timeout", "0.001"], "at least 10ms"),
         (["--done", "quiet=0"], "at least 100ms"),
         (["--done", "quiet=99ms"], "at least 100ms"),
+        (["--headless-quiet", "0"], "at least 100ms"),
+        (["--headless-quiet", "99ms"], "at least 100ms"),
     ] {
         assert_refused(&args, &[], &[args[0], minimum]);
     }
@@ -103,7 +106,7 @@ fn a_zero_probe_interval_probe_timeout_or_quiet_window_is_refused() {
 fn the_limits_themselves_are_accepted() {
     for args in [
         vec!["--probe-interval", "10ms", "--probe-timeout", "10ms"],
-        vec!["--done", "quiet=100ms"],
+        vec!["--done", "quiet=100ms", "--headless-quiet", "100ms"],
         vec!["--grace", "100years", "--kill-after", "100years"],
         vec!["--store-max-age", "100years", "--lock-timeout", "0"],
         vec!["--grace", "3153600000"],

@@ -18,6 +18,10 @@ use nix::sys::signal::Signal;
 /// tuning is done when the engine exits 0.
 const EP4_FIXED: &[&str] = &["--tp", "4", "--ep", "4", "--gate", "fixed", "--offline"];
 
+/// The same with two ranks, for what holds of any set of more than one
+/// rank file (a change, a crash, a fingerprint).
+const EP2_FIXED: &[&str] = &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"];
+
 fn rank_file(root: &Path, tp: usize) -> PathBuf {
     let name = format!("rank_tp{tp}_pp0_dp0.json");
     root.join(
@@ -122,7 +126,7 @@ fn a_volatile_env_change_reuses_and_a_fingerprinted_one_retunes() {
         } else {
             &[]
         };
-        let mut cmd = keepwrap_engine(h.path(), flags, EP4_FIXED);
+        let mut cmd = keepwrap_engine(h.path(), flags, EP2_FIXED);
         cmd.env("SGLANG_TEST_SWITCH", value);
         boot(&mut cmd)
     };
@@ -152,7 +156,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     let b1 = boot(&mut keepwrap_engine(
         h.path(),
         &[],
-        &[EP4_FIXED, &["--crash", "1:extend"]].concat(),
+        &[EP2_FIXED, &["--crash", "1:extend"]].concat(),
     ));
     assert_ne!(b1.code, 0);
     assert!(
@@ -168,7 +172,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     );
     assert!(sidecars(&root).is_empty(), "nothing signed");
 
-    let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
+    let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
     assert_eq!(b2.code, 0, "no rank got a partial hit: {}", b2.stderr);
     assert_eq!(b2.hit(), 0, "everything tuned again");
     assert!(
@@ -204,11 +208,11 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
     // signed set, is the signed set the next mutation starts from.
     let h = home();
     let root = cache_root(h.path());
-    assert_eq!(boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED)).code, 0);
+    assert_eq!(boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED)).code, 0);
     for (what, mutate) in mutations {
         let victim = rank_file(&root, 1);
         mutate(&victim);
-        let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
+        let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
         assert_eq!(b2.code, 0, "{what}: the boot goes on: {}", b2.stderr);
         assert_eq!(b2.hit(), 0, "{what}: no rank loads any of the set");
         let rel = victim.strip_prefix(&root).unwrap();
@@ -219,7 +223,7 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
             "{what}: {}",
             b2.stderr
         );
-        let b3 = boot(&mut keepwrap_engine(h.path(), &[], EP4_FIXED));
+        let b3 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
         assert_eq!(
             (b3.code, b3.tuned()),
             (0, 0),
@@ -360,7 +364,7 @@ fn a_server_that_dies_before_ready_signs_nothing() {
     let mut cmd = keepwrap_engine(
         h.path(),
         &["--done", &format!("health=http://127.0.0.1:{dead}/health")],
-        EP4_FIXED,
+        EP2_FIXED,
     );
     let b = boot(&mut cmd);
     assert_eq!(b.code, 0);
@@ -444,15 +448,15 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         h.path(),
         &["--done", &health],
         &[
-            "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
+            "--tp", "2", "--ep", "2", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    a.wait_event_with("signed", json!({"files": 4}), Duration::from_secs(60));
+    a.wait_event_with("signed", json!({"files": 2}), Duration::from_secs(60));
     // B, another launch, starts while A runs on the same cache root.
     let b = boot(&mut keepwrap_engine(
         h.path(),
         &[],
-        &[EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
+        &[EP2_FIXED, &["--chunked-prefill-size", "4096"]].concat(),
     ));
     a.wait_event("other_launch_after_done", Duration::from_secs(30));
     a.guard.signal(Signal::SIGTERM);
@@ -461,7 +465,7 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
     // B goes around A: A's set into the store, B's engine loads nothing.
     assert!(b.has_event("beside_other_launch"), "{}", b.stderr);
     assert!(
-        b.logged_with("pruned", json!({"stored": 4})),
+        b.logged_with("pruned", json!({"stored": 2})),
         "{}",
         b.stderr
     );
@@ -481,7 +485,7 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
     let verdict = a.event("late_not_signed_other_launch");
     assert!(
         verdict["message"].as_str().unwrap().ends_with(
-            "; the 4 cache files signed at done went into the store whole: the next launch of this one brings them back"
+            "; the 2 cache files signed at done went into the store whole: the next launch of this one brings them back"
         ),
         "{}",
         a.stderr
@@ -491,14 +495,14 @@ fn two_different_launches_running_at_once_on_one_root_load_nothing_of_each_other
         h.path(),
         &["--done", &health],
         &[
-            "--tp", "4", "--ep", "4", "--gate", "fixed", "--port", &port_s,
+            "--tp", "2", "--ep", "2", "--gate", "fixed", "--port", &port_s,
         ],
     ));
-    next.wait_event_with("reused", json!({"files": 4}), Duration::from_secs(60));
+    next.wait_event_with("reused", json!({"files": 2}), Duration::from_secs(60));
     next.guard.signal(Signal::SIGTERM);
     let next = next.finish(Duration::from_secs(60));
     assert!(
-        next.logged_with("restored", json!({"files": 4})),
+        next.logged_with("restored", json!({"files": 2})),
         "{}",
         next.stderr
     );

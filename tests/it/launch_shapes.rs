@@ -375,11 +375,11 @@ fn a_chart_shell_string_is_kept_probed_on_its_port_and_reused_plainly() {
     assert!(plain.has_event("reused"), "{}", plain.stderr);
 }
 
-/// The fake engine, offline, crashing mid-tune, inside `script` (`{}` is the
-/// engine command).
+/// The fake engine, offline, one rank crashing mid-tune, inside `script`
+/// (`{}` is the engine command).
 fn crashing(script: &str) -> Vec<String> {
     let engine = format!(
-        "python3 {} --model-path /models/fake-moe --tp 2 --tune-ms 2 --offline --crash 1:extend",
+        "python3 {} --model-path /models/fake-moe --tune-ms 2 --offline --crash 0:extend",
         fake_engine().display()
     );
     sh("sh", &script.replace("{}", &engine))

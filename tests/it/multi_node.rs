@@ -15,19 +15,24 @@ use common::*;
 
 const NODES: u32 = 4;
 
-/// One node's launch: `keepwrap [kw] -- fake_engine --tp 4 --ep 4 --nnodes 4
-/// --node-rank R --dist-init-addr 127.0.0.1:P --gate stock --offline`, its
-/// cache under `<homes>/node<R>`.
-fn node(homes: &Path, rank: u32, port: u16, kw: &[&str]) -> Command {
+/// The nodes of a launch whose share fails (missing, full, a node's
+/// publication absent): two show that every node goes on, as four would.
+const FEW: u32 = 2;
+
+/// One node of `nodes`: `keepwrap [kw] -- fake_engine --tp N --ep N
+/// --nnodes N --node-rank R --dist-init-addr 127.0.0.1:P --gate stock
+/// --offline` (one rank a node), its cache under `<homes>/node<R>`.
+fn node(homes: &Path, nodes: u32, rank: u32, port: u16, kw: &[&str]) -> Command {
     let rank_s = rank.to_string();
+    let n = nodes.to_string();
     let addr = format!("127.0.0.1:{port}");
     let engine = [
         "--tp",
-        "4",
+        &n,
         "--ep",
-        "4",
+        &n,
         "--nnodes",
-        "4",
+        &n,
         "--node-rank",
         &rank_s,
         "--dist-init-addr",
@@ -51,15 +56,15 @@ fn boot_all(cmds: Vec<Command>) -> Vec<Finished> {
         .collect()
 }
 
-/// The four nodes, each with `kw(rank)` as keepwrap's options.
-fn boot_nodes(homes: &Path, kw: impl Fn(u32) -> Vec<String>) -> Vec<Finished> {
+/// The `nodes` nodes, each with `kw(rank)` as keepwrap's options.
+fn boot_nodes(homes: &Path, nodes: u32, kw: impl Fn(u32) -> Vec<String>) -> Vec<Finished> {
     let port = free_port();
     boot_all(
-        (0..NODES)
+        (0..nodes)
             .map(|r| {
                 let kw = kw(r);
                 let kw: Vec<&str> = kw.iter().map(String::as_str).collect();
-                node(homes, r, port, &kw)
+                node(homes, nodes, r, port, &kw)
             })
             .collect(),
     )
@@ -77,7 +82,7 @@ fn booted_once(homes: &Path) -> &'static [Finished] {
         let made = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let share = made.path().join("share");
         std::fs::create_dir(&share).unwrap();
-        let b1 = boot_nodes(made.path(), share_kw(&share));
+        let b1 = boot_nodes(made.path(), NODES, share_kw(&share));
         all_ok(&b1, "boot 1");
         (made, b1)
     });
@@ -163,7 +168,7 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
 
     let mut runs = Vec::new();
     for n in [2, 3] {
-        let b = boot_nodes(t.path(), share_kw(&share));
+        let b = boot_nodes(t.path(), NODES, share_kw(&share));
         all_ok(&b, &format!("boot {n}"));
         assert_eq!(
             tuned(&b),
@@ -250,7 +255,7 @@ fn a_node_whose_cache_was_wiped_gets_its_files_back_from_the_share() {
     let share = t.path().join("share");
     booted_once(t.path());
     std::fs::remove_dir_all(root_of(t.path(), 2)).unwrap();
-    let b = boot_nodes(t.path(), share_kw(&share));
+    let b = boot_nodes(t.path(), NODES, share_kw(&share));
     all_ok(&b, "boot 2");
     assert_eq!(tuned(&b), vec![0; 4], "boot 2 tunes 0 shapes on every node");
     assert!(
@@ -266,9 +271,9 @@ fn no_node_trusts_a_partial_union() {
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("share");
     std::fs::create_dir(&share).unwrap();
-    // Boot 1: node 3 runs without the share, so it publishes nothing.
-    let b1 = boot_nodes(t.path(), |r| {
-        if r == 3 {
+    // Boot 1: node 1 runs without the share, so it publishes nothing.
+    let b1 = boot_nodes(t.path(), FEW, |r| {
+        if r == 1 {
             vec![]
         } else {
             vec!["--share".into(), share.display().to_string()]
@@ -276,13 +281,13 @@ fn no_node_trusts_a_partial_union() {
     });
     all_ok(&b1, "boot 1");
 
-    let b = boot_nodes(t.path(), share_kw(&share));
+    let b = boot_nodes(t.path(), FEW, share_kw(&share));
     all_ok(&b, "boot 2");
     for (r, node) in b.iter().enumerate() {
         assert!(
             node.logged_with(
                 "share_incomplete",
-                json!({"missing": "3", "nodes": 4, "reason": "node 3: no manifest"})
+                json!({"missing": "1", "nodes": 2, "reason": "node 1: no manifest"})
             ),
             "node {r}: {}",
             node.stderr
@@ -304,7 +309,7 @@ fn no_node_trusts_a_partial_union() {
 fn every_node_launches_when_the_share_is_missing() {
     let t = tempfile::tempdir().unwrap();
     let share = t.path().join("not-mounted");
-    let b = boot_nodes(t.path(), share_kw(&share));
+    let b = boot_nodes(t.path(), FEW, share_kw(&share));
     all_ok(&b, "missing share");
     for (r, node) in b.iter().enumerate() {
         assert!(node.tuned() > 0);
@@ -340,7 +345,7 @@ fn every_node_launches_when_the_share_is_read_only_and_still_reads_it() {
     let kw = ["--share", s.as_str()];
     let b = boot_all(
         (0..NODES)
-            .map(|r| in_mount_ns(setup, &share, &node(t.path(), r, port, &kw)))
+            .map(|r| in_mount_ns(setup, &share, &node(t.path(), NODES, r, port, &kw)))
             .collect(),
     );
     all_ok(&b, "read-only share");
@@ -376,8 +381,8 @@ fn every_node_launches_when_the_share_is_full() {
     let port = free_port();
     let kw = ["--share", s.as_str()];
     let b = boot_all(
-        (0..NODES)
-            .map(|r| in_mount_ns(setup, &share, &node(t.path(), r, port, &kw)))
+        (0..FEW)
+            .map(|r| in_mount_ns(setup, &share, &node(t.path(), FEW, r, port, &kw)))
             .collect(),
     );
     all_ok(&b, "full share");

@@ -502,7 +502,8 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
     std::fs::create_dir_all(&share).unwrap();
     let share_arg = format!("--share={}", share.display());
     let boot = || {
-        common::vllm::two_nodes(&homes, &[&share_arg], |rank| {
+        let kw = [share_arg.as_str(), "--headless-quiet", "300ms"];
+        common::vllm::two_nodes(&homes, &kw, |rank| {
             let mut args: Vec<String> = [
                 "-dp", "2", "-dpl", "1", "-ep", "-dpp", &rpc, "--port", &port,
             ]
