@@ -971,3 +971,143 @@ fn a_vllm_server_behind_launcher_prefixes_is_the_plain_vllm_launch() {
     );
     assert_eq!(plain.tuned(), 0, "{:#?}", plain.stdout);
 }
+
+/// Three boots of one launch under three values of a vLLM variable, then a
+/// fourth: the store holds the first three's sets. Their fingerprints.
+fn three_stored_vllm_sets(home: &Path, env: &[(&str, &str)]) -> Vec<String> {
+    let mut fps = Vec::new();
+    for backend in ["latency", "throughput", "masked_gemm", "cutlass"] {
+        let mut env = env.to_vec();
+        env.push(("VLLM_FLASHINFER_MOE_BACKEND", backend));
+        let b = serve(home, &["-tp", "2", "-ep"], &env);
+        assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
+        fps.push(b.event("launch")["fingerprint"].as_str().unwrap().to_string());
+    }
+    fps.truncate(3);
+    fps
+}
+
+/// `keepwrap ARGS --cache-dir ROOT` (no profile, no command), `env` added.
+fn maintenance(home: &Path, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let mut cmd = hermetic(home);
+    cmd.args(args)
+        .arg("--cache-dir")
+        .arg(root)
+        .envs(env.iter().copied());
+    common::output(&mut cmd)
+}
+
+/// The fingerprints of the sets in the store of vLLM's root, as status says.
+fn stored_vllm(home: &Path, env: &[(&str, &str)]) -> Vec<String> {
+    let mut cmd = hermetic(home);
+    cmd.args(["status", "--profile", "vllm", "--json"])
+        .envs(env.iter().copied());
+    let f = common::output(&mut cmd);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let v: serde_json::Value = serde_json::from_str(&f.stdout.join("\n")).unwrap();
+    let mut fps: Vec<String> = v["store"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["fingerprint"].as_str().unwrap().to_string())
+        .collect();
+    fps.sort();
+    fps
+}
+
+/// `evict` and `clean` on a vLLM root (`--cache-dir`, no profile): its
+/// stored sets are listed, counted, evicted when asked and kept when not,
+/// and the root's own cache files stay.
+fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]) {
+    let fps = three_stored_vllm_sets(home, env);
+    let mut want = fps.clone();
+    want.sort();
+    assert_eq!(stored_vllm(home, env), want);
+    let files_before = common::cache_files(root);
+    assert_eq!(files_before.len(), 2, "{files_before:?}");
+
+    let f = maintenance(home, root, &["evict", "--older-than", "1h"], env);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 0 stored sets (0 files, 0 B); 3 left in the store ("),
+        "{:?}",
+        f.stdout
+    );
+
+    let f = maintenance(home, root, &["evict", "--dry-run", "--all"], env);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert_eq!(f.stdout.len(), 4, "{:?}", f.stdout);
+    for fp in &fps {
+        assert!(
+            f.stdout.iter().any(|l| l.starts_with(&format!(
+                "would evict the stored set of launch {}... (2 files, ",
+                &fp[..8]
+            ))),
+            "{:?}",
+            f.stdout
+        );
+    }
+    assert!(
+        f.stdout[3].starts_with("would evict 3 stored sets (6 files, ")
+            && f.stdout[3].contains(" of 3 in the store ("),
+        "{:?}",
+        f.stdout
+    );
+    assert_eq!(stored_vllm(home, env), want, "a dry run evicts nothing");
+
+    let f = maintenance(home, root, &["evict", &fps[0][..8]], env);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 1 stored sets (2 files, ")
+            && f.stdout[0].contains("); 2 left in the store ("),
+        "{:?}",
+        f.stdout
+    );
+    want.retain(|fp| *fp != fps[0]);
+    assert_eq!(stored_vllm(home, env), want);
+
+    let f = maintenance(home, root, &["clean"], env);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].starts_with("evicted 2 stored sets (4 files, ")
+            && f.stdout[0].ends_with("); 0 left in the store (0 B)"),
+        "{:?}",
+        f.stdout
+    );
+    assert_eq!(stored_vllm(home, env), Vec::<String>::new());
+    let f = maintenance(home, root, &["evict", "--all"], env);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert_eq!(
+        f.stdout,
+        ["evicted 0 stored sets (0 files, 0 B); 0 left in the store (0 B)"]
+    );
+    assert_eq!(common::cache_files(root), files_before);
+    // The fourth launch's files are still its own: a warm boot reuses them.
+    let mut env = env.to_vec();
+    env.push(("VLLM_FLASHINFER_MOE_BACKEND", "cutlass"));
+    let warm = serve(home, &["-tp", "2", "-ep"], &env);
+    assert!(
+        warm.logged_with("reused", json!({"files": 2})),
+        "{}",
+        warm.stderr
+    );
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+}
+
+#[test]
+fn evict_and_clean_act_on_the_stored_sets_of_a_vllm_tree_root() {
+    let home = common::home();
+    evict_and_clean_on_a_vllm_root(&root(home.path()), home.path(), &[]);
+}
+
+#[test]
+fn evict_and_clean_act_on_the_stored_sets_of_a_flat_vllm_root() {
+    let home = common::home();
+    let flat = home.path().join("flat");
+    let dir = flat.to_str().unwrap();
+    evict_and_clean_on_a_vllm_root(
+        &flat,
+        home.path(),
+        &[("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir)],
+    );
+}
