@@ -80,9 +80,15 @@ pub enum Sub {
     /// Evict stored sets of other launches from the store, under the lock:
     /// every one (--all), those unused for longer than --older-than, or one
     /// launch's (FINGERPRINT, or a unique prefix of 8 or more digits)
+    ///
+    /// Each stored set is judged by the cache tree its files name (SGLang's,
+    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
     Evict(EvictCmd),
     /// Evict every stored set (as `evict --all`); the cache files of the
     /// root itself are left alone
+    ///
+    /// Each stored set is judged by the cache tree its files name (SGLang's,
+    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
     Clean(CleanCmd),
     /// Print the effective settings (options before `config`, KEEPWRAP_*
     /// variables, defaults), each with where it came from

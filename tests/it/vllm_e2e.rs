@@ -981,7 +981,12 @@ fn three_stored_vllm_sets(home: &Path, env: &[(&str, &str)]) -> Vec<String> {
         env.push(("VLLM_FLASHINFER_MOE_BACKEND", backend));
         let b = serve(home, &["-tp", "2", "-ep"], &env);
         assert!(b.logged_with("signed", json!({"files": 2})), "{}", b.stderr);
-        fps.push(b.event("launch")["fingerprint"].as_str().unwrap().to_string());
+        fps.push(
+            b.event("launch")["fingerprint"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
     fps.truncate(3);
     fps
@@ -1098,6 +1103,16 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
 fn evict_and_clean_act_on_the_stored_sets_of_a_vllm_tree_root() {
     let home = common::home();
     evict_and_clean_on_a_vllm_root(&root(home.path()), home.path(), &[]);
+    for sub in ["evict", "clean"] {
+        let help = common::output(hermetic(home.path()).args([sub, "--help"]));
+        assert!(
+            help.stdout.join(" ").contains(
+                "Each stored set is judged by the cache tree its files name (SGLang's, or vLLM's tree or flat root): --cache-dir may be any engine's root."
+            ),
+            "{sub}: {:?}",
+            help.stdout
+        );
+    }
 }
 
 #[test]
