@@ -201,6 +201,8 @@ fn a_restore_target_that_is_taken_is_never_replaced_nor_followed() {
         let store = Store::open(root).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4);
         let at = root.join(format!("0.7.2/sm121/{KEY_A}"));
+        // (The stash moved 0.7.2/sm121 whole: only the set was there.)
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
         match taken {
             "empty" => fs::create_dir(&at).unwrap(),
             "readme" => {
