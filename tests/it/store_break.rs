@@ -370,6 +370,9 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
         cache.join("0.7.2/sm121/0000000000000002"),
     );
     assert!(d1.is_dir() && d2.is_dir());
+    // A file of the user's beside them, so that the directories move one
+    // by one (not 0.7.2/sm121 whole, with one rename).
+    fs::write(cache.join("0.7.2/sm121/notes.txt"), "mine").unwrap();
     let r = Running::spawn(&mut run(0, true, true));
     wait_for(
         "the first directory stashed",
