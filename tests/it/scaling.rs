@@ -415,19 +415,20 @@ fn reuse_makes_at_most_5_system_calls_a_kept_file() {
 }
 
 /// Stash, a launch of another fingerprint before the engine's start,
-/// makes at most 6 system calls a file of the set it moves into the store
+/// makes at most 5.6 system calls a file of the set it moves into the store
 /// (8 rank files a directory, signed by a default launch): the sidecar
 /// read (`openat`, `read`, `close`; its identity is the inode number of
 /// the listing), the file's `lstat` for its stamp, and a share of its
-/// directory's: the walk, one rename of the directory, whose every entry
-/// is the set's, and one listing of it in the store. Counted between 64
-/// and 512 files, so that the launch's constant work cancels out. Before:
-/// 11.9 a file, the file and its sidecar moved one by one (an `lstat` and
+/// directory's: the walk and one listing of it in the store; the
+/// directory above them (`0.7.2/sm121`), which holds nothing else, moves
+/// with one rename. Counted between 64 and 512 files, so that the
+/// launch's constant work cancels out. Before: 5.64 a file, each
+/// directory renamed on its own; before that, 11.9 a file, the file and its sidecar moved one by one (an `lstat` and
 /// a rename each) into directories created in the staging tree, and each
 /// sidecar `fstat`ed.
 #[test]
 #[ignore = "needs strace"]
-fn stash_makes_at_most_6_system_calls_a_file() {
+fn stash_makes_at_most_5_6_system_calls_a_file() {
     let mut at = Vec::new();
     for files in [64, 512] {
         let (_t, ctl, cache) = signed_root(files);
@@ -446,7 +447,7 @@ fn stash_makes_at_most_6_system_calls_a_file() {
     let per_file = (cb - ca) as f64 / (b - a) as f64;
     eprintln!("system calls before the start at stash: {ca} at {a} files, {cb} at {b}: {per_file:.2} a file");
     assert!(
-        per_file <= 6.0,
+        per_file <= 5.6,
         "{per_file:.2} system calls a file at stash ({ca} at {a} files, {cb} at {b})"
     );
 }
