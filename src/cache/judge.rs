@@ -53,6 +53,18 @@ pub enum Reason {
     Refused(String),
 }
 
+impl Reason {
+    /// Does the file go only because another member of its set did (its
+    /// own launch's set, or another launch's)?
+    pub fn is_set_incomplete(&self) -> bool {
+        match self {
+            Reason::SetIncomplete { .. } | Reason::SetManifest(_) => true,
+            Reason::OtherLaunchBad(_, why) => why.is_set_incomplete(),
+            _ => false,
+        }
+    }
+}
+
 /// Why a member fails its set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemberWhy {

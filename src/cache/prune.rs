@@ -88,6 +88,8 @@ struct State<'f, 's> {
     /// The paths this launch's set manifest lists, once a file of this
     /// launch was rejected (None before; empty when unreadable).
     listed: Option<std::collections::HashSet<String>>,
+    /// Files removed only because their set is incomplete, so far.
+    followers: usize,
 }
 
 struct Foreign {
@@ -174,6 +176,7 @@ pub fn prune<'s>(
         noticed: None,
         doomed: None,
         listed: None,
+        followers: 0,
     };
     let listed = layout::walk(fd, shape, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -188,6 +191,7 @@ pub fn prune<'s>(
             Empty::Later => job = TrashJob::of(root),
         }
     }
+    sets::more_lines(st.followers, "removed");
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
         crate::events::Event::Untouched {
@@ -424,9 +428,17 @@ impl State<'_, '_> {
             }
             .emit();
         } else {
+            // A file that goes with its incomplete set: the member that
+            // failed has its own line; after the first lines of such, one
+            // line counts the rest.
+            let loud = !reason.is_set_incomplete() || self.followers < PER_FILE_LINES;
+            if reason.is_set_incomplete() {
+                self.followers += 1;
+            }
             crate::events::Event::Removed {
                 path: Rel(rel, name).to_string(),
                 reason: reason.to_string(),
+                loud,
             }
             .emit();
         }

@@ -914,9 +914,11 @@ catalogue! {
             INFO "more_files"
             => "{what} {files} more {} (KEEPWRAP_LOG=debug lists each)", cache_files(files);
 
-        /// A cache file this launch must not load was removed.
-        Removed { path: String, reason: String }
-            INFO "removed"
+        /// A cache file this launch must not load was removed; a file that
+        /// goes only because another member of its set did is at debug
+        /// level after the first lines (`loud` false).
+        Removed { path: String, reason: String, loud: bool }
+            INFO | DEBUG "removed"
             => "removed {path}: {reason}";
 
         /// A leftover (orphan sidecar, temp file) was removed.
@@ -1111,9 +1113,9 @@ impl Event {
     /// A quieter level than the usual one where the fields say so.
     pub(super) fn quieter(&self) -> Option<tracing::Level> {
         match self {
-            Event::Kept { loud: false, .. } | Event::Stored { loud: false, .. } => {
-                Some(tracing::Level::DEBUG)
-            }
+            Event::Kept { loud: false, .. }
+            | Event::Stored { loud: false, .. }
+            | Event::Removed { loud: false, .. } => Some(tracing::Level::DEBUG),
             Event::RemovedUntrusted { reason, .. } | Event::NotSignedUnsafe { reason, .. }
                 if super::in_untrusted_root(reason) =>
             {

@@ -175,7 +175,8 @@ impl Store {
 
     /// Put back whole, with one rename, each directory of the staging tree
     /// `from` whose place in the tree is free (an empty directory there
-    /// removed first): a directory that moved in whole returns as it was,
+    /// removed first; the directory above made when a stash moved it whole):
+    /// a directory that moved in whole returns as it was,
     /// with whatever was planted in it before the move (the staging tree
     /// is removed after). Returns the number of member files moved.
     fn unstage_dirs(&self, from: BorrowedFd<'_>, man: &Manifest) -> usize {
@@ -187,7 +188,8 @@ impl Store {
             }
             let (Ok(src), Ok(dst)) = (
                 fsx::open_dir_path(from, Path::new(up)),
-                fsx::open_dir_path(self.root_fd.as_fd(), Path::new(up)),
+                // (A stash may have moved the directory above whole.)
+                fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(up), DIR_MODE),
             ) else {
                 continue;
             };

@@ -79,8 +79,12 @@ impl Store {
         set: &ForeignSet,
     ) -> io::Result<()> {
         let mut made: HashMap<&str, OwnedFd> = HashMap::new();
+        let ups = self.move_in_ups(root, to, set)?;
         for d in &set.whole_dirs {
             let (up, name) = split(d);
+            if ups.contains(up) {
+                continue;
+            }
             let src = self.up_dir(root, up)?;
             let dst = match made.entry(up) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -103,12 +107,100 @@ impl Store {
         .map(|_| ())
     }
 
+    /// The directories one level up from the set's whole directories
+    /// (`<version>/<sm>/`) that hold nothing but whole directories of the
+    /// set: each moves into the staging tree `to` with one rename, its
+    /// whole directories with it. Listed before the move and again after
+    /// it (in the staging tree, where nothing of the cache tree reaches
+    /// it): an entry that is not one of the set's whole directories,
+    /// planted before the move or after it, is an error (the caller puts
+    /// everything back). Returns the directories moved.
+    fn move_in_ups<'a>(
+        &self,
+        root: BorrowedFd<'_>,
+        to: BorrowedFd<'_>,
+        set: &'a ForeignSet,
+    ) -> io::Result<std::collections::HashSet<&'a str>> {
+        let mut by_up: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+        for d in &set.whole_dirs {
+            let (up, name) = split(d);
+            by_up.entry(up).or_default().push(name.as_bytes());
+        }
+        let mut moved = std::collections::HashSet::new();
+        for (up, mut names) in by_up {
+            let (top, last) = split(up);
+            if top.is_empty() || last.is_empty() {
+                continue;
+            }
+            names.sort_unstable();
+            let only_these = |dir: BorrowedFd<'_>| {
+                fsx::list_dir(dir).is_ok_and(|list| {
+                    list.len() == names.len()
+                        && list
+                            .iter()
+                            .zip(&names)
+                            .all(|((n, k), want)| *k == fsx::Kind::Dir && n.as_slice() == *want)
+                })
+            };
+            let Ok(src) = self.up_dir(root, up) else {
+                continue;
+            };
+            if !only_these(src.as_fd()) {
+                continue;
+            }
+            let Ok(from) = fsx::open_dir_path(root, Path::new(top)) else {
+                continue;
+            };
+            let dst = fsx::ensure_dir_path(to, Path::new(top), DIR_MODE)?;
+            // The cached descriptor of `up` now reaches into the staging
+            // tree: never used for the cache tree again.
+            self.updir.borrow_mut().take();
+            fsx::rename_noreplace(from.as_fd(), last, dst.as_fd(), last)?;
+            crate::failpoint::hit("store");
+            moved.insert(up);
+            let inside = fsx::open_dir_at(dst.as_fd(), last)?;
+            if !only_these(inside.as_fd()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{up}: an entry that is not the set's"),
+                ));
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Undo [`Store::move_in_ups`]: each directory of the staging tree
+    /// `from` one level up from the set's whole directories goes back
+    /// whole where its place is free (what it holds goes back with it).
+    fn move_out_ups(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
+        let mut ups: Vec<&str> = set.whole_dirs.iter().map(|d| split(d).0).collect();
+        ups.sort_unstable();
+        ups.dedup();
+        for up in ups {
+            let (top, last) = split(up);
+            if top.is_empty() || last.is_empty() {
+                continue;
+            }
+            let (Ok(src), Ok(dst)) = (
+                fsx::open_dir_path(from, Path::new(top)),
+                fsx::ensure_dir_path(root, Path::new(top), DIR_MODE),
+            ) else {
+                continue;
+            };
+            if fsx::exists_at(src.as_fd(), last) {
+                let _ = fsx::rename_noreplace(src.as_fd(), last, dst.as_fd(), last);
+            }
+        }
+        self.updir.borrow_mut().take();
+    }
+
     /// Undo [`Store::move_in`]'s directory renames: each directory of
     /// `set.whole_dirs` found in the staging tree `from` goes back whole
     /// (when its place is free, an empty directory made there meanwhile
     /// removed first, as a restore does; else its files go back one by one
     /// after).
     fn move_out_whole(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
+        self.move_out_ups(root, from, set);
         for d in &set.whole_dirs {
             let (up, name) = split(d);
             let (Ok(dst), Ok(src)) = (

@@ -212,6 +212,8 @@ fn a_restore_target_that_is_taken_is_never_replaced_nor_followed() {
         let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4);
         let at = root.join(format!("0.7.2/sm121/{KEY_A}"));
+        // (The stash moved 0.7.2/sm121 whole: only the set was there.)
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
         match taken {
             "empty" => fs::create_dir(&at).unwrap(),
             "readme" => {
@@ -379,6 +381,9 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
         cache.join("0.7.2/sm121/0000000000000002"),
     );
     assert!(d1.is_dir() && d2.is_dir());
+    // A file of the user's beside them, so that the directories move one
+    // by one (not 0.7.2/sm121 whole, with one rename).
+    fs::write(cache.join("0.7.2/sm121/notes.txt"), "mine").unwrap();
     let r = Running::spawn(&mut run(0, true, true));
     wait_for(
         "the first directory stashed",

@@ -539,6 +539,32 @@ fn placed(root: &Path) -> Vec<(String, String)> {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn sigkill_at_every_point_of_a_set_of_whole_directories_loses_nothing() {
+    let points = killed_at_every_point_of_whole_directories(Some("mine"));
+    // Two directories renamed, four files and their sidecars one by one,
+    // the entry installed (stash); the entry out of the store, two
+    // directories back, four files and their sidecars (restore). File by
+    // file, each would be 40 renames.
+    assert_eq!(points["stash"], 2 + 8 + 1, "{points:?}");
+    assert_eq!(points["restore"], 1 + 2 + 8, "{points:?}");
+}
+
+/// [`sigkill_at_every_point_of_a_set_of_whole_directories_loses_nothing`]
+/// without the file that is not the engine's: the directory above the
+/// set's three (`0.7.2/sm121`) holds nothing else and moves into the
+/// store with one rename; a kill at each point loses nothing either.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn sigkill_at_every_point_of_a_set_moved_one_level_up_loses_nothing() {
+    let points = killed_at_every_point_of_whole_directories(None);
+    // The directory above renamed, the entry installed (stash).
+    assert_eq!(points["stash"], 1 + 1, "{points:?}");
+}
+
+/// The trials of the two tests above: `notes`, the bytes of a file that
+/// is not the engine's in the third directory. The crash points, by step.
+fn killed_at_every_point_of_whole_directories(
+    notes: Option<&str>,
+) -> BTreeMap<&'static str, usize> {
     let files = 20;
     let t = tempfile::tempdir().unwrap();
     let ctl = t.path().join("ctl");
@@ -551,10 +577,11 @@ fn sigkill_at_every_point_of_a_set_of_whole_directories_loses_nothing() {
         "{}",
         b.stderr
     );
-    let notes = "0.7.2/sm121/0000000000000003/notes.txt";
-    std::fs::write(signed.join(notes), "mine").unwrap();
+    if let Some(bytes) = notes {
+        std::fs::write(signed.join("0.7.2/sm121/0000000000000003/notes.txt"), bytes).unwrap();
+    }
     let want: BTreeMap<String, String> = files_of(&signed);
-    assert_eq!(want.len(), files + 1);
+    assert_eq!(want.len(), files + usize::from(notes.is_some()));
     // The same root with the set stored by a launch of another fingerprint.
     let stored = t.path().join("stored");
     copy_tree(&signed, &stored);
@@ -613,12 +640,7 @@ fn sigkill_at_every_point_of_a_set_of_whole_directories_loses_nothing() {
         }
     }
     eprintln!("crash points: {points:?}");
-    // Two directories renamed, four files and their sidecars one by one,
-    // the entry installed (stash); the entry out of the store, two
-    // directories back, four files and their sidecars (restore). File by
-    // file, each would be 40 renames.
-    assert_eq!(points["stash"], 2 + 8 + 1, "{points:?}");
-    assert_eq!(points["restore"], 1 + 2 + 8, "{points:?}");
+    points
 }
 
 /// The rank files and other files of the cache tree (not `.keepwrap`),
