@@ -179,7 +179,7 @@ impl Store {
     /// with whatever was planted in it before the move (the staging tree
     /// is removed after). A directory above them that a stash moved whole
     /// (`<version>/<sm>/`) goes back first, whole, or entry by entry into
-    /// one made anew meanwhile ([`super::stash::put_back_up`]), so that
+    /// one made anew meanwhile ([`super::stash::put_back_ups`]), so that
     /// what else it holds is not removed with the staging tree. Returns
     /// the number of member files moved.
     fn unstage_dirs(&self, from: BorrowedFd<'_>, man: &Manifest) -> usize {
@@ -192,21 +192,7 @@ impl Store {
         let before: Vec<&str> = parents.iter().copied().filter(|p| staged(p)).collect();
         let mut ups: Vec<&str> = parents.iter().map(|p| split(p).0).collect();
         ups.dedup();
-        for up in ups {
-            let (top, last) = split(up);
-            if top.is_empty() || last.is_empty() || !fsx::exists_at(from, Path::new(up)) {
-                continue;
-            }
-            let (Ok(src), Ok(dst)) = (
-                fsx::open_dir_path(from, Path::new(top)),
-                fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(top), DIR_MODE),
-            ) else {
-                continue;
-            };
-            if super::stash::put_back_up(src.as_fd(), dst.as_fd(), last) {
-                crate::failpoint::hit("store");
-            }
-        }
+        super::stash::put_back_ups(self.root_fd.as_fd(), from, ups);
         for parent in before.into_iter().filter(|p| !staged(p)) {
             let n = man
                 .set
