@@ -744,10 +744,9 @@ fn a_file_of_the_users_in_the_version_or_the_sm_directory_is_left_alone() {
 /// cache shared by a group is), holding only a set of another launch:
 /// after the set is stored and restored, the directory has its mode still
 /// (it stayed in place while its directories moved one by one; moved
-/// whole, it is made anew at restore, with keepwrap's mode 0755: a
-/// group that shares the cache can no longer write into it).
+/// whole, it is made anew at restore: it used to get keepwrap's mode
+/// 0755, and a group that shares the cache could no longer write into it).
 #[test]
-#[ignore = "known hole: a <version>/<sm>/ moved whole by stash is made anew at restore with mode 0755, its own mode lost"]
 fn the_mode_of_a_moved_sm_directory_survives_a_stash_and_a_restore() {
     use std::os::unix::fs::PermissionsExt;
     let t = tempfile::tempdir().unwrap();
