@@ -88,8 +88,14 @@ struct State<'f, 's> {
     /// The paths this launch's set manifest lists, once a file of this
     /// launch was rejected (None before; empty when unreadable).
     listed: Option<std::collections::HashSet<String>>,
-    /// Files removed only because their set is incomplete, so far.
+    /// Files removed only because their set is incomplete said at the
+    /// default level so far, and their reasons (each names the set's
+    /// failing member).
     followers: usize,
+    said: std::collections::HashSet<String>,
+    /// Such files said at debug level only (after the first lines, of a
+    /// set whose reason was said already).
+    quiet: usize,
 }
 
 struct Foreign {
@@ -177,6 +183,8 @@ pub fn prune<'s>(
         doomed: None,
         listed: None,
         followers: 0,
+        said: std::collections::HashSet::new(),
+        quiet: 0,
     };
     let listed = layout::walk(fd, shape, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -191,7 +199,13 @@ pub fn prune<'s>(
             Empty::Later => job = TrashJob::of(root),
         }
     }
-    sets::more_lines(st.followers, "removed");
+    if st.quiet > 0 {
+        crate::events::Event::MoreFiles {
+            what: "removed".to_string(),
+            files: st.quiet,
+        }
+        .emit();
+    }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
         crate::events::Event::Untouched {
@@ -428,16 +442,25 @@ impl State<'_, '_> {
             }
             .emit();
         } else {
-            // A file that goes with its incomplete set: the member that
-            // failed has its own line; after the first lines of such, one
-            // line counts the rest.
-            let loud = !reason.is_set_incomplete() || self.followers < PER_FILE_LINES;
+            // A file that goes with its incomplete set: after the first
+            // lines of such, only the first of each set (its reason names
+            // the member that failed it, which may be missing and have no
+            // line of its own); one line counts the rest.
+            let why = reason.to_string();
+            let loud = !reason.is_set_incomplete()
+                || self.followers < PER_FILE_LINES
+                || !self.said.contains(&why);
             if reason.is_set_incomplete() {
-                self.followers += 1;
+                if loud {
+                    self.followers += 1;
+                    self.said.insert(why.clone());
+                } else {
+                    self.quiet += 1;
+                }
             }
             crate::events::Event::Removed {
                 path: Rel(rel, name).to_string(),
-                reason: reason.to_string(),
+                reason: why,
                 loud,
             }
             .emit();

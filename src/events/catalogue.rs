@@ -916,7 +916,8 @@ catalogue! {
 
         /// A cache file this launch must not load was removed; a file that
         /// goes only because another member of its set did is at debug
-        /// level after the first lines (`loud` false).
+        /// level after the first lines, unless it is the first of its set
+        /// (`loud` false).
         Removed { path: String, reason: String, loud: bool }
             INFO | DEBUG "removed"
             => "removed {path}: {reason}";

@@ -175,13 +175,33 @@ impl Store {
 
     /// Put back whole, with one rename, each directory of the staging tree
     /// `from` whose place in the tree is free (an empty directory there
-    /// removed first; the directory above made when a stash moved it whole):
-    /// a directory that moved in whole returns as it was,
+    /// removed first): a directory that moved in whole returns as it was,
     /// with whatever was planted in it before the move (the staging tree
-    /// is removed after). Returns the number of member files moved.
+    /// is removed after). A directory above them that a stash moved whole
+    /// (`<version>/<sm>/`) goes back first, whole, or entry by entry into
+    /// one made anew meanwhile ([`super::stash::put_back_ups`]), so that
+    /// what else it holds is not removed with the staging tree. Returns
+    /// the number of member files moved.
     fn unstage_dirs(&self, from: BorrowedFd<'_>, man: &Manifest) -> usize {
         let mut moved = 0;
-        for parent in member_parents(man) {
+        // A directory above the set's moved whole by the stash goes back
+        // whole (or its entries one by one into one made anew), with
+        // whatever else it holds.
+        let parents = member_parents(man);
+        let staged = |p: &str| fsx::exists_at(from, Path::new(p));
+        let before: Vec<&str> = parents.iter().copied().filter(|p| staged(p)).collect();
+        let mut ups: Vec<&str> = parents.iter().map(|p| split(p).0).collect();
+        ups.dedup();
+        super::stash::put_back_ups(self.root_fd.as_fd(), from, ups);
+        for parent in before.into_iter().filter(|p| !staged(p)) {
+            let n = man
+                .set
+                .members
+                .iter()
+                .filter(|m| split(&m.path).0 == parent);
+            moved += 2 * n.count();
+        }
+        for parent in parents {
             let (up, base) = split(parent);
             if up.is_empty() || !fsx::exists_at(from, Path::new(parent)) {
                 continue;

@@ -244,8 +244,15 @@ impl Store {
                 .entry(up)
                 .or_insert_with(|| {
                     let src = fsx::open_dir_path(from, Path::new(up)).ok()?;
+                    let gone = !fsx::exists_at(self.root_fd.as_fd(), Path::new(up));
                     let dst =
                         fsx::ensure_dir_path(self.root_fd.as_fd(), Path::new(up), DIR_MODE).ok()?;
+                    if gone {
+                        // Stash moved it whole (`<version>/<sm>/`): made
+                        // anew with its own mode (a group's, setgid), not
+                        // keepwrap's.
+                        copy_mode(src.as_fd(), dst.as_fd());
+                    }
                     Some((src, dst))
                 })
                 .as_ref()
@@ -321,5 +328,14 @@ impl Store {
         fsx::rename_between(self.store.as_fd(), fp, self.state.as_fd(), trash.as_str()).ok()?;
         let _ = fsx::fsync_dir(self.store.as_fd());
         Some(trash)
+    }
+}
+
+/// Give directory `to` the permission bits of directory `from` (best
+/// effort).
+fn copy_mode(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
+    if let Ok(st) = nix::sys::stat::fstat(from) {
+        let mode = nix::sys::stat::Mode::from_bits_truncate(st.st_mode & 0o7777);
+        let _ = nix::sys::stat::fchmod(to, mode);
     }
 }

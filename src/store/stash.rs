@@ -171,26 +171,13 @@ impl Store {
 
     /// Undo [`Store::move_in_ups`]: each directory of the staging tree
     /// `from` one level up from the set's whole directories goes back
-    /// whole where its place is free (what it holds goes back with it).
+    /// whole where its place is free (what it holds goes back with it),
+    /// else what it holds entry by entry ([`put_back_up`]).
     fn move_out_ups(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
         let mut ups: Vec<&str> = set.whole_dirs.iter().map(|d| split(d).0).collect();
         ups.sort_unstable();
         ups.dedup();
-        for up in ups {
-            let (top, last) = split(up);
-            if top.is_empty() || last.is_empty() {
-                continue;
-            }
-            let (Ok(src), Ok(dst)) = (
-                fsx::open_dir_path(from, Path::new(top)),
-                fsx::ensure_dir_path(root, Path::new(top), DIR_MODE),
-            ) else {
-                continue;
-            };
-            if fsx::exists_at(src.as_fd(), last) {
-                let _ = fsx::rename_noreplace(src.as_fd(), last, dst.as_fd(), last);
-            }
-        }
+        put_back_ups(root, from, ups);
         self.updir.borrow_mut().take();
     }
 
@@ -334,6 +321,58 @@ impl Store {
             fsx::fsync_dir(self.store.as_fd())?;
         }
         Ok(())
+    }
+}
+
+/// [`put_back_up`] for each directory `ups` (`<version>/<sm>`, above a
+/// set's whole directories) of the staging tree `from` into the tree
+/// `root`, the directory above it (`<version>`) made when gone.
+pub(super) fn put_back_ups<'a>(
+    root: BorrowedFd<'_>,
+    from: BorrowedFd<'_>,
+    ups: impl IntoIterator<Item = &'a str>,
+) {
+    for up in ups {
+        let (top, last) = split(up);
+        if top.is_empty() || last.is_empty() || !fsx::exists_at(from, Path::new(up)) {
+            continue;
+        }
+        let (Ok(src), Ok(dst)) = (
+            fsx::open_dir_path(from, Path::new(top)),
+            fsx::ensure_dir_path(root, Path::new(top), DIR_MODE),
+        ) else {
+            continue;
+        };
+        put_back_up(src.as_fd(), dst.as_fd(), last);
+    }
+}
+
+/// Put the directory `last` of the staging directory `from` back into
+/// the tree's directory `to`: whole, with one rename, when its place is
+/// free; else (an engine made it anew meanwhile) each of its entries with
+/// one rename where its name is free there, so that what else it holds (a
+/// directory planted in it before or after the move) is not removed with
+/// the staging tree. An entry whose name is taken stays for the caller
+/// (the set's directories: an empty one in the way removed first, else
+/// their members one by one).
+fn put_back_up(from: BorrowedFd<'_>, to: BorrowedFd<'_>, last: &str) {
+    match fsx::rename_noreplace(from, last, to, last) {
+        Ok(()) => crate::failpoint::hit("store"),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let (Ok(src), Ok(dst)) = (fsx::open_dir_at(from, last), fsx::open_dir_at(to, last))
+            else {
+                return;
+            };
+            for (name, _) in fsx::list_dir(src.as_fd()).unwrap_or_default() {
+                let _ = fsx::rename_noreplace(
+                    src.as_fd(),
+                    name.as_slice(),
+                    dst.as_fd(),
+                    name.as_slice(),
+                );
+            }
+        }
+        Err(_) => {}
     }
 }
 

@@ -351,7 +351,7 @@ impl State<'_, '_> {
 }
 
 /// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
-pub(super) fn more_lines(n: usize, what: &str) {
+fn more_lines(n: usize, what: &str) {
     if n > PER_FILE_LINES {
         crate::events::Event::MoreFiles {
             what: what.to_string(),
