@@ -611,7 +611,7 @@ fn two_sets_sharing_their_sm_are_each_stored_and_restored_whole() {
     let (a, b) = (fp('a'), fp('b'));
     signed_dirs(root, &[KEY_A, "00000000000000a2"], 2, &a, 1);
     signed_dirs(root, &[KEY_B, "00000000000000b2"], 2, &b, 2);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 8);
     assert!(!root.join("0.7.2/sm121").exists());
     for (f, keys) in [
@@ -638,18 +638,23 @@ fn an_sm_swapped_for_a_symlink_before_the_stash_is_not_followed() {
     let outside = tempfile::tempdir().unwrap();
     let a = fp('a');
     signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     let away = outside.path().join("sm121");
     let mut swapped = false;
     store.recover();
-    let r = cache::prune_stashing(root, &launch(THIS), &mut |fd, set| {
-        if !swapped {
-            swapped = true;
-            fs::rename(root.join("0.7.2/sm121"), &away).unwrap();
-            std::os::unix::fs::symlink(&away, root.join("0.7.2/sm121")).unwrap();
-        }
-        store.stash(fd, set)
-    })
+    let r = cache::prune_stashing(
+        root,
+        keepwrap::cache::Shape::Sglang,
+        &launch(THIS),
+        &mut |fd, set| {
+            if !swapped {
+                swapped = true;
+                fs::rename(root.join("0.7.2/sm121"), &away).unwrap();
+                std::os::unix::fs::symlink(&away, root.join("0.7.2/sm121")).unwrap();
+            }
+            store.stash(fd, set)
+        },
+    )
     .unwrap();
     store.sync();
     assert_eq!(r.stored, 0, "a set stored through a symlink");
@@ -734,7 +739,7 @@ fn a_file_of_the_users_in_the_version_or_the_sm_directory_is_left_alone() {
         let a = fp('a');
         signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
         fs::write(root.join(at), "mine").unwrap();
-        let store = Store::open(root).unwrap();
+        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4, "{at}");
         assert_eq!(fs::read(root.join(at)).unwrap(), b"mine", "{at}");
         assert_eq!(
@@ -767,7 +772,7 @@ fn the_mode_of_a_moved_sm_directory_survives_a_stash_and_a_restore() {
     let sm = root.join("0.7.2/sm121");
     fs::set_permissions(&sm, fs::Permissions::from_mode(0o2770)).unwrap();
     let mode = fs::metadata(&sm).unwrap().permissions().mode() & 0o7777;
-    let store = Store::open(root).unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 4);
     store.recover();
     assert!(store.restore(&a).is_some());
