@@ -57,7 +57,7 @@ pub use json::{json_object_entries, META_KEYS};
 pub use judge::{judge_sidecar, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
-    validate_manifest, write_manifest, Member, SetManifest, Sidecar, Stamp,
+    validate_manifest, write_manifest, Member, SetManifest, Sidecar, Stamp, MAX_MANIFEST,
 };
 
 /// What prune did, for the summary line and the outcome line.

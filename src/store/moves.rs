@@ -182,10 +182,11 @@ pub(super) fn read_json<T: for<'de> Deserialize<'de>>(
     dir: BorrowedFd<'_>,
     shown: &str,
     name: &str,
+    max: u64,
 ) -> Option<T> {
     let warn =
         |e: &io::Error| fsx::warn_state_file(&format!("{shown}/{name}"), e, "it is not used");
-    let buf = match fsx::read_state_file(dir, name, fsx::STATE_FILE_MAX) {
+    let buf = match fsx::read_state_file(dir, name, max) {
         Ok(buf) => buf?,
         Err(e) => {
             warn(&e);
@@ -249,7 +250,8 @@ pub(super) fn flat_manifest(set: SetManifest, stored_at: u64) -> Option<Manifest
 /// directory), else of a tree (inside `dir` at its path). None when there is none; any other is not used, with one
 /// warning.
 pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -> Option<Manifest> {
-    let v: Value = read_json(dir, shown, MANIFEST)?;
+    // As large as the launch's own manifest may be: it is that file, moved.
+    let v: Value = read_json(dir, shown, MANIFEST, cache::MAX_MANIFEST)?;
     let bad = |why: String| {
         fsx::warn_state_file(
             &format!("{shown}/{MANIFEST}"),
@@ -298,4 +300,40 @@ pub(super) fn holds_rank_files(dir: BorrowedFd<'_>) -> bool {
             n.starts_with("rank_") && (n.ends_with(".json") || n.ends_with(".launch"))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored set of 100,000 members: its `.set.json` is larger than
+    /// the 16 MiB of the store's other state files, and is read all the
+    /// same (it is the launch's manifest, moved, read up to its own cap).
+    #[test]
+    fn the_manifest_of_a_stored_set_of_100_000_files_is_read() {
+        let fp = "ab".repeat(32);
+        let members: Vec<cache::Member> = (0..100_000)
+            .map(|i| cache::Member {
+                path: format!("0.6.18/sm121/{:016x}/rank_tp{}_pp0_dp0.json", i / 8, i % 8),
+                sha256: "cd".repeat(32),
+                size: 20_480,
+            })
+            .collect();
+        let set = cache::SetManifest {
+            format: crate::SIDECAR_FORMAT,
+            keepwrap: "0.1.0".into(),
+            fingerprint: fp.clone(),
+            id: cache::set_id(&fp, &members),
+            signed_at: 1,
+            members,
+        };
+        let t = tempfile::tempdir().unwrap();
+        let bytes = serde_json::to_vec_pretty(&set).unwrap();
+        assert!(bytes.len() as u64 > fsx::STATE_FILE_MAX, "{}", bytes.len());
+        std::fs::write(t.path().join(MANIFEST), bytes).unwrap();
+        let dir = fsx::open_root(t.path()).unwrap();
+        let man = read_manifest_at(dir.as_fd(), "entry", Shape::Sglang).expect("read");
+        assert_eq!(man.set.members.len(), 100_000);
+        assert_eq!(man.set.id, set.id);
+    }
 }

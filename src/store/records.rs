@@ -12,6 +12,7 @@ impl Store {
             self.launches.as_fd(),
             &format!("{STATE_DIR}/launches"),
             &format!("{fp}.json"),
+            fsx::STATE_FILE_MAX,
         )
     }
 
