@@ -189,17 +189,19 @@ impl Store {
         // whatever else it holds.
         let parents = member_parents(man);
         let staged = |p: &str| fsx::exists_at(from, Path::new(p));
-        let before: Vec<&str> = parents.iter().copied().filter(|p| staged(p)).collect();
-        let mut ups: Vec<&str> = parents.iter().map(|p| split(p).0).collect();
-        ups.dedup();
-        super::stash::put_back_ups(self.root_fd.as_fd(), from, ups);
-        for parent in before.into_iter().filter(|p| !staged(p)) {
+        // A member's two files (the cache file, its sidecar).
+        let files_in = |parent: &str| {
             let n = man
                 .set
                 .members
                 .iter()
                 .filter(|m| split(&m.path).0 == parent);
-            moved += 2 * n.count();
+            2 * n.count()
+        };
+        let before: Vec<&str> = parents.iter().copied().filter(|p| staged(p)).collect();
+        super::stash::put_back_ups(self.root_fd.as_fd(), from, parents.iter().copied());
+        for parent in before.into_iter().filter(|p| !staged(p)) {
+            moved += files_in(parent);
         }
         for parent in parents {
             let (up, base) = split(parent);
@@ -215,12 +217,7 @@ impl Store {
             };
             let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
             if fsx::rename_noreplace(src.as_fd(), base, dst.as_fd(), base).is_ok() {
-                let n = man
-                    .set
-                    .members
-                    .iter()
-                    .filter(|m| split(&m.path).0 == parent);
-                moved += 2 * n.count();
+                moved += files_in(parent);
                 crate::failpoint::hit("store");
             }
         }

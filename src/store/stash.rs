@@ -174,10 +174,7 @@ impl Store {
     /// whole where its place is free (what it holds goes back with it),
     /// else what it holds entry by entry ([`put_back_up`]).
     fn move_out_ups(&self, root: BorrowedFd<'_>, from: BorrowedFd<'_>, set: &ForeignSet) {
-        let mut ups: Vec<&str> = set.whole_dirs.iter().map(|d| split(d).0).collect();
-        ups.sort_unstable();
-        ups.dedup();
-        put_back_ups(root, from, ups);
+        put_back_ups(root, from, set.whole_dirs.iter().map(String::as_str));
         self.updir.borrow_mut().take();
     }
 
@@ -324,14 +321,15 @@ impl Store {
     }
 }
 
-/// [`put_back_up`] for each directory `ups` (`<version>/<sm>`, above a
-/// set's whole directories) of the staging tree `from` into the tree
-/// `root`, the directory above it (`<version>`) made when gone.
+/// [`put_back_up`] for each directory (`<version>/<sm>`) of the staging
+/// tree `from` above the set's directories `dirs`, once each, into the
+/// tree `root`, the directory above it (`<version>`) made when gone.
 pub(super) fn put_back_ups<'a>(
     root: BorrowedFd<'_>,
     from: BorrowedFd<'_>,
-    ups: impl IntoIterator<Item = &'a str>,
+    dirs: impl IntoIterator<Item = &'a str>,
 ) {
+    let ups: std::collections::BTreeSet<&str> = dirs.into_iter().map(|d| split(d).0).collect();
     for up in ups {
         let (top, last) = split(up);
         if top.is_empty() || last.is_empty() || !fsx::exists_at(from, Path::new(up)) {
