@@ -553,17 +553,7 @@ fn a_store_another_user_can_write_is_not_used() {
 /// each rank with entries of its own); `variant`: another fingerprint.
 fn ranks(root: &Path, ctl: &Path, write: usize, variant: bool, extra: &[&str]) -> Finished {
     std::fs::create_dir_all(ctl).unwrap();
-    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
-    let mut cmd = keepwrap(root);
-    cmd.env("READS_CTL", ctl)
-        .args(extra)
-        .arg("--")
-        .arg("python3")
-        .arg(helper("reads_at_start.py"));
-    if variant {
-        cmd.arg("b");
-    }
-    let b = boot(&mut cmd);
+    let b = boot(&mut reads_at_start(root, ctl, write, variant, extra));
     assert_eq!(b.code, 0, "{}", b.stderr);
     b
 }

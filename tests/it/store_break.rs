@@ -356,15 +356,7 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
     fs::create_dir(&ctl).unwrap();
     let cache = t.path().join("cache");
     let run = |write: usize, variant: bool, delay: bool| {
-        fs::write(ctl.join("write"), write.to_string()).unwrap();
-        let mut cmd = keepwrap(&cache);
-        cmd.env("READS_CTL", &ctl)
-            .arg("--")
-            .arg("python3")
-            .arg(helper("reads_at_start.py"));
-        if variant {
-            cmd.arg("b");
-        }
+        let mut cmd = reads_at_start(&cache, &ctl, write, variant, &[]);
         if delay {
             cmd.env("KEEPWRAP_FAILPOINT_DELAY_MS", "150");
         }
@@ -448,16 +440,7 @@ fn reads_launch(
     variant: bool,
     env: &[(&str, &str)],
 ) -> std::process::Command {
-    use crate::common::*;
-    fs::write(ctl.join("write"), write.to_string()).unwrap();
-    let mut cmd = keepwrap(cache);
-    cmd.env("READS_CTL", ctl)
-        .arg("--")
-        .arg("python3")
-        .arg(helper("reads_at_start.py"));
-    if variant {
-        cmd.arg("b");
-    }
+    let mut cmd = crate::common::reads_at_start(cache, ctl, write, variant, &[]);
     for (k, v) in env {
         cmd.env(k, v);
     }

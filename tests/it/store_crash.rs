@@ -490,15 +490,7 @@ fn helper_launch(
     variant: bool,
     failpoint: Option<String>,
 ) -> Finished {
-    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
-    let mut cmd = keepwrap(cache);
-    cmd.env("READS_CTL", ctl)
-        .arg("--")
-        .arg("python3")
-        .arg(helper("reads_at_start.py"));
-    if variant {
-        cmd.arg("b");
-    }
+    let mut cmd = reads_at_start(cache, ctl, write, variant, &[]);
     if let Some(f) = failpoint {
         cmd.env("KEEPWRAP_FAILPOINT", f);
     }

@@ -35,6 +35,30 @@ pub fn keepwrap(cache: &Path) -> Command {
     cmd
 }
 
+/// keepwrap (as [`keepwrap`], with `extra` options) on `cache` before the
+/// engine of `tests/helpers/reads_at_start.py`, controlled from `ctl`:
+/// it writes `write` rank files (8 a directory, each rank with entries of
+/// its own); `variant`: an argument more (another fingerprint).
+pub fn reads_at_start(
+    cache: &Path,
+    ctl: &Path,
+    write: usize,
+    variant: bool,
+    extra: &[&str],
+) -> Command {
+    std::fs::write(ctl.join("write"), write.to_string()).unwrap();
+    let mut cmd = keepwrap(cache);
+    cmd.env("READS_CTL", ctl)
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .arg(helper("reads_at_start.py"));
+    if variant {
+        cmd.arg("b");
+    }
+    cmd
+}
+
 /// keepwrap's log events in `stderr`: the lines `--log-format json`
 /// writes, each a JSON object of the log schema (docs/troubleshooting.md,
 /// "JSON logs"), each checked against it ([`check_schema`]). Other lines
