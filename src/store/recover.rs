@@ -20,6 +20,8 @@ impl Store {
                 if let Some((fp, _)) = name.split_once(".in-") {
                     self.recover_staging(&name, fp);
                     n += 1;
+                } else if is_fp(&name) && self.recover_flat_entry(&name) {
+                    n += 1;
                 }
             }
         }
@@ -51,6 +53,69 @@ impl Store {
             }
         }
         n
+    }
+
+    /// A flat stash killed between its two renames (the directory into
+    /// `store/<fp>`, then the launch's set manifest into it as its
+    /// `.set.json`) left an entry without `.set.json` while that manifest
+    /// is still among the set manifests. Undo the stash: the directory
+    /// goes back to its place whole, with whatever was planted in it
+    /// before the move (which its restore would find "not the set's" and
+    /// delete with the entry), and prune judges the set again. When it
+    /// cannot go back (its place taken), the entry stays as it is. True
+    /// when the entry was such a one.
+    fn recover_flat_entry(&self, fp: &str) -> bool {
+        let Ok(sets) = cache::open_sets(self.root_fd.as_fd(), false) else {
+            return false;
+        };
+        if !fsx::exists_at(sets.as_fd(), cache::manifest_name(fp).as_str()) {
+            return false;
+        }
+        let Ok(dir) = fsx::open_dir_at(self.store.as_fd(), fp) else {
+            return false;
+        };
+        if fsx::exists_at(dir.as_fd(), MANIFEST) {
+            return false;
+        }
+        let Ok(set) = cache::read_manifest(Some(sets.as_fd()), fp, self.shape) else {
+            return false;
+        };
+        let Some(man) = flat_manifest(set, now_secs()) else {
+            return false;
+        };
+        drop(dir);
+        match self.unstage_flat(self.store.as_fd(), fp, &man, false) {
+            Ok(k) => {
+                crate::events::Event::RecoveryStoreUndone {
+                    fingerprint: fp.to_string(),
+                    files: k,
+                }
+                .emit();
+                // Its place was taken (by a directory the engine made
+                // anew): its members went back one by one; what else it
+                // holds goes where its name is free, and the entry only
+                // when nothing is left in it.
+                if let (Ok(from), Some(to)) = (
+                    fsx::open_dir_at(self.store.as_fd(), fp),
+                    man.origin()
+                        .and_then(|o| fsx::open_dir_path(self.root_fd.as_fd(), Path::new(o)).ok()),
+                ) {
+                    super::stash::move_entries(from.as_fd(), to.as_fd());
+                    let _ = nix::unistd::unlinkat(
+                        self.store.as_fd(),
+                        fp,
+                        nix::unistd::UnlinkatFlags::RemoveDir,
+                    );
+                }
+            }
+            Err(e) => crate::events::Event::RecoveryStoreFailed {
+                fingerprint: fp.to_string(),
+                error: e.to_string(),
+            }
+            .emit(),
+        }
+        let _ = fsx::fsync_dir(self.store.as_fd());
+        true
     }
 
     /// The eviction trash [`Store::recover`] found, to delete with

@@ -206,10 +206,11 @@ impl Store {
     /// `store/<fp>`, then the launch's set manifest moves into it as its
     /// `.set.json`: two renames, nothing created. The directory moved whole
     /// (one rename) is the set whole; a crash between the two leaves an
-    /// entry without `.set.json`, whose manifest is then the launch's set
-    /// manifest still in `.keepwrap/sets` ([`Store::entry_manifest`]), and
-    /// which, like every entry, is checked byte by byte before it leaves
-    /// the store. When the launch has an entry already (an older set), the
+    /// entry without `.set.json`, which the next recovery puts back in the
+    /// tree by the launch's set manifest still in `.keepwrap/sets`
+    /// ([`Store::recover`]; before that, [`Store::entry_manifest`] reads it
+    /// by that manifest, and every entry is checked byte by byte before it
+    /// leaves the store). When the launch has an entry already (an older set), the
     /// directory moves in as a staging directory, which replaces the entry
     /// once its manifest is inside (a crash before: recovery puts it back
     /// by the set manifest). Nothing is fsynced here: [`Store::sync`] once
@@ -361,16 +362,17 @@ fn put_back_up(from: BorrowedFd<'_>, to: BorrowedFd<'_>, last: &str) {
             else {
                 return;
             };
-            for (name, _) in fsx::list_dir(src.as_fd()).unwrap_or_default() {
-                let _ = fsx::rename_noreplace(
-                    src.as_fd(),
-                    name.as_slice(),
-                    dst.as_fd(),
-                    name.as_slice(),
-                );
-            }
+            move_entries(src.as_fd(), dst.as_fd());
         }
         Err(_) => {}
+    }
+}
+
+/// Move each entry of the directory `from` into `to` with one rename
+/// where its name is free there; the others stay.
+pub(super) fn move_entries(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
+    for (name, _) in fsx::list_dir(from).unwrap_or_default() {
+        let _ = fsx::rename_noreplace(from, name.as_slice(), to, name.as_slice());
     }
 }
 

@@ -290,21 +290,34 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
     }
 }
 
-/// A known hole. keepwrap killed (SIGKILL) between the rename that moves a
-/// set's directory into the store as a flat entry and the rename of its
+/// A hole, fixed. keepwrap killed (SIGKILL) between the rename that moves
+/// a set's directory into the store as a flat entry and the rename of its
 /// manifest into it (`KEEPWRAP_FAILPOINT=store:1`), while a file of the
 /// user's (README) was planted in that directory between prune's listing
 /// and the rename: the entry holds the set and README, and no manifest.
-/// Recovery does not look at `store/<fp>` (only at staging and restoring
-/// directories), so README stays in the store; the restore of its launch
-/// finds a stranger in a flat entry ("README is not the set's"), and
-/// deletes the entry: README (not the engine's) is deleted, and the good
-/// set with it. Without the kill, stash's listing sees README and puts the
-/// directory back whole (`store_trash::a_file_planted_after_the_check_is_not_stored`).
-/// The state the kill leaves is built here by hand.
+/// Recovery used to look only at staging and restoring directories; the
+/// restore of its launch found a stranger in a flat entry ("README is not
+/// the set's") and deleted the entry, README (not the engine's) and the
+/// good set with it. Now recovery undoes the stash: the directory goes
+/// back to its place whole, README in it, and the next launch of `a`
+/// reuses its set there. Without the kill, stash's listing sees README and
+/// puts the directory back whole
+/// (`store_trash::a_file_planted_after_the_check_is_not_stored`). The
+/// state the kill leaves is built here by hand.
 #[test]
-#[ignore = "known hole: a flat entry left by a kill with a planted file loses that file and the set at restore"]
-fn known_hole_a_file_planted_before_a_kill_between_the_flat_renames_is_not_lost() {
+fn a_file_planted_before_a_kill_between_the_flat_renames_is_not_lost() {
+    flat_entry_killed_between_its_renames(false);
+}
+
+/// The same, while the directory's place was taken meanwhile by one made
+/// anew holding a file of its own: the members and README go back into
+/// it one by one, its file stays, and nothing is left in the store.
+#[test]
+fn a_file_planted_before_a_kill_between_the_flat_renames_goes_back_into_a_directory_made_anew() {
+    flat_entry_killed_between_its_renames(true);
+}
+
+fn flat_entry_killed_between_its_renames(anew: bool) {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     let (a, store) = stored_set(root, &[KEY_A], 4);
@@ -315,22 +328,33 @@ fn known_hole_a_file_planted_before_a_kill_between_the_flat_renames_is_not_lost(
     )
     .unwrap();
     fs::write(entry.join("README"), "mine").unwrap();
-    // The next launch of `a`.
-    store.recover();
-    let back = store.restore(&a);
-    let readme = [
-        entry.join("README"),
-        root.join(format!("0.7.2/sm121/{KEY_A}/README")),
-    ];
-    assert!(
-        readme.iter().any(|p| p.is_file()),
-        "README was deleted (restored: {})",
-        back.is_some()
+    let bytes: Vec<Vec<u8>> = (0..4)
+        .map(|r| fs::read(entry.join(format!("rank_tp{r}_pp0_dp0.json"))).unwrap())
+        .collect();
+    let place = root.join(format!("0.7.2/sm121/{KEY_A}"));
+    if anew {
+        fs::create_dir(&place).unwrap();
+        fs::write(place.join("notes.txt"), "engine").unwrap();
+    }
+    // The next launch: recovery first, then prune for `a`.
+    assert_eq!(store.recover(), 1);
+    if anew {
+        assert_eq!(
+            fs::read_to_string(place.join("notes.txt")).unwrap(),
+            "engine"
+        );
+    }
+    assert!(!entry.exists(), "the entry is left in the store");
+    assert_eq!(
+        fs::read_to_string(root.join(format!("0.7.2/sm121/{KEY_A}/README"))).unwrap(),
+        "mine"
     );
-    assert!(
-        back.is_some() || store.verify_entry(&a).is_ok(),
-        "the set of a was lost"
-    );
+    assert!(store.restore(&a).is_none());
+    let r = prune_as(root, &store, &a);
+    assert_eq!(r.kept.len(), 4, "{:?}", r.kept);
+    for (n, b) in bytes.iter().enumerate() {
+        assert_eq!(&fs::read(rank(root, KEY_A, n)).unwrap(), b);
+    }
 }
 
 /// Driven through the binary (a hole, fixed). A set of two directories of

@@ -307,7 +307,10 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
 #[test]
 fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
     // Launches of other fingerprints, with sets of their own stashed and
-    // restored meanwhile, leave that entry and its manifest alone.
+    // restored meanwhile, lose nothing of it: the recovery of the first
+    // undoes the stash (the directory back in the tree, its manifest still
+    // among the set manifests), and its prune stores it again whole, its
+    // manifest inside this time.
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     let a = fp('a');
@@ -316,8 +319,11 @@ fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
     let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     killed_between_the_renames(root, &store, &a);
     signed_dir(root, "00000000000000bb", 2, &b);
-    for _ in 0..2 {
-        assert_eq!(prune(root, &store).stored, 2);
+    for stored in [4 + 2, 2] {
+        assert_eq!(prune(root, &store).stored, stored);
+        assert!(root
+            .join(format!(".keepwrap/store/{a}/.set.json"))
+            .is_file());
         assert_eq!(store.restore(&b).expect("b restored").paths.len(), 2);
         store.recover();
     }
