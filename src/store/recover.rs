@@ -13,6 +13,8 @@ impl Store {
     pub fn recover(&self) -> usize {
         let mut n = 0;
         if let Ok(list) = fsx::list_dir(self.store.as_fd()) {
+            // Opened once, when the store has an entry.
+            let mut sets = None;
             for (name, _) in list {
                 let Ok(name) = String::from_utf8(name) else {
                     continue;
@@ -20,7 +22,7 @@ impl Store {
                 if let Some((fp, _)) = name.split_once(".in-") {
                     self.recover_staging(&name, fp);
                     n += 1;
-                } else if is_fp(&name) && self.recover_flat_entry(&name) {
+                } else if is_fp(&name) && self.recover_flat_entry(&mut sets, &name) {
                     n += 1;
                 }
             }
@@ -64,8 +66,9 @@ impl Store {
     /// delete with the entry), and prune judges the set again. When it
     /// cannot go back (its place taken), the entry stays as it is. True
     /// when the entry was such a one.
-    fn recover_flat_entry(&self, fp: &str) -> bool {
-        let Ok(sets) = cache::open_sets(self.root_fd.as_fd(), false) else {
+    fn recover_flat_entry(&self, sets: &mut Option<Option<OwnedFd>>, fp: &str) -> bool {
+        let sets = sets.get_or_insert_with(|| cache::open_sets(self.root_fd.as_fd(), false).ok());
+        let Some(sets) = sets else {
             return false;
         };
         if !fsx::exists_at(sets.as_fd(), cache::manifest_name(fp).as_str()) {
