@@ -283,10 +283,8 @@ impl Store {
             ) else {
                 continue;
             };
-            let _ = nix::unistd::unlinkat(dst.as_fd(), base, nix::unistd::UnlinkatFlags::RemoveDir);
-            if fsx::rename_noreplace(src.as_fd(), base, dst.as_fd(), base).is_ok() {
+            if super::stash::put_back_up(src.as_fd(), dst.as_fd(), base) {
                 moved += files_in(parent);
-                crate::failpoint::hit("store");
             }
         }
         moved

@@ -195,8 +195,7 @@ impl Store {
             };
             // What else it holds (a file planted before the move) goes back
             // with it: the staging tree is removed after.
-            let _ = nix::unistd::unlinkat(dst.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir);
-            let _ = fsx::rename_noreplace(src.as_fd(), name, dst.as_fd(), name);
+            put_back_up(src.as_fd(), dst.as_fd(), name);
         }
     }
 
@@ -348,23 +347,27 @@ pub(super) fn put_back_ups<'a>(
 
 /// Put the directory `last` of the staging directory `from` back into
 /// the tree's directory `to`: whole, with one rename, when its place is
-/// free; else (an engine made it anew meanwhile) each of its entries with
-/// one rename where its name is free there, so that what else it holds (a
-/// directory planted in it before or after the move) is not removed with
-/// the staging tree. An entry whose name is taken stays for the caller
-/// (the set's directories: an empty one in the way removed first, else
-/// their members one by one).
-fn put_back_up(from: BorrowedFd<'_>, to: BorrowedFd<'_>, last: &str) {
+/// free (an empty directory made there meanwhile removed first); else (an
+/// engine made it anew and wrote in it) each of its entries with one
+/// rename where its name is free there, so that what else it holds (a
+/// file or a directory planted in it before or after the move) is not
+/// removed with the staging tree. An entry whose name is taken stays for
+/// the caller (a set's member: moved back by its manifest, or refused).
+/// True when it went back whole.
+pub(super) fn put_back_up(from: BorrowedFd<'_>, to: BorrowedFd<'_>, last: &str) -> bool {
+    let _ = nix::unistd::unlinkat(to, last, nix::unistd::UnlinkatFlags::RemoveDir);
     match fsx::rename_noreplace(from, last, to, last) {
-        Ok(()) => crate::failpoint::hit("store"),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let (Ok(src), Ok(dst)) = (fsx::open_dir_at(from, last), fsx::open_dir_at(to, last))
-            else {
-                return;
-            };
-            move_entries(src.as_fd(), dst.as_fd());
+        Ok(()) => {
+            crate::failpoint::hit("store");
+            true
         }
-        Err(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if let (Ok(src), Ok(dst)) = (fsx::open_dir_at(from, last), fsx::open_dir_at(to, last)) {
+                move_entries(src.as_fd(), dst.as_fd());
+            }
+            false
+        }
+        Err(_) => false,
     }
 }
 

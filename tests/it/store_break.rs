@@ -367,12 +367,24 @@ fn flat_entry_killed_between_its_renames(anew: bool) {
 /// README and stash rolls back. The second directory used to find its
 /// place taken, its members went back file by file, and the staging tree
 /// was removed with README in it. Now the empty directory is removed
-/// first and the directory goes back whole, README in it. (Still open:
-/// a place taken by a directory that is not empty; README is then deleted
-/// with the staging tree.)
+/// first and the directory goes back whole, README in it.
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
+    planted_in_a_stashed_directory(false);
+}
+
+/// The same, while the directory made again at its place is not empty (a
+/// file written in it): README, and the members, used to be deleted with
+/// the staging tree. Now each goes back into that directory where its
+/// name is free, and the file written there stays.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn a_file_planted_in_a_stashed_directory_survives_a_rollback_into_a_directory_written_anew() {
+    planted_in_a_stashed_directory(true);
+}
+
+fn planted_in_a_stashed_directory(written: bool) {
     use crate::common::*;
     use std::time::Duration;
     let t = tempfile::tempdir().unwrap();
@@ -413,6 +425,9 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
         || (!d2.exists()).then_some(()),
     );
     fs::create_dir(&d2).unwrap();
+    if written {
+        fs::write(d2.join("engine.txt"), "engine").unwrap();
+    }
     let b = r.finish(Duration::from_secs(60));
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert!(b.stderr.contains("README is not the set's"), "{}", b.stderr);
@@ -423,6 +438,9 @@ fn a_file_planted_in_a_stashed_directory_survives_a_rollback() {
         "{}",
         b.stderr
     );
+    if written {
+        assert_eq!(fs::read(d2.join("engine.txt")).unwrap(), b"engine");
+    }
 }
 
 /// A hole, fixed. keepwrap killed (SIGKILL) after a stash moved a
