@@ -36,6 +36,9 @@ pub enum Shape {
 pub const MANAGED_STORE_DIR: &[u8] = b"v2";
 
 impl Shape {
+    /// Every shape.
+    pub const ALL: [Shape; 3] = [Shape::Sglang, Shape::VllmTree, Shape::VllmFlat];
+
     /// The depth of the folders that hold the files (the root is 0).
     pub fn key_depth(self) -> usize {
         match self {

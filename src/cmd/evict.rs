@@ -35,7 +35,9 @@ pub fn evict(
         return super::no_root();
     };
     crate::events::set_root(&root);
-    let Some(store) = Stores::open(&root) else {
+    // Each stored set is judged by the cache tree its files are laid out
+    // for: the root may be any engine's.
+    let Some(store) = Store::open_existing(&root, Shape::Sglang) else {
         println!(
             "{} 0 stored sets (0 files, 0 B): {} has no store",
             if dry_run { "would evict" } else { "evicted" },
@@ -62,7 +64,7 @@ pub fn evict(
         }
         return would_evict(&store, now, pick);
     }
-    let _lock = match lock(store.first(), lock_timeout, "keepwrap evict") {
+    let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
         Err(e) => {
             super::failed(format!(
@@ -85,7 +87,7 @@ pub fn evict(
     let bytes: u64 = evicted.iter().map(|e| e.bytes).sum();
     let n = evicted.len() as u64;
     if n > 0 {
-        crate::root::stats::Stats::update(store.first().state_fd(), |st| st.evicted += n);
+        crate::root::stats::Stats::update(store.state_fd(), |st| st.evicted += n);
     }
     let left = store.entries();
     println!(
@@ -99,11 +101,11 @@ pub fn evict(
 
 /// `--dry-run`: one line per stored set `pick` selects, least recently
 /// used first, then the summary; nothing is removed.
-fn would_evict(store: &Stores, now: u64, pick: impl Fn(&Entry, u64) -> bool) -> ExitCode {
+fn would_evict(store: &Store, now: u64, pick: impl Fn(&Entry, u64) -> bool) -> ExitCode {
     let all = store.entries();
     let mut picked: Vec<(u64, &Entry)> = all
         .iter()
-        .map(|e| (store.first().last_used(e), e))
+        .map(|e| (store.last_used(e), e))
         .filter(|(used, e)| pick(e, *used))
         .collect();
     picked.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
@@ -157,7 +159,7 @@ fn launch_prefix(which: &Evict) -> Result<Option<String>, ExitCode> {
 
 /// Whether exactly one stored set's fingerprint starts with `prefix` (said
 /// on stderr when not).
-fn matches_one(store: &Stores, prefix: &str) -> bool {
+fn matches_one(store: &Store, prefix: &str) -> bool {
     let matching: Vec<String> = store
         .entries()
         .into_iter()
@@ -177,69 +179,4 @@ fn matches_one(store: &Stores, prefix: &str) -> bool {
         return false;
     }
     true
-}
-
-/// The store of a root, read once per tree shape: each stored set is
-/// judged by the shape its members have (SGLang's rank files, or vLLM's
-/// autotune configs in a tree or flat root), whichever engine's root it
-/// is. A set belongs to the first shape that reads it.
-struct Stores(Vec<Store>);
-
-impl Stores {
-    const SHAPES: [Shape; 3] = [Shape::Sglang, Shape::VllmTree, Shape::VllmFlat];
-
-    /// None: the root has no store.
-    fn open(root: &Path) -> Option<Stores> {
-        let stores: Vec<Store> = Self::SHAPES
-            .iter()
-            .filter_map(|&shape| Store::open_existing(root, shape))
-            .collect();
-        (!stores.is_empty()).then_some(Stores(stores))
-    }
-
-    /// The store of the first shape: its lock, records and statistics are
-    /// the root's (they do not depend on the shape).
-    fn first(&self) -> &Store {
-        &self.0[0]
-    }
-
-    /// Every stored set, each once, with the index of the store that
-    /// reads it.
-    fn owned(&self) -> Vec<(usize, Entry)> {
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for (i, store) in self.0.iter().enumerate() {
-            for e in store.entries() {
-                if seen.insert(e.manifest.set.fingerprint.clone()) {
-                    out.push((i, e));
-                }
-            }
-        }
-        out
-    }
-
-    fn entries(&self) -> Vec<Entry> {
-        self.owned().into_iter().map(|(_, e)| e).collect()
-    }
-
-    /// Evict every stored set `pick` selects (call under the lock), each
-    /// by the store of its shape; the evicted entries.
-    fn evict_where(&self, now: u64, why: &str, pick: impl Fn(&Entry, u64) -> bool) -> Vec<Entry> {
-        let owned = self.owned();
-        let mut out = Vec::new();
-        for (i, store) in self.0.iter().enumerate() {
-            let mine: std::collections::HashSet<&str> = owned
-                .iter()
-                .filter(|(j, _)| *j == i)
-                .map(|(_, e)| e.manifest.set.fingerprint.as_str())
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            out.extend(store.evict_where(now, why, |e, used| {
-                mine.contains(e.manifest.set.fingerprint.as_str()) && pick(e, used)
-            }));
-        }
-        out
-    }
 }

@@ -24,7 +24,7 @@ impl Store {
             let Some(manifest) = self.entry_manifest(dir.as_fd(), &shown, &name) else {
                 continue;
             };
-            let side = Side::of(dir.as_fd(), &manifest, self.shape);
+            let side = Side::of(dir.as_fd(), &manifest);
             // A unified directory's rank files are hard links of one
             // union: its bytes count once, not once a member.
             let mut inodes = std::collections::HashSet::new();

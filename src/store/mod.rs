@@ -98,6 +98,10 @@ pub struct Manifest {
     /// A flat entry: the members are directly in the entry's directory
     /// (they share one directory in the tree).
     pub flat: bool,
+    /// The cache tree its member paths are laid out for (the engine's):
+    /// each stored set is judged and moved by its own, whichever engine
+    /// opened the store.
+    pub shape: Shape,
 }
 
 impl Manifest {

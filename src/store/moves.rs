@@ -39,11 +39,11 @@ impl<'a> Side<'a> {
         }
     }
 
-    pub(super) fn of(fd: BorrowedFd<'a>, man: &Manifest, shape: Shape) -> Side<'a> {
+    pub(super) fn of(fd: BorrowedFd<'a>, man: &Manifest) -> Side<'a> {
         Side {
             fd,
             flat: man.flat,
-            shape,
+            shape: man.shape,
         }
     }
 
@@ -235,11 +235,12 @@ pub(super) fn write_json_with<T: Serialize>(
 /// The manifest of a flat entry, from the launch's set manifest `set`
 /// (checked whole: its id is the hash of its members): None unless every
 /// member is in one directory.
-pub(super) fn flat_manifest(set: SetManifest, stored_at: u64) -> Option<Manifest> {
+pub(super) fn flat_manifest(set: SetManifest, stored_at: u64, shape: Shape) -> Option<Manifest> {
     let man = Manifest {
         set,
         stored_at,
         flat: true,
+        shape,
     };
     man.origin().is_some().then_some(man)
 }
@@ -270,9 +271,19 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -
         Ok(m) => m,
         Err(e) => return bad(format!("not valid: {e}")),
     };
-    if let Err(e) = cache::validate_manifest(&set, &set.fingerprint.clone(), shape) {
-        return bad(format!("not valid: {e}"));
-    }
+    // Laid out for `shape` (the store's engine), else for another
+    // engine's cache tree: that set is judged by its own.
+    let fp = set.fingerprint.clone();
+    let shape = match cache::validate_manifest(&set, &fp, shape) {
+        Ok(()) => shape,
+        Err(e) => match Shape::ALL
+            .into_iter()
+            .find(|&s| cache::validate_manifest(&set, &fp, s).is_ok())
+        {
+            Some(s) => s,
+            None => return bad(format!("not valid: {e}")),
+        },
+    };
     // Stored when its manifest moved or was written in (nothing changes
     // the entry's directory since).
     let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
@@ -281,13 +292,14 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -
         .first()
         .is_some_and(|m| fsx::exists_at(dir, split(&m.path).1));
     if flat {
-        return flat_manifest(set, stored_at)
+        return flat_manifest(set, stored_at, shape)
             .or_else(|| bad("its members are not in one directory".into()));
     }
     Some(Manifest {
         set,
         stored_at,
         flat: false,
+        shape,
     })
 }
 
@@ -306,6 +318,17 @@ pub(super) fn holds_rank_files(dir: BorrowedFd<'_>) -> bool {
 mod tests {
     use super::*;
 
+    fn set_of(fp: &str, members: Vec<cache::Member>) -> cache::SetManifest {
+        cache::SetManifest {
+            format: crate::SIDECAR_FORMAT,
+            keepwrap: "0.1.0".into(),
+            fingerprint: fp.to_string(),
+            id: cache::set_id(fp, &members),
+            signed_at: 1,
+            members,
+        }
+    }
+
     /// A stored set of 100,000 members: its `.set.json` is larger than
     /// the 16 MiB of the store's other state files, and is read all the
     /// same (it is the launch's manifest, moved, read up to its own cap).
@@ -319,14 +342,7 @@ mod tests {
                 size: 20_480,
             })
             .collect();
-        let set = cache::SetManifest {
-            format: crate::SIDECAR_FORMAT,
-            keepwrap: "0.1.0".into(),
-            fingerprint: fp.clone(),
-            id: cache::set_id(&fp, &members),
-            signed_at: 1,
-            members,
-        };
+        let set = set_of(&fp, members);
         let t = tempfile::tempdir().unwrap();
         let bytes = serde_json::to_vec_pretty(&set).unwrap();
         assert!(bytes.len() as u64 > fsx::STATE_FILE_MAX, "{}", bytes.len());
@@ -335,5 +351,37 @@ mod tests {
         let man = read_manifest_at(dir.as_fd(), "entry", Shape::Sglang).expect("read");
         assert_eq!(man.set.members.len(), 100_000);
         assert_eq!(man.set.id, set.id);
+    }
+
+    /// One store serves every engine's stored sets: a set laid out for
+    /// vLLM's flat root, stored in a root an SGLang store opens, is listed
+    /// (and so evicted by size and age) as vLLM's, and never restored by
+    /// the SGLang launch of its fingerprint (a planted or copied entry: no
+    /// SGLang launch has a vLLM launch's fingerprint).
+    #[test]
+    fn a_stored_set_is_judged_by_the_tree_its_paths_name() {
+        let t = tempfile::tempdir().unwrap();
+        let fp = "ef".repeat(32);
+        let key = "12".repeat(32);
+        let bytes = b"{\"a\": 1}\n";
+        let members = vec![cache::Member {
+            path: format!("{key}/autotune_configs_dp0_rank0.json"),
+            sha256: cache::sha256_hex(bytes),
+            size: bytes.len() as u64,
+        }];
+        let set = set_of(&fp, members);
+        let store = Store::open(t.path(), Shape::Sglang).unwrap();
+        let entry = t.path().join(format!("{STATE_DIR}/store/{fp}"));
+        std::fs::create_dir_all(&entry).unwrap();
+        std::fs::write(entry.join("autotune_configs_dp0_rank0.json"), bytes).unwrap();
+        std::fs::write(entry.join(MANIFEST), serde_json::to_vec(&set).unwrap()).unwrap();
+        let entries = store.entries();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].manifest.shape, Shape::VllmFlat);
+        assert!(entries[0].manifest.flat);
+        assert!(store.restore(&fp).is_none());
+        assert!(!t.path().join(&key).exists());
+        // Refused as not intact for this launch, it went, as such an entry does.
+        assert!(!entry.exists());
     }
 }

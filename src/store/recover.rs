@@ -83,7 +83,7 @@ impl Store {
         let Ok(set) = cache::read_manifest(Some(sets.as_fd()), fp, self.shape) else {
             return false;
         };
-        let Some(man) = flat_manifest(set, now_secs()) else {
+        let Some(man) = flat_manifest(set, now_secs(), self.shape) else {
             return false;
         };
         drop(dir);
@@ -174,7 +174,7 @@ impl Store {
         }
         let sets = self.sets().ok();
         let m = cache::read_manifest(sets, fp, self.shape).ok()?;
-        flat_manifest(m, now_secs()).map(|man| (man, false))
+        flat_manifest(m, now_secs(), self.shape).map(|man| (man, false))
     }
 
     /// A set was being stored: put every member back at its path.
@@ -214,8 +214,8 @@ impl Store {
             let _ = fsx::fsync_dir(self.store.as_fd());
             return;
         }
-        let root = Side::tree(self.root_fd.as_fd(), self.shape);
-        let taken = conflicts(Side::tree(dir.as_fd(), self.shape), root, &man.set.members);
+        let root = Side::tree(self.root_fd.as_fd(), man.shape);
+        let taken = conflicts(Side::tree(dir.as_fd(), man.shape), root, &man.set.members);
         if !taken.is_empty() {
             crate::events::Event::RecoveryStoreTaken {
                 fingerprint: fp.to_string(),
@@ -224,7 +224,7 @@ impl Store {
             .emit();
         } else {
             let whole = self.unstage_dirs(dir.as_fd(), &man);
-            match move_members(Side::tree(dir.as_fd(), self.shape), root, &man.set.members) {
+            match move_members(Side::tree(dir.as_fd(), man.shape), root, &man.set.members) {
                 Ok(k) => crate::events::Event::RecoveryStoreUndone {
                     fingerprint: fp.to_string(),
                     files: k + whole,
@@ -328,9 +328,9 @@ impl Store {
                 let from = Side {
                     fd: dir.as_fd(),
                     flat: true,
-                    shape: self.shape,
+                    shape: man.shape,
                 };
-                let root = Side::tree(self.root_fd.as_fd(), self.shape);
+                let root = Side::tree(self.root_fd.as_fd(), man.shape);
                 if let Some(t) = conflicts(from, root, &man.set.members).first() {
                     return Err(io::Error::new(
                         io::ErrorKind::AlreadyExists,
@@ -377,10 +377,10 @@ impl Store {
             self.unrestore(name, &man);
             return;
         }
-        let root = Side::tree(self.root_fd.as_fd(), self.shape);
-        let taken = conflicts(Side::tree(dir.as_fd(), self.shape), root, &man.set.members);
+        let root = Side::tree(self.root_fd.as_fd(), man.shape);
+        let taken = conflicts(Side::tree(dir.as_fd(), man.shape), root, &man.set.members);
         if taken.is_empty() {
-            match move_members(Side::tree(dir.as_fd(), self.shape), root, &man.set.members) {
+            match move_members(Side::tree(dir.as_fd(), man.shape), root, &man.set.members) {
                 Ok(k) => {
                     crate::events::Event::RecoveryRestoreFinished {
                         fingerprint: fp.to_string(),
@@ -413,7 +413,7 @@ impl Store {
         let Ok(dir) = fsx::open_dir_at(self.state.as_fd(), name) else {
             return;
         };
-        let side = Side::of(dir.as_fd(), man, self.shape);
+        let side = Side::of(dir.as_fd(), man);
         // Only files the set does not hold any more, and only when they are
         // its bytes (the cache file) or its sidecar.
         let placed: Vec<Member> = man
@@ -425,11 +425,11 @@ impl Store {
                 let held = side
                     .dir(&m.path)
                     .is_some_and(|d| fsx::exists_at(d.fd(), json.as_c_str()));
-                !held && self.in_place_matches(m)
+                !held && self.in_place_matches(m, man.shape)
             })
             .cloned()
             .collect();
-        let _ = move_members(Side::tree(self.root_fd.as_fd(), self.shape), side, &placed);
+        let _ = move_members(Side::tree(self.root_fd.as_fd(), man.shape), side, &placed);
         if man.flat && !fsx::exists_at(dir.as_fd(), MANIFEST) {
             if let Ok(sets) = self.sets() {
                 let from = cache::manifest_name(&man.set.fingerprint);
@@ -453,8 +453,8 @@ impl Store {
         let _ = fsx::fsync_dir(self.state.as_fd());
     }
 
-    pub(super) fn in_place_matches(&self, m: &Member) -> bool {
-        let Some(d) = member_dir(self.root_fd.as_fd(), &m.path, self.shape) else {
+    pub(super) fn in_place_matches(&self, m: &Member, shape: Shape) -> bool {
+        let Some(d) = member_dir(self.root_fd.as_fd(), &m.path, shape) else {
             return false;
         };
         let [json, _] = names(split(&m.path).1);

@@ -58,7 +58,7 @@ impl Store {
                 return Err(format!("{} is not the set's", String::from_utf8_lossy(n)));
             }
         }
-        let side = Side::of(dir, man, self.shape);
+        let side = Side::of(dir, man);
         let mut buf = Vec::new();
         for m in &man.set.members {
             let d = side
@@ -111,6 +111,16 @@ impl Store {
             self.delete_entry(fp);
             return None;
         }
+        // Laid out for another engine's cache tree: never this launch's.
+        if man.shape != self.shape {
+            crate::events::Event::EntryNotIntact {
+                fingerprint: fp.to_string(),
+                reason: "its files are laid out for another engine's cache".to_string(),
+            }
+            .emit();
+            self.delete_entry(fp);
+            return None;
+        }
         // From: a set another user could have planted or edited is not
         // trusted, whatever its sidecars say.
         if let Some(why) = self.untrusted_in_entry(fp, &man) {
@@ -144,11 +154,7 @@ impl Store {
             return None;
         }
         let root = Side::tree(self.root_fd.as_fd(), self.shape);
-        let taken = conflicts(
-            Side::of(dir.as_fd(), &man, self.shape),
-            root,
-            &man.set.members,
-        );
+        let taken = conflicts(Side::of(dir.as_fd(), &man), root, &man.set.members);
         if let Some(t) = taken.first() {
             crate::events::Event::RestoreInTheWay {
                 fingerprint: fp.to_string(),

@@ -27,6 +27,7 @@ impl Store {
             set: set.manifest.clone(),
             stored_at: now_secs(),
             flat: false,
+            shape: self.shape,
         };
         let (from, to) = (
             Side::tree(root, self.shape),
@@ -268,6 +269,7 @@ impl Store {
                 set: set.manifest.clone(),
                 stored_at: now_secs(),
                 flat: true,
+                shape: self.shape,
             };
             let inside = fsx::open_dir_at(self.store.as_fd(), at)
                 .is_ok_and(|d| fsx::exists_at(d.as_fd(), MANIFEST));
