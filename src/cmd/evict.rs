@@ -24,6 +24,11 @@ pub enum Evict {
 /// `keepwrap evict` / `keepwrap clean`: remove stored sets under the lock,
 /// one line each (stderr), then a summary line (stdout); with `dry_run`,
 /// say on stdout what would be removed, and remove nothing.
+///
+/// Without `--cache-dir`, the root is SGLang's default one, and vLLM's
+/// (from the same environment) too when it has a store: each has its
+/// summary line, which names it when both have a store. A FINGERPRINT is
+/// looked for in each.
 pub fn evict(
     cache_dir: Option<&Path>,
     lock_timeout: Duration,
@@ -31,13 +36,77 @@ pub fn evict(
     dry_run: bool,
 ) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let Some(root) = crate::root::place::root_from(cache_dir, &env) else {
+    let Some(first) = crate::root::place::root_from(cache_dir, &env) else {
         return super::no_root();
     };
-    crate::events::set_root(&root);
+    let mut roots = vec![first];
+    if cache_dir.is_none() {
+        let vllm =
+            crate::engine::of(crate::launch::fingerprint::ProfileName::Vllm).root(None, &env);
+        if let Ok(v) = vllm {
+            if !roots.contains(&v) && Store::open_existing(&v, Shape::Sglang).is_some() {
+                roots.push(v);
+            }
+        }
+    }
+    let stored: Vec<Option<Store>> = roots
+        .iter()
+        .map(|r| Store::open_existing(r, Shape::Sglang))
+        .collect();
+    if stored.iter().filter(|s| s.is_some()).count() < 2 {
+        // One root: SGLang's, else vLLM's when only it has a store.
+        let i = stored.iter().position(Option::is_some).unwrap_or(0);
+        return evict_root(
+            &roots[i],
+            stored.into_iter().nth(i).flatten(),
+            lock_timeout,
+            &which,
+            dry_run,
+            false,
+        );
+    }
+    // Both: a fingerprint only where one of its sets is stored.
+    let mut code = ExitCode::SUCCESS;
+    let mut any = false;
+    for (root, store) in roots.iter().zip(stored) {
+        let Some(store) = store else { continue };
+        if let Ok(Some(p)) = launch_prefix(&which) {
+            if !store
+                .entries()
+                .iter()
+                .any(|e| e.manifest.set.fingerprint.starts_with(&p))
+            {
+                continue;
+            }
+        }
+        any = true;
+        let c = evict_root(root, Some(store), lock_timeout, &which, dry_run, true);
+        if c != ExitCode::SUCCESS {
+            code = c;
+        }
+    }
+    if !any {
+        // No root holds it: said as for one root.
+        let store = Store::open_existing(&roots[0], Shape::Sglang);
+        return evict_root(&roots[0], store, lock_timeout, &which, dry_run, false);
+    }
+    code
+}
+
+/// [`evict`] in one root (`store`: its store, if it has one); `named`:
+/// the summary line names the root.
+fn evict_root(
+    root: &Path,
+    store: Option<Store>,
+    lock_timeout: Duration,
+    which: &Evict,
+    dry_run: bool,
+    named: bool,
+) -> ExitCode {
+    crate::events::set_root(root);
     // Each stored set is judged by the cache tree its files are laid out
     // for: the root may be any engine's.
-    let Some(store) = Store::open_existing(&root, Shape::Sglang) else {
+    let Some(store) = store else {
         println!(
             "{} 0 stored sets (0 files, 0 B): {} has no store",
             if dry_run { "would evict" } else { "evicted" },
@@ -45,12 +114,18 @@ pub fn evict(
         );
         return ExitCode::SUCCESS;
     };
-    let launch = match launch_prefix(&which) {
+    // "the store", or, beside another root's, "the store of ROOT".
+    let the_store = if named {
+        format!("the store of {}", root.display())
+    } else {
+        "the store".to_string()
+    };
+    let launch = match launch_prefix(which) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let now = now_secs();
-    let pick = |e: &Entry, used: u64| match &which {
+    let pick = |e: &Entry, used: u64| match which {
         Evict::All => true,
         Evict::OlderThan(d) => now.saturating_sub(used) > d.as_secs(),
         Evict::Launch(_) => launch
@@ -62,7 +137,7 @@ pub fn evict(
         if launch.as_deref().is_some_and(|p| !matches_one(&store, p)) {
             return ExitCode::FAILURE;
         }
-        return would_evict(&store, now, pick);
+        return would_evict(&store, now, pick, &the_store);
     }
     let _lock = match lock(&store, lock_timeout, "keepwrap evict") {
         Ok(l) => l,
@@ -77,7 +152,7 @@ pub fn evict(
     if launch.as_deref().is_some_and(|p| !matches_one(&store, p)) {
         return ExitCode::FAILURE;
     }
-    let why = match &which {
+    let why = match which {
         Evict::All => "keepwrap evict --all".to_string(),
         Evict::OlderThan(d) => format!("keepwrap evict --older-than {}", duration_text(*d)),
         Evict::Launch(_) => "keepwrap evict FINGERPRINT".to_string(),
@@ -91,7 +166,7 @@ pub fn evict(
     }
     let left = store.entries();
     println!(
-        "evicted {n} stored sets ({files} files, {}); {} left in the store ({})",
+        "evicted {n} stored sets ({files} files, {}); {} left in {the_store} ({})",
         size_text(bytes),
         left.len(),
         size_text(left.iter().map(|e| e.bytes).sum())
@@ -101,7 +176,12 @@ pub fn evict(
 
 /// `--dry-run`: one line per stored set `pick` selects, least recently
 /// used first, then the summary; nothing is removed.
-fn would_evict(store: &Store, now: u64, pick: impl Fn(&Entry, u64) -> bool) -> ExitCode {
+fn would_evict(
+    store: &Store,
+    now: u64,
+    pick: impl Fn(&Entry, u64) -> bool,
+    the_store: &str,
+) -> ExitCode {
     let all = store.entries();
     let mut picked: Vec<(u64, &Entry)> = all
         .iter()
@@ -125,7 +205,7 @@ fn would_evict(store: &Store, now: u64, pick: impl Fn(&Entry, u64) -> bool) -> E
         .sum();
     let bytes: u64 = picked.iter().map(|(_, e)| e.bytes).sum();
     text.push_str(&format!(
-        "would evict {} stored sets ({files} files, {}) of {} in the store ({}) (dry run: nothing evicted)\n",
+        "would evict {} stored sets ({files} files, {}) of {} in {the_store} ({}) (dry run: nothing evicted)\n",
         picked.len(),
         size_text(bytes),
         all.len(),

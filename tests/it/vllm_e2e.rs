@@ -992,13 +992,14 @@ fn three_stored_vllm_sets(home: &Path, env: &[(&str, &str)]) -> Vec<String> {
     fps
 }
 
-/// `keepwrap ARGS --cache-dir ROOT` (no profile, no command), `env` added.
-fn maintenance(home: &Path, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+/// `keepwrap ARGS --cache-dir ROOT` (no profile, no command; no
+/// `--cache-dir` when ROOT is None), `env` added.
+fn maintenance(home: &Path, root: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Finished {
     let mut cmd = hermetic(home);
-    cmd.args(args)
-        .arg("--cache-dir")
-        .arg(root)
-        .envs(env.iter().copied());
+    cmd.args(args).envs(env.iter().copied());
+    if let Some(root) = root {
+        cmd.arg("--cache-dir").arg(root);
+    }
     common::output(&mut cmd)
 }
 
@@ -1020,10 +1021,12 @@ fn stored_vllm(home: &Path, env: &[(&str, &str)]) -> Vec<String> {
     fps
 }
 
-/// `evict` and `clean` on a vLLM root (`--cache-dir`, no profile): its
-/// stored sets are listed, counted, evicted when asked and kept when not,
-/// and the root's own cache files stay.
-fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]) {
+/// `evict` and `clean` on a vLLM root (`--cache-dir` when `named`, else
+/// the default roots; no profile): its stored sets are listed, counted,
+/// evicted when asked and kept when not, and the root's own cache files
+/// stay.
+fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)], named: bool) {
+    let named = named.then_some(root);
     let fps = three_stored_vllm_sets(home, env);
     let mut want = fps.clone();
     want.sort();
@@ -1031,7 +1034,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
     let files_before = common::cache_files(root);
     assert_eq!(files_before.len(), 2, "{files_before:?}");
 
-    let f = maintenance(home, root, &["evict", "--older-than", "1h"], env);
+    let f = maintenance(home, named, &["evict", "--older-than", "1h"], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
         f.stdout[0].starts_with("evicted 0 stored sets (0 files, 0 B); 3 left in the store ("),
@@ -1039,7 +1042,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
         f.stdout
     );
 
-    let f = maintenance(home, root, &["evict", "--dry-run", "--all"], env);
+    let f = maintenance(home, named, &["evict", "--dry-run", "--all"], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert_eq!(f.stdout.len(), 4, "{:?}", f.stdout);
     for fp in &fps {
@@ -1060,7 +1063,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
     );
     assert_eq!(stored_vllm(home, env), want, "a dry run evicts nothing");
 
-    let f = maintenance(home, root, &["evict", &fps[0][..8]], env);
+    let f = maintenance(home, named, &["evict", &fps[0][..8]], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
         f.stdout[0].starts_with("evicted 1 stored sets (2 files, ")
@@ -1071,7 +1074,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
     want.retain(|fp| *fp != fps[0]);
     assert_eq!(stored_vllm(home, env), want);
 
-    let f = maintenance(home, root, &["clean"], env);
+    let f = maintenance(home, named, &["clean"], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
         f.stdout[0].starts_with("evicted 2 stored sets (4 files, ")
@@ -1080,7 +1083,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
         f.stdout
     );
     assert_eq!(stored_vllm(home, env), Vec::<String>::new());
-    let f = maintenance(home, root, &["evict", "--all"], env);
+    let f = maintenance(home, named, &["evict", "--all"], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert_eq!(
         f.stdout,
@@ -1102,7 +1105,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
 #[test]
 fn evict_and_clean_act_on_the_stored_sets_of_a_vllm_tree_root() {
     let home = common::home();
-    evict_and_clean_on_a_vllm_root(&root(home.path()), home.path(), &[]);
+    evict_and_clean_on_a_vllm_root(&root(home.path()), home.path(), &[], true);
     for sub in ["evict", "clean"] {
         let help = common::output(hermetic(home.path()).args([sub, "--help"]));
         assert!(
@@ -1124,5 +1127,40 @@ fn evict_and_clean_act_on_the_stored_sets_of_a_flat_vllm_root() {
         &flat,
         home.path(),
         &[("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir)],
+        true,
     );
+}
+
+/// Without `--cache-dir`, `evict` and `clean` find vLLM's own root (as
+/// vLLM does, from its variables and `HOME`) when only it has a store; when
+/// SGLang's default root has one too, each root has its line, naming it.
+#[test]
+fn evict_and_clean_without_a_cache_dir_act_on_vllms_default_root() {
+    let home = common::home();
+    let tree = root(home.path());
+    evict_and_clean_on_a_vllm_root(&tree, home.path(), &[], false);
+    let sglang = home.path().join(".cache/sglang/flashinfer/autotune");
+    for d in ["store", "launches"] {
+        std::fs::create_dir_all(sglang.join(".keepwrap").join(d)).unwrap();
+    }
+    let f = maintenance(home.path(), None, &["evict", "--all"], &[]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert_eq!(
+        f.stdout,
+        [
+            format!(
+                "evicted 0 stored sets (0 files, 0 B); 0 left in the store of {} (0 B)",
+                sglang.display()
+            ),
+            format!(
+                "evicted 0 stored sets (0 files, 0 B); 0 left in the store of {} (0 B)",
+                tree.display()
+            ),
+        ]
+    );
+    let flat = home.path().join("flat");
+    let dir = flat.to_str().unwrap();
+    let env = [("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir)];
+    std::fs::remove_dir_all(home.path().join(".cache/sglang")).unwrap();
+    evict_and_clean_on_a_vllm_root(&flat, home.path(), &env, false);
 }
