@@ -807,3 +807,39 @@ fn the_mode_of_a_moved_sm_directory_survives_a_stash_and_a_restore() {
         "the mode of 0.7.2/sm121 changed"
     );
 }
+
+/// A hole, fixed. A set stored as a tree (its directory also held a
+/// file of the user's: the set moved file by file, the launch's set
+/// manifest stays in `.keepwrap/sets` and a copy is the entry's
+/// `.set.json`) whose `.set.json` is deleted by hand looked to recovery
+/// like a flat stash killed between its two renames (an entry without
+/// `.set.json`, the launch's manifest among the set manifests, its
+/// members in one directory). Recovery moved what the entry holds
+/// (`0.7.2/`) into the set's directory: the set ended up at
+/// `0.7.2/sm121/<key16>/0.7.2/sm121/<key16>/`, in the user's directory,
+/// where no engine reads it and prune never judges it. Only an entry
+/// holding its first member right inside it is such a flat entry; a tree
+/// stays in the store.
+#[test]
+fn a_tree_entry_whose_manifest_is_deleted_is_not_moved_into_the_tree() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let a = fp('a');
+    signed_dirs(root, &[KEY_A], 2, &a, 1);
+    let place = root.join(format!("0.7.2/sm121/{KEY_A}"));
+    fs::write(place.join("notes.txt"), "mine").unwrap();
+    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    assert_eq!(prune_as(root, &store, THIS).stored, 2);
+    let entry = root.join(format!(".keepwrap/store/{a}"));
+    assert!(entry.join(format!("0.7.2/sm121/{KEY_A}")).is_dir());
+    assert!(root.join(format!(".keepwrap/sets/{a}.json")).exists());
+    fs::remove_file(entry.join(".set.json")).unwrap();
+    assert_eq!(store.recover(), 0);
+    let mut left: Vec<String> = fs::read_dir(&place)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["notes.txt"], "moved into the user's directory");
+    assert!(entry.join(format!("0.7.2/sm121/{KEY_A}")).is_dir());
+}
