@@ -41,11 +41,9 @@ pub fn evict(
     };
     let mut roots = vec![first];
     if cache_dir.is_none() {
-        let vllm =
-            crate::engine::of(crate::launch::fingerprint::ProfileName::Vllm).root(None, &env);
-        if let Ok(v) = vllm {
-            if !roots.contains(&v) && Store::open_existing(&v, Shape::Sglang).is_some() {
-                roots.push(v);
+        for r in crate::engine::default_roots(&env) {
+            if !roots.contains(&r) && Store::open_existing(&r, Shape::Sglang).is_some() {
+                roots.push(r);
             }
         }
     }

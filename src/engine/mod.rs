@@ -120,6 +120,21 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
     }
 }
 
+/// The default cache root of each engine (no `--cache-dir`), as `env`
+/// makes it, each once, SGLang's first: the roots a subcommand with no
+/// command looks at.
+pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for profile in [ProfileName::Sglang, ProfileName::Vllm] {
+        if let Ok(r) = of(profile).root(None, env) {
+            if !roots.contains(&r) {
+                roots.push(r);
+            }
+        }
+    }
+    roots
+}
+
 /// Why an engine's cache root cannot be told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoRoot {
