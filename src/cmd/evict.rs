@@ -42,11 +42,12 @@ pub fn evict(
     let mut roots = vec![first];
     if cache_dir.is_none() {
         for r in crate::engine::default_roots(&env) {
-            if !roots.contains(&r) && Store::open_existing(&r, Shape::Sglang).is_some() {
+            if !roots.contains(&r) {
                 roots.push(r);
             }
         }
     }
+    // Each root's store opened once (a root without one is skipped below).
     let stored: Vec<Option<Store>> = roots
         .iter()
         .map(|r| Store::open_existing(r, Shape::Sglang))

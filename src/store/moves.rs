@@ -287,11 +287,7 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -
     // Stored when its manifest moved or was written in (nothing changes
     // the entry's directory since).
     let stored_at = fsx::stat_fd(dir).map_or(0, |st| st.st_mtime.max(0) as u64);
-    let flat = set
-        .members
-        .first()
-        .is_some_and(|m| fsx::exists_at(dir, split(&m.path).1));
-    if flat {
+    if is_flat(dir, &set) {
         return flat_manifest(set, stored_at, shape)
             .or_else(|| bad("its members are not in one directory".into()));
     }
@@ -301,6 +297,14 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -
         flat: false,
         shape,
     })
+}
+
+/// Is `dir` a flat entry of `set`: its first member's file right inside it
+/// (the members of a flat entry share one directory)?
+pub(super) fn is_flat(dir: BorrowedFd<'_>, set: &SetManifest) -> bool {
+    set.members
+        .first()
+        .is_some_and(|m| fsx::exists_at(dir, split(&m.path).1))
 }
 
 /// Does `dir` hold a cache file or sidecar directly (a flat set's

@@ -85,11 +85,7 @@ impl Store {
         };
         // Only a flat entry (its first member's file right inside it): a
         // tree entry whose `.set.json` went is not one a stash left.
-        let flat = set
-            .members
-            .first()
-            .is_some_and(|m| fsx::exists_at(dir.as_fd(), split(&m.path).1));
-        if !flat {
+        if !is_flat(dir.as_fd(), &set) {
             return false;
         }
         let Some(man) = flat_manifest(set, now_secs(), self.shape) else {
