@@ -62,7 +62,7 @@ if no_remove:
 unknown = [a for a in args if a.startswith("-")]
 if unknown:
     sys.exit(f"bench/prestart.py: unknown option {unknown[0]} (--help lists the options)")
-KW = os.path.join(ROOT, "target/release/keepwrap")
+KW = os.environ.get("KW") or os.path.join(ROOT, "target/release/keepwrap")
 if args and not args[0].isdigit():
     KW = os.path.abspath(args.pop(0))
 SIZES = [int(a) for a in args] or [10000]

@@ -85,9 +85,6 @@ struct State<'f, 's> {
     /// set cannot be whole, so every other file of this launch goes too,
     /// without being read (never a partial hit). Its path.
     doomed: Option<String>,
-    /// The paths this launch's set manifest lists, once a file of this
-    /// launch was rejected (None before; empty when unreadable).
-    listed: Option<std::collections::HashSet<String>>,
     /// Files removed only because their set is incomplete said at the
     /// default level so far, and their reasons (each names the set's
     /// failing member).
@@ -181,7 +178,6 @@ pub fn prune<'s>(
         updir: None,
         noticed: None,
         doomed: None,
-        listed: None,
         followers: 0,
         said: std::collections::HashSet::new(),
         quiet: 0,
@@ -659,20 +655,15 @@ impl State<'_, '_> {
         }
     }
 
-    /// Does this launch's set manifest list `path` (read once)?
+    /// Does this launch's set manifest list `path` (read once)? Its
+    /// members are sorted by path (a manifest that is not is invalid).
     fn lists(&mut self, path: &str) -> bool {
-        if self.listed.is_none() {
-            let mut listed = std::collections::HashSet::new();
-            if let Some(root) = self.root.take() {
-                self.load_manifest(&root, self.fingerprint);
-                self.root = Some(root);
-            }
-            if let Some(Ok(m)) = self.manifests.get(self.fingerprint) {
-                listed.extend(m.members.iter().map(|m| m.path.clone()));
-            }
-            self.listed = Some(listed);
+        if let Some(root) = self.root.take() {
+            self.load_manifest(&root, self.fingerprint);
+            self.root = Some(root);
         }
-        self.listed.as_ref().is_some_and(|l| l.contains(path))
+        matches!(self.manifests.get(self.fingerprint), Some(Ok(m))
+            if m.members.binary_search_by(|m| m.path.as_str().cmp(path)).is_ok())
     }
 }
 
