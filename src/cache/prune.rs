@@ -85,6 +85,9 @@ struct State<'f, 's> {
     /// set cannot be whole, so every other file of this launch goes too,
     /// without being read (never a partial hit). Its path.
     doomed: Option<String>,
+    /// The paths this launch's set manifest lists, once a file of this
+    /// launch was rejected (empty when it has none that can be valid).
+    listed: Option<sidecar::MemberPaths>,
     /// Files removed only because their set is incomplete said at the
     /// default level so far, and their reasons (each names the set's
     /// failing member).
@@ -178,6 +181,7 @@ pub fn prune<'s>(
         updir: None,
         noticed: None,
         doomed: None,
+        listed: None,
         followers: 0,
         said: std::collections::HashSet::new(),
         quiet: 0,
@@ -655,15 +659,19 @@ impl State<'_, '_> {
         }
     }
 
-    /// Does this launch's set manifest list `path` (read once)? Its
-    /// members are sorted by path (a manifest that is not is invalid).
+    /// Does this launch's set manifest list `path` (read once)?
     fn lists(&mut self, path: &str) -> bool {
-        if let Some(root) = self.root.take() {
-            self.load_manifest(&root, self.fingerprint);
-            self.root = Some(root);
+        if self.listed.is_none() {
+            let listed = match (&self.root, &mut self.sets) {
+                (Some(root), sets) => sets
+                    .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok())
+                    .as_ref()
+                    .and_then(|sets| sidecar::read_member_paths(sets.as_fd(), self.fingerprint)),
+                (None, _) => None,
+            };
+            self.listed = Some(listed.unwrap_or_default());
         }
-        matches!(self.manifests.get(self.fingerprint), Some(Ok(m))
-            if m.members.binary_search_by(|m| m.path.as_str().cmp(path)).is_ok())
+        self.listed.as_ref().is_some_and(|l| l.contains(path))
     }
 }
 
