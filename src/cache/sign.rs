@@ -24,7 +24,11 @@ pub enum Settle {
     Wait,
     /// Sign them without a stamp; the report says when they settle.
     Later,
-    /// Only record the stamps of the set already signed.
+    /// Only record the stamps of the members of the set already signed
+    /// that have none (their change times settled since): each read and
+    /// hashed again, and only a file whose bytes are still the ones signed
+    /// gets one. Writes nothing when the files present are not exactly
+    /// that set any more.
     Restamp,
 }
 
