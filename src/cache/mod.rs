@@ -105,28 +105,7 @@ pub struct SignReport {
     /// Each member of `signed` (same order) as it was when its bytes were
     /// read, from the file descriptor they were read from: a file that
     /// differs from it changed after the sign hashed it.
-    pub hashed: Vec<AsHashed>,
-}
-
-/// A file as sign found it when it read it (`fstat` of the descriptor it
-/// read): inode, size and modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AsHashed {
-    pub ino: u64,
-    pub size: u64,
-    pub mtime: i64,
-    pub mtime_nsec: i64,
-}
-
-impl AsHashed {
-    fn of(st: &nix::sys::stat::FileStat) -> AsHashed {
-        AsHashed {
-            ino: st.st_ino,
-            size: st.st_size.max(0) as u64,
-            mtime: st.st_mtime,
-            mtime_nsec: st.st_mtime_nsec,
-        }
-    }
+    pub hashed: Vec<FileId>,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards in a tree

@@ -381,7 +381,7 @@ fn as_read(report: cache::SignReport) -> Vec<(PathBuf, Stamp)> {
         .signed
         .into_iter()
         .zip(report.hashed)
-        .map(|(rel, h)| (rel, (h.ino, h.size, h.mtime, h.mtime_nsec)))
+        .map(|(rel, h)| (rel, (h.ino, h.size, h.mtime.0, h.mtime.1)))
         .collect()
 }
 
