@@ -68,10 +68,11 @@ fn main() {
         // As the commit worker signs: at once, the stamps of the files
         // unify just wrote recorded once their change times settle (after
         // "signed", off the timed part; its bytes counted).
-        let s = keepwrap::cache::sign_unsettled(
+        let s = keepwrap::cache::sign_with(
             root,
             keepwrap::cache::Shape::Sglang,
             &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
+            keepwrap::cache::Settle::Later,
         )
         .unwrap();
         times.push(t0.elapsed());
@@ -83,10 +84,11 @@ fn main() {
             std::thread::sleep(Duration::from_nanos(wait.max(0) as u64));
         }
         let c1 = process_cpu();
-        let r = keepwrap::cache::restamp(
+        let r = keepwrap::cache::sign_with(
             root,
             keepwrap::cache::Shape::Sglang,
             &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
+            keepwrap::cache::Settle::Restamp,
         )
         .unwrap();
         restamps.push((r0.elapsed(), process_cpu() - c1));

@@ -184,6 +184,7 @@ fn run(mode: Mode, files: usize, runs: usize) {
             keepwrap::cache::Shape::Sglang,
             &this,
             Some(&mut |fd, set| store.stash(fd, set)),
+            None,
         )
         .unwrap();
         store.sync();

@@ -301,33 +301,3 @@ fn unsafe_code_lives_in_sys_only_each_block_with_a_safety_note() {
     let sys_decl = lib.contains(&format!("#[allow({lint})]\npub mod sys;"));
     assert!(sys_decl, "the one allow must be on `mod sys`");
 }
-
-/// Every thread keepwrap starts, starts through `signals::spawn` or
-/// `signals::spawn_scoped`, which block the handled signals in the new
-/// thread and again in the one that started it (the C library's first
-/// thread start unblocks its own signals there).
-#[test]
-fn every_thread_starts_through_signals_spawn() {
-    let patterns = [
-        concat!("thread::", "Builder"),
-        concat!("thread::", "spawn("),
-        concat!(".spawn(", "move"),
-        concat!(".spawn_", "scoped("),
-    ];
-    let mut found = Vec::new();
-    for (rel, text) in sources() {
-        if rel == "signals.rs" || rel == "architecture.rs" || rel.ends_with("tests.rs") {
-            continue;
-        }
-        for (n, line) in text.lines().enumerate() {
-            if patterns.iter().any(|p| code(line).contains(p)) {
-                found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
-            }
-        }
-    }
-    assert!(
-        found.is_empty(),
-        "threads started outside crate::signals::spawn:\n{}",
-        found.join("\n")
-    );
-}

@@ -69,31 +69,6 @@ pub fn block_signals() -> nix::Result<SigSet> {
     set.thread_block().map(|()| set)
 }
 
-/// Start a thread named `name` that runs `f`; it inherits the calling
-/// thread's mask (the handled signals blocked).
-pub fn spawn<F, T>(name: &str, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    std::thread::Builder::new().name(name.into()).spawn(f)
-}
-
-/// [`spawn`] for a thread of `scope`.
-pub fn spawn_scoped<'scope, 'env, F, T>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    name: &str,
-    f: F,
-) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>>
-where
-    F: FnOnce() -> T + Send + 'scope,
-    T: Send + 'scope,
-{
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn_scoped(scope, f)
-}
-
 /// `f` over `items` cut into as many parts as the machine has cores (at
 /// most 4): the first part on this thread, the others on threads named
 /// `name`, or here too when a thread cannot be started. The results, one
@@ -107,7 +82,10 @@ pub fn in_parts<T: Sync, R: Send>(items: &[T], name: &str, f: impl Fn(&[T]) -> R
     let f = &f;
     std::thread::scope(|scope| {
         let handles: Vec<_> = chunks
-            .map(|part| (part, spawn_scoped(scope, name, move || f(part))))
+            .map(|part| {
+                let thread = std::thread::Builder::new().name(name.into());
+                (part, thread.spawn_scoped(scope, move || f(part)))
+            })
             .collect();
         let mut out = Vec::with_capacity(handles.len() + 1);
         out.push(f(first));

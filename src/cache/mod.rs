@@ -43,6 +43,7 @@ mod prune;
 pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
+pub use sign::Settle;
 mod survey;
 pub use survey::{survey, FileInfo, FileState};
 mod trash;
@@ -96,35 +97,15 @@ pub struct SignReport {
     pub unchanged: bool,
     /// The set id (sha256 hex).
     pub set_id: String,
-    /// With [`sign_unsettled`]: members were signed without their stamp
+    /// With [`Settle::Later`]: members were signed without their stamp
     /// (their change time was too fresh to vouch for them); at this wall
-    /// clock time (ns) it has settled, and [`restamp`] can record it.
+    /// clock time (ns) it has settled, and [`Settle::Restamp`] can record
+    /// it.
     pub settle_at: Option<i64>,
     /// Each member of `signed` (same order) as it was when its bytes were
     /// read, from the file descriptor they were read from: a file that
     /// differs from it changed after the sign hashed it.
-    pub hashed: Vec<AsHashed>,
-}
-
-/// A file as sign found it when it read it (`fstat` of the descriptor it
-/// read): inode, size and modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AsHashed {
-    pub ino: u64,
-    pub size: u64,
-    pub mtime: i64,
-    pub mtime_nsec: i64,
-}
-
-impl AsHashed {
-    fn of(st: &nix::sys::stat::FileStat) -> AsHashed {
-        AsHashed {
-            ino: st.st_ino,
-            size: st.st_size.max(0) as u64,
-            mtime: st.st_mtime,
-            mtime_nsec: st.st_mtime_nsec,
-        }
-    }
+    pub hashed: Vec<FileId>,
 }
 
 /// Is `rel` (relative to the root) a cache file keepwrap guards in a tree
@@ -237,19 +218,10 @@ pub fn prune_stashing(
 /// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
 /// returned job to empty: a launch runs it once the engine has started, so
 /// that the engine never waits for blocks to be freed. A job dropped
-/// without running empties the trash in a background thread.
-pub fn prune_then_empty(
-    root: &Path,
-    shape: Shape,
-    fingerprint: &Fingerprint,
-    stash: Option<prune::Stash<'_>>,
-) -> io::Result<(PruneReport, TrashJob)> {
-    prune::prune(root, shape, fingerprint, Empty::Later, stash, None)
-}
-
-/// [`prune_then_empty`], with files signed for this launch that `refuse`
-/// names removed (one `removed P: WHY` line each) instead of kept.
-pub fn prune_then_empty_refusing<'s>(
+/// without running empties the trash in a background thread. Files signed
+/// for this launch that `refuse` names are removed (one `removed P: WHY`
+/// line each) instead of kept.
+pub fn prune_then_empty<'s>(
     root: &Path,
     shape: Shape,
     fingerprint: &Fingerprint,
@@ -266,24 +238,16 @@ pub fn sign(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<
     sign::sign(root, shape, fingerprint, sign::Settle::Wait)
 }
 
-/// [`sign`] without waiting for the change times of files written just
-/// now to settle: those members are signed without a stamp (the next
-/// prune reads and hashes them), and the report says when [`restamp`] can
-/// record their stamps.
-pub fn sign_unsettled(
+/// [`sign`], with `settle` saying what to do with files whose change
+/// times are too fresh to vouch for them: wait for them, sign them without
+/// a stamp, or only record the stamps of the set already signed.
+pub fn sign_with(
     root: &Path,
     shape: Shape,
     fingerprint: &Fingerprint,
+    settle: Settle,
 ) -> io::Result<SignReport> {
-    sign::sign(root, shape, fingerprint, sign::Settle::Later)
-}
-
-/// Record the stamps of the members of this launch's signed set that have
-/// none (their change times settled since): each read and hashed again,
-/// and only a file whose bytes are still the ones signed gets one. Writes
-/// nothing when the files present are not exactly that set any more.
-pub fn restamp(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<SignReport> {
-    sign::sign(root, shape, fingerprint, sign::Settle::Restamp)
+    sign::sign(root, shape, fingerprint, settle)
 }
 
 /// Why another user can write the cache root itself (following a final

@@ -13,7 +13,7 @@ use super::judge;
 use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
-use super::{AsHashed, Shape, SignReport};
+use super::{FileId, Shape, SignReport};
 use crate::SIDECAR_FORMAT;
 
 /// What sign does with files whose change time is too fresh to vouch for
@@ -24,7 +24,11 @@ pub enum Settle {
     Wait,
     /// Sign them without a stamp; the report says when they settle.
     Later,
-    /// Only record the stamps of the set already signed.
+    /// Only record the stamps of the members of the set already signed
+    /// that have none (their change times settled since): each read and
+    /// hashed again, and only a file whose bytes are still the ones signed
+    /// gets one. Writes nothing when the files present are not exactly
+    /// that set any more.
     Restamp,
 }
 
@@ -125,7 +129,7 @@ struct Survey {
     stamps: Vec<Option<Stamp>>,
     knowns: Vec<Option<Sidecar>>,
     /// Each member as it was when read.
-    as_hashed: Vec<AsHashed>,
+    as_hashed: Vec<FileId>,
     racy: Vec<usize>,
     settle_at: i64,
     hashed: Hashed,
@@ -282,7 +286,7 @@ impl Survey {
         Vec<Member>,
         Vec<Option<Stamp>>,
         Vec<Option<Sidecar>>,
-        Vec<AsHashed>,
+        Vec<FileId>,
     ) {
         let members = &self.members;
         let mut order: Vec<usize> = (0..members.len()).collect();
@@ -290,7 +294,7 @@ impl Survey {
         let sorted: Vec<Member> = order.iter().map(|&i| members[i].clone()).collect();
         let stamps: Vec<Option<Stamp>> = order.iter().map(|&i| self.stamps[i]).collect();
         let knowns: Vec<Option<Sidecar>> = order.iter().map(|&i| self.knowns[i].take()).collect();
-        let as_hashed: Vec<AsHashed> = order.iter().map(|&i| self.as_hashed[i]).collect();
+        let as_hashed: Vec<FileId> = order.iter().map(|&i| self.as_hashed[i]).collect();
         (sorted, stamps, knowns, as_hashed)
     }
 }
@@ -315,7 +319,7 @@ fn open_root(root: &Path) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
 
 fn report(
     signed: Vec<PathBuf>,
-    hashed: Vec<AsHashed>,
+    hashed: Vec<FileId>,
     unchanged: bool,
     set_id: String,
     settle_at: Option<i64>,
@@ -427,10 +431,10 @@ impl Hashed {
         buf: &mut Vec<u8>,
         how: Hashing,
         known: Option<&Sidecar>,
-    ) -> Result<(String, u64, Option<Stamp>, AsHashed), Unsignable> {
+    ) -> Result<(String, u64, Option<Stamp>, FileId), Unsignable> {
         let (mut file, st) = fsx::open_regular_at(dir, name).map_err(Unsignable::Io)?;
         let stamp = Stamp::of(&st);
-        let as_hashed = AsHashed::of(&st);
+        let as_hashed = FileId::of(&st);
         let size = st.st_size.max(0) as u64;
         if let Some(sc) = known.filter(|sc| how.stamps && sc.stat == Some(stamp) && sc.size == size)
         {

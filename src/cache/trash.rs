@@ -125,9 +125,11 @@ pub fn spawn_empty(root: OwnedFd) {
 /// Empty the open trash directory in a background thread (see
 /// [`spawn_empty`]).
 fn spawn_empty_dir(trash: OwnedFd) {
-    let spawned = crate::signals::spawn("keepwrap-trash", move || {
-        empty_trash_dir(trash.as_fd());
-    });
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-trash".into())
+        .spawn(move || {
+            empty_trash_dir(trash.as_fd());
+        });
     if let Err(e) = spawned {
         crate::events::Event::TrashThreadFailed {
             error: e.to_string(),

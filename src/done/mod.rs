@@ -291,11 +291,13 @@ impl Resolver {
         let (wake, done) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         let (tx, answer) = mpsc::channel();
         let endpoint = endpoint.clone();
-        crate::signals::spawn("keepwrap-resolve", move || {
-            let _ = tx.send(endpoint.socket_addr());
-            drop(done);
-        })
-        .ok()?;
+        std::thread::Builder::new()
+            .name("keepwrap-resolve".into())
+            .spawn(move || {
+                let _ = tx.send(endpoint.socket_addr());
+                drop(done);
+            })
+            .ok()?;
         Some(Resolver { answer, wake })
     }
 }

@@ -98,7 +98,7 @@ fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
 
 /// Why prune must not keep a shared file signed for this launch (a MoE
 /// launch of more than one rank): the rule for
-/// [`crate::cache::prune_then_empty_refusing`], so that such a file gets
+/// [`crate::cache::prune_then_empty`], so that such a file gets
 /// one line, its removal, rather than `kept` and then `removed`.
 fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 'static> {
     let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {

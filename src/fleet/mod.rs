@@ -287,7 +287,10 @@ impl Fleet {
         let job = move || {
             let _ = tx.send(fetch(&client, &keys, &profile, &name, place_of, shape));
         };
-        if let Err(e) = crate::signals::spawn("keepwrap-fleet", job) {
+        if let Err(e) = std::thread::Builder::new()
+            .name("keepwrap-fleet".into())
+            .spawn(job)
+        {
             crate::events::Event::FleetNoThread {
                 error: e.to_string(),
             }
@@ -444,7 +447,10 @@ impl Fleet {
             };
             state::update(&state_dir, |s| s.published(&note.0, note.1.as_ref()));
         };
-        match crate::signals::spawn("keepwrap-fleet-publish", job) {
+        match std::thread::Builder::new()
+            .name("keepwrap-fleet-publish".into())
+            .spawn(job)
+        {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::Event::FleetNoThread {
                 error: e.to_string(),

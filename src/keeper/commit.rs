@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cache::{self, Shape};
+use crate::cache::{self, Settle, Shape};
 use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
@@ -219,7 +219,8 @@ impl Committer {
         };
         // Files unify just wrote are signed at once, their stamps recorded
         // once their change times settle (settle, after the report).
-        let report = match cache::sign_unsettled(&self.root, self.shape, &self.fingerprint) {
+        let signed = cache::sign_with(&self.root, self.shape, &self.fingerprint, Settle::Later);
+        let report = match signed {
             Ok(r) => r,
             Err(e) => {
                 Event::CannotSign {
@@ -350,7 +351,7 @@ impl Committer {
         };
         // Best effort: without the stamps the next launch reads and hashes
         // those files instead.
-        let _ = cache::restamp(&self.root, self.shape, &self.fingerprint);
+        let _ = cache::sign_with(&self.root, self.shape, &self.fingerprint, Settle::Restamp);
     }
 
     /// Before keepwrap exits: write the statistics this launch gathered
@@ -380,7 +381,7 @@ fn as_read(report: cache::SignReport) -> Vec<(PathBuf, Stamp)> {
         .signed
         .into_iter()
         .zip(report.hashed)
-        .map(|(rel, h)| (rel, (h.ino, h.size, h.mtime, h.mtime_nsec)))
+        .map(|(rel, h)| (rel, (h.ino, h.size, h.mtime.0, h.mtime.1)))
         .collect()
 }
 

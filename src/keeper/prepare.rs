@@ -394,7 +394,7 @@ fn prune(
         Some(s) => {
             s.recover();
             leftover = Some(s.leftover_trash()).filter(|l| !l.is_empty());
-            let r = cache::prune_then_empty_refusing(
+            let r = cache::prune_then_empty(
                 root,
                 shape,
                 fingerprint,
@@ -404,7 +404,7 @@ fn prune(
             s.sync();
             r
         }
-        None => cache::prune_then_empty_refusing(root, shape, fingerprint, None, refuse),
+        None => cache::prune_then_empty(root, shape, fingerprint, None, refuse),
     };
     match pruned {
         Ok((pruned, trash)) => Some((pruned, trash, leftover)),

@@ -88,24 +88,26 @@ impl Worker {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (results_tx, results) = mpsc::channel::<Report>();
         let (hand, handed) = mpsc::channel::<Committer>();
-        let spawned = crate::signals::spawn("keepwrap-commit", move || {
-            // Behind the supervisor loop and the engine for the CPU: the
-            // commit can wait a little, a signal or the engine cannot.
-            crate::sys::set_thread_nice(10);
-            let Ok(mut c) = handed.recv() else {
-                return;
-            };
-            for job in job_rx {
-                if let Some(report) = c.run(job) {
-                    if results_tx.send(report).is_err() {
-                        break;
+        let spawned = std::thread::Builder::new()
+            .name("keepwrap-commit".into())
+            .spawn(move || {
+                // Behind the supervisor loop and the engine for the CPU: the
+                // commit can wait a little, a signal or the engine cannot.
+                crate::sys::set_thread_nice(10);
+                let Ok(mut c) = handed.recv() else {
+                    return;
+                };
+                for job in job_rx {
+                    if let Some(report) = c.run(job) {
+                        if results_tx.send(report).is_err() {
+                            break;
+                        }
+                        let _ = (&wake_tx).write(&[1]);
+                        c.settle();
                     }
-                    let _ = (&wake_tx).write(&[1]);
-                    c.settle();
                 }
-            }
-            c.finish();
-        });
+                c.finish();
+            });
         match spawned {
             Ok(thread) => {
                 let _ = hand.send(committer);

@@ -206,7 +206,10 @@ impl Share {
     fn spawn(&mut self, p: Publication) {
         let (dir, max_age, shape) = (self.dir.clone(), self.max_age, self.shape);
         let job = move || publish_and_clean(&dir, &p, max_age, shape);
-        match crate::signals::spawn("keepwrap-publish", job) {
+        match std::thread::Builder::new()
+            .name("keepwrap-publish".into())
+            .spawn(job)
+        {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::Event::SharePublishNotStarted {
                 error: e.to_string(),

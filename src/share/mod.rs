@@ -173,11 +173,13 @@ pub(crate) fn bounded<T: Send + 'static>(
     let (tx, rx) = mpsc::sync_channel(1);
     let f = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
     let g = f.clone();
-    let spawned = crate::signals::spawn("keepwrap-share", move || {
-        if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
-            let _ = tx.send(f());
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("keepwrap-share".into())
+        .spawn(move || {
+            if let Some(f) = g.lock().ok().and_then(|mut f| f.take()) {
+                let _ = tx.send(f());
+            }
+        });
     match spawned {
         Ok(_) => {
             let deadline = crate::clock::after(std::time::Instant::now(), timeout);

@@ -179,7 +179,10 @@ fn run_detached(
     job: Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>,
 ) -> Option<std::sync::mpsc::Receiver<()>> {
     let (tx, rx) = std::sync::mpsc::channel();
-    match crate::signals::spawn("keepwrap-explain", move || job(tx)) {
+    match std::thread::Builder::new()
+        .name("keepwrap-explain".into())
+        .spawn(move || job(tx))
+    {
         Ok(_) => Some(rx),
         Err(e) => {
             crate::events::Event::ExplainThreadFailed {
