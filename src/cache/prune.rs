@@ -13,6 +13,7 @@ use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport, Shape};
+use crate::digest::Fingerprint;
 
 mod sets;
 
@@ -36,7 +37,7 @@ pub const MAX_CACHE_FILE: u64 = 256 << 20;
 pub const PER_FILE_LINES: usize = 16;
 
 struct State<'f, 's> {
-    fingerprint: &'f str,
+    fingerprint: &'f Fingerprint,
     /// The shape of the tree (the manifests' members are judged by it).
     shape: Shape,
     /// Where whole sets of other launches go; None: they are removed.
@@ -131,7 +132,7 @@ pub enum Empty {
 pub fn prune<'s>(
     root: &Path,
     shape: Shape,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     empty: Empty,
     stash: Option<Stash<'s>>,
     refuse: Option<Refuse<'s>>,
@@ -662,7 +663,7 @@ impl State<'_, '_> {
             self.load_manifest(&root, self.fingerprint);
             self.root = Some(root);
         }
-        matches!(self.manifests.get(self.fingerprint), Some(Ok(m))
+        matches!(self.manifests.get(self.fingerprint.as_str()), Some(Ok(m))
             if m.members.binary_search_by(|m| m.path.as_str().cmp(path)).is_ok())
     }
 }
