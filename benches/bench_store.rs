@@ -89,7 +89,9 @@ fn main() {
         )
         .unwrap();
         let t0 = Instant::now();
-        let r = store.restore(&a).expect("restored");
+        let r = store
+            .restore(&keepwrap::digest::Fingerprint::parse(&a).unwrap())
+            .expect("restored");
         times.push(t0.elapsed());
         assert_eq!(r.paths.len(), 8);
     }

@@ -8,7 +8,7 @@ use super::fsx::Kind;
 use super::json::meta_wants;
 pub use super::json::{json_object_entries, JsonErr};
 use super::sidecar::{self, Head, SetManifest, Sidecar};
-use crate::digest::{sha256_hex, short};
+use crate::digest::{sha256_hex, short, Fingerprint};
 use crate::SIDECAR_FORMAT;
 
 /// Why a cache file is removed (the text after `removed <path>: `).
@@ -139,14 +139,14 @@ impl fmt::Display for Reason {
 /// sidecar when it was signed for `fingerprint` and is well formed.
 pub fn judge_sidecar(
     bytes: &[u8],
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     is_rel: impl Fn(&str) -> bool,
 ) -> Result<Sidecar, Reason> {
-    judge_sidecar_for(bytes, Some(fingerprint), is_rel)
+    judge_sidecar_for(bytes, Some(fingerprint.as_str()), is_rel)
 }
 
 /// [`judge_sidecar`] for the launch `fingerprint`, or (None) for whichever
-/// launch the sidecar names.
+/// launch the sidecar names. A string: the fuzz targets judge for any.
 pub fn judge_sidecar_for(
     bytes: &[u8],
     fingerprint: Option<&str>,
@@ -202,12 +202,12 @@ fn judge_head(format: u64, fp: Option<&str>, fingerprint: Option<&str>) -> Resul
 /// [`Reason::OtherLaunchBad`]). The bytes are parsed once when well formed.
 pub fn judge_sidecar_or_foreign(
     bytes: &[u8],
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     is_rel: impl Fn(&str) -> bool,
 ) -> Result<(Sidecar, bool), Reason> {
     match judge_sidecar_for(bytes, None, &is_rel) {
         Ok(sc) => {
-            let foreign = sc.fingerprint != fingerprint;
+            let foreign = *fingerprint != sc.fingerprint;
             Ok((sc, foreign))
         }
         Err(why) => match judge_sidecar(bytes, fingerprint, &is_rel) {

@@ -55,7 +55,7 @@ mod tests;
 
 pub use crate::digest::sha256_hex;
 pub use json::{json_object_entries, META_KEYS};
-pub use judge::{judge_sidecar, Reason};
+pub use judge::{judge_sidecar, judge_sidecar_for, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,
     validate_manifest, write_manifest, Member, SetManifest, Sidecar, Stamp, MAX_MANIFEST,
@@ -308,7 +308,7 @@ pub mod fuzzing {
     /// Judge sidecar bytes for `fingerprint`, beside any file: the parsed
     /// sidecar's path when it is trusted.
     pub fn judge_sidecar(bytes: &[u8], fingerprint: &str) -> Option<String> {
-        super::judge::judge_sidecar(bytes, fingerprint, |_| true)
+        super::judge::judge_sidecar_for(bytes, Some(fingerprint), |_| true)
             .ok()
             .map(|sc| sc.path)
     }

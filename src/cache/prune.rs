@@ -13,6 +13,7 @@ use super::layout::{self, DirView, Listing, Rel, Role};
 use super::sidecar::{self, Sidecar, Stamp};
 use super::trash::{self, Trash, TrashJob};
 use super::{FileId, ForeignSet, PruneReport, Shape};
+use crate::digest::Fingerprint;
 
 mod sets;
 
@@ -36,7 +37,7 @@ pub const MAX_CACHE_FILE: u64 = 256 << 20;
 pub const PER_FILE_LINES: usize = 16;
 
 struct State<'f, 's> {
-    fingerprint: &'f str,
+    fingerprint: &'f Fingerprint,
     /// The shape of the tree (the manifests' members are judged by it).
     shape: Shape,
     /// Where whole sets of other launches go; None: they are removed.
@@ -134,7 +135,7 @@ pub enum Empty {
 pub fn prune<'s>(
     root: &Path,
     shape: Shape,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     empty: Empty,
     stash: Option<Stash<'s>>,
     refuse: Option<Refuse<'s>>,
@@ -666,7 +667,9 @@ impl State<'_, '_> {
                 (Some(root), sets) => sets
                     .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok())
                     .as_ref()
-                    .and_then(|sets| sidecar::read_member_paths(sets.as_fd(), self.fingerprint)),
+                    .and_then(|sets| {
+                        sidecar::read_member_paths(sets.as_fd(), self.fingerprint.as_str())
+                    }),
                 (None, _) => None,
             };
             self.listed = Some(listed.unwrap_or_default());

@@ -40,6 +40,9 @@
 //!
 //! The id is the hash of the fingerprint and the members, so a manifest
 //! proves itself: no other member list has the id the sidecars name.
+//!
+//! The fingerprints here are any launch's, as a sidecar or a manifest
+//! names one (a string read from a file), not only the running launch's.
 
 use std::borrow::Cow;
 use std::io;

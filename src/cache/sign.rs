@@ -14,6 +14,7 @@ use super::layout::{self, DirView, Listing, Rel, Role};
 use super::prune::{MAX_CACHE_FILE, MAX_SIDECAR};
 use super::sidecar::{self, Member, SetManifest, Sidecar, Stamp};
 use super::{FileId, Shape, SignReport};
+use crate::digest::Fingerprint;
 use crate::SIDECAR_FORMAT;
 
 /// What sign does with files whose change time is too fresh to vouch for
@@ -35,7 +36,7 @@ pub enum Settle {
 pub fn sign(
     root: &Path,
     shape: Shape,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     settle: Settle,
 ) -> io::Result<SignReport> {
     let Some((fd, root_fd)) = open_root(root)? else {
@@ -143,7 +144,7 @@ impl Survey {
     /// that cannot be signed contributes no member: its rank files are the
     /// ranks of one engine, and trusting some of them is a partial hit next
     /// boot.
-    fn dir(&mut self, dir: &DirView<'_>, listing: &Listing, fingerprint: &str) {
+    fn dir(&mut self, dir: &DirView<'_>, listing: &Listing, fingerprint: &Fingerprint) {
         let first = self.members.len();
         let mut unsignable: Option<String> = None;
         // Where a writable map can change a file without a new change time,

@@ -51,6 +51,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, fsx, Shape};
+use crate::digest::Fingerprint;
+use crate::launch::fingerprint::ProfileName;
 use s3::{Client, Cond, Endpoint, Failure, Location, Put};
 
 /// Version of the manifest and HEAD formats.
@@ -102,7 +104,7 @@ pub struct Settings {
 pub struct Nodes {
     pub rank: u32,
     pub nnodes: u32,
-    pub cluster: String,
+    pub cluster: Fingerprint,
 }
 
 /// One file of a set.
@@ -177,14 +179,14 @@ pub struct Fleet {
     client: Arc<Client>,
     pub mode: Mode,
     timeout: Duration,
-    profile: String,
+    profile: ProfileName,
     /// What this launch signs locally.
-    fingerprint: crate::digest::Fingerprint,
+    fingerprint: Fingerprint,
     /// The shape of the cache tree: which paths are its files.
     shape: Shape,
     /// The launch's name in the bucket: the fingerprint, or the cluster
     /// fingerprint of a multi-node launch (alike on every node).
-    name: String,
+    name: Fingerprint,
     /// A multi-node launch's place, and the boot its nodes share (hashed;
     /// None: never published).
     nodes: Option<(Nodes, Option<String>)>,
@@ -195,8 +197,8 @@ pub struct Fleet {
 }
 
 /// `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`, relative to the prefix.
-fn launch_dir(profile: &str, fingerprint: &str) -> String {
-    format!("{TOP}/{profile}/{fingerprint}")
+fn launch_dir(profile: ProfileName, fingerprint: &Fingerprint) -> String {
+    format!("{TOP}/{}/{fingerprint}", profile.as_str())
 }
 
 impl Fleet {
@@ -205,8 +207,8 @@ impl Fleet {
     /// node flags cannot be read. `var` reads keepwrap's environment.
     pub fn new(
         args: &Settings,
-        profile: &str,
-        fingerprint: &crate::digest::Fingerprint,
+        profile: ProfileName,
+        fingerprint: &Fingerprint,
         root: &Path,
         shape: Shape,
         nodes: Result<Option<Nodes>, String>,
@@ -233,7 +235,7 @@ impl Fleet {
         .emit();
         let name = nodes
             .as_ref()
-            .map_or_else(|| fingerprint.to_string(), |n| n.cluster.clone());
+            .map_or_else(|| fingerprint.clone(), |n| n.cluster.clone());
         let nodes = nodes.map(|n| {
             let boot = boot_id(args.boot_id.as_deref(), &var);
             match &boot {
@@ -256,7 +258,7 @@ impl Fleet {
             client: Arc::new(Client::new(location, endpoint, args.timeout)),
             mode: args.mode,
             timeout: args.timeout,
-            profile: profile.to_string(),
+            profile,
             fingerprint: fingerprint.clone(),
             shape,
             name,
@@ -269,7 +271,7 @@ impl Fleet {
     fn key(&self, rel: &str) -> String {
         self.client
             .location
-            .key(&format!("{}/{rel}", launch_dir(&self.profile, &self.name)))
+            .key(&format!("{}/{rel}", launch_dir(self.profile, &self.name)))
     }
 
     /// Before the start, when the root has no set for this launch: bring
@@ -281,11 +283,11 @@ impl Fleet {
         let (tx, rx) = mpsc::channel();
         let client = self.client.clone();
         let keys = (self.key("HEAD"), self.key("sets/"), self.key("blobs/"));
-        let (profile, name) = (self.profile.clone(), self.name.clone());
+        let (profile, name) = (self.profile, self.name.clone());
         let place_of = self.nodes.as_ref().map(|(n, _)| (n.rank, n.nnodes));
         let shape = self.shape;
         let job = move || {
-            let _ = tx.send(fetch(&client, &keys, &profile, &name, place_of, shape));
+            let _ = tx.send(fetch(&client, &keys, profile, &name, place_of, shape));
         };
         if let Err(e) = std::thread::Builder::new()
             .name("keepwrap-fleet".into())
@@ -394,10 +396,10 @@ impl Fleet {
         };
         let client = self.client.clone();
         let dir = self.key("");
-        let (profile, name) = (self.profile.clone(), self.name.clone());
+        let (profile, name) = (self.profile, self.name.clone());
         let (state_dir, shape) = (self.state_dir.clone(), self.shape);
         let job = move || {
-            let launch = (dir.as_str(), profile.as_str(), name.as_str());
+            let launch = (dir.as_str(), profile, &name);
             let out = match part {
                 None => publish(&client, launch, files),
                 Some((rank, nnodes, boot)) => {
@@ -498,8 +500,8 @@ type Files = Vec<(String, Vec<u8>)>;
 fn fetch(
     client: &Client,
     (head_key, sets, blobs): &(String, String, String),
-    profile: &str,
-    fingerprint: &str,
+    profile: ProfileName,
+    fingerprint: &Fingerprint,
     place_of: Option<(u32, u32)>,
     shape: Shape,
 ) -> Result<(String, Files), Miss> {
@@ -527,7 +529,7 @@ fn fetch(
     }
     let m: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| bad(&set_key, format!("not a manifest ({e})")))?;
-    if m.format != FORMAT || m.profile != profile || m.fingerprint != fingerprint {
+    if m.format != FORMAT || m.profile != profile.as_str() || *fingerprint != m.fingerprint {
         return Err(bad(&set_key, "a set of another launch or format".into()));
     }
     check_files(&m.files, shape).map_err(|why| bad(&set_key, why))?;
@@ -724,7 +726,7 @@ fn place(
 
 /// A launch in the bucket: its directory key (ending in `/`), profile and
 /// name.
-type LaunchAt<'a> = (&'a str, &'a str, &'a str);
+type LaunchAt<'a> = (&'a str, ProfileName, &'a Fingerprint);
 
 /// Blobs, manifest, then HEAD (created only when there is none). The set's
 /// id, and whether HEAD names it.
@@ -772,7 +774,7 @@ fn name_set(
 ) -> Result<(String, bool), Failure> {
     let m = Manifest {
         format: FORMAT,
-        profile: profile.to_string(),
+        profile: profile.as_str().to_string(),
         fingerprint: name.to_string(),
         files,
         nnodes,
@@ -823,7 +825,7 @@ fn publish_part(
     upload_blobs(client, dir, &files)?;
     let part = Manifest {
         format: FORMAT,
-        profile: profile.to_string(),
+        profile: profile.as_str().to_string(),
         fingerprint: name.to_string(),
         files: entries_of(&files, Some(rank)),
         nnodes: Some(nnodes),
@@ -850,8 +852,8 @@ fn publish_part(
         let p: Manifest =
             serde_json::from_slice(&o.bytes).map_err(|e| bad(format!("not a part ({e})")))?;
         if p.format != FORMAT
-            || p.profile != profile
-            || p.fingerprint != name
+            || p.profile != profile.as_str()
+            || *name != p.fingerprint
             || p.nnodes != Some(nnodes)
             || p.files.iter().any(|f| f.node != Some(r))
         {

@@ -257,13 +257,13 @@ fn fleet_of(
             (n.nnodes > 1).then(|| crate::fleet::Nodes {
                 rank: n.rank,
                 nnodes: n.nnodes,
-                cluster: String::from(launch.cluster_fingerprint(&args.share.node_local())),
+                cluster: launch.cluster_fingerprint(&args.share.node_local()),
             })
         })
         .map_err(|e| e.to_string());
     crate::fleet::Fleet::new(
         &args.fleet,
-        launch.profile().as_str(),
+        launch.profile(),
         fingerprint,
         root,
         shape,

@@ -85,12 +85,12 @@ impl Stats {
     /// Account for the boot of `fp` that just committed, `boot` after its
     /// launch: a tuning boot's duration is remembered for the launch; a
     /// reuse is credited with the launch's last tuning boot minus its own.
-    pub fn credit(&mut self, fp: &str, outcome: Outcome, boot: std::time::Duration) {
+    pub fn credit(&mut self, fp: &Fingerprint, outcome: Outcome, boot: std::time::Duration) {
         let ms = u64::try_from(boot.as_millis()).unwrap_or(u64::MAX);
         match outcome {
             Outcome::Tuned => {
                 self.tuning_ms = self.tuning_ms.saturating_add(ms);
-                if !self.tuning_boot_ms.contains_key(fp)
+                if !self.tuning_boot_ms.contains_key(fp.as_str())
                     && self.tuning_boot_ms.len() >= MAX_TIMED_LAUNCHES
                 {
                     let first = self.tuning_boot_ms.keys().next().cloned();
@@ -101,7 +101,7 @@ impl Stats {
                 self.tuning_boot_ms.insert(fp.to_string(), ms);
             }
             Outcome::Reused => {
-                if let Some(tuned) = self.tuning_boot_ms.get(fp) {
+                if let Some(tuned) = self.tuning_boot_ms.get(fp.as_str()) {
                     self.saved_ms = self.saved_ms.saturating_add(tuned.saturating_sub(ms));
                 }
             }
@@ -291,15 +291,19 @@ mod credit_tests {
     use super::*;
     use std::time::Duration;
 
+    fn fp(s: &str) -> Fingerprint {
+        Fingerprint::of(s.as_bytes())
+    }
+
     #[test]
     fn a_reuse_is_credited_with_the_tuning_boot_minus_its_own() {
         let mut s = Stats::default();
-        s.credit("a", Outcome::Reused, Duration::from_secs(1));
+        s.credit(&fp("a"), Outcome::Reused, Duration::from_secs(1));
         assert_eq!(s.saved_ms, 0, "no tuning boot measured yet");
-        s.credit("a", Outcome::Tuned, Duration::from_secs(90));
-        s.credit("a", Outcome::Reused, Duration::from_secs(30));
-        s.credit("a", Outcome::Reused, Duration::from_secs(100));
-        s.credit("b", Outcome::Reused, Duration::from_secs(1));
+        s.credit(&fp("a"), Outcome::Tuned, Duration::from_secs(90));
+        s.credit(&fp("a"), Outcome::Reused, Duration::from_secs(30));
+        s.credit(&fp("a"), Outcome::Reused, Duration::from_secs(100));
+        s.credit(&fp("b"), Outcome::Reused, Duration::from_secs(1));
         assert_eq!((s.tuning_ms, s.saved_ms), (90_000, 60_000));
     }
 
@@ -307,11 +311,15 @@ mod credit_tests {
     fn the_remembered_launches_are_bounded() {
         let mut s = Stats::default();
         for i in 0..(MAX_TIMED_LAUNCHES + 10) {
-            s.credit(&format!("{i:04}"), Outcome::Tuned, Duration::from_millis(5));
+            s.credit(
+                &fp(&format!("{i:04}")),
+                Outcome::Tuned,
+                Duration::from_millis(5),
+            );
         }
         assert_eq!(s.tuning_boot_ms.len(), MAX_TIMED_LAUNCHES);
         assert!(s
             .tuning_boot_ms
-            .contains_key(&format!("{:04}", MAX_TIMED_LAUNCHES + 9)));
+            .contains_key(fp(&format!("{:04}", MAX_TIMED_LAUNCHES + 9)).as_str()));
     }
 }

@@ -48,6 +48,10 @@
 //! launch's set manifest in `.keepwrap/sets/`; a flat staging or restoring
 //! directory without its `.set.json` is put back or in place by that
 //! manifest.
+//!
+//! What runs for the launch itself (restore, record, touch) takes its
+//! [`Fingerprint`]; a fingerprint taken as a string (`fp`) is any launch's,
+//! as an entry, a record or a manifest on disk names it.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -61,6 +65,7 @@ use serde_json::Value;
 
 use crate::cache::fsx::split;
 use crate::cache::{self, fsx, ForeignSet, Member, SetManifest, Shape};
+use crate::digest::Fingerprint;
 use crate::launch::canonical::{self, Style};
 use crate::STATE_DIR;
 

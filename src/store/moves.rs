@@ -383,7 +383,9 @@ mod tests {
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].manifest.shape, Shape::VllmFlat);
         assert!(entries[0].manifest.flat);
-        assert!(store.restore(&fp).is_none());
+        assert!(store
+            .restore(&crate::digest::Fingerprint::parse(&fp).unwrap())
+            .is_none());
         assert!(!t.path().join(&key).exists());
         // Refused as not intact for this launch, it went, as such an entry does.
         assert!(!entry.exists());

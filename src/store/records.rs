@@ -37,7 +37,13 @@ impl Store {
     }
 
     /// Record that `fp` signed `files` cache files now, with its inputs.
-    pub fn record_signed(&self, fp: &str, profile: ProfileName, inputs: Value, files: usize) {
+    pub fn record_signed(
+        &self,
+        fp: &Fingerprint,
+        profile: ProfileName,
+        inputs: Value,
+        files: usize,
+    ) {
         let now = now_secs();
         let first = self.record(fp).map_or(now, |r| r.first_signed);
         let rec = LaunchRecord {
@@ -60,7 +66,7 @@ impl Store {
     }
 
     /// Record that `fp` was used now (its cache reused or restored).
-    pub fn touch(&self, fp: &str) {
+    pub fn touch(&self, fp: &Fingerprint) {
         if let Some(mut rec) = self.record(fp) {
             rec.last_used = now_secs();
             let _ = write_json(self.launches.as_fd(), &format!("{fp}.json"), &rec);

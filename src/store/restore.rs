@@ -75,7 +75,7 @@ impl Store {
                 .map_err(|_| format!("{}: not a JSON object", m.path))?;
             fsx::read_at(d, launch.as_c_str(), &mut buf, cache::MAX_SIDECAR)
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
-            let sc = cache::judge_sidecar(&buf, &man.set.fingerprint, |p| p == m.path)
+            let sc = cache::judge_sidecar_for(&buf, Some(&man.set.fingerprint), |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
             if !sc.in_set(&man.set.id) {
                 return Err(format!("{}: signed in another set", m.path));
@@ -100,10 +100,10 @@ impl Store {
 
     /// Bring the stored set of `fp` back to its paths. None when there is
     /// none, or it cannot be (logged; a corrupt entry is deleted).
-    pub fn restore(&self, fp: &str) -> Option<Restored> {
+    pub fn restore(&self, fp: &Fingerprint) -> Option<Restored> {
         let man = self.manifest(fp)?;
-        let dir = fsx::open_dir_at(self.store.as_fd(), fp).ok()?;
-        if man.set.fingerprint != fp {
+        let dir = fsx::open_dir_at(self.store.as_fd(), fp.as_str()).ok()?;
+        if *fp != man.set.fingerprint {
             crate::events::Event::EntryMisnamed {
                 fingerprint: fp.to_string(),
             }
@@ -167,7 +167,7 @@ impl Store {
         let restoring = format!("restoring-{fp}");
         if let Err(e) = fsx::rename_noreplace(
             self.store.as_fd(),
-            fp,
+            fp.as_str(),
             self.state.as_fd(),
             restoring.as_str(),
         ) {

@@ -156,7 +156,7 @@ fn a_member_and_its_sidecar_rewritten_as_a_consistent_pair_never_come_back() {
             fs::write(dir.join(&name), bytes).unwrap();
         }
     });
-    assert!(store.restore(&a).is_none());
+    assert!(store.restore(&launch(&a)).is_none());
     assert!(store.entries().is_empty());
     assert!(!rank(root, KEY_A, 2).exists());
 }
@@ -187,7 +187,7 @@ fn a_rank_file_planted_in_a_stored_entry_never_comes_back() {
             )
             .unwrap();
         }
-        let back = store.restore(&a);
+        let back = store.restore(&launch(&a));
         assert!(!rank(root, KEY_A, 9).exists(), "{keys:?}");
         if keys.len() > 1 {
             // The set comes back (its directory file by file), the planted
@@ -222,7 +222,7 @@ fn a_restore_target_that_is_taken_is_never_replaced_nor_followed() {
             }
             _ => std::os::unix::fs::symlink(outside.path(), &at).unwrap(),
         }
-        let back = store.restore(&a);
+        let back = store.restore(&launch(&a));
         assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0, "{taken}");
         match taken {
             "symlink" => {
@@ -261,7 +261,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
         fs::hard_link(rank(&root, KEY_A, 1), &link).unwrap();
         let store = Store::open(&root, keepwrap::cache::Shape::Sglang).unwrap();
         assert_eq!(prune_as(&root, &store, THIS).stored, 4);
-        assert_eq!(store.restore(&a).expect("restored").paths.len(), 4);
+        assert_eq!(store.restore(&launch(&a)).expect("restored").paths.len(), 4);
         let f = rank(&root, KEY_A, 1);
         let mtime = fs::metadata(&f).unwrap().modified().unwrap();
         let mut bytes = fs::read(&link).unwrap();
@@ -349,7 +349,7 @@ fn flat_entry_killed_between_its_renames(anew: bool) {
         fs::read_to_string(root.join(format!("0.7.2/sm121/{KEY_A}/README"))).unwrap(),
         "mine"
     );
-    assert!(store.restore(&a).is_none());
+    assert!(store.restore(&launch(&a)).is_none());
     let r = prune_as(root, &store, &a);
     assert_eq!(r.kept.len(), 4, "{:?}", r.kept);
     for (n, b) in bytes.iter().enumerate() {
@@ -645,7 +645,7 @@ fn two_sets_sharing_their_sm_are_each_stored_and_restored_whole() {
     ] {
         store.recover();
         prune_as(root, &store, f);
-        assert!(store.restore(f).is_some(), "{f} not restored");
+        assert!(store.restore(&launch(f)).is_some(), "{f} not restored");
         for key in keys {
             assert!(rank(root, key, 0).is_file() && rank(root, key, 1).is_file());
         }
@@ -773,7 +773,7 @@ fn a_file_of_the_users_in_the_version_or_the_sm_directory_is_left_alone() {
             "{at}"
         );
         store.recover();
-        assert!(store.restore(&a).is_some(), "{at}");
+        assert!(store.restore(&launch(&a)).is_some(), "{at}");
         assert_eq!(fs::read(root.join(at)).unwrap(), b"mine", "{at}");
         for key in [KEY_A, KEY_B] {
             assert!(rank(root, key, 0).is_file() && rank(root, key, 1).is_file());
@@ -800,7 +800,7 @@ fn the_mode_of_a_moved_sm_directory_survives_a_stash_and_a_restore() {
     let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 4);
     store.recover();
-    assert!(store.restore(&a).is_some());
+    assert!(store.restore(&launch(&a)).is_some());
     assert_eq!(
         fs::metadata(&sm).unwrap().permissions().mode() & 0o7777,
         mode,

@@ -15,6 +15,10 @@ fn fp(c: char) -> String {
     std::iter::repeat_n(c, 64).collect()
 }
 
+fn launch(f: &str) -> keepwrap::digest::Fingerprint {
+    keepwrap::digest::Fingerprint::parse(f).unwrap()
+}
+
 /// Directory `key` with `n` rank files, signed for launch `f` as one set.
 fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
     let stage = tempfile::tempdir().unwrap();
@@ -80,7 +84,7 @@ fn a_whole_set_moves_with_its_directory_and_comes_back() {
     assert_eq!(fs::read_dir(&stored).unwrap().count(), 9);
     assert!(stored.join(".set.json").is_file());
     assert!(!root.join(format!(".keepwrap/sets/{a}.json")).exists());
-    let back = store.restore(&a).expect("restored");
+    let back = store.restore(&launch(&a)).expect("restored");
     assert_eq!(back.paths.len(), 4);
     assert!(root
         .join("0.7.2/sm121/00000000000000aa/rank_tp3_pp0_dp0.json")
@@ -116,7 +120,7 @@ fn a_changed_set_goes_to_the_trash_whole_and_the_store_is_untouched() {
     assert_eq!(store.entries().len(), 1);
     assert_eq!(store.recover(), 0);
     assert!(root.join(".keepwrap/trash").is_dir());
-    assert!(store.restore(&a).is_some());
+    assert!(store.restore(&launch(&a)).is_some());
 }
 
 #[test]
@@ -208,7 +212,7 @@ fn rank2_changed(dir: &Path) -> (PathBuf, Vec<u8>) {
 /// returns to the tree: the set of `a` is not restored, and no entry of it
 /// is left.
 fn never_comes_back(root: &Path, store: &Store, a: &str) {
-    assert!(store.restore(a).is_none());
+    assert!(store.restore(&launch(a)).is_none());
     assert!(store.entries().is_empty());
     assert!(!root
         .join("0.7.2/sm121/00000000000000aa/rank_tp2_pp0_dp0.json")
@@ -278,7 +282,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     let entries = store.entries();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].manifest.set.members.len(), 4);
-    let back = store.restore(&a).expect("restored");
+    let back = store.restore(&launch(&a)).expect("restored");
     assert_eq!(back.paths.len(), 4);
     for r in 0..4 {
         assert!(root
@@ -324,11 +328,14 @@ fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
         assert!(root
             .join(format!(".keepwrap/store/{a}/.set.json"))
             .is_file());
-        assert_eq!(store.restore(&b).expect("b restored").paths.len(), 2);
+        assert_eq!(
+            store.restore(&launch(&b)).expect("b restored").paths.len(),
+            2
+        );
         store.recover();
     }
     assert_eq!(store.entries().len(), 1);
-    let back = store.restore(&a).expect("a restored");
+    let back = store.restore(&launch(&a)).expect("a restored");
     assert_eq!(back.paths.len(), 4);
 }
 
@@ -346,7 +353,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_checked_and_evicted_like_any() {
     let last = bytes.len() - 2;
     bytes[last] = b'3';
     fs::write(&f, &bytes).unwrap();
-    assert!(store.restore(&a).is_none());
+    assert!(store.restore(&launch(&a)).is_none());
     assert!(store.entries().is_empty());
     // Another: evicted with its manifest.
     signed_dir(root, "00000000000000aa", 4, &a);

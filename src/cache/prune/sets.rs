@@ -89,7 +89,8 @@ impl State<'_, '_> {
         }
     }
 
-    /// Read and check the set manifest of launch `fp`, once.
+    /// Read and check the set manifest of launch `fp`, once: this launch's
+    /// or another's, as a sidecar names it.
     pub(super) fn load_manifest(&mut self, root: &OwnedFd, fp: &str) {
         if self.manifests.contains_key(fp) {
             return;

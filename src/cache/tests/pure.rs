@@ -104,33 +104,33 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
     let mine = sidecar_bytes(FP, &rel);
     let theirs = sidecar_bytes(OTHER, &rel);
     // This launch's and another's, well formed: the sidecar, and whose.
-    let (sc, foreign) = judge::judge_sidecar_or_foreign(&mine, FP, is).unwrap();
+    let (sc, foreign) = judge::judge_sidecar_or_foreign(&mine, &fingerprint(FP), is).unwrap();
     assert_eq!((sc.fingerprint.as_str(), foreign), (FP, false));
-    assert_eq!(Ok(sc), judge::judge_sidecar(&mine, FP, is));
-    let (sc, foreign) = judge::judge_sidecar_or_foreign(&theirs, FP, is).unwrap();
+    assert_eq!(Ok(sc), judge::judge_sidecar(&mine, &fingerprint(FP), is));
+    let (sc, foreign) = judge::judge_sidecar_or_foreign(&theirs, &fingerprint(FP), is).unwrap();
     assert_eq!((sc.fingerprint.as_str(), foreign), (OTHER, true));
     assert_eq!(Ok(sc), judge::judge_sidecar_for(&theirs, None, is));
     // Signed for another file: this launch's reason as is, another's
     // wrapped with its launch.
     let elsewhere = |_: &str| false;
-    let why = judge::judge_sidecar(&mine, FP, elsewhere).unwrap_err();
+    let why = judge::judge_sidecar(&mine, &fingerprint(FP), elsewhere).unwrap_err();
     assert!(matches!(&why, Reason::SidecarGarbage(w) if w.starts_with("signed for another file")));
     assert_eq!(
-        judge::judge_sidecar_or_foreign(&mine, FP, elsewhere),
+        judge::judge_sidecar_or_foreign(&mine, &fingerprint(FP), elsewhere),
         Err(why.clone())
     );
     assert_eq!(
-        judge::judge_sidecar_or_foreign(&theirs, FP, elsewhere),
+        judge::judge_sidecar_or_foreign(&theirs, &fingerprint(FP), elsewhere),
         Err(Reason::OtherLaunchBad("8c01d2e4".into(), Box::new(why)))
     );
     // Not whole: the head says why (format, launch), else the parse.
     let head_only = format!("{{\"format\": 2, \"fingerprint\": \"{OTHER}\"}}");
     assert!(matches!(
-        judge::judge_sidecar_or_foreign(head_only.as_bytes(), FP, is),
+        judge::judge_sidecar_or_foreign(head_only.as_bytes(), &fingerprint(FP), is),
         Err(Reason::OtherLaunchBad(fp8, why)) if fp8 == "8c01d2e4" && matches!(*why, Reason::SidecarGarbage(_))
     ));
     assert_eq!(
-        judge::judge_sidecar_or_foreign(b"{\"format\": 7, \"whatever\": []}", FP, is),
+        judge::judge_sidecar_or_foreign(b"{\"format\": 7, \"whatever\": []}", &fingerprint(FP), is),
         Err(Reason::SidecarFuture(7))
     );
     let old =
@@ -138,15 +138,15 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
             .unwrap()
             .replacen("\"format\": 2", "\"format\": 1", 1);
     assert_eq!(
-        judge::judge_sidecar(old.as_bytes(), FP, is),
+        judge::judge_sidecar(old.as_bytes(), &fingerprint(FP), is),
         Err(Reason::SidecarGarbage("format 1".into()))
     );
     assert_eq!(
-        judge::judge_sidecar_or_foreign(old.as_bytes(), FP, is),
+        judge::judge_sidecar_or_foreign(old.as_bytes(), &fingerprint(FP), is),
         Err(Reason::SidecarGarbage("format 1".into()))
     );
     assert!(matches!(
-        judge::judge_sidecar_or_foreign(b"{\"format\": 2", FP, is),
+        judge::judge_sidecar_or_foreign(b"{\"format\": 2", &fingerprint(FP), is),
         Err(Reason::SidecarGarbage(_))
     ));
 }
@@ -155,18 +155,23 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
 fn judge_sidecar_order_of_checks() {
     let other = format!("{{\"format\": 2, \"fingerprint\": \"{OTHER}\"}}");
     assert_eq!(
-        judge::judge_sidecar(other.as_bytes(), FP, |_| true)
+        judge::judge_sidecar(other.as_bytes(), &fingerprint(FP), |_| true)
             .unwrap_err()
             .to_string(),
         "signed for another launch (fingerprint 8c01d2e4...)"
     );
     // a future format is judged before anything else in it
     assert_eq!(
-        judge::judge_sidecar(b"{\"format\": 7, \"whatever\": []}", FP, |_| true).unwrap_err(),
+        judge::judge_sidecar(
+            b"{\"format\": 7, \"whatever\": []}",
+            &fingerprint(FP),
+            |_| true
+        )
+        .unwrap_err(),
         Reason::SidecarFuture(7)
     );
     assert!(matches!(
-        judge::judge_sidecar(b"{\"format\": 2}", FP, |_| true).unwrap_err(),
+        judge::judge_sidecar(b"{\"format\": 2}", &fingerprint(FP), |_| true).unwrap_err(),
         Reason::SidecarGarbage(_)
     ));
 }
