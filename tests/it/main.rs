@@ -36,6 +36,7 @@ mod packaging;
 mod peers;
 mod policy;
 mod progress;
+mod prune_lists_attack;
 mod scaling;
 mod security;
 mod signals;
