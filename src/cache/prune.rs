@@ -668,7 +668,11 @@ impl State<'_, '_> {
                     .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok())
                     .as_ref()
                     .and_then(|sets| {
-                        sidecar::read_member_paths(sets.as_fd(), self.fingerprint.as_str())
+                        sidecar::read_member_paths(
+                            sets.as_fd(),
+                            self.fingerprint.as_str(),
+                            self.shape,
+                        )
                     }),
                 (None, _) => None,
             };

@@ -177,19 +177,33 @@ pub struct SetManifest {
 /// sha256 hex over the fingerprint and the sorted member list: the same
 /// files with the same bytes signed for the same launch give the same id.
 pub fn set_id(fingerprint: &str, members: &[Member]) -> String {
+    set_id_of(fingerprint, members.iter().map(Member::as_ref))
+}
+
+/// [`set_id`] over members as `(path, sha256, size)`.
+fn set_id_of<'m>(fingerprint: &str, members: impl Iterator<Item = MemberRef<'m>>) -> String {
     let mut h = Sha256::new();
     h.update(b"keepwrap set v1\0");
     h.update(fingerprint.as_bytes());
     h.update(b"\0");
-    for m in members {
-        h.update(m.path.as_bytes());
+    for (path, sha256, size) in members {
+        h.update(path.as_bytes());
         h.update(b"\0");
-        h.update(m.sha256.as_bytes());
+        h.update(sha256.as_bytes());
         h.update(b"\0");
-        h.update(m.size.to_string().as_bytes());
+        h.update(size.to_string().as_bytes());
         h.update(b"\n");
     }
     crate::digest::hex(h.finalize())
+}
+
+/// A member as `(path, sha256, size)`, borrowed.
+type MemberRef<'m> = (&'m str, &'m str, u64);
+
+impl Member {
+    fn as_ref(&self) -> MemberRef<'_> {
+        (&self.path, &self.sha256, self.size)
+    }
 }
 
 pub fn is_sha256_hex(s: &str) -> bool {
@@ -226,24 +240,46 @@ pub fn validate(s: &Sidecar) -> Result<(), String> {
 /// `fingerprint`, the members strictly sorted, each path a cache file
 /// path, each sha256 hex, and the id the hash of fingerprint + members.
 pub fn validate_manifest(m: &SetManifest, fingerprint: &str, shape: Shape) -> Result<(), String> {
-    if m.format != crate::SIDECAR_FORMAT {
-        return Err(format!("format {}", m.format));
+    let head = (m.format, m.fingerprint.as_str(), m.id.as_str());
+    check_manifest(
+        head,
+        fingerprint,
+        shape,
+        m.members.iter().map(Member::as_ref),
+    )
+}
+
+/// [`validate_manifest`] of a manifest's `(format, fingerprint, id)` and
+/// its members as `(path, sha256, size)`.
+fn check_manifest<'m, I>(
+    (format, fp, id): (u32, &str, &str),
+    fingerprint: &str,
+    shape: Shape,
+    members: I,
+) -> Result<(), String>
+where
+    I: Iterator<Item = MemberRef<'m>> + Clone,
+{
+    if format != crate::SIDECAR_FORMAT {
+        return Err(format!("format {format}"));
     }
-    if m.fingerprint != fingerprint {
+    if fp != fingerprint {
         return Err("signed for another launch".into());
     }
-    for (i, mem) in m.members.iter().enumerate() {
-        if !is_member_path(&mem.path, shape) {
-            return Err(format!("member {:?} is not a cache file path", mem.path));
+    let mut prev: Option<&str> = None;
+    for (path, sha256, _) in members.clone() {
+        if !is_member_path(path, shape) {
+            return Err(format!("member {path:?} is not a cache file path"));
         }
-        if !is_sha256_hex(&mem.sha256) {
-            return Err(format!("member {} has no valid sha256", mem.path));
+        if !is_sha256_hex(sha256) {
+            return Err(format!("member {path} has no valid sha256"));
         }
-        if i > 0 && m.members[i - 1].path >= mem.path {
+        if prev.is_some_and(|p| p >= path) {
             return Err("members are not sorted".into());
         }
+        prev = Some(path);
     }
-    if set_id(&m.fingerprint, &m.members) != m.id {
+    if set_id_of(fp, members) != id {
         return Err("id does not match its members".into());
     }
     Ok(())
@@ -336,25 +372,36 @@ impl MemberPaths {
     }
 }
 
-/// The member paths of launch `fingerprint`'s set manifest, its id not
-/// checked: none when it is missing, unreadable, not JSON, of another
-/// launch or format, or its paths are not strictly sorted. For a
-/// decision that a manifest failing its checks would make anyway (a set
-/// whose manifest is not valid is not kept: its members go whatever
-/// they hold).
-pub fn read_member_paths(sets: BorrowedFd<'_>, fingerprint: &str) -> Option<MemberPaths> {
+/// The member paths of launch `fingerprint`'s set manifest, when it is
+/// valid ([`validate_manifest`]): read with no copy of each member.
+pub fn read_member_paths(
+    sets: BorrowedFd<'_>,
+    fingerprint: &str,
+    shape: Shape,
+) -> Option<MemberPaths> {
+    /// [`SetManifest`] borrowed from its bytes (strings with escapes are
+    /// copied).
     #[derive(Deserialize)]
-    struct Paths<'a> {
+    struct Borrowed<'a> {
         format: u32,
+        #[serde(borrow, rename = "keepwrap")]
+        _keepwrap: Cow<'a, str>,
         #[serde(borrow)]
         fingerprint: Cow<'a, str>,
         #[serde(borrow)]
-        members: Vec<PathOf<'a>>,
+        id: Cow<'a, str>,
+        #[serde(rename = "signed_at")]
+        _signed_at: u64,
+        #[serde(borrow)]
+        members: Vec<BorrowedMember<'a>>,
     }
     #[derive(Deserialize)]
-    struct PathOf<'a> {
+    struct BorrowedMember<'a> {
         #[serde(borrow)]
         path: Cow<'a, str>,
+        #[serde(borrow)]
+        sha256: Cow<'a, str>,
+        size: u64,
     }
     if !is_sha256_hex(fingerprint) {
         return None;
@@ -367,18 +414,15 @@ pub fn read_member_paths(sets: BorrowedFd<'_>, fingerprint: &str) -> Option<Memb
         MAX_MANIFEST,
     )
     .ok()?;
-    let m: Paths<'_> = serde_json::from_slice(&buf).ok()?;
-    if m.format != crate::SIDECAR_FORMAT || m.fingerprint != fingerprint {
-        return None;
-    }
+    let m: Borrowed<'_> = serde_json::from_slice(&buf).ok()?;
+    let members = m.members.iter().map(|b| (&*b.path, &*b.sha256, b.size));
+    let head = (m.format, &*m.fingerprint, &*m.id);
+    check_manifest(head, fingerprint, shape, members).ok()?;
     let mut out = MemberPaths {
         text: String::with_capacity(m.members.iter().map(|p| p.path.len()).sum()),
         ends: Vec::with_capacity(m.members.len()),
     };
-    for (i, p) in m.members.iter().enumerate() {
-        if i > 0 && m.members[i - 1].path >= p.path {
-            return None;
-        }
+    for p in &m.members {
         out.text.push_str(&p.path);
         out.ends.push(out.text.len());
     }

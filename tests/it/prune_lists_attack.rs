@@ -2,9 +2,9 @@
 //! this launch that fails its own check (bytes changed) and that the
 //! launch's set manifest lists makes every later file of the launch go
 //! unread (`set incomplete (<it>: not trusted)`). Whether the manifest lists
-//! it is read from the manifest's member paths alone (its id and the rest
-//! not checked): safe only because a set whose manifest is not valid keeps
-//! none of its files anyway. Each case plants a set signed for this launch
+//! it is read without a copy of each member, with the same checks as the
+//! set check's (its id among them): a manifest that fails them dooms
+//! nothing, and the set check then says why the set goes. Each case plants a set signed for this launch
 //! (forged sidecars and manifest), tampers with it, and checks exactly what
 //! is kept and what is removed, and why: never a partial hit, nothing good
 //! lost, nothing not this launch's removed, no panic.
@@ -256,12 +256,12 @@ fn a_failing_file_the_manifest_does_not_list_loses_nothing() {
     }
 }
 
-/// Manifests the light read of the member paths takes and the full check
-/// refuses (a set that is never kept): the tampered R0 dooms R1 and R2 by
-/// the light read, or they go at the set check for the manifest; either
-/// way all three go, each with one line, and no panic on odd paths.
+/// Manifests that fail the set check's checks but parse (a set that is
+/// never kept): the tampered R0 dooms nothing, R1 and R2 go at the set
+/// check, each with one line naming the manifest, and no panic on odd
+/// paths.
 #[test]
-fn a_manifest_only_the_light_read_takes_keeps_nothing() {
+fn a_manifest_that_fails_its_checks_keeps_nothing_and_says_why() {
     let fp = fingerprint_of(&ARGV);
     let good = manifest_of(&fp, &[R0, R1, R2]);
     let good_text = serde_json::to_string(&good).unwrap();
@@ -339,13 +339,10 @@ fn a_manifest_only_the_light_read_takes_keeps_nothing() {
         set_of_three_r0_tampered(&root, &fp);
         put_manifest_bytes(&root, &fp, &text);
         let b = run(&root);
-        // Doomed by the light read (R0 named), or, had the full check
-        // decided, for the manifest: the same files go.
-        let doomed = format!("set incomplete ({R0}: not trusted)");
         assert_all_gone(
             &b,
             &root,
-            &[&doomed, "set incomplete (set manifest not valid ("],
+            &["set incomplete (set manifest not valid ("],
             what,
         );
     }
@@ -399,9 +396,8 @@ fn a_manifest_the_light_read_refuses_keeps_nothing_either() {
             "set incomplete (set manifest not valid (invalid type: floating point".into(),
         ),
         (
-            // Every member in the array form the full parse takes: the
-            // light read refuses it (no early doom), the set check does
-            // not keep a set missing R0.
+            // Every member in the array form serde takes for a struct:
+            // a valid manifest, so R0 dooms the rest.
             "members as arrays",
             with(&|v| {
                 for m in v["members"].as_array_mut().unwrap() {
