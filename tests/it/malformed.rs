@@ -25,16 +25,6 @@ const GOOD: &[u8] = b"{\n  \"_metadata\": {\"v\": \"1\"},\n  \"k\": [\"R\", 1]\n
 /// The launch every case runs: `sh -c 'exit 0'`.
 const ARGV: [&str; 3] = ["sh", "-c", "exit 0"];
 
-fn put(root: &Path, rel: &str, bytes: &[u8]) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, bytes).unwrap();
-}
-
-fn sidecar_rel(rel: &str) -> String {
-    format!("{}.launch", rel.strip_suffix(".json").unwrap())
-}
-
 /// RANK0 holding `bytes`, with a sidecar signing exactly those bytes for
 /// this launch.
 fn forged(root: &Path, fp: &str, bytes: &[u8]) {

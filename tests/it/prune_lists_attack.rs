@@ -40,16 +40,6 @@ fn tampered(rel: &str) -> Vec<u8> {
     b
 }
 
-fn put(root: &Path, rel: &str, bytes: &[u8]) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, bytes).unwrap();
-}
-
-fn sidecar_rel(rel: &str) -> String {
-    format!("{}.launch", rel.strip_suffix(".json").unwrap())
-}
-
 /// The members of a set of `rels` (sorted), each holding [`bytes_of`].
 fn members(rels: &[&str]) -> Vec<(String, String, u64)> {
     let mut m: Vec<_> = rels

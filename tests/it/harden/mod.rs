@@ -233,6 +233,18 @@ pub fn forged_manifest(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json
 }
 
 /// Write `manifest` as the set manifest of its launch under `root`.
+/// Write `bytes` at `rel` below `root`, its directories made.
+pub fn put(root: &Path, rel: &str, bytes: &[u8]) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// The sidecar's path beside the cache file `rel`.
+pub fn sidecar_rel(rel: &str) -> String {
+    format!("{}.launch", rel.strip_suffix(".json").unwrap())
+}
+
 pub fn put_manifest(root: &Path, manifest: &serde_json::Value) {
     let fp = manifest["fingerprint"].as_str().unwrap_or("x");
     let dir = root.join(".keepwrap/sets");
