@@ -45,7 +45,7 @@
 //! names one (a string read from a file), not only the running launch's.
 
 use std::borrow::Cow;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
@@ -186,12 +186,18 @@ fn set_id_of<'m>(fingerprint: &str, members: impl Iterator<Item = MemberRef<'m>>
     h.update(b"keepwrap set v1\0");
     h.update(fingerprint.as_bytes());
     h.update(b"\0");
+    // The size in decimal, written into a buffer of its own (no
+    // allocation a member: a set may have 100,000).
+    let mut digits = [0u8; 20];
     for (path, sha256, size) in members {
         h.update(path.as_bytes());
         h.update(b"\0");
         h.update(sha256.as_bytes());
         h.update(b"\0");
-        h.update(size.to_string().as_bytes());
+        let mut rest = &mut digits[..];
+        let _ = write!(rest, "{size}");
+        let n = 20 - rest.len();
+        h.update(&digits[..n]);
         h.update(b"\n");
     }
     crate::digest::hex(h.finalize())
