@@ -87,7 +87,7 @@ struct State<'f, 's> {
     /// without being read (never a partial hit). Its path.
     doomed: Option<String>,
     /// The paths this launch's set manifest lists, once a file of this
-    /// launch was rejected (empty when it has none that can be valid).
+    /// launch was rejected (empty when it has no valid one).
     listed: Option<sidecar::MemberPaths>,
     /// Files removed only because their set is incomplete said at the
     /// default level so far, and their reasons (each names the set's
