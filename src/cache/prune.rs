@@ -663,19 +663,13 @@ impl State<'_, '_> {
     /// Does this launch's set manifest list `path` (read once)?
     fn lists(&mut self, path: &str) -> bool {
         if self.listed.is_none() {
-            let listed = match (&self.root, &mut self.sets) {
-                (Some(root), sets) => sets
-                    .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok())
-                    .as_ref()
-                    .and_then(|sets| {
-                        sidecar::read_member_paths(
-                            sets.as_fd(),
-                            self.fingerprint.as_str(),
-                            self.shape,
-                        )
-                    }),
-                (None, _) => None,
-            };
+            let listed = self.root.take().and_then(|root| {
+                let (fingerprint, shape) = (self.fingerprint, self.shape);
+                let paths =
+                    sidecar::read_member_paths(self.sets_of(&root), fingerprint.as_str(), shape);
+                self.root = Some(root);
+                paths
+            });
             self.listed = Some(listed.unwrap_or_default());
         }
         self.listed.as_ref().is_some_and(|l| l.contains(path))

@@ -325,6 +325,15 @@ pub fn read_manifest(
     fingerprint: &str,
     shape: Shape,
 ) -> Result<SetManifest, String> {
+    let buf = read_manifest_bytes(sets, fingerprint)?;
+    let m: SetManifest = serde_json::from_slice(&buf).map_err(|e| format!("not valid ({e})"))?;
+    validate_manifest(&m, fingerprint, shape).map_err(|e| format!("not valid ({e})"))?;
+    Ok(m)
+}
+
+/// The bytes of launch `fingerprint`'s set manifest in `sets`: `missing`
+/// when there is none (or no `sets`), else why it cannot be read.
+fn read_manifest_bytes(sets: Option<BorrowedFd<'_>>, fingerprint: &str) -> Result<Vec<u8>, String> {
     if !is_sha256_hex(fingerprint) {
         return Err("missing".into());
     }
@@ -338,13 +347,10 @@ pub fn read_manifest(
         &mut buf,
         MAX_MANIFEST,
     ) {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err("missing".into()),
-        Err(e) => return Err(format!("unreadable ({e})")),
+        Ok(_) => Ok(buf),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err("missing".into()),
+        Err(e) => Err(format!("unreadable ({e})")),
     }
-    let m: SetManifest = serde_json::from_slice(&buf).map_err(|e| format!("not valid ({e})"))?;
-    validate_manifest(&m, fingerprint, shape).map_err(|e| format!("not valid ({e})"))?;
-    Ok(m)
 }
 
 /// The member paths a launch's set manifest lists, sorted, kept in one
@@ -354,34 +360,22 @@ pub fn read_manifest(
 #[derive(Debug, Default)]
 pub struct MemberPaths {
     text: String,
-    /// Where each path ends in `text`.
-    ends: Vec<usize>,
+    /// Where each path is in `text`.
+    spans: Vec<std::ops::Range<usize>>,
 }
 
 impl MemberPaths {
-    fn path(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.text[start..self.ends[i]]
-    }
-
     pub fn contains(&self, path: &str) -> bool {
-        let (mut lo, mut hi) = (0, self.ends.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match self.path(mid).cmp(path) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return true,
-            }
-        }
-        false
+        self.spans
+            .binary_search_by(|r| self.text[r.clone()].cmp(path))
+            .is_ok()
     }
 }
 
 /// The member paths of launch `fingerprint`'s set manifest, when it is
 /// valid ([`validate_manifest`]): read with no copy of each member.
 pub fn read_member_paths(
-    sets: BorrowedFd<'_>,
+    sets: Option<BorrowedFd<'_>>,
     fingerprint: &str,
     shape: Shape,
 ) -> Option<MemberPaths> {
@@ -409,28 +403,19 @@ pub fn read_member_paths(
         sha256: Cow<'a, str>,
         size: u64,
     }
-    if !is_sha256_hex(fingerprint) {
-        return None;
-    }
-    let mut buf = Vec::new();
-    fsx::read_at(
-        sets,
-        manifest_name(fingerprint).as_str(),
-        &mut buf,
-        MAX_MANIFEST,
-    )
-    .ok()?;
+    let buf = read_manifest_bytes(sets, fingerprint).ok()?;
     let m: Borrowed<'_> = serde_json::from_slice(&buf).ok()?;
     let members = m.members.iter().map(|b| (&*b.path, &*b.sha256, b.size));
     let head = (m.format, &*m.fingerprint, &*m.id);
     check_manifest(head, fingerprint, shape, members).ok()?;
     let mut out = MemberPaths {
         text: String::with_capacity(m.members.iter().map(|p| p.path.len()).sum()),
-        ends: Vec::with_capacity(m.members.len()),
+        spans: Vec::with_capacity(m.members.len()),
     };
     for p in &m.members {
+        let start = out.text.len();
         out.text.push_str(&p.path);
-        out.ends.push(out.text.len());
+        out.spans.push(start..out.text.len());
     }
     Some(out)
 }

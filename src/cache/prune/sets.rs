@@ -95,11 +95,18 @@ impl State<'_, '_> {
         if self.manifests.contains_key(fp) {
             return;
         }
-        let sets = self
-            .sets
-            .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok());
-        let m = sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp, self.shape);
+        let shape = self.shape;
+        let m = sidecar::read_manifest(self.sets_of(root), fp, shape);
         self.manifests.insert(fp.to_string(), m);
+    }
+
+    /// `.keepwrap/sets` below the root, opened the first time it is asked
+    /// for (None: there is none, or it cannot be opened).
+    pub(super) fn sets_of(&mut self, root: &OwnedFd) -> Option<BorrowedFd<'_>> {
+        self.sets
+            .get_or_insert_with(|| sidecar::open_sets(root.as_fd(), false).ok())
+            .as_ref()
+            .map(|f| f.as_fd())
     }
 
     /// Remove the cache file at `path` (relative to the root).
