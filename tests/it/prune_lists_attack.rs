@@ -12,7 +12,7 @@
 use crate::common;
 use crate::harden;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use harden::*;
@@ -127,6 +127,21 @@ fn exists(root: &Path, rel: &str) -> bool {
     std::fs::symlink_metadata(root.join(rel)).is_ok()
 }
 
+/// The bytes of `good` after `f` edited it.
+fn edited(good: &Value, f: &dyn Fn(&mut Value)) -> Vec<u8> {
+    let mut v = good.clone();
+    f(&mut v);
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// A scratch directory whose `root` holds [`set_of_three_r0_tampered`].
+fn tampered_root(fp: &str) -> (tempfile::TempDir, PathBuf) {
+    let t = scratch();
+    let root = t.path().join("root");
+    set_of_three_r0_tampered(&root, fp);
+    (t, root)
+}
+
 /// R0, R1, R2 signed as one set; R0 then tampered with (same size, other
 /// bytes): the first judged, it fails its own check.
 fn set_of_three_r0_tampered(root: &Path, fp: &str) {
@@ -165,9 +180,7 @@ fn assert_all_gone(b: &Finished, root: &Path, says: &[&str], what: &str) {
 #[test]
 fn a_listed_member_that_fails_dooms_the_rest_of_its_set() {
     let fp = fingerprint_of(&ARGV);
-    let t = scratch();
-    let root = t.path().join("root");
-    set_of_three_r0_tampered(&root, &fp);
+    let (_t, root) = tampered_root(&fp);
     put_manifest(&root, &manifest_of(&fp, &[R0, R1, R2]));
     let b = run(&root);
     assert_all_gone(
@@ -255,11 +268,7 @@ fn a_manifest_that_fails_its_checks_keeps_nothing_and_says_why() {
     let fp = fingerprint_of(&ARGV);
     let good = manifest_of(&fp, &[R0, R1, R2]);
     let good_text = serde_json::to_string(&good).unwrap();
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut v = good.clone();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
+    let with = |f: &dyn Fn(&mut Value)| edited(&good, f);
     let id = good["id"].as_str().unwrap().to_string();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("a wrong id", with(&|v| v["id"] = json!("0".repeat(64)))),
@@ -324,9 +333,7 @@ fn a_manifest_that_fails_its_checks_keeps_nothing_and_says_why() {
         ),
     ];
     for (what, text) in cases {
-        let t = scratch();
-        let root = t.path().join("root");
-        set_of_three_r0_tampered(&root, &fp);
+        let (_t, root) = tampered_root(&fp);
         put_manifest_bytes(&root, &fp, &text);
         let b = run(&root);
         assert_all_gone(
@@ -346,11 +353,7 @@ fn a_manifest_the_light_read_refuses_keeps_nothing_either() {
     let other = "ab".repeat(32);
     let good = manifest_of(&fp, &[R0, R1, R2]);
     let good_text = serde_json::to_string(&good).unwrap();
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut v = good.clone();
-        f(&mut v);
-        serde_json::to_vec(&v).unwrap()
-    };
+    let with = |f: &dyn Fn(&mut Value)| edited(&good, f);
     let cases: Vec<(&str, Vec<u8>, String)> = vec![
         (
             "another launch's manifest",
@@ -398,9 +401,7 @@ fn a_manifest_the_light_read_refuses_keeps_nothing_either() {
         ),
     ];
     for (what, text, says) in cases {
-        let t = scratch();
-        let root = t.path().join("root");
-        set_of_three_r0_tampered(&root, &fp);
+        let (_t, root) = tampered_root(&fp);
         put_manifest_bytes(&root, &fp, &text);
         let b = run(&root);
         assert_all_gone(&b, &root, &[&says], what);
@@ -432,9 +433,7 @@ fn a_whole_set_whose_manifest_members_are_arrays_is_kept() {
 fn a_linked_sets_directory_or_a_huge_manifest_is_not_read() {
     let fp = fingerprint_of(&ARGV);
     // The link.
-    let t = scratch();
-    let root = t.path().join("root");
-    set_of_three_r0_tampered(&root, &fp);
+    let (t, root) = tampered_root(&fp);
     let elsewhere = t.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let text = serde_json::to_vec(&manifest_of(&fp, &[R0, R1, R2])).unwrap();
@@ -454,9 +453,7 @@ fn a_linked_sets_directory_or_a_huge_manifest_is_not_read() {
         "the link's target is left alone"
     );
     // A manifest of 256 MiB and a byte (sparse): not read.
-    let t = scratch();
-    let root = t.path().join("root");
-    set_of_three_r0_tampered(&root, &fp);
+    let (_t, root) = tampered_root(&fp);
     put_manifest_bytes(&root, &fp, b"");
     std::fs::File::options()
         .write(true)
