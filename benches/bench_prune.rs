@@ -91,7 +91,7 @@ fn build(root: &Path, files: usize, mode: Mode) {
     std::thread::sleep(Duration::from_millis(150));
     let root_fd = cache::fsx::open_root(root).unwrap();
     let sets = cache::open_sets(root_fd.as_fd(), true).unwrap();
-    let sidecar = |fp: &str, path: &str, id: &str, sha: &str| {
+    let sidecar = |fp: &str, path: &str, sha: &str| {
         let stat = (mode != Mode::Remove)
             .then(|| Stamp::of(&nix::sys::stat::lstat(&root.join(path)).unwrap()));
         let sc = Sidecar {
@@ -103,8 +103,6 @@ fn build(root: &Path, files: usize, mode: Mode) {
             size: body.len() as u64,
             signed_at: 1_796_049_314,
             signed_at_utc: "2026-11-30T14:35:14Z".into(),
-            set: id.into(),
-            committed: None,
             stat,
         };
         let launch = root.join(path.replace(".json", ".launch"));
@@ -112,7 +110,7 @@ fn build(root: &Path, files: usize, mode: Mode) {
     };
     let manifest = |fp: &str, members: Vec<Member>| {
         let m = SetManifest {
-            format: keepwrap::SIDECAR_FORMAT,
+            format: keepwrap::SET_FORMAT,
             keepwrap: "0.1.0".into(),
             fingerprint: fp.into(),
             id: cache::set_id(fp, &members),
@@ -120,7 +118,6 @@ fn build(root: &Path, files: usize, mode: Mode) {
             members,
         };
         cache::write_manifest(sets.as_fd(), &m).unwrap();
-        m.id
     };
     let member = |path: String, sha: &str| Member {
         path,
@@ -134,9 +131,9 @@ fn build(root: &Path, files: usize, mode: Mode) {
             .collect();
         members.sort_by(|a, b| a.path.cmp(&b.path));
         let paths: Vec<String> = members.iter().map(|m| m.path.clone()).collect();
-        let id = manifest(THIS, members);
+        manifest(THIS, members);
         for p in paths {
-            sidecar(THIS, &p, &id, &sha);
+            sidecar(THIS, &p, &sha);
         }
         return;
     }
@@ -146,9 +143,9 @@ fn build(root: &Path, files: usize, mode: Mode) {
         // Launch m+1 signed directory m.
         let fp = format!("{:064x}", m + 1);
         let members: Vec<Member> = (0..ranks(m)).map(|r| member(rel(m, r), sha)).collect();
-        let id = manifest(&fp, members);
+        manifest(&fp, members);
         for r in 0..ranks(m) {
-            sidecar(&fp, &rel(m, r), &id, sha);
+            sidecar(&fp, &rel(m, r), sha);
         }
     }
 }

@@ -44,7 +44,7 @@ mod architecture;
 /// The sidecar format version as a literal, for `concat!` in `--version`.
 macro_rules! sidecar_format {
     () => {
-        2
+        3
     };
 }
 
@@ -76,5 +76,17 @@ pub mod unify;
 pub const STATE_DIR: &str = ".keepwrap";
 
 /// Version of the sidecar format keepwrap writes. A sidecar with a larger
-/// version is not trusted.
+/// version is not trusted; one of [`OLDEST_SIDECAR_FORMAT`] or later is
+/// read.
 pub const SIDECAR_FORMAT: u32 = sidecar_format!();
+
+/// The oldest sidecar format read: format 2 differs from 3 only by the
+/// ids of sets it carried (`set`, `committed`), which are ignored (a set's
+/// members are the ones its manifest lists), so an upgrade keeps every
+/// set. A sign rewrites such a sidecar in the format it writes.
+pub const OLDEST_SIDECAR_FORMAT: u32 = 2;
+
+/// Version of the set manifest format (`.keepwrap/sets/<fp>.json`, a
+/// store entry's `.set.json`, a share node's manifest): only this one is
+/// read.
+pub const SET_FORMAT: u32 = 2;

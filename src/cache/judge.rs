@@ -9,7 +9,7 @@ use super::json::meta_wants;
 pub use super::json::{json_object_entries, JsonErr};
 use super::sidecar::{self, Head, SetManifest, Sidecar};
 use crate::digest::{sha256_hex, short, Fingerprint};
-use crate::SIDECAR_FORMAT;
+use crate::{OLDEST_SIDECAR_FORMAT, SIDECAR_FORMAT};
 
 /// Why a cache file is removed (the text after `removed <path>: `).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub enum MemberWhy {
     NotTrusted,
     /// Missing from the tree.
     Missing,
-    /// Present and trusted on its own, but its sidecar names another set.
+    /// Present and trusted on its own, but signed for another launch.
     OtherSet,
     /// Its own set is incomplete.
     Dropped,
@@ -184,7 +184,7 @@ fn judge_head(format: u64, fp: Option<&str>, fingerprint: Option<&str>) -> Resul
     if format > u64::from(SIDECAR_FORMAT) {
         return Err(Reason::SidecarFuture(format));
     }
-    if format < u64::from(SIDECAR_FORMAT) {
+    if format < u64::from(OLDEST_SIDECAR_FORMAT) {
         return Err(Reason::SidecarGarbage(format!("format {format}")));
     }
     match fp {
@@ -253,13 +253,13 @@ pub type Manifests = HashMap<String, Result<SetManifest, String>>;
 /// manifest lists it with the bytes its sidecar signs, and every member the
 /// manifest lists is a candidate of that launch with the bytes the manifest
 /// records, and no member of its set is removed because another set that
-/// lists it is incomplete. The manifest is the commit point: a member whose
-/// sidecar names a later set of the launch, and the manifest's as the set
-/// committed when it was written (a sign killed before it wrote the later
-/// set's manifest), is still a member of the set committed last. Otherwise Some(reason). Members of an incomplete
-/// set are removed whatever set their own sidecar names, and that in turn
-/// breaks their set: repeated until nothing changes, so no set is ever kept
-/// in part. Each set is checked against its members once per round.
+/// lists it is incomplete. The manifest is the commit point: a sign killed
+/// before it wrote a grown set's manifest leaves the set committed last,
+/// whose members still hold the bytes it lists, and the files it does not
+/// list go. Otherwise Some(reason). Members of an incomplete set are
+/// removed, and that in turn breaks any other set listing them: repeated
+/// until nothing changes, so no set is ever kept in part. Each set is
+/// checked against its members once per round.
 pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Option<Reason>> {
     let index: HashMap<&str, usize> = cands.iter().enumerate().map(|(i, c)| (c.path, i)).collect();
     let mut out: Vec<Option<Reason>> = vec![None; cands.len()];
@@ -267,11 +267,11 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
     let mut broken = vec![false; sets.len()];
     loop {
         let mut changed = false;
-        for (s, &(fp, id, members)) in sets.iter().enumerate() {
+        for (s, &(fp, members)) in sets.iter().enumerate() {
             if broken[s] {
                 continue;
             }
-            let Some((member, why)) = first_failure(cands, &index, &out, fp, id, members) else {
+            let Some((member, why)) = first_failure(cands, &index, &out, fp, members) else {
                 continue;
             };
             broken[s] = true;
@@ -296,8 +296,8 @@ pub fn resolve_sets(cands: &[Candidate<'_>], manifests: &Manifests) -> Vec<Optio
     }
 }
 
-/// A set to check: its launch's fingerprint, its id, its members.
-type SetView<'a> = (&'a str, &'a str, &'a [sidecar::Member]);
+/// A set to check: its launch's fingerprint, its members.
+type SetView<'a> = (&'a str, &'a [sidecar::Member]);
 
 /// The manifests of the candidates' launches, once each; a candidate its
 /// launch's manifest does not list with the bytes its sidecar signs gets
@@ -324,17 +324,11 @@ fn listed_members<'a>(
             Ok(m) => m,
         };
         if seen.insert(fp, ()).is_none() {
-            sets.push((fp, m.id.as_str(), &m.members));
+            sets.push((fp, &m.members));
         }
         // A member, listed with the bytes its sidecar signs?
         let why = match m.members.binary_search_by(|x| x.path.as_str().cmp(c.path)) {
-            _ if !c.sidecar.in_set(&m.id) => "names another set",
-            Ok(k)
-                if m.members[k].sha256 == c.sidecar.sha256
-                    && m.members[k].size == c.sidecar.size =>
-            {
-                continue;
-            }
+            Ok(k) if c.sidecar.records(&m.members[k]) => continue,
             Ok(_) => "records other bytes for this file",
             Err(_) => "does not list this file",
         };
@@ -343,24 +337,23 @@ fn listed_members<'a>(
     sets
 }
 
-/// The first member of set `id` of launch `fp` that fails it, and why.
+/// The first member of the set of launch `fp` that fails it, and why.
 fn first_failure<'m>(
     cands: &[Candidate<'_>],
     index: &HashMap<&str, usize>,
     out: &[Option<Reason>],
     fp: &str,
-    id: &str,
     members: &'m [sidecar::Member],
 ) -> Option<(&'m str, MemberWhy)> {
     members
         .iter()
         .find_map(|m| match index.get(m.path.as_str()) {
             None => Some((m.path.as_str(), MemberWhy::NotTrusted)),
-            Some(&j) if cands[j].sidecar.fingerprint != fp || !cands[j].sidecar.in_set(id) => {
+            Some(&j) if cands[j].sidecar.fingerprint != fp => {
                 Some((m.path.as_str(), MemberWhy::OtherSet))
             }
             Some(&j) if out[j].is_some() => Some((m.path.as_str(), MemberWhy::Dropped)),
-            Some(&j) if cands[j].sidecar.sha256 != m.sha256 || cands[j].sidecar.size != m.size => {
+            Some(&j) if !cands[j].sidecar.records(m) => {
                 Some((m.path.as_str(), MemberWhy::OtherBytes))
             }
             Some(_) => None,

@@ -20,13 +20,13 @@
 //!
 //! The set rule: at sign time every cache file present is signed as one set
 //! (id = sha256 over fingerprint + sorted members). Each member's sidecar
-//! records its own bytes and the set id; the member list is written once,
-//! last, in the launch's set manifest `.keepwrap/sets/<fingerprint>.json`.
-//! Prune keeps a file only if its set is whole: the manifest names the set
-//! its sidecar names, and every member it lists is present, its bytes
-//! matching, its sidecar carrying the same set id. Otherwise every member is
-//! removed, so no launch ever loads part of a set (a crash between two
-//! sidecar writes, or before the manifest, included).
+//! records its own bytes; the member list is written once, last, in the
+//! launch's set manifest `.keepwrap/sets/<fingerprint>.json`. Prune keeps a
+//! file only if its set is whole: the manifest lists it with the bytes its
+//! sidecar records, and every member it lists is present, its bytes
+//! matching. Otherwise every member is removed, so no launch ever loads part
+//! of a set (a crash between two sidecar writes, or before the manifest,
+//! included).
 
 use crate::digest::Fingerprint;
 use std::io;

@@ -1,13 +1,13 @@
-//! The sidecar `<stem>.launch` beside a cache file: what keepwrap signed,
-//! for which launch, and the id of the set the file was signed in; and the
-//! set's manifest, `<root>/.keepwrap/sets/<fingerprint>.json`, the one
-//! place its member list is written.
+//! The sidecar `<stem>.launch` beside a cache file: what keepwrap hashed,
+//! for which launch, and the identity of the file it hashed; and the set's
+//! manifest, `<root>/.keepwrap/sets/<fingerprint>.json`, the one place its
+//! member list is written.
 //!
-//! A sidecar (format 2; its size does not depend on the set's):
+//! A sidecar (format 3; its size does not depend on the set's):
 //!
 //! ```json
 //! {
-//!   "format": 2,
+//!   "format": 3,
 //!   "keepwrap": "0.1.0",
 //!   "fingerprint": "<64 hex: the launch>",
 //!   "path": "0.6.18/sm121/3f9c0a1b2c3d4e5f/rank_tp0_pp0_dp0.json",
@@ -15,20 +15,22 @@
 //!   "size": 20480,
 //!   "signed_at": 1796049314,
 //!   "signed_at_utc": "2026-11-30T14:35:14Z",
-//!   "set": "<64 hex: set_id(fingerprint, members)>",
-//!   "committed": "<64 hex: the set committed when this sidecar was written>",
 //!   "stat": {"ino": 1234567, "mtime_ns": 1796049313123456789, "ctime_ns": 1796049313123456789}
 //! }
 //! ```
 //!
-//! `committed` (optional) is the id of the launch's set whose manifest was
-//! the last written when this sidecar was, when that set records this file
-//! with the same bytes: a sign killed after some sidecars and before the
-//! manifest leaves every file still a member of that set.
+//! A sidecar says nothing of sets: which files form the launch's set, and
+//! with which bytes, is what its manifest lists, written last with one
+//! atomic rename. A file is a member when the manifest lists it with the
+//! bytes its sidecar records; a sign killed before the manifest leaves the
+//! set committed before, and a file it does not list is not kept.
+//! (Format 2 also carried the id of the set and of the set committed
+//! before; they are ignored.)
 //!
 //! `stat` (optional) is the identity of the very file whose bytes were
 //! hashed, recorded only once its change time was settled (see [`Stamp`]);
-//! a file that still has it is the file that was hashed.
+//! a file that still has it is the file that was hashed: the sidecar is
+//! what lets prune trust a file without reading it.
 //!
 //! The set manifest (one per launch: a newer set of the launch replaces it):
 //!
@@ -39,7 +41,7 @@
 //! ```
 //!
 //! The id is the hash of the fingerprint and the members, so a manifest
-//! proves itself: no other member list has the id the sidecars name.
+//! proves itself: no other member list has its id.
 //!
 //! The fingerprints here are any launch's, as a sidecar or a manifest
 //! names one (a string read from a file), not only the running launch's.
@@ -135,22 +137,14 @@ pub struct Sidecar {
     pub size: u64,
     pub signed_at: u64,
     pub signed_at_utc: String,
-    /// The id of the set.
-    pub set: String,
-    /// The id of the set committed (its manifest written) when this
-    /// sidecar was, if that set records this file with these bytes: until
-    /// `set`'s manifest is written, the file is still that set's member.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub committed: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stat: Option<Stamp>,
 }
 
 impl Sidecar {
-    /// Is the file a member of the set `id` (its own set, or the set
-    /// committed when it was signed)?
-    pub fn in_set(&self, id: &str) -> bool {
-        self.set == id || self.committed.as_deref() == Some(id)
+    /// Does it record the bytes `m` lists?
+    pub fn records(&self, m: &Member) -> bool {
+        self.sha256 == m.sha256 && self.size == m.size
     }
 }
 
@@ -227,17 +221,10 @@ pub fn is_member_path(p: &str, shape: Shape) -> bool {
         && super::is_cache_file(std::path::Path::new(p), shape)
 }
 
-/// Check a sidecar is well formed: its sha256 and set id are hex. Err: what
-/// is wrong.
+/// Check a sidecar is well formed: its sha256 is hex. Err: what is wrong.
 pub fn validate(s: &Sidecar) -> Result<(), String> {
     if !is_sha256_hex(&s.sha256) {
         return Err("sha256 is not 64 lowercase hex".into());
-    }
-    if !is_sha256_hex(&s.set) {
-        return Err("set is not 64 lowercase hex".into());
-    }
-    if s.committed.as_deref().is_some_and(|c| !is_sha256_hex(c)) {
-        return Err("committed is not 64 lowercase hex".into());
     }
     Ok(())
 }
@@ -266,7 +253,7 @@ fn check_manifest<'m, I>(
 where
     I: Iterator<Item = MemberRef<'m>> + Clone,
 {
-    if format != crate::SIDECAR_FORMAT {
+    if format != crate::SET_FORMAT {
         return Err(format!("format {format}"));
     }
     if fp != fingerprint {
@@ -317,9 +304,8 @@ pub fn open_sets(root: BorrowedFd<'_>, create: bool) -> io::Result<OwnedFd> {
     fsx::open_state_dir_at(state.as_fd(), SETS_DIR, mode)
 }
 
-/// Read and check the manifest of launch `fingerprint` (the set its
-/// sidecars name must be this one). Err: why there is none to trust, as
-/// the log says it.
+/// Read and check the manifest of launch `fingerprint`. Err: why there is
+/// none to trust, as the log says it.
 pub fn read_manifest(
     sets: Option<BorrowedFd<'_>>,
     fingerprint: &str,

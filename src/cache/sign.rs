@@ -70,8 +70,7 @@ pub fn sign(
     let sets = sidecar::open_sets(root_fd.as_fd(), false).ok();
     let committed =
         sidecar::read_manifest(sets.as_ref().map(|f| f.as_fd()), fingerprint, shape).ok();
-    let manifest_ok = committed.as_ref().is_some_and(|m| m.id == id);
-    let recorded = recorded(&members, &stamps, &knowns, &id);
+    let unchanged = committed.is_some_and(|m| m.id == id);
 
     let now = SystemTime::now();
     let signed_at = now
@@ -80,41 +79,25 @@ pub fn sign(
         .unwrap_or(0);
     let signed_at_utc = humantime::format_rfc3339_seconds(now).to_string();
     let manifest = SetManifest {
-        format: SIDECAR_FORMAT,
+        format: crate::SET_FORMAT,
         keepwrap: env!("CARGO_PKG_VERSION").to_string(),
         fingerprint: fingerprint.to_string(),
         id: id.clone(),
         signed_at,
         members,
     };
-    let members = &manifest.members;
-    let unchanged = match recorded {
-        // 3a. The same set on every member: (re)write only the stamps that
-        // changed (a restored file was renamed; a racy one has settled) and
-        // the manifest if it is not there. The set stays whole throughout.
-        Some(restamp) => {
-            if restamp.is_empty() && manifest_ok {
-                return Ok(report(signed, hashed, true, id, settle_at));
-            }
-            write_sidecars(&root_fd, &restamp, members.len())?;
-            if settle == Settle::Restamp {
-                return Ok(report(signed, hashed, true, id, None));
-            }
-            true
-        }
-        // Not the set signed: a restamp writes nothing.
-        None if settle == Settle::Restamp => {
-            return Ok(report(signed, hashed, false, id, None));
-        }
-        // 3b. Every sidecar, one directory at a time, then the manifest:
-        // until the manifest names this set, no member is trusted.
-        None => {
-            let all = sidecars_of(&manifest, &stamps, committed.as_ref(), &signed_at_utc);
-            write_sidecars(&root_fd, &all, members.len())?;
-            false
-        }
-    };
-    if !manifest_ok || !unchanged {
+    let (writes, fresh) = to_write(&manifest, &stamps, knowns, &signed_at_utc);
+    // A restamp records stamps of the set signed, member for member, or
+    // nothing.
+    if settle == Settle::Restamp && (!unchanged || fresh) {
+        return Ok(report(signed, hashed, false, id, None));
+    }
+    // 3. The sidecars that do not record their member as it is now (new,
+    // changed, restamped), then the manifest: until it lists this set, the
+    // set committed before is the launch's, and a file it does not list is
+    // not kept.
+    write_sidecars(&root_fd, &writes, manifest.members.len())?;
+    if !unchanged {
         write_set_manifest(&root_fd, &manifest)?;
     }
     Ok(report(signed, hashed, unchanged, id, settle_at))
@@ -332,34 +315,6 @@ fn report(
         settle_at,
         hashed,
     }
-}
-
-/// The sidecar of every member of a set not signed yet.
-fn sidecars_of(
-    manifest: &SetManifest,
-    stamps: &[Option<Stamp>],
-    committed: Option<&SetManifest>,
-    signed_at_utc: &str,
-) -> Vec<Sidecar> {
-    let id = &manifest.id;
-    manifest
-        .members
-        .iter()
-        .zip(stamps)
-        .map(|(m, stamp)| Sidecar {
-            format: SIDECAR_FORMAT,
-            keepwrap: env!("CARGO_PKG_VERSION").to_string(),
-            fingerprint: manifest.fingerprint.clone(),
-            path: m.path.clone(),
-            sha256: m.sha256.clone(),
-            size: m.size,
-            signed_at: manifest.signed_at,
-            signed_at_utc: signed_at_utc.to_string(),
-            set: id.clone(),
-            committed: committed_of(committed.filter(|c| c.id != *id), m),
-            stat: *stamp,
-        })
-        .collect()
 }
 
 /// Write the set manifest: from now on the set is trusted.
@@ -636,40 +591,49 @@ fn incomplete(e: io::Error, what: String, written: usize, total: usize) -> io::E
     )
 }
 
-/// Does every member's sidecar (as read by the walk) already record this
-/// set, for these bytes? Some(the sidecars to write again with a new stamp)
-/// when so; None when the set must be signed.
-fn recorded(
-    members: &[Member],
+/// The sidecars to write for `manifest`'s members: a member whose sidecar
+/// (as read by the walk) records other bytes, or none, gets a new one
+/// (then `true`); one whose sidecar records its bytes but another stamp
+/// than the one just read, or is of an older format, gets that sidecar
+/// again with the stamp.
+fn to_write(
+    manifest: &SetManifest,
     stamps: &[Option<Stamp>],
-    knowns: &[Option<Sidecar>],
-    id: &str,
-) -> Option<Vec<Sidecar>> {
-    let mut restamp = Vec::new();
-    for ((m, stamp), known) in members.iter().zip(stamps).zip(knowns) {
-        let sc = known.as_ref()?;
-        if sc.set != id || sc.sha256 != m.sha256 || sc.size != m.size {
-            return None;
-        }
-        if stamp.is_some() && sc.stat != *stamp {
-            let mut sc = sc.clone();
-            sc.stat = *stamp;
-            restamp.push(sc);
+    knowns: Vec<Option<Sidecar>>,
+    signed_at_utc: &str,
+) -> (Vec<Sidecar>, bool) {
+    let mut out = Vec::new();
+    let mut fresh = false;
+    for ((m, stamp), known) in manifest.members.iter().zip(stamps).zip(knowns) {
+        match known {
+            Some(sc) if sc.records(m) => {
+                let restamp = stamp.is_some() && sc.stat != *stamp;
+                if restamp || sc.format != SIDECAR_FORMAT {
+                    out.push(Sidecar {
+                        format: SIDECAR_FORMAT,
+                        keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+                        stat: stamp.or(sc.stat),
+                        ..sc
+                    });
+                }
+            }
+            _ => {
+                fresh = true;
+                out.push(Sidecar {
+                    format: SIDECAR_FORMAT,
+                    keepwrap: env!("CARGO_PKG_VERSION").to_string(),
+                    fingerprint: manifest.fingerprint.clone(),
+                    path: m.path.clone(),
+                    sha256: m.sha256.clone(),
+                    size: m.size,
+                    signed_at: manifest.signed_at,
+                    signed_at_utc: signed_at_utc.to_string(),
+                    stat: *stamp,
+                });
+            }
         }
     }
-    Some(restamp)
-}
-
-/// The id of the committed set `manifest`, if it records `m` with the
-/// same bytes: a sign killed before its own manifest leaves `m` a member of
-/// that set.
-fn committed_of(manifest: Option<&SetManifest>, m: &Member) -> Option<String> {
-    let manifest = manifest?;
-    let k = manifest
-        .members
-        .binary_search_by(|x| x.path.cmp(&m.path))
-        .ok()?;
-    (manifest.members[k] == *m).then(|| manifest.id.clone())
+    (out, fresh)
 }
 
 fn sidecar_cname(cache_name: &str) -> CString {

@@ -15,7 +15,12 @@ use crate::keeper::{KeepMode, UnifyMode};
 use crate::launch::fingerprint::{self, ProfileName};
 use crate::logging::LogFormat;
 
-const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (sidecar format ", "2", ")");
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (sidecar format ",
+    sidecar_format!(),
+    ")"
+);
 
 #[derive(Debug, Parser)]
 #[command(

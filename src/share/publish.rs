@@ -93,7 +93,7 @@ pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usi
         nnodes: p.node.nnodes,
         published_at_utc: humantime::format_rfc3339_seconds(now).to_string(),
         set: SetManifest {
-            format: crate::SIDECAR_FORMAT,
+            format: crate::SET_FORMAT,
             keepwrap: env!("CARGO_PKG_VERSION").to_string(),
             id: cache::set_id(&p.cluster, &entries),
             fingerprint: p.cluster.clone(),

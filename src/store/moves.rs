@@ -262,7 +262,7 @@ pub(super) fn read_manifest_at(dir: BorrowedFd<'_>, shown: &str, shape: Shape) -
         None
     };
     let format = v.get("format").and_then(Value::as_u64);
-    if format != Some(u64::from(crate::SIDECAR_FORMAT)) {
+    if format != Some(u64::from(crate::SET_FORMAT)) {
         return bad(format!(
             "format {format:?}, which this version does not read"
         ));
@@ -324,7 +324,7 @@ mod tests {
 
     fn set_of(fp: &str, members: Vec<cache::Member>) -> cache::SetManifest {
         cache::SetManifest {
-            format: crate::SIDECAR_FORMAT,
+            format: crate::SET_FORMAT,
             keepwrap: "0.1.0".into(),
             fingerprint: fp.to_string(),
             id: cache::set_id(fp, &members),

@@ -34,12 +34,11 @@ impl Store {
     }
 
     /// Is the set under `dir` whole and intact: every member's bytes as
-    /// signed and a JSON object, every sidecar signed for its launch in
-    /// this set? Stash checks before a set enters the store, restore before
-    /// it leaves (a same-size edit included).
+    /// signed and a JSON object, every sidecar signed for its launch with
+    /// those bytes? Stash checks before a set enters the store, restore
+    /// before it leaves (a same-size edit included).
     pub(super) fn verify(&self, dir: BorrowedFd<'_>, man: &Manifest) -> Result<(), String> {
-        // The manifest lists the very set its id names (the sidecars are
-        // checked against the id below): never a part of it.
+        // The manifest lists the very set its id names: never a part of it.
         if cache::set_id(&man.set.fingerprint, &man.set.members) != man.set.id {
             return Err("the manifest does not list the members of its set".into());
         }
@@ -77,8 +76,8 @@ impl Store {
                 .map_err(|e| format!("{}: sidecar: {e}", m.path))?;
             let sc = cache::judge_sidecar_for(&buf, Some(&man.set.fingerprint), |p| p == m.path)
                 .map_err(|r| format!("{}: {r}", m.path))?;
-            if !sc.in_set(&man.set.id) {
-                return Err(format!("{}: signed in another set", m.path));
+            if !sc.records(m) {
+                return Err(format!("{}: signed with other bytes", m.path));
             }
         }
         Ok(())

@@ -842,8 +842,9 @@ fn sh_in(base: &Path, script: &str) -> Command {
 }
 
 /// A launch signs a set of two; its next boot tunes a third directory and
-/// keepwrap is killed after the first sidecar of the grown set is written,
-/// before the rest and the manifest. The launch's script.
+/// keepwrap is killed after the sidecar of the new member is written (the
+/// others record their members already: not written again), before the
+/// manifest. The launch's script.
 fn killed_while_signing_a_grown_set(base: &Path) -> String {
     let root = base.join("root");
     let write = |d: &str, v: u32| {
@@ -865,16 +866,20 @@ fn killed_while_signing_a_grown_set(base: &Path) -> String {
         b1.stderr
     );
     std::fs::write(base.join("grow"), "").unwrap();
-    let sidecar = root.join(GROWN_DIRS[0]).join("rank_tp0_pp0_dp0.launch");
-    let before = std::fs::read(&sidecar).unwrap();
+    let sidecar = |d: &str| root.join(d).join("rank_tp0_pp0_dp0.launch");
+    let before = std::fs::read(sidecar(GROWN_DIRS[0])).unwrap();
     // keepwrap stops itself with SIGKILL right after the first sidecar it
     // writes at sign (the `failpoints` feature).
     let killed = boot(sh_in(base, &script).env("KEEPWRAP_FAILPOINT", "sign:1"));
     assert_eq!(killed.code, 128 + 9, "{}", killed.stderr);
-    assert_ne!(
-        std::fs::read(&sidecar).ok(),
+    assert!(
+        sidecar(GROWN_DIRS[2]).exists(),
+        "the crash point is after the sidecar of the new member"
+    );
+    assert_eq!(
+        std::fs::read(sidecar(GROWN_DIRS[0])).ok(),
         Some(before),
-        "the crash point is after the first sidecar of the grown set"
+        "a member whose sidecar records it is not signed again"
     );
     assert!(
         killed.logged_with("pruned", json!({"kept": 2})),

@@ -265,7 +265,7 @@ fn cases() -> Vec<Case> {
         ),
         sidecar_case(
             "a sidecar of a future format",
-            "sidecar format 99 is newer than this keepwrap's (2)",
+            "sidecar format 99 is newer than this keepwrap's (3)",
             |sc| sc["format"] = json!(99),
         ),
         sidecar_case("format 0", "sidecar is not valid (format 0)", |sc| {
@@ -303,9 +303,11 @@ fn cases() -> Vec<Case> {
             "set incomplete (set manifest not valid (invalid type",
             |m| m["members"] = json!({}),
         ),
-        sidecar_case("set an array", "sidecar is not valid (", |sc| {
-            sc["set"] = json!([])
-        }),
+        sidecar_case(
+            "stat a string",
+            "sidecar is not valid (invalid type",
+            |sc| sc["stat"] = json!("1"),
+        ),
         manifest_case(
             "a member sha256 not hex",
             "set incomplete (set manifest not valid (member",
@@ -326,10 +328,15 @@ fn cases() -> Vec<Case> {
             "set incomplete (set manifest not valid (id does not match its members))",
             |m| m["id"] = json!("0".repeat(64)),
         ),
-        sidecar_case(
-            "a sidecar naming another set",
-            "set incomplete (set manifest names another set)",
-            |sc| sc["set"] = json!("0".repeat(64)),
+        manifest_case(
+            "a manifest recording other bytes for the file",
+            "set incomplete (set manifest records other bytes for this file)",
+            |m| {
+                let fp = m["fingerprint"].as_str().unwrap_or("").to_string();
+                let size = m["members"][0]["size"].as_u64().unwrap_or(0);
+                m["members"][0]["sha256"] = json!("0".repeat(64));
+                m["id"] = json!(set_id(&fp, &[(RANK0.to_string(), "0".repeat(64), size)]));
+            },
         ),
         case(
             "no set manifest",

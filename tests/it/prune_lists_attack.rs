@@ -60,8 +60,7 @@ fn plant_set(root: &Path, fp: &str, rels: &[&str]) -> String {
     for r in rels {
         let b = bytes_of(r);
         put(root, r, &b);
-        let mut sc = forged_sidecar(fp, r, &b);
-        sc["set"] = json!(id);
+        let sc = forged_sidecar(fp, r, &b);
         put(
             root,
             &sidecar_rel(r),

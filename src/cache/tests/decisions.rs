@@ -119,12 +119,12 @@ fn future_sidecar_format_is_removed() {
     let p = t.path().join(sidecar_of(&rank(0)));
     let s = fs::read_to_string(&p)
         .unwrap()
-        .replacen("\"format\": 2", "\"format\": 3", 1);
+        .replacen("\"format\": 3", "\"format\": 4", 1);
     fs::write(&p, s).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
-        logs.says("sidecar format 3 is newer than this keepwrap's (2)"),
+        logs.says("sidecar format 4 is newer than this keepwrap's (3)"),
         "{logs}"
     );
 }
@@ -136,7 +136,7 @@ fn old_sidecar_format_is_removed() {
     let p = t.path().join(sidecar_of(&rank(0)));
     let s = fs::read_to_string(&p)
         .unwrap()
-        .replacen("\"format\": 2", "\"format\": 1", 1);
+        .replacen("\"format\": 3", "\"format\": 1", 1);
     fs::write(&p, s).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
@@ -173,7 +173,8 @@ fn a_set_without_its_manifest_is_not_trusted() {
 #[test]
 fn a_manifest_of_a_newer_set_breaks_the_older_one() {
     // The manifest is written last: a sign killed before it leaves the
-    // sidecars of the new set beside the manifest of the old one.
+    // sidecar of a changed member, recording its new bytes, beside the
+    // manifest of the old set, which records the old ones.
     let t = tree(2);
     sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     let m = t.path().join(format!(".keepwrap/sets/{FP}.json"));
@@ -184,7 +185,7 @@ fn a_manifest_of_a_newer_set_breaks_the_older_one() {
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
-        logs.says("set incomplete (set manifest names another set)"),
+        logs.says("set incomplete (set manifest records other bytes for this file)"),
         "{logs}"
     );
 }

@@ -144,8 +144,6 @@ fn forge(root: &Path, rel: &str, fp: &str) {
         size: m.size,
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
-        set: id.clone(),
-        committed: None,
         stat: None,
     };
     fs::write(root.join(sidecar_of(rel)), sidecar::to_bytes(&sc)).unwrap();
@@ -154,7 +152,7 @@ fn forge(root: &Path, rel: &str, fp: &str) {
     sidecar::write_manifest(
         sets.as_fd(),
         &sidecar::SetManifest {
-            format: crate::SIDECAR_FORMAT,
+            format: crate::SET_FORMAT,
             keepwrap: "test".into(),
             fingerprint: fp.into(),
             id,

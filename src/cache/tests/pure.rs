@@ -91,8 +91,6 @@ fn sidecar_bytes(fp: &str, rel: &str) -> Vec<u8> {
         size: 3,
         signed_at: 0,
         signed_at_utc: "1970-01-01T00:00:00Z".into(),
-        set: "cd".repeat(32),
-        committed: None,
         stat: None,
     })
 }
@@ -136,7 +134,7 @@ fn judge_sidecar_or_foreign_says_what_the_two_judgements_said() {
     let old =
         String::from_utf8(mine.clone())
             .unwrap()
-            .replacen("\"format\": 2", "\"format\": 1", 1);
+            .replacen("\"format\": 3", "\"format\": 1", 1);
     assert_eq!(
         judge::judge_sidecar(old.as_bytes(), &fingerprint(FP), is),
         Err(Reason::SidecarGarbage("format 1".into()))

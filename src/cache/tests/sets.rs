@@ -111,8 +111,8 @@ fn crash_mid_resign_trusts_nothing() {
 fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
     // Signed {r0, r1}; the engine adds r2; the re-sign crashes after
     // writing some of the new sidecars, before the manifest. r0 and r1
-    // still hold the bytes the committed set records: it is kept whole,
-    // whichever set their sidecars name; r2 is in no committed set.
+    // still hold the bytes the committed set records: it is kept whole;
+    // r2 is in no committed set.
     for written in [vec![2], vec![0], vec![0, 1], vec![0, 2]] {
         let t = tree(2);
         sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
@@ -143,39 +143,88 @@ fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
 }
 
 #[test]
-fn a_manifest_vouches_only_for_sidecars_that_name_it() {
-    // Signed {r0, r1}; a manifest of another root (or an old backup) for
-    // the same launch lists r0 alone, with its very bytes: r0's sidecar
-    // names the set {r0, r1}, so the manifest proves nothing for it, and
-    // nothing is trusted (never the part r0 of r0 + r1).
+fn a_grown_set_writes_the_sidecar_of_its_new_member_only() {
+    // Signed {r0, r1}; the engine adds r2: the sign writes r2's sidecar and
+    // the manifest, and leaves r0's and r1's as they are (the same inode:
+    // not written again).
     let t = tree(2);
     sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
-    let bytes = fs::read(t.path().join(rank(0))).unwrap();
-    let members = vec![Member {
-        path: rank(0),
-        sha256: crate::digest::sha256_hex(&bytes),
-        size: bytes.len() as u64,
-    }];
-    let planted = sidecar::SetManifest {
-        format: crate::SIDECAR_FORMAT,
-        keepwrap: "0.1.0".into(),
-        fingerprint: FP.into(),
-        id: sidecar::set_id(FP, &members),
-        signed_at: 1,
-        members,
+    let ino = |i: u32| {
+        std::os::unix::fs::MetadataExt::ino(
+            &fs::symlink_metadata(t.path().join(sidecar_of(&rank(i)))).unwrap(),
+        )
     };
-    fs::write(
-        manifest_path(t.path()),
-        serde_json::to_vec(&planted).unwrap(),
-    )
-    .unwrap();
+    let before = [ino(0), ino(1)];
+    put(t.path(), &rank(2), &body("r2"));
+    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    assert!(!s.unchanged);
+    assert_eq!(s.signed.len(), 3);
+    assert_eq!([ino(0), ino(1)], before);
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (3, 0), "{logs}");
+}
+
+/// A sidecar of format 2, as keepwrap wrote it before format 3: with the
+/// set it was signed in and the set committed then.
+fn as_format_2(root: &Path, rel: &str, set: &str) {
+    let path = root.join(sidecar_of(rel));
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    v["format"] = 2.into();
+    v["set"] = set.into();
+    v["committed"] = "ab".repeat(32).into();
+    fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn a_set_of_format_2_sidecars_is_kept_and_signed_again_in_format_3() {
+    // An upgrade does not cost a tune: the set ids a format 2 sidecar
+    // carries are not read (the manifest lists the set), whatever they
+    // say; the next sign writes each sidecar again in format 3.
+    let t = tree(2);
+    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    as_format_2(t.path(), &rank(0), &s.set_id);
+    as_format_2(t.path(), &rank(1), &"cd".repeat(32));
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (2, 0), "{logs}");
+    let again = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    assert!(again.unchanged);
+    assert_eq!(again.set_id, s.set_id);
+    for i in 0..2 {
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(i)))).unwrap())
+                .unwrap();
+        assert_eq!(v["format"], 3, "{v}");
+        assert!(
+            v.get("set").is_none() && v.get("committed").is_none(),
+            "{v}"
+        );
+    }
+    let (r, logs) = prune_logged(t.path(), FP);
+    assert_eq!((r.kept.len(), r.removed), (2, 0), "{logs}");
+}
+
+#[test]
+fn a_format_2_sidecar_with_other_bytes_than_the_manifest_fails_the_set() {
+    // The set ids of format 2 vouch for nothing: a sidecar naming the set
+    // but recording other bytes than the manifest lists fails it.
+    let t = tree(2);
+    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    put(t.path(), &rank(0), &body("other"));
+    let bytes = fs::read(t.path().join(rank(0))).unwrap();
+    let path = t.path().join(sidecar_of(&rank(0)));
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    v["sha256"] = crate::digest::sha256_hex(&bytes).into();
+    v["size"] = bytes.len().into();
+    v["stat"] = serde_json::Value::Null;
+    fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    as_format_2(t.path(), &rank(0), &s.set_id);
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
     assert!(
         logs.said(
             "removed",
             &rank(0),
-            "set incomplete (set manifest names another set)"
+            "set incomplete (set manifest records other bytes for this file)"
         ),
         "{logs}"
     );
@@ -197,7 +246,7 @@ fn resolve_sets_cascades_through_other_sets() {
             })
             .collect();
         sidecar::SetManifest {
-            format: crate::SIDECAR_FORMAT,
+            format: crate::SET_FORMAT,
             keepwrap: "t".into(),
             fingerprint: fp.into(),
             id: sidecar::set_id(fp, &members),
@@ -216,8 +265,6 @@ fn resolve_sets_cascades_through_other_sets() {
         size: 1,
         signed_at: 0,
         signed_at_utc: String::new(),
-        set: m.id.clone(),
-        committed: None,
         stat: None,
     };
     let x = mk("d/x.json", &a);

@@ -19,11 +19,14 @@ fn sign_twice_without_change_writes_nothing() {
     assert_eq!(second.set_id, first.set_id);
     assert_eq!(second.signed, first.signed);
     assert_eq!((0..3).map(ino).collect::<Vec<_>>(), before);
-    // a change re-signs every member
+    // a change re-signs the member changed, and the set (its manifest)
     put(t.path(), &rank(1), &body("new"));
     let third = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
     assert!(!third.unchanged);
-    assert!((0..3).all(|i| ino(i) != before[i as usize]));
+    assert_ne!(third.set_id, first.set_id);
+    let after: Vec<u64> = (0..3).map(ino).collect();
+    assert_eq!((after[0], after[2]), (before[0], before[2]));
+    assert_ne!(after[1], before[1]);
     assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 3);
 }
 
@@ -78,7 +81,7 @@ fn sidecar_content() {
     let v: serde_json::Value =
         serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
     let bytes = fs::read(t.path().join(rank(1))).unwrap();
-    assert_eq!(v["format"], 2);
+    assert_eq!(v["format"], 3);
     assert_eq!(v["fingerprint"], FP);
     assert_eq!(v["path"], rank(1));
     assert_eq!(v["sha256"], crate::digest::sha256_hex(&bytes));
@@ -90,7 +93,12 @@ fn sidecar_content() {
         &fs::read(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap(),
     )
     .unwrap();
-    assert_eq!(v["set"], m["id"]);
+    // the set is the manifest's: the sidecar names none
+    assert!(
+        v.get("set").is_none() && v.get("committed").is_none(),
+        "{v}"
+    );
+    assert_eq!(m["format"], 2);
     assert_eq!(m["members"].as_array().unwrap().len(), 2);
     assert_eq!(m["members"][0]["path"], rank(0));
     // the file's identity when hashed, its change time settled

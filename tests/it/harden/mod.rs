@@ -84,8 +84,8 @@ pub struct SetOnDisk {
     pub id: String,
     pub fingerprint: String,
     pub members: Vec<String>,
-    /// Every member present, its bytes matching, its sidecar carrying
-    /// this set: the state prune would trust.
+    /// Every member present, its bytes matching, its sidecar recording
+    /// them for its launch: the state prune would trust.
     pub whole: bool,
     pub why_not: String,
 }
@@ -96,10 +96,13 @@ pub fn manifest(root: &Path, fp: &str) -> Option<serde_json::Value> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// The sets named by the sidecars under `root`, by id, with the members
-/// their launch's manifest lists (none when it names another set).
+/// The sets the sidecars under `root` are in, by id: the set of a
+/// sidecar's launch whose manifest lists its path (a sidecar no manifest
+/// of its launch lists is in no set: keyed `none:<fingerprint>`, never
+/// whole).
 pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
     let mut by_id: BTreeMap<String, SetOnDisk> = BTreeMap::new();
+    let mut listed: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
     for p in sidecar_paths(root) {
         // Only regular files: a planted FIFO may still sit in keepwrap's
         // trash when the launch has ended (the trash is emptied after the
@@ -113,19 +116,34 @@ pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
             continue;
         };
-        let Some(id) = v["set"].as_str() else {
-            continue;
-        };
         let fingerprint = v["fingerprint"].as_str().unwrap_or("").to_string();
-        by_id.entry(id.to_string()).or_insert_with(|| {
-            let m = manifest(root, &fingerprint).filter(|m| m["id"] == id);
-            SetOnDisk {
-                id: id.to_string(),
-                members: m
-                    .as_ref()
-                    .and_then(|m| m["members"].as_array())
-                    .into_iter()
-                    .flatten()
+        let lists = |m: &serde_json::Value| {
+            m["members"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|x| x["path"] == v["path"]))
+        };
+        // A stored set's manifest is its entry's (a flat entry's moved in
+        // with it).
+        let stored = root.join(".keepwrap/store").join(&fingerprint);
+        let m = manifest(root, &fingerprint).filter(lists).or_else(|| {
+            let bytes = std::fs::read(stored.join(".set.json")).ok()?;
+            let m: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            (p.starts_with(&stored) && lists(&m)).then_some(m)
+        });
+        let id = match m.as_ref().and_then(|m| m["id"].as_str()) {
+            Some(id) => id.to_string(),
+            None => format!("none:{fingerprint}"),
+        };
+        by_id.entry(id.clone()).or_insert_with(|| {
+            let members = m
+                .as_ref()
+                .and_then(|m| m["members"].as_array())
+                .cloned()
+                .unwrap_or_default();
+            let set = SetOnDisk {
+                id: id.clone(),
+                members: members
+                    .iter()
                     .map(|m| m["path"].as_str().unwrap_or("").to_string())
                     .collect(),
                 fingerprint,
@@ -135,36 +153,45 @@ pub fn sets(root: &Path) -> BTreeMap<String, SetOnDisk> {
                 } else {
                     "no manifest of this set".into()
                 },
-            }
+            };
+            listed.insert(id, members);
+            set
         });
     }
     for set in by_id.values_mut() {
         if set.why_not.is_empty() {
-            set.why_not = why_not_whole(root, set);
+            set.why_not = why_not_whole(root, set, &listed[&set.id]);
         }
         set.whole = set.why_not.is_empty();
     }
     by_id
 }
 
-fn why_not_whole(root: &Path, set: &SetOnDisk) -> String {
-    for m in &set.members {
-        let file = root.join(m);
+/// Why the set is not one prune would trust: a member (as its manifest
+/// lists it) missing, its sidecar of another launch or recording other
+/// bytes, or its bytes changed.
+fn why_not_whole(root: &Path, set: &SetOnDisk, members: &[serde_json::Value]) -> String {
+    for m in members {
+        let rel = m["path"].as_str().unwrap_or("");
+        let file = root.join(rel);
         let Ok(bytes) = std::fs::read(&file) else {
-            return format!("{m}: missing");
+            return format!("{rel}: missing");
         };
         let side = file.with_extension("launch");
         let Ok(sv) = std::fs::read(&side)
             .map_err(|_| ())
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
         else {
-            return format!("{m}: no readable sidecar");
+            return format!("{rel}: no readable sidecar");
         };
-        if sv["set"] != set.id.as_str() || sv["fingerprint"] != set.fingerprint.as_str() {
-            return format!("{m}: sidecar of another set");
+        if sv["fingerprint"] != set.fingerprint.as_str() {
+            return format!("{rel}: sidecar of another launch");
+        }
+        if sv["sha256"] != m["sha256"] || sv["size"] != m["size"] {
+            return format!("{rel}: sidecar records other bytes");
         }
         if sv["sha256"] != sha256_hex(&bytes).as_str() || sv["size"] != bytes.len() as u64 {
-            return format!("{m}: bytes changed");
+            return format!("{rel}: bytes changed");
         }
     }
     String::new()
@@ -202,20 +229,18 @@ fn one_member_set(fingerprint: &str, rel: &str, bytes: &[u8]) -> (String, u64, S
     (sha, size, id)
 }
 
-/// A well-formed sidecar signing `bytes` at `rel` alone, for `fingerprint`
-/// (its set's manifest: [`forged_manifest`]).
+/// A well-formed sidecar signing `bytes` at `rel` for `fingerprint` (the
+/// manifest of the set of it alone: [`forged_manifest`]).
 pub fn forged_sidecar(fingerprint: &str, rel: &str, bytes: &[u8]) -> serde_json::Value {
-    let (sha, size, id) = one_member_set(fingerprint, rel, bytes);
     serde_json::json!({
-        "format": 2,
+        "format": 3,
         "keepwrap": "0.1.0",
         "fingerprint": fingerprint,
         "path": rel,
-        "sha256": sha,
-        "size": size,
+        "sha256": sha256_hex(bytes),
+        "size": bytes.len(),
         "signed_at": 1,
-        "signed_at_utc": "1970-01-01T00:00:01Z",
-        "set": id
+        "signed_at_utc": "1970-01-01T00:00:01Z"
     })
 }
 
