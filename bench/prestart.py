@@ -14,6 +14,8 @@ minus the same on an empty root (the anchor, measured in the same run):
   the store (the next reuse run brings it back: restore, also shown);
 - remove: every rank file was replaced after signing (same size, other
   bytes): the whole set goes.
+- grow: the engine of a reuse adds a directory of 8 rank files; after its
+  exit the set is signed again (the sidecars of the 8 and the manifest).
 
 And after the engine exits: from its last instruction to keepwrap's exit,
 minus the same on the empty root. Beside each, keepwrap's own reads at the
@@ -230,6 +232,13 @@ def main():
                 calls[("reuse", n)] = strace_count(b, cache)
             if reuse_only:
                 continue
+            grow = []
+            for i in range(runs):
+                grow.append(b.launch(cache, f"write {n + 8 * (i + 1)} {n + 8 * i}"))
+                b.expect(f"signed {n + 8 * (i + 1)} cache files")
+            row("grow (the engine adds 8 rank files)", n, *zip(*grow), anchor)
+            cache = sign(b, n)
+            b.launch(cache)
             stash, restore = [], []
             for _ in range(runs):
                 stash.append(b.launch(cache, variant="b"))

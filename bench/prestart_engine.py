@@ -4,8 +4,8 @@ exit. Nothing in its argv or its environment changes between the launches
 of one run but `--variant` (another fingerprint), so a launch that writes
 the set and the ones that reuse it are the same launch.
 
-    $PRESTART_CTL/mode: "write N" (N rank files, 8 a directory, as FlashInfer
-    saves them: temp file then rename) or "noop"
+    $PRESTART_CTL/mode: "write N [FROM]" (rank files FROM (0) to N, 8 a
+    directory, as FlashInfer saves them: temp file then rename) or "noop"
     writes $PRESTART_CTL/start, /io (keepwrap's /proc/<ppid>/io at that
     moment) and /end (CLOCK_MONOTONIC ns)
 """
@@ -36,9 +36,10 @@ with open(os.path.join(CTL, "mode")) as f:
 
 if mode[0] == "write":
     files = int(mode[1])
+    first = int(mode[2]) if len(mode) > 2 else 0
     root = os.path.join(os.environ["SGLANG_CACHE_DIR"], "flashinfer", "autotune", "0.7.2", "sm121")
     head = '{\n  "_metadata": {\n    "flashinfer_version": "0.7.2",\n    "gpu": "NVIDIA GB10"\n  },\n'
-    for d in range((files + 7) // 8):
+    for d in range(first // 8, (files + 7) // 8):
         key = os.path.join(root, "%016x" % (d + 1))
         os.makedirs(key, exist_ok=True)
         for r in range(min(8, files - d * 8)):
