@@ -417,12 +417,14 @@ pub fn write_manifest(sets: BorrowedFd<'_>, m: &SetManifest) -> io::Result<()> {
     fsx::fsync_dir(sets)
 }
 
-/// Remove the manifest of launch `fingerprint` (its set was evicted).
-pub fn remove_manifest(root: BorrowedFd<'_>, fingerprint: &str) {
-    if !is_sha256_hex(fingerprint) {
+/// Remove the manifest of launch `fingerprint` when it lists the set `id`
+/// (that set was evicted); one of a newer set of the launch (signed in the
+/// tree while the evicted one was stored) stays.
+pub fn remove_manifest(root: BorrowedFd<'_>, fingerprint: &str, id: &str, shape: Shape) {
+    let Ok(sets) = open_sets(root, false) else {
         return;
-    }
-    if let Ok(sets) = open_sets(root, false) {
+    };
+    if read_manifest(Some(sets.as_fd()), fingerprint, shape).is_ok_and(|m| m.id == id) {
         let _ = fsx::unlink_at(sets.as_fd(), manifest_name(fingerprint).as_str());
     }
 }

@@ -125,7 +125,8 @@ impl Store {
             crate::failpoint::hit("store");
         }
         let _ = fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str());
-        cache::remove_manifest(self.root_fd.as_fd(), fp);
+        let set = &e.manifest.set;
+        cache::remove_manifest(self.root_fd.as_fd(), fp, &set.id, e.manifest.shape);
         crate::events::Event::Evicted {
             fingerprint: fp.to_string(),
             files: e.manifest.set.members.len(),

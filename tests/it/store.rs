@@ -634,3 +634,51 @@ fn eviction_runs_after_the_engine_has_started() {
     );
     assert_eq!(store_entries(&root), Vec::<String>::new(), "{}", c.stderr);
 }
+
+#[test]
+fn evicting_a_stale_stored_set_keeps_the_newer_set_of_its_launch_in_the_tree() {
+    // Launch a's set is stored by another launch; a's next boot cannot
+    // restore it (a directory is in the way), tunes another directory and
+    // signs that. Evicting a's stored set must not take the manifest of
+    // the newer set with it: that set is a's, whole, in the tree.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    const D1: &str = "0.7.2/sm121/1111111111111111";
+    const D2: &str = "0.7.2/sm121/2222222222222222";
+    let script = format!(
+        "d={D1}; [ -e second ] && d={D2}; mkdir -p root/$d && printf '{{\"k\": [\"T\", 1]}}' > root/$d/rank_tp0_pp0_dp0.json"
+    );
+    let launch = |script: &str| {
+        let mut c = keepwrap(&root);
+        c.current_dir(t.path())
+            .args(["--done", "exit", "--", "sh", "-c", script]);
+        let b = boot(&mut c);
+        assert_eq!(b.code, 0, "{}", b.stderr);
+        b
+    };
+    assert!(launch(&script).logged_with("signed", json!({"files": 1})));
+    let other = launch("true");
+    assert!(
+        other.logged_with("pruned", json!({"stored": 1})),
+        "{}",
+        other.stderr
+    );
+    std::fs::create_dir_all(root.join(D1).join("rank_tp0_pp0_dp0.json")).unwrap();
+    std::fs::write(t.path().join("second"), "").unwrap();
+    let second = launch(&script);
+    assert!(second.has_event("restore_in_the_way"), "{}", second.stderr);
+    assert!(
+        second.logged_with("signed", json!({"files": 1})),
+        "{}",
+        second.stderr
+    );
+    let evict = output(keepwrap(&root).args(["evict", "--all"]));
+    assert_eq!(evict.code, 0, "{}", evict.stderr);
+    assert!(evict.has_event("evicted"), "{}", evict.stderr);
+    let third = launch(&script);
+    assert!(
+        third.logged_with("pruned", json!({"kept": 1, "removed": 0})),
+        "the set a signed in the tree went with its stale stored set:\n{}",
+        third.stderr
+    );
+}
