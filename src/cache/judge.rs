@@ -124,7 +124,7 @@ impl fmt::Display for Reason {
                 let why = match why {
                     MemberWhy::NotTrusted => "not trusted",
                     MemberWhy::Missing => "missing",
-                    MemberWhy::OtherSet => "signed in another set",
+                    MemberWhy::OtherSet => "signed for another launch",
                     MemberWhy::Dropped => "in an incomplete set",
                     MemberWhy::OtherBytes => "signed with other bytes",
                 };

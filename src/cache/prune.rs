@@ -27,7 +27,7 @@ pub type Stash<'s> = &'s mut dyn FnMut(BorrowedFd<'_>, &ForeignSet) -> io::Resul
 /// verdict: removed, with why.
 pub type Refuse<'r> = &'r dyn Fn(&str) -> Option<String>;
 
-/// Larger sidecars are not read (a sidecar is about 550 bytes).
+/// Larger sidecars are not read (a sidecar is about 470 bytes).
 pub const MAX_SIDECAR: u64 = 64 << 20;
 /// Larger cache files are not read (real ones are KB to a few MB).
 pub const MAX_CACHE_FILE: u64 = 256 << 20;
