@@ -38,8 +38,7 @@ impl Fingerprint {
     /// 64 lowercase hex digits, as keepwrap writes one; None for anything
     /// else, which names no launch.
     pub fn parse(s: &str) -> Option<Fingerprint> {
-        let digit = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-        (s.len() == 64 && s.bytes().all(digit)).then(|| Fingerprint(s.to_string()))
+        is_sha256_hex(s).then(|| Fingerprint(s.to_string()))
     }
 
     /// The 64 hex digits.
@@ -122,6 +121,18 @@ impl fmt::Display for Short<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}...", self.0)
     }
+}
+
+/// Lowercase hex digits only, as keepwrap writes them (an empty slice is).
+pub fn is_lower_hex(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// A sha256 as keepwrap writes one: 64 lowercase hex digits.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && is_lower_hex(s.as_bytes())
 }
 
 #[cfg(test)]

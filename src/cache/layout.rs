@@ -111,12 +111,7 @@ fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
                 && name.starts_with(b"sm")
                 && name[2..].iter().all(u8::is_ascii_digit)
         }
-        2 => {
-            name.len() == 16
-                && name
-                    .iter()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-        }
+        2 => name.len() == 16 && crate::digest::is_lower_hex(name),
         _ => false,
     }
 }

@@ -58,10 +58,7 @@ impl Shape {
 
 /// `<sha256 hex>`: vLLM's folder of one engine configuration.
 pub fn is_hash_dir(name: &[u8]) -> bool {
-    name.len() == 64
-        && name
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    name.len() == 64 && crate::digest::is_lower_hex(name)
 }
 
 /// FlashInfer's `<arch>` level: compute capabilities `_`-joined, each

@@ -206,11 +206,7 @@ impl Member {
     }
 }
 
-pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
+pub use crate::digest::is_sha256_hex;
 
 /// A member path as signed: relative, plain components, and a cache file
 /// of a tree of `shape`.

@@ -515,7 +515,7 @@ fn fetch(
         .ok_or(Miss::Empty)?;
     let head: Head = serde_json::from_slice(&head.bytes)
         .map_err(|e| bad(head_key, format!("not a HEAD ({e})")))?;
-    if head.format != FORMAT || !is_sha256(&head.set) {
+    if head.format != FORMAT || !cache::is_sha256_hex(&head.set) {
         return Err(bad(head_key, "not a HEAD of format 1 naming a set".into()));
     }
     let set_key = format!("{sets}{}.json", head.set);
@@ -618,12 +618,6 @@ fn boot_id(
     ))
 }
 
-fn is_sha256(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// A manifest's files: at least one, at most [`MAX_FILES`], sorted and
 /// unique paths, each a cache file path, sizes within the cache file limit.
 fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
@@ -641,7 +635,7 @@ fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
         if crate::share::checked_path(&f.path, shape).is_none() {
             return Err(format!("'{}' is not a cache file path", f.path));
         }
-        if !is_sha256(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
+        if !cache::is_sha256_hex(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
             return Err(format!("'{}' has no sha256 or is too large", f.path));
         }
     }
