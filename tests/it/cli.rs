@@ -832,6 +832,15 @@ fn help_and_version_say_what_they_should() {
         f.stdout
     };
     assert_eq!(out(&["-V"]), out(&["--version"]));
+    // The version names the sidecar format it writes.
+    assert_eq!(
+        out(&["--version"]).join("\n").trim(),
+        format!(
+            "keepwrap {} (sidecar format {})",
+            env!("CARGO_PKG_VERSION"),
+            keepwrap::SIDECAR_FORMAT
+        )
+    );
     // Each subcommand's help starts with what it does.
     let top = out(&["--help"]).join("\n");
     for sub in [
