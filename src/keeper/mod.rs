@@ -109,7 +109,7 @@ impl Keeper {
         };
         let now = Instant::now();
         let rule = match &self.done {
-            Done::Health(endpoint) => {
+            Done::Health(endpoint) | Done::HeadHealth(endpoint) => {
                 self.probe = Some(Probe::new(
                     endpoint.clone(),
                     self.probe_interval,
@@ -118,18 +118,8 @@ impl Keeper {
                 ));
                 Rule::Health
             }
-            Done::Quiet(d) => Rule::Quiet(*d),
+            Done::Quiet(d) | Done::RankFiles(_, d) => Rule::Quiet(*d),
             Done::Exit => Rule::Exit,
-            Done::HeadHealth(endpoint) => {
-                self.probe = Some(Probe::new(
-                    endpoint.clone(),
-                    self.probe_interval,
-                    self.probe_timeout,
-                    now,
-                ));
-                Rule::Health
-            }
-            Done::RankFiles(_, d) => Rule::Quiet(*d),
         };
         let policy = match &self.done {
             Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
