@@ -234,29 +234,28 @@ impl Store {
         root_fd: OwnedFd,
         state: OwnedFd,
     ) -> io::Result<Store> {
-        let store = fsx::open_state_dir_at(state.as_fd(), "store", Some(DIR_MODE))?;
-        let launches = fsx::open_state_dir_at(state.as_fd(), "launches", Some(DIR_MODE))?;
-        Ok(Store {
-            root: root.to_path_buf(),
-            shape,
-            root_fd,
-            state,
-            store,
-            launches,
-            sets: std::cell::OnceCell::new(),
-            updir: std::cell::RefCell::new(None),
-            unsynced: std::cell::Cell::new(false),
-            leftover: std::cell::RefCell::default(),
-        })
+        Store::with_dirs(root, shape, root_fd, state, Some(DIR_MODE))
     }
 
     /// Open an existing store read-only; None when there is none.
     pub fn open_existing(root: &Path, shape: Shape) -> Option<Store> {
         let root_fd = fsx::open_root(root).ok()?;
         let state = fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, None).ok()?;
-        let store = fsx::open_state_dir_at(state.as_fd(), "store", None).ok()?;
-        let launches = fsx::open_state_dir_at(state.as_fd(), "launches", None).ok()?;
-        Some(Store {
+        Store::with_dirs(root, shape, root_fd, state, None).ok()
+    }
+
+    /// The store of `state` (`.keepwrap`), its directories opened (created
+    /// with `mode`).
+    fn with_dirs(
+        root: &Path,
+        shape: Shape,
+        root_fd: OwnedFd,
+        state: OwnedFd,
+        mode: Option<u32>,
+    ) -> io::Result<Store> {
+        let store = fsx::open_state_dir_at(state.as_fd(), "store", mode)?;
+        let launches = fsx::open_state_dir_at(state.as_fd(), "launches", mode)?;
+        Ok(Store {
             root: root.to_path_buf(),
             shape,
             root_fd,
