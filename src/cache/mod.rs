@@ -132,30 +132,6 @@ pub fn is_cache_file(rel: &Path, shape: Shape) -> bool {
     false
 }
 
-/// Remove every cache file this launch must not load; log one line per
-/// decision and one summary line. A missing root gives an empty report.
-/// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
-/// (all signals blocked in it) started before returning.
-pub fn prune(root: &Path, shape: Shape, fingerprint: &Fingerprint) -> io::Result<PruneReport> {
-    prune::prune(root, shape, fingerprint, Empty::Background, None, None).map(|(r, _)| r)
-}
-
-/// [`prune`], with the trash emptied before returning when `background` is
-/// false (tests; a one-shot `keepwrap prune` command).
-pub fn prune_with(
-    root: &Path,
-    shape: Shape,
-    fingerprint: &Fingerprint,
-    background: bool,
-) -> io::Result<PruneReport> {
-    let empty = if background {
-        Empty::Background
-    } else {
-        Empty::Now
-    };
-    prune::prune(root, shape, fingerprint, empty, None, None).map(|(r, _)| r)
-}
-
 /// A whole set signed for another launch, still in place, to be stored.
 #[derive(Debug, Clone)]
 pub struct ForeignSet {
@@ -194,10 +170,14 @@ impl FileId {
     }
 }
 
-/// [`prune`], except that every whole set signed for another launch is
-/// handed to `stash` (which moves it out of the tree, or fails with every
-/// member back in place, and then they are removed), each member logged as
-/// `stored <path>: signed for another launch (fingerprint ...)`.
+/// Remove every cache file this launch must not load; log one line per
+/// decision and one summary line. A missing root gives an empty report.
+/// What went to `<root>/.keepwrap/trash/` is deleted by a background thread
+/// (all signals blocked in it) started before returning. Every whole set
+/// signed for another launch is handed to `stash` (which moves it out of
+/// the tree, or fails with every member back in place, and then they are
+/// removed), each member logged as `stored <path>: signed for another
+/// launch (fingerprint ...)`.
 pub fn prune_stashing(
     root: &Path,
     shape: Shape,
@@ -215,7 +195,7 @@ pub fn prune_stashing(
     .map(|(r, _)| r)
 }
 
-/// [`prune`] (with `stash`, [`prune_stashing`]), the trash left for the
+/// [`prune_stashing`] (its `stash` optional), the trash left for the
 /// returned job to empty: a launch runs it once the engine has started, so
 /// that the engine never waits for blocks to be freed. A job dropped
 /// without running empties the trash in a background thread. Files signed

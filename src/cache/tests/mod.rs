@@ -170,7 +170,15 @@ fn fingerprint(fp: &str) -> crate::digest::Fingerprint {
 
 /// Prune with the trash emptied before returning.
 fn prune(root: &Path, fp: &str) -> std::io::Result<PruneReport> {
-    prune_with(root, Shape::Sglang, &fingerprint(fp), false)
+    super::prune::prune(
+        root,
+        Shape::Sglang,
+        &fingerprint(fp),
+        Empty::Now,
+        None,
+        None,
+    )
+    .map(|(r, _)| r)
 }
 
 fn exists(root: &Path, rel: &str) -> bool {
