@@ -67,19 +67,6 @@ pub fn open_state_dir_at(
     Ok(fd)
 }
 
-/// `<root>/.keepwrap/<sub>` (`sub` a single name, or empty for
-/// `.keepwrap` itself), created when missing, each level opened as
-/// [`open_state_dir_at`] opens it. The root itself may be a symlink (the
-/// user's choice of disk).
-pub fn state_dir(root: &Path, sub: &str) -> io::Result<OwnedFd> {
-    let root = open_root(root)?;
-    let state = open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755))?;
-    if sub.is_empty() {
-        return Ok(state);
-    }
-    open_state_dir_at(state.as_fd(), sub, Some(0o755))
-}
-
 /// Read the state file `name` of `dir`, at most `max` bytes: `Ok(None)` when
 /// there is none. A symlink (never followed), a FIFO, a device or a
 /// directory (never opened in a blocking way), or a larger file, is an

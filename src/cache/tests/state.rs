@@ -76,7 +76,8 @@ fn state_directories_are_never_a_symlink_nor_writable_by_another_user() {
     );
     // Through a symlinked .keepwrap nothing is created.
     std::os::unix::fs::symlink("elsewhere", t.path().join(crate::STATE_DIR)).unwrap();
-    assert!(fsx::state_dir(t.path(), "running").is_err());
+    let root = fsx::open_root(t.path()).unwrap();
+    assert!(fsx::open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755)).is_err());
     assert_eq!(fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
 }
 

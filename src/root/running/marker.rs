@@ -6,7 +6,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{fcntl, openat, FcntlArg, FdFlag, OFlag};
@@ -60,14 +59,8 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// Open (creating) `<root>/.keepwrap/running`, never through a symlink.
-    pub fn open(root: &Path) -> io::Result<Runs> {
-        let dir = fsx::state_dir(root, RUNNING_DIR)?;
-        Ok(Runs { dir })
-    }
-
-    /// [`Runs::open`] below the state directory `state` (`<root>/.keepwrap`)
-    /// already open.
+    /// Open (creating) `running` below the state directory `state`
+    /// (`<root>/.keepwrap`), never through a symlink.
     pub fn open_in(state: BorrowedFd<'_>) -> io::Result<Runs> {
         let dir = fsx::open_state_dir_at(state, RUNNING_DIR, Some(0o755))?;
         Ok(Runs { dir })

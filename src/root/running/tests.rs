@@ -8,6 +8,13 @@ use super::marker::{line, lock_byte, ALIVE_BYTE};
 use super::seen::{parse, rank_values};
 use super::*;
 
+/// The markers directory of `root`, created.
+fn runs(root: &Path) -> std::io::Result<Runs> {
+    let root = crate::cache::fsx::open_root(root)?;
+    let state = crate::cache::fsx::open_state_dir_at(root.as_fd(), crate::STATE_DIR, Some(0o755))?;
+    Runs::open_in(state.as_fd())
+}
+
 /// `fp`: a fingerprint in full, or a label standing for one.
 fn id(fp: &str, peer: &str, rank: &str) -> Identity {
     use crate::digest::Fingerprint;
@@ -145,11 +152,11 @@ fn rank_flags_in_both_spellings() {
 fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
     let root = tempfile::tempdir().unwrap();
     let me = id(&"f".repeat(64), &"b".repeat(64), "-");
-    let m = Runs::open(root.path())
+    let m = runs(root.path())
         .unwrap()
         .register(&me, State::Tuning)
         .unwrap();
-    let runs = Runs::open(root.path()).unwrap();
+    let runs = runs(root.path()).unwrap();
     let seen = runs.scan();
     assert_eq!(seen.len(), 1);
     assert_eq!(
@@ -177,7 +184,7 @@ fn a_marker_written_over_a_longer_spare_holds_its_own_line_only() {
     let long = id(&"f".repeat(64), &"b".repeat(64), &"node-rank=7,".repeat(20));
     let short = id(&"e".repeat(64), &"c".repeat(64), "-");
     let register = |i: &Identity| {
-        Runs::open(root.path())
+        runs(root.path())
             .unwrap()
             .register(i, State::Tuning)
             .unwrap()
@@ -189,7 +196,7 @@ fn a_marker_written_over_a_longer_spare_holds_its_own_line_only() {
     assert!(text.len() < left.len(), "the spare held the longer line");
     let started: u128 = m.name.split('-').nth(1).unwrap().parse().unwrap();
     assert_eq!(text, line(State::Tuning, &short, started));
-    let seen = Runs::open(root.path()).unwrap().scan();
+    let seen = runs(root.path()).unwrap().scan();
     assert_eq!((seen.len(), &seen[0].id), (1, &short));
     // And the other way: a longer line over a shorter spare.
     drop(m);
@@ -217,7 +224,7 @@ fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
     let dir = root.path().join(".keepwrap/running");
     let me = id(&"f".repeat(64), &"b".repeat(64), "-");
     let register = || {
-        Runs::open(root.path())
+        runs(root.path())
             .unwrap()
             .register(&me, State::Tuning)
             .unwrap()
@@ -228,7 +235,7 @@ fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
     let m = register();
     assert_eq!(names(&dir), std::slice::from_ref(&m.name));
     assert_eq!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
-    let seen = Runs::open(root.path()).unwrap().scan();
+    let seen = runs(root.path()).unwrap().scan();
     assert_eq!(
         (seen.len(), seen[0].life, seen[0].state),
         (1, Life::Alive, State::Tuning)
@@ -244,7 +251,7 @@ fn the_next_launch_takes_the_spare_file_unless_something_still_locks_it() {
     let m = register();
     assert_eq!(names(&dir), std::slice::from_ref(&m.name));
     assert_ne!(std::fs::metadata(dir.join(&m.name)).unwrap().ino(), spare);
-    assert_eq!(Runs::open(root.path()).unwrap().scan()[0].life, Life::Alive);
+    assert_eq!(runs(root.path()).unwrap().scan()[0].life, Life::Alive);
     drop(m);
     drop(straggler);
 }
@@ -328,18 +335,18 @@ fn a_launch_started_beside_another_sees_it_as_long_as_it_lives_even_once_it_ende
     let root = tempfile::tempdir().unwrap();
     let a_id = id(&"a".repeat(64), &"a".repeat(64), "-");
     let b_id = id(&"b".repeat(64), &"b".repeat(64), "-");
-    let a = Runs::open(root.path())
+    let a = runs(root.path())
         .unwrap()
         .register(&a_id, State::Tuning)
         .unwrap();
     a.mark_done();
-    let seen = Runs::open(root.path()).unwrap().scan();
+    let seen = runs(root.path()).unwrap().scan();
     let v = verdict(&b_id, &seen);
     let Verdict::Beside(list) = &v else {
         panic!("{v:?}")
     };
     let beside: Vec<Seen> = list.iter().map(|s| (*s).clone()).collect();
-    let mut b = Runs::open(root.path())
+    let mut b = runs(root.path())
         .unwrap()
         .register(&b_id, State::Tuning)
         .unwrap();
@@ -349,7 +356,7 @@ fn a_launch_started_beside_another_sees_it_as_long_as_it_lives_even_once_it_ende
     assert_eq!((live[0].life, &live[0].id), (Life::Alive, &a_id));
     // A ends (started before B: nobody needs its marker, it is removed).
     drop(a);
-    assert!(Runs::open(root.path())
+    assert!(runs(root.path())
         .unwrap()
         .scan()
         .iter()
