@@ -182,22 +182,9 @@ impl Stats {
     /// never blocked on), larger than 1 MiB or not valid is ignored with one
     /// warning, and counting starts again.
     pub fn load(state: BorrowedFd<'_>) -> Stats {
-        use crate::cache::fsx;
         let shown = format!("{}/{FILE}", crate::STATE_DIR);
         let then = "statistics start again";
-        match fsx::read_state_file(state, FILE, 1 << 20) {
-            Ok(None) => Stats::default(),
-            Ok(Some(buf)) => serde_json::from_slice(&buf).unwrap_or_else(|e| {
-                let e =
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not valid: {e}"));
-                fsx::warn_state_file(&shown, &e, then);
-                Stats::default()
-            }),
-            Err(e) => {
-                fsx::warn_state_file(&shown, &e, then);
-                Stats::default()
-            }
-        }
+        crate::cache::fsx::read_state_json(state, &shown, FILE, 1 << 20, then).unwrap_or_default()
     }
 
     /// Replace the file (atomically, not fsynced: see the module docs).

@@ -184,25 +184,7 @@ pub(super) fn read_json<T: for<'de> Deserialize<'de>>(
     name: &str,
     max: u64,
 ) -> Option<T> {
-    let warn =
-        |e: &io::Error| fsx::warn_state_file(&format!("{shown}/{name}"), e, "it is not used");
-    let buf = match fsx::read_state_file(dir, name, max) {
-        Ok(buf) => buf?,
-        Err(e) => {
-            warn(&e);
-            return None;
-        }
-    };
-    match serde_json::from_slice(&buf) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            warn(&io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("not valid: {e}"),
-            ));
-            None
-        }
-    }
+    fsx::read_state_json(dir, &format!("{shown}/{name}"), name, max, "it is not used")
 }
 
 pub(super) fn write_json<T: Serialize>(

@@ -111,6 +111,34 @@ pub fn open_state_file_rw<P: ?Sized + nix::NixPath>(
     Ok(File::from(fd))
 }
 
+/// Read the JSON state file `name` of `dir` (`shown`: the file for the
+/// log), at most `max` bytes. None when there is none; one that is not a
+/// regular file, too large or not valid JSON is ignored with one warning
+/// saying what follows (`then`).
+pub fn read_state_json<T: for<'de> serde::Deserialize<'de>>(
+    dir: BorrowedFd<'_>,
+    shown: &str,
+    name: &str,
+    max: u64,
+    then: &str,
+) -> Option<T> {
+    let buf = match read_state_file(dir, name, max) {
+        Ok(buf) => buf?,
+        Err(e) => {
+            warn_state_file(shown, &e, then);
+            return None;
+        }
+    };
+    match serde_json::from_slice(&buf) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let e = io::Error::new(io::ErrorKind::InvalidData, format!("not valid: {e}"));
+            warn_state_file(shown, &e, then);
+            None
+        }
+    }
+}
+
 /// Log, once per process and path, that the state file `shown` (relative
 /// to the root, e.g. `.keepwrap/stats.json`) cannot be used, and what the
 /// launch does instead.
