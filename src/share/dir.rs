@@ -3,11 +3,8 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
-
-use nix::errno::Errno;
-use nix::sys::stat::{mkdirat, Mode};
 
 use crate::cache::{self, fsx, Shape};
 use crate::unify::RankId;
@@ -38,20 +35,8 @@ pub(crate) fn checked_path(path: &str, shape: Shape) -> Option<(&str, &str)> {
 /// Open (creating as needed) the directory `rel` below `base`, one component
 /// at a time, never following a symlink.
 pub(crate) fn mkdirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
-    let mut cur = base.try_clone_to_owned()?;
-    for comp in rel.split('/').filter(|c| !c.is_empty()) {
-        match mkdirat(cur.as_fd(), comp, Mode::from_bits_truncate(0o755)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => {
-                return Err(io::Error::new(
-                    io::Error::from(e).kind(),
-                    format!("mkdir {comp}: {e}"),
-                ))
-            }
-        }
-        cur = fsx::open_dir_at(cur.as_fd(), comp)?;
-    }
-    Ok(cur)
+    fsx::ensure_dir_path(base, Path::new(rel), 0o755)
+        .map_err(|e| io::Error::new(e.kind(), format!("mkdir {rel}: {e}")))
 }
 
 /// Open the share directory itself (a final symlink is followed, as for the
