@@ -502,13 +502,7 @@ fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
     let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
     let root_fd = fsx::open_root(root)?;
     let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
-    let tmp = fsx::write_temp_at(dfd.as_fd(), bytes, 0o644, true)?;
-    let target = std::ffi::CString::new(name)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL in a name"))?;
-    let linked = fsx::link_onto_at(dfd.as_fd(), &tmp, &target);
-    let _ = fsx::unlink_at(dfd.as_fd(), tmp.as_slice());
-    linked?;
-    fsx::fsync_dir(dfd.as_fd())
+    fsx::write_linked_at(dfd.as_fd(), bytes, 0o644, &[name], || {})
 }
 
 /// vLLM's default API port.

@@ -16,8 +16,8 @@ use crate::stops::Stopped;
 use crate::unify::{Outcome, RankId};
 
 use super::{
-    bounded, collect, cstring, gather, mkdirs, node_of, publish_to, remove_old, report_incomplete,
-    DirUnion, Gathered, Node, Publication, Settings,
+    bounded, collect, gather, mkdirs, node_of, publish_to, remove_old, report_incomplete, DirUnion,
+    Gathered, Node, Publication, Settings,
 };
 
 /// The share of one launch.
@@ -317,15 +317,7 @@ fn apply(root: &Path, d: &DirUnion) -> usize {
         }
         // The union written once, every stale rank path a hard link to it
         // (as unify does).
-        let union = fsx::write_temp_at(dfd.as_fd(), &u.bytes, 0o644, true)
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", stale[0])))?;
-        let linked = stale.iter().try_for_each(|name| {
-            fsx::link_onto_at(dfd.as_fd(), &union, &cstring(name)?)
-                .map_err(|e| io::Error::new(e.kind(), format!("writing {name}: {e}")))
-        });
-        let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
-        linked?;
-        fsx::fsync_dir(dfd.as_fd())?;
+        fsx::write_linked_at(dfd.as_fd(), &u.bytes, 0o644, &stale, || {})?;
         Ok(stale.len())
     })();
     match res {

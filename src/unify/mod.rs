@@ -28,7 +28,6 @@
 //! Keys are compared as real strings: UTF-8 byte order is code point order.
 
 use std::collections::BTreeMap;
-use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -152,21 +152,10 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
     // that path a new inode and leaves the others' alone. One fsync of the
     // directory for all the renames.
     let mode = modes.iter().fold(0o7777, |a, m| a & m);
-    let union = fsx::write_temp_at(dfd.as_fd(), &unified.bytes, mode, true)
-        .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", files[0].name)))?;
-    let mut name_buf = Vec::new();
-    let linked = files.iter().try_for_each(|file| {
-        name_buf.clear();
-        name_buf.extend_from_slice(file.name.as_bytes());
-        name_buf.push(0);
-        let cname = CStr::from_bytes_with_nul(&name_buf).map_err(io::Error::other)?;
-        fsx::link_onto_at(dfd.as_fd(), &union, cname)
-            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", file.name)))
-            .map(|()| crate::failpoint::hit("unify"))
-    });
-    let _ = fsx::unlink_at(dfd.as_fd(), union.as_slice());
-    linked?;
-    fsx::fsync_dir(dfd.as_fd())?;
+    let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    fsx::write_linked_at(dfd.as_fd(), &unified.bytes, mode, &names, || {
+        crate::failpoint::hit("unify")
+    })?;
     crate::events::Event::Unified {
         dir: dir.display().to_string(),
         files: files.len(),

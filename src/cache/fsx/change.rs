@@ -194,6 +194,38 @@ pub fn link_onto_at(dir: BorrowedFd<'_>, from: &[u8], name: &CStr) -> io::Result
     res
 }
 
+/// Write `bytes` once (a temp file of `dir`, mode `mode`, fsynced), make
+/// each of `names` in `dir` a hard link to it ([`link_onto_at`]: each
+/// atomically), `each` run after each link, then remove the temp file and
+/// fsync `dir` once. An error names the file it was writing.
+pub fn write_linked_at<S: AsRef<str>>(
+    dir: BorrowedFd<'_>,
+    bytes: &[u8],
+    mode: u32,
+    names: &[S],
+    mut each: impl FnMut(),
+) -> io::Result<()> {
+    let writing =
+        |name: &str, e: io::Error| io::Error::new(e.kind(), format!("writing {name}: {e}"));
+    let first = names.first().map_or("", |n| n.as_ref());
+    let file = write_temp_at(dir, bytes, mode, true).map_err(|e| writing(first, e))?;
+    let linked = names.iter().try_for_each(|name| -> io::Result<()> {
+        let name = name.as_ref();
+        let cname = std::ffi::CString::new(name).map_err(|_| {
+            writing(
+                name,
+                io::Error::new(io::ErrorKind::InvalidInput, "a NUL in its name"),
+            )
+        })?;
+        link_onto_at(dir, &file, &cname).map_err(|e| writing(name, e))?;
+        each();
+        Ok(())
+    });
+    let _ = unlink_at(dir, file.as_slice());
+    linked?;
+    fsync_dir(dir)
+}
+
 /// Create directory `name` in `dir` (`mkdirat`); an existing directory (not
 /// a symlink to one) is fine. Returns it opened, no symlink followed.
 pub fn mkdir_open_at<P: ?Sized + nix::NixPath>(
