@@ -112,7 +112,7 @@ impl Store {
     /// Delete what [`Store::evict`] moved out of the store.
     pub fn remove_evicted(&self, evicted: Evicted) {
         for name in evicted.trash {
-            let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+            fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
         }
     }
 
@@ -156,7 +156,7 @@ impl Store {
         entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
         for (used, e) in &entries {
             if let Some(trash) = self.evict_entry(e, *used, now, why) {
-                let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+                fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
             }
         }
         entries.into_iter().map(|(_, e)| e).collect()

@@ -198,7 +198,7 @@ impl Store {
                 }
                 .emit();
             }
-            let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+            fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             return;
         };
         if man.flat {
@@ -215,7 +215,7 @@ impl Store {
                 }
                 .emit(),
             }
-            let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+            fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
             let _ = fsx::fsync_dir(self.store.as_fd());
             return;
         }
@@ -242,7 +242,7 @@ impl Store {
                 .emit(),
             }
         }
-        let _ = fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
+        fsx::remove_tree_at(self.store.as_fd(), name.as_bytes());
         let _ = fsx::fsync_dir(self.store.as_fd());
     }
 
@@ -357,7 +357,7 @@ impl Store {
         let shown = format!("{STATE_DIR}/{name}");
         let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
             // Every member moved out: only the empty directories are left.
-            let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+            fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
             return;
         };
         if man.flat {
@@ -369,7 +369,7 @@ impl Store {
                         files: k,
                     }
                     .emit();
-                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
@@ -392,7 +392,7 @@ impl Store {
                         files: k,
                     }
                     .emit();
-                    let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                    fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
                     let _ = fsx::fsync_dir(self.state.as_fd());
                     return;
                 }
@@ -452,7 +452,7 @@ impl Store {
                 let _ = fsx::fsync_dir(self.store.as_fd());
             }
             Err(_) => {
-                let _ = fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
+                fsx::remove_tree_at(self.state.as_fd(), name.as_bytes());
             }
         }
         let _ = fsx::fsync_dir(self.state.as_fd());

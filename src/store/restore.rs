@@ -191,7 +191,7 @@ impl Store {
                 self.unrestore(&restoring, &man);
                 return None;
             }
-            let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
+            fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
             self.unsynced.set(true);
             self.sync();
             return Some(Restored::of(&man));
@@ -217,7 +217,7 @@ impl Store {
         drop(dir);
         self.unsynced.set(true);
         self.sync();
-        let _ = fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
+        fsx::remove_tree_at(self.state.as_fd(), restoring.as_bytes());
         Some(Restored::of(&man))
     }
 
@@ -322,7 +322,7 @@ impl Store {
     /// Delete the entry of `fp` (atomically gone: renamed to trash first).
     pub(super) fn delete_entry(&self, fp: &str) {
         if let Some(trash) = self.trash_entry(fp) {
-            let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+            fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
         }
     }
 

@@ -59,7 +59,7 @@ impl Store {
             // rest file by file.
             self.move_out_whole(root, dir.as_fd(), set);
             let _ = move_members(to, from, &man.set.members);
-            let _ = fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
+            fsx::remove_tree_at(self.store.as_fd(), staging.as_bytes());
             return Err(e);
         }
         Ok(())
@@ -274,7 +274,7 @@ impl Store {
             let inside = fsx::open_dir_at(self.store.as_fd(), at)
                 .is_ok_and(|d| fsx::exists_at(d.as_fd(), MANIFEST));
             let _ = self.unstage_flat(self.store.as_fd(), at, &man, inside);
-            let _ = fsx::remove_tree_at(self.store.as_fd(), at.as_bytes());
+            fsx::remove_tree_at(self.store.as_fd(), at.as_bytes());
             return Err(e);
         }
         Ok(())
@@ -310,7 +310,7 @@ impl Store {
                 }
                 .emit();
                 crate::failpoint::hit("store");
-                let _ = fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
+                fsx::remove_tree_at(self.state.as_fd(), trash.as_bytes());
                 fsx::rename_noreplace(self.store.as_fd(), staging, self.store.as_fd(), fp)?;
             }
             res => res?,

@@ -26,50 +26,27 @@ pub fn rename_at<P1: ?Sized + nix::NixPath, P2: ?Sized + nix::NixPath>(
 /// following a symlink. Returns how many entries were removed; errors are
 /// logged by `on_err(name, error)` and skipped.
 pub fn remove_contents(dir: BorrowedFd<'_>, on_err: &mut dyn FnMut(&[u8], &io::Error)) -> usize {
-    let mut removed = 0;
-    let names: Vec<(Vec<u8>, bool)> = match dir.try_clone_to_owned().and_then(|fd| {
-        let mut d = nix::dir::Dir::from_fd(fd).map_err(err)?;
-        Ok(d.iter()
-            .filter_map(|e| e.ok())
-            .map(|e| {
-                (
-                    e.file_name().to_bytes().to_vec(),
-                    e.file_type() == Some(nix::dir::Type::Directory),
-                )
-            })
-            .filter(|(n, _)| n != b"." && n != b"..")
-            .collect())
-    }) {
-        Ok(n) => n,
+    let names = match list_dir(dir) {
+        Ok(names) => names,
         Err(e) => {
             on_err(b".", &e);
             return 0;
         }
     };
-    for (name, is_dir) in names {
-        if is_dir {
+    let mut removed = 0;
+    for (name, kind) in names {
+        let flag = if kind == Kind::Dir {
             match open_dir_at(dir, name.as_slice()) {
                 Ok(sub) => removed += remove_contents(sub.as_fd(), on_err),
                 Err(e) => on_err(&name, &e),
             }
-            match unlinkat(dir, name.as_slice(), UnlinkatFlags::RemoveDir) {
-                Ok(()) | Err(Errno::ENOENT) => removed += 1,
-                Err(e) => on_err(&name, &err(e)),
-            }
+            UnlinkatFlags::RemoveDir
         } else {
-            match unlinkat(dir, name.as_slice(), UnlinkatFlags::NoRemoveDir) {
-                Ok(()) | Err(Errno::ENOENT) => removed += 1,
-                Err(Errno::EISDIR) => {
-                    // d_type unknown: a directory after all
-                    if let Ok(sub) = open_dir_at(dir, name.as_slice()) {
-                        removed += remove_contents(sub.as_fd(), on_err);
-                    }
-                    if let Err(e) = unlinkat(dir, name.as_slice(), UnlinkatFlags::RemoveDir) {
-                        on_err(&name, &err(e));
-                    }
-                }
-                Err(e) => on_err(&name, &err(e)),
-            }
+            UnlinkatFlags::NoRemoveDir
+        };
+        match unlinkat(dir, name.as_slice(), flag) {
+            Ok(()) | Err(Errno::ENOENT) => removed += 1,
+            Err(e) => on_err(&name, &err(e)),
         }
     }
     removed
@@ -278,25 +255,19 @@ pub fn exists_at<P: ?Sized + nix::NixPath>(dir: BorrowedFd<'_>, name: &P) -> boo
     lstat_at(dir, name).is_ok()
 }
 
-/// Remove `name` in `dir` and everything below it, never following a
-/// symlink. A missing entry is not an error.
-pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
-    let st = match lstat_at(dir, name) {
-        Ok(st) => st,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
+/// Remove `name` of `dir`: a file or symlink, or a directory with
+/// everything in it, never following a symlink. What cannot be removed
+/// stays (a missing `name` is fine).
+pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) {
+    let Ok(st) = lstat_at(dir, name) else { return };
     if Kind::from_mode(st.st_mode) != Kind::Dir {
-        return unlink_at(dir, name);
+        let _ = unlink_at(dir, name);
+        return;
     }
-    let sub = open_dir_at(dir, name)?;
-    for (child, _) in list_dir(sub.as_fd())? {
-        remove_tree_at(sub.as_fd(), &child)?;
+    if let Ok(sub) = open_dir_at(dir, name) {
+        remove_contents(sub.as_fd(), &mut |_, _| {});
     }
-    match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(e) => Err(err(e)),
-    }
+    let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
 }
 
 /// A relative path `a/b/c` as its parent `a/b` and its name `c` (the
