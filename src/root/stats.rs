@@ -141,32 +141,8 @@ pub fn credit_boot(
 /// through a symlink, never a file with another link or of another user)
 /// and swap it with the statistics file; the first time, rename it there.
 fn swap_in(state: BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::{fstat, Mode, SFlag};
-    use std::os::unix::fs::FileExt;
-    let fd = openat(
-        state,
-        SPARE,
-        OFlag::O_WRONLY
-            | OFlag::O_CREAT
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )?;
-    let st = fstat(&fd)?;
-    let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
-    if !regular || st.st_nlink != 1 || st.st_uid != nix::unistd::geteuid().as_raw() {
-        return Err(std::io::Error::other("not a spare statistics file"));
-    }
-    let file = std::fs::File::from(fd);
-    file.write_all_at(bytes, 0)?;
-    // Cut only what is left of longer counts (counts mostly grow; a
-    // truncation costs ten writes).
-    if st.st_size > bytes.len() as i64 {
-        file.set_len(bytes.len() as u64)?;
-    }
+    let (file, size) = crate::cache::fsx::open_spare_at(state, SPARE, true)?;
+    crate::cache::fsx::overwrite(&file, bytes, size)?;
     drop(file);
     match crate::sys::renameat2_exchange(state, SPARE, c"stats.json") {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -111,6 +111,42 @@ pub fn open_state_file_rw<P: ?Sized + nix::NixPath>(
     Ok(File::from(fd))
 }
 
+/// Open the spare file `name` of `dir` (a state file kept to be written
+/// again instead of creating an inode), created (mode 0644) first with
+/// `create`: never through a symlink, never blocking on a FIFO, and only a
+/// regular file of this user with no other link. The file, and its size.
+pub fn open_spare_at<P: ?Sized + nix::NixPath>(
+    dir: BorrowedFd<'_>,
+    name: &P,
+    create: bool,
+) -> io::Result<(File, u64)> {
+    let mut flags =
+        OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    if create {
+        flags |= OFlag::O_CREAT;
+    }
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o644));
+    let (fd, st) = regular_or_refuse(fd, ", not a spare file")?;
+    if st.st_nlink != 1 || st.st_uid != nix::unistd::geteuid().as_raw() {
+        return Err(io::Error::other(
+            "not a spare file (another link, or another user's)",
+        ));
+    }
+    Ok((File::from(fd), st.st_size.max(0) as u64))
+}
+
+/// Write `bytes` over `file` from its start; what is left of its old
+/// content (`size` bytes) is cut only when longer (a truncation costs ten
+/// writes).
+pub fn overwrite(file: &File, bytes: &[u8], size: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(bytes, 0)?;
+    if size > bytes.len() as u64 {
+        file.set_len(bytes.len() as u64)?;
+    }
+    Ok(())
+}
+
 /// Read the JSON state file `name` of `dir` (`shown`: the file for the
 /// log), at most `max` bytes. None when there is none; one that is not a
 /// regular file, too large or not valid JSON is ignored with one warning

@@ -128,11 +128,7 @@ impl Runs {
             // Over the spare's old line, which is cut only when longer (a
             // truncation costs ten writes): the file is renamed into view
             // only once it holds exactly this line.
-            let line = line(state, id, started);
-            shared.write_all_at(&line, 0)?;
-            if size > line.len() as u64 {
-                shared.set_len(line.len() as u64)?;
-            }
+            fsx::overwrite(&shared, &line(state, id, started), size)?;
             fsx::rename_at(self.dir.as_fd(), tmp.as_str(), name.as_str())?;
             Ok(own)
         })();
@@ -167,26 +163,9 @@ const SPARE: &std::ffi::CStr = c".spare";
 /// it is removed and None.
 fn claim_spare(dir: BorrowedFd<'_>, tmp: &str) -> Option<(File, u64)> {
     fsx::rename_at(dir, SPARE, tmp).ok()?;
-    let file = openat(
-        dir,
-        tmp,
-        OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
-    .map(File::from);
-    let euid = nix::unistd::geteuid().as_raw();
-    let usable = file.and_then(|f| {
-        let st = nix::sys::stat::fstat(&f).ok()?;
-        let kind =
-            nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT;
-        let size = u64::try_from(st.st_size).ok()?;
-        (kind == nix::sys::stat::SFlag::S_IFREG
-            && st.st_nlink == 1
-            && st.st_uid == euid
-            && size <= MAX_MARKER)
-            .then_some((f, size))
-    });
+    let usable = fsx::open_spare_at(dir, tmp, false)
+        .ok()
+        .filter(|(_, size)| *size <= MAX_MARKER);
     if usable.is_none() {
         let _ = fsx::unlink_at(dir, tmp);
     }
