@@ -1,9 +1,13 @@
 //! `<root>/.keepwrap/fleet.json`: the last restore and publish of the
 //! fleet, with their outcomes, and the last error with its key and HTTP
 //! status, for `keepwrap status`. Best effort: a state that cannot be
-//! written is left as it was.
+//! written is left as it was. Read and written as every state file is
+//! (never through a symlink, never blocking on a FIFO, at most 1 MiB).
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+
+use crate::cache::fsx;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,17 +40,26 @@ pub struct LastError {
     pub error: String,
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+use crate::clock::now_secs as now;
+
+/// `<root>/.keepwrap` (`state_dir`) opened as a state directory.
+fn open_state(state_dir: &Path) -> Option<OwnedFd> {
+    let root = fsx::open_root(state_dir.parent()?).ok()?;
+    fsx::open_state_dir_at(root.as_fd(), crate::STATE_DIR, None).ok()
+}
+
+/// The state of the state directory `dir`: None when there is none; one
+/// that is not a regular file, too large or not valid is ignored with one
+/// warning.
+fn read_at(dir: &OwnedFd) -> Option<FleetState> {
+    let shown = format!("{}/{STATE_FILE}", crate::STATE_DIR);
+    fsx::read_state_json(dir.as_fd(), &shown, STATE_FILE, 1 << 20, "it is not used")
 }
 
 impl FleetState {
+    /// The state in `state_dir` (`<root>/.keepwrap`).
     pub fn read(state_dir: &Path) -> Option<FleetState> {
-        let bytes = std::fs::read(state_dir.join(STATE_FILE)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        read_at(&open_state(state_dir)?)
     }
 
     fn error(&mut self, f: Option<&Failure>) {
@@ -79,15 +92,15 @@ impl FleetState {
 
 /// Read, change and write the state (a temporary file renamed over it).
 pub fn update(state_dir: &Path, f: impl FnOnce(&mut FleetState)) {
-    let mut s = FleetState::read(state_dir).unwrap_or_default();
+    let Some(dir) = open_state(state_dir) else {
+        return;
+    };
+    let mut s = read_at(&dir).unwrap_or_default();
     f(&mut s);
     let Ok(bytes) = serde_json::to_vec_pretty(&s) else {
         return;
     };
-    let tmp = state_dir.join(format!(".{STATE_FILE}.{}", std::process::id()));
-    if std::fs::write(&tmp, bytes).is_ok()
-        && std::fs::rename(&tmp, state_dir.join(STATE_FILE)).is_err()
-    {
-        let _ = std::fs::remove_file(&tmp);
+    if let Ok(name) = std::ffi::CString::new(STATE_FILE) {
+        let _ = fsx::write_atomic_at_with(dir.as_fd(), &name, &bytes, 0o644, false);
     }
 }

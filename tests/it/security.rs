@@ -594,6 +594,26 @@ fn a_fifo_planted_as_the_statistics_file_neither_blocks_nor_stops_the_launch() {
 }
 
 #[test]
+fn a_fifo_planted_as_the_fleet_state_file_does_not_block_status() {
+    let t = scratch();
+    let state = t.path().join("root/.keepwrap");
+    std::fs::create_dir_all(&state).unwrap();
+    mkfifo(&state.join("fleet.json"));
+    let mut cmd = keepwrap(&t.path().join("root"));
+    cmd.args(["status", "--json"]);
+    let f = output_within(&mut cmd, Duration::from_secs(10));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    let w = f.events_named("state_file_ignored");
+    assert_eq!(w.len(), 1, "{}", f.stderr);
+    assert_eq!(w[0]["file"], ".keepwrap/fleet.json");
+    assert!(
+        error(&w[0]).contains("a FIFO, not a regular file"),
+        "{}",
+        w[0]
+    );
+}
+
+#[test]
 fn a_lock_planted_as_a_fifo_or_a_link_to_dev_zero_is_never_opened_through() {
     for what in ["a FIFO", "a symlink"] {
         let t = scratch();
