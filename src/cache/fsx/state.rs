@@ -88,6 +88,14 @@ pub fn read_state_file<P: ?Sized + nix::NixPath>(
     }
 }
 
+/// How a state file is opened for reading and writing: never through a
+/// symlink, never blocking on a FIFO, never as a controlling terminal.
+const STATE_RW: OFlag = OFlag::O_RDWR
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_NONBLOCK)
+    .union(OFlag::O_NOCTTY)
+    .union(OFlag::O_CLOEXEC);
+
 /// Open the state file `name` of `dir` for reading and writing (a lock, a
 /// launch marker), creating it (mode 0644) when missing, or only creating
 /// it with `exclusive`: never through a symlink, never blocking on a FIFO,
@@ -97,12 +105,7 @@ pub fn open_state_file_rw<P: ?Sized + nix::NixPath>(
     name: &P,
     exclusive: bool,
 ) -> io::Result<File> {
-    let mut flags = OFlag::O_RDWR
-        | OFlag::O_CREAT
-        | OFlag::O_NOFOLLOW
-        | OFlag::O_NONBLOCK
-        | OFlag::O_NOCTTY
-        | OFlag::O_CLOEXEC;
+    let mut flags = STATE_RW | OFlag::O_CREAT;
     if exclusive {
         flags |= OFlag::O_EXCL;
     }
@@ -120,8 +123,7 @@ pub fn open_spare_at<P: ?Sized + nix::NixPath>(
     name: &P,
     create: bool,
 ) -> io::Result<(File, u64)> {
-    let mut flags =
-        OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let mut flags = STATE_RW;
     if create {
         flags |= OFlag::O_CREAT;
     }
