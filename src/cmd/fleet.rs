@@ -69,7 +69,7 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
 /// publish on this root with their outcomes, the last error with its key
 /// and HTTP status. Null when no fleet is set and none was used here.
 pub fn state_json(root: Option<&Path>, url: Option<&str>, mode: Option<&str>) -> Value {
-    let state = root.and_then(|r| FleetState::read(&r.join(crate::STATE_DIR)));
+    let state = root.and_then(FleetState::read);
     if url.is_none() && state.is_none() {
         return Value::Null;
     }

@@ -192,8 +192,8 @@ pub struct Fleet {
     nodes: Option<(Nodes, Option<String>)>,
     /// The publication under way.
     running: Option<JoinHandle<()>>,
-    /// `<root>/.keepwrap`, where the fleet's state file is written.
-    state_dir: PathBuf,
+    /// The cache root, whose `.keepwrap` holds the fleet's state file.
+    root: PathBuf,
 }
 
 /// `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`, relative to the prefix.
@@ -264,7 +264,7 @@ impl Fleet {
             name,
             nodes,
             running: None,
-            state_dir: root.join(crate::STATE_DIR),
+            root: root.to_path_buf(),
         })
     }
 
@@ -397,7 +397,7 @@ impl Fleet {
         let client = self.client.clone();
         let dir = self.key("");
         let (profile, name) = (self.profile, self.name.clone());
-        let (state_dir, shape) = (self.state_dir.clone(), self.shape);
+        let (fleet_root, shape) = (self.root.clone(), self.shape);
         let job = move || {
             let launch = (dir.as_str(), profile, &name);
             let out = match part {
@@ -415,7 +415,7 @@ impl Fleet {
                             let what = format!(
                                 "node {rank}'s part of boot {boot} uploaded; {waiting} of {nnodes} nodes not yet"
                             );
-                            state::update(&state_dir, |s| s.published(&what, None));
+                            state::update(&fleet_root, |s| s.published(&what, None));
                             return;
                         }
                         Ok(Ok(x)) => Ok(x),
@@ -447,7 +447,7 @@ impl Fleet {
                     (format!("failed: {e}"), Some(e.clone()))
                 }
             };
-            state::update(&state_dir, |s| s.published(&note.0, note.1.as_ref()));
+            state::update(&fleet_root, |s| s.published(&note.0, note.1.as_ref()));
         };
         match std::thread::Builder::new()
             .name("keepwrap-fleet-publish".into())
@@ -481,7 +481,7 @@ impl Fleet {
     }
 
     fn note(&self, f: impl FnOnce(&mut FleetState)) {
-        state::update(&self.state_dir, f);
+        state::update(&self.root, f);
     }
 }
 

@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use crate::cache::fsx;
+use crate::clock::now_secs as now;
 
 use serde::{Deserialize, Serialize};
 
@@ -40,11 +41,9 @@ pub struct LastError {
     pub error: String,
 }
 
-use crate::clock::now_secs as now;
-
-/// `<root>/.keepwrap` (`state_dir`) opened as a state directory.
-fn open_state(state_dir: &Path) -> Option<OwnedFd> {
-    let root = fsx::open_root(state_dir.parent()?).ok()?;
+/// `<root>/.keepwrap` opened as a state directory.
+fn open_state(root: &Path) -> Option<OwnedFd> {
+    let root = fsx::open_root(root).ok()?;
     fsx::open_state_dir_at(root.as_fd(), crate::STATE_DIR, None).ok()
 }
 
@@ -57,9 +56,9 @@ fn read_at(dir: &OwnedFd) -> Option<FleetState> {
 }
 
 impl FleetState {
-    /// The state in `state_dir` (`<root>/.keepwrap`).
-    pub fn read(state_dir: &Path) -> Option<FleetState> {
-        read_at(&open_state(state_dir)?)
+    /// The state of the cache root `root`.
+    pub fn read(root: &Path) -> Option<FleetState> {
+        read_at(&open_state(root)?)
     }
 
     fn error(&mut self, f: Option<&Failure>) {
@@ -90,9 +89,10 @@ impl FleetState {
     }
 }
 
-/// Read, change and write the state (a temporary file renamed over it).
-pub fn update(state_dir: &Path, f: impl FnOnce(&mut FleetState)) {
-    let Some(dir) = open_state(state_dir) else {
+/// Read, change and write the state of the cache root `root` (a
+/// temporary file renamed over it).
+pub fn update(root: &Path, f: impl FnOnce(&mut FleetState)) {
+    let Some(dir) = open_state(root) else {
         return;
     };
     let mut s = read_at(&dir).unwrap_or_default();
