@@ -134,7 +134,7 @@ pub fn host_addresses() -> nix::Result<Vec<IpAddr>> {
 }
 
 /// Children of `pid`, from `/proc/PID/task/*/children`.
-fn children(pid: &str) -> Vec<u32> {
+pub(crate) fn children(pid: &str) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;

@@ -433,6 +433,44 @@ catalogue! {
             INFO "kept_not_unified"
             => "the cache files kept in {dirs} {} are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done", if dirs == 1 { "directory" } else { "directories" };
 
+        /// An engine launch keepwrap cannot read whole (`--keep auto`): its
+        /// tree is pruned (signed sets into the store, unsigned files
+        /// removed), no set is offered, nothing is signed.
+        UnreadablePruned { program: String, why: String, instead: String }
+            INFO "unreadable_launch"
+            => "'{program}' runs an engine keepwrap cannot read whole ({why}): its cache is pruned (signed sets go to the store, where the launches they belong to get them back), no set is offered and nothing is signed; {instead} (--keep always keeps it, checked against the engine seen running)";
+
+        /// The launch's words do not show everything its engine gets: it is
+        /// offered the set of the fingerprint its engine was last seen with.
+        OfferedAsSeen { read: String, seen: String }
+            INFO "offered_as_seen"
+            => "the engine of this launch last ran as {} (seen, not read from the words {}): its set is offered, and checked again once the engine runs",
+                short(seen), short(read);
+
+        /// The engine was seen and runs with what the set offered was signed
+        /// for.
+        EngineAsOffered { pid: u32, fingerprint: String }
+            DEBUG "engine_as_offered"
+            => "the engine (pid {pid}) runs as {}: the fingerprint of what it got is the one offered", short(fingerprint);
+
+        /// The engine runs with inputs the launch's words do not show: the
+        /// tree is pruned again for what it runs with.
+        EngineDiffers { pid: u32, offered: String, seen: String, differences: Vec<String>, source: String }
+            WARN "engine_differs"
+            => "warning: the engine (pid {pid}) runs as {}, not as {} (what keepwrap read and offered) and differs in: {}; most likely from {source}; the set offered goes back to the store and the tree is pruned for what runs (the next boot of this launch is offered the set of what ran): to have it read before the start, write it in the launch itself (env NAME=VALUE after keepwrap --, or export in the -c string)",
+                short(seen), short(offered), super::differences(differences);
+
+        /// The engine was seen too late to take a set of other settings away:
+        /// nothing is signed.
+        NotSignedOffered { why: String }
+            WARN "not_signed_offered"
+            => "warning: nothing is signed on this boot: {why}; the next boot of this launch is offered the set of what ran";
+
+        /// Nothing is signed: the engine was not seen, or was refused.
+        NotSignedUnseen { why: String }
+            INFO "not_signed_unseen"
+            => "nothing signed: {why}; a set is signed only for what an engine was seen running with";
+
         /// This boot tuned; its set is signed for the next identical launch.
         Signed { files: usize, fingerprint: String }
             INFO "signed"
@@ -523,9 +561,8 @@ catalogue! {
             => "poll failed: {error}";
 
         /// The cache is not kept for this command: `--disable` (`reason`
-        /// `disabled`), `--keep never` (`keep_never`), no engine launch under
-        /// `--keep auto` (`not_an_engine`), or an engine launch keepwrap cannot read
-        /// whole under `--keep auto` (`unreadable_launch`); `why` says it to the
+        /// `disabled`), `--keep never` (`keep_never`), or no engine launch
+        /// under `--keep auto` (`not_an_engine`); `why` says it to the
         /// operator.
         SupervisingOnly { reason: String, why: String }
             INFO "supervising_only"

@@ -39,6 +39,14 @@ pub(super) enum Job {
         at: Instant,
         url: String,
     },
+    /// The engine runs as seen; `touched`: it has written in the cache tree
+    /// already.
+    Seen {
+        seen: Box<super::observe::Seen>,
+        touched: bool,
+    },
+    /// The engine ended before keepwrap saw it.
+    Unseen,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +71,10 @@ pub(super) enum Report {
         url: String,
         owner: Owner,
     },
+    /// The engine was checked; `repruned`: the tree was pruned again for
+    /// the fingerprint it runs with (what keepwrap moved there is not the
+    /// engine's).
+    Checked { repruned: bool },
 }
 
 /// The commit work, off the supervisor loop: unify, hash and sign, the
@@ -87,6 +99,8 @@ pub(super) struct Committer {
     pub(super) settle_at: Option<i64>,
     /// The files the sign at done signed, relative to root.
     pub(super) signed_at_done: Vec<PathBuf>,
+    /// Whether a set may be signed for what the engine runs with.
+    pub(super) seeing: super::check::Seeing,
 }
 
 impl Committer {
@@ -131,6 +145,11 @@ impl Committer {
                 url,
                 owner: owner::owner_of(addr, name),
             }),
+            Job::Seen { seen, touched } => self.engine_seen(*seen, touched),
+            Job::Unseen => {
+                self.engine_unseen();
+                None
+            }
         }
     }
 
@@ -211,6 +230,9 @@ impl Committer {
     /// Unify, then sign every cache file present as one set, and say how
     /// this boot went. The files signed, each as the sign read it.
     fn sign(&mut self, kind: SignKind, files: &[PathBuf]) -> Vec<(PathBuf, Stamp)> {
+        if !self.may_sign() {
+            return Vec::new();
+        }
         if self.unify {
             unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path));
         }
@@ -315,7 +337,7 @@ impl Committer {
     /// The lock for a commit: Ok(None) without a store; Err when it timed
     /// out (logged: nothing is signed). Other holders keep it for
     /// milliseconds, so the wait is short.
-    fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
+    pub(super) fn commit_lock(&self) -> Result<Option<CacheLock>, ()> {
         match &self.store {
             None => Ok(None),
             Some(s) => lock::take(

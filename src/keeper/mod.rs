@@ -14,8 +14,11 @@
 //! on the root); after, `commit.rs` (the commit work) and `worker.rs` (the
 //! thread that runs it).
 
+mod check;
 mod commit;
 pub mod explain;
+mod last_seen;
+pub mod observe;
 pub mod policy;
 mod prepare;
 mod settings;
@@ -58,7 +61,34 @@ pub struct Keeper {
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
+    /// Looking for the engine among the child's processes, until it is seen.
+    looking: Option<Looking>,
 }
+
+/// The look for the engine that runs ([`observe::find_engine`]).
+struct Looking {
+    child: u32,
+    since: Instant,
+    next: Instant,
+}
+
+impl Looking {
+    /// Often at first (the engine must be seen before it reaches its cache,
+    /// which it does once its weights are loaded), then less.
+    fn again(&mut self, now: Instant) {
+        let step = if now.saturating_duration_since(self.since) < LOOK_FAST_FOR {
+            LOOK_FAST
+        } else {
+            LOOK_SLOW
+        };
+        self.next = now + step;
+    }
+}
+
+/// How often the engine is looked for in its first seconds, and after.
+const LOOK_FAST: Duration = Duration::from_millis(10);
+const LOOK_FAST_FOR: Duration = Duration::from_secs(5);
+const LOOK_SLOW: Duration = Duration::from_millis(200);
 
 /// What [`Keeper::prepare`] hands to the supervisor.
 #[derive(Default)]
@@ -103,11 +133,18 @@ impl Keeper {
     /// The engine is running: hand the commit work (store, share, the files
     /// kept) to the worker, start the policy, and probe the health endpoint
     /// if that is the rule.
-    pub fn child_started(&mut self) {
+    pub fn child_started(&mut self, child: u32) {
         let Some(committer) = self.commit.take() else {
             return;
         };
         let now = Instant::now();
+        if committer.seeing.awaits() {
+            self.looking = Some(Looking {
+                child,
+                since: now,
+                next: now,
+            });
+        }
         let rule = match &self.done {
             Done::Health(endpoint) | Done::HeadHealth(endpoint) => {
                 self.probe = Some(Probe::new(
@@ -138,6 +175,7 @@ impl Keeper {
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
+            touched: false,
         });
     }
 
@@ -165,14 +203,17 @@ impl Keeper {
         [
             s.policy.deadline(),
             self.probe.as_ref().map(Probe::deadline),
+            self.looking.as_ref().map(|l| l.next),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Timers: start or time out a probe; close a quiet window.
+    /// Timers: look for the engine; start or time out a probe; close a
+    /// quiet window.
     pub fn tick(&mut self, now: Instant) {
+        self.look(now);
         if let Some(probe) = self.probe.as_mut() {
             if probe.step(now, false) == ProbeResult::Ready {
                 self.probe_ready(now);
@@ -199,6 +240,26 @@ impl Keeper {
                 }
             }
         }
+    }
+
+    /// Look for the engine when it is time: once seen, the worker checks it
+    /// against the set offered.
+    fn look(&mut self, now: Instant) {
+        let (Some(l), Some(s)) = (self.looking.as_mut(), self.session.as_mut()) else {
+            return;
+        };
+        if now < l.next {
+            return;
+        }
+        let Some(seen) = observe::find_engine(l.child) else {
+            l.again(now);
+            return;
+        };
+        self.looking = None;
+        s.worker.run(Job::Seen {
+            seen: Box::new(seen),
+            touched: s.touched,
+        });
     }
 
     /// keepwrap forwarded `signo` to the engine.
@@ -270,6 +331,12 @@ impl Keeper {
                 s.named |= matches!(owner, Owner::Foreign(_));
                 self.feed(Event::ProbeOk { at, url, owner });
             }
+            Report::Checked { repruned } => {
+                if repruned {
+                    // keepwrap's own moves, not landings of the engine.
+                    self.watcher.read();
+                }
+            }
         }
     }
 
@@ -287,6 +354,7 @@ impl Keeper {
         if landed.is_empty() {
             return;
         }
+        s.touched = true;
         s.worker.run(Job::Landed {
             files: landed.clone(),
             after: now.saturating_duration_since(self.launched),
@@ -358,6 +426,9 @@ impl Keeper {
         let Some(s) = self.session.as_mut() else {
             return;
         };
+        if self.looking.take().is_some() {
+            s.worker.run(Job::Unseen);
+        }
         s.worker.engine_gone();
         s.worker.wait();
         self.take_finished();
@@ -387,4 +458,6 @@ struct Session {
     own: HashMap<PathBuf, Stamp>,
     /// Another process serving the probed port was named already.
     named: bool,
+    /// The engine has written in the cache tree.
+    touched: bool,
 }

@@ -24,7 +24,9 @@ use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
+use super::check::Seeing;
 use super::commit::Committer;
+use super::last_seen;
 use super::turn::{wait_turn, Turn};
 use super::{explain, Keeper, Prepared, Settings};
 
@@ -49,12 +51,31 @@ impl Keeper {
         let launched = Instant::now();
         let opts = args.fingerprint.clone();
         let launch = Launch::of(&opts, command, argv, env);
-        let fingerprint = launch.fingerprint().clone();
+        let read = launch.fingerprint().clone();
+        let unread = match (&launch.command().wrapper, args.keep) {
+            (crate::launch::Wrapper::Unreadable(u), super::KeepMode::Auto) => Some(u.clone()),
+            _ => None,
+        };
+        let seeing = match &unread {
+            Some(u) => Seeing::Refused(format!("the launch cannot be read whole ({u})")),
+            None => Seeing::of(launch.command(), argv, &read, &opts),
+        };
         let profile = launch.profile();
         let engine = crate::engine::of(profile);
-        let Some((root, shape, done)) = locate(args, engine, &launch, env) else {
+        let Some((root, shape, done)) = locate(args, engine, &launch, env, unread.is_some()) else {
             return Ok(Prepared::default());
         };
+        if let Some(u) = &unread {
+            crate::events::Event::UnreadablePruned {
+                program: argv
+                    .first()
+                    .map(|a| crate::launch::canonical::py_str(a.as_encoded_bytes()))
+                    .unwrap_or_default(),
+                why: u.why.clone(),
+                instead: u.instead.to_string(),
+            }
+            .emit();
+        }
         // The root and its `.keepwrap` are opened once, for the markers
         // and the store.
         let (runs, opened) = match open_state(&root) {
@@ -82,7 +103,7 @@ impl Keeper {
             args.unifies(profile),
             args.store_max_age,
         );
-        let fleet = fleet_of(args, &launch, &fingerprint, &root, shape);
+        let fleet = fleet_of(args, &launch, &read, &root, shape);
         let store = match Store::open_in(&root, shape, opened.0, opened.1) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -94,6 +115,23 @@ impl Keeper {
                 .emit();
                 None
             }
+        };
+        // A launch whose engine keepwrap does not exec itself is offered the
+        // set of what its engine was last seen with.
+        let fingerprint = match (&seeing, &store) {
+            (Seeing::Refused(_), _) if unread.is_some() => Fingerprint::of(NOTHING_OFFERED),
+            (Seeing::Awaiting(_), Some(s)) => match last_seen::get(s.state_fd(), &read) {
+                Some(seen) => {
+                    crate::events::Event::OfferedAsSeen {
+                        read: read.to_string(),
+                        seen: seen.to_string(),
+                    }
+                    .emit();
+                    seen
+                }
+                None => read,
+            },
+            _ => read,
         };
         // Held until the engine is spawned (end of this function).
         let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root)? {
@@ -108,7 +146,15 @@ impl Keeper {
         };
         let leftover = leftover.map(|l| remove_leftover_later(&root, shape, l));
         let (after_start, evict) = match &store {
-            Some(s) => restore(args, s, &root, &fingerprint, &inputs, &mut pruned),
+            Some(s) => restore(
+                args,
+                s,
+                &root,
+                &fingerprint,
+                &inputs,
+                &mut pruned,
+                unread.is_none(),
+            ),
             None => (None, None),
         };
         // What prune just looked at is not looked at again.
@@ -147,6 +193,7 @@ impl Keeper {
             fleet,
             settle_at: None,
             signed_at_done: Vec::new(),
+            seeing,
         };
         take_share(engine, &mut commit, &mut watcher)?;
         take_fleet(&mut commit, &mut watcher)?;
@@ -175,6 +222,7 @@ impl Keeper {
             commit: Some(commit),
             session: None,
             exit_unproven: launch.command().exit_unproven_why().is_some(),
+            looking: None,
         };
         // Nothing to evict or explain and nothing in the trash: no work, no
         // thread. keepwrap's exit waits (a bounded time) for the eviction
@@ -280,6 +328,7 @@ fn locate(
     engine: &dyn Engine,
     launch: &Launch,
     env: &[(OsString, OsString)],
+    unread: bool,
 ) -> Option<(PathBuf, Shape, Done)> {
     if engine.left_alone(launch) {
         return None;
@@ -293,7 +342,14 @@ fn locate(
         .ok()?;
     let shape = engine.shape(engine_env);
     crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
-    for line in launch.warnings() {
+    // An unreadable launch under `--keep auto` has its own line.
+    let warnings = launch.warnings();
+    let shown = if unread {
+        warnings.len().saturating_sub(1)
+    } else {
+        warnings.len()
+    };
+    for line in warnings.into_iter().take(shown) {
         crate::events::Event::LaunchWarning {
             line: line.to_string(),
         }
@@ -301,6 +357,8 @@ fn locate(
     }
     let done = match engine.done(&args.done, launch) {
         Ok(done) => done.headless_quiet(args.headless_quiet),
+        // Nothing is signed for it: pruned all the same.
+        Err(_) if unread => Done::Exit,
         Err(e) => {
             crate::events::Event::DoneRuleUnusable {
                 error: e.to_string(),
@@ -379,7 +437,7 @@ fn take_turn(
 /// pruned. The trash the prune filled is emptied once the engine has
 /// started (the returned job, run after the spawn), and so is the eviction
 /// trash a killed keepwrap left (the last value, when there is any).
-fn prune(
+pub(super) fn prune(
     root: &Path,
     shape: Shape,
     fingerprint: &Fingerprint,
@@ -419,8 +477,8 @@ fn prune(
     }
 }
 
-/// With nothing kept, bring this launch's set back from the store, and
-/// count the launch. What runs after the spawn: the line that says why a
+/// With nothing kept, bring this launch's set back from the store (when it
+/// is `offered` one), and count the launch. What runs after the spawn: the line that says why a
 /// launch has no cache, when it needs computing, and the eviction past the
 /// store's limits (which can delete thousands of files: never before the
 /// start).
@@ -431,10 +489,11 @@ fn restore(
     fingerprint: &Fingerprint,
     inputs: &serde_json::Value,
     pruned: &mut PruneReport,
+    offered: bool,
 ) -> (Option<Job>, Option<Job>) {
     let now = crate::clock::now_secs();
     let mut restored = 0;
-    if pruned.kept.is_empty() {
+    if pruned.kept.is_empty() && offered {
         if let Some(r) = s.restore(fingerprint) {
             restored = r.paths.len();
             crate::events::Event::Restored {
@@ -452,7 +511,7 @@ fn restore(
     let mut explain = None;
     // Nothing to compare with before any launch signed: no thread (and no
     // record of this launch to touch).
-    if pruned.kept.is_empty() {
+    if pruned.kept.is_empty() && offered {
         if s.has_records() {
             explain = Some(explain_later(root, s.shape(), fingerprint, inputs));
         }
@@ -550,6 +609,11 @@ fn remove_leftover_later(root: &Path, shape: Shape, leftover: store::Evicted) ->
         }
     })
 }
+
+/// What prune keeps for a launch that is offered no set: the files signed
+/// for the fingerprint of these bytes, which no launch has (a launch's is
+/// the sha256 of its canonical JSON).
+const NOTHING_OFFERED: &[u8] = b"keepwrap: no set is offered to this launch";
 
 /// Longest wait for the lock to evict after the start.
 const EVICT_LOCK_WAIT: Duration = Duration::from_secs(2);

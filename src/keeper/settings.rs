@@ -59,10 +59,6 @@ pub enum NotKept {
     /// that says what it is.
     #[error("{0}")]
     NotAnEngine(String),
-    /// `--keep auto` and an engine launch that cannot be read whole: the
-    /// line that says why and what to write instead.
-    #[error("{0}")]
-    Unreadable(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,7 +75,6 @@ impl NotKept {
             NotKept::Disabled => "disabled",
             NotKept::Never => "keep_never",
             NotKept::NotAnEngine(_) => "not_an_engine",
-            NotKept::Unreadable(_) => "unreadable_launch",
         }
     }
 }
@@ -99,14 +94,14 @@ impl Settings {
             KeepMode::Never => Err(NotKept::Never),
             KeepMode::Always => Ok(crate::launch::analyze(command, env)),
             KeepMode::Auto => {
+                // An engine launch that cannot be read whole is pruned all
+                // the same (nothing of another launch stays in its engine's
+                // reach), and nothing is signed for it.
                 let c = crate::launch::analyze(command, env);
                 if !c.is_engine() {
                     return Err(NotKept::NotAnEngine(c.not_engine_line()));
                 }
-                match c.unread_line() {
-                    Some(l) => Err(NotKept::Unreadable(l)),
-                    None => Ok(c),
-                }
+                Ok(c)
             }
         }
     }

@@ -152,7 +152,7 @@ impl Worker {
         match &mut self.mode {
             Mode::Inline(c) => c.run(job),
             Mode::Thread { jobs, .. } => {
-                let sign = matches!(job, Job::Sign { .. });
+                let sign = matches!(job, Job::Sign { .. } | Job::Seen { .. });
                 if jobs.send(job).is_ok() && sign {
                     self.busy += 1;
                 }
@@ -168,7 +168,7 @@ impl Worker {
             let mut buf = [0u8; 64];
             while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
             while let Ok(r) = results.try_recv() {
-                if matches!(r, Report::Signed { .. }) {
+                if matches!(r, Report::Signed { .. } | Report::Checked { .. }) {
                     self.busy = self.busy.saturating_sub(1);
                 }
                 self.ready.push(r);
@@ -186,7 +186,7 @@ impl Worker {
             };
             match got {
                 Some(r) => {
-                    if matches!(r, Report::Signed { .. }) {
+                    if matches!(r, Report::Signed { .. } | Report::Checked { .. }) {
                         self.busy -= 1;
                     }
                     self.ready.push(r);

@@ -483,26 +483,6 @@ impl Command {
         }
     }
 
-    /// `--keep auto`: the one line that says why an engine launch that
-    /// cannot be read whole is only supervised, and what to write instead;
-    /// `None` when it is read whole.
-    pub fn unread_line(&self) -> Option<String> {
-        let Wrapper::Unreadable(u) = &self.wrapper else {
-            return None;
-        };
-        let name = self
-            .argv
-            .first()
-            .map(|a| py_str(a.as_bytes()))
-            .unwrap_or_default();
-        Some(format!(
-            "'{}' runs an engine keepwrap cannot read whole ({}): supervising only, the cache is left alone; {} (--keep always keeps it, fingerprinted as written)",
-            name.escape_debug(),
-            u.why,
-            u.instead
-        ))
-    }
-
     /// Why the command's exit status may not be the engine's: a launch not
     /// read whole that wraps an engine (`sh -c 'python3 ... || true'`),
     /// `timeout --preserve-status`. A shell string that names no engine

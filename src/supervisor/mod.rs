@@ -104,7 +104,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     } = prepared;
     let after_start = after_start.and_then(run_detached);
     if let Some(k) = keeper.as_mut() {
-        k.child_started();
+        k.child_started(pid.as_raw().unsigned_abs());
     }
 
     let ended = supervise(&sfd, pid, args, &mut keeper);

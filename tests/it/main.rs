@@ -39,6 +39,7 @@ mod progress;
 mod prune_lists_attack;
 mod scaling;
 mod security;
+mod seen;
 mod sign_crash;
 mod signals;
 mod stats;

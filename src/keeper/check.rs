@@ -1,0 +1,246 @@
+//! The prediction checked against the engine that runs. A launch whose
+//! engine keepwrap does not exec itself (a shell, a launcher prefix, an
+//! entrypoint script in between) may give the engine more than its words
+//! show. Once the engine runs, it is read from `/proc` ([`observe`]) and
+//! fingerprinted from what it got: a set is signed only for a fingerprint
+//! an engine actually ran with. When it differs from the set offered, and
+//! the engine has not reached its cache yet, the tree is pruned again for
+//! the fingerprint seen (the set offered goes back to the store, whole, for
+//! the launch it belongs to; the set of the fingerprint seen comes back
+//! from it, if there is one), and the next boot of the same words is
+//! offered the set of what was seen ([`last_seen`]).
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::digest::Fingerprint;
+use crate::events::Event;
+use crate::launch::fingerprint::{Launch, Options};
+use crate::launch::{Command, Wrapper};
+
+use super::commit::{Committer, Report};
+use super::last_seen;
+use super::observe::Seen;
+
+/// Whether a set may be signed for what the engine runs with.
+pub(super) enum Seeing {
+    /// keepwrap execs the engine itself: what it read is what runs.
+    AsRead,
+    /// Not seen yet: nothing is signed until it is.
+    Awaiting(Box<Awaiting>),
+    /// Seen, and the set offered (if any) is of the fingerprint it runs with.
+    Seen,
+    /// Nothing is signed this boot: why.
+    Refused(String),
+}
+
+/// What the engine is checked against.
+pub(super) struct Awaiting {
+    /// The fingerprint of the launch's words.
+    pub(super) read: Fingerprint,
+    pub(super) opts: Options,
+    /// The engine's working directory as read, relative to keepwrap's.
+    pub(super) cwd: Option<PathBuf>,
+    /// Where an input the words do not show most likely comes from.
+    pub(super) source: &'static str,
+}
+
+impl Seeing {
+    /// For a launch read as `command`: seen first unless keepwrap execs the
+    /// engine itself.
+    pub(super) fn of(
+        command: &Command,
+        argv: &[OsString],
+        read: &Fingerprint,
+        opts: &Options,
+    ) -> Seeing {
+        if command.wrapper == Wrapper::Direct {
+            return Seeing::AsRead;
+        }
+        Seeing::Awaiting(Box::new(Awaiting {
+            read: read.clone(),
+            opts: opts.clone(),
+            cwd: command.cwd.clone(),
+            source: source(argv),
+        }))
+    }
+
+    pub(super) fn awaits(&self) -> bool {
+        matches!(self, Seeing::Awaiting(_))
+    }
+}
+
+/// Where an input the words do not show most likely comes from, by the
+/// launch's shape.
+fn source(argv: &[OsString]) -> &'static str {
+    let words: Vec<&str> = argv.iter().filter_map(|a| a.to_str()).collect();
+    let shell = words
+        .iter()
+        .position(|w| crate::launch::shell::is_shell(w.trim_start_matches('-')));
+    let opts: Vec<&str> = shell
+        .map(|i| {
+            words[i + 1..]
+                .iter()
+                .take_while(|w| w.starts_with('-'))
+                .copied()
+                .collect()
+        })
+        .unwrap_or_default();
+    let short = |c: char| {
+        opts.iter()
+            .any(|w| !w.starts_with("--") && w[1..].contains(c))
+    };
+    let login =
+        opts.contains(&"--login") || short('l') || shell.is_some_and(|i| words[i].starts_with('-'));
+    if words.iter().any(|w| w.ends_with("nvidia_entrypoint.sh")) {
+        "an entrypoint hook (the entrypoint.d/*.sh files nvidia_entrypoint.sh sources)"
+    } else if login {
+        "a login shell's profile (/etc/profile, /etc/profile.d/*, ~/.bash_profile, ~/.profile)"
+    } else if short('i') {
+        "an interactive shell's startup file (~/.bashrc)"
+    } else if words
+        .iter()
+        .any(|w| w.contains("source ") || w.contains(". /") || w.contains(". ./"))
+    {
+        "a file the shell sources"
+    } else {
+        "the shell or launcher in front of the engine"
+    }
+}
+
+impl Committer {
+    /// The engine runs as `seen`; `touched`: it has written in the cache
+    /// tree already. Every outcome is logged; the report says whether the
+    /// tree was pruned again (keepwrap's own moves are not landings).
+    pub(super) fn engine_seen(&mut self, seen: Seen, touched: bool) -> Option<Report> {
+        let not_repruned = Some(Report::Checked { repruned: false });
+        let Seeing::Awaiting(awaiting) = std::mem::replace(&mut self.seeing, Seeing::Seen) else {
+            return not_repruned;
+        };
+        let launch = seen_launch(&awaiting, &seen);
+        let fingerprint = launch.fingerprint().clone();
+        if let Some(s) = &self.store {
+            last_seen::put(s.state_fd(), &awaiting.read, &fingerprint);
+        }
+        let inputs = launch.redacted_inputs();
+        if fingerprint == self.fingerprint {
+            self.inputs = inputs;
+            Event::EngineAsOffered {
+                pid: seen.pid,
+                fingerprint: fingerprint.to_string(),
+            }
+            .emit();
+            return not_repruned;
+        }
+        let differences = super::explain::diff(&self.inputs, &inputs);
+        let offered = self.kept.len();
+        Event::EngineDiffers {
+            pid: seen.pid,
+            offered: self.fingerprint.to_string(),
+            seen: fingerprint.to_string(),
+            differences,
+            source: awaiting.source.to_string(),
+        }
+        .emit();
+        if touched && offered > 0 {
+            let why = format!(
+                "the engine had written in the cache tree before it was seen, with the {offered} cache files of {} in it",
+                self.fingerprint.short()
+            );
+            Event::NotSignedOffered { why: why.clone() }.emit();
+            self.seeing = Seeing::Refused(why);
+            return not_repruned;
+        }
+        self.fingerprint = fingerprint;
+        self.inputs = inputs;
+        self.reprune(&launch);
+        Some(Report::Checked { repruned: true })
+    }
+
+    /// The engine was never seen (gone first, or never found).
+    pub(super) fn engine_unseen(&mut self) {
+        if self.seeing.awaits() {
+            self.seeing = Seeing::Refused(
+                "keepwrap never saw the engine it started (it ran and ended between two looks, or it is not Python)".to_string(),
+            );
+        }
+    }
+
+    /// Whether a sign may sign: not before the engine was seen, nor after
+    /// it was refused (the one line says why).
+    pub(super) fn may_sign(&mut self) -> bool {
+        self.engine_unseen();
+        match &self.seeing {
+            Seeing::AsRead | Seeing::Seen => true,
+            Seeing::Awaiting(_) => false,
+            Seeing::Refused(why) => {
+                Event::NotSignedUnseen { why: why.clone() }.emit();
+                false
+            }
+        }
+    }
+
+    /// Prune the tree again, for the fingerprint the engine runs with: the
+    /// set offered goes to the store; this fingerprint's set comes back from
+    /// it.
+    fn reprune(&mut self, launch: &Launch) {
+        let Ok(_lock) = self.commit_lock() else {
+            self.seeing = Seeing::Refused(
+                "the cache lock could not be had to take the set offered back".to_string(),
+            );
+            return;
+        };
+        let engine = crate::engine::of(self.profile);
+        let Some((mut pruned, trash, _)) = super::prepare::prune(
+            &self.root,
+            self.shape,
+            &self.fingerprint,
+            self.store.as_ref(),
+            engine,
+            launch,
+        ) else {
+            self.seeing = Seeing::Refused("the tree could not be pruned for what runs".to_string());
+            return;
+        };
+        if pruned.kept.is_empty() {
+            if let Some(r) = self
+                .store
+                .as_ref()
+                .and_then(|s| s.restore(&self.fingerprint))
+            {
+                Event::Restored {
+                    files: r.paths.len(),
+                    fingerprint: self.fingerprint.to_string(),
+                    signed_ago: crate::store::ago(r.signed_at, crate::clock::now_secs())
+                        .to_string(),
+                }
+                .emit();
+                pruned.kept = r.paths;
+            }
+        }
+        self.kept = pruned.kept;
+        trash.run();
+    }
+}
+
+/// The launch the engine runs: its argv and environment as seen, read from
+/// its working directory (said as the words said it when it is the same
+/// directory, so that a launch read right is fingerprinted alike).
+fn seen_launch(awaiting: &Awaiting, seen: &Seen) -> Launch {
+    let mut command = crate::launch::analyze(&seen.argv, &seen.env);
+    command.cwd = cwd_as_read(awaiting.cwd.as_deref(), &seen.cwd);
+    Launch::of(&awaiting.opts, command, &seen.argv, &seen.env)
+}
+
+fn cwd_as_read(read: Option<&Path>, seen: &Path) -> Option<PathBuf> {
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let Some(seen_id) = id(seen) else {
+        return Some(seen.to_path_buf());
+    };
+    let read = read.unwrap_or(Path::new("."));
+    if id(read) == Some(seen_id) {
+        return (read != Path::new(".")).then(|| read.to_path_buf());
+    }
+    Some(seen.to_path_buf())
+}

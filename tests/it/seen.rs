@@ -1,0 +1,255 @@
+//! The engine that actually runs: a launch whose engine keepwrap does not
+//! exec itself (a login shell, NVIDIA's entrypoint and its hooks, a shell
+//! that sources a file) is checked against what its engine got, read from
+//! `/proc` once it runs. Driven with the fake engine tagging each tactic
+//! with the settings it was tuned under (`FAKE_TAG_SETTINGS=1`): the engine
+//! loads nothing tuned under other settings, an input only the running
+//! engine shows costs one boot per change, a launch that goes back
+//! restores its set, and the unchanged launch is reused.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// The engine, offline (its exit is done), with a weight-loading pause so
+/// that keepwrap sees it before it reaches its cache, as it does a real one.
+fn engine_words() -> String {
+    format!(
+        "{} -m sglang.launch_server --model-path /models/fake-moe --tp 2 --offline --tune-ms 2 --load-ms 400",
+        python()
+    )
+}
+
+/// The interpreter by its absolute path: a login profile may set PATH.
+fn python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// keepwrap around `argv` in `cwd`, with HOME at `home` (the cache under
+/// it), the fake engine importable as `sglang`, tactics tagged.
+fn kw(home: &Path, cwd: &Path, argv: &[String]) -> Command {
+    let mut cmd = crate::fingerprint_e2e::kw(home, cwd);
+    cmd.env("HOME", home)
+        .env("FAKE_TAG_SETTINGS", "1")
+        .args(["--done", "exit", "--"])
+        .args(argv);
+    cmd
+}
+
+/// The settings each pass ran under, and those of the tactics it loaded:
+/// panics when a pass loaded a tactic tuned under other settings.
+fn loaded_only_own(out: &Finished) {
+    let passes = out.events("pass");
+    assert!(!passes.is_empty(), "{}", out.stderr);
+    for p in passes {
+        let own = p["settings"].as_str().unwrap();
+        for tag in p["loaded_under"].as_array().unwrap() {
+            assert_eq!(
+                tag.as_str().unwrap(),
+                own,
+                "rank {} loaded tactics tuned under other settings: {p}\n{}",
+                p["rank"],
+                out.stderr
+            );
+        }
+    }
+}
+
+/// One boot: it exits 0 and loads nothing tuned under other settings.
+fn run(home: &Path, cwd: &Path, argv: &[String]) -> Finished {
+    let out = boot(&mut kw(home, cwd, argv));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    loaded_only_own(&out);
+    out
+}
+
+fn differs(out: &Finished) -> Vec<String> {
+    out.events_named("engine_differs")
+        .iter()
+        .flat_map(|e| e["differences"].as_array().cloned().unwrap_or_default())
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Boots of `argv` while `set(value)` changes an input the words do not
+/// show: each change costs one boot (tuned, signed, the line that names
+/// `name` and says `source`); the same input again is reused; going back
+/// restores the set of the first value.
+fn one_boot_per_change(
+    home: &Path,
+    cwd: &Path,
+    argv: &[String],
+    set: &dyn Fn(&str),
+    name: &str,
+    source: &str,
+) {
+    set("a");
+    let first = run(home, cwd, argv);
+    assert!(first.tuned() > 0, "{}", first.stderr);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let again = run(home, cwd, argv);
+    assert_eq!(
+        again.tuned(),
+        0,
+        "the unchanged launch reuses: {}",
+        again.stderr
+    );
+    assert!(again.has_event("reused"), "{}", again.stderr);
+    assert!(!again.has_event("engine_differs"), "{}", again.stderr);
+
+    set("b");
+    let changed = run(home, cwd, argv);
+    assert_eq!(
+        changed.hit(),
+        0,
+        "nothing tuned under a: {}",
+        changed.stderr
+    );
+    assert!(changed.tuned() > 0, "{}", changed.stderr);
+    assert!(changed.has_event("signed"), "{}", changed.stderr);
+    let d = differs(&changed);
+    assert!(
+        d.iter().any(|d| d.contains(name)),
+        "the line names {name}: {d:?}\n{}",
+        changed.stderr
+    );
+    let line = changed.event("engine_differs");
+    assert!(line["message"].as_str().unwrap().contains(source), "{line}");
+    let after = run(home, cwd, argv);
+    assert_eq!(after.tuned(), 0, "one boot per change: {}", after.stderr);
+    assert!(after.has_event("reused"), "{}", after.stderr);
+
+    set("a");
+    let back = run(home, cwd, argv);
+    assert_eq!(
+        back.tuned(),
+        0,
+        "going back restores a's set: {}",
+        back.stderr
+    );
+    assert!(back.hit() > 0, "{}", back.stderr);
+    assert!(back.has_event("restored"), "{}", back.stderr);
+}
+
+#[test]
+fn a_login_shells_profile_costs_one_boot_per_change() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().to_path_buf();
+    let profile = home.join(".bash_profile");
+    let set = |v: &str| std::fs::write(&profile, format!("export SGLANG_HIDDEN={v}\n")).unwrap();
+    let argv = vec![
+        "bash".to_string(),
+        "-lc".to_string(),
+        format!("exec {}", engine_words()),
+    ];
+    one_boot_per_change(
+        &home,
+        t.path(),
+        &argv,
+        &set,
+        "SGLANG_HIDDEN",
+        "login shell's profile",
+    );
+}
+
+/// A stand-in for NVIDIA's `/opt/nvidia/nvidia_entrypoint.sh`: it sources
+/// every `entrypoint.d/*.sh` beside it, then execs its arguments.
+fn nvidia_entrypoint(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.join("opt/nvidia");
+    std::fs::create_dir_all(d.join("entrypoint.d")).unwrap();
+    let script = d.join("nvidia_entrypoint.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\nfor f in \"$(dirname \"$0\")\"/entrypoint.d/*.sh; do . \"$f\"; done\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn an_entrypoint_hook_costs_one_boot_per_change() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let script = nvidia_entrypoint(t.path());
+    let hook = t.path().join("opt/nvidia/entrypoint.d/50-gpu.sh");
+    let set = |v: &str| std::fs::write(&hook, format!("export SGLANG_HOOKED={v}\n")).unwrap();
+    let mut argv = vec![script.display().to_string()];
+    argv.extend(engine_words().split(' ').map(str::to_string));
+    one_boot_per_change(
+        &home,
+        t.path(),
+        &argv,
+        &set,
+        "SGLANG_HOOKED",
+        "entrypoint hook",
+    );
+}
+
+#[test]
+fn a_launch_it_cannot_read_whole_is_pruned_and_the_good_set_comes_back() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let activate = t.path().join("activate");
+    std::fs::write(&activate, "export SGLANG_VENV=b\n").unwrap();
+    let plain: Vec<String> = engine_words().split(' ').map(str::to_string).collect();
+    let good = boot(kw(&home, t.path(), &plain).env("SGLANG_VENV", "a"));
+    assert!(good.has_event("signed"), "{}", good.stderr);
+    let signed = cache_files(&cache_root(&home));
+    assert!(!signed.is_empty());
+
+    // the commonest chart command: read as far as `source`, no further
+    let unreadable = vec![
+        "bash".to_string(),
+        "-c".to_string(),
+        format!("source {} && {}", activate.display(), engine_words()),
+    ];
+    let out = run(&home, t.path(), &unreadable);
+    assert_eq!(out.hit(), 0, "nothing of another launch: {}", out.stderr);
+    assert!(out.tuned() > 0, "{}", out.stderr);
+    let line = out.event("unreadable_launch");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("'bash' runs an engine keepwrap cannot read whole"),
+        "{line}"
+    );
+    // its exit status is the shell's: it proves nothing
+    assert!(out.has_event("not_signing_exit_unproven"), "{}", out.stderr);
+    assert!(!out.has_event("no_cache"), "{}", out.stderr);
+    assert!(!out.has_event("signed"), "{}", out.stderr);
+    assert!(!out.has_event("supervising_only"), "{}", out.stderr);
+
+    // the good set is whole, for the launch it belongs to
+    let back = boot(kw(&home, t.path(), &plain).env("SGLANG_VENV", "a"));
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    loaded_only_own(&back);
+    assert_eq!(back.tuned(), 0, "{}", back.stderr);
+    assert!(back.has_event("restored"), "{}", back.stderr);
+    assert!(back.has_event("reused"), "{}", back.stderr);
+    assert_eq!(cache_files(&cache_root(&home)), signed);
+}
+
+#[test]
+fn a_launch_keepwrap_execs_itself_is_not_looked_at() {
+    let t = tempfile::tempdir().unwrap();
+    let argv: Vec<String> = engine_words().split(' ').map(str::to_string).collect();
+    let first = run(t.path(), t.path(), &argv);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    for out in [&first, &run(t.path(), t.path(), &argv)] {
+        for code in ["engine_as_offered", "engine_differs", "offered_as_seen"] {
+            assert!(!out.has_event(code), "{code}: {}", out.stderr);
+        }
+    }
+}
