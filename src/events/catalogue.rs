@@ -466,6 +466,12 @@ catalogue! {
             WARN "not_signed_offered"
             => "warning: nothing is signed on this boot: {why}; the next boot of this launch is offered the set of what ran";
 
+        /// The share and the fleet are not used on this boot: the engine runs
+        /// with inputs the words do not show.
+        NotSharedUnread {}
+            WARN "not_shared_unread"
+            => "warning: the share and the fleet are not used on this boot: the engine runs with inputs the launch's words do not show, and other nodes and pods find a set by the words; write those inputs in the launch itself";
+
         /// Nothing is signed: the engine was not seen, or was refused.
         NotSignedUnseen { why: String }
             INFO "not_signed_unseen"

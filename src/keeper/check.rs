@@ -21,7 +21,7 @@ use crate::launch::{Command, Wrapper};
 
 use super::commit::{Committer, Report};
 use super::last_seen;
-use super::observe::Seen;
+use super::observe::{Seen, Want};
 
 /// Whether a set may be signed for what the engine runs with.
 pub(super) enum Seeing {
@@ -44,6 +44,8 @@ pub(super) struct Awaiting {
     pub(super) cwd: Option<PathBuf>,
     /// Where an input the words do not show most likely comes from.
     pub(super) source: &'static str,
+    /// Which process is the engine.
+    pub(super) want: Want,
 }
 
 impl Seeing {
@@ -63,11 +65,16 @@ impl Seeing {
             opts: opts.clone(),
             cwd: command.cwd.clone(),
             source: source(argv),
+            want: Want::of(command),
         }))
     }
 
-    pub(super) fn awaits(&self) -> bool {
-        matches!(self, Seeing::Awaiting(_))
+    /// The engine to look for, while it is awaited.
+    pub(super) fn awaited(&self) -> Option<&Want> {
+        match self {
+            Seeing::Awaiting(a) => Some(&a.want),
+            _ => None,
+        }
     }
 }
 
@@ -123,6 +130,9 @@ impl Committer {
         if let Some(s) = &self.store {
             last_seen::put(s.state_fd(), &awaiting.read, &fingerprint);
         }
+        if fingerprint != awaiting.read {
+            self.unshare();
+        }
         let inputs = launch.redacted_inputs();
         if fingerprint == self.fingerprint {
             self.inputs = inputs;
@@ -158,9 +168,19 @@ impl Committer {
         Some(Report::Checked { repruned: true })
     }
 
+    /// No share and no fleet on this boot: the engine runs with inputs the
+    /// launch's words do not show, and other nodes and pods find a set by
+    /// the words (said once, when there was one).
+    pub(super) fn unshare(&mut self) {
+        let (share, fleet) = (self.share.take(), self.fleet.take());
+        if share.is_some() || fleet.is_some() {
+            Event::NotSharedUnread {}.emit();
+        }
+    }
+
     /// The engine was never seen (gone first, or never found).
     pub(super) fn engine_unseen(&mut self) {
-        if self.seeing.awaits() {
+        if self.seeing.awaited().is_some() {
             self.seeing = Seeing::Refused(
                 "keepwrap never saw the engine it started (it ran and ended between two looks, or it is not Python)".to_string(),
             );

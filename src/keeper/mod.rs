@@ -68,6 +68,7 @@ pub struct Keeper {
 /// The look for the engine that runs ([`observe::find_engine`]).
 struct Looking {
     child: u32,
+    want: observe::Want,
     since: Instant,
     next: Instant,
 }
@@ -138,9 +139,10 @@ impl Keeper {
             return;
         };
         let now = Instant::now();
-        if committer.seeing.awaits() {
+        if let Some(want) = committer.seeing.awaited() {
             self.looking = Some(Looking {
                 child,
+                want: want.clone(),
                 since: now,
                 next: now,
             });
@@ -251,7 +253,7 @@ impl Keeper {
         if now < l.next {
             return;
         }
-        let Some(seen) = observe::find_engine(l.child) else {
+        let Some(seen) = observe::find_engine(l.child, &l.want) else {
             l.again(now);
             return;
         };

@@ -6,9 +6,11 @@
 //! the words.
 //!
 //! The engine is the shallowest process of the tree under keepwrap's child
-//! that runs Python or an engine's own command (`vllm`, `sglang`): shells
-//! and launcher prefixes are looked through, and so is anything else that
-//! starts it (`uv run`, `torchrun`'s agent is Python itself).
+//! that runs what the words say the engine is ([`Want`]): an SGLang or a
+//! vLLM server, the same script with the same arguments, or (for a launch
+//! keepwrap cannot read whole) Python or an engine's own command. Shells,
+//! launcher prefixes and a profile's own commands (a `conda` hook is
+//! Python too) are looked through.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -16,7 +18,56 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 use crate::done::owner::children;
-use crate::launch::{is_python, prefix, shell};
+use crate::launch::{is_python, prefix, shell, Command, Wrapper};
+
+/// Which process is the engine, by what the launch's words say it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Want {
+    /// An SGLang server launch.
+    Sglang,
+    /// A vLLM server launch.
+    Vllm,
+    /// This command, with another spelling of its program allowed
+    /// (`python3` for `/usr/bin/python3.11`).
+    Argv(Vec<OsString>),
+    /// Python, `vllm` or `sglang`: a launch keepwrap cannot read whole.
+    Any,
+}
+
+impl Want {
+    pub fn of(command: &Command) -> Want {
+        if matches!(command.wrapper, Wrapper::Unreadable(_)) {
+            Want::Any
+        } else if command.server.is_some() {
+            Want::Sglang
+        } else if crate::launch::vllm::recognise(&command.argv).is_some() {
+            Want::Vllm
+        } else {
+            Want::Argv(command.argv.clone())
+        }
+    }
+
+    /// Whether `argv` (as [`as_command`] gives it) is the engine.
+    fn matches(&self, argv: &[OsString]) -> bool {
+        match self {
+            Want::Sglang => crate::launch::server_of(&crate::launch::strings(argv)).is_some(),
+            Want::Vllm => crate::launch::vllm::recognise(argv).is_some(),
+            Want::Argv(want) => {
+                let program = |a: &[OsString]| {
+                    let a0 = a.first().map(|a| a.to_string_lossy().into_owned());
+                    let a0 = a0.unwrap_or_default();
+                    if is_python(&a0) {
+                        "python".to_string()
+                    } else {
+                        a0.rsplit('/').next().unwrap_or_default().to_string()
+                    }
+                };
+                program(argv) == program(want) && argv.get(1..) == want.get(1..)
+            }
+            Want::Any => is_engine(argv),
+        }
+    }
+}
 
 /// Most processes looked at in one look.
 const MAX_PROCS: usize = 256;
@@ -40,7 +91,7 @@ pub struct Seen {
 /// while the child is still keepwrap's fork or a shell, a prefix or a
 /// profile's command, and when the engine's process cannot be read (another
 /// user's, or gone meanwhile).
-pub fn find_engine(child: u32) -> Option<Seen> {
+pub fn find_engine(child: u32, want: &Want) -> Option<Seen> {
     let mut todo = std::collections::VecDeque::from([child]);
     let mut seen = HashSet::new();
     while let Some(pid) = todo.pop_front() {
@@ -50,7 +101,7 @@ pub fn find_engine(child: u32) -> Option<Seen> {
         let Some(argv) = read_argv(pid) else {
             continue;
         };
-        if is_engine(&argv) {
+        if is_engine(&argv) && want.matches(&as_command(argv.clone())) {
             return read(pid, argv);
         }
         todo.extend(children(&pid.to_string()));
@@ -159,6 +210,21 @@ mod tests {
         assert!(is_engine(&v("/usr/bin/python3.11 -m sglang.launch_server")));
         assert!(is_engine(&v("vllm serve m")));
         assert!(!is_engine(&v("uv run python3 x.py")));
+    }
+
+    #[test]
+    fn the_engine_is_what_the_words_say_it_runs() {
+        let server = Want::Sglang;
+        assert!(server.matches(&v("/usr/bin/python3.11 -m sglang.launch_server --tp 2")));
+        assert!(!server.matches(&v("python3 /opt/conda/bin/conda shell.posix hook")));
+        let vllm = Want::Vllm;
+        assert!(vllm.matches(&v("/usr/local/bin/vllm serve m")));
+        assert!(!vllm.matches(&v("python3 -m sglang.launch_server")));
+        let script = Want::Argv(v("python3 gen.py --n 2"));
+        assert!(script.matches(&v("/usr/bin/python3.11 gen.py --n 2")));
+        assert!(!script.matches(&v("python3 gen.py --n 3")));
+        assert!(!script.matches(&v("python3 -c pass")));
+        assert!(Want::Any.matches(&v("python3 -c pass")));
     }
 
     #[test]

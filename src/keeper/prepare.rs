@@ -118,7 +118,7 @@ impl Keeper {
         };
         // A launch whose engine keepwrap does not exec itself is offered the
         // set of what its engine was last seen with.
-        let fingerprint = match (&seeing, &store) {
+        let offered = match (&seeing, &store) {
             (Seeing::Refused(_), _) if unread.is_some() => Fingerprint::of(NOTHING_OFFERED),
             (Seeing::Awaiting(_), Some(s)) => match last_seen::get(s.state_fd(), &read) {
                 Some(seen) => {
@@ -129,10 +129,11 @@ impl Keeper {
                     .emit();
                     seen
                 }
-                None => read,
+                None => read.clone(),
             },
-            _ => read,
+            _ => read.clone(),
         };
+        let fingerprint = offered;
         // Held until the engine is spawned (end of this function).
         let (_lock, marker) = match take_turn(args, runs, store.as_ref(), &id, &root)? {
             Ok(turn) => turn,
@@ -195,6 +196,11 @@ impl Keeper {
             signed_at_done: Vec::new(),
             seeing,
         };
+        if commit.fingerprint != read {
+            // Other nodes and pods find a set by the words: what this
+            // launch's engine runs with is not what they say.
+            commit.unshare();
+        }
         take_share(engine, &mut commit, &mut watcher)?;
         take_fleet(&mut commit, &mut watcher)?;
         engine.before_start(&commit.root, &launch, &mut commit.kept);

@@ -132,7 +132,7 @@ pub fn is_python(argv0: &str) -> bool {
         .is_some_and(|v| v.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
 }
 
-fn strings(argv: &[OsString]) -> Vec<String> {
+pub(crate) fn strings(argv: &[OsString]) -> Vec<String> {
     argv.iter().map(|a| py_str(a.as_bytes())).collect()
 }
 

@@ -253,3 +253,64 @@ fn a_launch_keepwrap_execs_itself_is_not_looked_at() {
         }
     }
 }
+
+/// `keepwrap -- COMMAND` in front of the fake vLLM until its outcome line.
+fn vllm(home: &Path, command: &[String], env: &[(&str, &str)]) -> Finished {
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let out = common::vllm::until_outcome(Running::spawn(&mut common::vllm::kw_cmd(
+        home,
+        &[],
+        &command,
+        env,
+    )));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    out
+}
+
+#[test]
+fn a_vllm_server_is_seen_in_a_shell_and_in_a_login_shell() {
+    let home = common::home();
+    let bin = repo().join("tests/fixtures/engines/bin/vllm");
+    let words = |port: &str| {
+        format!(
+            "exec {} serve /models/fake-moe --tune-ms 2 -tp 2 -ep --port {port}",
+            bin.display()
+        )
+    };
+    let port = free_port().to_string();
+    let shell = vec!["sh".to_string(), "-c".to_string(), words(&port)];
+    let cold = vllm(home.path(), &shell, &[]);
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    assert!(
+        !cold.has_event("engine_differs"),
+        "read right: {}",
+        cold.stderr
+    );
+    // what the shell's engine ran with is what the words say: the plain
+    // launch reuses it
+    let port = free_port().to_string();
+    let plain: Vec<String> = words(&port)
+        .split(' ')
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    let warm = vllm(home.path(), &plain, &[]);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+    assert_eq!(warm.tuned(), 0, "{}", warm.stderr);
+
+    // a login shell's profile sets a vLLM variable: one boot, then reused
+    std::fs::write(
+        home.path().join(".bash_profile"),
+        "export VLLM_HIDDEN_SETTING=1\n",
+    )
+    .unwrap();
+    let port = free_port().to_string();
+    let login = vec!["bash".to_string(), "-lc".to_string(), words(&port)];
+    let changed = vllm(home.path(), &login, &[]);
+    assert_eq!(changed.hit(), 0, "{}", changed.stderr);
+    assert!(changed.has_event("engine_differs"), "{}", changed.stderr);
+    assert!(changed.has_event("signed"), "{}", changed.stderr);
+    let again = vllm(home.path(), &login, &[]);
+    assert!(again.has_event("reused"), "{}", again.stderr);
+    assert_eq!(again.tuned(), 0, "{}", again.stderr);
+}
