@@ -17,9 +17,12 @@ use common::*;
 /// The engine, offline (its exit is done), with a weight-loading pause so
 /// that keepwrap sees it before it reaches its cache, as it does a real one.
 fn engine_words() -> String {
+    engine_words_with(&python())
+}
+
+fn engine_words_with(python: &str) -> String {
     format!(
-        "{} -m sglang.launch_server --model-path /models/fake-moe --tp 2 --offline --tune-ms 2 --load-ms 400",
-        python()
+        "{python} -m sglang.launch_server --model-path /models/fake-moe --tp 2 --offline --tune-ms 2 --load-ms 400"
     )
 }
 
@@ -64,7 +67,11 @@ fn loaded_only_own(out: &Finished) {
 
 /// One boot: it exits 0 and loads nothing tuned under other settings.
 fn run(home: &Path, cwd: &Path, argv: &[String]) -> Finished {
-    let out = boot(&mut kw(home, cwd, argv));
+    run_cmd(&mut kw(home, cwd, argv))
+}
+
+fn run_cmd(cmd: &mut Command) -> Finished {
+    let out = boot(cmd);
     assert_eq!(out.code, 0, "{}", out.stderr);
     loaded_only_own(&out);
     out
@@ -90,6 +97,18 @@ fn one_boot_per_change(
     name: &str,
     source: &str,
 ) {
+    one_boot_per_change_with(&|| kw(home, cwd, argv), set, name, source);
+}
+
+/// [`one_boot_per_change`] of the launch `cmd` gives.
+fn one_boot_per_change_with(
+    cmd: &dyn Fn() -> Command,
+    set: &dyn Fn(&str),
+    name: &str,
+    source: &str,
+) {
+    let run = |_: (), _: (), _: ()| run_cmd(&mut cmd());
+    let (home, cwd, argv) = ((), (), ());
     set("a");
     let first = run(home, cwd, argv);
     assert!(first.tuned() > 0, "{}", first.stderr);
@@ -313,4 +332,69 @@ fn a_vllm_server_is_seen_in_a_shell_and_in_a_login_shell() {
     let again = vllm(home.path(), &login, &[]);
     assert!(again.has_event("reused"), "{}", again.stderr);
     assert_eq!(again.tuned(), 0, "{}", again.stderr);
+}
+
+#[test]
+fn as_pid_1_and_another_user_a_login_profile_costs_one_boot_per_change() {
+    // a Python another user can run (the one on PATH may be under root's
+    // home)
+    let python = "/usr/bin/python3";
+    let ok = is_root() && have("unshare") && have("setpriv") && Path::new(python).exists();
+    if !has_need(ok, "root, unshare, setpriv and /usr/bin/python3") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // the test's own temporary directory is root's: open it to others, with
+    // a copy of the fake engine in it (the checkout may be under root's home)
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let engines = t.path().join("engines");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("tests/fixtures/engines"))
+        .arg(&engines)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    let nogroup = nix::unistd::Gid::from_raw(65534);
+    nix::unistd::chown(&home, Some(nobody), Some(nogroup)).unwrap();
+    let profile = home.join(".bash_profile");
+    let set = |v: &str| {
+        std::fs::write(&profile, format!("export SGLANG_HIDDEN={v}\n")).unwrap();
+        nix::unistd::chown(&profile, Some(nobody), Some(nogroup)).unwrap();
+    };
+    let argv = vec![
+        "bash".to_string(),
+        "-lc".to_string(),
+        format!("exec {}", engine_words_with(python)),
+    ];
+    let cmd = || {
+        // keepwrap as PID 1 of a PID namespace, running as nobody
+        let mut inner = kw(&home, &home, &argv);
+        inner.env("PYTHONPATH", &engines);
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+            .args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(&home);
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd
+    };
+    one_boot_per_change_with(&cmd, &set, "SGLANG_HIDDEN", "login shell's profile");
+    let root = cache_root(&home);
+    assert!(std::fs::metadata(root.join(".keepwrap/seen")).is_ok());
 }
