@@ -122,6 +122,10 @@ impl Committer {
     /// tree was pruned again (keepwrap's own moves are not landings).
     pub(super) fn engine_seen(&mut self, seen: Seen, touched: bool) -> Option<Report> {
         let not_repruned = Some(Report::Checked { repruned: false });
+        if !matches!(self.seeing, Seeing::Awaiting(_)) {
+            // Refused meanwhile (tuning was done first): it stays refused.
+            return not_repruned;
+        }
         let Seeing::Awaiting(awaiting) = std::mem::replace(&mut self.seeing, Seeing::Seen) else {
             return not_repruned;
         };
@@ -178,19 +182,22 @@ impl Committer {
         }
     }
 
-    /// The engine was never seen (gone first, or never found).
+    /// The engine ended and was never seen (gone between two looks, or no
+    /// process ran what the words say the engine is).
     pub(super) fn engine_unseen(&mut self) {
+        self.refuse_awaited("keepwrap never saw the engine it started (it ended between two looks, or no process of the launch ran what its words say)");
+    }
+
+    fn refuse_awaited(&mut self, why: &str) {
         if self.seeing.awaited().is_some() {
-            self.seeing = Seeing::Refused(
-                "keepwrap never saw the engine it started (it ran and ended between two looks, or it is not Python)".to_string(),
-            );
+            self.seeing = Seeing::Refused(why.to_string());
         }
     }
 
     /// Whether a sign may sign: not before the engine was seen, nor after
     /// it was refused (the one line says why).
     pub(super) fn may_sign(&mut self) -> bool {
-        self.engine_unseen();
+        self.refuse_awaited("tuning was done before keepwrap saw the engine (no process of the launch ran what its words say)");
         match &self.seeing {
             Seeing::AsRead | Seeing::Seen => true,
             Seeing::Awaiting(_) => false,
