@@ -398,3 +398,285 @@ fn as_pid_1_and_another_user_a_login_profile_costs_one_boot_per_change() {
     let root = cache_root(&home);
     assert!(std::fs::metadata(root.join(".keepwrap/seen")).is_ok());
 }
+
+/// `kw` of `argv` that `cmd` runs in `cwd` with `env`: one boot, asserted
+/// to load nothing tuned under other settings.
+fn boot_with(home: &Path, cwd: &Path, argv: &[String], env: &[(&str, &str)]) -> Finished {
+    let mut cmd = kw(home, cwd, argv);
+    cmd.envs(env.iter().copied());
+    run_cmd(&mut cmd)
+}
+
+fn sh_c(script: &str) -> Vec<String> {
+    vec!["sh".to_string(), "-c".to_string(), script.to_string()]
+}
+
+#[test]
+fn a_relative_cache_root_after_a_cd_is_the_engines() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    std::fs::create_dir_all(t.path().join("w")).unwrap();
+    let argv = |chunk: u32| {
+        sh_c(&format!(
+            "cd w && exec {} --chunked-prefill-size {chunk}",
+            engine_words()
+        ))
+    };
+    let env = [("SGLANG_CACHE_DIR", "cache")];
+    let first = boot_with(&home, t.path(), &argv(256), &env);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let root = t.path().join("w/cache/flashinfer/autotune");
+    assert_eq!(
+        first.event("launch")["root"].as_str().unwrap(),
+        root.display().to_string(),
+        "the engine's root, beside its working directory"
+    );
+    assert!(!cache_files(&root).is_empty());
+    let changed = boot_with(&home, t.path(), &argv(512), &env);
+    assert_eq!(changed.hit(), 0, "{}", changed.stderr);
+    let back = boot_with(&home, t.path(), &argv(256), &env);
+    assert_eq!(back.tuned(), 0, "{}", back.stderr);
+}
+
+#[test]
+fn a_cd_through_a_symlink_is_resolved_as_the_shell_does() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let (srv, elsewhere) = (t.path().join("srv"), t.path().join("elsewhere"));
+    std::fs::create_dir_all(elsewhere.join("sub")).unwrap();
+    std::fs::create_dir_all(&srv).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("sub"), srv.join("current")).unwrap();
+    let config = |dir: &Path, chunk: u32| {
+        std::fs::write(dir.join("c.yaml"), format!("chunked-prefill-size: {chunk}\n")).unwrap()
+    };
+    config(&srv, 256);
+    config(&elsewhere, 256);
+    // the shell lands in srv (logically), whatever current links to
+    let argv = sh_c(&format!(
+        "cd {}/current/.. && exec {} --config c.yaml",
+        srv.display(),
+        engine_words()
+    ));
+    let first = run(&home, t.path(), &argv);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    assert!(!first.has_event("engine_differs"), "read right: {}", first.stderr);
+    config(&srv, 512);
+    let edited = run(&home, t.path(), &argv);
+    assert_eq!(edited.hit(), 0, "{}", edited.stderr);
+    assert!(!edited.has_event("engine_differs"), "read right: {}", edited.stderr);
+    config(&elsewhere, 1024);
+    let other = run(&home, t.path(), &argv);
+    assert_eq!(other.tuned(), 0, "the file it does not read: {}", other.stderr);
+}
+
+/// A copy of the fake engine's directory in `dir` (the `sglang` package
+/// there is the "checkout" a test upgrades).
+fn engines_copy(dir: &Path) -> PathBuf {
+    let engines = dir.join("engines");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("tests/fixtures/engines"))
+        .arg(&engines)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    engines
+}
+
+/// An "upgrade" of the engine's checkout: its package's `__init__.py`
+/// (the fake's version) changes.
+fn upgrade(engines: &Path, n: u32) {
+    std::fs::write(
+        engines.join("sglang/__init__.py"),
+        format!("__version__ = \"0.5.{n}\"\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_server_whose_engine_is_not_found_is_never_kept() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let engines = engines_copy(t.path());
+    // an interpreter keepwrap cannot resolve: a shim (as pyenv's) that
+    // finds the engine by a path only it knows
+    let shim = t.path().join("shim/python3");
+    std::fs::create_dir_all(shim.parent().unwrap()).unwrap();
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\nPYTHONPATH={} exec {} \"$@\"\n",
+            engines.display(),
+            python()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let argv: Vec<String> = engine_words_with(&shim.display().to_string())
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    let launch = |n: u32| {
+        upgrade(&engines, n);
+        let mut cmd = kw(&home, t.path(), &argv);
+        cmd.env_remove("PYTHONPATH");
+        run_cmd(&mut cmd)
+    };
+    let first = launch(1);
+    assert!(first.tuned() > 0, "{}", first.stderr);
+    assert!(!first.has_event("signed"), "{}", first.stderr);
+    let line = first.event("unresolved_launch");
+    assert!(
+        line["message"].as_str().unwrap().contains("engine sglang not found"),
+        "{line}"
+    );
+    let upgraded = launch(2);
+    assert_eq!(upgraded.hit(), 0, "{}", upgraded.stderr);
+}
+
+#[test]
+fn an_engine_found_through_a_pth_file_is_kept_and_its_upgrade_retunes() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let engines = engines_copy(t.path());
+    let venv = t.path().join("venv");
+    let made = Command::new(python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    // a legacy editable install: the checkout's directory in a path file
+    std::fs::write(site.join("__editable__.sglang.pth"), format!("{}\n", engines.display())).unwrap();
+    let argv: Vec<String> = engine_words_with(&venv.join("bin/python3").display().to_string())
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    let launch = |n: u32| {
+        upgrade(&engines, n);
+        let mut cmd = kw(&home, t.path(), &argv);
+        cmd.env_remove("PYTHONPATH");
+        run_cmd(&mut cmd)
+    };
+    let first = launch(1);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let again = launch(1);
+    assert_eq!(again.tuned(), 0, "{}", again.stderr);
+    let upgraded = launch(2);
+    assert_eq!(upgraded.hit(), 0, "{}", upgraded.stderr);
+    assert!(upgraded.has_event("signed"), "{}", upgraded.stderr);
+}
+
+/// A hub snapshot of `org/m` at `revision` in the Hugging Face cache
+/// layout under `dir`, its `config.json` naming `experts`.
+fn hub_snapshot(dir: &Path, revision: &str, experts: u32) {
+    let repo = dir.join("models--org--m");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(repo.join("snapshots").join(revision)).unwrap();
+    std::fs::write(repo.join("refs/main"), revision).unwrap();
+    std::fs::write(
+        repo.join("snapshots").join(revision).join("config.json"),
+        format!("{{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"n_routed_experts\": {experts}}}"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_hub_id_downloaded_after_the_start_is_signed_under_what_was_downloaded() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let (r1, r2, hf) = (t.path().join("r1"), t.path().join("r2"), t.path().join("hf"));
+    hub_snapshot(&r1, &"1".repeat(40), 8);
+    hub_snapshot(&r2, &"2".repeat(40), 16);
+    let argv: Vec<String> = engine_words()
+        .replace("/models/fake-moe", "org/m")
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    let hf_s = hf.display().to_string();
+    // an emptyDir hub cache: empty at every start, the engine downloads
+    let fresh = |from: &Path| {
+        let _ = std::fs::remove_dir_all(&hf);
+        let download = format!("{}:{}", from.display(), hf.display());
+        boot_with(
+            &home,
+            t.path(),
+            &argv,
+            &[("HF_HUB_CACHE", &hf_s), ("FAKE_DOWNLOAD", &download)],
+        )
+    };
+    let first = fresh(&r1);
+    assert!(first.has_event("unresolved_launch"), "{}", first.stderr);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    // the hub moved to a revision with more experts
+    let moved = fresh(&r2);
+    assert_eq!(moved.hit(), 0, "{}", moved.stderr);
+    assert!(moved.has_event("signed"), "{}", moved.stderr);
+    // the hub cache kept (a volume): read before the start, reused
+    let kept = boot_with(&home, t.path(), &argv, &[("HF_HUB_CACHE", &hf_s)]);
+    assert!(!kept.has_event("unresolved_launch"), "{}", kept.stderr);
+    assert_eq!(kept.tuned(), 0, "{}", kept.stderr);
+}
+
+#[test]
+fn an_offline_script_counts_by_its_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let script = t.path().join("gen.py");
+    let write = |chunk: u32| {
+        std::fs::write(
+            &script,
+            format!(
+                "import runpy, sys\nsys.argv = [{fake:?}, '--model-path', '/models/fake-moe', '--tp', '2', '--offline', '--tune-ms', '2', '--chunked-prefill-size', '{chunk}']\nrunpy.run_path({fake:?}, run_name='__main__')\n",
+                fake = fake_engine().display().to_string()
+            ),
+        )
+        .unwrap()
+    };
+    let argv = vec![python(), "gen.py".to_string()];
+    write(256);
+    let first = run(&home, t.path(), &argv);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let again = run(&home, t.path(), &argv);
+    assert_eq!(again.tuned(), 0, "{}", again.stderr);
+    write(512);
+    let edited = run(&home, t.path(), &argv);
+    assert_eq!(edited.hit(), 0, "{}", edited.stderr);
+}
+
+#[test]
+fn bench_one_batch_reads_the_models_config() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().join("home");
+    let model = t.path().join("m");
+    std::fs::create_dir_all(&model).unwrap();
+    let write = |experts: u32| {
+        std::fs::write(
+            model.join("config.json"),
+            format!("{{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"n_routed_experts\": {experts}}}"),
+        )
+        .unwrap()
+    };
+    let argv: Vec<String> = format!(
+        "{} -m sglang.bench_one_batch --model-path {} --tp 2 --tune-ms 2",
+        python(),
+        model.display()
+    )
+    .split(' ')
+    .map(str::to_string)
+    .collect();
+    write(8);
+    let first = run(&home, t.path(), &argv);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    write(16);
+    let edited = run(&home, t.path(), &argv);
+    assert_eq!(edited.hit(), 0, "{}", edited.stderr);
+}
