@@ -250,6 +250,9 @@ struct Layers {
     assigns: Vec<(OsString, OsString)>,
     env: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
+    /// `cwd` is a shell's logical directory (its last change was a `cd`),
+    /// not a physical one (`env -C`).
+    logical: bool,
     exit_unproven: Option<String>,
     /// The variables the shell strings read so far name.
     names: Vec<String>,
@@ -268,12 +271,91 @@ impl Layers {
         self.assigns = assigns.into_iter().chain(old).collect();
     }
 
+    /// A physical change of directory (`env -C DIR`): the kernel resolves
+    /// `..` after following symlinks.
     fn chdir(&mut self, dir: &Path) {
         self.cwd = Some(match &self.cwd {
             Some(c) => c.join(dir),
             None => dir.to_path_buf(),
         });
+        self.logical = false;
     }
+
+    /// A shell's `cd DIR`, resolved as the shell resolves it (logically):
+    /// `..` removes the previous component of the logical path, symlinks
+    /// unresolved. The shell's logical path starts from `$PWD` when it names
+    /// its directory, else from the physical one.
+    fn cd(&mut self, dir: &str) {
+        let target = Path::new(dir);
+        let dotdot = target
+            .components()
+            .any(|c| c == std::path::Component::ParentDir);
+        if !dotdot {
+            // no `..`: the same path either way (as written, as before)
+            self.chdir(target);
+            self.logical = true;
+            return;
+        }
+        let base = match (&self.cwd, self.logical) {
+            _ if target.is_absolute() => PathBuf::from("/"),
+            (Some(c), true) => c.clone(),
+            (Some(c), false) => c.canonicalize().unwrap_or_else(|_| c.clone()),
+            (None, _) => PathBuf::new(),
+        };
+        let folded = fold(&base, target).or_else(|| {
+            // `..` above a relative start: the shell's logical directory
+            let start = shell_start(&self.env)?;
+            fold(&start.join(&base), target)
+        });
+        self.cwd = Some(match folded {
+            Some(p) if p.as_os_str().is_empty() => PathBuf::from("."),
+            Some(p) => p,
+            None => base.join(target),
+        });
+        self.logical = true;
+    }
+}
+
+/// `rel` after `base`, `.` dropped and each `..` removing the component
+/// before it (at `/`, `/` stays); None when a `..` would climb above a
+/// relative `base`.
+fn fold(base: &Path, rel: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in base.components().chain(rel.components()) {
+        match c {
+            Component::RootDir => out = PathBuf::from("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.as_os_str().is_empty() {
+                    return None;
+                }
+                if out != Path::new("/") {
+                    out.pop();
+                }
+            }
+            Component::Normal(n) => out.push(n),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The logical directory a shell started in keepwrap's working directory
+/// begins with: `$PWD` when it is absolute and names that directory (as
+/// shells import it), else the physical directory.
+fn shell_start(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    };
+    let pwd = env
+        .iter()
+        .find(|(k, _)| k == "PWD")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute() && same(p, Path::new(".")));
+    pwd.or_else(|| std::env::current_dir().ok())
 }
 
 /// Understand `argv`, run with environment `env`: the one reading of what
@@ -287,6 +369,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         assigns: Vec::new(),
         env: env.to_vec(),
         cwd: None,
+        logical: false,
         exit_unproven: None,
         names: Vec::new(),
         shell: false,
@@ -424,7 +507,7 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
     };
     let read = shell::read(script, &lookup, positional)?;
     for dir in &read.cds {
-        l.chdir(Path::new(dir));
+        l.cd(dir);
         // `cd` into no directory: the shell goes on where it was
         if !l.cwd.as_deref().is_some_and(Path::is_dir) {
             return Err(format!(
@@ -764,6 +847,74 @@ mod tests {
                 "{s}"
             );
         }
+    }
+
+    #[test]
+    fn cd_is_logical_and_env_c_physical() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/b"), root.join("x/current")).unwrap();
+        let sh = |script: String| {
+            let argv = [OsString::from("sh"), "-c".into(), script.into()];
+            analyze(&argv, &[]).cwd
+        };
+        let r = root.display();
+        // `..` of the logical path: the directory the link is in
+        assert_eq!(
+            sh(format!(
+                "cd {r}/x/current/.. && exec python3 -m sglang.launch_server"
+            )),
+            Some(root.join("x"))
+        );
+        assert_eq!(
+            sh(format!(
+                "cd {r}/x/current; cd ../current/./..; exec python3 x"
+            )),
+            Some(root.join("x"))
+        );
+        assert_eq!(
+            sh("cd /..; exec python3 x".into()),
+            Some(PathBuf::from("/"))
+        );
+        // `env -C` is a chdir: the kernel's `..`, after the link
+        let argv = os(&format!("env -C {r}/x/current/.. python3 x"));
+        let c = analyze(&argv, &[]).cwd.unwrap();
+        assert_eq!(c.canonicalize().unwrap(), root.join("a"));
+        // a shell after `env -C` starts from the physical directory
+        let argv = [
+            OsString::from("env"),
+            "-C".into(),
+            root.join("x/current").into(),
+            "sh".into(),
+            "-c".into(),
+            "cd .. && exec python3 x".into(),
+        ];
+        assert_eq!(analyze(&argv, &[]).cwd, Some(root.join("a")));
+        // a relative `..` above the start: from $PWD when it names the
+        // working directory
+        let here = std::env::current_dir().unwrap();
+        let parent = here.parent().unwrap_or(&here).to_path_buf();
+        let argv = [
+            OsString::from("sh"),
+            "-c".into(),
+            "cd .. && exec python3 x".into(),
+        ];
+        let pwd = env_of(&[("PWD", here.to_str().unwrap())]);
+        assert_eq!(analyze(&argv, &pwd).cwd, Some(parent.clone()));
+        // ... a PWD naming another directory is not the shell's
+        let stale = env_of(&[("PWD", "/nonexistent/dir")]);
+        let physical = here.canonicalize().unwrap();
+        assert_eq!(
+            analyze(&argv, &stale).cwd,
+            Some(physical.parent().unwrap_or(&physical).to_path_buf())
+        );
+        // no `..`: as written
+        assert_eq!(
+            sh(format!("cd {r}/./x; exec python3 x")).map(PathBuf::into_os_string),
+            Some(OsString::from(format!("{r}/./x")))
+        );
     }
 
     #[test]
