@@ -965,6 +965,7 @@ fn explain_format_is_stable() {
          ignored-arg \"--api-key\" <redacted sha256:{s}>\n\
          ignored-arg \"--port\" \"30000\"\n\
          volatile-env \"SGLANG_RUN_ID\"\n\
+         unresolved: engine sglang not found: python is not on PATH\n\
          {fp}\n",
         s = sha12(b"s"),
         fp = fp(&[], &argv, &env),

@@ -65,3 +65,79 @@ fn a_shell_cd_through_a_symlink_and_dotdot_reads_the_config_the_shell_lands_besi
     let e = explain(&root, &env_c);
     assert!(e.contains("arg \"--chunked-prefill-size\" \"1024\""), "{e}");
 }
+
+fn executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    write(path, text);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A virtual environment at `dir/venv` with no engine installed in it.
+fn bare_venv(dir: &Path) -> std::path::PathBuf {
+    let v = dir.join("venv");
+    executable(&v.join("bin/python3"), "not run\n");
+    write(
+        &v.join("pyvenv.cfg"),
+        "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.7\n",
+    );
+    std::fs::create_dir_all(v.join("lib/python3.11/site-packages")).unwrap();
+    v
+}
+
+fn engine_line(explain: &str) -> &str {
+    explain
+        .lines()
+        .find(|l| l.starts_with("engine "))
+        .unwrap_or_else(|| panic!("no engine line: {explain}"))
+}
+
+#[test]
+fn an_engine_installed_through_a_pth_path_file_is_found_and_counts() {
+    // `setup.py develop` / `conda develop`: a .pth line names the checkout
+    let t = tempfile::tempdir().unwrap();
+    let v = bare_venv(t.path());
+    let src = t.path().join("checkout/python");
+    write(&src.join("sglang/__init__.py"), "");
+    let pkg_info = src.join("sglang.egg-info/PKG-INFO");
+    write(
+        &pkg_info,
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n\n",
+    );
+    let site = v.join("lib/python3.11/site-packages");
+    write(
+        &site.join("easy-install.pth"),
+        "import sys; sys.__plen = len(sys.path)\n../../../../checkout/python\n",
+    );
+    let path = format!("{}:/usr/bin:/bin", v.join("bin").display());
+    let argv = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/m",
+    ];
+    let run = || common::explain_in(t.path(), &[("PATH", path.as_str())], &argv);
+    let a = run();
+    assert!(engine_line(&a).starts_with("engine sglang 0.5.22 "), "{a}");
+    assert!(!a.contains("unresolved"), "{a}");
+    // the checkout is upgraded: another fingerprint
+    write(
+        &pkg_info,
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n\n",
+    );
+    let b = run();
+    assert!(engine_line(&b).starts_with("engine sglang 0.5.23 "), "{b}");
+    assert_ne!(fp(&a), fp(&b));
+    // without the path line: not found, and the launch is not trusted
+    write(&site.join("easy-install.pth"), "import sys\n");
+    let c = run();
+    assert!(
+        engine_line(&c).starts_with("engine sglang not found: "),
+        "{c}"
+    );
+    assert!(
+        c.lines()
+            .any(|l| l.starts_with("unresolved: engine sglang not found: ")),
+        "{c}"
+    );
+}

@@ -371,6 +371,19 @@ impl Launch {
         self.profile
     }
 
+    /// Why the prediction of this launch cannot be trusted, if so: an input
+    /// the fingerprint records as a constant although the engine will read
+    /// something (a server launch whose engine package is not found). Such
+    /// a launch is never offered a set nor signed under its prediction.
+    pub fn unresolved(&self) -> Option<String> {
+        if let Some(e) = &self.engine {
+            if let launch::engine::Found::NotFound(why) = &e.found {
+                return Some(format!("engine {} not found: {why}", e.package));
+            }
+        }
+        None
+    }
+
     /// Lines to log once at the launch: a config file that cannot be used, a
     /// shell string that cannot be read.
     pub fn warnings(&self) -> Vec<String> {

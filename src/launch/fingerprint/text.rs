@@ -371,6 +371,9 @@ impl Launch {
         for e in self.env.iter().filter(|e| e.volatile) {
             let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
         }
+        if let Some(why) = self.unresolved() {
+            let _ = writeln!(out, "unresolved: {why}");
+        }
         let _ = writeln!(out, "{}", self.fingerprint);
         out
     }
