@@ -65,6 +65,50 @@ pub enum Entry {
     LaunchServer,
     /// `sglang serve`
     Serve,
+    /// `python -m MODULE` of an offline benchmark that reads the server's
+    /// arguments (`ServerArgs.add_cli_args`) with plain `parse_args`: no
+    /// `--config` merge. The module as written.
+    Bench(&'static str),
+}
+
+/// The modules of SGLang that take the server's arguments
+/// (`ServerArgs.add_cli_args`) and run the engine in their own process:
+/// 0.5.23's `sglang.benchmark.*` and the older (or shim) `sglang.bench_*`.
+pub const BENCH_MODULES: &[&str] = &[
+    "sglang.bench_one_batch",
+    "sglang.bench_offline_throughput",
+    "sglang.bench_one_batch_server",
+    "sglang.benchmark.one_batch",
+    "sglang.benchmark.offline_throughput",
+    "sglang.benchmark.one_batch_server",
+];
+
+impl Entry {
+    /// A server (`sglang.launch_server`, `sglang serve`), not a benchmark.
+    pub fn is_server(self) -> bool {
+        !matches!(self, Entry::Bench(_))
+    }
+
+    /// What `--explain` calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Entry::LaunchServer => "sglang.launch_server",
+            Entry::Serve => "sglang serve",
+            Entry::Bench(m) => m,
+        }
+    }
+}
+
+/// The entry of `python -m MODULE`, when MODULE reads the server's
+/// arguments.
+fn module_entry(module: &str) -> Option<Entry> {
+    if module == "sglang.launch_server" {
+        return Some(Entry::LaunchServer);
+    }
+    BENCH_MODULES
+        .iter()
+        .find(|m| **m == module)
+        .map(|m| Entry::Bench(m))
 }
 
 /// An SGLang server launch.
@@ -132,7 +176,7 @@ pub fn is_python(argv0: &str) -> bool {
         .is_some_and(|v| v.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
 }
 
-fn strings(argv: &[OsString]) -> Vec<String> {
+pub(crate) fn strings(argv: &[OsString]) -> Vec<String> {
     argv.iter().map(|a| py_str(a.as_bytes())).collect()
 }
 
@@ -182,12 +226,14 @@ fn sglang_serve(args: &[String]) -> Server {
 /// `python [OPTIONS] -m sglang.launch_server ARGS` (or the module's script),
 /// Python's own options read as Python reads them.
 fn python_server(argv: &[String]) -> Option<Server> {
-    let launch_server = |python_opts: Vec<String>, args: &[String]| Server {
-        entry: Entry::LaunchServer,
+    let server = |entry, python_opts: Vec<String>, args: &[String]| Server {
+        entry,
         python_opts,
         model_type: None,
         args: args.to_vec(),
     };
+    let launch_server =
+        |python_opts: Vec<String>, args: &[String]| server(Entry::LaunchServer, python_opts, args);
     let mut opts = Vec::new();
     let mut i = 1;
     while i < argv.len() {
@@ -223,8 +269,8 @@ fn python_server(argv: &[String]) -> Option<Server> {
                 (rest, i + 1)
             };
             if ch == 'm' {
-                return (value == "sglang.launch_server")
-                    .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
+                return module_entry(value)
+                    .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
             }
             opts.push(format!("-{ch}"));
             opts.push(value.to_string());
@@ -235,8 +281,44 @@ fn python_server(argv: &[String]) -> Option<Server> {
             let server = a.ends_with("sglang/launch_server.py");
             return server.then(|| launch_server(opts, &argv[i + 1..]));
         };
-        return (target == Some("sglang.launch_server"))
-            .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
+        return target
+            .and_then(module_entry)
+            .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
+    }
+    None
+}
+
+/// The script `python [OPTIONS] SCRIPT ARGS` runs, as Python reads its
+/// options; None for `-m`, `-c`, `-`, a long option, or no script.
+pub fn script_of(argv: &[String]) -> Option<&str> {
+    if !is_python(argv.first()?) {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(a) = argv.get(i) {
+        if a == "--" {
+            return argv.get(i + 1).map(String::as_str);
+        }
+        if a == "-" || a.starts_with("--") {
+            return None;
+        }
+        let Some(flags) = a.strip_prefix('-') else {
+            return Some(a);
+        };
+        let mut next = i + 1;
+        for (k, ch) in flags.char_indices() {
+            match ch {
+                'm' | 'c' => return None,
+                'X' | 'W' => {
+                    if flags[k + 1..].is_empty() {
+                        next = i + 2;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        i = next;
     }
     None
 }
@@ -654,8 +736,10 @@ impl Canonical {
             .collect();
         let mut tokens = server.args.clone();
         let mut cfg = None;
-        // prepare_server_args merges only `--config FILE`, exactly once.
-        if let [i] = at[..] {
+        // prepare_server_args merges only `--config FILE`, exactly once;
+        // a benchmark's plain parse_args never does.
+        if let ([i], true) = (&at[..], server.entry.is_server()) {
+            let i = *i;
             if i + 1 < tokens.len() {
                 let path = tokens[i + 1].clone();
                 let (outcome, sha256) = config::read(&cwd.join(&path));
@@ -697,6 +781,9 @@ impl Canonical {
     /// The canonical launch as JSON, leaving out the groups `drop` says.
     pub fn to_json(&self, drop: &dyn Fn(&args::Group) -> bool) -> Value {
         let mut m = Map::new();
+        if let Entry::Bench(module) = self.server.entry {
+            m.insert("module".into(), module.into());
+        }
         if !self.server.python_opts.is_empty() {
             m.insert("python".into(), self.server.python_opts.clone().into());
         }
@@ -926,7 +1013,31 @@ mod tests {
         let c = server_of(&v("sglang serve /m --model-type=llm --tp 2")).unwrap();
         assert_eq!(c.args, v("--model-path /m --tp 2"));
         assert_eq!(c.model_type.as_deref(), Some("llm"));
-        assert!(server_of(&v("python3 -m sglang.bench_one_batch --tp 2")).is_none());
+        let b = server_of(&v("python3 -m sglang.bench_one_batch --tp 2")).unwrap();
+        assert_eq!(b.entry, Entry::Bench("sglang.bench_one_batch"));
+        assert!(!b.entry.is_server());
+        let b = server_of(&v(
+            "python3 -u -msglang.benchmark.offline_throughput --tp 2",
+        ))
+        .unwrap();
+        assert_eq!(b.args, v("--tp 2"));
+        assert!(server_of(&v("python3 -m sglang.bench_serving --tp 2")).is_none());
+        assert_eq!(script_of(&v("python3 gen.py --tp 2")), Some("gen.py"));
+        assert_eq!(
+            script_of(&v("python3 -u -X dev -Wignore /x/gen.py")),
+            Some("/x/gen.py")
+        );
+        assert_eq!(script_of(&v("python3 -- -gen.py")), Some("-gen.py"));
+        for s in [
+            "python3 -m x",
+            "python3 -c x",
+            "python3 -",
+            "python3 --help",
+            "python3",
+            "sh gen.py",
+        ] {
+            assert_eq!(script_of(&v(s)), None, "{s}");
+        }
         assert!(server_of(&v("python3 bench.py")).is_none());
         assert!(server_of(&v("python3 -c x")).is_none());
         assert!(server_of(&v("python3 /x/sglang/launch_server.py --tp 2")).is_some());

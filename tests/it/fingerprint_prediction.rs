@@ -15,7 +15,7 @@ fn fp(explain: &str) -> &str {
     explain.lines().last().unwrap()
 }
 
-fn explain(cwd: &Path, argv: &[&str]) -> String {
+fn explain(cwd: &Path, argv: &[impl AsRef<std::ffi::OsStr>]) -> String {
     let path = std::env::var("PATH").unwrap_or_default();
     common::explain_in(cwd, &[("PATH", &path)], argv)
 }
@@ -140,4 +140,133 @@ fn an_engine_installed_through_a_pth_path_file_is_found_and_counts() {
             .any(|l| l.starts_with("unresolved: engine sglang not found: ")),
         "{c}"
     );
+}
+
+#[test]
+fn an_offline_script_counts_by_its_bytes_read_where_it_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let w = t.path().join("w");
+    write(
+        &w.join("gen.py"),
+        "engine = Engine(chunked_prefill_size=4096)\n",
+    );
+    let argv = ["python3", "gen.py", "--n", "1"];
+    let shell = ["sh", "-c", "cd w && exec python3 gen.py --n 1"];
+    let a = explain(&w, &argv);
+    assert!(
+        a.lines()
+            .any(|l| l.starts_with("script \"gen.py\" <sha256:")),
+        "{a}"
+    );
+    assert!(!a.contains("unresolved"), "{a}");
+    let s = explain(t.path(), &shell);
+    assert!(!s.contains("unresolved"), "{s}");
+    // the same bytes: the same launch
+    assert_eq!(fp(&a), fp(&explain(&w, &argv)));
+    // the chunk size edited inside the script: another launch, in both forms
+    write(
+        &w.join("gen.py"),
+        "engine = Engine(chunked_prefill_size=8192)\n",
+    );
+    assert_ne!(fp(&a), fp(&explain(&w, &argv)));
+    assert_ne!(fp(&s), fp(&explain(t.path(), &shell)));
+    // a script that is not there: its prediction is not trusted
+    let missing = explain(t.path(), &argv);
+    assert!(
+        missing
+            .lines()
+            .any(|l| l.starts_with("unresolved: script 'gen.py' cannot be read")),
+        "{missing}"
+    );
+    // a command that runs no script is fingerprinted as before
+    let c = explain(t.path(), &["python3", "-c", "pass"]);
+    assert!(!c.contains("script ") && !c.contains("unresolved"), "{c}");
+}
+
+#[test]
+fn an_sglang_benchmark_is_read_with_the_servers_arguments_and_its_models_config() {
+    let t = tempfile::tempdir().unwrap();
+    write(&t.path().join("m/config.json"), "{\"num_experts\": 8}");
+    write(&t.path().join("b.yaml"), "tp-size: 2\n");
+    let bench = |module: &str| {
+        [
+            "python3",
+            "-m",
+            module,
+            "--model-path",
+            "m",
+            "--tp",
+            "2",
+            "--batch-size",
+            "1",
+        ]
+        .map(str::to_string)
+    };
+    for module in [
+        "sglang.bench_one_batch",
+        "sglang.bench_offline_throughput",
+        "sglang.benchmark.one_batch",
+    ] {
+        let argv = bench(module);
+        let a = explain(t.path(), &argv);
+        assert!(a.contains(&format!("launch {module}, ")), "{a}");
+        assert!(a.contains("arg \"--tp-size\" \"2\""), "{a}");
+        assert!(a.contains("model --model-path config.json <sha256:"), "{a}");
+        // the model's config.json counts
+        write(&t.path().join("m/config.json"), "{\"num_experts\": 16}");
+        let b = explain(t.path(), &argv);
+        assert_ne!(fp(&a), fp(&b), "{module}");
+        write(&t.path().join("m/config.json"), "{\"num_experts\": 8}");
+        assert_eq!(fp(&a), fp(&explain(t.path(), &argv)), "{module}");
+    }
+    // a benchmark is not the server with the same arguments
+    let server = explain(
+        t.path(),
+        &[
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "m",
+            "--tp",
+            "2",
+            "--batch-size",
+            "1",
+        ],
+    );
+    assert_ne!(
+        fp(&server),
+        fp(&explain(t.path(), &bench("sglang.bench_one_batch")))
+    );
+    // its plain parse_args merges no --config: the file counts by its bytes
+    let with_config = |text: &str| {
+        write(&t.path().join("b.yaml"), text);
+        let mut argv = bench("sglang.bench_one_batch").to_vec();
+        argv.extend(["--config".to_string(), "b.yaml".to_string()]);
+        explain(t.path(), &argv)
+    };
+    let c1 = with_config("tp-size: 2\n");
+    assert!(!c1.contains("merged into the arguments"), "{c1}");
+    assert_ne!(fp(&c1), fp(&with_config("tp-size: 2\n# a comment\n")));
+}
+
+#[test]
+fn an_sglang_benchmark_is_done_when_it_exits() {
+    let t = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .current_dir(t.path())
+        .args([
+            "config",
+            "--json",
+            "--",
+            "python3",
+            "-m",
+            "sglang.bench_one_batch",
+            "--model-path",
+            "m",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("when the command exits 0"), "{text}");
 }

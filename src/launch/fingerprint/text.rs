@@ -86,10 +86,7 @@ pub(super) fn explain_canonical(
         }
         return;
     }
-    let entry = match c.server.entry {
-        launch::Entry::LaunchServer => "sglang.launch_server",
-        launch::Entry::Serve => "sglang serve",
-    };
+    let entry = c.server.entry.name();
     let via = match wrapper {
         Wrapper::Shell => " (inside a shell command)",
         Wrapper::Env => " (through env)",
@@ -341,6 +338,9 @@ impl Launch {
                     (&self.command.cwd, self.profile == super::ProfileName::Seed)
                 {
                     let _ = writeln!(out, "cwd {}", quote(cwd.as_os_str().as_bytes()));
+                }
+                if let Some((path, Ok(sha))) = self.script() {
+                    let _ = writeln!(out, "script {} <sha256:{}>", quote_str(path), &sha[..12]);
                 }
             }
         }
