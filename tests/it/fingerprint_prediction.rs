@@ -270,3 +270,71 @@ fn an_sglang_benchmark_is_done_when_it_exits() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("when the command exits 0"), "{text}");
 }
+
+#[test]
+fn a_hub_id_with_no_local_revision_is_unresolved_and_modelscope_is_read_when_switched_on() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("ms");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let hf = t.path().join("hf");
+    let run = |extra: &[(&str, &str)], argv: &[&str]| {
+        let mut env = vec![
+            ("PATH", path.as_str()),
+            ("MODELSCOPE_CACHE", cache.to_str().unwrap()),
+            ("HF_HUB_CACHE", hf.to_str().unwrap()),
+        ];
+        env.extend_from_slice(extra);
+        common::explain_in(t.path(), &env, argv)
+    };
+    let sglang = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "org/model.v2",
+    ];
+    let vllm = ["vllm", "serve", "org/model.v2"];
+    let unresolved = |e: &str| {
+        e.lines()
+            .find(|l| l.starts_with("unresolved: model 'org/model.v2' ("))
+            .map(str::to_string)
+    };
+    // no local revision in either hub cache: never trusted, whichever hub
+    for (argv, switch) in [
+        (&sglang[..], ("SGLANG_USE_MODELSCOPE", "true")),
+        (&vllm[..], ("VLLM_USE_MODELSCOPE", "True")),
+    ] {
+        let e = run(&[], argv);
+        let line = unresolved(&e).unwrap_or_else(|| panic!("{e}"));
+        assert!(line.contains("not in the local hub cache"), "{line}");
+        let e = run(&[switch], argv);
+        let line = unresolved(&e).unwrap_or_else(|| panic!("{e}"));
+        assert!(
+            line.contains("not in the local hub cache (ModelScope)"),
+            "{line}"
+        );
+    }
+    // ModelScope's cache holds it: its config.json counts
+    let dir = cache.join("models/org--model.v2/snapshots/master");
+    write(&dir.join("config.json"), "{\"n_routed_experts\": 64}");
+    for (argv, switch) in [
+        (&sglang[..], ("SGLANG_USE_MODELSCOPE", "1")),
+        (&vllm[..], ("VLLM_USE_MODELSCOPE", "true")),
+    ] {
+        let a = run(&[switch], argv);
+        assert!(unresolved(&a).is_none(), "{a}");
+        write(&dir.join("config.json"), "{\"n_routed_experts\": 256}");
+        let b = run(&[switch], argv);
+        assert_ne!(fp(&a), fp(&b), "{b}");
+        write(&dir.join("config.json"), "{\"n_routed_experts\": 64}");
+        assert_eq!(fp(&a), fp(&run(&[switch], argv)));
+        // the switch off: the Hugging Face cache, which does not hold it
+        assert!(unresolved(&run(&[], argv)).is_some());
+    }
+    // a copy without config.json is not trusted either
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    write(&dir.join("README.md"), "x");
+    let e = run(&[("SGLANG_USE_MODELSCOPE", "true")], &sglang);
+    let line = unresolved(&e).unwrap_or_else(|| panic!("{e}"));
+    assert!(line.contains("no config.json"), "{line}");
+}

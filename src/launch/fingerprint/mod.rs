@@ -409,18 +409,43 @@ impl Launch {
     /// something (a server launch whose engine package is not found). Such
     /// a launch is never offered a set nor signed under its prediction.
     pub fn unresolved(&self) -> Option<String> {
+        let all = self.unresolved_inputs();
+        (!all.is_empty()).then(|| all.join("; "))
+    }
+
+    /// Each reason of [`Launch::unresolved`].
+    pub fn unresolved_inputs(&self) -> Vec<String> {
+        let mut out = Vec::new();
         if let Some(e) = &self.engine {
             if let launch::engine::Found::NotFound(why) = &e.found {
-                return Some(format!("engine {} not found: {why}", e.package));
+                out.push(format!("engine {} not found: {why}", e.package));
             }
         }
+        if let Some(c) = self.canonical.as_ref().filter(|_| self.canonical_payload) {
+            for (opt, desc) in &c.models {
+                if let Some(why) = launch::model::unresolved(opt, desc) {
+                    let value = args::known(opt).and_then(|o| c.parsed.value(o.dest));
+                    out.push(match value {
+                        Some(v) => format!("model '{}' ({why})", v.escape_debug()),
+                        None => format!("model {why}"),
+                    });
+                }
+            }
+        }
+        if let Some(why) = self
+            .vllm
+            .as_ref()
+            .and_then(vllm::VllmLaunch::unresolved_model)
+        {
+            out.push(why);
+        }
         if let Some((path, Err(why))) = &self.script {
-            return Some(format!(
+            out.push(format!(
                 "script '{}' cannot be read ({why})",
                 path.escape_debug()
             ));
         }
-        None
+        out
     }
 
     /// Lines to log once at the launch: a config file that cannot be used, a

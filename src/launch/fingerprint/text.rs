@@ -371,7 +371,7 @@ impl Launch {
         for e in self.env.iter().filter(|e| e.volatile) {
             let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
         }
-        if let Some(why) = self.unresolved() {
+        for why in self.unresolved_inputs() {
             let _ = writeln!(out, "unresolved: {why}");
         }
         let _ = writeln!(out, "{}", self.fingerprint);
