@@ -32,6 +32,19 @@ pub trait Engine: Sync {
         env: &[(OsString, OsString)],
     ) -> Result<PathBuf, NoRoot>;
 
+    /// The cache root of `launch`'s engine: [`Engine::root`] from the
+    /// engine's environment, a relative one (`SGLANG_CACHE_DIR=cache`,
+    /// `VLLM_CACHE_ROOT=cache`) resolved against the engine's working
+    /// directory (`env -C DIR`, a shell's `cd DIR` read logically), which
+    /// is where the engine writes, not keepwrap's.
+    fn root_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Result<PathBuf, NoRoot> {
+        let root = self.root(cache_dir, &launch.command().env)?;
+        Ok(match (&launch.command().cwd, cache_dir) {
+            (Some(cwd), None) if root.is_relative() => cwd.join(root),
+            _ => root,
+        })
+    }
+
     /// The layout of the tree below the root, as the engine's environment
     /// makes it.
     fn shape(&self, env: &[(OsString, OsString)]) -> Shape;
@@ -163,5 +176,75 @@ fn home_origin(env: &[(OsString, OsString)]) -> &'static str {
         "HOME"
     } else {
         "passwd"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::fingerprint::Options;
+
+    fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
+        let opts = Options {
+            profile: ProfileName::Auto,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        let env: Vec<(OsString, OsString)> = env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect();
+        Launch::new(&opts, &argv, &env)
+    }
+
+    #[test]
+    fn a_relative_root_is_where_the_engine_runs() {
+        let t = tempfile::tempdir().unwrap();
+        let w = t.path().join("w");
+        std::fs::create_dir_all(&w).unwrap();
+        let w = w.to_str().unwrap();
+        let script = format!("cd {w} && exec python3 -m sglang.launch_server --model-path m");
+        let l = launch(&["sh", "-c", &script], &[("SGLANG_CACHE_DIR", "cache")]);
+        let engine = of(l.profile());
+        let want = Path::new(w).join("cache/flashinfer/autotune");
+        assert_eq!(engine.root_of_launch(None, &l).unwrap(), want);
+        // --cache-dir is keepwrap's own, as given
+        let given = Path::new("mine");
+        assert_eq!(engine.root_of_launch(Some(given), &l).unwrap(), given);
+        // env -C, and vLLM's VLLM_CACHE_ROOT
+        let l = launch(
+            &[
+                "env",
+                "-C",
+                w,
+                "VLLM_CACHE_ROOT=cache",
+                "vllm",
+                "serve",
+                "m",
+            ],
+            &[("HOME", "/h")],
+        );
+        assert_eq!(l.profile(), ProfileName::Vllm);
+        let root = of(l.profile()).root_of_launch(None, &l).unwrap();
+        assert!(root.starts_with(Path::new(w).join("cache")), "{root:?}");
+        // an absolute root, or no change of directory: as before
+        let l = launch(
+            &["sh", "-c", &script],
+            &[("SGLANG_CACHE_DIR", "/abs"), ("HOME", "/h")],
+        );
+        assert_eq!(
+            of(l.profile()).root_of_launch(None, &l).unwrap(),
+            Path::new("/abs/flashinfer/autotune")
+        );
+        let l = launch(
+            &["python3", "-m", "sglang.launch_server"],
+            &[("SGLANG_CACHE_DIR", "c")],
+        );
+        assert_eq!(
+            of(l.profile()).root_of_launch(None, &l).unwrap(),
+            Path::new("c/flashinfer/autotune")
+        );
     }
 }

@@ -318,9 +318,10 @@ fn system_prefix(exe: &Path) -> Option<(PathBuf, Vec<String>)> {
     Some((prefix, versions))
 }
 
-/// The directories `sys.path` searches for the package, in order, or why
-/// they cannot be told.
-fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<Vec<PathBuf>, String> {
+/// The directories `sys.path` searches for the package, in order, and how
+/// many of them come before the site directories (whose `.pth` files the
+/// `site` module reads), or why they cannot be told.
+fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<(Vec<PathBuf>, usize), String> {
     let argv0 = argv.first().ok_or("no command")?;
     let name = base(argv0.as_bytes());
     let (exe, flags) = if super::is_python(&String::from_utf8_lossy(argv0.as_bytes())) {
@@ -416,6 +417,7 @@ fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<Vec<PathBuf>, 
             None
         }
     };
+    let before_sites = dirs.len();
     if venv_prefix.is_none() && !flags.no_user_site && pyenv("PYTHONNOUSERSITE").is_none() {
         let user_base = match pyenv("PYTHONUSERBASE") {
             Some(b) => Some(PathBuf::from(b)),
@@ -444,8 +446,63 @@ fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<Vec<PathBuf>, 
         prefix_sites(prefix, v, &mut dirs);
     }
     let mut seen = std::collections::HashSet::new();
-    dirs.retain(|d| seen.insert(d.clone()));
-    Ok(dirs)
+    let mut first_site = 0;
+    let mut k = 0;
+    dirs.retain(|d| {
+        let keep = seen.insert(d.clone());
+        if keep && k < before_sites {
+            first_site += 1;
+        }
+        k += 1;
+        keep
+    });
+    Ok((dirs, first_site))
+}
+
+/// The most `.pth` files read per site directory, and bytes read of each.
+const MAX_PTH_FILES: usize = 256;
+const MAX_PTH_BYTES: u64 = 64 << 10;
+
+/// The directories the `.pth` files of `sites` add to `sys.path`, as
+/// Python's `site` module adds them: each site directory's `*.pth` files in
+/// name order (not hidden ones), each line a path relative to the site
+/// directory, added when it is an existing directory; `#` comments, blank
+/// lines and `import` lines (code, never run here) are skipped.
+fn pth_dirs(sites: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for site in sites {
+        let mut names: Vec<OsString> = std::fs::read_dir(site)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| {
+                let b = n.as_bytes();
+                b.ends_with(b".pth") && !b.starts_with(b".")
+            })
+            .collect();
+        names.sort();
+        for name in names.into_iter().take(MAX_PTH_FILES) {
+            let Some(b) = read_head(&site.join(&name), MAX_PTH_BYTES) else {
+                continue;
+            };
+            for line in b.split(|&c| c == b'\n') {
+                let line = line.trim_ascii_end();
+                if line.is_empty()
+                    || line.starts_with(b"#")
+                    || line.starts_with(b"import ")
+                    || line.starts_with(b"import\t")
+                {
+                    continue;
+                }
+                let dir = site.join(OsStr::from_bytes(line));
+                if dir.is_dir() && !out.contains(&dir) && !sites.contains(&dir) {
+                    out.push(dir);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A distribution name as the `*.dist-info` directory spells it
@@ -613,7 +670,22 @@ fn editable_location(site: &Path, package: &str, hint: Option<&Path>) -> Option<
 pub fn find(package: &'static str, argv: &[OsString], env: Env, cwd: &Path) -> Engine {
     let found = match search_path(argv, env, cwd) {
         Err(why) => Found::NotFound(why),
-        Ok(dirs) => find_in(package, &dirs),
+        Ok((dirs, first_site)) => match find_in(package, &dirs) {
+            // before giving up: the directories `.pth` path files add
+            // (setuptools develop, legacy editable installs, conda develop)
+            Found::NotFound(why) => {
+                let extra = pth_dirs(&dirs[first_site..]);
+                match find_in(package, &extra) {
+                    Found::NotFound(_) if extra.is_empty() => Found::NotFound(why),
+                    Found::NotFound(more) => Found::NotFound(format!(
+                        "{why}; nor in the directories of .pth files ({})",
+                        more.split_once(" in ").map_or(more.as_str(), |(_, d)| d)
+                    )),
+                    f => f,
+                }
+            }
+            f => f,
+        },
     };
     Engine { package, found }
 }
@@ -738,6 +810,71 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn pth_directories_are_followed_before_giving_up() {
+        let t = tempfile::tempdir().unwrap();
+        let venv = t.path().join("venv");
+        let site = venv.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::create_dir_all(&site).unwrap();
+        let py = venv.join("bin/python3");
+        std::fs::write(&py, "not run\n").unwrap();
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            "home = /usr/bin\nversion = 3.11.7\n",
+        )
+        .unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(src.join("sglang")).unwrap();
+        std::fs::write(src.join("sglang/__init__.py"), "").unwrap();
+        std::fs::create_dir_all(src.join("sglang.egg-info")).unwrap();
+        std::fs::write(
+            src.join("sglang.egg-info/PKG-INFO"),
+            "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9.dev0\n\n",
+        )
+        .unwrap();
+        // an `import` line naming a directory holding the package is code,
+        // not a path; comments and missing directories are skipped
+        let decoy = t.path().join("decoy");
+        std::fs::create_dir_all(decoy.join("sglang")).unwrap();
+        std::fs::write(decoy.join("sglang/__init__.py"), "").unwrap();
+        let pth = format!(
+            "# a comment\nimport sys; sys.path.insert(0, {:?})\n../../../../missing\n../../../../src  \n",
+            decoy.display()
+        );
+        std::fs::write(site.join("easy-install.pth"), pth).unwrap();
+        let path = format!("{}", venv.join("bin").display());
+        let env = move |n: &str| (n == "PATH").then(|| path.clone());
+        let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let cwd = t.path().join("venv");
+        let e = find("sglang", &argv, &env, &cwd);
+        match &e.found {
+            Found::Version {
+                version, dist_info, ..
+            } => {
+                assert_eq!(version, "0.5.9.dev0");
+                assert!(dist_info.starts_with(site.join("../../../../src")), "{e:?}");
+            }
+            f => panic!("{f:?}"),
+        }
+        // without the path line: not found, and said so
+        std::fs::write(
+            site.join("easy-install.pth"),
+            "import sys\n# ../../../../src\n",
+        )
+        .unwrap();
+        let e = find("sglang", &argv, &env, &cwd);
+        assert!(matches!(e.found, Found::NotFound(_)), "{e:?}");
+        // a hidden .pth file is not read
+        std::fs::write(site.join(".hidden.pth"), "../../../../src\n").unwrap();
+        let e = find("sglang", &argv, &env, &cwd);
+        assert!(matches!(e.found, Found::NotFound(_)), "{e:?}");
     }
 
     #[test]

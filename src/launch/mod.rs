@@ -65,6 +65,50 @@ pub enum Entry {
     LaunchServer,
     /// `sglang serve`
     Serve,
+    /// `python -m MODULE` of an offline benchmark that reads the server's
+    /// arguments (`ServerArgs.add_cli_args`) with plain `parse_args`: no
+    /// `--config` merge. The module as written.
+    Bench(&'static str),
+}
+
+/// The modules of SGLang that take the server's arguments
+/// (`ServerArgs.add_cli_args`) and run the engine in their own process:
+/// 0.5.23's `sglang.benchmark.*` and the older (or shim) `sglang.bench_*`.
+pub const BENCH_MODULES: &[&str] = &[
+    "sglang.bench_one_batch",
+    "sglang.bench_offline_throughput",
+    "sglang.bench_one_batch_server",
+    "sglang.benchmark.one_batch",
+    "sglang.benchmark.offline_throughput",
+    "sglang.benchmark.one_batch_server",
+];
+
+impl Entry {
+    /// A server (`sglang.launch_server`, `sglang serve`), not a benchmark.
+    pub fn is_server(self) -> bool {
+        !matches!(self, Entry::Bench(_))
+    }
+
+    /// What `--explain` calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Entry::LaunchServer => "sglang.launch_server",
+            Entry::Serve => "sglang serve",
+            Entry::Bench(m) => m,
+        }
+    }
+}
+
+/// The entry of `python -m MODULE`, when MODULE reads the server's
+/// arguments.
+fn module_entry(module: &str) -> Option<Entry> {
+    if module == "sglang.launch_server" {
+        return Some(Entry::LaunchServer);
+    }
+    BENCH_MODULES
+        .iter()
+        .find(|m| **m == module)
+        .map(|m| Entry::Bench(m))
 }
 
 /// An SGLang server launch.
@@ -182,12 +226,14 @@ fn sglang_serve(args: &[String]) -> Server {
 /// `python [OPTIONS] -m sglang.launch_server ARGS` (or the module's script),
 /// Python's own options read as Python reads them.
 fn python_server(argv: &[String]) -> Option<Server> {
-    let launch_server = |python_opts: Vec<String>, args: &[String]| Server {
-        entry: Entry::LaunchServer,
+    let server = |entry, python_opts: Vec<String>, args: &[String]| Server {
+        entry,
         python_opts,
         model_type: None,
         args: args.to_vec(),
     };
+    let launch_server =
+        |python_opts: Vec<String>, args: &[String]| server(Entry::LaunchServer, python_opts, args);
     let mut opts = Vec::new();
     let mut i = 1;
     while i < argv.len() {
@@ -223,8 +269,8 @@ fn python_server(argv: &[String]) -> Option<Server> {
                 (rest, i + 1)
             };
             if ch == 'm' {
-                return (value == "sglang.launch_server")
-                    .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
+                return module_entry(value)
+                    .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
             }
             opts.push(format!("-{ch}"));
             opts.push(value.to_string());
@@ -235,8 +281,44 @@ fn python_server(argv: &[String]) -> Option<Server> {
             let server = a.ends_with("sglang/launch_server.py");
             return server.then(|| launch_server(opts, &argv[i + 1..]));
         };
-        return (target == Some("sglang.launch_server"))
-            .then(|| launch_server(opts, argv.get(next..).unwrap_or_default()));
+        return target
+            .and_then(module_entry)
+            .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
+    }
+    None
+}
+
+/// The script `python [OPTIONS] SCRIPT ARGS` runs, as Python reads its
+/// options; None for `-m`, `-c`, `-`, a long option, or no script.
+pub fn script_of(argv: &[String]) -> Option<&str> {
+    if !is_python(argv.first()?) {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(a) = argv.get(i) {
+        if a == "--" {
+            return argv.get(i + 1).map(String::as_str);
+        }
+        if a == "-" || a.starts_with("--") {
+            return None;
+        }
+        let Some(flags) = a.strip_prefix('-') else {
+            return Some(a);
+        };
+        let mut next = i + 1;
+        for (k, ch) in flags.char_indices() {
+            match ch {
+                'm' | 'c' => return None,
+                'X' | 'W' => {
+                    if flags[k + 1..].is_empty() {
+                        next = i + 2;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        i = next;
     }
     None
 }
@@ -250,6 +332,9 @@ struct Layers {
     assigns: Vec<(OsString, OsString)>,
     env: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
+    /// `cwd` is a shell's logical directory (its last change was a `cd`),
+    /// not a physical one (`env -C`).
+    logical: bool,
     exit_unproven: Option<String>,
     /// The variables the shell strings read so far name.
     names: Vec<String>,
@@ -268,12 +353,91 @@ impl Layers {
         self.assigns = assigns.into_iter().chain(old).collect();
     }
 
+    /// A physical change of directory (`env -C DIR`): the kernel resolves
+    /// `..` after following symlinks.
     fn chdir(&mut self, dir: &Path) {
         self.cwd = Some(match &self.cwd {
             Some(c) => c.join(dir),
             None => dir.to_path_buf(),
         });
+        self.logical = false;
     }
+
+    /// A shell's `cd DIR`, resolved as the shell resolves it (logically):
+    /// `..` removes the previous component of the logical path, symlinks
+    /// unresolved. The shell's logical path starts from `$PWD` when it names
+    /// its directory, else from the physical one.
+    fn cd(&mut self, dir: &str) {
+        let target = Path::new(dir);
+        let dotdot = target
+            .components()
+            .any(|c| c == std::path::Component::ParentDir);
+        if !dotdot {
+            // no `..`: the same path either way (as written, as before)
+            self.chdir(target);
+            self.logical = true;
+            return;
+        }
+        let base = match (&self.cwd, self.logical) {
+            _ if target.is_absolute() => PathBuf::from("/"),
+            (Some(c), true) => c.clone(),
+            (Some(c), false) => c.canonicalize().unwrap_or_else(|_| c.clone()),
+            (None, _) => PathBuf::new(),
+        };
+        let folded = fold(&base, target).or_else(|| {
+            // `..` above a relative start: the shell's logical directory
+            let start = shell_start(&self.env)?;
+            fold(&start.join(&base), target)
+        });
+        self.cwd = Some(match folded {
+            Some(p) if p.as_os_str().is_empty() => PathBuf::from("."),
+            Some(p) => p,
+            None => base.join(target),
+        });
+        self.logical = true;
+    }
+}
+
+/// `rel` after `base`, `.` dropped and each `..` removing the component
+/// before it (at `/`, `/` stays); None when a `..` would climb above a
+/// relative `base`.
+fn fold(base: &Path, rel: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in base.components().chain(rel.components()) {
+        match c {
+            Component::RootDir => out = PathBuf::from("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.as_os_str().is_empty() {
+                    return None;
+                }
+                if out != Path::new("/") {
+                    out.pop();
+                }
+            }
+            Component::Normal(n) => out.push(n),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The logical directory a shell started in keepwrap's working directory
+/// begins with: `$PWD` when it is absolute and names that directory (as
+/// shells import it), else the physical directory.
+fn shell_start(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    };
+    let pwd = env
+        .iter()
+        .find(|(k, _)| k == "PWD")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute() && same(p, Path::new(".")));
+    pwd.or_else(|| std::env::current_dir().ok())
 }
 
 /// Understand `argv`, run with environment `env`: the one reading of what
@@ -287,6 +451,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         assigns: Vec::new(),
         env: env.to_vec(),
         cwd: None,
+        logical: false,
         exit_unproven: None,
         names: Vec::new(),
         shell: false,
@@ -424,7 +589,7 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
     };
     let read = shell::read(script, &lookup, positional)?;
     for dir in &read.cds {
-        l.chdir(Path::new(dir));
+        l.cd(dir);
         // `cd` into no directory: the shell goes on where it was
         if !l.cwd.as_deref().is_some_and(Path::is_dir) {
             return Err(format!(
@@ -551,8 +716,10 @@ impl Canonical {
             .collect();
         let mut tokens = server.args.clone();
         let mut cfg = None;
-        // prepare_server_args merges only `--config FILE`, exactly once.
-        if let [i] = at[..] {
+        // prepare_server_args merges only `--config FILE`, exactly once;
+        // a benchmark's plain parse_args never does.
+        if let ([i], true) = (&at[..], server.entry.is_server()) {
+            let i = *i;
             if i + 1 < tokens.len() {
                 let path = tokens[i + 1].clone();
                 let (outcome, sha256) = config::read(&cwd.join(&path));
@@ -594,6 +761,9 @@ impl Canonical {
     /// The canonical launch as JSON, leaving out the groups `drop` says.
     pub fn to_json(&self, drop: &dyn Fn(&args::Group) -> bool) -> Value {
         let mut m = Map::new();
+        if let Entry::Bench(module) = self.server.entry {
+            m.insert("module".into(), module.into());
+        }
         if !self.server.python_opts.is_empty() {
             m.insert("python".into(), self.server.python_opts.clone().into());
         }
@@ -747,6 +917,74 @@ mod tests {
     }
 
     #[test]
+    fn cd_is_logical_and_env_c_physical() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/b"), root.join("x/current")).unwrap();
+        let sh = |script: String| {
+            let argv = [OsString::from("sh"), "-c".into(), script.into()];
+            analyze(&argv, &[]).cwd
+        };
+        let r = root.display();
+        // `..` of the logical path: the directory the link is in
+        assert_eq!(
+            sh(format!(
+                "cd {r}/x/current/.. && exec python3 -m sglang.launch_server"
+            )),
+            Some(root.join("x"))
+        );
+        assert_eq!(
+            sh(format!(
+                "cd {r}/x/current; cd ../current/./..; exec python3 x"
+            )),
+            Some(root.join("x"))
+        );
+        assert_eq!(
+            sh("cd /..; exec python3 x".into()),
+            Some(PathBuf::from("/"))
+        );
+        // `env -C` is a chdir: the kernel's `..`, after the link
+        let argv = os(&format!("env -C {r}/x/current/.. python3 x"));
+        let c = analyze(&argv, &[]).cwd.unwrap();
+        assert_eq!(c.canonicalize().unwrap(), root.join("a"));
+        // a shell after `env -C` starts from the physical directory
+        let argv = [
+            OsString::from("env"),
+            "-C".into(),
+            root.join("x/current").into(),
+            "sh".into(),
+            "-c".into(),
+            "cd .. && exec python3 x".into(),
+        ];
+        assert_eq!(analyze(&argv, &[]).cwd, Some(root.join("a")));
+        // a relative `..` above the start: from $PWD when it names the
+        // working directory
+        let here = std::env::current_dir().unwrap();
+        let parent = here.parent().unwrap_or(&here).to_path_buf();
+        let argv = [
+            OsString::from("sh"),
+            "-c".into(),
+            "cd .. && exec python3 x".into(),
+        ];
+        let pwd = env_of(&[("PWD", here.to_str().unwrap())]);
+        assert_eq!(analyze(&argv, &pwd).cwd, Some(parent.clone()));
+        // ... a PWD naming another directory is not the shell's
+        let stale = env_of(&[("PWD", "/nonexistent/dir")]);
+        let physical = here.canonicalize().unwrap();
+        assert_eq!(
+            analyze(&argv, &stale).cwd,
+            Some(physical.parent().unwrap_or(&physical).to_path_buf())
+        );
+        // no `..`: as written
+        assert_eq!(
+            sh(format!("cd {r}/./x; exec python3 x")).map(PathBuf::into_os_string),
+            Some(OsString::from(format!("{r}/./x")))
+        );
+    }
+
+    #[test]
     fn entry_points() {
         let a = server_of(&v("python3 -m sglang.launch_server --tp 2")).unwrap();
         assert_eq!(a.args, ["--tp", "2"]);
@@ -755,7 +993,31 @@ mod tests {
         let c = server_of(&v("sglang serve /m --model-type=llm --tp 2")).unwrap();
         assert_eq!(c.args, v("--model-path /m --tp 2"));
         assert_eq!(c.model_type.as_deref(), Some("llm"));
-        assert!(server_of(&v("python3 -m sglang.bench_one_batch --tp 2")).is_none());
+        let b = server_of(&v("python3 -m sglang.bench_one_batch --tp 2")).unwrap();
+        assert_eq!(b.entry, Entry::Bench("sglang.bench_one_batch"));
+        assert!(!b.entry.is_server());
+        let b = server_of(&v(
+            "python3 -u -msglang.benchmark.offline_throughput --tp 2",
+        ))
+        .unwrap();
+        assert_eq!(b.args, v("--tp 2"));
+        assert!(server_of(&v("python3 -m sglang.bench_serving --tp 2")).is_none());
+        assert_eq!(script_of(&v("python3 gen.py --tp 2")), Some("gen.py"));
+        assert_eq!(
+            script_of(&v("python3 -u -X dev -Wignore /x/gen.py")),
+            Some("/x/gen.py")
+        );
+        assert_eq!(script_of(&v("python3 -- -gen.py")), Some("-gen.py"));
+        for s in [
+            "python3 -m x",
+            "python3 -c x",
+            "python3 -",
+            "python3 --help",
+            "python3",
+            "sh gen.py",
+        ] {
+            assert_eq!(script_of(&v(s)), None, "{s}");
+        }
         assert!(server_of(&v("python3 bench.py")).is_none());
         assert!(server_of(&v("python3 -c x")).is_none());
         assert!(server_of(&v("python3 /x/sglang/launch_server.py --tp 2")).is_some());

@@ -77,7 +77,123 @@ pub fn describe(
     cwd: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Value {
-    describe_in(value, revision, cwd, env, Reads::Model, None)
+    describe_in(
+        value,
+        revision,
+        cwd,
+        env,
+        Reads::Model,
+        None,
+        Hub::HuggingFace,
+    )
+}
+
+/// The hub a model id is downloaded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hub {
+    HuggingFace,
+    /// ModelScope (`SGLANG_USE_MODELSCOPE`, `VLLM_USE_MODELSCOPE`).
+    ModelScope,
+}
+
+impl Hub {
+    /// SGLang's switch: `get_bool_env_var("SGLANG_USE_MODELSCOPE")`, `true`
+    /// or `1` in any case.
+    pub fn sglang(env: &dyn Fn(&str) -> Option<String>) -> Hub {
+        match env("SGLANG_USE_MODELSCOPE").map(|v| v.to_ascii_lowercase()) {
+            Some(v) if v == "true" || v == "1" => Hub::ModelScope,
+            _ => Hub::HuggingFace,
+        }
+    }
+
+    /// vLLM's switch: `VLLM_USE_MODELSCOPE` is `true` in any case.
+    pub fn vllm(env: &dyn Fn(&str) -> Option<String>) -> Hub {
+        match env("VLLM_USE_MODELSCOPE") {
+            Some(v) if v.eq_ignore_ascii_case("true") => Hub::ModelScope,
+            _ => Hub::HuggingFace,
+        }
+    }
+}
+
+/// What the fingerprint records of a hub id that no local cache resolves:
+/// the engine downloads whatever the hub holds at its start.
+pub const NOT_IN_HUB_CACHE: &str = "not in the local hub cache";
+
+/// The local copy of ModelScope model `id` that the engine's
+/// `snapshot_download` (modelscope 1.40, modelscope-hub 0.5) would reuse,
+/// under `base` (`--download-dir`, else `$MODELSCOPE_CACHE`, else
+/// `~/.cache/modelscope`): older SDKs' flat layouts when the hub's own are
+/// absent, then `models/<org>/<name with . as ___>/` (also below `hub/`,
+/// the older default), then `models/<org>--<name>/snapshots/<revision>`
+/// (`master`, `main`, or the only one when no revision is given).
+fn modelscope_dir(base: &Path, id: &str, revision: Option<&str>) -> Option<PathBuf> {
+    let (owner, name) = id.split_once('/')?;
+    if owner.is_empty() || name.is_empty() || name.contains('/') {
+        return None;
+    }
+    let non_empty = |p: &Path| {
+        std::fs::read_dir(p)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+    };
+    let safe = name.replace('.', "___");
+    let models = base.join("models");
+    let flat = models.join(format!("{owner}--{name}"));
+    let hub_known = [flat.clone(), models.join(owner).join(&safe)];
+    if !hub_known.iter().any(|p| non_empty(p)) {
+        let legacy = [
+            base.join(owner).join(name),
+            base.join(owner).join(&safe),
+            base.join("hub").join(owner).join(name),
+            base.join("hub").join(owner).join(&safe),
+            models.join(owner).join(name),
+        ];
+        if let Some(p) = legacy.into_iter().find(|p| non_empty(p)) {
+            return Some(p);
+        }
+    }
+    let older = [
+        models.join(owner).join(&safe),
+        base.join("hub/models").join(owner).join(&safe),
+    ];
+    if let Some(p) = older.into_iter().find(|p| non_empty(p)) {
+        return Some(p);
+    }
+    let snapshots = flat.join("snapshots");
+    if let Some(r) = revision {
+        let p = snapshots.join(r);
+        return (!r.contains('/') && r != ".." && non_empty(&p)).then_some(p);
+    }
+    for r in ["master", "main"] {
+        if non_empty(&snapshots.join(r)) {
+            return Some(snapshots.join(r));
+        }
+    }
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&snapshots)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .take(2)
+        .collect();
+    (all.len() == 1).then(|| all.remove(0))
+}
+
+/// ModelScope's cache base from the child's environment.
+fn modelscope_base(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let home = env("HOME").map(std::ffi::OsString::from);
+    let expand = |p: &str| {
+        crate::launch::home::expanduser(
+            std::ffi::OsStr::new(p),
+            home.as_deref(),
+            &crate::launch::home::passwd_home,
+        )
+    };
+    match env("MODELSCOPE_CACHE").filter(|v| !v.is_empty()) {
+        Some(v) => expand(&v),
+        None => expand("~/.cache/modelscope"),
+    }
 }
 
 /// What an argument's value names, and so which of its files count.
@@ -115,6 +231,7 @@ pub fn describe_in(
     env: &dyn Fn(&str) -> Option<String>,
     reads: Reads,
     download_dir: Option<&str>,
+    hub: Hub,
 ) -> Value {
     let path = cwd.join(value);
     match reads {
@@ -133,23 +250,79 @@ pub fn describe_in(
     }
     let dir = path;
     if dir.is_dir() {
-        let mut m = Map::new();
-        let (first, rest) = reads.files().split_first().unwrap_or((&"config.json", &[]));
-        m.insert(
-            first.to_string(),
-            file_hash(&dir.join(first)).unwrap_or_else(|| "absent".into()),
-        );
-        for f in rest {
-            if let Some(h) = file_hash(&dir.join(f)) {
-                m.insert(f.to_string(), h);
-            }
-        }
-        return Value::Object(m);
+        return local_files(&dir, reads);
     }
     if !looks_like_hub_id(value) {
         return json!({"path": "no such directory"});
     }
     let rev = revision.filter(|r| !r.is_empty() && *r != "None");
+    if hub == Hub::ModelScope && reads == Reads::Model {
+        // snapshot_download(model_id, cache_dir=download_dir, revision=...)
+        let base = match download_dir.filter(|d| !d.is_empty()) {
+            Some(d) => Some(cwd.join(d)),
+            None => modelscope_base(env),
+        };
+        return match base.and_then(|b| modelscope_dir(&b, value, rev)) {
+            Some(d) => json!({ "modelscope": local_files(&d, reads) }),
+            None => json!({ "modelscope": NOT_IN_HUB_CACHE }),
+        };
+    }
+    hub_revision(value, rev, cwd, env, download_dir)
+}
+
+/// What counts of a local directory: the files `reads` names.
+fn local_files(dir: &Path, reads: Reads) -> Value {
+    let mut m = Map::new();
+    let (first, rest) = reads.files().split_first().unwrap_or((&"config.json", &[]));
+    m.insert(
+        first.to_string(),
+        file_hash(&dir.join(first)).unwrap_or_else(|| "absent".into()),
+    );
+    for f in rest {
+        if let Some(h) = file_hash(&dir.join(f)) {
+            m.insert(f.to_string(), h);
+        }
+    }
+    Value::Object(m)
+}
+
+/// Why a model description cannot be trusted, if so: a hub id that no
+/// local cache resolves (the engine downloads whatever the hub then
+/// holds), or a ModelScope copy without its `config.json`.
+pub fn unresolved(option: &str, desc: &Value) -> Option<String> {
+    let hub = desc.get("hub").and_then(Value::as_str);
+    let ms = desc.get("modelscope");
+    if let Some(h) = hub.filter(|h| *h == NOT_IN_HUB_CACHE || *h == "no hub cache") {
+        return Some(format!("{option}: {h}"));
+    }
+    if ms.and_then(Value::as_str) == Some(NOT_IN_HUB_CACHE) {
+        return Some(format!("{option}: {NOT_IN_HUB_CACHE} (ModelScope)"));
+    }
+    if ms
+        .and_then(|m| m.get("config.json"))
+        .and_then(Value::as_str)
+        == Some("absent")
+    {
+        return Some(format!(
+            "{option}: the ModelScope cache's copy has no config.json"
+        ));
+    }
+    // an adapter list: each adapter's description
+    desc.as_object()?
+        .iter()
+        .filter(|(_, v)| v.is_object())
+        .find_map(|(k, v)| unresolved(&format!("{option} {k}"), v))
+}
+
+/// The revision the local Hugging Face hub cache resolves hub id `value`
+/// to.
+fn hub_revision(
+    value: &str,
+    rev: Option<&str>,
+    cwd: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    download_dir: Option<&str>,
+) -> Value {
     if let Some(r) = rev.filter(|r| is_commit(r)) {
         return json!({ "hub_revision": r });
     }
@@ -162,7 +335,7 @@ pub fn describe_in(
     };
     let refs = rev.unwrap_or("main");
     if refs.contains("..") || refs.starts_with('/') {
-        return json!({"hub": "not in the local hub cache"});
+        return json!({ "hub": NOT_IN_HUB_CACHE });
     }
     let path = cache
         .join(format!("models--{}", value.replace('/', "--")))
@@ -173,7 +346,7 @@ pub fn describe_in(
             let s = String::from_utf8_lossy(&b).trim().to_string();
             json!({ "hub_revision": s })
         }
-        Ok(None) => json!({"hub": "not in the local hub cache"}),
+        Ok(None) => json!({ "hub": NOT_IN_HUB_CACHE }),
         Err(_) => json!({"hub": "unreadable"}),
     }
 }
@@ -282,7 +455,15 @@ pub fn describe_adapters(
         .iter()
         .filter_map(|v| lora_path(v))
         .map(|p| {
-            let d = describe_in(&p, None, cwd, env, Reads::Adapter, download_dir);
+            let d = describe_in(
+                &p,
+                None,
+                cwd,
+                env,
+                Reads::Adapter,
+                download_dir,
+                Hub::HuggingFace,
+            );
             (p, d)
         })
         .collect();
@@ -296,12 +477,13 @@ pub fn sglang_models(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<(&'static str, Value)> {
     let download = parsed.value("download_dir");
+    let hub = Hub::sglang(env);
     let mut out: Vec<(&'static str, Value)> = SGLANG_FILE_OPTIONS
         .iter()
         .filter_map(|(opt, dest, reads, rev)| {
             let v = parsed.value(dest)?;
             let rev = rev.and_then(|r| parsed.value(r));
-            Some((*opt, describe_in(v, rev, cwd, env, *reads, download)))
+            Some((*opt, describe_in(v, rev, cwd, env, *reads, download, hub)))
         })
         .collect();
     if let Some(g) = parsed
@@ -365,6 +547,41 @@ mod tests {
     }
 
     #[test]
+    fn modelscope_layouts_in_snapshot_downloads_order() {
+        let t = tempfile::tempdir().unwrap();
+        let b = t.path();
+        let put = |p: PathBuf| {
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("config.json"), b"{}").unwrap();
+            p
+        };
+        assert_eq!(modelscope_dir(b, "Qwen/Qwen3.5-8B", None), None);
+        assert_eq!(modelscope_dir(b, "no-owner", None), None);
+        let snap = put(b.join("models/Qwen--Qwen3.5-8B/snapshots/v1"));
+        // the only snapshot, or the one asked for
+        assert_eq!(
+            modelscope_dir(b, "Qwen/Qwen3.5-8B", None),
+            Some(snap.clone())
+        );
+        assert_eq!(modelscope_dir(b, "Qwen/Qwen3.5-8B", Some("v2")), None);
+        let master = put(b.join("models/Qwen--Qwen3.5-8B/snapshots/master"));
+        assert_eq!(modelscope_dir(b, "Qwen/Qwen3.5-8B", None), Some(master));
+        assert_eq!(modelscope_dir(b, "Qwen/Qwen3.5-8B", Some("v1")), Some(snap));
+        // the older SDKs' `<org>/<name with . as ___>` wins over snapshots
+        let older = put(b.join("hub/models/Qwen/Qwen3___5-8B"));
+        assert_eq!(modelscope_dir(b, "Qwen/Qwen3.5-8B", None), Some(older));
+        // a flat legacy copy only when the hub's own layouts are absent
+        let t2 = tempfile::tempdir().unwrap();
+        let flat = t2.path().join("Qwen/Qwen3.5-8B");
+        std::fs::create_dir_all(&flat).unwrap();
+        std::fs::write(flat.join("config.json"), b"{}").unwrap();
+        assert_eq!(
+            modelscope_dir(t2.path(), "Qwen/Qwen3.5-8B", None),
+            Some(flat)
+        );
+    }
+
+    #[test]
     fn local_dir_hub_cache_and_neither() {
         let t = tempfile::tempdir().unwrap();
         let m = t.path().join("m");
@@ -389,7 +606,7 @@ mod tests {
         );
         assert_eq!(
             describe("org/other", None, t.path(), &env),
-            json!({"hub": "not in the local hub cache"})
+            json!({ "hub": NOT_IN_HUB_CACHE })
         );
         assert_eq!(
             describe("/no/such", None, t.path(), &env),

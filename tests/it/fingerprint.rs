@@ -935,6 +935,7 @@ fn explain_format_is_stable() {
          ignored-arg 3 \"30000\"\n\
          ignored-arg 6 \"--api-key=\" <redacted sha256:{s}>\n\
          volatile-env \"SGLANG_RUN_ID\"\n\
+         unresolved: script 'bench.py' cannot be read (No such file or directory (os error 2))\n\
          {fp}\n",
         s = sha12(b"s"),
         fp = fp(&[], &argv, &env),
@@ -965,6 +966,7 @@ fn explain_format_is_stable() {
          ignored-arg \"--api-key\" <redacted sha256:{s}>\n\
          ignored-arg \"--port\" \"30000\"\n\
          volatile-env \"SGLANG_RUN_ID\"\n\
+         unresolved: engine sglang not found: python is not on PATH\n\
          {fp}\n",
         s = sha12(b"s"),
         fp = fp(&[], &argv, &env),

@@ -21,6 +21,7 @@ mod fingerprint_e2e;
 mod fingerprint_engine;
 mod fingerprint_files;
 mod fingerprint_launch;
+mod fingerprint_prediction;
 mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;
 mod fingerprint_vllm;

@@ -189,6 +189,10 @@ pub struct Launch {
     /// The engine package of a server launch and its version (not for the
     /// `seed` profile, nor a command fingerprinted as its argv).
     engine: Option<launch::engine::Engine>,
+    /// The Python script a command fingerprinted as its argv runs (not
+    /// for the `seed` profile): its path and the sha256 of its bytes, or
+    /// why they cannot be read.
+    script: Option<(String, Result<String, String>)>,
     ignored: Ignored,
     fingerprint: Fingerprint,
 }
@@ -262,11 +266,23 @@ impl Launch {
             &command.argv[..]
         };
         let args = marked_args(words, &ignored);
+        // an offline script: what it runs is in its bytes
+        let script = if seed
+            || canonical_payload
+            || vllm.is_some()
+            || matches!(command.wrapper, Wrapper::Unreadable(_))
+        {
+            None
+        } else {
+            launch::script_of(&launch::strings(&command.argv))
+                .map(|s| (s.to_string(), script_hash(&cwd.join(s))))
+        };
 
         let mut launch = Launch {
             profile: name,
             vllm,
             engine,
+            script,
             args,
             env,
             given: argv.to_vec(),
@@ -325,6 +341,9 @@ impl Launch {
                     .map(|(a, _)| Value::String(py_str(a.raw.as_bytes())))
                     .collect();
                 let mut p = json!({ "argv": argv_json, "env": env_json });
+                if let Some((_, Ok(sha))) = &self.script {
+                    p["script"] = Value::String(sha.clone());
+                }
                 // a readable prefix or shell that changes directory: where
                 // the command runs is part of what it means
                 if let (Some(cwd), false) = (&self.command.cwd, self.profile == ProfileName::Seed) {
@@ -351,9 +370,23 @@ impl Launch {
         &self.command
     }
 
-    /// The SGLang server launch in canonical form, if the command is one.
+    /// The SGLang server launch in canonical form, if the command is one
+    /// (not an offline benchmark read with the server's arguments).
     pub fn canonical(&self) -> Option<&Canonical> {
-        self.canonical.as_ref()
+        self.canonical
+            .as_ref()
+            .filter(|c| c.server.entry.is_server())
+    }
+
+    /// The Python script the command runs and the sha256 of its bytes (or
+    /// why they cannot be read), for a command fingerprinted as its argv.
+    pub fn script(&self) -> Option<(&str, Result<&str, &str>)> {
+        self.script.as_ref().map(|(p, h)| {
+            (
+                p.as_str(),
+                h.as_ref().map(String::as_str).map_err(String::as_str),
+            )
+        })
     }
 
     /// The vLLM server launch, if the command is one (`vllm` profile).
@@ -369,6 +402,50 @@ impl Launch {
     /// The profile this launch was fingerprinted with (`auto` resolved).
     pub fn profile(&self) -> ProfileName {
         self.profile
+    }
+
+    /// Why the prediction of this launch cannot be trusted, if so: an input
+    /// the fingerprint records as a constant although the engine will read
+    /// something (a server launch whose engine package is not found). Such
+    /// a launch is never offered a set nor signed under its prediction.
+    pub fn unresolved(&self) -> Option<String> {
+        let all = self.unresolved_inputs();
+        (!all.is_empty()).then(|| all.join("; "))
+    }
+
+    /// Each reason of [`Launch::unresolved`].
+    pub fn unresolved_inputs(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(e) = &self.engine {
+            if let launch::engine::Found::NotFound(why) = &e.found {
+                out.push(format!("engine {} not found: {why}", e.package));
+            }
+        }
+        if let Some(c) = self.canonical.as_ref().filter(|_| self.canonical_payload) {
+            for (opt, desc) in &c.models {
+                if let Some(why) = launch::model::unresolved(opt, desc) {
+                    let value = args::known(opt).and_then(|o| c.parsed.value(o.dest));
+                    out.push(match value {
+                        Some(v) => format!("model '{}' ({why})", v.escape_debug()),
+                        None => format!("model {why}"),
+                    });
+                }
+            }
+        }
+        if let Some(why) = self
+            .vllm
+            .as_ref()
+            .and_then(vllm::VllmLaunch::unresolved_model)
+        {
+            out.push(why);
+        }
+        if let Some((path, Err(why))) = &self.script {
+            out.push(format!(
+                "script '{}' cannot be read ({why})",
+                path.escape_debug()
+            ));
+        }
+        out
     }
 
     /// Lines to log once at the launch: a config file that cannot be used, a
@@ -418,6 +495,24 @@ impl Launch {
     pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
         self.payload_hash(node_local, true)
     }
+}
+
+/// The most bytes of a script read.
+const MAX_SCRIPT_BYTES: u64 = 16 << 20;
+
+/// sha256 of a script's bytes, or why they cannot be read (absent, no
+/// regular file, larger than 16 MiB).
+fn script_hash(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let f = launch::open_regular(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    f.take(MAX_SCRIPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_SCRIPT_BYTES {
+        return Err(format!("larger than {MAX_SCRIPT_BYTES} bytes"));
+    }
+    Ok(sha256_hex(&bytes))
 }
 
 /// The variables of `env` (first occurrences only) whose name starts with

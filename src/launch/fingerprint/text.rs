@@ -86,10 +86,7 @@ pub(super) fn explain_canonical(
         }
         return;
     }
-    let entry = match c.server.entry {
-        launch::Entry::LaunchServer => "sglang.launch_server",
-        launch::Entry::Serve => "sglang serve",
-    };
+    let entry = c.server.entry.name();
     let via = match wrapper {
         Wrapper::Shell => " (inside a shell command)",
         Wrapper::Env => " (through env)",
@@ -342,6 +339,9 @@ impl Launch {
                 {
                     let _ = writeln!(out, "cwd {}", quote(cwd.as_os_str().as_bytes()));
                 }
+                if let Some((path, Ok(sha))) = self.script() {
+                    let _ = writeln!(out, "script {} <sha256:{}>", quote_str(path), &sha[..12]);
+                }
             }
         }
         if let Some(e) = &self.engine {
@@ -370,6 +370,9 @@ impl Launch {
         }
         for e in self.env.iter().filter(|e| e.volatile) {
             let _ = writeln!(out, "volatile-env {}", quote(e.name.as_bytes()));
+        }
+        for why in self.unresolved_inputs() {
+            let _ = writeln!(out, "unresolved: {why}");
         }
         let _ = writeln!(out, "{}", self.fingerprint);
         out

@@ -163,6 +163,26 @@ fn canonical_tokens(args: &[OsString], entry: Entrypoint) -> Canon {
 }
 
 impl VllmLaunch {
+    /// Why what the fingerprint records of a model cannot be trusted (a
+    /// hub id no local cache resolves), if so.
+    pub fn unresolved_model(&self) -> Option<String> {
+        let model = self
+            .model
+            .as_ref()
+            .map(|(m, d)| ("--model", Some(m.as_str()), d));
+        let files = self.files.iter().map(|(o, d)| (*o, None, d));
+        model
+            .into_iter()
+            .chain(files)
+            .find_map(|(opt, value, desc)| {
+                let why = crate::launch::model::unresolved(opt, desc)?;
+                Some(match value {
+                    Some(v) => format!("model '{}' ({why})", v.escape_debug()),
+                    None => format!("model {why}"),
+                })
+            })
+    }
+
     /// Understand the vLLM launch `argv` (the command keepwrap runs, or the
     /// one inside a shell wrapper), reading files relative to `cwd` and the
     /// hub cache from `env`. None when `argv` is no vLLM server launch.
@@ -216,7 +236,16 @@ impl VllmLaunch {
         let download = value("--download-dir");
         let describe = |m: &str| {
             let reads = model::Reads::Model;
-            model::describe_in(m, revision.as_deref(), cwd, env, reads, download.as_deref())
+            let hub = model::Hub::vllm(env);
+            model::describe_in(
+                m,
+                revision.as_deref(),
+                cwd,
+                env,
+                reads,
+                download.as_deref(),
+                hub,
+            )
         };
         let model = value("--model").map(|m| {
             let desc = describe(&m);
@@ -420,8 +449,9 @@ fn vllm_files(
 ) -> Vec<(&'static str, Value)> {
     let value = |flag: &str| last_value(merged, flag);
     let download = value("--download-dir");
+    let hub = model::Hub::vllm(env);
     let describe =
-        |v: &str, reads| model::describe_in(v, revision, cwd, env, reads, download.as_deref());
+        |v: &str, reads| model::describe_in(v, revision, cwd, env, reads, download.as_deref(), hub);
     let mut out = Vec::new();
     if let Some(v) = value("--hf-config-path") {
         out.push(("--hf-config-path", describe(&v, model::Reads::Model)));
@@ -438,7 +468,15 @@ fn vllm_files(
     if let Some(d) = draft {
         out.push((
             "--speculative-config.model",
-            model::describe_in(&d, None, cwd, env, model::Reads::Model, download.as_deref()),
+            model::describe_in(
+                &d,
+                None,
+                cwd,
+                env,
+                model::Reads::Model,
+                download.as_deref(),
+                hub,
+            ),
         ));
     }
     let loras = lora_values(merged);
