@@ -463,18 +463,34 @@ catalogue! {
         /// The engine was seen too late to take a set of other settings away:
         /// nothing is signed.
         NotSignedOffered { why: String }
-            WARN "not_signed_offered"
+            WARN "not_signing_offered"
             => "warning: nothing is signed on this boot: {why}; the next boot of this launch is offered the set of what ran";
+
+        /// The launch cannot be fingerprinted whole before the start: no set
+        /// is offered; its fingerprint is taken again at done.
+        UnresolvedLaunch { why: String }
+            INFO "unresolved_launch"
+            => "this launch cannot be fingerprinted whole before the start ({why}): no set is offered; once tuning is done its fingerprint is taken again from what the engine then runs with, and its set is signed only if that is whole";
+
+        /// Taken again at done, the fingerprint is whole.
+        ResolvedAtDone { fingerprint: String }
+            INFO "resolved_at_done"
+            => "taken again at done, this launch's fingerprint is whole: {}", short(fingerprint);
+
+        /// Taken again at done, the fingerprint is still not whole.
+        NotSignedUnresolved { why: String }
+            INFO "not_signing_unresolved"
+            => "nothing signed: taken again at done, this launch still cannot be fingerprinted whole ({why}); the next launch tunes again";
 
         /// The share and the fleet are not used on this boot: the engine runs
         /// with inputs the words do not show.
         NotSharedUnread {}
             WARN "not_shared_unread"
-            => "warning: the share and the fleet are not used on this boot: the engine runs with inputs the launch's words do not show, and other nodes and pods find a set by the words; write those inputs in the launch itself";
+            => "warning: the share and the fleet are not used on this boot: what this launch's engine runs with is not what its words say, or cannot be read before the start, and other nodes and pods find a set by the words (the lines above say what)";
 
         /// Nothing is signed: the engine was not seen, or was refused.
         NotSignedUnseen { why: String }
-            INFO "not_signed_unseen"
+            INFO "not_signing_unseen"
             => "nothing signed: {why}; a set is signed only for what an engine was seen running with";
 
         /// This boot tuned; its set is signed for the next identical launch.

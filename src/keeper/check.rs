@@ -35,6 +35,30 @@ pub(super) enum Seeing {
     Refused(String),
 }
 
+/// The inputs of a launch whose fingerprint holds something the engine
+/// reads only after the start (a hub revision it downloads) or that
+/// keepwrap cannot find (the engine's package): taken again at done, and
+/// signed only when whole then.
+pub(super) struct Redo {
+    pub(super) opts: Options,
+    pub(super) argv: Vec<OsString>,
+    pub(super) env: Vec<(OsString, OsString)>,
+    /// The working directory, relative to keepwrap's.
+    pub(super) cwd: Option<PathBuf>,
+    /// Why the fingerprint read before the start could not be trusted.
+    pub(super) why: String,
+}
+
+impl Redo {
+    fn launch(&self) -> Launch {
+        let mut command = crate::launch::analyze(&self.argv, &self.env);
+        if self.cwd.is_some() {
+            command.cwd.clone_from(&self.cwd);
+        }
+        Launch::of(&self.opts, command, &self.argv, &self.env)
+    }
+}
+
 /// What the engine is checked against.
 pub(super) struct Awaiting {
     /// The fingerprint of the launch's words.
@@ -46,6 +70,8 @@ pub(super) struct Awaiting {
     pub(super) source: &'static str,
     /// Which process is the engine.
     pub(super) want: Want,
+    /// `--cache-dir`, when given.
+    pub(super) cache_dir: Option<PathBuf>,
 }
 
 impl Seeing {
@@ -56,6 +82,7 @@ impl Seeing {
         argv: &[OsString],
         read: &Fingerprint,
         opts: &Options,
+        cache_dir: Option<&Path>,
     ) -> Seeing {
         if command.wrapper == Wrapper::Direct {
             return Seeing::AsRead;
@@ -66,6 +93,7 @@ impl Seeing {
             cwd: command.cwd.clone(),
             source: source(argv),
             want: Want::of(command),
+            cache_dir: cache_dir.map(Path::to_path_buf),
         }))
     }
 
@@ -130,7 +158,27 @@ impl Committer {
             return not_repruned;
         };
         let launch = seen_launch(&awaiting, &seen);
+        if let Some(redo) = self.redo.as_mut() {
+            // Taken again at done, from what the engine got.
+            redo.argv.clone_from(&seen.argv);
+            redo.env.clone_from(&seen.env);
+            redo.cwd = launch.command().cwd.clone();
+            if let Some(why) = launch.unresolved() {
+                redo.why = why;
+                return not_repruned;
+            }
+            self.redo = None;
+        }
         let fingerprint = launch.fingerprint().clone();
+        if let Some(root) = self.elsewhere(&launch, awaiting.cache_dir.as_deref()) {
+            let why = format!(
+                "the engine writes its cache under {}, not under the root keepwrap pruned",
+                crate::events::Shown(&root)
+            );
+            Event::NotSignedUnseen { why: why.clone() }.emit();
+            self.seeing = Seeing::Refused(why);
+            return not_repruned;
+        }
         if let Some(s) = &self.store {
             last_seen::put(s.state_fd(), &awaiting.read, &fingerprint);
         }
@@ -172,6 +220,21 @@ impl Committer {
         Some(Report::Checked { repruned: true })
     }
 
+    /// The cache root of the engine seen, when it is not this one.
+    fn elsewhere(&self, launch: &Launch, cache_dir: Option<&Path>) -> Option<PathBuf> {
+        if cache_dir.is_some() {
+            return None;
+        }
+        let engine = crate::engine::of(self.profile);
+        let root = engine.root_of_launch(None, launch).ok()?;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let same = match (id(&root), id(&self.root)) {
+            (Some(a), Some(b)) => a == b,
+            _ => root == self.root,
+        };
+        (!same).then_some(root)
+    }
+
     /// No share and no fleet on this boot: the engine runs with inputs the
     /// launch's words do not show, and other nodes and pods find a set by
     /// the words (said once, when there was one).
@@ -194,12 +257,34 @@ impl Committer {
         }
     }
 
+    /// The fingerprint taken again at done, for a launch that could not be
+    /// fingerprinted whole before the start: false (said) when it still
+    /// cannot.
+    pub(super) fn redo_at_done(&mut self) -> bool {
+        let Some(redo) = self.redo.take() else {
+            return true;
+        };
+        let launch = redo.launch();
+        if let Some(why) = launch.unresolved() {
+            Event::NotSignedUnresolved { why }.emit();
+            self.redo = Some(redo);
+            return false;
+        }
+        self.fingerprint = launch.fingerprint().clone();
+        self.inputs = launch.redacted_inputs();
+        Event::ResolvedAtDone {
+            fingerprint: self.fingerprint.to_string(),
+        }
+        .emit();
+        true
+    }
+
     /// Whether a sign may sign: not before the engine was seen, nor after
     /// it was refused (the one line says why).
     pub(super) fn may_sign(&mut self) -> bool {
         self.refuse_awaited("tuning was done before keepwrap saw the engine (no process of the launch ran what its words say)");
         match &self.seeing {
-            Seeing::AsRead | Seeing::Seen => true,
+            Seeing::AsRead | Seeing::Seen => self.redo_at_done(),
             Seeing::Awaiting(_) => false,
             Seeing::Refused(why) => {
                 Event::NotSignedUnseen { why: why.clone() }.emit();

@@ -101,6 +101,8 @@ pub(super) struct Committer {
     pub(super) signed_at_done: Vec<PathBuf>,
     /// Whether a set may be signed for what the engine runs with.
     pub(super) seeing: super::check::Seeing,
+    /// A launch whose fingerprint is taken again at done: what from.
+    pub(super) redo: Option<super::check::Redo>,
 }
 
 impl Committer {

@@ -24,7 +24,7 @@ use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
-use super::check::Seeing;
+use super::check::{Redo, Seeing};
 use super::commit::Committer;
 use super::last_seen;
 use super::turn::{wait_turn, Turn};
@@ -58,13 +58,35 @@ impl Keeper {
         };
         let seeing = match &unread {
             Some(u) => Seeing::Refused(format!("the launch cannot be read whole ({u})")),
-            None => Seeing::of(launch.command(), argv, &read, &opts),
+            None => Seeing::of(
+                launch.command(),
+                argv,
+                &read,
+                &opts,
+                args.cache_dir.as_deref(),
+            ),
+        };
+        // What the fingerprint holds as a constant although the engine will
+        // read something (an engine not found, a hub id not downloaded yet):
+        // no set is offered, and the fingerprint is taken again at done.
+        let redo = match (launch.unresolved(), &unread) {
+            (Some(why), None) => Some(Redo {
+                opts: opts.clone(),
+                argv: argv.to_vec(),
+                env: env.to_vec(),
+                cwd: None,
+                why,
+            }),
+            _ => None,
         };
         let profile = launch.profile();
         let engine = crate::engine::of(profile);
         let Some((root, shape, done)) = locate(args, engine, &launch, env, unread.is_some()) else {
             return Ok(Prepared::default());
         };
+        if let Some(r) = &redo {
+            crate::events::Event::UnresolvedLaunch { why: r.why.clone() }.emit();
+        }
         if let Some(u) = &unread {
             crate::events::Event::UnreadablePruned {
                 program: argv
@@ -119,7 +141,7 @@ impl Keeper {
         // A launch whose engine keepwrap does not exec itself is offered the
         // set of what its engine was last seen with.
         let offered = match (&seeing, &store) {
-            (Seeing::Refused(_), _) if unread.is_some() => Fingerprint::of(NOTHING_OFFERED),
+            _ if unread.is_some() || redo.is_some() => Fingerprint::of(NOTHING_OFFERED),
             (Seeing::Awaiting(_), Some(s)) => match last_seen::get(s.state_fd(), &read) {
                 Some(seen) => {
                     crate::events::Event::OfferedAsSeen {
@@ -154,7 +176,7 @@ impl Keeper {
                 &fingerprint,
                 &inputs,
                 &mut pruned,
-                unread.is_none(),
+                unread.is_none() && redo.is_none(),
             ),
             None => (None, None),
         };
@@ -195,6 +217,7 @@ impl Keeper {
             settle_at: None,
             signed_at_done: Vec::new(),
             seeing,
+            redo,
         };
         if commit.fingerprint != read {
             // Other nodes and pods find a set by the words: what this
@@ -343,7 +366,7 @@ fn locate(
     // a shell's `export`), not keepwrap's
     let engine_env = &launch.command().env[..];
     let root = engine
-        .root(args.cache_dir.as_deref(), engine_env)
+        .root_of_launch(args.cache_dir.as_deref(), launch)
         .map_err(NoRoot::log)
         .ok()?;
     let shape = engine.shape(engine_env);

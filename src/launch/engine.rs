@@ -576,11 +576,14 @@ fn editable(info: &Path) -> Option<Option<PathBuf>> {
 
 /// The package's files, cheaply: sha256 over its directory's listing (name,
 /// type, size, modification time, inode of each entry, sorted by name) and
-/// the bytes of its `version.py` and `_version.py`.
+/// the bytes of its `version.py` and `_version.py`. Python's own bytecode
+/// cache (`__pycache__`, written at the first import of a checkout) is not
+/// the engine's code, and does not count.
 pub fn files_digest(dir: &Path) -> Option<String> {
     let mut entries: Vec<(Vec<u8>, String)> = std::fs::read_dir(dir)
         .ok()?
         .flatten()
+        .filter(|e| e.file_name() != "__pycache__")
         .filter_map(|e| {
             let m = e.metadata().ok()?;
             let kind = if m.is_dir() {
@@ -758,6 +761,18 @@ fn find_in(package: &'static str, dirs: &[PathBuf]) -> Found {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn python_writing_its_bytecode_cache_changes_no_files_digest() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("__init__.py"), "x = 1\n").unwrap();
+        let before = files_digest(d.path());
+        std::fs::create_dir(d.path().join("__pycache__")).unwrap();
+        std::fs::write(d.path().join("__pycache__/__init__.cpython-311.pyc"), "c").unwrap();
+        assert_eq!(files_digest(d.path()), before);
+        std::fs::write(d.path().join("new.py"), "").unwrap();
+        assert_ne!(files_digest(d.path()), before);
+    }
     use super::*;
 
     #[test]

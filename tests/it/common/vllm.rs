@@ -46,7 +46,11 @@ pub fn hermetic(home: &Path) -> Command {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut cmd = hermetic_cmd(Command::new(BIN), home);
-    cmd.env("KEEPWRAP_LOG_FORMAT", "json").env("PATH", path);
+    // the fake `vllm` package importable, as an installed one is: keepwrap
+    // reads its version
+    cmd.env("KEEPWRAP_LOG_FORMAT", "json")
+        .env("PATH", path)
+        .env("PYTHONPATH", super::repo().join("tests/fixtures/engines"));
     cmd
 }
 
