@@ -84,7 +84,9 @@ impl Seeing {
         opts: &Options,
         cache_dir: Option<&Path>,
     ) -> Seeing {
-        if command.wrapper == Wrapper::Direct {
+        // A command that names no engine (a launch script kept with `--keep
+        // always`) is the engine itself: kept by its words.
+        if command.wrapper == Wrapper::Direct || !command.is_engine() {
             return Seeing::AsRead;
         }
         Seeing::Awaiting(Box::new(Awaiting {

@@ -50,8 +50,10 @@ impl Want {
     /// Whether `argv` (as [`as_command`] gives it) is the engine.
     fn matches(&self, argv: &[OsString]) -> bool {
         match self {
-            Want::Sglang => crate::launch::server_of(&crate::launch::strings(argv)).is_some(),
-            Want::Vllm => crate::launch::vllm::recognise(argv).is_some(),
+            Want::Sglang => {
+                is_engine(argv) && crate::launch::server_of(&crate::launch::strings(argv)).is_some()
+            }
+            Want::Vllm => is_engine(argv) && crate::launch::vllm::recognise(argv).is_some(),
             Want::Argv(want) => {
                 let program = |a: &[OsString]| {
                     let a0 = a.first().map(|a| a.to_string_lossy().into_owned());
@@ -62,7 +64,9 @@ impl Want {
                         a0.rsplit('/').next().unwrap_or_default().to_string()
                     }
                 };
-                program(argv) == program(want) && argv.get(1..) == want.get(1..)
+                !shell::is_shell(&program(argv))
+                    && program(argv) == program(want)
+                    && argv.get(1..) == want.get(1..)
             }
             Want::Any => is_engine(argv),
         }
@@ -101,7 +105,7 @@ pub fn find_engine(child: u32, want: &Want) -> Option<Seen> {
         let Some(argv) = read_argv(pid) else {
             continue;
         };
-        if is_engine(&argv) && want.matches(&as_command(argv.clone())) {
+        if want.matches(&as_command(argv.clone())) {
             return read(pid, argv);
         }
         todo.extend(children(&pid.to_string()));
