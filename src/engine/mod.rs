@@ -56,6 +56,16 @@ pub trait Engine: Sync {
     /// Whether `--unify auto` rewrites rank files as their union.
     fn unifies_by_default(&self) -> bool;
 
+    /// Whether the engine's server saves every rank file it loaded again at
+    /// every boot, tuned or not (SGLang: a save always follows each pass):
+    /// a kept file it did not save again by done is one it refused (its
+    /// `_metadata` is for another GPU, CUDA or FlashInfer build, and
+    /// FlashInfer skips the save of a file it conflicts with). Said of a
+    /// server launch only: a launch script need not save anything.
+    fn saves_every_boot(&self) -> bool {
+        false
+    }
+
     /// The share of a multi-node launch (`--share DIR`), if it has one, of
     /// the files of a tree of `shape`.
     fn share(

@@ -46,6 +46,10 @@ impl Engine for Sglang {
         true
     }
 
+    fn saves_every_boot(&self) -> bool {
+        true
+    }
+
     fn share(
         &self,
         args: &crate::share::Settings,

@@ -493,6 +493,14 @@ catalogue! {
             INFO "not_signing_unseen"
             => "nothing signed: {why}; a set is signed only for what an engine was seen running with";
 
+        /// The engine did not save some kept files again by done: it refused
+        /// them (another GPU, CUDA or FlashInfer build); the set is not
+        /// signed again and its files are removed.
+        KeptRefused { refused: usize, kept: usize, example: PathBuf, fingerprint: String }
+            WARN "kept_refused"
+            => "warning: the engine refused {refused} of the {kept} cache files kept for this launch (it saved none of them again, as it does a file whose _metadata is for another GPU, CUDA or FlashInfer build: {}): the set is not signed again and its files are removed, so the next boot tunes once on this machine and keeps its own",
+                super::Shown(example);
+
         /// This boot tuned; its set is signed for the next identical launch.
         Signed { files: usize, fingerprint: String }
             INFO "signed"

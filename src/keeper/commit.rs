@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cache::{self, Settle, Shape};
+use std::os::fd::AsFd;
+
+use crate::cache::{self, fsx, Settle, Shape};
 use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
@@ -29,8 +31,12 @@ pub(super) enum Job {
         after: Duration,
     },
     /// Unify and sign every cache file present (`files`: those the watch
-    /// knows of).
-    Sign { kind: SignKind, files: Vec<PathBuf> },
+    /// knows of; `landed`: those the engine saved since the start).
+    Sign {
+        kind: SignKind,
+        files: Vec<PathBuf>,
+        landed: std::collections::HashSet<PathBuf>,
+    },
     /// Who serves the loopback address `addr`, which answered `url` with
     /// 200 at `at`; `name`: name another owner.
     Owner {
@@ -103,6 +109,9 @@ pub(super) struct Committer {
     pub(super) seeing: super::check::Seeing,
     /// A launch whose fingerprint is taken again at done: what from.
     pub(super) redo: Option<super::check::Redo>,
+    /// The engine saves every rank file it loaded again at every boot (an
+    /// SGLang server or benchmark, [`crate::engine::Engine::saves_every_boot`]).
+    pub(super) saves_every_boot: bool,
 }
 
 impl Committer {
@@ -116,7 +125,17 @@ impl Committer {
                 crate::done::progress::landed(&self.root, &self.fingerprint, &files, after);
                 None
             }
-            Job::Sign { kind, files } => {
+            Job::Sign {
+                kind,
+                files,
+                landed,
+            } => {
+                if matches!(kind, SignKind::Done) && self.refused(&landed) {
+                    return Some(Report::Signed {
+                        stamps: Vec::new(),
+                        done: true,
+                    });
+                }
                 // The files signed are keepwrap's own writes as the sign
                 // read them: a save of the engine after that lands. The
                 // others, as unify left them.
@@ -327,6 +346,36 @@ impl Committer {
         as_read(report)
     }
 
+    /// Whether the engine refused the set kept for it: an engine that saves
+    /// every rank file at every boot saved none of some kept files again
+    /// by done. Then the set is not signed again, and its files are
+    /// removed (said in one line): the next boot tunes once on this
+    /// machine and keeps its own, instead of loading, refusing and tuning
+    /// at every boot.
+    fn refused(&mut self, landed: &std::collections::HashSet<PathBuf>) -> bool {
+        if !self.saves_every_boot {
+            return false;
+        }
+        let refused: Vec<&PathBuf> = self.kept.iter().filter(|k| !landed.contains(*k)).collect();
+        let Some(first) = refused.first() else {
+            return false;
+        };
+        Event::KeptRefused {
+            refused: refused.len(),
+            kept: self.kept.len(),
+            example: first.to_path_buf(),
+            fingerprint: self.fingerprint.to_string(),
+        }
+        .emit();
+        if let Ok(root) = fsx::open_root(&self.root) {
+            for rel in &self.kept {
+                let _ = remove_member(root.as_fd(), rel);
+            }
+        }
+        self.kept.clear();
+        true
+    }
+
     /// Multi-node: publish the signed rank files into the share.
     fn publish(&mut self, report: &cache::SignReport) {
         if !report.signed.is_empty() {
@@ -393,6 +442,17 @@ impl Committer {
         if let Some(fleet) = self.fleet.as_mut() {
             fleet.finish();
         }
+    }
+}
+
+/// Remove the cache file `rel` of the tree `root`, never through a symlink.
+fn remove_member(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> std::io::Result<()> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?;
+    match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => fsx::unlink_at(fsx::open_dir_path(root, parent)?.as_fd(), name),
+        None => fsx::unlink_at(root, name),
     }
 }
 

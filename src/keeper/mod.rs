@@ -178,6 +178,7 @@ impl Keeper {
             own: HashMap::new(),
             named: false,
             touched: false,
+            landed: std::collections::HashSet::new(),
         });
     }
 
@@ -357,6 +358,7 @@ impl Keeper {
             return;
         }
         s.touched = true;
+        s.landed.extend(landed.iter().cloned());
         s.worker.run(Job::Landed {
             files: landed.clone(),
             after: now.saturating_duration_since(self.launched),
@@ -406,9 +408,12 @@ impl Keeper {
                         _ => SignKind::Done,
                     };
                     let files = self.watcher.known_files().map(Path::to_path_buf).collect();
-                    if let Some(Report::Signed { stamps, done }) =
-                        s.worker.run(Job::Sign { kind, files })
-                    {
+                    let landed = s.landed.clone();
+                    if let Some(Report::Signed { stamps, done }) = s.worker.run(Job::Sign {
+                        kind,
+                        files,
+                        landed,
+                    }) {
                         s.own.extend(stamps);
                         if done {
                             self.marker.mark_done();
@@ -462,4 +467,6 @@ struct Session {
     named: bool,
     /// The engine has written in the cache tree.
     touched: bool,
+    /// The cache files the engine saved since the start.
+    landed: std::collections::HashSet<PathBuf>,
 }

@@ -218,6 +218,7 @@ impl Keeper {
             signed_at_done: Vec::new(),
             seeing,
             redo,
+            saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
         };
         if commit.fingerprint != read {
             // Other nodes and pods find a set by the words: what this

@@ -38,6 +38,7 @@ mod peers;
 mod policy;
 mod progress;
 mod prune_lists_attack;
+mod refused;
 mod scaling;
 mod security;
 mod seen;
