@@ -15,7 +15,6 @@ use crate::store::{ago, Store};
 /// `keepwrap explain`: compare `launch` with every signed launch in the
 /// store, nearest first.
 pub fn print(root: Option<(PathBuf, Shape)>, launch: &Launch) -> ExitCode {
-    let fp = launch.fingerprint();
     let inputs = launch.redacted_inputs();
     let mut out = String::new();
     let Some((root, shape)) = root else {
@@ -23,6 +22,19 @@ pub fn print(root: Option<(PathBuf, Shape)>, launch: &Launch) -> ExitCode {
     };
     crate::events::set_root(&root);
     let store = Store::open_existing(&root, shape);
+    // A launch whose engine last ran with inputs its words do not show is
+    // offered the set of what ran: that is the launch compared.
+    let seen = store
+        .as_ref()
+        .and_then(|s| crate::keeper::seen_as(s, launch.fingerprint()));
+    if let Some(s) = &seen {
+        out.push_str(&format!(
+            "its words read as {}; its engine last ran as {}, with inputs the words do not show (the engine_differs line of that boot names them)\n",
+            launch.fingerprint().short(),
+            s.short()
+        ));
+    }
+    let fp = seen.as_ref().unwrap_or(launch.fingerprint());
     let now = now_secs();
     let records = store.as_ref().map(Store::records).unwrap_or_default();
     let own = records.iter().find(|r| *fp == r.fingerprint).cloned();

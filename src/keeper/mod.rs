@@ -27,6 +27,16 @@ mod worker;
 
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
+/// The fingerprint the engine of the launch read as `read` last ran with,
+/// when it was not `read` (its words do not show everything it gets): the
+/// set a boot of these words is offered, which `status` and `explain` say.
+pub fn seen_as(
+    store: &crate::store::Store,
+    read: &crate::digest::Fingerprint,
+) -> Option<crate::digest::Fingerprint> {
+    last_seen::get(store.state_fd(), read)
+}
+
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};

@@ -711,3 +711,41 @@ fn bench_one_batch_reads_the_models_config() {
     let edited = run(&home, t.path(), &argv);
     assert_eq!(edited.hit(), 0, "{}", edited.stderr);
 }
+
+#[test]
+fn status_and_explain_name_the_set_a_launch_whose_words_hide_inputs_is_offered() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().to_path_buf();
+    std::fs::write(home.join(".bash_profile"), "export SGLANG_HIDDEN=a\n").unwrap();
+    let argv = vec![
+        "bash".to_string(),
+        "-lc".to_string(),
+        format!("exec {}", engine_words()),
+    ];
+    let first = run(&home, t.path(), &argv);
+    let signed = first.event("signed")["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sub = |args: &[&str]| {
+        let mut cmd = crate::fingerprint_e2e::kw(&home, t.path());
+        cmd.env("HOME", &home).args(args).arg("--").args(&argv);
+        output(&mut cmd)
+    };
+    let explain = sub(&["explain"]);
+    assert_eq!(explain.code, 0, "{}", explain.stderr);
+    let text = explain.stdout.join("\n");
+    assert!(
+        text.contains(&format!("its engine last ran as {}...", &signed[..8])),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("this launch: {}...", &signed[..8])) && text.contains(": signed "),
+        "{text}"
+    );
+    let status = sub(&["status", "--json"]);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let report: serde_json::Value = serde_json::from_str(&status.stdout.join("\n")).unwrap();
+    assert_eq!(report["seen_as"], signed.as_str(), "{report}");
+    assert_eq!(report["fingerprint"], signed.as_str(), "{report}");
+}

@@ -47,7 +47,17 @@ pub fn run(
             }
         }
     }
-    let mut report = report(&root, shape, launch.map(Launch::fingerprint), verify);
+    // A launch whose engine last ran with inputs its words do not show is
+    // offered the set of what ran.
+    let seen = launch.and_then(|l| {
+        let s = crate::store::Store::open_existing(&root, shape)?;
+        crate::keeper::seen_as(&s, l.fingerprint())
+    });
+    let fp = seen.as_ref().or(launch.map(Launch::fingerprint));
+    let mut report = report(&root, shape, fp, verify);
+    if let Some(s) = &seen {
+        report["seen_as"] = json!(s.as_str());
+    }
     if let Some(l) = launch {
         crate::engine::of(l.profile()).plan(&mut report, l);
     }

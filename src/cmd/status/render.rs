@@ -28,6 +28,12 @@ pub fn render(r: &Value) -> String {
     if let Some(fp) = r["fingerprint"].as_str() {
         let _ = writeln!(out, "launch {}", short(fp));
     }
+    if r["seen_as"].is_string() {
+        let _ = writeln!(
+            out,
+            "(the fingerprint its engine last ran with: its words do not show all it gets)"
+        );
+    }
     let action_col = r["fingerprint"].is_string();
     let _ = writeln!(
         out,
