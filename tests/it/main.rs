@@ -42,6 +42,7 @@ mod refused;
 mod scaling;
 mod security;
 mod seen;
+mod seen_attack;
 mod sign_crash;
 mod signals;
 mod stats;
