@@ -455,10 +455,10 @@ catalogue! {
 
         /// The engine runs with inputs the launch's words do not show: the
         /// tree is pruned again for what it runs with.
-        EngineDiffers { pid: u32, offered: String, seen: String, differences: Vec<String>, source: String }
+        EngineDiffers { pid: u32, read: String, seen: String, differences: Vec<String>, source: String }
             WARN "engine_differs"
-            => "warning: the engine (pid {pid}) runs as {}, not as {} (what keepwrap read and offered) and differs in: {}; most likely from {source}; the set offered goes back to the store and the tree is pruned for what runs (the next boot of this launch is offered the set of what ran): to have it read before the start, write it in the launch itself (env NAME=VALUE after keepwrap --, or export in the -c string)",
-                short(seen), short(offered), super::differences(differences);
+            => "warning: the engine (pid {pid}) runs as {}, not as {} (what keepwrap read from the launch's words) and differs in: {}; most likely from {source}; the set offered goes back to the store and the tree is pruned for what runs (the next boot of this launch is offered the set of what ran): to have it read before the start, write it in the launch itself (env NAME=VALUE after keepwrap --, or export in the -c string)",
+                short(seen), short(read), super::differences(differences);
 
         /// The engine was seen too late to take a set of other settings away:
         /// nothing is signed.

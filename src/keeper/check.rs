@@ -201,15 +201,18 @@ impl Committer {
         let offered = self.kept.len();
         Event::EngineDiffers {
             pid: seen.pid,
-            offered: self.fingerprint.to_string(),
+            read: awaiting.read.to_string(),
             seen: fingerprint.to_string(),
             differences,
             source: awaiting.source.to_string(),
         }
         .emit();
-        if touched && offered > 0 {
+        if touched {
+            // Its files may mix what it loaded with what it tuned, and a
+            // prune now would take what it wrote.
             let why = format!(
-                "the engine had written in the cache tree before it was seen, with the {offered} cache files of {} in it",
+                "the engine had written in the cache tree before it was seen, with {offered} cache {} of {} in it",
+                if offered == 1 { "file" } else { "files" },
                 self.fingerprint.short()
             );
             Event::NotSignedOffered { why: why.clone() }.emit();

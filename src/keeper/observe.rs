@@ -8,9 +8,9 @@
 //! The engine is the shallowest process of the tree under keepwrap's child
 //! that runs what the words say the engine is ([`Want`]): an SGLang or a
 //! vLLM server, the same script with the same arguments, or (for a launch
-//! keepwrap cannot read whole) Python or an engine's own command. Shells,
-//! launcher prefixes and a profile's own commands (a `conda` hook is
-//! Python too) are looked through.
+//! keepwrap cannot read whole) any server it recognises. Shells, launcher
+//! prefixes and any other Python a profile or a launch script runs first
+//! (a `conda` hook, a `pip install`, a GPU check) are looked through.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -30,7 +30,9 @@ pub enum Want {
     /// This command, with another spelling of its program allowed
     /// (`python3` for `/usr/bin/python3.11`).
     Argv(Vec<OsString>),
-    /// Python, `vllm` or `sglang`: a launch keepwrap cannot read whole.
+    /// Any SGLang or vLLM server (or SGLang benchmark): a launch keepwrap
+    /// cannot read whole. Plain Python never is: a launch script's helper
+    /// (`python3 -c 'import torch'`) must not be taken for its engine.
     Any,
 }
 
@@ -68,7 +70,7 @@ impl Want {
                     && program(argv) == program(want)
                     && argv.get(1..) == want.get(1..)
             }
-            Want::Any => is_engine(argv),
+            Want::Any => Want::Sglang.matches(argv) || Want::Vllm.matches(argv),
         }
     }
 }
@@ -228,7 +230,9 @@ mod tests {
         assert!(script.matches(&v("/usr/bin/python3.11 gen.py --n 2")));
         assert!(!script.matches(&v("python3 gen.py --n 3")));
         assert!(!script.matches(&v("python3 -c pass")));
-        assert!(Want::Any.matches(&v("python3 -c pass")));
+        assert!(!Want::Any.matches(&v("python3 -c pass")));
+        assert!(Want::Any.matches(&v("python3 -m sglang.launch_server --tp 2")));
+        assert!(Want::Any.matches(&v("vllm serve m")));
     }
 
     #[test]

@@ -91,7 +91,14 @@ fn keep_always_takes_a_helper_python_for_the_engine() {
             env_sh.display()
         ),
     ];
-    let cmd = || kw(&home, t.path(), &["--keep", "always", "--done", "quiet=500ms"], &argv);
+    let cmd = || {
+        kw(
+            &home,
+            t.path(),
+            &["--keep", "always", "--done", "quiet=500ms"],
+            &argv,
+        )
+    };
     set("a");
     let first = boot_ok(&mut cmd());
     assert!(first.has_event("signed"), "{}", first.stderr);
