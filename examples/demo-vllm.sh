@@ -30,7 +30,10 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 echo "demo: logs and cache in $work (kept)" >&2
 # `vllm` is the fake's launcher; its cache goes under the demo directory.
+# Its package importable, as an installed vLLM's is: keepwrap reads its
+# version (a launch whose engine it cannot find is never kept).
 export PATH="$PWD/tests/fixtures/engines/bin:$PATH"
+export PYTHONPATH="$PWD/tests/fixtures/engines${PYTHONPATH:+:$PYTHONPATH}"
 unset VLLM_CACHE_ROOT VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR VLLM_FLASHINFER_MOE_BACKEND FAKE_VLLM_LAYOUT FAKE_VLLM_VERSION
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 tune_ms=${TUNE_MS:-40}
