@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //!
-//! Under `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`:
+//! Under `<prefix>/keepwrap/v1/<profile>/<name>/` (`<name>`: the
+//! fingerprint with the GPU model, [`name_for`]):
 //!
 //! - `blobs/<sha256>`: a cache file's bytes, immutable, content-addressed;
 //! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
@@ -15,19 +16,23 @@
 //!
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
-//! Every blob, then the manifest, each `If-None-Match: *` (a 412 means the
-//! same bytes are there already). Then HEAD: created with `If-None-Match:
-//! *`; when one exists it is left alone (the first complete set wins:
-//! every set of one fingerprint comes from an identical launch). Blobs and
-//! manifest land before HEAD, so no HEAD ever names an incomplete set.
+//! The files of one build (that of the file written last), every blob,
+//! then the manifest, each `If-None-Match: *` (a 412 means the same bytes
+//! are there already). Then HEAD: created with `If-None-Match: *`; when one
+//! exists it is replaced (`If-Match` the ETag this boot's restore read)
+//! when that restore found its set unusable or of another build, else left
+//! alone (the first complete set wins). Blobs and manifest land before
+//! HEAD, so no HEAD ever names an incomplete set.
 //!
 //! # Restore (before the engine starts, when the root has no set for it)
 //!
-//! HEAD, then the manifest (its hash is its id; its format, profile and
+//! The machine's GPU model (from the driver's `/proc` files: none, no
+//! restore), HEAD, then the manifest (its hash is its id; its format, profile and
 //! fingerprint are ours; every path is a cache file path, which carries the
 //! FlashInfer version, the GPU architecture and the engine's own key), then
 //! every blob (its size and sha256 as the manifest says; a JSON object, as
-//! prune judges a cache file). Only when all passed are they written into
+//! prune judges a cache file; one build, tuned on this machine's GPU
+//! model). Only when all passed are they written into
 //! a staging directory beside the set (`<root>/.keepwrap/fleet-staging`),
 //! linked into place (never over an existing file) and signed locally;
 //! any failure removes what was linked and the launch boots cold. All the
