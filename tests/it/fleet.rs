@@ -1184,8 +1184,9 @@ fn kill_9_during_the_sign_after_a_restore_trusts_nothing_in_part() {
     }
 }
 
-/// What a `fleet` subcommand prints against `b` (`args` after the URL).
-fn fleet_cmd(h: &Path, ep: &str, url: &str, args: &[&str]) -> Finished {
+/// A `fleet` subcommand against the bucket of `url` at `ep` (`args`
+/// after the URL).
+fn fleet_command(h: &Path, ep: &str, url: &str, args: &[&str]) -> Command {
     let mut cmd = keepwrap(&cache_root(h));
     cmd.args(["fleet", "--fleet", url])
         .args(args)
@@ -1193,7 +1194,29 @@ fn fleet_cmd(h: &Path, ep: &str, url: &str, args: &[&str]) -> Finished {
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_EC2_METADATA_DISABLED", "true");
-    output(&mut cmd)
+    cmd
+}
+
+/// What a [`fleet_command`] prints.
+fn fleet_cmd(h: &Path, ep: &str, url: &str, args: &[&str]) -> Finished {
+    output(&mut fleet_command(h, ep, url, args))
+}
+
+/// A fresh bucket, and the first pod of a launch (on root `h`), which
+/// published its set there.
+fn first_pod(ep: &str) -> (Bucket, tempfile::TempDir, Finished) {
+    let b = Bucket::new(ep);
+    let h = home();
+    let p1 = boot(&mut pod(h.path(), ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    (b, h, p1)
+}
+
+/// `p` restored a set and booted warm with `from`'s tactics.
+fn assert_warm_from(p: &Finished, from: &Finished) {
+    assert!(p.has_event("fleet_restored"), "{}", p.stderr);
+    assert_eq!(p.tuned(), 0, "{}", p.stderr);
+    assert_eq!(p.tactics(), from.tactics(), "{}", p.stderr);
 }
 
 /// The set HEAD names in the launch directory `dir`.
@@ -1228,6 +1251,19 @@ fn pod_on(home: &Path, ep: &str, url: &str, gpu: &str, fi: &str, shows: &str) ->
     cmd
 }
 
+/// [`pod_on`] on a fresh root, booted.
+#[cfg(feature = "failpoints")]
+fn boot_on(b: &Bucket, gpu: &str, fi: &str, shows: &str) -> Finished {
+    boot(&mut pod_on(
+        home().path(),
+        &b.endpoint,
+        &b.url(),
+        gpu,
+        fi,
+        shows,
+    ))
+}
+
 /// Case 1 of issue 35: a set tuned on H200 is never restored on an H100
 /// pod (both sm90; FlashInfer would reject its files): the H100 pods find
 /// no set of their model, tune once, publish their own, and boot warm from
@@ -1239,27 +1275,13 @@ fn a_set_tuned_on_another_gpu_model_of_the_same_architecture_is_never_restored()
     let Some(ep) = moto() else { return };
     let b = Bucket::new(&ep);
     let (h200, h100) = ("NVIDIA H200", "NVIDIA H100 80GB HBM3");
-    let p1 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        h200,
-        "0.7.2",
-        h200,
-    ));
+    let p1 = boot_on(&b, h200, "0.7.2", h200);
     assert!(
         p1.logged_with("fleet_published", json!({})),
         "{}",
         p1.stderr
     );
-    let p2 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        h100,
-        "0.7.2",
-        h100,
-    ));
+    let p2 = boot_on(&b, h100, "0.7.2", h100);
     assert_eq!(p2.code, 0, "{}", p2.stderr);
     assert!(!p2.has_event("fleet_restored"), "{}", p2.stderr);
     assert!(p2.has_event("fleet_empty"), "{}", p2.stderr);
@@ -1271,27 +1293,11 @@ fn a_set_tuned_on_another_gpu_model_of_the_same_architecture_is_never_restored()
     );
     assert_eq!(launch_dirs(&b).len(), 2, "one HEAD per GPU model");
     // The H100 pods boot warm from the H100 set; an H200 pod from its own.
-    let p3 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        h100,
-        "0.7.2",
-        h100,
-    ));
-    assert!(p3.has_event("fleet_restored"), "{}", p3.stderr);
-    assert_eq!(p3.tuned(), 0, "{}", p3.stderr);
-    assert_eq!(p3.tactics(), p2.tactics());
+    let p3 = boot_on(&b, h100, "0.7.2", h100);
+    assert_warm_from(&p3, &p2);
     // The driver's spelling of the model differs from CUDA's in case and
     // spaces only: the same model.
-    let p4 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        h200,
-        "0.7.2",
-        "nvidia  h200",
-    ));
+    let p4 = boot_on(&b, h200, "0.7.2", "nvidia  h200");
     assert!(p4.has_event("fleet_restored"), "{}", p4.stderr);
     assert_eq!(p4.tactics(), p1.tactics());
     // No GPU model to compare: nothing restored, a cold boot that still
@@ -1322,14 +1328,7 @@ fn after_a_flashinfer_upgrade_head_moves_to_the_new_build() {
     let Some(ep) = moto() else { return };
     let b = Bucket::new(&ep);
     let gb10 = "NVIDIA GB10";
-    let p1 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        gb10,
-        "0.7.2",
-        gb10,
-    ));
+    let p1 = boot_on(&b, gb10, "0.7.2", gb10);
     assert!(
         p1.logged_with("fleet_published", json!({})),
         "{}",
@@ -1337,14 +1336,7 @@ fn after_a_flashinfer_upgrade_head_moves_to_the_new_build() {
     );
     let dir = b.launch_dir();
     let old = head_set(&b, &dir);
-    let p2 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        gb10,
-        "0.7.3",
-        gb10,
-    ));
+    let p2 = boot_on(&b, gb10, "0.7.3", gb10);
     assert_eq!(p2.code, 0, "{}", p2.stderr);
     assert!(p2.tuned() > 0, "the new build tunes: {}", p2.stderr);
     assert!(
@@ -1364,14 +1356,7 @@ fn after_a_flashinfer_upgrade_head_moves_to_the_new_build() {
             .all(|f| f["path"].as_str().unwrap().starts_with("0.7.3/sm90/")),
         "only the new build's files: {m}"
     );
-    let p3 = boot(&mut pod_on(
-        home().path(),
-        &ep,
-        &b.url(),
-        gb10,
-        "0.7.3",
-        gb10,
-    ));
+    let p3 = boot_on(&b, gb10, "0.7.3", gb10);
     assert!(
         p3.logged_with("fleet_restored", json!({"files": 2, "set": new})),
         "{}",
@@ -1441,21 +1426,13 @@ fn an_expired_set_or_a_broken_head_costs_one_cold_boot_and_head_moves_on() {
 #[ignore = "needs moto"]
 fn gc_keeps_a_launch_whose_head_a_pod_wrote_again_while_it_ran() {
     let Some(ep) = moto() else { return };
-    let b = Bucket::new(&ep);
-    let h = home();
-    let p1 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
-    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let (b, h, p1) = first_pod(&ep);
     let dir = b.launch_dir();
     let (_, head) = b.get(&format!("{dir}HEAD"));
     std::thread::sleep(Duration::from_millis(2100));
-    let mut gc = keepwrap(&cache_root(h.path()));
-    gc.args(["fleet", "--fleet", &b.url(), "gc", "--older-than", "1s"])
-        .env("AWS_ENDPOINT_URL", &ep)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        // gc pauses after each HEAD it deleted: the pod's turn.
-        .env("KEEPWRAP_FAILPOINT_DELAY_MS", "3000");
+    let mut gc = fleet_command(h.path(), &ep, &b.url(), &["gc", "--older-than", "1s"]);
+    // gc pauses after each HEAD it deleted: the pod's turn.
+    gc.env("KEEPWRAP_FAILPOINT_DELAY_MS", "3000");
     let gc = Running::spawn(&mut gc);
     let until = Instant::now() + Duration::from_secs(20);
     while b.get(&format!("{dir}HEAD")).0 == 200 {
@@ -1480,9 +1457,7 @@ fn gc_keeps_a_launch_whose_head_a_pod_wrote_again_while_it_ran() {
         g.stdout
     );
     let p3 = boot(&mut pod(home().path(), &ep, &b.url(), &[]));
-    assert!(p3.has_event("fleet_restored"), "{}", p3.stderr);
-    assert_eq!(p3.tuned(), 0, "{}", p3.stderr);
-    assert_eq!(p3.tactics(), p1.tactics());
+    assert_warm_from(&p3, &p1);
 }
 
 /// Case 5 of issue 35: two `srun` steps of one SLURM job are two boots.
@@ -1676,10 +1651,7 @@ fn a_stop_signal_abandons_a_publication_that_hangs() {
 #[ignore = "needs moto"]
 fn bucket_bytes_reach_the_terminal_escaped() {
     let Some(ep) = moto() else { return };
-    let b = Bucket::new(&ep);
-    let h = home();
-    let p1 = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
-    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let (b, h, _) = first_pod(&ep);
     let dir = b.launch_dir();
     // A valid JSON HEAD whose unknown field (an OSC 52 clipboard write, a
     // cleared screen, a forged line) serde's error quotes.
