@@ -11,14 +11,21 @@
 # from PyPI when missing; default ~/.cache/keepwrap-ci/moto-5.2.5, the one
 # .ci/run makes); DEMO_DIR=DIR keeps the logs and roots there;
 # KEEPWRAP_BIN=PATH uses that keepwrap instead of building one.
+#
+# A set is restored only onto the GPU model it was tuned on, which keepwrap
+# reads from the NVIDIA driver (/proc/driver/nvidia/gpus). The fake engine
+# stamps its files "NVIDIA GB10": the demo builds keepwrap with the
+# failpoints feature (the tests' build) and shows it a machine of that
+# model laid out in its own directory. A keepwrap without the feature on a
+# machine without that GPU boots pod 2 cold (fleet_no_gpu_model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ -n "${KEEPWRAP_BIN:-}" ]; then
   KW="$KEEPWRAP_BIN"
 else
-  echo "demo: building keepwrap (cargo build --release; the first build takes a few minutes) ..." >&2
-  cargo build --release --quiet
+  echo "demo: building keepwrap (cargo build --release --features failpoints; the first build takes a few minutes) ..." >&2
+  cargo build --release --features failpoints --quiet
   KW="$PWD/target/release/keepwrap"
 fi
 venv="${MOTO_VENV:-$HOME/.cache/keepwrap-ci/moto-5.2.5}"
@@ -41,6 +48,11 @@ for _ in $(seq 1 300); do
 done
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo \
   AWS_EC2_METADATA_DISABLED=true KEEPWRAP_FLEET=s3://keepwrap-demo/fleet
+for bus in 0000:18:00.0 0000:2a:00.0; do
+  mkdir -p "$work/gpus/$bus"
+  printf 'Model: \t\t NVIDIA GB10\n' >"$work/gpus/$bus/information"
+done
+export KEEPWRAP_FAILPOINT_NVIDIA_GPUS="$work/gpus"
 "$venv/bin/python" -c 'import boto3, os; boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket="keepwrap-demo")'
 echo "demo: bucket s3://keepwrap-demo on $AWS_ENDPOINT_URL" >&2
 

@@ -50,3 +50,15 @@ pub fn hit(step: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn hit(_step: &str) {}
+
+/// Where the NVIDIA driver shows this machine's GPUs without CUDA
+/// (`<dir>/<bus id>/information`). With the feature, a test names another
+/// directory in `KEEPWRAP_FAILPOINT_NVIDIA_GPUS` (a machine with the GPUs
+/// it lays out there); the release binary reads only the driver's.
+pub fn nvidia_gpus_dir() -> std::path::PathBuf {
+    #[cfg(feature = "failpoints")]
+    if let Some(dir) = std::env::var_os("KEEPWRAP_FAILPOINT_NVIDIA_GPUS") {
+        return dir.into();
+    }
+    std::path::PathBuf::from("/proc/driver/nvidia/gpus")
+}

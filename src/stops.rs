@@ -112,3 +112,28 @@ fn lock() -> std::sync::MutexGuard<'static, Option<Watch>> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A stop signal (TERM, INT, HUP, QUIT) was forwarded to the running
+/// engine: keepwrap is being stopped, and what it does after the engine
+/// ends must fit in the stop's grace period (`docker stop`'s 10 s).
+static FORWARDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Note that a stop signal was forwarded to the engine.
+pub fn forwarded(signo: i32) {
+    if STOPS.iter().any(|s| *s as i32 == signo) {
+        FORWARDED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Is keepwrap being stopped: a stop signal was forwarded to the engine,
+/// or one is pending now (it came after the engine ended, when nothing
+/// reads signals any more)?
+pub fn stopping() -> bool {
+    if FORWARDED.load(std::sync::atomic::Ordering::SeqCst) {
+        return true;
+    }
+    let Some(pending) = crate::sys::pending_signals() else {
+        return false;
+    };
+    STOPS.iter().any(|s| pending.contains(*s))
+}

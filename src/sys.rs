@@ -30,6 +30,18 @@ pub fn sigset_of_mask(mask: u64) -> SigSet {
     }
 }
 
+/// The signals pending for this thread or the process (`sigpending`): a
+/// blocked signal that came and was not read yet. None when the call fails.
+pub fn pending_signals() -> Option<SigSet> {
+    // SAFETY: an all-zero `sigset_t` is the empty set; sigpending fills the
+    // set it is given through a valid pointer, and it is used only when the
+    // call succeeded.
+    unsafe {
+        let mut raw: libc::sigset_t = std::mem::zeroed();
+        (libc::sigpending(&mut raw) == 0).then(|| SigSet::from_sigset_t_unchecked(raw))
+    }
+}
+
 /// `kill(target, signo)` for any signal number (nix's `Signal` cannot name
 /// the realtime ones).
 pub fn kill(target: libc::pid_t, signo: i32) -> nix::Result<()> {

@@ -53,6 +53,12 @@ fn settings(cmd: &Command, matches: &ArgMatches) -> Vec<Setting> {
             ),
             _ => ("default", None),
         };
+        // The fleet's URL without user info or query (credentials).
+        let value = if long == "fleet" {
+            value.map(|v| crate::fleet::s3::redact(&v))
+        } else {
+            value
+        };
         out.push(Setting {
             name: long.to_string(),
             value,

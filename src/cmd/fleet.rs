@@ -27,13 +27,22 @@ pub fn ls(url: &str, timeout: Duration) -> ExitCode {
     match fleet::list(&c) {
         Ok(launches) => {
             for (launch, set, modified) in &launches {
-                println!("{launch}  set {set}  written {modified}");
+                println!(
+                    "{}  set {}  written {}",
+                    escaped(launch),
+                    escaped(set),
+                    escaped(modified)
+                );
             }
-            println!("{} launches in {url}", launches.len());
+            println!("{} launches in {}", launches.len(), redact(url));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            super::failed(format!("fleet: cannot list {url}: {e}"));
+            super::failed(format!(
+                "fleet: cannot list {}: {}",
+                redact(url),
+                escaped(&e.to_string())
+            ));
             ExitCode::from(1)
         }
     }
@@ -48,7 +57,7 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
         Ok(removed) => {
             let verb = if dry_run { "would remove" } else { "removed" };
             for l in &removed {
-                println!("{verb} {l}");
+                println!("{verb} {}", escaped(l));
             }
             println!(
                 "{verb} {} launches unused for longer than {}",
@@ -58,7 +67,11 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
             ExitCode::SUCCESS
         }
         Err(e) => {
-            super::failed(format!("fleet: gc of {url} stopped: {e}"));
+            super::failed(format!(
+                "fleet: gc of {} stopped: {}",
+                redact(url),
+                escaped(&e.to_string())
+            ));
             ExitCode::from(1)
         }
     }
@@ -85,17 +98,19 @@ pub fn state_json(root: Option<&Path>, url: Option<&str>, mode: Option<&str>) ->
 
 /// `s3://user:secret@bucket/p` -> `s3://bucket/p`; a query is dropped too.
 pub fn without_credentials(url: &str) -> String {
-    let url = url.split(['?', '#']).next().unwrap_or("");
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if path.is_empty() && !rest.contains('/') {
-        format!("{scheme}://{host}")
-    } else {
-        format!("{scheme}://{host}/{path}")
-    }
+    fleet::s3::redact(url)
+}
+
+/// What a bucket (or a state file written from it) holds, for a
+/// terminal: every control character escaped, as log lines are.
+fn escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let _ = crate::logging::escape_into(&mut out, s);
+    out
+}
+
+fn redact(url: &str) -> String {
+    escaped(&fleet::s3::redact(url))
 }
 
 /// The text form of [`state_json`].
@@ -103,11 +118,11 @@ pub fn print_state(v: &Value) {
     if v.is_null() {
         return;
     }
-    let text = |k: &str| v[k].as_str().unwrap_or("not set").to_string();
+    let text = |k: &str| escaped(v[k].as_str().unwrap_or("not set"));
     println!("\nfleet: {} ({})", text("url"), text("mode"));
     let outcome = |what: &str, o: &Value| {
         if let (Some(out), Some(at)) = (o["outcome"].as_str(), o["at"].as_u64()) {
-            println!("  {what}: {out} ({})", ago(at));
+            println!("  {what}: {} ({})", escaped(out), ago(at));
         }
     };
     if v["last_restore"].is_null() && v["last_publish"].is_null() {
@@ -121,8 +136,9 @@ pub fn print_state(v: &Value) {
             .as_u64()
             .map_or("no answer".to_string(), |s| format!("HTTP {s}"));
         println!(
-            "  last error: {key}: {status} {} ({})",
-            e["error"].as_str().unwrap_or(""),
+            "  last error: {}: {status} {} ({})",
+            escaped(key),
+            escaped(e["error"].as_str().unwrap_or("")),
             ago(at)
         );
     }

@@ -802,6 +802,14 @@ catalogue! {
             WARN "fleet_publish_abandoned"
             => "fleet: the publication did not finish within {:.1}s; keepwrap exits without it (HEAD never names an incomplete set)", timeout.as_secs_f64();
 
+        FleetNoGpuModel { why: String }
+            WARN "fleet_no_gpu_model"
+            => "fleet: not restored: a set is restored only onto the GPU model it was tuned on, and this machine shows none to compare ({why}); a cold boot";
+
+        FleetPublishStopped {}
+            WARN "fleet_publish_stopped"
+            => "fleet: keepwrap is being stopped: the publication still running is abandoned (HEAD never names an incomplete set)";
+
         FleetNoThread { error: String }
             WARN "fleet_no_thread"
             => "fleet: cannot start its thread: {error}; the fleet is not used this time";

@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //!
-//! Under `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`:
+//! Under `<prefix>/keepwrap/v1/<profile>/<name>/` (`<name>`: the
+//! fingerprint with the GPU model, [`name_for`]):
 //!
 //! - `blobs/<sha256>`: a cache file's bytes, immutable, content-addressed;
 //! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
@@ -15,19 +16,23 @@
 //!
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
-//! Every blob, then the manifest, each `If-None-Match: *` (a 412 means the
-//! same bytes are there already). Then HEAD: created with `If-None-Match:
-//! *`; when one exists it is left alone (the first complete set wins:
-//! every set of one fingerprint comes from an identical launch). Blobs and
-//! manifest land before HEAD, so no HEAD ever names an incomplete set.
+//! The files of one build (that of the file written last), every blob,
+//! then the manifest, each `If-None-Match: *` (a 412 means the same bytes
+//! are there already). Then HEAD: created with `If-None-Match: *`; when one
+//! exists it is replaced (`If-Match` the ETag this boot's restore read)
+//! when that restore found its set unusable or of another build, else left
+//! alone (the first complete set wins). Blobs and manifest land before
+//! HEAD, so no HEAD ever names an incomplete set.
 //!
 //! # Restore (before the engine starts, when the root has no set for it)
 //!
-//! HEAD, then the manifest (its hash is its id; its format, profile and
+//! The machine's GPU model (from the driver's `/proc` files: none, no
+//! restore), HEAD, then the manifest (its hash is its id; its format, profile and
 //! fingerprint are ours; every path is a cache file path, which carries the
 //! FlashInfer version, the GPU architecture and the engine's own key), then
 //! every blob (its size and sha256 as the manifest says; a JSON object, as
-//! prune judges a cache file). Only when all passed are they written into
+//! prune judges a cache file; one build, tuned on this machine's GPU
+//! model). Only when all passed are they written into
 //! a staging directory beside the set (`<root>/.keepwrap/fleet-staging`),
 //! linked into place (never over an existing file) and signed locally;
 //! any failure removes what was linked and the launch boots cold. All the
@@ -35,6 +40,7 @@
 //! stop signal ends the wait.
 
 pub mod s3;
+pub mod silicon;
 mod state;
 
 pub use state::{FleetState, STATE_FILE};
@@ -44,7 +50,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -184,9 +190,12 @@ pub struct Fleet {
     fingerprint: Fingerprint,
     /// The shape of the cache tree: which paths are its files.
     shape: Shape,
-    /// The launch's name in the bucket: the fingerprint, or the cluster
-    /// fingerprint of a multi-node launch (alike on every node).
+    /// The launch's name in the bucket before the GPU model: the
+    /// fingerprint, or the cluster fingerprint of a multi-node launch
+    /// (alike on every node). See [`name_for`].
     name: Fingerprint,
+    /// What the restore of this boot read of HEAD, for the publication.
+    seen: Mutex<Option<Seen>>,
     /// A multi-node launch's place, and the boot its nodes share (hashed;
     /// None: never published).
     nodes: Option<(Nodes, Option<String>)>,
@@ -199,6 +208,26 @@ pub struct Fleet {
 /// `<prefix>/keepwrap/v1/<profile>/<fingerprint>/`, relative to the prefix.
 fn launch_dir(profile: ProfileName, fingerprint: &Fingerprint) -> String {
     format!("{TOP}/{}/{fingerprint}", profile.as_str())
+}
+
+/// The launch's name in the bucket: its fingerprint with the GPU model
+/// (as [`silicon::model`] spells it), so that pods of two models of one
+/// architecture (H100 and H200, both sm90) never share a HEAD, a set the
+/// engine of the other would reject.
+fn name_for(name: &Fingerprint, gpu: &str) -> Fingerprint {
+    Fingerprint::of(format!("{name}\0gpu:{gpu}").as_bytes())
+}
+
+/// What a restore read of HEAD: its ETag, whether what it named could not
+/// be restored (missing, invalid, for another GPU), and the build of the
+/// set restored. A publisher whose restore found HEAD's set unusable, or
+/// of another build than its own, replaces HEAD, only if HEAD is still
+/// the object it read.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    etag: String,
+    unusable: bool,
+    build: Option<String>,
 }
 
 impl Fleet {
@@ -220,7 +249,7 @@ impl Fleet {
             Ok(x) => x,
             Err(e) => {
                 crate::events::Event::FleetUnusable {
-                    url: url.to_string(),
+                    url: s3::redact(url),
                     error: e.to_string(),
                 }
                 .emit();
@@ -228,9 +257,12 @@ impl Fleet {
             }
         };
         crate::events::Event::FleetOn {
-            url: url.to_string(),
+            url: s3::redact(url),
             mode: args.mode.as_str().to_string(),
-            endpoint: endpoint.url.clone().unwrap_or_else(|| "AWS S3".to_string()),
+            endpoint: endpoint
+                .url
+                .as_deref()
+                .map_or_else(|| "AWS S3".to_string(), s3::redact),
         }
         .emit();
         let name = nodes
@@ -262,16 +294,17 @@ impl Fleet {
             fingerprint: fingerprint.clone(),
             shape,
             name,
+            seen: Mutex::new(None),
             nodes,
             running: None,
             root: root.to_path_buf(),
         })
     }
 
-    fn key(&self, rel: &str) -> String {
+    fn key(&self, name: &Fingerprint, rel: &str) -> String {
         self.client
             .location
-            .key(&format!("{}/{rel}", launch_dir(self.profile, &self.name)))
+            .key(&format!("{}/{rel}", launch_dir(self.profile, name)))
     }
 
     /// Before the start, when the root has no set for this launch: bring
@@ -280,14 +313,38 @@ impl Fleet {
     /// signal ends it (and keepwrap).
     pub fn restore(&self, root: &Path) -> Result<Option<Vec<PathBuf>>, crate::stops::Stopped> {
         let started = Instant::now();
+        // A set is restored only onto the GPU model it was tuned on: a
+        // machine that shows none (no NVIDIA driver, a container that
+        // hides it, GPUs of several models) cannot check one, and boots
+        // cold (it still publishes what it tunes).
+        let gpu = match silicon::machine_model(&crate::failpoint::nvidia_gpus_dir()) {
+            Ok(g) => g,
+            Err(why) => {
+                crate::events::Event::FleetNoGpuModel { why: why.clone() }.emit();
+                self.note(|s| s.restored(&format!("not restored: {why}"), None));
+                return Ok(None);
+            }
+        };
+        let name = name_for(&self.name, &gpu);
         let (tx, rx) = mpsc::channel();
         let client = self.client.clone();
-        let keys = (self.key("HEAD"), self.key("sets/"), self.key("blobs/"));
-        let (profile, name) = (self.profile, self.name.clone());
+        let keys = (
+            self.key(&name, "HEAD"),
+            self.key(&name, "sets/"),
+            self.key(&name, "blobs/"),
+        );
+        let head_key = keys.0.clone();
+        let profile = self.profile;
         let place_of = self.nodes.as_ref().map(|(n, _)| (n.rank, n.nnodes));
         let shape = self.shape;
         let job = move || {
-            let _ = tx.send(fetch(&client, &keys, profile, &name, place_of, shape));
+            let _ = tx.send(fetch(
+                &client,
+                &keys,
+                (profile, &name, &gpu),
+                place_of,
+                shape,
+            ));
         };
         if let Err(e) = std::thread::Builder::new()
             .name("keepwrap-fleet".into())
@@ -312,25 +369,35 @@ impl Fleet {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break None,
             }
         };
-        let result = match got {
-            None => Err(Miss::Failed(Failure {
-                key: self.key("HEAD"),
-                status: None,
-                what: format!(
-                    "no answer within {}",
-                    humantime::format_duration(self.timeout)
-                ),
-            })),
+        let (etag, result) = match got {
+            None => (
+                None,
+                Err(Miss::Failed(Failure {
+                    key: head_key.clone(),
+                    status: None,
+                    what: format!(
+                        "no answer within {}",
+                        humantime::format_duration(self.timeout)
+                    ),
+                })),
+            ),
             Some(r) => r,
         };
+        if let Some(etag) = etag {
+            let seen = Seen {
+                etag,
+                unusable: matches!(result, Err(Miss::Bad { .. })),
+                build: result.as_ref().ok().map(|r| r.2.clone()),
+            };
+            if let Ok(mut s) = self.seen.lock() {
+                *s = Some(seen);
+            }
+        }
         let (id, files) = match result {
-            Ok(x) => x,
+            Ok((id, files, _)) => (id, files),
             Err(miss) => {
                 match &miss {
-                    Miss::Empty => crate::events::Event::FleetEmpty {
-                        key: self.key("HEAD"),
-                    }
-                    .emit(),
+                    Miss::Empty => crate::events::Event::FleetEmpty { key: head_key }.emit(),
                     m => crate::events::Event::FleetRestoreFailed {
                         reason: m.to_string(),
                     }
@@ -376,18 +443,52 @@ impl Fleet {
         for rel in signed {
             let Some(path) = rel.to_str() else { return };
             let mut buf = Vec::new();
-            if fsx::read_at(
+            let Ok(st) = fsx::read_at(
                 nix::fcntl::AT_FDCWD,
                 &root.join(rel),
                 &mut buf,
                 cache::MAX_CACHE_FILE,
-            )
-            .is_err()
-            {
+            ) else {
+                return;
+            };
+            files.push((path.to_string(), buf, (st.st_mtime, st.st_mtime_nsec)));
+        }
+        let (files, build) = match newest_build(files) {
+            Ok(x) => x,
+            Err(why) => {
+                crate::events::Event::FleetPublishFailed {
+                    error: format!(
+                        "{why}: a set is published only for the GPU model it was tuned on"
+                    ),
+                }
+                .emit();
                 return;
             }
-            files.push((path.to_string(), buf));
+        };
+        if let Ok(machine) = silicon::machine_model(&crate::failpoint::nvidia_gpus_dir()) {
+            if machine != build.gpu {
+                crate::events::Event::FleetPublishFailed {
+                    error: format!(
+                        "its files were tuned on GPU model '{}'; this machine shows '{machine}'",
+                        build.gpu
+                    ),
+                }
+                .emit();
+                return;
+            }
         }
+        let name = name_for(&self.name, &build.gpu);
+        // HEAD is replaced (only if it is still what the restore read) when
+        // the restore found its set unusable, or of another build than
+        // the one published now (a FlashInfer upgrade, a driver's): HEAD
+        // moves forward.
+        let replace = self
+            .seen
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .filter(|s| s.unusable || s.build.as_ref().is_some_and(|b| *b != build.id))
+            .map(|s| s.etag);
         let part = match &self.nodes {
             None => None,
             // No boot id: said at the start; nothing is published.
@@ -395,15 +496,17 @@ impl Fleet {
             Some((n, Some(boot))) => Some((n.rank, n.nnodes, boot.clone())),
         };
         let client = self.client.clone();
-        let dir = self.key("");
-        let (profile, name) = (self.profile, self.name.clone());
+        let dir = self.key(&name, "");
+        let profile = self.profile;
         let (fleet_root, shape) = (self.root.clone(), self.shape);
         let job = move || {
             let launch = (dir.as_str(), profile, &name);
+            let replace = replace.as_deref();
             let out = match part {
-                None => publish(&client, launch, files),
+                None => publish(&client, launch, files, replace),
                 Some((rank, nnodes, boot)) => {
-                    match publish_part(&client, launch, (rank, nnodes), &boot, files, shape) {
+                    let node = (rank, nnodes);
+                    match publish_part(&client, launch, node, &boot, files, shape, replace) {
                         Ok(Err(waiting)) => {
                             crate::events::Event::FleetPartPublished {
                                 node: rank,
@@ -462,10 +565,18 @@ impl Fleet {
     }
 
     /// Before keepwrap exits: let the publication finish, at most
-    /// `--fleet-timeout`.
+    /// `--fleet-timeout`. When keepwrap is being stopped (a stop signal
+    /// was forwarded to the engine, or came since), a publication still
+    /// running is abandoned at once: a stop is a stop, and the grace
+    /// period of `docker stop` or Kubernetes is the engine's. HEAD is
+    /// written last, so an abandoned publication names nothing.
     pub fn finish(&mut self) {
         let deadline = crate::clock::after(Instant::now(), self.timeout);
         while self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            if crate::stops::stopping() {
+                crate::events::Event::FleetPublishStopped {}.emit();
+                return;
+            }
             if Instant::now() >= deadline {
                 crate::events::Event::FleetPublishAbandoned {
                     timeout: self.timeout,
@@ -495,26 +606,46 @@ fn failure_of(m: &Miss) -> Option<&Failure> {
 /// A set's files: each path with its bytes.
 type Files = Vec<(String, Vec<u8>)>;
 
-/// The network half of a restore: HEAD, the manifest, every blob, each
-/// verified. The set's id and its files with their bytes.
+/// A set fetched and verified: its id, this node's files, their build.
+type Fetched = (String, Files, String);
+
+/// The network half of a restore: HEAD's ETag (None when it could not be
+/// read), and HEAD, the manifest, every blob, each verified: the set's
+/// id, its files with their bytes, and their build.
 fn fetch(
     client: &Client,
-    (head_key, sets, blobs): &(String, String, String),
-    profile: ProfileName,
-    fingerprint: &Fingerprint,
+    keys: &(String, String, String),
+    launch: (ProfileName, &Fingerprint, &str),
     place_of: Option<(u32, u32)>,
     shape: Shape,
-) -> Result<(String, Files), Miss> {
+) -> (Option<String>, Result<Fetched, Miss>) {
+    let head = match client.get_at_most(&keys.0, MAX_HEAD) {
+        Ok(Some(h)) => h,
+        Ok(None) => return (None, Err(Miss::Empty)),
+        Err(e) => return (None, Err(Miss::Failed(e))),
+    };
+    let etag = head.etag.clone();
+    (
+        Some(etag),
+        fetch_set(client, keys, head.bytes, launch, place_of, shape),
+    )
+}
+
+/// [`fetch`] after HEAD was read (its bytes).
+fn fetch_set(
+    client: &Client,
+    (head_key, sets, blobs): &(String, String, String),
+    head: Vec<u8>,
+    (profile, fingerprint, gpu): (ProfileName, &Fingerprint, &str),
+    place_of: Option<(u32, u32)>,
+    shape: Shape,
+) -> Result<Fetched, Miss> {
     let bad = |key: &str, why: String| Miss::Bad {
         key: key.to_string(),
         why,
     };
-    let head = client
-        .get_at_most(head_key, MAX_HEAD)
-        .map_err(Miss::Failed)?
-        .ok_or(Miss::Empty)?;
-    let head: Head = serde_json::from_slice(&head.bytes)
-        .map_err(|e| bad(head_key, format!("not a HEAD ({e})")))?;
+    let head: Head =
+        serde_json::from_slice(&head).map_err(|e| bad(head_key, format!("not a HEAD ({e})")))?;
     if head.format != FORMAT || !cache::is_sha256_hex(&head.set) {
         return Err(bad(head_key, "not a HEAD of format 1 naming a set".into()));
     }
@@ -537,6 +668,7 @@ fn fetch(
     // Every node's part is fetched and verified, this node's placed: all
     // or nothing across the nodes, as every node decides alike.
     let mut out = Vec::with_capacity(m.files.len());
+    let mut builds = BTreeSet::new();
     for f in &m.files {
         let key = format!("{blobs}{}", f.sha256);
         // Read no more than the manifest says: a blob that is longer is
@@ -557,11 +689,31 @@ fn fetch(
                 format!("blob of {} is not a cache file (not a JSON object)", f.path),
             ));
         }
+        // A set the engine would reject is never restored: every file is
+        // of one build, tuned on this machine's GPU model.
+        let build = silicon::build_of(&f.path, &got.bytes).map_err(|why| bad(&key, why))?;
+        if build.gpu != gpu {
+            return Err(bad(
+                &key,
+                format!(
+                    "{} was tuned on GPU model '{}'; this machine shows '{gpu}'",
+                    f.path, build.gpu
+                ),
+            ));
+        }
+        builds.insert(build.id);
         if f.node == place_of.map(|p| p.0) {
             out.push((f.path.clone(), got.bytes));
         }
     }
-    Ok((head.set, out))
+    let mut builds = builds.into_iter();
+    match (builds.next(), builds.next()) {
+        (Some(b), None) => Ok((head.set, out, b)),
+        _ => Err(bad(
+            &set_key,
+            "its files were tuned under several FlashInfer builds".into(),
+        )),
+    }
 }
 
 /// A set's nodes: none for a single-node launch; for one of `want` nodes,
@@ -606,9 +758,11 @@ fn boot_id(
             let job = set("SLURM_JOB_ID")?;
             let cluster = set("SLURM_CLUSTER_NAME").unwrap_or_default();
             let restart = set("SLURM_RESTART_COUNT").unwrap_or_else(|| "0".into());
+            // Two `srun` steps of one job are two boots.
+            let step = set("SLURM_STEP_ID").unwrap_or_default();
             (
-                format!("slurm:{cluster}:{job}:{restart}"),
-                "SLURM_JOB_ID and SLURM_RESTART_COUNT",
+                format!("slurm:{cluster}:{job}:{step}:{restart}"),
+                "SLURM_JOB_ID, SLURM_STEP_ID and SLURM_RESTART_COUNT",
             )
         }
     };
@@ -722,11 +876,42 @@ fn place(
 /// name.
 type LaunchAt<'a> = (&'a str, ProfileName, &'a Fingerprint);
 
-/// Blobs, manifest, then HEAD (created only when there is none). The set's
-/// id, and whether HEAD names it.
-fn publish(client: &Client, launch: LaunchAt, files: Files) -> Result<(String, bool), Failure> {
+/// Blobs, manifest, then HEAD (created only when there is none, or
+/// replaced when it is still the object `replace` names). The set's id,
+/// and whether HEAD names it.
+fn publish(
+    client: &Client,
+    launch: LaunchAt,
+    files: Files,
+    replace: Option<&str>,
+) -> Result<(String, bool), Failure> {
     upload_blobs(client, launch.0, &files)?;
-    name_set(client, launch, entries_of(&files, None), None)
+    name_set(client, launch, entries_of(&files, None), None, replace)
+}
+
+/// The signed files of one build: that of the file written last (the
+/// engine's own tuning of this boot, after any file a restore placed), and
+/// that build. A file whose `_metadata` names no GPU model cannot be
+/// published: no pod could match it to its machine.
+fn newest_build(
+    files: Vec<(String, Vec<u8>, (i64, i64))>,
+) -> Result<(Files, silicon::Build), String> {
+    let mut built = Vec::with_capacity(files.len());
+    for (path, bytes, mtime) in files {
+        let b = silicon::build_of(&path, &bytes)?;
+        built.push((mtime, b, path, bytes));
+    }
+    let newest = built
+        .iter()
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|x| x.1.clone())
+        .ok_or_else(|| "no files".to_string())?;
+    let files = built
+        .into_iter()
+        .filter(|x| x.1 == newest)
+        .map(|x| (x.2, x.3))
+        .collect();
+    Ok((files, newest))
 }
 
 /// A set's entries, sorted by path, each path once.
@@ -759,12 +944,14 @@ fn upload_blobs(client: &Client, dir: &str, files: &Files) -> Result<(), Failure
 }
 
 /// The manifest of these entries, then HEAD (created only when there is
-/// none). The set's id, and whether HEAD names it.
+/// none, or replaced when it is still the object `replace` names). The
+/// set's id, and whether HEAD names it.
 fn name_set(
     client: &Client,
     (dir, profile, name): LaunchAt,
     files: Vec<Entry>,
     nnodes: Option<u32>,
+    replace: Option<&str>,
 ) -> Result<(String, bool), Failure> {
     let m = Manifest {
         format: FORMAT,
@@ -785,8 +972,21 @@ fn name_set(
         set: id.clone(),
     })
     .unwrap_or_default();
-    let won = match client.put(&format!("{dir}HEAD"), &head, &Cond::Absent)? {
+    let head_key = format!("{dir}HEAD");
+    let replaced = |etag: &str| -> Result<bool, Failure> {
+        Ok(client.put(&head_key, &head, &Cond::Matches(etag.to_string()))? == Put::Written)
+    };
+    let won = match client.put(&head_key, &head, &Cond::Absent)? {
         Put::Written => true,
+        // HEAD named a set this boot's restore could not use, or one of
+        // another build, and is still that object: it moves forward.
+        Put::Refused
+            if replace
+                .filter(|e| !e.is_empty())
+                .is_some_and(|e| replaced(e).unwrap_or(false)) =>
+        {
+            true
+        }
         Put::Refused => match client.get(&format!("{dir}HEAD"))? {
             // HEAD names this set already: written again (the same bytes,
             // only if it is still that object), so that its time says when
@@ -814,6 +1014,7 @@ fn publish_part(
     boot: &str,
     files: Files,
     shape: Shape,
+    replace: Option<&str>,
 ) -> Result<Result<(String, bool), usize>, Failure> {
     let (dir, profile, name) = launch;
     upload_blobs(client, dir, &files)?;
@@ -825,11 +1026,21 @@ fn publish_part(
         nnodes: Some(nnodes),
     };
     let parts = format!("{dir}parts/{boot}/");
-    client.put(
-        &format!("{parts}{rank}.json"),
-        &part.canonical(),
-        &Cond::Absent,
-    )?;
+    let mine = format!("{parts}{rank}.json");
+    if client.put(&mine, &part.canonical(), &Cond::Absent)? == Put::Refused {
+        // The slot was taken: by these very bytes (this node published
+        // again), or by another boot that had the same id. A node whose
+        // slot holds other bytes never names the boot's set: the union
+        // would hold another boot's files for this node.
+        let there = client.get_at_most(&mine, MAX_MANIFEST)?;
+        if there.is_none_or(|o| o.bytes != part.canonical()) {
+            return Err(Failure {
+                key: mine,
+                status: Some(412),
+                what: "this node's part slot of the boot holds another part (another boot with the same boot id?): the boot's set is not named".into(),
+            });
+        }
+    }
     crate::failpoint::hit("fleet");
     let (mut all, mut missing) = (Vec::new(), 0);
     for r in 0..nnodes {
@@ -865,7 +1076,57 @@ fn publish_part(
         status: None,
         what: format!("the union of the parts: {what}"),
     })?;
-    name_set(client, launch, all, Some(nnodes)).map(Ok)
+    shapes_agree(client, dir, &all)?;
+    name_set(client, launch, all, Some(nnodes), replace).map(Ok)
+}
+
+/// Every shape that several nodes' files hold has one tactic in all of
+/// them (the tactics of one boot are all-reduced across the ranks): else
+/// the union would put the nodes of later launches on different tactics
+/// for one shape, which the engine's gate cannot see. Each blob is
+/// fetched and verified as a restore does.
+fn shapes_agree(client: &Client, dir: &str, all: &[Entry]) -> Result<(), Failure> {
+    let mut tactic_of: std::collections::BTreeMap<String, (u32, serde_json::Value)> =
+        std::collections::BTreeMap::new();
+    for f in all {
+        let key = format!("{dir}blobs/{}", f.sha256);
+        let bad = |what: String| Failure {
+            key: key.clone(),
+            status: None,
+            what,
+        };
+        let got = client
+            .get_at_most(&key, f.size)?
+            .ok_or_else(|| bad(format!("blob of {} missing", f.path)))?;
+        if cache::sha256_hex(&got.bytes) != f.sha256 {
+            return Err(bad(format!("blob of {} does not match its sha256", f.path)));
+        }
+        let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&got.bytes)
+            .map_err(|_| bad(format!("blob of {} is not a JSON object", f.path)))?;
+        let node = f.node.unwrap_or(0);
+        for (shape, value) in obj {
+            if shape.starts_with('_') {
+                continue;
+            }
+            // [runner, tactic, measurements...]: the tactic decides.
+            let tactic = match &value {
+                serde_json::Value::Array(v) if v.len() >= 2 => v[..2].to_vec().into(),
+                v => v.clone(),
+            };
+            match tactic_of.get(&shape) {
+                Some((n, t)) if *n != node && *t != tactic => {
+                    return Err(bad(format!(
+                        "nodes {n} and {node} hold different tactics for one shape: the parts are not of one boot; the boot's set is not named"
+                    )))
+                }
+                Some(_) => {}
+                None => {
+                    tactic_of.insert(shape, (node, tactic));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `keepwrap fleet ls`: every launch in the bucket, with its HEAD's set
@@ -880,24 +1141,31 @@ pub fn list(client: &Client) -> Result<Vec<(String, String, String)>, Failure> {
         let Some(launch) = rest.strip_suffix("/HEAD") else {
             continue;
         };
+        // What the bucket holds is shown only once it is what keepwrap
+        // writes (the caller escapes it all the same).
         let set = client
-            .get(&o.key)?
+            .get_at_most(&o.key, MAX_HEAD)
+            .ok()
+            .flatten()
             .and_then(|h| serde_json::from_slice::<Head>(&h.bytes).ok())
-            .map(|h| h.set)
-            .unwrap_or_default();
+            .filter(|h| h.format == FORMAT && cache::is_sha256_hex(&h.set))
+            .map_or_else(|| "(not a valid HEAD)".to_string(), |h| h.set);
         out.push((launch.to_string(), set, o.modified));
     }
     Ok(out)
 }
 
-/// `keepwrap fleet gc --older-than D`: remove the launches whose HEAD was
-/// not written within D, with their sets and blobs. A HEAD written within
-/// D keeps its launch whole.
+/// `keepwrap fleet gc --older-than D`: remove the launches none of whose
+/// objects was written within D, in two phases. First each such launch's
+/// HEAD (so no reader is sent to a set that is going); then, from a
+/// listing made after that, the rest of each launch whose HEAD is still
+/// absent and none of whose objects was written since gc began (a pod that
+/// restored the set and publishes it again meanwhile creates HEAD: the
+/// launch is kept). The launches removed.
 pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<String>, Failure> {
     let top = client.location.key(&format!("{TOP}/"));
-    let now = std::time::SystemTime::now();
-    let all = client.list(&top)?;
-    let fresh = |modified: &str| {
+    let began = std::time::SystemTime::now();
+    let written_at = |modified: &str| {
         humantime::parse_rfc3339_weak(
             modified
                 .trim_end_matches('Z')
@@ -906,12 +1174,16 @@ pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<St
                 .unwrap_or(""),
         )
         .ok()
-        .and_then(|t| now.duration_since(t).ok())
-        .is_none_or(|age| age < older_than)
+    };
+    // Within D, or at an unreadable time: kept.
+    let fresh = |modified: &str| {
+        written_at(modified)
+            .and_then(|t| began.duration_since(t).ok())
+            .is_none_or(|age| age < older_than)
     };
     let mut live: BTreeSet<String> = BTreeSet::new();
     let mut launches: BTreeSet<String> = BTreeSet::new();
-    for o in &all {
+    for o in client.list(&top)? {
         let Some(rest) = o.key.strip_prefix(&top) else {
             continue;
         };
@@ -927,22 +1199,36 @@ pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<St
         }
         launches.insert(launch);
     }
+    let stale: Vec<String> = launches.difference(&live).cloned().collect();
+    if dry_run {
+        return Ok(stale);
+    }
+    for launch in &stale {
+        client.delete(&format!("{top}{launch}/HEAD"))?;
+        crate::failpoint::hit("fleet-gc");
+    }
+    // Written since gc began (the listing's times have whole seconds).
+    let since_began = |modified: &str| {
+        written_at(modified).is_none_or(|t| {
+            t.checked_add(Duration::from_secs(1))
+                .is_none_or(|t| t >= began)
+        })
+    };
     let mut removed = Vec::new();
-    for launch in launches.difference(&live) {
+    for launch in stale {
         let prefix = format!("{top}{launch}/");
-        // HEAD first: no reader ever sees a HEAD whose set is going.
-        let mut keys: Vec<&str> = all
+        let now = client.list(&prefix)?;
+        let head = format!("{prefix}HEAD");
+        if now
             .iter()
-            .map(|o| o.key.as_str())
-            .filter(|k| k.starts_with(&prefix))
-            .collect();
-        keys.sort_by_key(|k| !k.ends_with("/HEAD"));
-        for k in keys {
-            if !dry_run {
-                client.delete(k)?;
-            }
+            .any(|o| o.key == head || fresh(&o.modified) || since_began(&o.modified))
+        {
+            continue;
         }
-        removed.push(launch.clone());
+        for o in &now {
+            client.delete(&o.key)?;
+        }
+        removed.push(launch);
     }
     Ok(removed)
 }
@@ -1000,6 +1286,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(job, job0, "no restart count is restart 0");
+        let step1 = boot_id(None, env(&[("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "1")])).unwrap();
+        assert_ne!(job.0, step1.0, "another srun step is another boot");
         assert_ne!(job.0, requeued.0, "a requeued job is another boot");
         assert_eq!(job.0.len(), 32);
         let explicit = boot_id(Some("b1"), env(&[("SLURM_JOB_ID", "7")])).unwrap();

@@ -29,11 +29,20 @@ pub struct Location {
 }
 
 impl Location {
-    /// `s3://bucket[/prefix]`.
+    /// `s3://bucket[/prefix]`. A URL that carries credentials (user info,
+    /// a query such as a presigned one, a fragment) is refused without
+    /// being echoed: credentials come only from the AWS chain.
     pub fn parse(url: &str) -> Result<Location, String> {
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| format!("'{url}' is not an s3://BUCKET/PREFIX URL"))?;
+            .ok_or_else(|| format!("--fleet '{}' is not an s3://BUCKET/PREFIX URL", redact(url)))?;
+        if carries_credentials(rest) {
+            return Err(format!(
+                "--fleet {} carries user info or a query, which may hold credentials: \
+                 give them through the AWS chain (AWS_ACCESS_KEY_ID, a profile, a role), never in the URL",
+                redact(url)
+            ));
+        }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let valid = (3..=63).contains(&bucket.len())
             && bucket
@@ -66,6 +75,31 @@ impl Location {
     }
 }
 
+/// Does the part of a URL after `scheme://` carry user info (an `@`
+/// before the first `/`), a query or a fragment?
+fn carries_credentials(rest: &str) -> bool {
+    let authority = rest.split('/').next().unwrap_or("");
+    authority.contains('@') || rest.contains(['?', '#'])
+}
+
+/// A URL as lines, state files and commands show it: without user info
+/// (`user:secret@`), query or fragment (`s3://KEY:SECRET@b/p?X-Amz-...`
+/// -> `s3://b/p`).
+pub fn redact(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or("");
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.rsplit_once('@').map_or(url, |(_, h)| h).to_string();
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(a, p)| (a, Some(p)));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match path {
+        None => format!("{scheme}://{host}"),
+        Some(p) => format!("{scheme}://{host}/{p}"),
+    }
+}
+
 /// Where requests go, from the environment as the AWS tools read it.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -86,6 +120,13 @@ impl Endpoint {
             .or_else(|| nonempty("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".to_string());
         if let Some(u) = &url {
+            if carries_credentials(u.split_once("://").map_or(u.as_str(), |(_, r)| r)) {
+                return Err(format!(
+                    "the endpoint {} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) carries user info or a query, \
+                     which may hold credentials: give them through the AWS chain, never in the URL",
+                    redact(u)
+                ));
+            }
             let allow_http = !matches!(
                 nonempty("AWS_ALLOW_HTTP")
                     .as_deref()
@@ -96,12 +137,14 @@ impl Endpoint {
             let plain = u.starts_with("http://");
             if !(u.starts_with("https://") || plain) {
                 return Err(format!(
-                    "the endpoint '{u}' is not an http:// or https:// URL"
+                    "the endpoint '{}' is not an http:// or https:// URL",
+                    redact(u)
                 ));
             }
             if plain && !allow_http {
                 return Err(format!(
-                    "the endpoint '{u}' is plain HTTP and AWS_ALLOW_HTTP is false"
+                    "the endpoint '{}' is plain HTTP and AWS_ALLOW_HTTP is false",
+                    redact(u)
                 ));
             }
         }
@@ -544,6 +587,24 @@ mod tests {
         assert!(Location::parse("gs://bkt").is_err());
         assert!(Location::parse("s3://B").is_err());
         assert!(Location::parse("s3://bkt/a/../b").is_err());
+        for url in [
+            "s3://AKIAKEY:s3cr3t@bkt/p",
+            "s3://s3cr3t@bkt",
+            "s3://bkt/p?X-Amz-Signature=s3cr3t",
+            "s3://bkt/p#s3cr3t",
+        ] {
+            let e = Location::parse(url).unwrap_err();
+            assert!(!e.contains("s3cr3t") && e.contains("--fleet"), "{e}");
+        }
+        let e =
+            Endpoint::from_env(env(&[("AWS_ENDPOINT_URL", "http://u:s3cr3t@h:9000")])).unwrap_err();
+        assert!(
+            !e.contains("s3cr3t") && e.contains("AWS_ENDPOINT_URL"),
+            "{e}"
+        );
+        assert_eq!(redact("s3://AKIA:s3cr3t@b-1/p?q=1"), "s3://b-1/p");
+        assert_eq!(redact("http://u:p@h:1"), "http://h:1");
+        assert_eq!(redact("b-1"), "b-1");
     }
 
     #[test]

@@ -285,6 +285,7 @@ fn dispatch_signals(
             }
         } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
             child::forward_signo(pid, signo, args.kill_group);
+            crate::stops::forwarded(signo);
             if let Some(k) = keeper.as_mut() {
                 k.forwarded(signo);
             }
