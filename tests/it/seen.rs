@@ -749,3 +749,56 @@ fn status_and_explain_name_the_set_a_launch_whose_words_hide_inputs_is_offered()
     assert_eq!(report["seen_as"], signed.as_str(), "{report}");
     assert_eq!(report["fingerprint"], signed.as_str(), "{report}");
 }
+
+#[test]
+fn nodes_whose_engines_run_with_hidden_inputs_publish_nothing_to_the_share() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    let port = free_port().to_string();
+    let nodes: Vec<Running> = (0..2)
+        .map(|rank| {
+            let home = t.path().join(format!("node{rank}"));
+            std::fs::create_dir_all(&home).unwrap();
+            // each node's login profile exports a switch the words do not show
+            std::fs::write(home.join(".bash_profile"), "export SGLANG_HIDDEN=1\n").unwrap();
+            let script = format!(
+                "exec {} {} --model-path /models/fake-moe --tune-ms 2 --tp 2 --ep 2 --nnodes 2 --node-rank {rank} --dist-init-addr 127.0.0.1:{port} --gate stock --offline",
+                python(),
+                fake_engine().display()
+            );
+            let argv = vec!["bash".to_string(), "-lc".to_string(), script];
+            let mut full = crate::fingerprint_e2e::kw(&home, &home);
+            full.env("HOME", &home)
+                .env("FAKE_TAG_SETTINGS", "1")
+                .arg("--share")
+                .arg(&share)
+                .args(["--done", "exit", "--"])
+                .args(&argv);
+            Running::spawn(&mut full)
+        })
+        .collect();
+    for node in nodes {
+        let out = node.finish(std::time::Duration::from_secs(60));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(out.has_event("engine_differs"), "{}", out.stderr);
+        assert!(out.has_event("not_shared_unread"), "{}", out.stderr);
+        assert!(out.has_event("signed"), "signed locally: {}", out.stderr);
+    }
+    let published: Vec<_> = walkdir(&share);
+    assert!(published.is_empty(), "nothing published: {published:?}");
+}
+
+/// Every file below `dir`.
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
