@@ -27,7 +27,7 @@ fn engine_words_with(python: &str) -> String {
 }
 
 /// The interpreter by its absolute path: a login profile may set PATH.
-fn python() -> String {
+pub(crate) fn python() -> String {
     let out = Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
@@ -48,7 +48,7 @@ fn kw(home: &Path, cwd: &Path, argv: &[String]) -> Command {
 
 /// The settings each pass ran under, and those of the tactics it loaded:
 /// panics when a pass loaded a tactic tuned under other settings.
-fn loaded_only_own(out: &Finished) {
+pub(crate) fn loaded_only_own(out: &Finished) {
     let passes = out.events("pass");
     assert!(!passes.is_empty(), "{}", out.stderr);
     for p in passes {
@@ -70,7 +70,7 @@ fn run(home: &Path, cwd: &Path, argv: &[String]) -> Finished {
     run_cmd(&mut kw(home, cwd, argv))
 }
 
-fn run_cmd(cmd: &mut Command) -> Finished {
+pub(crate) fn run_cmd(cmd: &mut Command) -> Finished {
     let out = boot(cmd);
     assert_eq!(out.code, 0, "{}", out.stderr);
     loaded_only_own(&out);
@@ -107,13 +107,12 @@ fn one_boot_per_change_with(
     name: &str,
     source: &str,
 ) {
-    let run = |_: (), _: (), _: ()| run_cmd(&mut cmd());
-    let (home, cwd, argv) = ((), (), ());
+    let run = || run_cmd(&mut cmd());
     set("a");
-    let first = run(home, cwd, argv);
+    let first = run();
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(first.has_event("signed"), "{}", first.stderr);
-    let again = run(home, cwd, argv);
+    let again = run();
     assert_eq!(
         again.tuned(),
         0,
@@ -124,7 +123,7 @@ fn one_boot_per_change_with(
     assert!(!again.has_event("engine_differs"), "{}", again.stderr);
 
     set("b");
-    let changed = run(home, cwd, argv);
+    let changed = run();
     assert_eq!(
         changed.hit(),
         0,
@@ -141,12 +140,12 @@ fn one_boot_per_change_with(
     );
     let line = changed.event("engine_differs");
     assert!(line["message"].as_str().unwrap().contains(source), "{line}");
-    let after = run(home, cwd, argv);
+    let after = run();
     assert_eq!(after.tuned(), 0, "one boot per change: {}", after.stderr);
     assert!(after.has_event("reused"), "{}", after.stderr);
 
     set("a");
-    let back = run(home, cwd, argv);
+    let back = run();
     assert_eq!(
         back.tuned(),
         0,
@@ -511,6 +510,27 @@ fn upgrade(engines: &Path, n: u32) {
     }
 }
 
+/// A boot of the engine run by `python`, with keepwrap's environment
+/// naming no path to it, after upgrading the checkout `engines` to
+/// version `n`.
+fn upgrades_of<'a>(
+    home: &'a Path,
+    cwd: &'a Path,
+    engines: &'a Path,
+    python: &Path,
+) -> impl Fn(u32) -> Finished + 'a {
+    let argv: Vec<String> = engine_words_with(&python.display().to_string())
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    move |n| {
+        upgrade(engines, n);
+        let mut cmd = kw(home, cwd, &argv);
+        cmd.env_remove("PYTHONPATH");
+        run_cmd(&mut cmd)
+    }
+}
+
 #[test]
 fn a_server_whose_engine_is_not_found_is_never_kept() {
     use std::os::unix::fs::PermissionsExt;
@@ -531,16 +551,7 @@ fn a_server_whose_engine_is_not_found_is_never_kept() {
     )
     .unwrap();
     std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let argv: Vec<String> = engine_words_with(&shim.display().to_string())
-        .split(' ')
-        .map(str::to_string)
-        .collect();
-    let launch = |n: u32| {
-        upgrade(&engines, n);
-        let mut cmd = kw(&home, t.path(), &argv);
-        cmd.env_remove("PYTHONPATH");
-        run_cmd(&mut cmd)
-    };
+    let launch = upgrades_of(&home, t.path(), &engines, &shim);
     let first = launch(1);
     assert!(first.tuned() > 0, "{}", first.stderr);
     assert!(!first.has_event("signed"), "{}", first.stderr);
@@ -581,16 +592,7 @@ fn an_engine_found_through_a_pth_file_is_kept_and_its_upgrade_retunes() {
         format!("{}\n", engines.display()),
     )
     .unwrap();
-    let argv: Vec<String> = engine_words_with(&venv.join("bin/python3").display().to_string())
-        .split(' ')
-        .map(str::to_string)
-        .collect();
-    let launch = |n: u32| {
-        upgrade(&engines, n);
-        let mut cmd = kw(&home, t.path(), &argv);
-        cmd.env_remove("PYTHONPATH");
-        run_cmd(&mut cmd)
-    };
+    let launch = upgrades_of(&home, t.path(), &engines, &venv.join("bin/python3"));
     let first = launch(1);
     assert!(first.has_event("signed"), "{}", first.stderr);
     let again = launch(1);
