@@ -66,6 +66,10 @@ pub trait Engine: Sync {
         false
     }
 
+    /// This node's place among the nodes of the launch, as the engine reads
+    /// it (for the share and the fleet).
+    fn node(&self, launch: &Launch) -> Result<crate::share::Node, String>;
+
     /// The share of a multi-node launch (`--share DIR`), if it has one, of
     /// the files of a tree of `shape`.
     fn share(
@@ -207,6 +211,35 @@ mod tests {
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect();
         Launch::new(&opts, &argv, &env)
+    }
+
+    #[test]
+    fn each_engine_reads_its_nodes_as_it_does() {
+        use crate::share::Node;
+        // vLLM: a data-parallel launch spread over nodes is node 1 of 2,
+        // which SGLang's `--nnodes` reader would take for one node
+        let argv = ["vllm", "serve", "m", "-dp", "4", "-dpl", "2", "-dpr", "2"];
+        let l = launch(&argv, &[]);
+        assert_eq!(l.profile(), ProfileName::Vllm);
+        assert_eq!(of(l.profile()).node(&l), Ok(Node { nnodes: 2, rank: 1 }));
+        let os: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        assert_eq!(crate::share::node_of(&os), Ok(Node { nnodes: 1, rank: 0 }));
+        // SGLang: its --config file counts
+        let t = tempfile::tempdir().unwrap();
+        let c = t.path().join("c.yaml");
+        std::fs::write(&c, "nnodes: 4\nnode-rank: 3\n").unwrap();
+        let c = c.to_str().unwrap();
+        let server = ["python3", "-m", "sglang.launch_server", "--model-path", "m"];
+        let l = launch(&[&server[..], &["--config", c]].concat(), &[]);
+        assert_eq!(of(l.profile()).node(&l), Ok(Node { nnodes: 4, rank: 3 }));
+        let l = launch(
+            &[&server[..], &["--nnodes", "2", "--node-rank", "2"]].concat(),
+            &[],
+        );
+        assert_eq!(
+            of(l.profile()).node(&l),
+            Err("--node-rank 2 is out of range for --nnodes 2".to_string())
+        );
     }
 
     #[test]

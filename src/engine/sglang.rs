@@ -50,6 +50,32 @@ impl Engine for Sglang {
         true
     }
 
+    /// `--nnodes` and `--node-rank` as SGLang reads them: merged with its
+    /// `--config` file for a server launch, else from the command line.
+    fn node(&self, launch: &Launch) -> Result<crate::share::Node, String> {
+        if launch.canonical().is_none() {
+            return crate::share::node_of(&launch.command().argv).map_err(|e| e.to_string());
+        }
+        let read = |flag: &'static str, default: u32| match launch.option(flag) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<u32>()
+                .map_err(|_| crate::share::NodeError::NotANumber { flag, value: v }),
+        };
+        let node = crate::share::Node {
+            nnodes: read("--nnodes", 1).map_err(|e| e.to_string())?,
+            rank: read("--node-rank", 0).map_err(|e| e.to_string())?,
+        };
+        if node.nnodes == 0 || node.rank >= node.nnodes {
+            return Err(crate::share::NodeError::OutOfRange {
+                rank: node.rank,
+                nnodes: node.nnodes,
+            }
+            .to_string());
+        }
+        Ok(node)
+    }
+
     fn share(
         &self,
         args: &crate::share::Settings,
@@ -58,7 +84,7 @@ impl Engine for Sglang {
         unify: bool,
         max_age: Duration,
     ) -> Option<Share> {
-        Share::new(args, launch, &launch.command().argv, shape, unify, max_age)
+        Share::new(args, launch, self.node(launch), shape, unify, max_age)
     }
 
     /// The union of every node's rank files, written over this node's.

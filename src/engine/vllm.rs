@@ -395,6 +395,15 @@ fn take_own(
 pub struct Vllm;
 
 impl Engine for Vllm {
+    /// vLLM's own reading: `--nnodes`/`--node-rank`, or a data-parallel
+    /// launch spread over nodes (`--data-parallel-size-local`, its start
+    /// rank). A command that is no vLLM server: one node.
+    fn node(&self, launch: &Launch) -> Result<crate::share::Node, String> {
+        launch
+            .vllm()
+            .map_or(Ok(crate::share::Node { nnodes: 1, rank: 0 }), node)
+    }
+
     fn root(
         &self,
         cache_dir: Option<&Path>,

@@ -330,15 +330,13 @@ fn fleet_of(
     shape: Shape,
 ) -> Option<crate::fleet::Fleet> {
     args.fleet.url.as_ref()?;
-    let nodes = crate::share::node_of(&launch.command().argv)
-        .map(|n| {
-            (n.nnodes > 1).then(|| crate::fleet::Nodes {
-                rank: n.rank,
-                nnodes: n.nnodes,
-                cluster: launch.cluster_fingerprint(&args.share.node_local()),
-            })
+    let nodes = crate::engine::of(launch.profile()).node(launch).map(|n| {
+        (n.nnodes > 1).then(|| crate::fleet::Nodes {
+            rank: n.rank,
+            nnodes: n.nnodes,
+            cluster: launch.cluster_fingerprint(&args.share.node_local()),
         })
-        .map_err(|e| e.to_string());
+    });
     crate::fleet::Fleet::new(
         &args.fleet,
         launch.profile(),

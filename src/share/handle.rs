@@ -3,7 +3,6 @@
 //! thread bounded by `--share-timeout`.
 
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -16,7 +15,7 @@ use crate::stops::Stopped;
 use crate::unify::{Outcome, RankId};
 
 use super::{
-    bounded, collect, gather, mkdirs, node_of, publish_to, remove_old, report_incomplete, DirUnion,
+    bounded, collect, gather, mkdirs, publish_to, remove_old, report_incomplete, DirUnion,
     Gathered, Node, Publication, Settings,
 };
 
@@ -39,7 +38,7 @@ impl Share {
     pub fn new(
         args: &Settings,
         launch: &Launch,
-        argv: &[OsString],
+        node: Result<Node, String>,
         shape: Shape,
         unify: bool,
         max_age: Duration,
@@ -52,7 +51,7 @@ impl Share {
             .emit();
             return None;
         }
-        Share::for_node(args, launch, node_of(argv), shape, max_age)
+        Share::for_node(args, launch, node, shape, max_age)
     }
 
     /// [`Share::new`] for a launch whose place among the nodes is `node`.

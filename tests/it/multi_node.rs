@@ -508,3 +508,60 @@ fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
         "some boots took a union: {results:?}"
     );
 }
+
+/// `nnodes` and `node-rank` in the `--config` file of an SGLang server
+/// launch: each node is its own node of two, and the share says so.
+#[test]
+fn nodes_named_in_the_config_file_are_each_a_node_of_the_share() {
+    let t = tempfile::tempdir().unwrap();
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    let port = free_port();
+    let nodes: Vec<Running> = (0..2)
+        .map(|rank| {
+            let home = t.path().join(format!("node{rank}"));
+            std::fs::create_dir_all(&home).unwrap();
+            std::fs::write(
+                home.join("c.yaml"),
+                format!("nnodes: 2\nnode-rank: {rank}\ndist-init-addr: 127.0.0.1:{port}\n"),
+            )
+            .unwrap();
+            let mut cmd = crate::fingerprint_e2e::kw(&home, &home);
+            cmd.arg("--share")
+                .arg(&share)
+                .args([
+                    "--done",
+                    "exit",
+                    "--",
+                    "python3",
+                    "-m",
+                    "sglang.launch_server",
+                ])
+                .args(["--model-path", "/models/fake-moe", "--tune-ms", "2"])
+                .args(["--tp", "2", "--ep", "2", "--gate", "stock", "--offline"])
+                .args(["--config", "c.yaml"]);
+            Running::spawn(&mut cmd)
+        })
+        .collect();
+    for node in nodes {
+        let out = node.finish(Duration::from_secs(60));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    }
+    let out = Command::new(BIN)
+        .args(["share-status", "--json", "--share"])
+        .arg(&share)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let clusters = v["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 1, "{v}");
+    assert_eq!(clusters[0]["nnodes"], 2, "{v}");
+    let ranks: Vec<u64> = clusters[0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ranks, [0, 1], "{v}");
+}
