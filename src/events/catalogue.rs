@@ -431,7 +431,7 @@ catalogue! {
         /// Files kept for this launch were signed without unify: unified at done.
         KeptNotUnified { dirs: usize, fingerprint: String }
             INFO "kept_not_unified"
-            => "the cache files kept in {dirs} {} are not one union (signed with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done", if dirs == 1 { "directory" } else { "directories" };
+            => "the cache files kept in {dirs} {} are not one union (signed without being unified, as with --unify off): the engine loads them as they are, and they are unified and signed again once tuning is done", if dirs == 1 { "directory" } else { "directories" };
 
         /// An engine launch keepwrap cannot read whole (`--keep auto`): its
         /// tree is pruned (signed sets into the store, unsigned files
