@@ -6,10 +6,10 @@
 pub mod args;
 pub mod canonical;
 pub mod config;
-pub mod engine;
 pub mod fingerprint;
 pub mod home;
 pub mod model;
+pub mod package;
 pub mod prefix;
 pub mod shell;
 mod table;

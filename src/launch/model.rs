@@ -240,7 +240,7 @@ pub fn describe_in(
         }
         Reads::Listing => {
             let l = if path.is_dir() {
-                crate::launch::engine::files_digest(&path).unwrap_or_else(|| "unreadable".into())
+                crate::launch::package::files_digest(&path).unwrap_or_else(|| "unreadable".into())
             } else {
                 "absent".into()
             };

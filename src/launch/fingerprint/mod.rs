@@ -188,7 +188,7 @@ pub struct Launch {
     vllm: Option<vllm::VllmLaunch>,
     /// The engine package of a server launch and its version (not for the
     /// `seed` profile, nor a command fingerprinted as its argv).
-    engine: Option<launch::engine::Engine>,
+    engine: Option<launch::package::Package>,
     /// The Python script a command fingerprinted as its argv runs (not
     /// for the `seed` profile): its path and the sha256 of its bytes, or
     /// why they cannot be read.
@@ -253,7 +253,7 @@ impl Launch {
         } else {
             None
         };
-        let engine = package.map(|p| launch::engine::find(p, &command.argv, &lookup, &cwd));
+        let engine = package.map(|p| launch::package::find(p, &command.argv, &lookup, &cwd));
         // an unreadable shell string's variables count, whatever their names
         let names: &[String] = if seed { &[] } else { &command.names };
         let env = selected_env(prof, opts, env, names);
@@ -308,7 +308,7 @@ impl Launch {
                 Value::String(py_str(e.value.as_bytes())),
             );
         }
-        let engine = self.engine.as_ref().map(launch::engine::Engine::to_json);
+        let engine = self.engine.as_ref().map(launch::package::Package::to_json);
         if let Some(v) = &self.vllm {
             let mut payload = vllm::payload(v, env_json);
             if let Some(e) = engine {
@@ -395,7 +395,7 @@ impl Launch {
     }
 
     /// The engine package and its version, for a server launch.
-    pub fn engine(&self) -> Option<&launch::engine::Engine> {
+    pub fn engine(&self) -> Option<&launch::package::Package> {
         self.engine.as_ref()
     }
 
@@ -417,7 +417,7 @@ impl Launch {
     pub fn unresolved_inputs(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(e) = &self.engine {
-            if let launch::engine::Found::NotFound(why) = &e.found {
+            if let launch::package::Found::NotFound(why) = &e.found {
                 out.push(format!("engine {} not found: {why}", e.package));
             }
         }

@@ -1,7 +1,7 @@
-//! The engine's own version, read without running Python: an SGLang or
-//! vLLM upgrade that keeps the FlashInfer version (the cache directory)
-//! plans other shapes for the same command line, so the version belongs to
-//! the launch.
+//! The package finder: the engine package a launch runs and its version,
+//! read without running Python. An SGLang or vLLM upgrade that keeps the
+//! FlashInfer version (the cache directory) plans other shapes for the
+//! same command line, so the version belongs to the launch.
 //!
 //! As the child's Python would find the package: the interpreter the
 //! command runs (argv[0] on the child's `PATH` as `execvp` finds it, or for
@@ -58,12 +58,12 @@ pub enum Found {
 
 /// The engine package of a launch and what was found of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Engine {
+pub struct Package {
     pub package: &'static str,
     pub found: Found,
 }
 
-impl Engine {
+impl Package {
     /// The value in the fingerprint: `{"sglang": "0.5.23"}`, `{"sglang":
     /// {"version": V, "files": SHA}}` (editable), `{"sglang": {"files":
     /// SHA}}`, or `{"sglang": "not found"}`.
@@ -670,7 +670,7 @@ fn editable_location(site: &Path, package: &str, hint: Option<&Path>) -> Option<
 }
 
 /// Find the engine package `package` the command `argv` imports.
-pub fn find(package: &'static str, argv: &[OsString], env: Env, cwd: &Path) -> Engine {
+pub fn find(package: &'static str, argv: &[OsString], env: Env, cwd: &Path) -> Package {
     let found = match search_path(argv, env, cwd) {
         Err(why) => Found::NotFound(why),
         Ok((dirs, first_site)) => match find_in(package, &dirs) {
@@ -690,7 +690,7 @@ pub fn find(package: &'static str, argv: &[OsString], env: Env, cwd: &Path) -> E
             f => f,
         },
     };
-    Engine { package, found }
+    Package { package, found }
 }
 
 fn versioned(package: &str, site: &Path, infos: &[PathBuf]) -> Option<Found> {
