@@ -26,6 +26,7 @@ mod fingerprint_sglang_pairs;
 mod fingerprint_shell_bash;
 mod fingerprint_vllm;
 mod fleet;
+mod fleet_attack;
 mod home;
 mod keep;
 mod kubernetes;
