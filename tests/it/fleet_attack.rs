@@ -235,3 +235,58 @@ fn an_endpoint_whose_password_holds_a_slash_is_refused_and_never_echoed() {
     );
     assert!(p.has_event("fleet_unusable"), "{}", p.stderr);
 }
+
+/// A machine with GPUs of two models shows keepwrap no one model: it
+/// restores nothing, but its publication goes on unchecked. Its TP2
+/// engine stamps rank 0's file with one model and rank 1's with the other;
+/// the publication keeps only the files of "the build written last", a set
+/// of ONE rank file of a TP2 launch, and names it as that model's set. A
+/// pod of that model then restores a set that is not whole: a set of rank
+/// files is trusted whole or not at all.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_machine_of_two_gpu_models_never_publishes_a_set_of_some_ranks_only() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let (h100, h200) = ("NVIDIA H100 80GB HBM3", "NVIDIA H200");
+    let h = home();
+    let mut mixed = pod(h.path(), &ep, &b.url());
+    mixed
+        .env("FAKE_GPU", h100)
+        .env("FAKE_METADATA_RANK1_GPU", h200)
+        .env("FAKE_GPU_ARCH", "90")
+        .env("FAKE_FLASHINFER_VERSION", "0.7.2")
+        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(h.path(), &[h100, h200]));
+    let p1 = boot(&mut mixed);
+    assert_eq!(p1.code, 0, "{}", p1.stderr);
+    // Every set in the bucket holds both ranks of the TP2 launch.
+    let mut partial = Vec::new();
+    for k in b.keys().into_iter().filter(|k| k.contains("/sets/")) {
+        let (s, body) = b.get(&k);
+        assert_eq!(s, 200);
+        let m: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let files = m["files"].as_array().unwrap();
+        if files.len() != 2 {
+            partial.push(format!("{k}: {} file(s) for TP2: {m}", files.len()));
+        }
+    }
+    // And a pod of one of the two models restores a whole set or none.
+    for model in [h100, h200] {
+        let h2 = home();
+        let mut p = pod(h2.path(), &ep, &b.url());
+        p.env("FAKE_GPU", model)
+            .env("FAKE_GPU_ARCH", "90")
+            .env("FAKE_FLASHINFER_VERSION", "0.7.2")
+            .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(h2.path(), &[model, model]));
+        let p2 = boot(&mut p);
+        assert_eq!(p2.code, 0, "{}", p2.stderr);
+        for l in p2.stderr.lines().filter(|l| l.contains("\"fleet_restored\"")) {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["files"] != 2 {
+                partial.push(format!("a {model} pod restored {} file(s) of TP2: {l}", v["files"]));
+            }
+        }
+    }
+    assert!(partial.is_empty(), "{partial:#?}\n--- the mixed pod\n{}", p1.stderr);
+}
