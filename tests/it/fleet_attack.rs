@@ -290,3 +290,89 @@ fn a_machine_of_two_gpu_models_never_publishes_a_set_of_some_ranks_only() {
     }
     assert!(partial.is_empty(), "{partial:#?}\n--- the mixed pod\n{}", p1.stderr);
 }
+
+/// A machine of the fake engine's GPU model.
+#[cfg(feature = "failpoints")]
+fn gb10_pod(home: &Path, ep: &str, url: &str, engine: &[&str]) -> std::process::Command {
+    let mut cmd = keepwrap_engine(home, &["--fleet", url, "--fleet-timeout", "10s"], engine);
+    without_keepwrap_env(&mut cmd);
+    cmd.env("KEEPWRAP_LOG_FORMAT", "json")
+        .env("AWS_ENDPOINT_URL", ep)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL_S3")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(home, &["NVIDIA GB10", "NVIDIA GB10"]));
+    cmd
+}
+
+/// `fleet gc`'s first phase deletes HEAD unconditionally, from a listing
+/// made before. A warm boot that rewrites a launch's HEAD after that
+/// listing and before gc reaches its HEAD (here: while gc deletes another
+/// launch's HEAD) loses its rewrite: gc deletes the fresh HEAD, then finds
+/// the launch unnamed and old and removes it. docs/fleet.md: "A launch used
+/// within D is never removed, because every warm boot in read-write mode
+/// rewrites its HEAD"; the launch used during gc is removed, and its next
+/// pod boots cold.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn gc_never_removes_a_launch_whose_head_a_warm_boot_rewrote_after_gcs_listing() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let heads = |b: &Bucket| -> Vec<String> {
+        let mut v: Vec<String> = b
+            .keys()
+            .into_iter()
+            .filter(|k| k.ends_with("/HEAD"))
+            .collect();
+        v.sort();
+        v
+    };
+    let (tp2, tp1): (&[&str], &[&str]) = (TP2, &["--tp", "1", "--offline"]);
+    let p = boot(&mut gb10_pod(home().path(), &ep, &b.url(), tp2));
+    assert!(p.has_event("fleet_published"), "{}", p.stderr);
+    let head_tp2 = heads(&b)[0].clone();
+    let p = boot(&mut gb10_pod(home().path(), &ep, &b.url(), tp1));
+    assert!(p.has_event("fleet_published"), "{}", p.stderr);
+    let both = heads(&b);
+    assert_eq!(both.len(), 2, "{both:?}");
+    // gc goes through the launches in order: the second one is used while
+    // gc deletes the first one's HEAD.
+    let (first, second, engine) = if both[0] == head_tp2 {
+        (both[0].clone(), both[1].clone(), tp1)
+    } else {
+        (both[0].clone(), both[1].clone(), tp2)
+    };
+    std::thread::sleep(Duration::from_millis(2100));
+    let h = home();
+    let mut gc = keepwrap(&cache_root(h.path()));
+    gc.args(["fleet", "--fleet", &b.url(), "gc", "--older-than", "1s"])
+        .env("AWS_ENDPOINT_URL", &ep)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        // gc pauses after each HEAD it deleted.
+        .env("KEEPWRAP_FAILPOINT_DELAY_MS", "8000");
+    let gc = Running::spawn(&mut gc);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while b.get(&first).0 == 200 {
+        assert!(std::time::Instant::now() < until, "gc never deleted {first}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The second launch is used now: a warm boot, which rewrites its HEAD.
+    let used = boot(&mut gb10_pod(home().path(), &ep, &b.url(), engine));
+    assert!(used.has_event("fleet_restored"), "{}", used.stderr);
+    assert_eq!(b.get(&second).0, 200, "the warm boot's HEAD is there");
+    let g = gc.finish(Duration::from_secs(90));
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let after = boot(&mut gb10_pod(home().path(), &ep, &b.url(), engine));
+    assert!(
+        after.has_event("fleet_restored"),
+        "a launch used while gc ran was removed: gc said {:?}\n--- the next pod of it\n{}",
+        g.stdout,
+        after.stderr
+    );
+}
