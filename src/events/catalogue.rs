@@ -804,7 +804,7 @@ catalogue! {
 
         FleetNoGpuModel { why: String }
             WARN "fleet_no_gpu_model"
-            => "fleet: not restored: a set is restored only onto the GPU model it was tuned on, and this machine shows none to compare ({why}); a cold boot";
+            => "fleet: not used: a set is restored onto, and published from, only a machine of the GPU model it was tuned on, and this machine shows none to compare ({why}); a cold boot, and nothing published";
 
         FleetPublishStopped {}
             WARN "fleet_publish_stopped"

@@ -316,7 +316,7 @@ impl Fleet {
         // A set is restored only onto the GPU model it was tuned on: a
         // machine that shows none (no NVIDIA driver, a container that
         // hides it, GPUs of several models) cannot check one, and boots
-        // cold (it still publishes what it tunes).
+        // cold (and publishes nothing: see `publish`).
         let gpu = match silicon::machine_model(&crate::failpoint::nvidia_gpus_dir()) {
             Ok(g) => g,
             Err(why) => {
@@ -453,7 +453,7 @@ impl Fleet {
             };
             files.push((path.to_string(), buf, (st.st_mtime, st.st_mtime_nsec)));
         }
-        let (files, build) = match newest_build(files) {
+        let (files, build) = match newest_build(files).and_then(whole_dirs) {
             Ok(x) => x,
             Err(why) => {
                 crate::events::Event::FleetPublishFailed {
@@ -465,17 +465,24 @@ impl Fleet {
                 return;
             }
         };
-        if let Ok(machine) = silicon::machine_model(&crate::failpoint::nvidia_gpus_dir()) {
-            if machine != build.gpu {
-                crate::events::Event::FleetPublishFailed {
-                    error: format!(
-                        "its files were tuned on GPU model '{}'; this machine shows '{machine}'",
-                        build.gpu
-                    ),
-                }
-                .emit();
-                return;
-            }
+        // Published only from a machine of the one GPU model the files
+        // were tuned on: a machine of several models (or none it can read)
+        // may hold rank files of each, and a set of some ranks only is a
+        // partial hit on every pod that restores it.
+        let machine = silicon::machine_model(&crate::failpoint::nvidia_gpus_dir());
+        let refused = match &machine {
+            Ok(m) if *m == build.gpu => None,
+            Ok(m) => Some(format!(
+                "its files were tuned on GPU model '{}'; this machine shows '{m}'",
+                build.gpu
+            )),
+            Err(why) => Some(format!(
+                "{why}: a set is published only from a machine of the GPU model it was tuned on"
+            )),
+        };
+        if let Some(error) = refused {
+            crate::events::Event::FleetPublishFailed { error }.emit();
+            return;
         }
         let name = name_for(&self.name, &build.gpu);
         // HEAD is replaced (only if it is still what the restore read) when
@@ -895,7 +902,7 @@ fn publish(
 /// published: no pod could match it to its machine.
 fn newest_build(
     files: Vec<(String, Vec<u8>, (i64, i64))>,
-) -> Result<(Files, silicon::Build), String> {
+) -> Result<(Files, silicon::Build, Vec<String>), String> {
     let mut built = Vec::with_capacity(files.len());
     for (path, bytes, mtime) in files {
         let b = silicon::build_of(&path, &bytes)?;
@@ -906,12 +913,27 @@ fn newest_build(
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|x| x.1.clone())
         .ok_or_else(|| "no files".to_string())?;
-    let files = built
-        .into_iter()
-        .filter(|x| x.1 == newest)
-        .map(|x| (x.2, x.3))
-        .collect();
-    Ok((files, newest))
+    let (chosen, dropped): (Vec<_>, Vec<_>) = built.into_iter().partition(|x| x.1 == newest);
+    let files = chosen.into_iter().map(|x| (x.2, x.3)).collect();
+    let dropped = dropped.into_iter().map(|x| x.2).collect();
+    Ok((files, newest, dropped))
+}
+
+/// The files of the build chosen, refused when a directory of it also
+/// holds rank files of another build (another GPU model's, say): the rank
+/// files of one directory are one set, published whole or not at all.
+fn whole_dirs(
+    (chosen, build, dropped): (Files, silicon::Build, Vec<String>),
+) -> Result<(Files, silicon::Build), String> {
+    let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    let dirs: BTreeSet<String> = chosen.iter().map(|(p, _)| dir(p)).collect();
+    if let Some(other) = dropped.iter().find(|p| dirs.contains(&dir(p))) {
+        return Err(format!(
+            "{} is of another build than the other rank files of its directory",
+            other
+        ));
+    }
+    Ok((chosen, build))
 }
 
 /// A set's entries, sorted by path, each path once.
@@ -1203,9 +1225,18 @@ pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<St
     if dry_run {
         return Ok(stale);
     }
-    for launch in &stale {
+    // Each HEAD goes only when a listing of its launch made just before
+    // still shows nothing written within D: a warm boot that rewrote it
+    // since the first listing keeps its launch.
+    let mut headless = Vec::new();
+    for launch in stale {
+        let now = client.list(&format!("{top}{launch}/"))?;
+        if now.iter().any(|o| fresh(&o.modified)) {
+            continue;
+        }
         client.delete(&format!("{top}{launch}/HEAD"))?;
         crate::failpoint::hit("fleet-gc");
+        headless.push(launch);
     }
     // Written since gc began (the listing's times have whole seconds).
     let since_began = |modified: &str| {
@@ -1215,7 +1246,7 @@ pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<St
         })
     };
     let mut removed = Vec::new();
-    for launch in stale {
+    for launch in headless {
         let prefix = format!("{top}{launch}/");
         let now = client.list(&prefix)?;
         let head = format!("{prefix}HEAD");

@@ -75,29 +75,26 @@ impl Location {
     }
 }
 
-/// Does the part of a URL after `scheme://` carry user info (an `@`
-/// before the first `/`), a query or a fragment?
+/// Does the part of a URL after `scheme://` carry user info, a query or a
+/// fragment? Any `@` counts, wherever it is: an AWS secret key is base64,
+/// so its `/` can come before the `@` that ends it, and neither a bucket, a
+/// prefix nor an endpoint ever needs one.
 fn carries_credentials(rest: &str) -> bool {
-    let authority = rest.split('/').next().unwrap_or("");
-    authority.contains('@') || rest.contains(['?', '#'])
+    rest.contains(['@', '?', '#'])
 }
 
 /// A URL as lines, state files and commands show it: without user info
 /// (`user:secret@`), query or fragment (`s3://KEY:SECRET@b/p?X-Amz-...`
 /// -> `s3://b/p`).
+/// Everything up to the last `@` goes, as the user info it may be (a
+/// secret holding `/` included).
 pub fn redact(url: &str) -> String {
     let url = url.split(['?', '#']).next().unwrap_or("");
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.rsplit_once('@').map_or(url, |(_, h)| h).to_string();
     };
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, None), |(a, p)| (a, Some(p)));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    match path {
-        None => format!("{scheme}://{host}"),
-        Some(p) => format!("{scheme}://{host}/{p}"),
-    }
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+    format!("{scheme}://{rest}")
 }
 
 /// Where requests go, from the environment as the AWS tools read it.
@@ -605,6 +602,11 @@ mod tests {
         assert_eq!(redact("s3://AKIA:s3cr3t@b-1/p?q=1"), "s3://b-1/p");
         assert_eq!(redact("http://u:p@h:1"), "http://h:1");
         assert_eq!(redact("b-1"), "b-1");
+        // a secret key holding a '/' before its '@'
+        assert_eq!(redact("s3://AKIA:wJal/K7MD@kw-b/p"), "s3://kw-b/p");
+        assert_eq!(redact("S3://AKIA:wJal/K7MD@kw-b/p"), "S3://kw-b/p");
+        assert_eq!(redact("http://u:pa/ss@h:9"), "http://h:9");
+        assert!(carries_credentials("AKIA:wJal/K7MD@kw-b/p"));
     }
 
     #[test]

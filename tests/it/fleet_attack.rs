@@ -49,12 +49,15 @@ fn raw(endpoint: &str, method: &str, path: &str) -> (u16, Vec<u8>) {
     let status = text[9..12].parse().unwrap();
     let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     let mut body = out[at..].to_vec();
-    if text[..at].to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if text[..at]
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let (mut b, mut un) = (&body[..], Vec::new());
         loop {
             let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
-            let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16)
-                .unwrap();
+            let n =
+                usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
             if n == 0 {
                 break;
             }
@@ -140,7 +143,11 @@ fn pod(home: &Path, endpoint: &str, url: &str) -> std::process::Command {
 /// lines: `config --json`, `status`, `status --json`.
 fn shown_by_commands(root: &Path, url: &str, endpoint: Option<&str>) -> String {
     let mut all = String::new();
-    for args in [&["status"][..], &["status", "--json"], &["config", "--json"]] {
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["config", "--json"],
+    ] {
         let mut c = keepwrap(root);
         c.args(args).env("KEEPWRAP_FLEET", url);
         if let Some(e) = endpoint {
@@ -221,8 +228,8 @@ fn an_endpoint_whose_password_holds_a_slash_is_refused_and_never_echoed() {
             leaks.push(format!("status/config hold '{part}'"));
         }
     }
-    let state =
-        std::fs::read_to_string(cache_root(h.path()).join(".keepwrap/fleet.json")).unwrap_or_default();
+    let state = std::fs::read_to_string(cache_root(h.path()).join(".keepwrap/fleet.json"))
+        .unwrap_or_default();
     for part in [head, tail] {
         if state.contains(part) {
             leaks.push(format!(".keepwrap/fleet.json holds '{part}'"));
@@ -257,7 +264,10 @@ fn a_machine_of_two_gpu_models_never_publishes_a_set_of_some_ranks_only() {
         .env("FAKE_METADATA_RANK1_GPU", h200)
         .env("FAKE_GPU_ARCH", "90")
         .env("FAKE_FLASHINFER_VERSION", "0.7.2")
-        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(h.path(), &[h100, h200]));
+        .env(
+            "KEEPWRAP_FAILPOINT_NVIDIA_GPUS",
+            machine(h.path(), &[h100, h200]),
+        );
     let p1 = boot(&mut mixed);
     assert_eq!(p1.code, 0, "{}", p1.stderr);
     // Every set in the bucket holds both ranks of the TP2 launch.
@@ -278,17 +288,31 @@ fn a_machine_of_two_gpu_models_never_publishes_a_set_of_some_ranks_only() {
         p.env("FAKE_GPU", model)
             .env("FAKE_GPU_ARCH", "90")
             .env("FAKE_FLASHINFER_VERSION", "0.7.2")
-            .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(h2.path(), &[model, model]));
+            .env(
+                "KEEPWRAP_FAILPOINT_NVIDIA_GPUS",
+                machine(h2.path(), &[model, model]),
+            );
         let p2 = boot(&mut p);
         assert_eq!(p2.code, 0, "{}", p2.stderr);
-        for l in p2.stderr.lines().filter(|l| l.contains("\"fleet_restored\"")) {
+        for l in p2
+            .stderr
+            .lines()
+            .filter(|l| l.contains("\"fleet_restored\""))
+        {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             if v["files"] != 2 {
-                partial.push(format!("a {model} pod restored {} file(s) of TP2: {l}", v["files"]));
+                partial.push(format!(
+                    "a {model} pod restored {} file(s) of TP2: {l}",
+                    v["files"]
+                ));
             }
         }
     }
-    assert!(partial.is_empty(), "{partial:#?}\n--- the mixed pod\n{}", p1.stderr);
+    assert!(
+        partial.is_empty(),
+        "{partial:#?}\n--- the mixed pod\n{}",
+        p1.stderr
+    );
 }
 
 /// A machine of the fake engine's GPU model.
@@ -304,7 +328,10 @@ fn gb10_pod(home: &Path, ep: &str, url: &str, engine: &[&str]) -> std::process::
         .env_remove("AWS_PROFILE")
         .env_remove("AWS_ENDPOINT_URL_S3")
         .env_remove("AWS_SESSION_TOKEN")
-        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine(home, &["NVIDIA GB10", "NVIDIA GB10"]));
+        .env(
+            "KEEPWRAP_FAILPOINT_NVIDIA_GPUS",
+            machine(home, &["NVIDIA GB10", "NVIDIA GB10"]),
+        );
     cmd
 }
 
@@ -359,7 +386,10 @@ fn gc_never_removes_a_launch_whose_head_a_warm_boot_rewrote_after_gcs_listing() 
     let gc = Running::spawn(&mut gc);
     let until = std::time::Instant::now() + Duration::from_secs(20);
     while b.get(&first).0 == 200 {
-        assert!(std::time::Instant::now() < until, "gc never deleted {first}");
+        assert!(
+            std::time::Instant::now() < until,
+            "gc never deleted {first}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // The second launch is used now: a warm boot, which rewrites its HEAD.
