@@ -173,12 +173,11 @@ impl Committer {
         }
         let fingerprint = launch.fingerprint().clone();
         if let Some(root) = self.elsewhere(&launch, awaiting.cache_dir.as_deref()) {
-            let why = format!(
+            // Said by the sign, which signs nothing.
+            self.seeing = Seeing::Refused(format!(
                 "the engine writes its cache under {}, not under the root keepwrap pruned",
                 crate::events::Shown(&root)
-            );
-            Event::NotSignedUnseen { why: why.clone() }.emit();
-            self.seeing = Seeing::Refused(why);
+            ));
             return not_repruned;
         }
         if let Some(s) = &self.store {

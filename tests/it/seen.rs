@@ -804,3 +804,28 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn an_engine_whose_profile_moves_its_cache_elsewhere_is_said_and_nothing_signed() {
+    let t = tempfile::tempdir().unwrap();
+    let home = t.path().to_path_buf();
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::write(
+        home.join(".bash_profile"),
+        format!("export SGLANG_CACHE_DIR={}\n", elsewhere.display()),
+    )
+    .unwrap();
+    let argv = vec![
+        "bash".to_string(),
+        "-lc".to_string(),
+        format!("exec {}", engine_words()),
+    ];
+    let out = run(&home, t.path(), &argv);
+    let line = out.event("not_signing_unseen");
+    let said = format!(
+        "the engine writes its cache under {}",
+        elsewhere.join("flashinfer/autotune").display()
+    );
+    assert!(line["message"].as_str().unwrap().contains(&said), "{line}");
+    assert!(!out.has_event("signed"), "{}", out.stderr);
+}
