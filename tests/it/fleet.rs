@@ -1601,8 +1601,12 @@ fn black_hole_for_uploads() -> String {
 
 /// Case 7 of issue 35: `docker stop` while the publication hangs on a
 /// black-holed bucket: keepwrap exits with the engine's status within
-/// the stop's grace period, not after `--fleet-timeout`.
+/// the stop's grace period, not after `--fleet-timeout`. (A set is
+/// published only from a machine of its GPU model: the failpoints seam
+/// shows one.)
+#[cfg(feature = "failpoints")]
 #[test]
+#[ignore = "publishes only on a machine with a GPU model (the failpoints seam)"]
 fn a_stop_signal_abandons_a_publication_that_hangs() {
     let ep = black_hole_for_uploads();
     let h = home();
