@@ -122,9 +122,11 @@ fn the_limits_themselves_are_accepted() {
 fn the_longest_kill_after_and_grace_do_not_overflow() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report");
-    // The child leaves a grandchild that exits on TERM, and exits on TERM.
+    // The child leaves a grandchild that exits on TERM, and exits on TERM
+    // (its trap set before it says it is ready: a TERM between the two
+    // would end it with 143).
     let script =
-        "sleep 30 & echo ready > \"$REPORT\"; trap 'exit 0' TERM; while :; do sleep 0.05; done";
+        "trap 'exit 0' TERM; sleep 30 & echo ready > \"$REPORT\"; while :; do sleep 0.05; done";
     let mut cmd = keepwrap(&dir.path().join("cache"));
     cmd.args(["--kill-after", "100years", "--grace", "100years", "--"])
         .args(["sh", "-c", script])
