@@ -291,7 +291,7 @@ fn a_vllm_server_is_seen_in_a_shell_and_in_a_login_shell() {
     let bin = repo().join("tests/fixtures/engines/bin/vllm");
     let words = |port: &str| {
         format!(
-            "exec {} serve /models/fake-moe --tune-ms 2 -tp 2 -ep --port {port}",
+            "exec {} serve /models/fake-moe --tune-ms 2 --load-ms 400 -tp 2 -ep --port {port}",
             bin.display()
         )
     };
@@ -765,7 +765,7 @@ fn nodes_whose_engines_run_with_hidden_inputs_publish_nothing_to_the_share() {
             // each node's login profile exports a switch the words do not show
             std::fs::write(home.join(".bash_profile"), "export SGLANG_HIDDEN=1\n").unwrap();
             let script = format!(
-                "exec {} {} --model-path /models/fake-moe --tune-ms 2 --tp 2 --ep 2 --nnodes 2 --node-rank {rank} --dist-init-addr 127.0.0.1:{port} --gate stock --offline",
+                "exec {} {} --model-path /models/fake-moe --tune-ms 2 --load-ms 400 --tp 2 --ep 2 --nnodes 2 --node-rank {rank} --dist-init-addr 127.0.0.1:{port} --gate stock --offline",
                 python(),
                 fake_engine().display()
             );
