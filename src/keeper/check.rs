@@ -152,12 +152,13 @@ impl Committer {
     /// tree was pruned again (keepwrap's own moves are not landings).
     pub(super) fn engine_seen(&mut self, seen: Seen, touched: bool) -> Option<Report> {
         let not_repruned = Some(Report::Checked { repruned: false });
-        if !matches!(self.seeing, Seeing::Awaiting(_)) {
+        let awaiting = match std::mem::replace(&mut self.seeing, Seeing::Seen) {
+            Seeing::Awaiting(a) => a,
             // Refused meanwhile (tuning was done first): it stays refused.
-            return not_repruned;
-        }
-        let Seeing::Awaiting(awaiting) = std::mem::replace(&mut self.seeing, Seeing::Seen) else {
-            return not_repruned;
+            other => {
+                self.seeing = other;
+                return not_repruned;
+            }
         };
         let launch = seen_launch(&awaiting, &seen);
         if let Some(redo) = self.redo.as_mut() {

@@ -187,7 +187,6 @@ impl Keeper {
             worker: Worker::start(committer),
             own: HashMap::new(),
             named: false,
-            touched: false,
             landed: std::collections::HashSet::new(),
         });
     }
@@ -271,7 +270,7 @@ impl Keeper {
         self.looking = None;
         s.worker.run(Job::Seen {
             seen: Box::new(seen),
-            touched: s.touched,
+            touched: !s.landed.is_empty(),
         });
     }
 
@@ -367,7 +366,6 @@ impl Keeper {
         if landed.is_empty() {
             return;
         }
-        s.touched = true;
         s.landed.extend(landed.iter().cloned());
         s.worker.run(Job::Landed {
             files: landed.clone(),
@@ -475,8 +473,6 @@ struct Session {
     own: HashMap<PathBuf, Stamp>,
     /// Another process serving the probed port was named already.
     named: bool,
-    /// The engine has written in the cache tree.
-    touched: bool,
     /// The cache files the engine saved since the start.
     landed: std::collections::HashSet<PathBuf>,
 }
