@@ -70,7 +70,7 @@ fn main() {
         // "signed", off the timed part; its bytes counted).
         let s = keepwrap::cache::sign_with(
             root,
-            keepwrap::cache::Shape::Sglang,
+            keepwrap::engine::SGLANG,
             &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
             keepwrap::cache::Settle::Later,
         )
@@ -86,7 +86,7 @@ fn main() {
         let c1 = process_cpu();
         let r = keepwrap::cache::sign_with(
             root,
-            keepwrap::cache::Shape::Sglang,
+            keepwrap::engine::SGLANG,
             &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
             keepwrap::cache::Settle::Restamp,
         )

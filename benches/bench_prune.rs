@@ -174,11 +174,11 @@ fn run(mode: Mode, files: usize, runs: usize) {
         let this = keepwrap::digest::Fingerprint::parse(THIS).unwrap();
         let c = process_cpu();
         let t = Instant::now();
-        let store = Store::open(tmp.path(), keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(tmp.path(), keepwrap::engine::SGLANG).unwrap();
         store.recover();
         let (r, trash) = cache::prune_then_empty(
             tmp.path(),
-            keepwrap::cache::Shape::Sglang,
+            keepwrap::engine::SGLANG,
             &this,
             Some(&mut |fd, set| store.stash(fd, set)),
             None,

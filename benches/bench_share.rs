@@ -44,13 +44,13 @@ fn main() {
                 bytes,
             )],
         };
-        publish_to(&share, &p, keepwrap::cache::Shape::Sglang).unwrap();
+        publish_to(&share, &p, keepwrap::engine::SGLANG).unwrap();
     }
     let me = Node {
         nnodes: NODES,
         rank: 0,
     };
-    let run = || match gather(&share, &cluster, me, keepwrap::cache::Shape::Sglang).unwrap() {
+    let run = || match gather(&share, &cluster, me, keepwrap::engine::SGLANG).unwrap() {
         Gathered::Complete(dirs) => match &dirs[0].outcome {
             Outcome::Unified(u) => (u.entries, u.bytes.len()),
             Outcome::Leave(r) => panic!("{r}"),

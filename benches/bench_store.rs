@@ -74,16 +74,16 @@ fn main() {
     let (a, b) = (fp('a'), fp('b'));
     cache::sign(
         &root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
     )
     .unwrap();
-    let store = Store::open(&root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(&root, keepwrap::engine::SGLANG).unwrap();
     let mut times = Vec::new();
     for _ in 0..iters {
         cache::prune_stashing(
             &root,
-            keepwrap::cache::Shape::Sglang,
+            keepwrap::engine::SGLANG,
             &keepwrap::digest::Fingerprint::parse(&b).unwrap(),
             &mut |fd, set| store.stash(fd, set),
         )
@@ -137,7 +137,7 @@ fn main() {
         let f = format!("{:064x}", s + 1);
         cache::sign(
             &stage,
-            keepwrap::cache::Shape::Sglang,
+            keepwrap::engine::SGLANG,
             &keepwrap::digest::Fingerprint::parse(&f).unwrap(),
         )
         .unwrap();

@@ -1,8 +1,8 @@
 //! Which names under the root are what, and the no-follow walk over the tree.
 //!
-//! Only paths shaped like the engine's cache are the engine's:
-//! `<version>/sm<arch>/<key16>/` directories, and in them `rank_*.json` with
-//! keepwrap's `rank_*.launch` sidecars, FlashInfer's `.autotuner_*.tmp` and
+//! Only paths shaped like the engine's cache are the engine's: the
+//! directories of its [`Layout`], and in its folders of cache files the
+//! cache files with keepwrap's `.launch` sidecars, the engine's and
 //! keepwrap's `.keepwrap-*.tmp` temp files, and `runs/`. Everything else
 //! under the root (a `--cache-dir` pointed at a model directory, a volume
 //! with other things on it) is never judged, moved nor removed.
@@ -11,7 +11,6 @@ use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::fsx::{self, Kind};
-pub use super::layout_vllm::Shape;
 
 /// What a directory entry's name makes it, before its type is looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,36 +30,88 @@ pub enum Role {
 pub const CACHE_EXT: &[u8] = b".json";
 pub const SIDECAR_EXT: &[u8] = b".launch";
 
+/// One engine's cache tree below its root: which directories are its
+/// layout and what each file name in a folder of cache files is. Each
+/// engine implements it in its own folder (`engine/<name>/layout.rs`);
+/// the cache, the store, the share and the fleet are given a [`Shape`]
+/// and ask it.
+pub trait Layout: Sync {
+    /// The shape's name, for messages and comparisons.
+    fn name(&self) -> &'static str;
+
+    /// The depth of the folders that hold the files (the root is 0).
+    fn key_depth(&self) -> usize;
+
+    /// What the user should check when entries of another shape are found.
+    fn root_hint(&self) -> &'static str;
+
+    /// What the name of an entry of a folder of cache files makes it.
+    fn role(&self, name: &[u8]) -> Role;
+
+    /// Is `name` the name of a directory of the engine's layout at `depth`
+    /// (the root is 0)?
+    fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool;
+
+    /// The root's own directories that are the engine's without being
+    /// walked (a store the engine manages itself).
+    fn is_unwalked(&self, _depth: usize, _name: &[u8]) -> bool {
+        false
+    }
+
+    /// Whether a cache file's name must say its rank for the file to be
+    /// published to other nodes (a set of per-rank files).
+    fn names_ranks(&self) -> bool {
+        false
+    }
+}
+
+/// The shape of the tree keepwrap guards: one engine's [`Layout`], a value
+/// passed from where the engine is known to every function that judges a
+/// path. Two shapes are equal when their layouts are the same.
+#[derive(Clone, Copy)]
+pub struct Shape(&'static dyn Layout);
+
 impl Shape {
+    /// The shape of `layout`.
+    pub const fn of(layout: &'static dyn Layout) -> Shape {
+        Shape(layout)
+    }
+
+    /// The depth of the folders that hold the files (the root is 0).
+    pub fn key_depth(self) -> usize {
+        self.0.key_depth()
+    }
+
+    /// What the user should check when entries of another shape are found.
+    pub fn root_hint(self) -> &'static str {
+        self.0.root_hint()
+    }
+
     /// What the name of an entry of a folder of cache files makes it, in
-    /// this shape (see [`super::layout_vllm`]).
+    /// this shape.
     pub fn role(self, name: &[u8]) -> Role {
-        match self {
-            Shape::Sglang => sglang_role(name),
-            Shape::VllmTree | Shape::VllmFlat => super::layout_vllm::role(name),
-        }
+        self.0.role(name)
     }
 
     /// Is `name` the name of a directory of the engine's layout at `depth`
-    /// (the root is 0), in this shape? SGLang's: `<version>` (`0.7.2`,
-    /// `0.6.1.post2`, `unknown`), `sm<arch>` (`sm90`, `sm121`), `<key16>`
-    /// (16 lowercase hex digits).
+    /// (the root is 0), in this shape?
     pub fn is_layout_dir(self, depth: usize, name: &[u8]) -> bool {
-        match self {
-            Shape::Sglang => sglang_layout_dir(depth, name),
-            s => super::layout_vllm::is_layout_dir(s, depth, name),
-        }
+        self.0.is_layout_dir(depth, name)
+    }
+
+    /// See [`Layout::names_ranks`].
+    pub fn names_ranks(self) -> bool {
+        self.0.names_ranks()
     }
 
     /// Is an entry of a directory at `depth` keepwrap's or the engine's, by
-    /// its name and kind (a directory of the layout, a file of a `<key16>/`
-    /// directory, `runs/`, keepwrap's `.keepwrap/` at the root)? What is
+    /// its name and kind (a directory of the layout, a file of a folder of
+    /// cache files, `runs/`, keepwrap's `.keepwrap/` at the root)? What is
     /// not is left alone, and reported.
     pub fn is_engines(self, depth: usize, name: &[u8], kind: Kind) -> bool {
         if depth < self.key_depth() {
             return (depth == 0 && name == crate::STATE_DIR.as_bytes())
-                || (kind == Kind::Dir
-                    && super::layout_vllm::is_engines_unwalked(self, depth, name))
+                || (kind == Kind::Dir && self.0.is_unwalked(depth, name))
                 || (matches!(kind, Kind::Dir | Kind::Symlink) && self.is_layout_dir(depth, name));
         }
         match self.role(name) {
@@ -70,25 +121,17 @@ impl Shape {
     }
 }
 
-/// What the name of an entry of a `<key16>/` directory makes it.
-fn sglang_role(name: &[u8]) -> Role {
-    const RANK: &[u8] = b"rank_";
-    if name.starts_with(RANK)
-        && name.ends_with(CACHE_EXT)
-        && name.len() > RANK.len() + CACHE_EXT.len()
-    {
-        Role::Cache
-    } else if name.starts_with(RANK)
-        && name.ends_with(SIDECAR_EXT)
-        && name.len() > RANK.len() + SIDECAR_EXT.len()
-    {
-        Role::Sidecar
-    } else if name.starts_with(b".autotuner_") && name.ends_with(b".tmp") && name.len() >= 15 {
-        Role::AutotunerTmp
-    } else if fsx::is_keepwrap_tmp(name) {
-        Role::KeepwrapTmp
-    } else {
-        Role::Other
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for Shape {}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name())
     }
 }
 
@@ -100,20 +143,6 @@ pub fn is_version_dir(name: &[u8]) -> bool {
             && name
                 .iter()
                 .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(b)))
-}
-
-fn sglang_layout_dir(depth: usize, name: &[u8]) -> bool {
-    match depth {
-        0 => is_version_dir(name),
-        1 => {
-            name.len() > 2
-                && name.len() <= 8
-                && name.starts_with(b"sm")
-                && name[2..].iter().all(u8::is_ascii_digit)
-        }
-        2 => name.len() == 16 && crate::digest::is_lower_hex(name),
-        _ => false,
-    }
 }
 
 /// `rank_tp0_pp0_dp0.json` -> `rank_tp0_pp0_dp0.launch`, into `out`

@@ -2,12 +2,12 @@
 //! what a launch prunes before the engine starts, and how a set of files is
 //! signed for a launch once tuning is done.
 //!
-//! Layout under the root (as SGLang and FlashInfer write it):
-//! `<flashinfer version>/sm<arch>/<key16>/rank_tp<T>_pp<P>_dp<D>.json`, with
-//! keepwrap's sidecar `rank_....launch` beside each rank file. Only paths of
-//! that shape are judged (`runs/` is left alone); anything else under the
-//! root is never touched, and reported once. A vLLM launch's tree has
-//! vLLM's shape instead (`layout_vllm`: `<sha256>/autotune_configs*.json`).
+//! Layout under the root: the engine's [`Shape`] (its [`Layout`], in its
+//! folder under `engine/`) says which directories hold cache files and what
+//! each name in them is, with keepwrap's sidecar `<stem>.launch` beside
+//! each cache file. Only paths of that shape are judged (`runs/` is left
+//! alone); anything else under the root is never touched, and reported
+//! once.
 //!
 //! - [`fsx`]: no-follow primitives relative to a directory descriptor;
 //! - `layout`: names, and the walk over the tree;
@@ -37,8 +37,7 @@ pub mod fsx;
 mod json;
 mod judge;
 mod layout;
-pub mod layout_vllm;
-pub use layout_vllm::Shape;
+pub use layout::{is_version_dir, Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
 mod prune;
 pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;

@@ -5,7 +5,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cache::Shape;
 use crate::clock::now_secs;
 use crate::store::{size_text, Entry, Store};
 
@@ -47,10 +46,13 @@ pub fn evict(
             }
         }
     }
-    // Each root's store opened once (a root without one is skipped below).
+    // Each root's store opened once (a root without one is skipped below),
+    // for the default profile's tree: each stored set is judged by the tree
+    // it is laid out for.
+    let shape = crate::engine::of(crate::launch::fingerprint::ProfileName::Auto).shape(&env);
     let stored: Vec<Option<Store>> = roots
         .iter()
-        .map(|r| Store::open_existing(r, Shape::Sglang))
+        .map(|r| Store::open_existing(r, shape))
         .collect();
     if stored.iter().filter(|s| s.is_some()).count() < 2 {
         // One root: SGLang's, else vLLM's when only it has a store.
@@ -86,7 +88,7 @@ pub fn evict(
     }
     if !any {
         // No root holds it: said as for one root.
-        let store = Store::open_existing(&roots[0], Shape::Sglang);
+        let store = Store::open_existing(&roots[0], shape);
         return evict_root(&roots[0], store, lock_timeout, &which, dry_run, false);
     }
     code

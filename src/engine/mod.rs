@@ -9,14 +9,14 @@
 //! machinery for every engine. Adding an engine is one file here and one
 //! arm in [`of`].
 
-mod sglang;
+pub mod sglang;
 pub mod vllm;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cache::layout_vllm::Shape;
+use crate::cache::Shape;
 use crate::done::{Done, DoneError, DoneRule, Endpoint};
 use crate::launch::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
@@ -133,6 +133,19 @@ pub trait Engine: Sync {
 
     /// `status -- COMMAND`: the plan as this engine changes it.
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
+}
+
+/// SGLang's cache tree.
+pub const SGLANG: Shape = sglang::TREE;
+/// vLLM's cache tree below its root.
+pub const VLLM_TREE: Shape = vllm::layout::TREE;
+/// vLLM's flat folders in its override directory.
+pub const VLLM_FLAT: Shape = vllm::layout::FLAT;
+
+impl Shape {
+    /// Every engine's cache tree: a stored set laid out for another
+    /// engine's tree than its store's is judged by its own.
+    pub const ALL: [Shape; 3] = [SGLANG, VLLM_TREE, VLLM_FLAT];
 }
 
 /// Why prune refuses a file signed for the launch (see

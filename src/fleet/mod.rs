@@ -1370,22 +1370,25 @@ mod tests {
             ".keepwrap/x.json",
             "plain.txt",
         ] {
-            assert!(check_files(&[entry(p)], Shape::Sglang).is_err(), "{p}");
+            assert!(
+                check_files(&[entry(p)], crate::engine::SGLANG).is_err(),
+                "{p}"
+            );
         }
-        assert!(check_files(&[], Shape::Sglang).is_err());
+        assert!(check_files(&[], crate::engine::SGLANG).is_err());
     }
 
     #[test]
     fn a_set_too_large_to_hold_or_naming_a_path_twice_is_refused() {
         let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
         let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
-        assert!(check_files(&[entry(p), entry(q)], Shape::Sglang).is_ok());
+        assert!(check_files(&[entry(p), entry(q)], crate::engine::SGLANG).is_ok());
         assert!(
-            check_files(&[entry(p), entry(p)], Shape::Sglang).is_err(),
+            check_files(&[entry(p), entry(p)], crate::engine::SGLANG).is_err(),
             "twice"
         );
         assert!(
-            check_files(&[entry(q), entry(p)], Shape::Sglang).is_err(),
+            check_files(&[entry(q), entry(p)], crate::engine::SGLANG).is_err(),
             "unsorted"
         );
         let big = |path: &str| Entry {
@@ -1399,7 +1402,7 @@ mod tests {
                 ))
             })
             .collect();
-        let e = check_files(&many, Shape::Sglang).unwrap_err();
+        let e = check_files(&many, crate::engine::SGLANG).unwrap_err();
         assert!(e.contains("at most"), "{e}");
     }
 }

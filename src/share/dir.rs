@@ -22,10 +22,10 @@ pub(crate) fn checked_path(path: &str, shape: Shape) -> Option<(&str, &str)> {
         None => ("", path),
     };
     let plain = |c: &str| !c.is_empty() && !c.starts_with('.');
-    let sglang = shape == Shape::Sglang;
+    let ranked = shape.names_ranks();
     if !path.split('/').all(plain)
         || !cache::is_cache_file(Path::new(path), shape)
-        || (sglang && RankId::from_file_name(name).is_none())
+        || (ranked && RankId::from_file_name(name).is_none())
     {
         return None;
     }

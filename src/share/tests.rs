@@ -1,7 +1,6 @@
 use super::*;
 use std::time::Instant;
 
-use crate::cache::Shape;
 use crate::launch::fingerprint::Launch;
 
 fn os(v: &[&str]) -> Vec<OsString> {
@@ -82,7 +81,7 @@ fn publications_older_than_the_age_limit_are_removed() {
                 b"{}".to_vec(),
             )],
         };
-        publish_to(share.path(), &p, Shape::Sglang).unwrap();
+        publish_to(share.path(), &p, crate::engine::SGLANG).unwrap();
     }
     for rank in 0..2 {
         let path = share
@@ -118,14 +117,14 @@ fn a_slow_share_is_given_up_on() {
 fn checked_path_refuses_escapes() {
     assert!(checked_path(
         "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0.json",
-        Shape::Sglang
+        crate::engine::SGLANG
     )
     .is_some());
-    assert!(checked_path("../x/rank_tp0_pp0_dp0.json", Shape::Sglang).is_none());
-    assert!(checked_path("/abs/rank_tp0_pp0_dp0.json", Shape::Sglang).is_none());
-    assert!(checked_path("a/.hidden/rank_tp0_pp0_dp0.json", Shape::Sglang).is_none());
-    assert!(checked_path("a/runs/rank_tp0_pp0_dp0.json", Shape::Sglang).is_none());
-    assert!(checked_path("a/manifest.json", Shape::Sglang).is_none());
+    assert!(checked_path("../x/rank_tp0_pp0_dp0.json", crate::engine::SGLANG).is_none());
+    assert!(checked_path("/abs/rank_tp0_pp0_dp0.json", crate::engine::SGLANG).is_none());
+    assert!(checked_path("a/.hidden/rank_tp0_pp0_dp0.json", crate::engine::SGLANG).is_none());
+    assert!(checked_path("a/runs/rank_tp0_pp0_dp0.json", crate::engine::SGLANG).is_none());
+    assert!(checked_path("a/manifest.json", crate::engine::SGLANG).is_none());
 }
 
 #[test]
@@ -144,10 +143,10 @@ fn a_file_that_does_not_match_its_manifest_is_not_published() {
             node: node(r),
             files: vec![file(r)],
         };
-        publish_to(share.path(), &p, Shape::Sglang).unwrap();
+        publish_to(share.path(), &p, crate::engine::SGLANG).unwrap();
     }
     assert!(matches!(
-        gather(share.path(), "c", node(0), Shape::Sglang).unwrap(),
+        gather(share.path(), "c", node(0), crate::engine::SGLANG).unwrap(),
         Gathered::Complete(ref d) if d.len() == 1
     ));
     // A file replaced under its manifest: node 1 is not published.
@@ -158,7 +157,7 @@ fn a_file_that_does_not_match_its_manifest_is_not_published() {
         b"{}",
     )
     .unwrap();
-    match gather(share.path(), "c", node(0), Shape::Sglang).unwrap() {
+    match gather(share.path(), "c", node(0), crate::engine::SGLANG).unwrap() {
         Gathered::Incomplete(m) => {
             assert_eq!(m.len(), 1);
             assert_eq!(m[0].0, 1);
@@ -189,7 +188,7 @@ fn a_manifest_that_lists_part_of_its_set_is_not_published() {
             node: node(r),
             files: vec![file(2 * r), file(2 * r + 1)],
         };
-        publish_to(share.path(), &p, Shape::Sglang).unwrap();
+        publish_to(share.path(), &p, crate::engine::SGLANG).unwrap();
     }
     // Node 1's manifest edited to list one of its two files: a part of
     // what it published is never taken for the whole.
@@ -198,7 +197,7 @@ fn a_manifest_that_lists_part_of_its_set_is_not_published() {
     assert_eq!(m.set.members.len(), 2);
     m.set.members.pop();
     std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
-    match gather(share.path(), "c", node(0), Shape::Sglang).unwrap() {
+    match gather(share.path(), "c", node(0), crate::engine::SGLANG).unwrap() {
         Gathered::Incomplete(m) => {
             assert_eq!(m.len(), 1);
             assert_eq!(m[0].0, 1);

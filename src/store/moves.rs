@@ -334,7 +334,7 @@ mod tests {
         assert!(bytes.len() as u64 > fsx::STATE_FILE_MAX, "{}", bytes.len());
         std::fs::write(t.path().join(MANIFEST), bytes).unwrap();
         let dir = fsx::open_root(t.path()).unwrap();
-        let man = read_manifest_at(dir.as_fd(), "entry", Shape::Sglang).expect("read");
+        let man = read_manifest_at(dir.as_fd(), "entry", crate::engine::SGLANG).expect("read");
         assert_eq!(man.set.members.len(), 100_000);
         assert_eq!(man.set.id, set.id);
     }
@@ -356,14 +356,14 @@ mod tests {
             size: bytes.len() as u64,
         }];
         let set = set_of(&fp, members);
-        let store = Store::open(t.path(), Shape::Sglang).unwrap();
+        let store = Store::open(t.path(), crate::engine::SGLANG).unwrap();
         let entry = t.path().join(format!("{STATE_DIR}/store/{fp}"));
         std::fs::create_dir_all(&entry).unwrap();
         std::fs::write(entry.join("autotune_configs_dp0_rank0.json"), bytes).unwrap();
         std::fs::write(entry.join(MANIFEST), serde_json::to_vec(&set).unwrap()).unwrap();
         let entries = store.entries();
         assert_eq!(entries.len(), 1);
-        assert_eq!(entries[0].manifest.shape, Shape::VllmFlat);
+        assert_eq!(entries[0].manifest.shape, crate::engine::VLLM_FLAT);
         assert!(entries[0].manifest.flat);
         assert!(store
             .restore(&crate::digest::Fingerprint::parse(&fp).unwrap())

@@ -466,8 +466,7 @@ fn concurrent_publishers_and_readers_never_accept_a_torn_file() {
             continue;
         };
         let me = keepwrap::share::Node { nnodes: 2, rank: 0 };
-        match keepwrap::share::gather(&share, &cluster, me, keepwrap::cache::Shape::Sglang).unwrap()
-        {
+        match keepwrap::share::gather(&share, &cluster, me, keepwrap::engine::SGLANG).unwrap() {
             keepwrap::share::Gathered::Incomplete(why) => {
                 if why
                     .iter()

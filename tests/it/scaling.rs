@@ -73,7 +73,7 @@ fn commit(dirs: usize, ranks: usize) -> Commit {
     keepwrap::unify::unify_tree(root, files.iter().map(PathBuf::as_path));
     let r = keepwrap::cache::sign(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(FP).unwrap(),
     )
     .unwrap();

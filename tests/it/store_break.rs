@@ -39,7 +39,7 @@ fn signed_dirs(root: &Path, keys: &[&str], n: usize, f: &str, salt: u32) {
             .unwrap();
         }
     }
-    cache::sign(stage.path(), keepwrap::cache::Shape::Sglang, &launch(f)).unwrap();
+    cache::sign(stage.path(), keepwrap::engine::SGLANG, &launch(f)).unwrap();
     fs::create_dir_all(root.join("0.7.2/sm121")).unwrap();
     for key in keys {
         let dir = format!("0.7.2/sm121/{key}");
@@ -55,7 +55,7 @@ fn prune_as(root: &Path, store: &Store, f: &str) -> cache::PruneReport {
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &launch(f),
         &mut |fd, set| store.stash(fd, set),
     )
@@ -70,7 +70,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &launch(THIS),
         &mut |fd, set| {
             meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
@@ -87,7 +87,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
 fn stored_set(root: &Path, keys: &[&str], n: usize) -> (String, Store) {
     let a = fp('a');
     signed_dirs(root, keys, n, &a, 1);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, n * keys.len());
     (a, store)
 }
@@ -112,7 +112,7 @@ fn a_symlink_or_a_directory_planted_after_the_check_is_not_stored_and_left_alone
         let root = t.path();
         let a = fp('a');
         signed_dirs(root, &[KEY_A], 4, &a, 1);
-        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
         let r = prune_meddled(root, &store, |dir| match how {
             "link" => {
                 std::os::unix::fs::symlink(&target, dir.join("rank_tp9_pp0_dp0.json")).unwrap()
@@ -147,7 +147,7 @@ fn a_member_and_its_sidecar_rewritten_as_a_consistent_pair_never_come_back() {
     signed_dirs(root, &[KEY_A], 4, &a, 1);
     let other = tempfile::tempdir().unwrap();
     signed_dirs(other.path(), &[KEY_A], 4, &a, 7);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     prune_meddled(root, &store, |dir| {
         for ext in ["json", "launch"] {
             let name = format!("rank_tp2_pp0_dp0.{ext}");
@@ -171,7 +171,7 @@ fn a_rank_file_planted_in_a_stored_entry_never_comes_back() {
         let root = t.path();
         let a = fp('a');
         signed_dirs(root, keys, 2, &a, 1);
-        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 2 * keys.len());
         let entry = root.join(format!(".keepwrap/store/{a}"));
         let dir = if keys.len() > 1 {
@@ -209,7 +209,7 @@ fn a_restore_target_that_is_taken_is_never_replaced_nor_followed() {
         let a = fp('a');
         signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
         let ctime = ctime_of(&rank(root, KEY_A, 1));
-        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4);
         let at = root.join(format!("0.7.2/sm121/{KEY_A}"));
         // (The stash moved 0.7.2/sm121 whole: only the set was there.)
@@ -259,7 +259,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
         signed_dirs(&root, &[KEY_A, KEY_B], 2, &a, 1);
         let link = t.path().join("outside-link");
         fs::hard_link(rank(&root, KEY_A, 1), &link).unwrap();
-        let store = Store::open(&root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(&root, keepwrap::engine::SGLANG).unwrap();
         assert_eq!(prune_as(&root, &store, THIS).stored, 4);
         assert_eq!(store.restore(&launch(&a)).expect("restored").paths.len(), 4);
         let f = rank(&root, KEY_A, 1);
@@ -274,7 +274,7 @@ fn a_restored_file_edited_in_place_through_an_outside_hard_link_is_caught_by_its
         assert_eq!(fs::metadata(&f).unwrap().modified().unwrap(), mtime);
         assert_eq!(fs::read(&f).unwrap(), bytes);
         if sign {
-            cache::sign(&root, keepwrap::cache::Shape::Sglang, &launch(&a)).unwrap();
+            cache::sign(&root, keepwrap::engine::SGLANG, &launch(&a)).unwrap();
             let sc: serde_json::Value =
                 serde_json::from_slice(&fs::read(f.with_extension("launch")).unwrap()).unwrap();
             use sha2::Digest;
@@ -636,7 +636,7 @@ fn two_sets_sharing_their_sm_are_each_stored_and_restored_whole() {
     let (a, b) = (fp('a'), fp('b'));
     signed_dirs(root, &[KEY_A, "00000000000000a2"], 2, &a, 1);
     signed_dirs(root, &[KEY_B, "00000000000000b2"], 2, &b, 2);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 8);
     assert!(!root.join("0.7.2/sm121").exists());
     for (f, keys) in [
@@ -663,13 +663,13 @@ fn an_sm_swapped_for_a_symlink_before_the_stash_is_not_followed() {
     let outside = tempfile::tempdir().unwrap();
     let a = fp('a');
     signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     let away = outside.path().join("sm121");
     let mut swapped = false;
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &launch(THIS),
         &mut |fd, set| {
             if !swapped {
@@ -764,7 +764,7 @@ fn a_file_of_the_users_in_the_version_or_the_sm_directory_is_left_alone() {
         let a = fp('a');
         signed_dirs(root, &[KEY_A, KEY_B], 2, &a, 1);
         fs::write(root.join(at), "mine").unwrap();
-        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
         assert_eq!(prune_as(root, &store, THIS).stored, 4, "{at}");
         assert_eq!(fs::read(root.join(at)).unwrap(), b"mine", "{at}");
         assert_eq!(
@@ -797,7 +797,7 @@ fn the_mode_of_a_moved_sm_directory_survives_a_stash_and_a_restore() {
     let sm = root.join("0.7.2/sm121");
     fs::set_permissions(&sm, fs::Permissions::from_mode(0o2770)).unwrap();
     let mode = fs::metadata(&sm).unwrap().permissions().mode() & 0o7777;
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 4);
     store.recover();
     assert!(store.restore(&launch(&a)).is_some());
@@ -828,7 +828,7 @@ fn a_tree_entry_whose_manifest_is_deleted_is_not_moved_into_the_tree() {
     signed_dirs(root, &[KEY_A], 2, &a, 1);
     let place = root.join(format!("0.7.2/sm121/{KEY_A}"));
     fs::write(place.join("notes.txt"), "mine").unwrap();
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     assert_eq!(prune_as(root, &store, THIS).stored, 2);
     let entry = root.join(format!(".keepwrap/store/{a}"));
     assert!(entry.join(format!("0.7.2/sm121/{KEY_A}")).is_dir());

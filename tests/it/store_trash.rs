@@ -33,7 +33,7 @@ fn signed_dir(root: &Path, key: &str, n: usize, f: &str) {
     }
     cache::sign(
         stage.path(),
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(f).unwrap(),
     )
     .unwrap();
@@ -50,7 +50,7 @@ fn prune(root: &Path, store: &Store) -> cache::PruneReport {
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| store.stash(fd, set),
     )
@@ -75,7 +75,7 @@ fn a_whole_set_moves_with_its_directory_and_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     let r = prune(root, &store);
     assert_eq!((r.stored, r.removed), (4, 0));
     assert!(!root.join("0.7.2/sm121/00000000000000aa").exists());
@@ -103,7 +103,7 @@ fn a_changed_set_goes_to_the_trash_whole_and_the_store_is_untouched() {
     let root = t.path();
     let (a, b) = (fp('a'), fp('b'));
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     assert_eq!(prune(root, &store).stored, 4);
     // b's set, one member changed after signing (same size).
     signed_dir(root, "00000000000000bb", 4, &b);
@@ -130,7 +130,7 @@ fn a_directory_with_something_else_is_stored_file_by_file() {
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 2, &a);
     fs::write(root.join("0.7.2/sm121/00000000000000aa/README"), "mine").unwrap();
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     let r = prune(root, &store);
     assert_eq!(r.stored, 2);
     assert!(root.join("0.7.2/sm121/00000000000000aa/README").is_file());
@@ -144,7 +144,7 @@ fn prune_meddled(root: &Path, store: &Store, meddle: impl Fn(&Path)) -> cache::P
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(THIS).unwrap(),
         &mut |fd, set| {
             meddle(&root.join(set.dir.as_deref().expect("a set of one directory")));
@@ -162,7 +162,7 @@ fn a_member_replaced_after_the_check_is_not_stored() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     // As the engine saves: a new file renamed over the member, here with
     // the very bytes signed (only the file is another).
     let r = prune_meddled(root, &store, |dir| {
@@ -185,7 +185,7 @@ fn a_file_planted_after_the_check_is_not_stored() {
         let root = t.path();
         let a = fp('a');
         signed_dir(root, "00000000000000aa", 4, &a);
-        let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+        let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
         let r = prune_meddled(root, &store, |dir| {
             fs::write(dir.join(planted), "{}").unwrap();
         });
@@ -225,7 +225,7 @@ fn a_member_rewritten_in_place_after_the_check_never_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     // The same inode, other bytes of the same size.
     prune_meddled(root, &store, |dir| {
         let (f, bytes) = rank2_changed(dir);
@@ -249,7 +249,7 @@ fn a_member_deleted_and_written_anew_after_the_check_never_comes_back() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     prune_meddled(root, &store, |dir| {
         let (f, bytes) = rank2_changed(dir);
         fs::remove_file(&f).unwrap();
@@ -277,7 +277,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     killed_between_the_renames(root, &store, &a);
     let entries = store.entries();
     assert_eq!(entries.len(), 1);
@@ -300,7 +300,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_restored_whole() {
     store.recover();
     let r = cache::prune_stashing(
         root,
-        keepwrap::cache::Shape::Sglang,
+        keepwrap::engine::SGLANG,
         &keepwrap::digest::Fingerprint::parse(&a).unwrap(),
         &mut |fd, set| store.stash(fd, set),
     )
@@ -320,7 +320,7 @@ fn an_entry_whose_manifest_had_not_moved_in_survives_other_launches() {
     let a = fp('a');
     let b = fp('b');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     killed_between_the_renames(root, &store, &a);
     signed_dir(root, "00000000000000bb", 2, &b);
     for stored in [4 + 2, 2] {
@@ -345,7 +345,7 @@ fn an_entry_whose_manifest_had_not_moved_in_is_checked_and_evicted_like_any() {
     let root = t.path();
     let a = fp('a');
     signed_dir(root, "00000000000000aa", 4, &a);
-    let store = Store::open(root, keepwrap::cache::Shape::Sglang).unwrap();
+    let store = Store::open(root, keepwrap::engine::SGLANG).unwrap();
     killed_between_the_renames(root, &store, &a);
     // A member edited in the store: not restored, and the entry goes.
     let f = root.join(format!(".keepwrap/store/{a}/rank_tp1_pp0_dp0.json"));

@@ -6,7 +6,7 @@ use serde_json::json;
 #[test]
 fn signed_for_this_launch_is_kept() {
     let t = tree(2);
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert_eq!(s.signed.len(), 2);
     assert!(!s.unchanged);
     let (r, logs) = prune_logged(t.path(), FP);
@@ -35,7 +35,7 @@ fn no_sidecar_is_removed() {
 #[test]
 fn other_fingerprint_is_removed_with_its_sidecar() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(OTHER)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(OTHER)).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.removed, 1);
     assert!(
@@ -54,7 +54,7 @@ fn other_fingerprint_is_removed_with_its_sidecar() {
 #[test]
 fn bytes_changed_after_signing_are_removed() {
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     // same size, other bytes
     let b0 = body("r0").replace("r0", "x0");
     put(t.path(), &rank(0), &b0);
@@ -115,7 +115,7 @@ fn garbage_sidecar_is_removed() {
 #[test]
 fn future_sidecar_format_is_removed() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let p = t.path().join(sidecar_of(&rank(0)));
     let s = fs::read_to_string(&p)
         .unwrap()
@@ -132,7 +132,7 @@ fn future_sidecar_format_is_removed() {
 #[test]
 fn old_sidecar_format_is_removed() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let p = t.path().join(sidecar_of(&rank(0)));
     let s = fs::read_to_string(&p)
         .unwrap()
@@ -147,7 +147,7 @@ fn old_sidecar_format_is_removed() {
 fn tampered_set_manifest_is_not_trusted() {
     // fingerprint right, but the manifest's id does not hash its members
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let p = t.path().join(format!(".keepwrap/sets/{FP}.json"));
     let mut m: sidecar::SetManifest = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
     m.members.pop();
@@ -163,7 +163,7 @@ fn tampered_set_manifest_is_not_trusted() {
 #[test]
 fn a_set_without_its_manifest_is_not_trusted() {
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     fs::remove_file(t.path().join(format!(".keepwrap/sets/{FP}.json"))).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
@@ -176,11 +176,11 @@ fn a_manifest_of_a_newer_set_breaks_the_older_one() {
     // sidecar of a changed member, recording its new bytes, beside the
     // manifest of the old set, which records the old ones.
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let m = t.path().join(format!(".keepwrap/sets/{FP}.json"));
     let old = fs::read(&m).unwrap();
     put(t.path(), &rank(1), &body("new"));
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     fs::write(&m, old).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
@@ -196,7 +196,7 @@ fn sidecar_size_does_not_depend_on_the_set() {
         .iter()
         .map(|&n| {
             let t = tree(n);
-            sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+            sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
             fs::metadata(t.path().join(sidecar_of(&rank(0))))
                 .unwrap()
                 .len()
@@ -208,7 +208,7 @@ fn sidecar_size_does_not_depend_on_the_set() {
 #[test]
 fn sidecar_copied_beside_another_file_is_not_trusted() {
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     fs::copy(
         t.path().join(sidecar_of(&rank(0))),
         t.path().join(sidecar_of(&rank(1))),
@@ -226,7 +226,7 @@ fn sidecar_copied_beside_another_file_is_not_trusted() {
 #[test]
 fn leftovers_are_removed() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     put(t.path(), &format!("{DIR}/rank_tp9_pp0_dp0.launch"), "{}");
     put(t.path(), &format!("{DIR}/.autotuner_abc123.tmp"), "{");
     put(t.path(), &format!("{DIR}/.keepwrap-1-2-3.tmp"), "{");
@@ -276,7 +276,7 @@ fn runs_and_hidden_dirs_are_untouched() {
         assert!(exists(t.path(), p), "{p}");
     }
     // sign does not sign them either
-    assert!(sign(t.path(), Shape::Sglang, &fingerprint(FP))
+    assert!(sign(t.path(), crate::engine::SGLANG, &fingerprint(FP))
         .unwrap()
         .signed
         .is_empty());
@@ -284,14 +284,14 @@ fn runs_and_hidden_dirs_are_untouched() {
 
 #[test]
 fn is_cache_file_rules() {
-    assert!(is_cache_file(Path::new(&rank(0)), Shape::Sglang));
+    assert!(is_cache_file(Path::new(&rank(0)), crate::engine::SGLANG));
     for ok in [
         "0.7.2/sm121/0123456789abcdef/rank_tp0_pp0_dp0_gpuGPU-1234.json",
         "0.6.1.post2/sm90/0123456789abcdef/rank_tp3_pp0_dp1.json",
         "0.7.0rc1+cu130/sm100/ffffffffffffffff/rank_x.json",
         "unknown/sm89/0123456789abcdef/rank_tp0_pp0_dp0.json",
     ] {
-        assert!(is_cache_file(Path::new(ok), Shape::Sglang), "{ok}");
+        assert!(is_cache_file(Path::new(ok), crate::engine::SGLANG), "{ok}");
     }
     // Not the engine's shape: any other depth, directory or file name.
     for not in [
@@ -309,17 +309,35 @@ fn is_cache_file_rules() {
         "0.7.2/sm121/0123456789abcdef/rank_.json",
         "0.7.2/sm121/0123456789abcdef/runs/rank_tp0_pp0_dp0.json",
     ] {
-        assert!(!is_cache_file(Path::new(not), Shape::Sglang), "{not}");
+        assert!(
+            !is_cache_file(Path::new(not), crate::engine::SGLANG),
+            "{not}"
+        );
     }
-    assert!(!is_cache_file(Path::new("a/runs/x.json"), Shape::Sglang));
-    assert!(!is_cache_file(Path::new(".keepwrap/x.json"), Shape::Sglang));
+    assert!(!is_cache_file(
+        Path::new("a/runs/x.json"),
+        crate::engine::SGLANG
+    ));
+    assert!(!is_cache_file(
+        Path::new(".keepwrap/x.json"),
+        crate::engine::SGLANG
+    ));
     assert!(!is_cache_file(
         Path::new("a/.autotuner_x.tmp"),
-        Shape::Sglang
+        crate::engine::SGLANG
     ));
-    assert!(!is_cache_file(Path::new("a/x.launch"), Shape::Sglang));
-    assert!(!is_cache_file(Path::new("../x.json"), Shape::Sglang));
-    assert!(!is_cache_file(Path::new("/abs/x.json"), Shape::Sglang));
-    assert!(!is_cache_file(Path::new(".json"), Shape::Sglang));
-    assert!(!is_cache_file(Path::new(""), Shape::Sglang));
+    assert!(!is_cache_file(
+        Path::new("a/x.launch"),
+        crate::engine::SGLANG
+    ));
+    assert!(!is_cache_file(
+        Path::new("../x.json"),
+        crate::engine::SGLANG
+    ));
+    assert!(!is_cache_file(
+        Path::new("/abs/x.json"),
+        crate::engine::SGLANG
+    ));
+    assert!(!is_cache_file(Path::new(".json"), crate::engine::SGLANG));
+    assert!(!is_cache_file(Path::new(""), crate::engine::SGLANG));
 }

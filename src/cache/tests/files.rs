@@ -12,7 +12,7 @@ fn symlink_json_is_unlinked_not_followed() {
     fs::create_dir_all(t.path().join(DIR)).unwrap();
     std::os::unix::fs::symlink(&target, t.path().join(rank(0))).unwrap();
     // sign skips it
-    let (s, logs) = capture(|| sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap());
+    let (s, logs) = capture(|| sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap());
     assert!(s.signed.is_empty());
     assert!(
         logs.said("not_signed", &rank(0), "not a regular file (symlink)"),
@@ -50,7 +50,7 @@ fn symlinked_sidecar_is_replaced_by_sign_and_distrusted_by_prune() {
     // sign: the planted link is replaced, not written through
     put(t.path(), &rank(0), &body("r0"));
     std::os::unix::fs::symlink(&target, &sc).unwrap();
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert_eq!(s.signed.len(), 1);
     assert!(fs::symlink_metadata(&sc).unwrap().file_type().is_file());
     assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
@@ -62,7 +62,7 @@ fn fifo_json_does_not_hang() {
     let t = tree(1);
     let fifo = t.path().join(format!("{DIR}/rank_tp1_pp0_dp0.json"));
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-    let (s, logs) = capture(|| sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap());
+    let (s, logs) = capture(|| sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap());
     // Rank 0 alone would be a partial hit next boot: its directory is not
     // signed.
     assert!(s.signed.is_empty(), "{logs}");

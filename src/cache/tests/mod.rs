@@ -172,7 +172,7 @@ fn fingerprint(fp: &str) -> crate::digest::Fingerprint {
 fn prune(root: &Path, fp: &str) -> std::io::Result<PruneReport> {
     super::prune::prune(
         root,
-        Shape::Sglang,
+        crate::engine::SGLANG,
         &fingerprint(fp),
         Empty::Now,
         None,

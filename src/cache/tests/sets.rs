@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn set_with_a_member_missing_is_removed_whole() {
     let t = tree(3);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     fs::remove_file(t.path().join(rank(1))).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 2), "{logs}");
@@ -33,7 +33,7 @@ fn set_with_a_member_missing_is_removed_whole() {
 #[test]
 fn set_with_a_member_changed_is_removed_whole() {
     let t = tree(3);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     put(t.path(), &rank(2), &body("changed"));
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (0, 3), "{logs}");
@@ -56,7 +56,7 @@ fn set_across_directories_is_one_set() {
     let t = tree(2);
     let draft = "0.6.18/sm121/aaaaaaaaaaaaaaaa/rank_tp0_pp0_dp0.json";
     put(t.path(), draft, &body("d"));
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert_eq!(s.signed.len(), 3);
     fs::remove_file(t.path().join(draft)).unwrap();
     let (r, _) = prune_logged(t.path(), FP);
@@ -83,12 +83,12 @@ fn crash_mid_resign_trusts_nothing() {
     // nothing is trusted.
     for written in [vec![0], vec![1], vec![0, 1], vec![1, 2]] {
         let t = tree(3);
-        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+        sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
         let old = sidecars(t.path(), 3);
         let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(0), &body("retuned"));
         assert!(
-            !sign(t.path(), Shape::Sglang, &fingerprint(FP))
+            !sign(t.path(), crate::engine::SGLANG, &fingerprint(FP))
                 .unwrap()
                 .unchanged
         );
@@ -115,11 +115,11 @@ fn crash_mid_sign_of_a_grown_set_keeps_the_set_committed_before() {
     // r2 is in no committed set.
     for written in [vec![2], vec![0], vec![0, 1], vec![0, 2]] {
         let t = tree(2);
-        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+        sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
         let old = sidecars(t.path(), 2);
         let old_manifest = fs::read(manifest_path(t.path())).unwrap();
         put(t.path(), &rank(2), &body("r2"));
-        sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+        sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
         for i in 0..2u32 {
             if !written.contains(&i) {
                 fs::write(t.path().join(sidecar_of(&rank(i))), &old[i as usize]).unwrap();
@@ -148,7 +148,7 @@ fn a_grown_set_writes_the_sidecar_of_its_new_member_only() {
     // the manifest, and leaves r0's and r1's as they are (the same inode:
     // not written again).
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let ino = |i: u32| {
         std::os::unix::fs::MetadataExt::ino(
             &fs::symlink_metadata(t.path().join(sidecar_of(&rank(i)))).unwrap(),
@@ -156,7 +156,7 @@ fn a_grown_set_writes_the_sidecar_of_its_new_member_only() {
     };
     let before = [ino(0), ino(1)];
     put(t.path(), &rank(2), &body("r2"));
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(!s.unchanged);
     assert_eq!(s.signed.len(), 3);
     assert_eq!([ino(0), ino(1)], before);
@@ -181,12 +181,12 @@ fn a_set_of_format_2_sidecars_is_kept_and_signed_again_in_format_3() {
     // carries are not read (the manifest lists the set), whatever they
     // say; the next sign writes each sidecar again in format 3.
     let t = tree(2);
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     as_format_2(t.path(), &rank(0), &s.set_id);
     as_format_2(t.path(), &rank(1), &"cd".repeat(32));
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.kept.len(), r.removed), (2, 0), "{logs}");
-    let again = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let again = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(again.unchanged);
     assert_eq!(again.set_id, s.set_id);
     for i in 0..2 {
@@ -208,7 +208,7 @@ fn a_format_2_sidecar_with_other_bytes_than_the_manifest_fails_the_set() {
     // The set ids of format 2 vouch for nothing: a sidecar naming the set
     // but recording other bytes than the manifest lists fails it.
     let t = tree(2);
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     put(t.path(), &rank(0), &body("other"));
     let bytes = fs::read(t.path().join(rank(0))).unwrap();
     let path = t.path().join(sidecar_of(&rank(0)));

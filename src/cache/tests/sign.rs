@@ -6,7 +6,7 @@ use serde_json::json;
 #[test]
 fn sign_twice_without_change_writes_nothing() {
     let t = tree(3);
-    let first = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let first = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(!first.unchanged);
     let ino = |i: u32| {
         fs::symlink_metadata(t.path().join(sidecar_of(&rank(i))))
@@ -14,14 +14,14 @@ fn sign_twice_without_change_writes_nothing() {
             .ino()
     };
     let before: Vec<u64> = (0..3).map(ino).collect();
-    let second = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let second = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(second.unchanged);
     assert_eq!(second.set_id, first.set_id);
     assert_eq!(second.signed, first.signed);
     assert_eq!((0..3).map(ino).collect::<Vec<_>>(), before);
     // a change re-signs the member changed, and the set (its manifest)
     put(t.path(), &rank(1), &body("new"));
-    let third = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    let third = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(!third.unchanged);
     assert_ne!(third.set_id, first.set_id);
     let after: Vec<u64> = (0..3).map(ino).collect();
@@ -33,8 +33,8 @@ fn sign_twice_without_change_writes_nothing() {
 #[test]
 fn sign_for_another_launch_rewrites() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(OTHER)).unwrap();
-    let s = sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(OTHER)).unwrap();
+    let s = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(!s.unchanged);
     assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
 }
@@ -45,7 +45,7 @@ fn sign_skips_what_is_not_a_json_object() {
     put(t.path(), &format!("{DIR}/rank_bad.json"), "nope");
     put(t.path(), &format!("{DIR}/rank_list.json"), "[]");
     put(t.path(), OTHER_RANK, &body("o"));
-    let (s, logs) = capture(|| sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap());
+    let (s, logs) = capture(|| sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap());
     // Nothing of a directory holding a file that cannot be signed (a
     // partial hit next boot otherwise); other directories are signed.
     assert_eq!(s.signed, vec![PathBuf::from(OTHER_RANK)], "{logs}");
@@ -77,7 +77,7 @@ fn sign_skips_what_is_not_a_json_object() {
 #[test]
 fn sidecar_content() {
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let v: serde_json::Value =
         serde_json::from_slice(&fs::read(t.path().join(sidecar_of(&rank(1)))).unwrap()).unwrap();
     let bytes = fs::read(t.path().join(rank(1))).unwrap();
@@ -122,6 +122,6 @@ fn missing_root_is_empty() {
     let root = t.path().join("nope");
     let r = prune(&root, FP).unwrap();
     assert!(r.kept.is_empty() && r.removed == 0);
-    let s = sign(&root, Shape::Sglang, &fingerprint(FP)).unwrap();
+    let s = sign(&root, crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(s.signed.is_empty());
 }

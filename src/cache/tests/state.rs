@@ -91,7 +91,7 @@ fn kept_lines_past_sixteen_are_debug_with_one_summary() {
             &body(&format!("r{i}")),
         );
     }
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!(r.kept.len(), 20);
     let kept = |level: &str| {
@@ -114,7 +114,7 @@ fn kept_lines_past_sixteen_are_debug_with_one_summary() {
 #[test]
 fn an_edit_that_keeps_size_and_modification_time_is_caught_by_the_change_time() {
     let t = tree(2);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let p = t.path().join(rank(0));
     let meta = fs::metadata(&p).unwrap();
     let sc: Sidecar =

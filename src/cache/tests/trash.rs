@@ -6,7 +6,7 @@ use serde_json::json;
 #[test]
 fn a_directory_that_goes_whole_goes_to_the_trash_then_away() {
     let t = tree(3);
-    sign(t.path(), Shape::Sglang, &fingerprint(OTHER)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(OTHER)).unwrap();
     put(t.path(), &format!("{DIR}/.autotuner_x.tmp"), "");
     let (r, logs) = prune_logged(t.path(), FP);
     assert_eq!((r.removed, r.leftovers), (3, 1), "{logs}");

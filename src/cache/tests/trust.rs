@@ -6,7 +6,7 @@ use serde_json::json;
 #[test]
 fn world_writable_dir_is_untrusted() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let d = t.path().join(DIR);
     fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);
@@ -27,7 +27,7 @@ fn world_writable_dir_is_untrusted() {
 #[test]
 fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let top = t.path().join("0.6.18");
     fs::set_permissions(&top, fs::Permissions::from_mode(0o1777)).unwrap();
     assert_eq!(prune(t.path(), FP).unwrap().kept.len(), 1);
@@ -40,7 +40,7 @@ fn untrusted_parent_makes_children_untrusted_and_sticky_is_fine() {
     );
     // sign refuses too
     put(t.path(), &rank(0), &body("r0"));
-    let (s, logs) = capture(|| sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap());
+    let (s, logs) = capture(|| sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap());
     assert!(s.signed.is_empty());
     assert!(
         logs.said(
@@ -58,7 +58,7 @@ fn dir_owned_by_another_user_is_untrusted() {
         return; // needs chown
     }
     let t = tree(1);
-    sign(t.path(), Shape::Sglang, &fingerprint(FP)).unwrap();
+    sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     let d = t.path().join(DIR);
     std::os::unix::fs::chown(&d, Some(12345), None).unwrap();
     let (r, logs) = prune_logged(t.path(), FP);

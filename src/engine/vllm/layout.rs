@@ -1,60 +1,75 @@
-//! The shape of the tree keepwrap guards: SGLang's (`<version>/sm<arch>/<key16>/rank_*.json`)
-//! or vLLM's, whose names are disjoint from SGLang's.
+//! vLLM's cache tree.
 //!
 //! vLLM (0.27.1 and later) keeps FlashInfer's tactics in
 //! `$VLLM_CACHE_ROOT/flashinfer_autotune_cache/<flashinfer version>/<arch>/<sha256>/`
-//! ([`Shape::VllmTree`], the root being `.../flashinfer_autotune_cache`),
+//! ([`TREE`], the root being `.../flashinfer_autotune_cache`),
 //! or right in `$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR/<sha256>/`
-//! ([`Shape::VllmFlat`]). In a `<sha256>/` folder the engine's files are
+//! ([`FLAT`]). In a `<sha256>/` folder the engine's files are
 //! `autotune_configs_dp<D>_rank<R>.json` (layout C), `autotune_configs.json`
 //! (layout A), `autotune_config.json` (layout B), their temp files, and
 //! keepwrap's `<stem>.launch` sidecars. With the override variable, a
 //! one-rank launch on 0.33.0 keeps FlashInfer's managed store in `v2/`
 //! beside the folders: it is the engine's, and keepwrap never walks into it.
 //!
-//! The engine names the shape (`engine::Engine::shape`), and it is a
+//! The engine names the shape ([`crate::engine::Engine::shape`]), and it is a
 //! value wherever a path is judged: the walk, the cache's checks, the
 //! store, the share, the fleet, the watcher and the commit are each given
 //! it by the launch (or the subcommand) that knows its engine.
 
+use crate::cache::{is_version_dir, Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
 use crate::launch::vllm::{self as facts, FileKind};
 
-use super::layout::{Role, CACHE_EXT, SIDECAR_EXT};
-
-/// Which engine's cache tree the root holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// `<version>/sm<arch>/<key16>/rank_*.json`
-    Sglang,
-    /// `<flashinfer version>/<arch>/<sha256>/autotune_configs*.json`
-    VllmTree,
-    /// `<sha256>/autotune_configs*.json` (`VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`)
-    VllmFlat,
-}
-
-/// The managed store's directory in a [`Shape::VllmFlat`] root.
+/// The managed store's directory in a [`FLAT`] root.
 pub const MANAGED_STORE_DIR: &[u8] = b"v2";
 
-impl Shape {
-    /// Every shape.
-    pub const ALL: [Shape; 3] = [Shape::Sglang, Shape::VllmTree, Shape::VllmFlat];
+/// vLLM's tree: `<flashinfer version>/<arch>/<sha256>/autotune_configs*.json`
+/// below `$VLLM_CACHE_ROOT/flashinfer_autotune_cache`, else (`flat`)
+/// `<sha256>/autotune_configs*.json` right in
+/// `$VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`.
+pub struct Tree {
+    flat: bool,
+}
 
-    /// The depth of the folders that hold the files (the root is 0).
-    pub fn key_depth(self) -> usize {
-        match self {
-            Shape::Sglang | Shape::VllmTree => 3,
-            Shape::VllmFlat => 1,
+impl Layout for Tree {
+    fn name(&self) -> &'static str {
+        if self.flat {
+            "vllm-flat"
+        } else {
+            "vllm-tree"
         }
     }
-
-    /// What the user should check when entries of another shape are found.
-    pub fn root_hint(self) -> &'static str {
-        match self {
-            Shape::Sglang => "is --cache-dir the engine's cache directory ($SGLANG_CACHE_DIR/flashinfer/autotune)?",
-            Shape::VllmTree | Shape::VllmFlat => "is --cache-dir vLLM's autotune cache directory ($VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else $VLLM_CACHE_ROOT/flashinfer_autotune_cache)?",
+    fn key_depth(&self) -> usize {
+        if self.flat {
+            1
+        } else {
+            3
         }
+    }
+    fn root_hint(&self) -> &'static str {
+        "is --cache-dir vLLM's autotune cache directory ($VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else $VLLM_CACHE_ROOT/flashinfer_autotune_cache)?"
+    }
+    fn role(&self, name: &[u8]) -> Role {
+        role(name)
+    }
+    fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool {
+        match (self.flat, depth) {
+            (true, 0) | (false, 2) => is_hash_dir(name),
+            (false, 0) => is_version_dir(name),
+            (false, 1) => is_arch_dir(name),
+            _ => false,
+        }
+    }
+    /// The managed store (`v2/`) of a flat root is the engine's, and
+    /// keepwrap never walks into it.
+    fn is_unwalked(&self, depth: usize, name: &[u8]) -> bool {
+        self.flat && depth == 0 && name == MANAGED_STORE_DIR
     }
 }
+
+/// vLLM's tree below its root.
+pub const TREE: Shape = Shape::of(&Tree { flat: false });
+/// vLLM's flat folders in the override directory.
+pub const FLAT: Shape = Shape::of(&Tree { flat: true });
 
 /// `<sha256 hex>`: vLLM's folder of one engine configuration.
 pub fn is_hash_dir(name: &[u8]) -> bool {
@@ -72,16 +87,6 @@ pub fn is_arch_dir(name: &[u8]) -> bool {
                 && (cc.len() == digits
                     || (cc.len() == digits + 1 && cc[digits].is_ascii_lowercase()))
         })
-}
-
-/// Is `name` a directory of vLLM's layout at `depth` in a root of `shape`?
-pub fn is_layout_dir(shape: Shape, depth: usize, name: &[u8]) -> bool {
-    match (shape, depth) {
-        (Shape::VllmFlat, 0) | (Shape::VllmTree, 2) => is_hash_dir(name),
-        (Shape::VllmTree, 0) => super::layout::is_version_dir(name),
-        (Shape::VllmTree, 1) => is_arch_dir(name),
-        _ => false,
-    }
 }
 
 /// What a file name in a `<sha256>/` folder makes it.
@@ -102,15 +107,9 @@ pub fn role(name: &[u8]) -> Role {
     match facts::file_kind(s) {
         Some(FileKind::Rank { .. } | FileKind::Shared | FileKind::LayoutB) => Role::Cache,
         Some(FileKind::Temp) => Role::AutotunerTmp,
-        None if super::fsx::is_keepwrap_tmp(name) => Role::KeepwrapTmp,
+        None if crate::cache::fsx::is_keepwrap_tmp(name) => Role::KeepwrapTmp,
         None => Role::Other,
     }
-}
-
-/// The root's own entries that are the engine's without being walked: the
-/// managed store of a [`Shape::VllmFlat`] root.
-pub fn is_engines_unwalked(shape: Shape, depth: usize, name: &[u8]) -> bool {
-    shape == Shape::VllmFlat && depth == 0 && name == MANAGED_STORE_DIR
 }
 
 #[cfg(test)]
@@ -121,22 +120,22 @@ mod tests {
 
     #[test]
     fn names_of_the_vllm_tree() {
-        assert!(is_layout_dir(Shape::VllmTree, 0, b"0.7.2.post1"));
-        assert!(is_layout_dir(Shape::VllmTree, 1, b"90a"));
-        assert!(is_layout_dir(Shape::VllmTree, 1, b"90a_100a_120f"));
-        assert!(is_layout_dir(Shape::VllmTree, 1, b"80"));
-        assert!(!is_layout_dir(Shape::VllmTree, 1, b"sm90"));
-        assert!(!is_layout_dir(Shape::VllmTree, 1, b"90ab"));
-        assert!(!is_layout_dir(Shape::VllmTree, 1, b"_90a"));
-        assert!(is_layout_dir(Shape::VllmTree, 2, H.as_bytes()));
-        assert!(!is_layout_dir(Shape::VllmTree, 2, &H.as_bytes()[..16]));
-        assert!(!is_layout_dir(Shape::VllmTree, 0, H.as_bytes()));
-        assert!(is_layout_dir(Shape::VllmFlat, 0, H.as_bytes()));
-        assert!(!is_layout_dir(Shape::VllmFlat, 0, b"v2"));
-        assert!(!is_layout_dir(Shape::VllmFlat, 1, H.as_bytes()));
-        assert!(!is_layout_dir(Shape::Sglang, 0, H.as_bytes()));
-        assert_eq!(Shape::VllmFlat.key_depth(), 1);
-        assert_eq!(Shape::VllmTree.key_depth(), 3);
+        assert!(TREE.is_layout_dir(0, b"0.7.2.post1"));
+        assert!(TREE.is_layout_dir(1, b"90a"));
+        assert!(TREE.is_layout_dir(1, b"90a_100a_120f"));
+        assert!(TREE.is_layout_dir(1, b"80"));
+        assert!(!TREE.is_layout_dir(1, b"sm90"));
+        assert!(!TREE.is_layout_dir(1, b"90ab"));
+        assert!(!TREE.is_layout_dir(1, b"_90a"));
+        assert!(TREE.is_layout_dir(2, H.as_bytes()));
+        assert!(!TREE.is_layout_dir(2, &H.as_bytes()[..16]));
+        assert!(!TREE.is_layout_dir(0, H.as_bytes()));
+        assert!(FLAT.is_layout_dir(0, H.as_bytes()));
+        assert!(!FLAT.is_layout_dir(0, b"v2"));
+        assert!(!FLAT.is_layout_dir(1, H.as_bytes()));
+        assert!(!crate::engine::sglang::TREE.is_layout_dir(0, H.as_bytes()));
+        assert_eq!(FLAT.key_depth(), 1);
+        assert_eq!(TREE.key_depth(), 3);
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! no union), the store keeps other launches' sets, sign signs what is there
 //! at done, and a warm boot that writes nothing is a reuse.
 
+pub mod layout;
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::cache::layout_vllm::Shape;
+use crate::cache::Shape;
 use crate::done::{Done, DoneError, Endpoint};
 use crate::launch::fingerprint::vllm::VllmLaunch;
 use crate::launch::fingerprint::Launch;
@@ -49,9 +51,9 @@ fn root(cache_dir: Option<&Path>, env: &[(OsString, OsString)]) -> Result<PathBu
 fn shape(env: &[(OsString, OsString)]) -> Shape {
     let computed = facts::autotune_root(env, &crate::launch::home::passwd_home);
     if matches!(computed, Ok(AutotuneRoot::Override(_))) {
-        Shape::VllmFlat
+        layout::FLAT
     } else {
-        Shape::VllmTree
+        layout::TREE
     }
 }
 

@@ -4,17 +4,20 @@
 //! rank files from the share, and a server is done at its first `200` of
 //! `/health`.
 
+pub mod layout;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cache::layout_vllm::Shape;
+use crate::cache::Shape;
 use crate::done::{serves_tls, Done, DoneError, Endpoint};
 use crate::launch::fingerprint::Launch;
 use crate::share::Share;
 use crate::stops::Stopped;
 
 use super::{Engine, NoRoot};
+pub use layout::TREE;
 
 pub struct Sglang;
 
@@ -31,7 +34,7 @@ impl Engine for Sglang {
     }
 
     fn shape(&self, _env: &[(OsString, OsString)]) -> Shape {
-        Shape::Sglang
+        layout::TREE
     }
 
     fn root_origin(&self, env: &[(OsString, OsString)]) -> &'static str {
