@@ -117,7 +117,10 @@ pub fn print(
         let for_command = command_settings(&all, run, launch);
         all.extend(for_command);
     }
-    crate::root::place::warn_cache_dir(run.cache_dir.as_deref(), command, &env);
+    if let Some(launch) = &launch {
+        let engine = crate::engine::of(launch.profile());
+        crate::engine::warn_cache_dir(engine, run.cache_dir.as_deref(), command, &env);
+    }
     if json {
         print_json(&all);
     } else {

@@ -35,7 +35,9 @@ pub fn evict(
     dry_run: bool,
 ) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let Some(first) = crate::root::place::root_from(cache_dir, &env) else {
+    // The default profile's engine, whose root a bare `evict` means.
+    let engine = crate::engine::of(crate::launch::fingerprint::ProfileName::Auto);
+    let Ok(first) = engine.root(cache_dir, &env) else {
         return super::no_root();
     };
     let mut roots = vec![first];
@@ -49,7 +51,7 @@ pub fn evict(
     // Each root's store opened once (a root without one is skipped below),
     // for the default profile's tree: each stored set is judged by the tree
     // it is laid out for.
-    let shape = crate::engine::of(crate::launch::fingerprint::ProfileName::Auto).shape(&env);
+    let shape = engine.shape(&env);
     let stored: Vec<Option<Store>> = roots
         .iter()
         .map(|r| Store::open_existing(r, shape))

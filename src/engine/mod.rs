@@ -12,6 +12,9 @@
 pub mod sglang;
 pub mod vllm;
 
+/// The items `explain` compares of a server launch's canonical inputs.
+pub use sglang::explain::{launch_items, strings};
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,6 +46,28 @@ pub trait Engine: Sync {
             (Some(cwd), None) if root.is_relative() => cwd.join(root),
             _ => root,
         })
+    }
+
+    /// Whether a process running `argv` (its own command: a console script
+    /// run through its shebang shows as the script) runs this engine's
+    /// server, as the launch's words would name it.
+    fn runs(&self, argv: &[OsString]) -> bool;
+
+    /// The engine's own commands (console scripts), by their file name.
+    fn commands(&self) -> &'static [&'static str];
+
+    /// The engine's cache directory, and the variable it derives from,
+    /// when `cache_dir` (`--cache-dir`) is neither it nor below it as the
+    /// engine's environment `env` defines it and `argv` runs the engine:
+    /// the engine then writes elsewhere, and keepwrap would guard a
+    /// directory the engine never reads.
+    fn outside_cache(
+        &self,
+        _cache_dir: &Path,
+        _argv: &[OsString],
+        _env: &[(OsString, OsString)],
+    ) -> Option<(PathBuf, &'static str)> {
+        None
     }
 
     /// The layout of the tree below the root, as the engine's environment
@@ -128,12 +153,21 @@ pub trait Engine: Sync {
     /// The flags that tell the nodes or data-parallel ranks of one launch
     /// apart.
     fn rank_flags(&self, _launch: &Launch) -> &'static [&'static str] {
-        &crate::root::running::RANK_FLAGS
+        &sglang::RANK_FLAGS
+    }
+
+    /// `(flag, value)` of each of [`Engine::rank_flags`] the engine's own
+    /// arguments give (after its prefixes, inside its shell string).
+    fn ranks(&self, launch: &Launch) -> Vec<(&'static str, String)> {
+        rank_values(&launch.command().argv, self.rank_flags(launch))
     }
 
     /// `status -- COMMAND`: the plan as this engine changes it.
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
 }
+
+/// Every engine, in the order a command is tried against them.
+pub const ALL: [&dyn Engine; 2] = [&sglang::Sglang, &vllm::Vllm];
 
 /// SGLang's cache tree.
 pub const SGLANG: Shape = sglang::TREE;
@@ -146,6 +180,56 @@ impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
     pub const ALL: [Shape; 3] = [SGLANG, VLLM_TREE, VLLM_FLAT];
+}
+
+/// Warn when `--cache-dir` is not where the engine writes
+/// ([`Engine::outside_cache`]).
+pub fn warn_cache_dir(
+    engine: &dyn Engine,
+    cache_dir: Option<&Path>,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) {
+    let Some(dir) = cache_dir else { return };
+    if let Some((engine, from)) = engine.outside_cache(dir, argv, env) {
+        crate::events::Event::CacheDirNotEngines {
+            dir: dir.to_path_buf(),
+            engine,
+            from: from.to_string(),
+        }
+        .emit();
+    }
+}
+
+/// `(flag, value)` of each rank flag in `argv` (the last one wins), up to a
+/// bare `--`.
+pub fn rank_values(argv: &[OsString], flags: &[&'static str]) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let tok = argv[i].to_string_lossy();
+        if tok == "--" {
+            break;
+        }
+        for &flag in flags {
+            let value = if tok == flag {
+                i += 1;
+                argv.get(i).map(|v| v.to_string_lossy().into_owned())
+            } else {
+                tok.strip_prefix(flag)
+                    .and_then(|r| r.strip_prefix('='))
+                    .map(str::to_string)
+            };
+            if let Some(v) = value {
+                out.retain(|(f, _)| *f != flag);
+                out.push((flag, v));
+                break;
+            }
+        }
+        i += 1;
+    }
+    out.sort();
+    out
 }
 
 /// Why prune refuses a file signed for the launch (see
@@ -209,6 +293,29 @@ fn home_origin(env: &[(OsString, OsString)]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_flags_in_both_spellings() {
+        let argv: Vec<OsString> = [
+            "x",
+            "--node-rank",
+            "1",
+            "--data-parallel-rank=3",
+            "--",
+            "--dp-rank",
+            "9",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        assert_eq!(
+            rank_values(&argv, &sglang::RANK_FLAGS),
+            vec![
+                ("--data-parallel-rank", "3".to_string()),
+                ("--node-rank", "1".to_string())
+            ]
+        );
+    }
     use crate::launch::fingerprint::Options;
 
     fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {

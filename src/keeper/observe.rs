@@ -18,20 +18,19 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 use crate::done::owner::children;
+use crate::engine::{self, Engine};
 use crate::launch::{is_python, prefix, shell, Command, Wrapper};
 
 /// Which process is the engine, by what the launch's words say it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Want {
-    /// An SGLang server launch.
-    Sglang,
-    /// A vLLM server launch.
-    Vllm,
+    /// This engine's server launch.
+    Engine(&'static dyn Engine),
     /// This command, with another spelling of its program allowed
     /// (`python3` for `/usr/bin/python3.11`).
     Argv(Vec<OsString>),
-    /// Any SGLang or vLLM server (or SGLang benchmark): a launch keepwrap
-    /// cannot read whole. Plain Python never is: a launch script's helper
+    /// Any engine's server launch (as [`Engine::runs`] says): a launch
+    /// keepwrap cannot read whole. Plain Python never is: a launch script's helper
     /// (`python3 -c 'import torch'`) must not be taken for its engine.
     Any,
 }
@@ -40,10 +39,8 @@ impl Want {
     pub fn of(command: &Command) -> Want {
         if matches!(command.wrapper, Wrapper::Unreadable(_)) {
             Want::Any
-        } else if command.server.is_some() {
-            Want::Sglang
-        } else if crate::launch::vllm::recognise(&command.argv).is_some() {
-            Want::Vllm
+        } else if let Some(engine) = engine::ALL.into_iter().find(|e| e.runs(&command.argv)) {
+            Want::Engine(engine)
         } else {
             Want::Argv(command.argv.clone())
         }
@@ -52,10 +49,7 @@ impl Want {
     /// Whether `argv` (as [`as_command`] gives it) is the engine.
     fn matches(&self, argv: &[OsString]) -> bool {
         match self {
-            Want::Sglang => {
-                is_engine(argv) && crate::launch::server_of(&crate::launch::strings(argv)).is_some()
-            }
-            Want::Vllm => is_engine(argv) && crate::launch::vllm::recognise(argv).is_some(),
+            Want::Engine(engine) => is_engine(argv) && engine.runs(argv),
             Want::Argv(want) => {
                 let program = |a: &[OsString]| {
                     let a0 = a.first().map(|a| a.to_string_lossy().into_owned());
@@ -70,7 +64,9 @@ impl Want {
                     && program(argv) == program(want)
                     && argv.get(1..) == want.get(1..)
             }
-            Want::Any => Want::Sglang.matches(argv) || Want::Vllm.matches(argv),
+            Want::Any => engine::ALL
+                .into_iter()
+                .any(|e| Want::Engine(e).matches(argv)),
         }
     }
 }
@@ -124,8 +120,7 @@ fn is_engine(argv: &[OsString]) -> bool {
     if shell::is_shell(argv0) || prefix::is_prefix(argv0.as_bytes()) {
         return false;
     }
-    let base = argv0.rsplit('/').next().unwrap_or(argv0);
-    is_python(argv0) || matches!(base, "vllm" | "sglang")
+    is_python(argv0) || is_console_script(argv0.as_bytes())
 }
 
 /// The rest of what `pid` got, with its argv read again after: a process
@@ -180,13 +175,21 @@ fn read_env(pid: u32) -> Option<Vec<(OsString, OsString)>> {
     )
 }
 
-/// A console script (`vllm`, `sglang`) run through its shebang shows as
+/// Whether `path` (any directory) is an engine's own command.
+fn is_console_script(path: &[u8]) -> bool {
+    let base = path.rsplit(|b| *b == b'/').next().unwrap_or_default();
+    engine::ALL
+        .into_iter()
+        .any(|e| e.commands().iter().any(|c| c.as_bytes() == base))
+}
+
+/// An engine's console script (`vllm`, `sglang`) run through its shebang shows as
 /// `python3 /usr/bin/vllm serve ...`: the command is the script's.
 fn as_command(argv: Vec<OsString>) -> Vec<OsString> {
     let script = argv.get(1).map(|s| s.as_bytes()).unwrap_or_default();
     let base = script.rsplit(|b| *b == b'/').next().unwrap_or_default();
     let python = argv.first().and_then(|a| a.to_str()).is_some_and(is_python);
-    if python && matches!(base, b"vllm" | b"sglang") && starts_with_shebang(script) {
+    if python && is_console_script(base) && starts_with_shebang(script) {
         return argv[1..].to_vec();
     }
     argv
@@ -220,10 +223,10 @@ mod tests {
 
     #[test]
     fn the_engine_is_what_the_words_say_it_runs() {
-        let server = Want::Sglang;
+        let server = Want::Engine(crate::engine::ALL[0]);
         assert!(server.matches(&v("/usr/bin/python3.11 -m sglang.launch_server --tp 2")));
         assert!(!server.matches(&v("python3 /opt/conda/bin/conda shell.posix hook")));
-        let vllm = Want::Vllm;
+        let vllm = Want::Engine(crate::engine::ALL[1]);
         assert!(vllm.matches(&v("/usr/local/bin/vllm serve m")));
         assert!(!vllm.matches(&v("python3 -m sglang.launch_server")));
         let script = Want::Argv(v("python3 gen.py --n 2"));

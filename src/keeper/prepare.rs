@@ -117,6 +117,7 @@ impl Keeper {
             env,
             &args.share.node_local(),
             engine.rank_flags(&launch),
+            &engine.ranks(&launch),
         );
         let share = engine.share(
             &args.share,
@@ -369,7 +370,7 @@ fn locate(
         .map_err(NoRoot::log)
         .ok()?;
     let shape = engine.shape(engine_env);
-    crate::root::place::warn_cache_dir(args.cache_dir.as_deref(), launch.argv(), engine_env);
+    crate::engine::warn_cache_dir(engine, args.cache_dir.as_deref(), launch.argv(), engine_env);
     // An unreadable launch under `--keep auto` has its own line.
     let warnings = launch.warnings();
     let shown = if unread {

@@ -289,14 +289,12 @@ pub(super) fn is_flat(dir: BorrowedFd<'_>, set: &SetManifest) -> bool {
         .is_some_and(|m| fsx::exists_at(dir, split(&m.path).1))
 }
 
-/// Does `dir` hold a cache file or sidecar directly (a flat set's
-/// directory, not a tree)?
-pub(super) fn holds_rank_files(dir: BorrowedFd<'_>) -> bool {
+/// Does `dir` hold a cache file or sidecar of `shape` directly (a flat
+/// set's directory, not a tree)?
+pub(super) fn holds_cache_files(dir: BorrowedFd<'_>, shape: Shape) -> bool {
     fsx::list_dir(dir).is_ok_and(|list| {
-        list.iter().any(|(n, _)| {
-            let n = String::from_utf8_lossy(n);
-            n.starts_with("rank_") && (n.ends_with(".json") || n.ends_with(".launch"))
-        })
+        list.iter()
+            .any(|(n, _)| matches!(shape.role(n), cache::Role::Cache | cache::Role::Sidecar))
     })
 }
 

@@ -174,7 +174,7 @@ impl Store {
         if let Some(man) = read_manifest_at(dir, shown, self.shape) {
             return Some((man, true));
         }
-        if !holds_rank_files(dir) {
+        if !holds_cache_files(dir, self.shape) {
             return None;
         }
         let sets = self.sets().ok();
@@ -191,7 +191,7 @@ impl Store {
         let Some((man, inside)) = self.flat_or_tree_manifest(dir.as_fd(), &shown, fp) else {
             // A tree's manifest is written before any member moves; a flat
             // directory without one is put back by its launch's manifest.
-            if holds_rank_files(dir.as_fd()) {
+            if holds_cache_files(dir.as_fd(), self.shape) {
                 crate::events::Event::RecoveryStoreFailed {
                     fingerprint: fp.to_string(),
                     error: ("it has no manifest to put it back by").to_string(),

@@ -4,7 +4,9 @@
 //! rank files from the share, and a server is done at its first `200` of
 //! `/health`.
 
+pub mod explain;
 pub mod layout;
+mod root;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -30,7 +32,24 @@ impl Engine for Sglang {
         cache_dir: Option<&Path>,
         env: &[(OsString, OsString)],
     ) -> Result<PathBuf, NoRoot> {
-        crate::root::place::root_from(cache_dir, env).ok_or(NoRoot::NoHome)
+        root::root_from(cache_dir, env).ok_or(NoRoot::NoHome)
+    }
+
+    fn outside_cache(
+        &self,
+        cache_dir: &Path,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Option<(PathBuf, &'static str)> {
+        root::outside_engine_cache(Some(cache_dir), argv, env)
+    }
+
+    fn runs(&self, argv: &[OsString]) -> bool {
+        crate::launch::server_of(&crate::launch::strings(argv)).is_some()
+    }
+
+    fn commands(&self) -> &'static [&'static str] {
+        &["sglang"]
     }
 
     fn shape(&self, _env: &[(OsString, OsString)]) -> Shape {
@@ -140,6 +159,14 @@ pub(super) fn health(launch: &Launch) -> Endpoint {
         serves_tls(|f| launch.option(f)),
     )
 }
+
+/// The flags that tell the nodes or data-parallel ranks of one launch apart.
+pub const RANK_FLAGS: [&str; 4] = [
+    "--node-rank",
+    "--data-parallel-rank",
+    "--data-parallel-start-rank",
+    "--dp-rank",
+];
 
 #[cfg(test)]
 mod tests {

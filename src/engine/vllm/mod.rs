@@ -414,6 +414,14 @@ impl Engine for Vllm {
         root(cache_dir, env).map_err(NoRoot::Vllm)
     }
 
+    fn runs(&self, argv: &[OsString]) -> bool {
+        facts::recognise(argv).is_some()
+    }
+
+    fn commands(&self) -> &'static [&'static str] {
+        &["vllm"]
+    }
+
     fn shape(&self, env: &[(OsString, OsString)]) -> Shape {
         shape(env)
     }
@@ -493,9 +501,9 @@ impl Engine for Vllm {
     /// With vLLM's short aliases, for a launch keepwrap reads as vLLM's.
     fn rank_flags(&self, launch: &Launch) -> &'static [&'static str] {
         if launch.vllm().is_some() {
-            &crate::root::running::VLLM_RANK_FLAGS
+            &RANK_FLAGS
         } else {
-            &crate::root::running::RANK_FLAGS
+            &super::sglang::RANK_FLAGS
         }
     }
 
@@ -578,6 +586,18 @@ fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, D
         _ => Err(DoneError::HeadlessUnknown),
     }
 }
+
+/// SGLang's [`super::sglang::RANK_FLAGS`] and vLLM's short aliases of the
+/// first three, for a vLLM launch.
+pub const RANK_FLAGS: [&str; 7] = [
+    "--node-rank",
+    "--data-parallel-rank",
+    "--data-parallel-start-rank",
+    "--dp-rank",
+    "-r",
+    "-dpn",
+    "-dpr",
+];
 
 #[cfg(test)]
 mod tests {

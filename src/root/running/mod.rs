@@ -46,25 +46,5 @@ pub use seen::{verdict, Identity, Life, Seen, State, Verdict, Why};
 
 /// The directory of the markers, below `.keepwrap/`.
 pub const RUNNING_DIR: &str = "running";
-/// The flags that tell the nodes or data-parallel ranks of one launch apart.
-pub const RANK_FLAGS: [&str; 4] = [
-    "--node-rank",
-    "--data-parallel-rank",
-    "--data-parallel-start-rank",
-    "--dp-rank",
-];
-
-/// [`RANK_FLAGS`] and vLLM's short aliases of the first three, for a vLLM
-/// launch.
-pub const VLLM_RANK_FLAGS: [&str; 7] = [
-    "--node-rank",
-    "--data-parallel-rank",
-    "--data-parallel-start-rank",
-    "--dp-rank",
-    "-r",
-    "-dpn",
-    "-dpr",
-];
-
 #[cfg(test)]
 mod tests;

@@ -57,17 +57,16 @@ pub struct Identity {
 
 impl Identity {
     /// The identity of `launch` (made with `opts` and `env`), its nodes or
-    /// data-parallel ranks told apart by `flags` (the engine's,
-    /// [`super::RANK_FLAGS`] or [`super::VLLM_RANK_FLAGS`]).
+    /// data-parallel ranks told apart by `flags` (the engine's), `ranks`
+    /// being the launch's values of them.
     pub fn of(
         launch: &Launch,
         opts: &fingerprint::Options,
         env: &[(OsString, OsString)],
         node_local: &[String],
         flags: &[&'static str],
+        ranks: &[(&'static str, String)],
     ) -> Identity {
-        // the engine's own arguments: after its prefixes, inside its shell string
-        let ranks = rank_values(&launch.command().argv, flags);
         // `--node-rank` is left out of the cluster fingerprint already; the
         // data-parallel ranks only when present (rarely: a second pass).
         let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
@@ -99,40 +98,6 @@ impl Identity {
     pub fn is_peer_of(&self, other: &Identity) -> bool {
         self.peer_key == other.peer_key && self.rank != other.rank
     }
-}
-
-/// `(flag, value)` of each rank flag in `argv` (the last one wins), up to a
-/// bare `--`.
-pub(super) fn rank_values(
-    argv: &[OsString],
-    flags: &[&'static str],
-) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = Vec::new();
-    let mut i = 1;
-    while i < argv.len() {
-        let tok = argv[i].to_string_lossy();
-        if tok == "--" {
-            break;
-        }
-        for &flag in flags {
-            let value = if tok == flag {
-                i += 1;
-                argv.get(i).map(|v| v.to_string_lossy().into_owned())
-            } else {
-                tok.strip_prefix(flag)
-                    .and_then(|r| r.strip_prefix('='))
-                    .map(str::to_string)
-            };
-            if let Some(v) = value {
-                out.retain(|(f, _)| *f != flag);
-                out.push((flag, v));
-                break;
-            }
-        }
-        i += 1;
-    }
-    out.sort();
-    out
 }
 
 /// A value as one whitespace-free token of the marker line.

@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::launch::fingerprint::{self, Launch};
 
 use super::marker::{line, lock_byte, ALIVE_BYTE};
-use super::seen::{parse, rank_values};
+use super::seen::parse;
 use super::*;
 
 /// The markers directory of `root`, created.
@@ -126,29 +126,6 @@ fn verdicts_of_several_launches() {
 }
 
 #[test]
-fn rank_flags_in_both_spellings() {
-    let argv: Vec<OsString> = [
-        "x",
-        "--node-rank",
-        "1",
-        "--data-parallel-rank=3",
-        "--",
-        "--dp-rank",
-        "9",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    assert_eq!(
-        rank_values(&argv, &RANK_FLAGS),
-        vec![
-            ("--data-parallel-rank", "3".to_string()),
-            ("--node-rank", "1".to_string())
-        ]
-    );
-}
-
-#[test]
 fn a_registered_marker_is_seen_alive_with_its_state_and_removed_at_drop() {
     let root = tempfile::tempdir().unwrap();
     let me = id(&"f".repeat(64), &"b".repeat(64), "-");
@@ -265,7 +242,10 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         ignored_args: vec![],
     };
     let identity = |argv: &[OsString]| {
-        Identity::of(&Launch::new(&opts, argv, &[]), &opts, &[], &[], &RANK_FLAGS)
+        let launch = Launch::new(&opts, argv, &[]);
+        let flags = &crate::engine::sglang::RANK_FLAGS;
+        let ranks = crate::engine::rank_values(&launch.command().argv, flags);
+        Identity::of(&launch, &opts, &[], &[], flags, &ranks)
     };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
