@@ -63,7 +63,11 @@ fn main() {
         let w0 = written();
         let c0 = process_cpu();
         let t0 = Instant::now();
-        let u = keepwrap::unify::unify_tree(root, rels.iter().map(PathBuf::as_path));
+        let u = keepwrap::unify::unify_tree(
+            root,
+            rels.iter().map(PathBuf::as_path),
+            keepwrap::engine::SGLANG,
+        );
         let t1 = Instant::now();
         // As the commit worker signs: at once, the stamps of the files
         // unify just wrote recorded once their change times settle (after

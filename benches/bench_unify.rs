@@ -39,7 +39,7 @@ fn main() {
     let files = files();
     let input: usize = files.iter().map(|f| f.bytes.len()).sum();
 
-    let (entries, output) = match unify(&files) {
+    let (entries, output) = match unify(&files, keepwrap::engine::SGLANG) {
         Outcome::Unified(u) => (u.entries, u.bytes.len()),
         Outcome::Leave(reason) => panic!("{reason}"),
     };
@@ -47,7 +47,7 @@ fn main() {
     let mut cpu: Vec<Duration> = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let (start, start_cpu) = (Instant::now(), process_cpu());
-        let outcome = unify(std::hint::black_box(&files));
+        let outcome = unify(std::hint::black_box(&files), keepwrap::engine::SGLANG);
         times.push(start.elapsed());
         cpu.push(process_cpu() - start_cpu);
         std::hint::black_box(outcome);

@@ -20,12 +20,12 @@ fuzz_target!(|data: &[u8]| {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, data),
     };
-    if let Outcome::Unified(u) = unify(&[file(0, a), file(1, b)]) {
+    if let Outcome::Unified(u) = unify(&[file(0, a), file(1, b)], keepwrap::engine::SGLANG) {
         assert!(
             keepwrap::cache::fuzzing::cache_file_entries(&u.bytes).is_some(),
             "unify wrote a file keepwrap would not sign"
         );
-        match unify(&[file(0, &u.bytes), file(1, &u.bytes)]) {
+        match unify(&[file(0, &u.bytes), file(1, &u.bytes)], keepwrap::engine::SGLANG) {
             Outcome::Unified(again) => {
                 assert!(again.already_identical, "unify is not idempotent");
                 assert_eq!(again.bytes, u.bytes);

@@ -63,6 +63,32 @@ pub trait Layout: Sync {
     fn names_ranks(&self) -> bool {
         false
     }
+
+    /// The rank a cache file's name gives it, for a union of a folder's
+    /// rank files; None when the name is not a rank file's.
+    fn rank_of(&self, _name: &str) -> Option<RankId> {
+        None
+    }
+
+    /// The names of rank files, as a line shows them.
+    fn rank_name_form(&self) -> &'static str {
+        "no rank files"
+    }
+}
+
+/// A rank's place in the launch, from its file name ([`Layout::rank_of`]).
+/// Ordered by `(tp, pp, dp)`: the lowest wins a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RankId {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+}
+
+impl fmt::Display for RankId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tp{} pp{} dp{}", self.tp, self.pp, self.dp)
+    }
 }
 
 /// The shape of the tree keepwrap guards: one engine's [`Layout`], a value
@@ -102,6 +128,16 @@ impl Shape {
     /// See [`Layout::names_ranks`].
     pub fn names_ranks(self) -> bool {
         self.0.names_ranks()
+    }
+
+    /// See [`Layout::rank_of`].
+    pub fn rank_of(self, name: &str) -> Option<RankId> {
+        self.0.rank_of(name)
+    }
+
+    /// See [`Layout::rank_name_form`].
+    pub fn rank_name_form(self) -> &'static str {
+        self.0.rank_name_form()
     }
 
     /// Is an entry of a directory at `depth` keepwrap's or the engine's, by

@@ -37,7 +37,7 @@ pub mod fsx;
 mod json;
 mod judge;
 mod layout;
-pub use layout::{is_version_dir, Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
+pub use layout::{is_version_dir, Layout, RankId, Role, Shape, CACHE_EXT, SIDECAR_EXT};
 mod prune;
 pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;

@@ -39,7 +39,10 @@ fn print(text: &[u8]) -> bool {
 
 /// A subcommand without a cache root: say so, and fail.
 fn no_root() -> ExitCode {
-    failed("no cache root: neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set, and this user has no password-database entry".into());
+    failed(format!(
+        "no cache root: {}, and this user has no password-database entry",
+        crate::engine::NO_DEFAULT_ROOT
+    ));
     ExitCode::FAILURE
 }
 

@@ -166,6 +166,10 @@ pub trait Engine: Sync {
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
 }
 
+/// What a subcommand without a launch lacks when it has no cache root: the
+/// settings the default profile's engine derives its root from.
+pub const NO_DEFAULT_ROOT: &str = "neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set";
+
 /// Every engine, in the order a command is tried against them.
 pub const ALL: [&dyn Engine; 2] = [&sglang::Sglang, &vllm::Vllm];
 

@@ -255,7 +255,7 @@ impl Committer {
             return Vec::new();
         }
         if self.unify {
-            unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path));
+            unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path), self.shape);
         }
         let Ok(_lock) = self.commit_lock() else {
             return Vec::new();

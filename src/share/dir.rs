@@ -7,7 +7,6 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use crate::cache::{self, fsx, Shape};
-use crate::unify::RankId;
 
 pub(super) fn cstring(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a name"))
@@ -25,7 +24,7 @@ pub(crate) fn checked_path(path: &str, shape: Shape) -> Option<(&str, &str)> {
     let ranked = shape.names_ranks();
     if !path.split('/').all(plain)
         || !cache::is_cache_file(Path::new(path), shape)
-        || (ranked && RankId::from_file_name(name).is_none())
+        || (ranked && shape.rank_of(name).is_none())
     {
         return None;
     }

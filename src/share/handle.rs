@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{self, fsx, Shape};
 use crate::launch::fingerprint::Launch;
 use crate::stops::Stopped;
-use crate::unify::{Outcome, RankId};
+use crate::unify::Outcome;
 
 use super::{
     bounded, collect, gather, mkdirs, publish_to, remove_old, report_incomplete, DirUnion,
@@ -146,7 +146,7 @@ impl Share {
         };
         let mut wrote = 0;
         for d in &dirs {
-            wrote += apply(root, d);
+            wrote += apply(root, d, self.shape());
         }
         crate::events::Event::ShareUnionTaken {
             took: started.elapsed(),
@@ -277,7 +277,7 @@ fn publish_and_clean(dir: &Path, p: &Publication, max_age: Duration, shape: Shap
 /// Write one directory's union over this node's rank files (those its
 /// manifest lists, and any other rank file there). Returns how many files
 /// were written.
-fn apply(root: &Path, d: &DirUnion) -> usize {
+fn apply(root: &Path, d: &DirUnion, shape: Shape) -> usize {
     let u = match &d.outcome {
         Outcome::Leave(reason) => {
             crate::events::Event::ShareLeft {
@@ -294,7 +294,7 @@ fn apply(root: &Path, d: &DirUnion) -> usize {
         names.extend(
             rd.flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| RankId::from_file_name(n).is_some()),
+                .filter(|n| shape.rank_of(n).is_some()),
         );
     }
     if names.is_empty() {

@@ -57,7 +57,7 @@ pub fn union_of(nodes: Vec<NodeFiles>, me: u32, shape: Shape) -> Vec<DirUnion> {
                 dir,
                 mine: d.mine,
                 nodes: d.nodes.len(),
-                outcome: unify::unify(&files),
+                outcome: unify::unify(&files, shape),
             }
         })
         .collect()

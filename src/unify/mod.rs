@@ -45,7 +45,7 @@ use render::*;
 pub use render::{generation, render};
 pub use tree::{unify_tree, TreeReport};
 
-use crate::cache::{self, fsx};
+use crate::cache::{self, fsx, Shape};
 use crate::launch::canonical::{self, Layout, Style};
 
 /// The key of the metadata object.
@@ -55,52 +55,7 @@ pub const RECORDS: &str = "_records";
 /// The key of the generation digest.
 pub const GENERATION: &str = "_generation";
 
-/// A rank's place in the launch, from its file name
-/// `rank_tp<T>_pp<P>_dp<D>.json` (MegaMoE: `rank_tp<T>_pp<P>_dp<D>_gpu<uuid>.json`).
-/// Ordered by `(tp, pp, dp)`: the lowest wins a conflict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RankId {
-    pub tp: u32,
-    pub pp: u32,
-    pub dp: u32,
-}
-
-impl RankId {
-    /// The rank of a rank file name, or `None` when `name` is not one.
-    /// Numbers are decimal as Python's `str(int)` writes them (no sign, no
-    /// leading zero); the `_gpu` suffix needs a non-empty id.
-    pub fn from_file_name(name: &str) -> Option<RankId> {
-        let rest = name.strip_prefix("rank_tp")?.strip_suffix(".json")?;
-        let (tp, rest) = take_number(rest)?;
-        let (pp, rest) = take_number(rest.strip_prefix("_pp")?)?;
-        let (dp, rest) = take_number(rest.strip_prefix("_dp")?)?;
-        if !rest.is_empty() {
-            let uuid = rest.strip_prefix("_gpu")?;
-            if uuid.is_empty() || uuid.contains('/') {
-                return None;
-            }
-        }
-        Some(RankId { tp, pp, dp })
-    }
-}
-
-impl fmt::Display for RankId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tp{} pp{} dp{}", self.tp, self.pp, self.dp)
-    }
-}
-
-fn take_number(s: &str) -> Option<(u32, &str)> {
-    let end = s
-        .bytes()
-        .position(|b| !b.is_ascii_digit())
-        .unwrap_or(s.len());
-    let digits = &s[..end];
-    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
-        return None;
-    }
-    Some((digits.parse().ok()?, &s[end..]))
-}
+pub use crate::cache::RankId;
 
 /// One rank file of a cache directory: its file name (not a path) and bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,8 +113,9 @@ impl fmt::Display for Conflict {
 pub enum LeaveReason {
     /// Fewer than two rank files: nothing to unify. Holds the file names.
     FewerThanTwo { names: Vec<String> },
-    /// A file whose name is not `rank_tp<T>_pp<P>_dp<D>[_gpu<uuid>].json`.
-    NotRankFile { name: String },
+    /// A file whose name is not a rank file name (`form`: the names the
+    /// tree's shape gives rank files).
+    NotRankFile { name: String, form: &'static str },
     /// A file that is not valid JSON.
     NotJson { name: String, error: String },
     /// A file that is valid JSON but not an object.
@@ -178,10 +134,9 @@ impl fmt::Display for LeaveReason {
                 None => f.write_str("no rank file"),
                 Some(name) => write!(f, "only one rank file ({name})"),
             },
-            LeaveReason::NotRankFile { name } => write!(
-                f,
-                "{name} is not a rank file name (rank_tp<T>_pp<P>_dp<D>.json)"
-            ),
+            LeaveReason::NotRankFile { name, form } => {
+                write!(f, "{name} is not a rank file name ({form})")
+            }
             LeaveReason::NotJson { name, error } => {
                 write!(f, "{name} is not valid JSON ({error})")
             }
@@ -199,7 +154,7 @@ impl fmt::Display for LeaveReason {
 /// Unify the rank files of one cache directory (see the module docs).
 ///
 /// Files are checked in rank order (lowest `(tp, pp, dp)` first, then by
-/// name): every name must be a rank file name, there must be two files or
+/// name): every name must be a rank file name of `shape`, there must be two files or
 /// more, each must be a JSON object without `_records`, and all `_metadata`
 /// must be equal as JSON values (absent in all, or present and equal in all).
 /// The first failed check is the reason to leave them.
@@ -208,19 +163,22 @@ impl fmt::Display for LeaveReason {
 /// key the lowest rank's value is kept and a [`Conflict`] recorded. Any
 /// `_generation` in the inputs is ignored and recomputed; `_metadata` is the
 /// lowest rank's.
-pub fn unify(files: &[RankFile]) -> Outcome {
-    match unify_inner(files) {
+pub fn unify(files: &[RankFile], shape: Shape) -> Outcome {
+    match unify_inner(files, shape) {
         Ok(unified) => Outcome::Unified(unified),
         Err(reason) => Outcome::Leave(reason),
     }
 }
 
-fn unify_inner(files: &[RankFile]) -> Result<Unified, LeaveReason> {
+fn unify_inner(files: &[RankFile], shape: Shape) -> Result<Unified, LeaveReason> {
     let mut order: Vec<(RankId, &RankFile)> = Vec::with_capacity(files.len());
     for file in files {
-        let rank = RankId::from_file_name(&file.name).ok_or_else(|| LeaveReason::NotRankFile {
-            name: file.name.clone(),
-        })?;
+        let rank = shape
+            .rank_of(&file.name)
+            .ok_or_else(|| LeaveReason::NotRankFile {
+                name: file.name.clone(),
+                form: shape.rank_name_form(),
+            })?;
         order.push((rank, file));
     }
     if order.len() < 2 {

@@ -15,14 +15,18 @@ pub struct TreeReport {
 /// carry no `_records` gets the union written over every rank file,
 /// atomically and without following a symlink. One log line per directory
 /// says what happened or why its files were left as they are.
-pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) -> TreeReport {
+pub fn unify_tree<'a>(
+    root: &Path,
+    files: impl IntoIterator<Item = &'a Path>,
+    shape: Shape,
+) -> TreeReport {
     let mut by_dir: BTreeMap<&Path, Vec<&str>> = BTreeMap::new();
     for rel in files {
         let (Some(dir), Some(name)) = (rel.parent(), rel.file_name().and_then(|n| n.to_str()))
         else {
             continue;
         };
-        if RankId::from_file_name(name).is_some() {
+        if shape.rank_of(name).is_some() {
             by_dir.entry(dir).or_default().push(name);
         }
     }
@@ -43,7 +47,7 @@ pub fn unify_tree<'a>(root: &Path, files: impl IntoIterator<Item = &'a Path>) ->
     };
     let total = by_dir.len();
     for (n, (dir, names)) in by_dir.into_iter().enumerate() {
-        match unify_dir(root_fd.as_fd(), dir, &names) {
+        match unify_dir(root_fd.as_fd(), dir, &names, shape) {
             Ok(true) => report.rewritten += 1,
             Ok(false) => {}
             // Every other directory would fail the same way: one warning.
@@ -94,7 +98,12 @@ pub(super) fn no_room(e: &io::Error) -> bool {
 /// Most conflicts named one per line; the rest are counted.
 const CONFLICT_LINES: usize = 10;
 
-pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io::Result<bool> {
+pub(super) fn unify_dir(
+    root: BorrowedFd<'_>,
+    dir: &Path,
+    names: &[&str],
+    shape: Shape,
+) -> io::Result<bool> {
     // Never rewrite files another user can swap or planted: they are not
     // signed either.
     if let Some(why) = cache::untrusted_dir(root, dir)? {
@@ -126,7 +135,7 @@ pub(super) fn unify_dir(root: BorrowedFd<'_>, dir: &Path, names: &[&str]) -> io:
             bytes,
         });
     }
-    let unified = match unify(&files) {
+    let unified = match unify(&files, shape) {
         Outcome::Leave(reason) => {
             crate::events::Event::UnifyLeft {
                 dir: dir.display().to_string(),

@@ -70,7 +70,11 @@ fn commit(dirs: usize, ranks: usize) -> Commit {
     let root = t.path();
     let files = tree(root, dirs, ranks);
     let before = written();
-    keepwrap::unify::unify_tree(root, files.iter().map(PathBuf::as_path));
+    keepwrap::unify::unify_tree(
+        root,
+        files.iter().map(PathBuf::as_path),
+        keepwrap::engine::SGLANG,
+    );
     let r = keepwrap::cache::sign(
         root,
         keepwrap::engine::SGLANG,

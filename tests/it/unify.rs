@@ -84,14 +84,14 @@ fn python_check(dir: &Path, bytes: &[u8]) {
 }
 
 fn unified(files: &[RankFile]) -> Unified {
-    match unify(files) {
+    match unify(files, keepwrap::engine::SGLANG) {
         Outcome::Unified(u) => u,
         Outcome::Leave(reason) => panic!("expected a union, got: {reason}"),
     }
 }
 
 fn left(files: &[RankFile]) -> LeaveReason {
-    match unify(files) {
+    match unify(files, keepwrap::engine::SGLANG) {
         Outcome::Leave(reason) => reason,
         Outcome::Unified(u) => panic!(
             "expected files left alone, got a union of {} entries",
@@ -297,7 +297,7 @@ fn lowest_rank_wins_tp_then_pp_then_dp() {
         }
         // The kept value is the winner's: ["CutlassFp4GemmRunner", [tp, pp, dp], n].
         let out: Map<String, Value> = serde_json::from_slice(&u.bytes).unwrap();
-        let rank = RankId::from_file_name(winner).unwrap();
+        let rank = keepwrap::engine::SGLANG.rank_of(winner).unwrap();
         assert_eq!(
             out[&u.conflicts[0].key][1],
             json!([rank.tp, rank.pp, rank.dp])
@@ -542,7 +542,7 @@ fn non_rank_file_names_are_left() {
 fn rank_id_from_file_name() {
     let ok = |name: &str, tp, pp, dp| {
         assert_eq!(
-            RankId::from_file_name(name),
+            keepwrap::engine::SGLANG.rank_of(name),
             Some(RankId { tp, pp, dp }),
             "{name}"
         )
@@ -563,7 +563,7 @@ fn rank_id_from_file_name() {
         "rank_tp99999999999_pp0_dp0.json",
         "Rank_tp0_pp0_dp0.json",
     ] {
-        assert_eq!(RankId::from_file_name(bad), None, "{bad}");
+        assert_eq!(keepwrap::engine::SGLANG.rank_of(bad), None, "{bad}");
     }
     assert!(
         RankId {

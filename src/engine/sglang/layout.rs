@@ -2,7 +2,7 @@
 //! keepwrap's `rank_*.launch` sidecars and FlashInfer's `.autotuner_*.tmp`
 //! temp files beside them.
 
-use crate::cache::{fsx, is_version_dir, Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
+use crate::cache::{fsx, is_version_dir, Layout, RankId, Role, Shape, CACHE_EXT, SIDECAR_EXT};
 
 /// SGLang's tree below `$SGLANG_CACHE_DIR/flashinfer/autotune`.
 pub struct Tree;
@@ -60,6 +60,40 @@ impl Layout for Tree {
     fn names_ranks(&self) -> bool {
         true
     }
+
+    /// `rank_tp<T>_pp<P>_dp<D>.json` (MegaMoE:
+    /// `rank_tp<T>_pp<P>_dp<D>_gpu<uuid>.json`). Numbers are decimal as
+    /// Python's `str(int)` writes them (no sign, no leading zero); the
+    /// `_gpu` suffix needs a non-empty id.
+    fn rank_of(&self, name: &str) -> Option<RankId> {
+        let rest = name.strip_prefix("rank_tp")?.strip_suffix(".json")?;
+        let (tp, rest) = take_number(rest)?;
+        let (pp, rest) = take_number(rest.strip_prefix("_pp")?)?;
+        let (dp, rest) = take_number(rest.strip_prefix("_dp")?)?;
+        if !rest.is_empty() {
+            let uuid = rest.strip_prefix("_gpu")?;
+            if uuid.is_empty() || uuid.contains('/') {
+                return None;
+            }
+        }
+        Some(RankId { tp, pp, dp })
+    }
+
+    fn rank_name_form(&self) -> &'static str {
+        "rank_tp<T>_pp<P>_dp<D>.json"
+    }
+}
+
+fn take_number(s: &str) -> Option<(u32, &str)> {
+    let end = s
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
+    let digits = &s[..end];
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    Some((digits.parse().ok()?, &s[end..]))
 }
 
 /// SGLang's tree, as a value.
