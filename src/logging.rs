@@ -122,9 +122,53 @@ pub(crate) fn json_subscriber<W>(writer: W) -> impl Subscriber + Send + Sync
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
+    subscriber(LogFormat::Json, writer)
+}
+
+/// The lines a test's subscriber wrote.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Logs {
+    /// Every line written so far.
+    pub(crate) fn text(&self) -> String {
+        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8(bytes).expect("log lines are UTF-8")
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut out) = self.0.lock() {
+            out.extend_from_slice(b);
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// A subscriber writing `format` to `writer`, every level.
+#[cfg(test)]
+fn subscriber<W>(format: LogFormat, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     tracing_subscriber::fmt()
         .with_writer(writer)
-        .event_format(Line(LogFormat::Json))
+        .event_format(Line(format))
         .with_max_level(LevelFilter::TRACE)
         .finish()
 }
@@ -414,6 +458,163 @@ mod tests {
             "x\\u{2028}y\\u{202e}z\\u{2066}"
         );
         assert_eq!(esc(""), "");
+    }
+
+    /// What `events` write in `format`, a line each.
+    fn written(format: LogFormat, events: &[crate::events::Event]) -> Vec<String> {
+        let out = Logs::default();
+        tracing::subscriber::with_default(subscriber(format, out.clone()), || {
+            for e in events {
+                e.emit();
+            }
+        });
+        let text = out.text();
+        assert!(text.ends_with('\n'), "{text:?}");
+        text.lines().map(str::to_string).collect()
+    }
+
+    /// A JSON line with its timestamp, launch and root (which other tests
+    /// of this process may set) as `T`, `L` and `R`: each key is there
+    /// once, in the schema's order.
+    fn stable(line: &str) -> String {
+        let mut out = line.to_string();
+        for key in ["timestamp", "launch", "root"] {
+            let tag = format!("\"{key}\":");
+            assert_eq!(out.matches(&tag).count(), 1, "{key}: {line}");
+            let at = out.find(&tag).unwrap() + tag.len();
+            let end = if out[at..].starts_with('"') {
+                at + 1 + out[at + 1..].find('"').unwrap() + 1
+            } else {
+                at + out[at..].find([',', '}']).unwrap()
+            };
+            let mark = &key[..1].to_uppercase();
+            out.replace_range(at..end, mark);
+        }
+        out
+    }
+
+    /// The lines of both forms, byte for byte, for every kind of field: a
+    /// path not UTF-8 and with a newline, a message with control and
+    /// bidirectional characters, durations, counts, lists, an absent
+    /// value, a status, an outcome, the fields made from others, an
+    /// event's own `root`, and a quieter level.
+    #[test]
+    fn lines_are_written_byte_for_byte() {
+        use crate::events::{Event, Outcome};
+        use std::os::unix::ffi::OsStrExt;
+        use std::path::PathBuf;
+        use std::time::Duration;
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"0.7/a\xff\nb.json"));
+        let events = [
+            Event::Landed {
+                path: odd.clone(),
+                entries: 1,
+                after: Duration::from_millis(1500),
+            },
+            Event::ProbeStatus {
+                url: "http://h/\"q\\\"".to_string(),
+                status: None,
+            },
+            Event::ProbeStatus {
+                url: "http://h/".to_string(),
+                status: Some(503),
+            },
+            Event::PortListeners {
+                address: "127.0.0.1:30000".to_string(),
+                inodes: vec![],
+                tables: Duration::from_micros(1234),
+                pids: vec![1, 22],
+            },
+            Event::DoneQuiet {
+                quiet: Duration::from_secs(30),
+                after: Duration::from_nanos(100),
+            },
+            Event::LateNotSignedStopped {
+                paths: vec![odd.clone(), PathBuf::from("b.json")],
+                outcome: Outcome::Broken {
+                    changed: vec![PathBuf::from("c.json")],
+                },
+                status: crate::signals::Ended::Signaled(15),
+                signal: "SIGTERM".to_string(),
+            },
+            Event::LateNotSignedStopped {
+                paths: vec![],
+                outcome: Outcome::Holds { signed: 2 },
+                status: crate::signals::Ended::Exited(0),
+                signal: "SIGINT".to_string(),
+            },
+            Event::RootCreated {
+                root: PathBuf::from("/cache/r\u{1b}[2J"),
+            },
+            Event::SignedAgain {
+                files: 3,
+                late: 1,
+                fingerprint: "ab".repeat(32),
+            },
+            Event::SettingInvalid {
+                what: "bad\tvalue\u{2028}x\u{202e}y\u{7f}".to_string(),
+                option: "--done".to_string(),
+                variable: None,
+                value: "é ✓ \u{0}".to_string(),
+                then: "ignored".to_string(),
+            },
+            Event::StoppedBeforeStart {
+                signal: "SIGTERM".to_string(),
+                status: -1,
+            },
+            Event::NotStamping {
+                files: 1,
+                settle_ns: -7,
+            },
+            Event::Kept {
+                path: "k.json".to_string(),
+                loud: false,
+            },
+            Event::EngineExited {
+                status: 0,
+                uptime: Duration::from_secs(3),
+            },
+        ];
+        let text = written(LogFormat::Text, &events);
+        let json: Vec<String> = written(LogFormat::Json, &events)
+            .iter()
+            .map(|l| stable(l))
+            .collect();
+        let expected_text = [
+            "keepwrap: landed 0.7/a\\xff\\nb.json (1 entry, 1.5 s after the launch)",
+            "keepwrap: debug: health probe of http://h/\"q\\\": no HTTP status line",
+            "keepwrap: debug: health probe of http://h/: status 503",
+            "keepwrap: debug: sockets listening for 127.0.0.1:30000: inodes  (socket tables read in 1.2 ms); the engine's tree: pids 1, 22",
+            "keepwrap: tuning is done: no cache file landed for 30s (0.0 s after the launch)",
+            "keepwrap: not signing the 2 cache files that landed after tuning was done (0.7/a\\xff\\nb.json, b.json): the engine ended with status 143 (killed by SIGTERM) after keepwrap forwarded SIGTERM; the set signed at done no longer holds (c.json changed or gone since it was signed): the next launch tunes again",
+            "keepwrap: not signing the 0 cache files that landed after tuning was done (): the engine ended with status 0 after keepwrap forwarded SIGINT; the 2 cache files signed at done stay signed as they were: the next launch keeps them and removes the late ones",
+            "keepwrap: cache root /cache/r\\x1b[2J did not exist (first boot): created it",
+            "keepwrap: signed again at exit: 3 cache files, with the 1 that landed after tuning was done",
+            "keepwrap: error: bad\\tvalue\\u{2028}x\\u{202e}y\\x7f; ignored (--strict, or KEEPWRAP_STRICT=1, refuses it)",
+            "keepwrap: received SIGTERM before the engine started: exiting with -1 without starting it",
+            "keepwrap: debug: not stamping 1 cache file: their change times settle in -7 ns",
+            "keepwrap: debug: kept k.json: signed for this launch",
+            "keepwrap: the engine exited with status 0 after 3.0 s",
+        ];
+        let expected_json = [
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::done\",\"code\":\"landed\",\"message\":\"landed 0.7/a\\\\xff\\nb.json (1 entry, 1.5 s after the launch)\",\"launch\":L,\"root\":R,\"path\":\"0.7/a\\\\xff\\nb.json\",\"entries\":1,\"after_s\":1.5}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::done\",\"code\":\"probe_status\",\"message\":\"health probe of http://h/\\\"q\\\\\\\": no HTTP status line\",\"launch\":L,\"root\":R,\"url\":\"http://h/\\\"q\\\\\\\"\",\"status\":null}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::done\",\"code\":\"probe_status\",\"message\":\"health probe of http://h/: status 503\",\"launch\":L,\"root\":R,\"url\":\"http://h/\",\"status\":503}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::done\",\"code\":\"port_listeners\",\"message\":\"sockets listening for 127.0.0.1:30000: inodes  (socket tables read in 1.2 ms); the engine's tree: pids 1, 22\",\"launch\":L,\"root\":R,\"address\":\"127.0.0.1:30000\",\"inodes\":[],\"tables_s\":0.001234,\"pids\":[1,22]}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::keeper\",\"code\":\"tuning_done\",\"message\":\"tuning is done: no cache file landed for 30s (0.0 s after the launch)\",\"launch\":L,\"root\":R,\"quiet_s\":30.0,\"after_s\":1e-7,\"rule\":\"quiet\"}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::keeper\",\"code\":\"late_not_signed_stopped\",\"message\":\"not signing the 2 cache files that landed after tuning was done (0.7/a\\\\xff\\nb.json, b.json): the engine ended with status 143 (killed by SIGTERM) after keepwrap forwarded SIGTERM; the set signed at done no longer holds (c.json changed or gone since it was signed): the next launch tunes again\",\"launch\":L,\"root\":R,\"paths\":[\"0.7/a\\\\xff\\nb.json\",\"b.json\"],\"outcome\":\"broken\",\"status\":143,\"signal\":\"SIGTERM\",\"late\":2,\"set_holds\":false}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::keeper\",\"code\":\"late_not_signed_stopped\",\"message\":\"not signing the 0 cache files that landed after tuning was done (): the engine ended with status 0 after keepwrap forwarded SIGINT; the 2 cache files signed at done stay signed as they were: the next launch keeps them and removes the late ones\",\"launch\":L,\"root\":R,\"paths\":[],\"outcome\":\"holds\",\"status\":0,\"signal\":\"SIGINT\",\"late\":0,\"set_holds\":true}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::keeper\",\"code\":\"root_created\",\"message\":\"cache root /cache/r\\u001b[2J did not exist (first boot): created it\",\"launch\":L,\"root\":R}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::keeper\",\"code\":\"signed_again\",\"message\":\"signed again at exit: 3 cache files, with the 1 that landed after tuning was done\",\"launch\":L,\"root\":R,\"files\":3,\"late\":1,\"fingerprint\":\"abababababababababababababababababababababababababababababababab\"}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"ERROR\",\"target\":\"keepwrap::cli\",\"code\":\"setting_invalid\",\"message\":\"bad\\tvalue\u{2028}x\u{202e}y\u{7f}; ignored (--strict, or KEEPWRAP_STRICT=1, refuses it)\",\"launch\":L,\"root\":R,\"what\":\"bad\\tvalue\u{2028}x\u{202e}y\u{7f}\",\"option\":\"--done\",\"variable\":null,\"value\":\"\u{e9} \u{2713} \\u0000\",\"then\":\"ignored\"}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::supervisor\",\"code\":\"stopped_before_start\",\"message\":\"received SIGTERM before the engine started: exiting with -1 without starting it\",\"launch\":L,\"root\":R,\"signal\":\"SIGTERM\",\"status\":-1}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::cache\",\"code\":\"not_stamping\",\"message\":\"not stamping 1 cache file: their change times settle in -7 ns\",\"launch\":L,\"root\":R,\"files\":1,\"settle_ns\":-7}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::cache\",\"code\":\"kept\",\"message\":\"kept k.json: signed for this launch\",\"launch\":L,\"root\":R,\"path\":\"k.json\",\"loud\":false}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::supervisor\",\"code\":\"engine_ended\",\"message\":\"the engine exited with status 0 after 3.0 s\",\"launch\":L,\"root\":R,\"status\":0,\"uptime_s\":3.0}",
+        ];
+        assert_eq!(text, expected_text);
+        assert_eq!(json, expected_json);
+        assert_eq!((text.len(), json.len()), (events.len(), events.len()));
     }
 
     #[test]

@@ -4,7 +4,6 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use tempfile::TempDir;
 
@@ -20,33 +19,13 @@ const DIR: &str = "0.6.18/sm121/3f9c0a1b2c3d4e5f";
 /// A rank file in another `<key16>/` directory.
 const OTHER_RANK: &str = "0.6.18/sm121/fedcba9876543210/rank_tp0_pp0_dp0.json";
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
 /// Run `f` with its log events captured, as `--log-format json` writes
 /// them.
 fn capture<R>(f: impl FnOnce() -> R) -> (R, Logged) {
-    let logs = Logs::default();
+    let logs = crate::logging::Logs::default();
     let sub = crate::logging::json_subscriber(logs.clone());
     let r = tracing::subscriber::with_default(sub, f);
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let events = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
