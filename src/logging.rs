@@ -9,6 +9,12 @@
 //! `KEEPWRAP_LOG` (a level, or levels by target such as
 //! `warn,keepwrap::done=debug`), else `info`.
 //!
+//! `tracing` carries each line (its filter, its subscriber, its writer): an
+//! event travels as its one field, the typed [`Event`], which the line
+//! writer takes back by downcasting and writes straight into the line, its
+//! message through the escaper and its fields through serde, with no text
+//! made along the way and none parsed back.
+//!
 //! A line is one line whatever it shows: the text form escapes every control
 //! character of the message and its fields (newline, CR, ESC, the rest of C0
 //! and C1, DEL, line and paragraph separators, bidirectional overrides), so a
@@ -20,13 +26,15 @@ use std::fmt;
 
 use clap::ValueEnum;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Level, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::events::{Event, Fields, Json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -48,28 +56,63 @@ where
         &self,
         _ctx: &FmtContext<'_, S, N>,
         mut w: Writer<'_>,
-        event: &Event<'_>,
+        event: &tracing::Event<'_>,
     ) -> fmt::Result {
-        match self.0 {
-            LogFormat::Text => text_line(&mut w, event),
-            LogFormat::Json => json_line(&mut w, event),
-        }
+        let mut carried = Carried {
+            format: self.0,
+            level: *event.metadata().level(),
+            target: event.metadata().target(),
+            w: &mut w,
+            written: Ok(()),
+        };
+        event.record(&mut carried);
+        carried.written
     }
 }
 
+/// What a `tracing` event carries: the [`Event`] [`Event::emit`] passed,
+/// taken back typed, and its line written from it.
+struct Carried<'a, 'w> {
+    format: LogFormat,
+    level: Level,
+    target: &'a str,
+    w: &'a mut Writer<'w>,
+    written: fmt::Result,
+}
+
+impl Visit for Carried<'_, '_> {
+    fn record_error(&mut self, _field: &Field, value: &(dyn std::error::Error + 'static)) {
+        if let Some(event) = value.downcast_ref::<Event>() {
+            self.written = match self.format {
+                LogFormat::Text => text_line(self.w, self.level, event),
+                LogFormat::Json => json_line(self.w, self.level, self.target, event),
+            };
+        }
+    }
+
+    fn record_debug(&mut self, _field: &Field, _value: &dyn fmt::Debug) {}
+}
+
 /// The text form: `keepwrap: [error: |warning: |debug: ]<message>`.
-fn text_line(w: &mut Writer<'_>, event: &Event<'_>) -> fmt::Result {
-    let mut text = Message::default();
-    event.record(&mut text);
+fn text_line(w: &mut Writer<'_>, level: Level, event: &Event) -> fmt::Result {
     w.write_str("keepwrap: ")?;
-    match *event.metadata().level() {
+    match level {
         Level::ERROR => w.write_str("error: ")?,
         Level::WARN => w.write_str("warning: ")?,
         Level::DEBUG | Level::TRACE => w.write_str("debug: ")?,
         Level::INFO => {}
     }
-    escape_into(w, &text.0)?;
+    fmt::Write::write_fmt(&mut Escaped(&mut *w), format_args!("{event}"))?;
     writeln!(w)
+}
+
+/// A writer that escapes what is written to it (see [`escape_into`]).
+struct Escaped<'a, W>(&'a mut W);
+
+impl<W: fmt::Write> fmt::Write for Escaped<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        escape_into(self.0, s)
+    }
 }
 
 /// The version of the JSON form's schema: raised when a key changes
@@ -77,42 +120,133 @@ fn text_line(w: &mut Writer<'_>, event: &Event<'_>) -> fmt::Result {
 pub const SCHEMA: u64 = 1;
 
 /// The JSON form: one object per event, in the key order of [`SCHEMA`].
-fn json_line(w: &mut Writer<'_>, event: &Event<'_>) -> fmt::Result {
-    use serde_json::Value;
-    use tracing_subscriber::fmt::time::FormatTime;
-    let mut fields = JsonFields::default();
-    event.record(&mut fields);
-    let mut time = String::new();
-    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut time));
-    let (launch, root) = crate::events::context();
-    let mut out = serde_json::Map::new();
-    out.insert("schema".into(), Value::from(SCHEMA));
-    out.insert("timestamp".into(), Value::String(time));
-    out.insert(
-        "level".into(),
-        Value::String(event.metadata().level().to_string()),
-    );
-    out.insert(
-        "target".into(),
-        Value::String(event.metadata().target().to_string()),
-    );
-    out.insert("code".into(), Value::String(fields.code));
-    out.insert("message".into(), Value::String(fields.message));
-    out.insert("launch".into(), Value::String(launch.to_string()));
-    out.insert("root".into(), root.map_or(Value::Null, Value::String));
-    for (k, v) in fields.rest {
-        match out.get_mut(&k) {
-            // An event about a root before the launch's is known.
-            Some(r) if k == "root" && r.is_null() => *r = v,
-            Some(_) => {}
-            None => {
-                out.insert(k, v);
+fn json_line(w: &mut Writer<'_>, level: Level, target: &str, event: &Event) -> fmt::Result {
+    let line = JsonLine {
+        level,
+        target,
+        event,
+    };
+    serde_json::to_writer(Utf8(&mut *w), &line).map_err(|_| fmt::Error)?;
+    writeln!(w)
+}
+
+/// An event's JSON object: `schema`, `timestamp`, `level`, `target`,
+/// `code`, `message`, `launch`, `root` (this launch's, else the event's own
+/// `root` field, else null), then the event's fields as their types.
+struct JsonLine<'a> {
+    level: Level,
+    target: &'a str,
+    event: &'a Event,
+}
+
+impl serde::Serialize for JsonLine<'_> {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = out.serialize_map(None)?;
+        map.serialize_entry("schema", &SCHEMA)?;
+        map.serialize_entry("timestamp", &AsText(Now))?;
+        map.serialize_entry("level", &AsText(self.level))?;
+        map.serialize_entry("target", self.target)?;
+        map.serialize_entry("code", self.event.code())?;
+        map.serialize_entry("message", &AsText(self.event))?;
+        crate::events::with_context(|launch, root| {
+            map.serialize_entry("launch", launch)?;
+            if let Some(root) = root {
+                return map.serialize_entry("root", root);
             }
+            // An event about a root before the launch's is known.
+            let own = Entries::of(&mut map, true).written(self.event)?;
+            if !own {
+                map.serialize_entry("root", &())?;
+            }
+            Ok(())
+        })?;
+        Entries::of(&mut map, false).written(self.event)?;
+        map.end()
+    }
+}
+
+/// The entries of an event's fields, written as they come: its `root`
+/// alone, or every field but those of the [`HEADER`].
+struct Entries<'a, M: serde::ser::SerializeMap> {
+    map: &'a mut M,
+    root: bool,
+    wrote: bool,
+    failed: Option<M::Error>,
+}
+
+impl<'a, M: serde::ser::SerializeMap> Entries<'a, M> {
+    fn of(map: &'a mut M, root: bool) -> Self {
+        Entries {
+            map,
+            root,
+            wrote: false,
+            failed: None,
         }
     }
-    let line = serde_json::to_string(&Value::Object(out)).map_err(|_| fmt::Error)?;
-    w.write_str(&line)?;
-    writeln!(w)
+
+    /// Write the entries of `event`'s fields: whether any was written.
+    fn written(mut self, event: &Event) -> Result<bool, M::Error> {
+        event.fields(&mut self);
+        self.failed.map_or(Ok(self.wrote), Err)
+    }
+}
+
+impl<M: serde::ser::SerializeMap> Fields for Entries<'_, M> {
+    fn field<T: crate::events::Field>(&mut self, name: &'static str, value: &T) {
+        let wanted = if self.root {
+            name == "root" && !self.wrote
+        } else {
+            !HEADER.split(' ').any(|key| key == name)
+        };
+        if !wanted || self.failed.is_some() {
+            return;
+        }
+        let key = format_args!("{name}{}", T::SUFFIX);
+        match self.map.serialize_entry(&AsText(key), &Json(value)) {
+            Ok(()) => self.wrote = true,
+            Err(e) => self.failed = Some(e),
+        }
+    }
+}
+
+/// The keys every JSON line starts with: a field of the same name is not
+/// written again.
+const HEADER: &str = "schema timestamp level target code message launch root";
+
+/// A value serialised as the string its `Display` writes.
+struct AsText<T>(T);
+
+impl<T: fmt::Display> serde::Serialize for AsText<T> {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_str(&self.0)
+    }
+}
+
+/// The time of the line, as `tracing-subscriber` writes it.
+struct Now;
+
+impl fmt::Display for Now {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use tracing_subscriber::fmt::time::FormatTime;
+        tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(f))
+    }
+}
+
+/// The bytes `serde_json` writes, handed to the line's writer as the UTF-8
+/// text they are.
+struct Utf8<'a, 'w>(&'a mut Writer<'w>);
+
+impl std::io::Write for Utf8<'_, '_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(bytes).map_err(std::io::Error::other)?;
+        self.0.write_str(text).map_err(std::io::Error::other)?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A subscriber writing the JSON form to `writer`, every level: for the
@@ -171,74 +305,6 @@ where
         .event_format(Line(format))
         .with_max_level(LevelFilter::TRACE)
         .finish()
-}
-
-/// What [`json_line`] reads of an event: its code, its message, its fields
-/// (the JSON object [`crate::events::Event::emit`] passes as `fields`).
-#[derive(Default)]
-struct JsonFields {
-    code: String,
-    message: String,
-    rest: serde_json::Map<String, serde_json::Value>,
-}
-
-impl Visit for JsonFields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "code" | "event" => self.code = value.to_string(),
-            "message" => self.message = value.to_string(),
-            "fields" => {
-                if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(value) {
-                    self.rest.extend(m);
-                }
-            }
-            name => {
-                self.rest.insert(name.to_string(), value.into());
-            }
-        }
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.rest.insert(field.name().to_string(), value.into());
-    }
-
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.rest.insert(field.name().to_string(), value.into());
-    }
-
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.rest.insert(field.name().to_string(), value.into());
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.rest.insert(field.name().to_string(), value.into());
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.record_str(field, &format!("{value:?}"));
-    }
-}
-
-/// The message of an event, without its fields: a text line reads as the
-/// operator's sentence, which already names every value that matters to a
-/// reader; the fields (the event's name, counts, paths, fingerprints) are
-/// for machines, in `--log-format json`.
-#[derive(Default)]
-struct Message(String);
-
-impl Visit for Message {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.0.push_str(value);
-        }
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            use fmt::Write;
-            let _ = write!(self.0, "{value:?}");
-        }
-    }
 }
 
 /// Is `c` a character that must not reach a log line as it is: a control

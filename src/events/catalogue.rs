@@ -80,8 +80,8 @@ impl super::AsArg for Outcome {
 /// In the JSON form: `unjudged`, `nothing_signed`, `broken`, `holds` or
 /// `stored`.
 impl super::Field for Outcome {
-    fn json(&self) -> serde_json::Value {
-        serde_json::Value::from(match self {
+    fn json<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(match self {
             Outcome::Unjudged => "unjudged",
             Outcome::NothingSigned => "nothing_signed",
             Outcome::Broken { .. } => "broken",
@@ -1169,7 +1169,7 @@ impl Event {
     /// (`rule`: `health`, `quiet` or `exit`), and for the files that
     /// landed after done their count (`late`) and whether the set signed
     /// at done holds (`set_holds`).
-    pub(super) fn derived_fields(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+    pub(super) fn derived_fields(&self, out: &mut impl super::Fields) {
         let rule = match self {
             Event::DoneHealth { .. } => Some("health"),
             Event::DoneQuiet { .. } => Some("quiet"),
@@ -1177,12 +1177,12 @@ impl Event {
             _ => None,
         };
         if let Some(rule) = rule {
-            out.insert("rule".to_string(), rule.into());
+            out.field("rule", &rule);
         }
         if let late!(paths, outcome) = self {
-            out.insert("late".to_string(), paths.len().into());
+            out.field("late", &paths.len());
             let holds = matches!(outcome, Outcome::Holds { .. } | Outcome::Stored { .. });
-            out.insert("set_holds".to_string(), holds.into());
+            out.field("set_holds", &holds);
         }
     }
 

@@ -28,7 +28,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde::{Serialize, Serializer};
 use tracing::Level;
 
 /// Declares [`Event`]: per target, each variant with its fields, its
@@ -61,11 +61,12 @@ macro_rules! catalogue {
                 match self { $($( Event::$variant { .. } => &[tracing::Level::$level $(, tracing::Level::$alt)*], )*)* }
             }
 
-            pub(super) fn put_fields(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+            /// Each declared field, in its order.
+            pub(super) fn declared_fields(&self, out: &mut impl super::Fields) {
                 let _ = &out;
                 match self { $($(
                     #[allow(unused_variables)]
-                    Event::$variant { $($field),* } => { $( super::put($field, stringify!($field), out); )* }
+                    Event::$variant { $($field),* } => { $( out.field(stringify!($field), $field); )* }
                 )*)* }
             }
         }
@@ -176,84 +177,83 @@ impl<T> AsArg for Vec<T> {
 pub trait Field {
     /// Appended to the field's name in JSON (`_s` for a duration).
     const SUFFIX: &'static str = "";
-    fn json(&self) -> Value;
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error>;
 }
 
 impl Field for String {
-    fn json(&self) -> Value {
-        Value::String(self.clone())
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(self)
     }
 }
 
 impl Field for &'static str {
-    fn json(&self) -> Value {
-        Value::String((*self).to_string())
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(self)
     }
 }
 
-impl Field for bool {
-    fn json(&self) -> Value {
-        Value::Bool(*self)
-    }
-}
-
-macro_rules! number_field {
+macro_rules! plain_field {
     ($($t:ty),*) => {$(
         impl Field for $t {
-            fn json(&self) -> Value {
-                Value::from(*self)
+            fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+                self.serialize(out)
             }
         }
     )*};
 }
-number_field!(usize, u64, u32, i64, i32, u16, u8);
+plain_field!(bool, usize, u64, u32, i64, i32, u16, u8);
 
 /// How the engine ended, as the status keepwrap reports: its code, or
 /// 128+N for a signal (the message says which signal).
 impl Field for crate::signals::Ended {
-    fn json(&self) -> Value {
-        Value::from(self.exit_code())
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_u8(self.exit_code())
     }
 }
 
 impl Field for Duration {
     const SUFFIX: &'static str = "_s";
-    fn json(&self) -> Value {
-        serde_json::Number::from_f64(self.as_secs_f64()).map_or(Value::Null, Value::Number)
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_f64(self.as_secs_f64())
     }
 }
 
 impl Field for PathBuf {
-    fn json(&self) -> Value {
-        Value::String(Shown(self).to_string())
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_str(&Shown(self))
     }
 }
 
 impl<T: Field> Field for Option<T> {
     const SUFFIX: &'static str = T::SUFFIX;
-    fn json(&self) -> Value {
-        self.as_ref().map_or(Value::Null, Field::json)
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Some(value) => value.json(out),
+            None => out.serialize_none(),
+        }
     }
 }
 
 impl<T: Field> Field for Vec<T> {
-    fn json(&self) -> Value {
-        Value::Array(self.iter().map(Field::json).collect())
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.collect_seq(self.iter().map(Json))
     }
 }
 
-fn put<T: Field>(value: &T, name: &str, out: &mut Map<String, Value>) {
-    out.insert(format!("{name}{}", T::SUFFIX), value.json());
+/// A field as `serde` serialises it.
+pub struct Json<'a, T>(pub &'a T);
+
+impl<T: Field> Serialize for Json<'_, T> {
+    fn serialize<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        self.0.json(out)
+    }
 }
 
-/// The fields of an event as a JSON object, written only when a log line
-/// shows them (the JSON form).
-struct Fields<'a>(&'a Event);
-
-impl std::fmt::Display for Fields<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", Value::Object(self.0.fields()))
-    }
+/// Where the fields of an event go, one by one in their order: its name
+/// (its JSON key is the name and the type's [`Field::SUFFIX`]) and its
+/// typed value.
+pub trait Fields {
+    fn field<T: Field>(&mut self, name: &'static str, value: &T);
 }
 
 impl Event {
@@ -264,19 +264,22 @@ impl Event {
         self.quieter().unwrap_or_else(|| self.levels()[0])
     }
 
-    /// Every field as its JSON value.
-    pub fn fields(&self) -> Map<String, Value> {
-        let mut out = Map::new();
-        self.put_fields(&mut out);
-        self.derived_fields(&mut out);
-        out
+    /// Every field in its order, then those made from others.
+    pub fn fields(&self, out: &mut impl Fields) {
+        self.declared_fields(out);
+        self.derived_fields(out);
     }
 
     /// Log this event.
     pub fn emit(&self) {
-        dispatch(self.target(), self.level(), self.code(), self);
+        dispatch(self.target(), self.level(), self);
     }
 }
+
+/// An event travels through `tracing` as the one kind of field value a
+/// subscriber can downcast to its type: [`crate::logging`] takes it back
+/// typed and writes its line from it.
+impl std::error::Error for Event {}
 
 /// The entry of `code`, if it is one.
 pub fn entry(code: &str) -> Option<&'static Entry> {
@@ -321,10 +324,12 @@ pub fn set_root(root: &std::path::Path) {
     }
 }
 
-/// The launch id and the cache root (once known) every JSON event names.
-pub fn context() -> (&'static str, Option<String>) {
+/// `f` of the launch id and the cache root (once known) every JSON event
+/// names.
+pub fn with_context<R>(f: impl FnOnce(&str, Option<&str>) -> R) -> R {
     let c = shared();
-    (&c.launch, c.root.lock().ok().and_then(|r| r.clone()))
+    let root = c.root.lock().ok();
+    f(&c.launch, root.as_ref().and_then(|r| r.as_deref()))
 }
 
 /// The lowercase name of a level, as the troubleshooting reference and
@@ -358,16 +363,17 @@ pub fn catalogue_lines() -> String {
 }
 
 /// The `tracing` call of `target` at `level`: a call site has both fixed.
-fn dispatch(target: &str, level: Level, code: &str, message: &Event) {
-    let fields = tracing::field::display(Fields(message));
+/// The event is its one field, typed.
+fn dispatch(target: &str, level: Level, event: &Event) {
+    let event = event as &(dyn std::error::Error + 'static);
     macro_rules! at {
         ($t:literal) => {
             match level {
-                Level::ERROR => tracing::event!(target: $t, Level::ERROR, code, fields, "{message}"),
-                Level::WARN => tracing::event!(target: $t, Level::WARN, code, fields, "{message}"),
-                Level::INFO => tracing::event!(target: $t, Level::INFO, code, fields, "{message}"),
-                Level::DEBUG => tracing::event!(target: $t, Level::DEBUG, code, fields, "{message}"),
-                Level::TRACE => tracing::event!(target: $t, Level::TRACE, code, fields, "{message}"),
+                Level::ERROR => tracing::event!(target: $t, Level::ERROR, event),
+                Level::WARN => tracing::event!(target: $t, Level::WARN, event),
+                Level::INFO => tracing::event!(target: $t, Level::INFO, event),
+                Level::DEBUG => tracing::event!(target: $t, Level::DEBUG, event),
+                Level::TRACE => tracing::event!(target: $t, Level::TRACE, event),
             }
         };
     }
