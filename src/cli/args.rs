@@ -122,10 +122,6 @@ pub enum Sub {
     /// Print the man page (roff), generated from these definitions
     #[command(hide = true)]
     Man,
-    /// Print every event code keepwrap logs: code, levels, target and
-    /// message template, tab-separated, one a line
-    #[command(hide = true)]
-    Events,
 }
 
 #[derive(Debug, Args)]

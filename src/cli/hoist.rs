@@ -131,7 +131,7 @@ pub(super) fn hoist(
     match &mut cli.subcommand {
         // `config` shows the options written before it.
         Some(Sub::Config(_)) | None => return Ok(()),
-        Some(Sub::Completions(_) | Sub::Man | Sub::Events) => {}
+        Some(Sub::Completions(_) | Sub::Man) => {}
         Some(Sub::Fingerprint(c)) => h.fingerprint(&run.fingerprint, &mut c.fingerprint)?,
         Some(Sub::Explain(c)) => {
             h.fingerprint(&run.fingerprint, &mut c.fingerprint)?;

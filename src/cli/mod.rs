@@ -129,7 +129,6 @@ pub fn main() -> ExitCode {
             write_out(&out)
         }
         Some(Sub::Man) => man(),
-        Some(Sub::Events) => write_out(crate::events::catalogue_lines().as_bytes()),
         None => {
             if cli.command.is_empty() {
                 return usage_error("no COMMAND after `--`: what should keepwrap run?");

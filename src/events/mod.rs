@@ -344,24 +344,6 @@ pub fn level_name(level: Level) -> &'static str {
     }
 }
 
-/// Every code with its levels and message template, one a line
-/// (`code<TAB>levels<TAB>target<TAB>template`), as the hidden `keepwrap
-/// events` prints them.
-pub fn catalogue_lines() -> String {
-    let mut out = String::new();
-    for e in CATALOGUE {
-        let levels: Vec<&str> = e.levels.iter().map(|l| level_name(*l)).collect();
-        out.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
-            e.code,
-            levels.join(","),
-            e.target,
-            e.template
-        ));
-    }
-    out
-}
-
 /// The `tracing` call of `target` at `level`: a call site has both fixed.
 /// The event is its one field, typed.
 fn dispatch(target: &str, level: Level, event: &Event) {

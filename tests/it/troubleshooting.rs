@@ -1,7 +1,7 @@
 //! The troubleshooting reference comes from the catalogue of events
 //! (`src/events/`): no log call lives elsewhere in `src/`; every event the
-//! catalogue logs (the variants of `Event`, as the hidden `keepwrap
-//! events` lists them with their levels and message templates) has
+//! catalogue logs (the variants of `Event`, as `keepwrap::events::CATALOGUE`
+//! lists them with their levels and message templates) has
 //! exactly one row of the reference, keyed by its code in the `Event`
 //! column, at the levels it is logged at; no row names an event that does
 //! not exist; and the row's `Line` column holds the fixed text of the
@@ -100,30 +100,24 @@ fn catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
     typed_catalogue()
 }
 
-/// The variants of `keepwrap::events::Event`, as the hidden `keepwrap
-/// events` lists them: each code with its levels and message templates.
+/// The variants of `keepwrap::events::Event`, as the library's catalogue
+/// lists them: each code with its levels and message templates.
 fn typed_catalogue() -> BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> {
-    let out = std::process::Command::new(common::BIN)
-        .arg("events")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "keepwrap events: {out:?}");
     let mut codes: BTreeMap<String, (BTreeSet<&'static str>, Vec<String>)> = BTreeMap::new();
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
-        let cols: Vec<&str> = line.split('\t').collect();
-        assert_eq!(cols.len(), 4, "{line}");
-        let entry = codes.entry(cols[0].to_string()).or_default();
-        for level in cols[1].split(',') {
+    for e in keepwrap::events::CATALOGUE {
+        let entry = codes.entry(e.code.to_string()).or_default();
+        for level in e.levels {
+            let level = keepwrap::events::level_name(*level);
             let level = LEVELS
                 .iter()
                 .find(|l| **l == level)
-                .unwrap_or_else(|| panic!("level {level} of {line}"));
+                .unwrap_or_else(|| panic!("level {level} of {}", e.code));
             entry
                 .0
                 .insert(if *level == "trace" { "debug" } else { level });
         }
-        assert!(cols[2].starts_with("keepwrap::"), "{line}");
-        entry.1.push(cols[3].to_string());
+        assert!(e.target.starts_with("keepwrap::"), "{}", e.code);
+        entry.1.push(e.template.to_string());
     }
     assert!(!codes.is_empty());
     codes
