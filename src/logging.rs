@@ -119,51 +119,38 @@ impl<W: fmt::Write> fmt::Write for Escaped<'_, W> {
 /// meaning or type, or goes (new keys and codes do not raise it).
 pub const SCHEMA: u64 = 1;
 
-/// The JSON form: one object per event, in the key order of [`SCHEMA`].
+/// The JSON form: one object per event, in the key order of [`SCHEMA`]:
+/// `schema`, `timestamp`, `level`, `target`, `code`, `message`, `launch`,
+/// `root` (this launch's, else the event's own `root` field, else null),
+/// then the event's fields as their types.
 fn json_line(w: &mut Writer<'_>, level: Level, target: &str, event: &Event) -> fmt::Result {
-    let line = JsonLine {
-        level,
-        target,
-        event,
-    };
-    serde_json::to_writer(Utf8(&mut *w), &line).map_err(|_| fmt::Error)?;
-    writeln!(w)
-}
-
-/// An event's JSON object: `schema`, `timestamp`, `level`, `target`,
-/// `code`, `message`, `launch`, `root` (this launch's, else the event's own
-/// `root` field, else null), then the event's fields as their types.
-struct JsonLine<'a> {
-    level: Level,
-    target: &'a str,
-    event: &'a Event,
-}
-
-impl serde::Serialize for JsonLine<'_> {
-    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = out.serialize_map(None)?;
+    use serde::ser::{SerializeMap, Serializer};
+    let mut json = serde_json::Serializer::new(Utf8(&mut *w));
+    let object = |map: &mut serde_json::ser::Compound<'_, Utf8, _>| {
         map.serialize_entry("schema", &SCHEMA)?;
         map.serialize_entry("timestamp", &AsText(Now))?;
-        map.serialize_entry("level", &AsText(self.level))?;
-        map.serialize_entry("target", self.target)?;
-        map.serialize_entry("code", self.event.code())?;
-        map.serialize_entry("message", &AsText(self.event))?;
+        map.serialize_entry("level", &AsText(level))?;
+        map.serialize_entry("target", target)?;
+        map.serialize_entry("code", event.code())?;
+        map.serialize_entry("message", &AsText(event))?;
         crate::events::with_context(|launch, root| {
             map.serialize_entry("launch", launch)?;
             if let Some(root) = root {
                 return map.serialize_entry("root", root);
             }
             // An event about a root before the launch's is known.
-            let own = Entries::of(&mut map, true).written(self.event)?;
-            if !own {
+            if !Entries::of(map, true).written(event)? {
                 map.serialize_entry("root", &())?;
             }
             Ok(())
         })?;
-        Entries::of(&mut map, false).written(self.event)?;
-        map.end()
-    }
+        Entries::of(map, false).written(event).map(|_| ())
+    };
+    let mut map = json.serialize_map(None).map_err(|_| fmt::Error)?;
+    object(&mut map)
+        .and_then(|()| map.end())
+        .map_err(|_| fmt::Error)?;
+    writeln!(w)
 }
 
 /// The entries of an event's fields, written as they come: its `root`
