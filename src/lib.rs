@@ -7,6 +7,8 @@
 //! - [`cli`]: the command line, and the hand-off to each subcommand;
 //! - [`cmd`]: the subcommands `status`, `explain`, `config`;
 //! - [`supervisor`]: the one poll loop, its [`supervisor::Settings`];
+//!   [`supervisor::rules`] says where each signal goes, when `--kill-after`
+//!   fires and how the group is drained, over a [`supervisor::rules::Child`];
 //!   [`supervisor::child`] spawns the engine, forwards signals, reaps;
 //! - [`keeper`]: the cache side of one launch (prune, watch, done, sign),
 //!   its trust rules as a pure state machine ([`keeper::policy`]) and why a

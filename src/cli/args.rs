@@ -404,9 +404,11 @@ impl RunArgs {
     /// What the supervisor and the keeper need of these options.
     pub fn settings(&self) -> crate::supervisor::Settings {
         crate::supervisor::Settings {
-            kill_group: self.kill_group,
-            grace: self.grace,
-            kill_after: self.kill_after,
+            stopping: crate::supervisor::Stopping {
+                kill_group: self.kill_group,
+                grace: self.grace,
+                kill_after: self.kill_after,
+            },
             cache: crate::keeper::Settings {
                 fingerprint: self.fingerprint.options(),
                 cache_dir: self.cache_dir.clone(),

@@ -1,21 +1,66 @@
 //! The child: spawn it with a clean signal state, forward signals to it,
 //! reap every zombie in one place, and turn its end into an exit status.
+//! [`Process`] is the real child the supervisor's rules act on.
 
 use std::ffi::{CString, OsString};
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
+use std::time::Instant;
 
 use nix::errno::Errno;
-use nix::sys::signal::{self, Signal};
+use nix::poll::{poll, PollFd, PollFlags};
+use nix::sys::signal;
+use nix::sys::signalfd::SignalFd;
 use nix::unistd::{self, Pid};
 
-pub use crate::signals::{block_signals, is_forwarded, Ended};
+use super::rules::{Child, Received};
+pub use crate::signals::{block_signals, Ended};
 use crate::signals::{signal_name, SIGNAL_MAX};
 
-/// Was this signal raised by keepwrap itself (a SIGPIPE or SIGXFSZ from one
-/// of its own writes)? Such a signal says nothing to the child.
-pub fn raised_by_keepwrap(info: &libc::signalfd_siginfo) -> bool {
-    info.ssi_pid == std::process::id()
+/// The running child as the supervisor's rules see it: the process `pid`
+/// and its process group, keepwrap's other children, the signals keepwrap
+/// reads from `signals`, and the monotonic clock.
+pub struct Process<'a> {
+    pub pid: Pid,
+    pub signals: &'a SignalFd,
+}
+
+impl Child for Process<'_> {
+    fn signal(&mut self, signo: i32, group: bool) {
+        forward_signo(self.pid, signo, group);
+    }
+
+    fn signal_children(&mut self, signo: i32) {
+        for orphan in children() {
+            forward_signo(orphan, signo, false);
+        }
+    }
+
+    fn reap(&mut self) -> Option<Ended> {
+        reap(self.pid)
+    }
+
+    fn leftovers(&mut self) -> bool {
+        group_alive(self.pid) || any_children()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wait(&mut self, until: Instant) {
+        let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, super::timeout_until(Some(until), Instant::now()));
+    }
+
+    fn received(&mut self) -> Option<Received> {
+        let info = self.signals.read_signal().ok().flatten()?;
+        Some(Received {
+            signo: info.ssi_signo as i32,
+            by_keepwrap: info.ssi_pid == std::process::id(),
+        })
+    }
 }
 
 /// As PID 1 the kernel already hands us every orphan; otherwise become a
@@ -135,14 +180,9 @@ pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
         .map_err(fail)
 }
 
-/// Send `sig` to the child, or to its whole process group.
-pub fn forward(child: Pid, sig: Signal, group: bool) {
-    forward_signo(child, sig as i32, group);
-}
-
 /// Send signal number `signo` (1 to 64, realtime ones included) to the
 /// child, or to its whole process group.
-pub fn forward_signo(child: Pid, signo: i32, group: bool) {
+fn forward_signo(child: Pid, signo: i32, group: bool) {
     let target = if group {
         -child.as_raw()
     } else {
@@ -160,7 +200,7 @@ pub fn forward_signo(child: Pid, signo: i32, group: bool) {
 }
 
 /// Is any process left in process group `pgid`?
-pub fn group_alive(pgid: Pid) -> bool {
+fn group_alive(pgid: Pid) -> bool {
     !matches!(
         signal::kill(Pid::from_raw(-pgid.as_raw()), None),
         Err(Errno::ESRCH)
@@ -171,7 +211,7 @@ pub fn group_alive(pgid: Pid) -> bool {
 /// was among them. This is the only place keepwrap waits for children. The
 /// status is decoded here, not by nix, which cannot name realtime signals
 /// and would lose the status of a child they killed.
-pub fn reap(main: Pid) -> Option<Ended> {
+fn reap(main: Pid) -> Option<Ended> {
     let mut ended = None;
     loop {
         let mut status = 0;
@@ -204,7 +244,7 @@ pub fn reap(main: Pid) -> Option<Ended> {
 
 /// Has keepwrap any child left, running or not yet reaped (reparented
 /// orphans included)? One `waitid` that reaps nothing.
-pub fn any_children() -> bool {
+fn any_children() -> bool {
     match crate::sys::any_child_nowait() {
         Ok(any) => any,
         // Unknown: look at /proc instead.
@@ -214,7 +254,7 @@ pub fn any_children() -> bool {
 
 /// Pids of keepwrap's own children still around (reparented orphans
 /// included), from `/proc/self/task/*/children`.
-pub fn children() -> Vec<Pid> {
+fn children() -> Vec<Pid> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return out;

@@ -4,9 +4,10 @@
 //! and nothing happens, keepwrap sleeps in `poll`.
 
 pub mod child;
+pub mod rules;
 mod settings;
 
-pub use settings::Settings;
+pub use settings::{Settings, Stopping};
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -15,17 +16,12 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::unistd::Pid;
 
-use crate::clock;
 use crate::keeper::{KeepMode, Keeper, Prepared};
 use crate::stops::Stopped;
-use child::Ended;
-
-/// While waiting for the rest of a process group to go, how often to look.
-const GROUP_RECHECK: Duration = Duration::from_millis(20);
+use child::{Ended, Process};
+use rules::Running;
 
 /// Run one launch: prune, spawn, supervise, sign, and exit as the child did.
 pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
@@ -107,8 +103,9 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
         k.child_started(pid.as_raw().unsigned_abs());
     }
 
-    let ended = supervise(&sfd, pid, args, &mut keeper);
-    drain_group(&sfd, pid, args);
+    let mut child = Process { pid, signals: &sfd };
+    let ended = supervise(&mut child, args, &mut keeper);
+    rules::drain(&mut child, args.stopping);
     // The work after the start (eviction, the trash) finishes before the
     // statistics are written, unless it takes longer than a bounded wait
     // (what is left of it, the next launch does after its own start).
@@ -201,31 +198,27 @@ const AFTER_START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Forward signals, reap, and drive the keeper until the main child ends.
 /// Nothing here waits but `poll`: the keeper's commit work runs on its own
 /// thread and reports through a descriptor in the poll set.
-fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
-    let mut kill_at: Option<Instant> = None;
+fn supervise(child: &mut Process, args: &Settings, keeper: &mut Option<Keeper>) -> Ended {
+    let mut running = Running::new(args.stopping);
     loop {
         let now = Instant::now();
         if let Some(k) = keeper.as_mut() {
             k.tick(now);
         }
-        if kill_at.is_some_and(|at| now >= at) {
-            crate::events::Event::KillAfter {
-                after: args.kill_after.unwrap_or_default(),
-            }
-            .emit();
-            child::forward(pid, Signal::SIGKILL, true);
-            kill_at = None;
-        }
-        let deadline = [kill_at, keeper.as_ref().and_then(Keeper::deadline)]
-            .into_iter()
-            .flatten()
-            .min();
+        running.tick(now, child);
+        let deadline = [
+            running.deadline(),
+            keeper.as_ref().and_then(Keeper::deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
 
         let (watch_fd, probe, worker_fd) = match keeper.as_ref() {
             Some(k) => (k.watch_fd(), k.probe_fd(), k.worker_fd()),
             None => (None, None, None),
         };
-        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(child.signals.as_fd(), PollFlags::POLLIN)];
         let mut add = |fd, flags| {
             fds.push(PollFd::new(fd, flags));
             fds.len() - 1
@@ -254,9 +247,16 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
         drop(fds);
 
         // Signals first: a forwarded stop reaches the engine, and the
-        // keeper, before anything else is looked at.
+        // keeper (a forwarded stop is never tuning done), before anything
+        // else is looked at.
         if signal_ready {
-            if let Some(e) = dispatch_signals(sfd, pid, args, &mut kill_at, keeper) {
+            let ended = running.dispatch(child, |signo| {
+                crate::stops::forwarded(signo);
+                if let Some(k) = keeper.as_mut() {
+                    k.forwarded(signo);
+                }
+            });
+            if let Some(e) = ended {
                 return e;
             }
         }
@@ -266,95 +266,7 @@ fn supervise(sfd: &SignalFd, pid: Pid, args: &Settings, keeper: &mut Option<Keep
     }
 }
 
-/// Read every queued signal: reap on CHLD, forward the others to the engine
-/// (and tell the keeper which: a forwarded stop is never tuning done). How
-/// the main child ended, if it did.
-fn dispatch_signals(
-    sfd: &SignalFd,
-    pid: Pid,
-    args: &Settings,
-    kill_at: &mut Option<Instant>,
-    keeper: &mut Option<Keeper>,
-) -> Option<Ended> {
-    let mut ended = None;
-    while let Ok(Some(info)) = sfd.read_signal() {
-        let signo = info.ssi_signo as i32;
-        if signo == libc::SIGCHLD {
-            if let Some(e) = child::reap(pid) {
-                ended = Some(e);
-            }
-        } else if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
-            child::forward_signo(pid, signo, args.kill_group);
-            crate::stops::forwarded(signo);
-            if let Some(k) = keeper.as_mut() {
-                k.forwarded(signo);
-            }
-            if matches!(signo, libc::SIGTERM | libc::SIGINT) && kill_at.is_none() {
-                *kill_at = args.kill_after.map(|d| clock::after(Instant::now(), d));
-            }
-        }
-    }
-    // A SIGCHLD can coalesce with an earlier one: reap once more.
-    ended.or_else(|| child::reap(pid))
-}
-
-/// After the main child ended: TERM what is left of its process group (and
-/// any orphan reparented to keepwrap), give it `--grace`, then KILL, and
-/// reap everything. Signals that arrive meanwhile still reach the group.
-fn drain_group(sfd: &SignalFd, pid: Pid, args: &Settings) {
-    child::reap(pid);
-    let leftovers = || child::group_alive(pid) || child::any_children();
-    if !leftovers() {
-        return;
-    }
-    crate::events::Event::DrainTerm { grace: args.grace }.emit();
-    terminate_all(pid, libc::SIGTERM);
-    let deadline = clock::after(Instant::now(), args.grace);
-    loop {
-        child::reap(pid);
-        if !leftovers() {
-            return;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(
-            &mut fds,
-            timeout_until(Some(clock::after(now, GROUP_RECHECK).min(deadline)), now),
-        );
-        while let Ok(Some(info)) = sfd.read_signal() {
-            let signo = info.ssi_signo as i32;
-            if child::is_forwarded(signo) && !child::raised_by_keepwrap(&info) {
-                terminate_all(pid, signo);
-            }
-        }
-    }
-    crate::events::Event::DrainKill { grace: args.grace }.emit();
-    terminate_all(pid, libc::SIGKILL);
-    // KILL cannot be caught: wait for the kernel to finish them, boundedly.
-    let deadline = clock::after(Instant::now(), Duration::from_secs(2));
-    while leftovers() && Instant::now() < deadline {
-        child::reap(pid);
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(
-            &mut fds,
-            PollTimeout::from(GROUP_RECHECK.as_millis() as u16),
-        );
-        while let Ok(Some(_)) = sfd.read_signal() {}
-    }
-    child::reap(pid);
-}
-
-/// Signal the main child's process group and every remaining child of ours.
-fn terminate_all(pid: Pid, signo: i32) {
-    child::forward_signo(pid, signo, true);
-    for orphan in child::children() {
-        child::forward_signo(orphan, signo, false);
-    }
-}
-
+/// A poll timeout that ends at `deadline` (none: no end).
 fn timeout_until(deadline: Option<Instant>, now: Instant) -> PollTimeout {
     match deadline {
         None => PollTimeout::NONE,

@@ -5,6 +5,16 @@ use std::time::Duration;
 /// How the child is supervised, and how its cache is kept.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// How signals reach the child and how it is stopped.
+    pub stopping: Stopping,
+    /// The cache side.
+    pub cache: crate::keeper::Settings,
+}
+
+/// How signals reach the child, and how it and its process group are
+/// stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopping {
     /// Forward signals to the child's whole process group.
     pub kill_group: bool,
     /// After the child exits, how long the rest of its group gets between
@@ -12,6 +22,4 @@ pub struct Settings {
     pub grace: Duration,
     /// KILL the group this long after the first forwarded TERM or INT.
     pub kill_after: Option<Duration>,
-    /// The cache side.
-    pub cache: crate::keeper::Settings,
 }
