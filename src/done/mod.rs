@@ -304,6 +304,10 @@ impl Resolver {
 
 enum ProbeState {
     Idle,
+    /// A 200 is being judged (who serves the port): no other probe until
+    /// [`Probe::defer`]. A judge slower than the interval (a loaded host)
+    /// spaces the probes out instead of queueing judges behind it.
+    Judging,
     /// Waiting for the resolver's answer.
     Resolving {
         deadline: Instant,
@@ -358,6 +362,12 @@ impl Probe {
         self.addr
     }
 
+    /// The last answer, a 200, is being judged: no other probe until it
+    /// is ([`Probe::defer`] when it did not count).
+    pub fn judging(&mut self) {
+        self.state = ProbeState::Judging;
+    }
+
     /// The last answer did not count: probe again one interval from now.
     pub fn defer(&mut self, now: Instant) {
         self.state = ProbeState::Idle;
@@ -367,7 +377,7 @@ impl Probe {
     /// The socket to poll, with the events it waits for.
     pub fn poll_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
         match &self.state {
-            ProbeState::Idle => None,
+            ProbeState::Idle | ProbeState::Judging => None,
             ProbeState::Resolving { .. } => self
                 .resolver
                 .as_ref()
@@ -385,14 +395,16 @@ impl Probe {
         }
     }
 
-    /// When the probe next needs attention without an fd event.
-    pub fn deadline(&self) -> Instant {
+    /// When the probe next needs attention without an fd event (none while
+    /// its last 200 is judged).
+    pub fn deadline(&self) -> Option<Instant> {
         match &self.state {
-            ProbeState::Idle => self.next_at,
+            ProbeState::Idle => Some(self.next_at),
+            ProbeState::Judging => None,
             ProbeState::Resolving { deadline }
             | ProbeState::Connecting { deadline, .. }
             | ProbeState::Reading { deadline, .. }
-            | ProbeState::Tls { deadline, .. } => *deadline,
+            | ProbeState::Tls { deadline, .. } => Some(*deadline),
         }
     }
 

@@ -3,16 +3,16 @@
 //! socket, and `/proc/PID/fd` links (`socket:[INODE]`) name the processes
 //! holding it. A health probe's 200 counts only when every socket listening
 //! for the probed address belongs to the engine's process tree (keepwrap's
-//! children and their descendants). Every scan is bounded by a deadline:
-//! past it, the answer is "not the engine" (probe again later). Reading the
-//! socket tables takes milliseconds on a busy host (30 ms for 500 sockets):
-//! the caller runs this off the supervisor loop. Naming another owner for
-//! the log line is bounded by counts instead (processes, descriptors), so
-//! that a loaded host names the same process an idle one does.
+//! children and their descendants). Every scan is bounded by counts
+//! (processes, descriptors), never by the clock, so that a loaded host gets
+//! the answer an idle one does: past them, the answer is "not the engine"
+//! (probe again later). Reading the socket tables takes milliseconds on a
+//! busy host (30 ms for 500 sockets, seconds under a heavy load): the
+//! caller runs this off the supervisor loop.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Who answered a health probe with 200.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +26,13 @@ pub enum Owner {
     Foreign(String),
 }
 
-/// Longest the look through the engine's tree's descriptors may take. It
-/// runs on keepwrap's worker thread, never in the supervisor loop, and only
-/// before done.
-pub const SCAN_BUDGET: Duration = Duration::from_millis(200);
-/// Most processes looked at when naming another process (once a launch).
+/// Most processes looked at: of the engine's tree, and when naming another
+/// process (once a launch).
 const MAX_PROCS: usize = 4096;
-/// Most descriptors of one process looked at.
+/// Most descriptors looked at: of the engine's whole tree (about 200 ms of
+/// `readlink` on an idle host), and of one process when naming another.
+/// The look runs on keepwrap's worker thread, never in the supervisor
+/// loop, and only before done.
 const MAX_FDS: usize = 65_536;
 
 /// One row of `/proc/net/tcp*`: local address, port, state, inode.
@@ -148,13 +148,17 @@ pub(crate) fn children(pid: &str) -> Vec<u32> {
 }
 
 /// The engine's tree: keepwrap's children (the engine, and orphans of it
-/// reparented to keepwrap) and all their descendants.
-fn engine_tree(deadline: Instant) -> Vec<u32> {
+/// reparented to keepwrap) and all their descendants, `MAX_PROCS` of them
+/// at most.
+fn engine_tree() -> Vec<u32> {
     let mut tree = Vec::new();
     let mut todo = children("self");
     let mut seen = HashSet::new();
     while let Some(pid) = todo.pop() {
-        if !seen.insert(pid) || Instant::now() >= deadline {
+        if tree.len() >= MAX_PROCS {
+            break;
+        }
+        if !seen.insert(pid) {
             continue;
         }
         tree.push(pid);
@@ -164,15 +168,16 @@ fn engine_tree(deadline: Instant) -> Vec<u32> {
 }
 
 /// Which of `inodes` process `pid` holds, added to `found`; looks at no
-/// more than `MAX_FDS` descriptors, and none past `deadline`.
-fn holds(pid: u32, inodes: &[u64], found: &mut HashSet<u64>, deadline: Option<Instant>) {
+/// more than `budget` descriptors, and takes those it looked at from it.
+fn holds(pid: u32, inodes: &[u64], found: &mut HashSet<u64>, budget: &mut usize) {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return;
     };
-    for fd in fds.flatten().take(MAX_FDS) {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+    for fd in fds.flatten() {
+        let Some(left) = budget.checked_sub(1) else {
             return;
-        }
+        };
+        *budget = left;
         let Ok(link) = std::fs::read_link(fd.path()) else {
             continue;
         };
@@ -218,8 +223,7 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
         return outside();
     }
     let tables = started.elapsed();
-    let deadline = Instant::now() + SCAN_BUDGET;
-    let tree = engine_tree(deadline);
+    let tree = engine_tree();
     crate::events::Event::PortListeners {
         address: to.to_string(),
         inodes: inodes.to_vec(),
@@ -228,8 +232,9 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
     }
     .emit();
     let mut found = HashSet::new();
+    let mut budget = MAX_FDS;
     for &pid in &tree {
-        holds(pid, &inodes, &mut found, Some(deadline));
+        holds(pid, &inodes, &mut found, &mut budget);
         if found.len() == inodes.len() {
             return Owner::Engine;
         }
@@ -253,8 +258,8 @@ pub fn owner_of(to: SocketAddr, name: bool) -> Owner {
         if pid == me || tree.contains(&pid) {
             continue;
         }
-        let mut hit = HashSet::new();
-        holds(pid, &foreign, &mut hit, None);
+        let (mut hit, mut budget) = (HashSet::new(), MAX_FDS);
+        holds(pid, &foreign, &mut hit, &mut budget);
         if !hit.is_empty() {
             return Owner::Foreign(format!("pid {pid} ({})", comm(pid)));
         }

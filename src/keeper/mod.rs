@@ -214,7 +214,7 @@ impl Keeper {
         let s = self.session.as_ref()?;
         [
             s.policy.deadline(),
-            self.probe.as_ref().map(Probe::deadline),
+            self.probe.as_ref().and_then(Probe::deadline),
             self.looking.as_ref().map(|l| l.next),
         ]
         .into_iter()
@@ -286,8 +286,10 @@ impl Keeper {
         let (Some(probe), Some(s)) = (self.probe.as_mut(), self.session.as_mut()) else {
             return;
         };
-        // No other probe until this one's answer is judged.
-        probe.defer(now);
+        // No other probe until this one's answer is judged: a judge that
+        // takes longer than the interval (a loaded host) must not queue
+        // others behind it, nor the lines and the sign that follow.
+        probe.judging();
         let url = probe.endpoint().to_string();
         // A headless node probes the head: another process by design.
         let head = matches!(self.done, Done::HeadHealth(_));
@@ -303,7 +305,10 @@ impl Keeper {
                 url,
                 owner: Owner::Remote,
             }),
-            None => None,
+            None => {
+                probe.defer(now);
+                None
+            }
         };
         if let Some(r) = report {
             self.take(r);

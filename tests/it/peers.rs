@@ -357,6 +357,8 @@ fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
     let lock = hold_lock(&root);
     let mark = h.path().join("started");
     let share_s = share.display().to_string();
+    // What a read that is waited for would take at the least.
+    let share_timeout = Duration::from_secs(40);
     let mut cmd = marked(
         &root,
         &mark,
@@ -366,7 +368,7 @@ fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
             "--share",
             &share_s,
             "--share-timeout",
-            "40s",
+            &format!("{}s", share_timeout.as_secs()),
         ],
     );
     cmd.args(["sh", "--nnodes", "256", "--node-rank", "255"]);
@@ -432,7 +434,9 @@ fn a_stop_signal_while_the_share_is_read_ends_keepwrap_at_once() {
         "the read was not waited for: {}",
         b.stderr
     );
-    assert!(took < Duration::from_secs(10), "{took:?}: {}", b.stderr);
+    // Not waited for: well before the share's timeout, and not a bound on
+    // how fast a loaded host exits.
+    assert!(took < share_timeout / 2, "{took:?}: {}", b.stderr);
 }
 
 /// A TERM while keepwrap is busy before the start (here: moving another
