@@ -540,8 +540,15 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     let mut steps = vec!["onterm:0", &got_arg];
     let writes: Vec<String> = (0..8).map(|r| format!("write:{r}:2000")).collect();
     steps.extend(writes.iter().map(String::as_str));
-    steps.push("wait");
-    let mut cmd = staged(&root, &["--done", "quiet=300ms", "--unify", "on"], &steps);
+    // Done when the engine serves, once every rank is written, however
+    // slowly a loaded host lets it write them (a quiet window would close
+    // between two of them there).
+    let port = common::free_port();
+    let serve = format!("serve:{port}");
+    steps.extend([serve.as_str(), "wait"]);
+    let done = format!("health=http://127.0.0.1:{port}/health");
+    let kw_args = ["--done", &done, "--probe-interval", "50ms", "--unify", "on"];
+    let mut cmd = staged(&root, &kw_args, &steps);
     // Each rank file unified and sidecar written at commit takes 30 ms
     // more (a slow disk), so that the sign lasts long enough for several
     // signals on any machine.
@@ -549,23 +556,29 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
     let mut kw = Running::spawn(&mut cmd);
     kw.wait_event_with(
         "tuning_done",
-        json!({"rule": "quiet"}),
+        json!({"rule": "health"}),
         Duration::from_secs(30),
     );
     let received = || lines(&got);
-    // One USR1 at a time, each waited for, while the sign runs; the
-    // latency is measured on the engine's side of the signal.
-    let mut during = Vec::new();
-    while !kw.log_events().iter().any(|e| e["code"] == "signed") {
+    // One USR1 at a time, each waited for; the latency is measured on the
+    // engine's side of the signal.
+    let usr1 = || {
         let before = received().len();
         let sent = monotonic_ns();
         kw.guard.signal(Signal::SIGUSR1);
         let at: i64 = wait_for("the engine to get USR1", Duration::from_secs(10), || {
             received().get(before).and_then(|l| l.parse().ok())
         });
-        during.push((at - sent) as f64 / 1e6);
         std::thread::sleep(Duration::from_millis(5));
+        (at - sent) as f64 / 1e6
+    };
+    // While the sign runs...
+    let mut during = Vec::new();
+    while !kw.log_events().iter().any(|e| e["code"] == "signed") {
+        during.push(usr1());
     }
+    // ... and, for the host's own latency, once it is over.
+    let mut after: Vec<f64> = (0..8).map(|_| usr1()).collect();
     kw.guard.signal(Signal::SIGTERM);
     let b = kw.finish(Duration::from_secs(30));
     assert!(b.logged_with("signed", json!({"files": 8})), "{}", b.stderr);
@@ -585,8 +598,14 @@ fn signals_reach_the_engine_within_20ms_while_8_rank_files_of_2000_entries_are_u
         sorted.len()
     );
     let median = sorted[sorted.len() / 2];
+    after.sort_by(f64::total_cmp);
+    eprintln!("signal latency after the sign (ms): {after:?}");
+    // 20 ms, or on a host loaded enough that a signal takes longer with no
+    // sign at all, three times that: a loop that waited for the sign
+    // would take the sign's length (hundreds of ms) there too.
+    let bound = 20f64.max(3.0 * after[after.len() / 2]);
     assert!(
-        median <= 20.0,
-        "median latency {median:.1} ms over {sorted:?} ms"
+        median <= bound,
+        "median latency {median:.1} ms over {sorted:?} ms (at most {bound:.1}; after the sign: {after:?} ms)"
     );
 }
