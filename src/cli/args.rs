@@ -361,6 +361,11 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 
+    /// The invalid settings the cache depends on (a variable, else a flag),
+    /// which leave the cache alone for this launch.
+    #[arg(skip)]
+    pub invalid: Vec<String>,
+
     /// Whether to keep the cache of this command: auto (an engine launch:
     /// Python, an sglang entry point, or a shell wrapper around one; anything
     /// else is only supervised), always, or never
@@ -418,6 +423,7 @@ impl RunArgs {
                 headless_quiet: self.headless_quiet,
                 unify: self.unify,
                 disable: self.disable,
+                invalid: self.invalid.clone(),
                 keep: self.keep,
                 store_max_size: no_limit_at_0(self.store_max_size),
                 store_max_age: self.store_max_age,

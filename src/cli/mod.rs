@@ -78,9 +78,11 @@ pub fn main() -> ExitCode {
         }
         .emit();
     }
-    if invalid.iter().any(|i| i.cache) {
-        cli.run.disable = true;
-    }
+    cli.run.invalid = invalid
+        .iter()
+        .filter(|i| i.cache)
+        .map(|i| i.variable.clone().unwrap_or_else(|| i.flag.to_string()))
+        .collect();
     if cli.show_config {
         return crate::cmd::config::print(
             &cmd,

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::clock::now_secs;
+use crate::events::counted;
 use crate::store::{size_text, Entry, Store};
 
 use super::status::duration_text;
@@ -169,7 +170,9 @@ fn evict_root(
     }
     let left = store.entries();
     println!(
-        "evicted {n} stored sets ({files} files, {}); {} left in {the_store} ({})",
+        "evicted {} ({}, {}); {} left in {the_store} ({})",
+        counted(n as usize, "stored set", "stored sets"),
+        counted(files, "file", "files"),
         size_text(bytes),
         left.len(),
         size_text(left.iter().map(|e| e.bytes).sum())
@@ -195,9 +198,9 @@ fn would_evict(
     let mut text = String::new();
     for (used, e) in &picked {
         text.push_str(&format!(
-            "would evict the stored set of launch {}... ({} files, {}, last used {} ago)\n",
+            "would evict the stored set of launch {}... ({}, {}, last used {})\n",
             &e.manifest.set.fingerprint[..e.manifest.set.fingerprint.len().min(8)],
-            e.manifest.set.members.len(),
+            counted(e.manifest.set.members.len(), "file", "files"),
             size_text(e.bytes),
             crate::store::ago(*used, now)
         ));
@@ -208,8 +211,9 @@ fn would_evict(
         .sum();
     let bytes: u64 = picked.iter().map(|(_, e)| e.bytes).sum();
     text.push_str(&format!(
-        "would evict {} stored sets ({files} files, {}) of {} in {the_store} ({}) (dry run: nothing evicted)\n",
-        picked.len(),
+        "would evict {} ({}, {}) of {} in {the_store} ({}) (dry run: nothing evicted)\n",
+        counted(picked.len(), "stored set", "stored sets"),
+        counted(files, "file", "files"),
         size_text(bytes),
         all.len(),
         size_text(all.iter().map(|e| e.bytes).sum())
@@ -252,7 +256,7 @@ fn matches_one(store: &Store, prefix: &str) -> bool {
     if matching.len() != 1 {
         super::failed(format!(
             "{} {prefix}{}",
-            crate::events::counted(matching.len(), "stored set matches", "stored sets match"),
+            counted(matching.len(), "stored set matches", "stored sets match"),
             if matching.is_empty() {
                 ""
             } else {

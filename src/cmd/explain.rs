@@ -45,9 +45,9 @@ pub fn print(root: Option<(PathBuf, Shape)>, launch: &Launch) -> ExitCode {
     ));
     match &own {
         Some(r) => out.push_str(&format!(
-            ": signed {} ({} files, last used {})\n",
+            ": signed {} ({}, last used {})\n",
             ago(r.last_signed, now),
-            r.files,
+            crate::events::counted(r.files, "file", "files"),
             ago(r.last_used, now)
         )),
         None => out.push_str(": never signed under this cache root\n"),
@@ -65,10 +65,10 @@ pub fn print(root: Option<(PathBuf, Shape)>, launch: &Launch) -> ExitCode {
             .and_then(|s| s.manifest(&r.fingerprint))
             .is_some();
         out.push_str(&format!(
-            "{} signed {}, {} files{}: differs in: {}\n",
+            "{} signed {}, {}{}: differs in: {}\n",
             short(&r.fingerprint),
             ago(r.last_signed, now),
-            r.files,
+            crate::events::counted(r.files, "file", "files"),
             if stored { " in the store" } else { "" },
             differences(d)
         ));

@@ -34,7 +34,11 @@ pub fn ls(url: &str, timeout: Duration) -> ExitCode {
                     escaped(modified)
                 );
             }
-            println!("{} launches in {}", launches.len(), redact(url));
+            println!(
+                "{} in {}",
+                crate::events::counted(launches.len(), "launch", "launches"),
+                redact(url)
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -60,8 +64,8 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
                 println!("{verb} {}", escaped(l));
             }
             println!(
-                "{verb} {} launches unused for longer than {}",
-                removed.len(),
+                "{verb} {} unused for longer than {}",
+                crate::events::counted(removed.len(), "launch", "launches"),
                 humantime::format_duration(older_than)
             );
             ExitCode::SUCCESS

@@ -166,8 +166,8 @@ impl std::fmt::Display for Done {
             ),
             Done::RankFiles(names, d) => write!(
                 f,
-                "when this headless node's {} rank files ({}) have landed and no cache file has for {}",
-                names.len(),
+                "when this headless node's {} ({}) have landed and no cache file has for {}",
+                crate::events::counted(names.len(), "rank file", "rank files"),
                 names.join(", "),
                 humantime::format_duration(*d)
             ),

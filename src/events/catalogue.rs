@@ -498,8 +498,8 @@ catalogue! {
         /// signed again and its files are removed.
         KeptRefused { refused: usize, kept: usize, example: PathBuf, fingerprint: String }
             WARN "kept_refused"
-            => "warning: the engine refused {refused} of the {kept} cache files kept for this launch (it saved none of them again, as it does a file whose _metadata is for another GPU, CUDA or FlashInfer build: {}): the set is not signed again and its files are removed, so the next boot tunes once on this machine and keeps its own",
-                super::Shown(example);
+            => "warning: the engine refused {refused} of the {} kept for this launch (it saved none of them again, as it does a file whose _metadata is for another GPU, CUDA or FlashInfer build: {}): the set is not signed again and its files are removed, so the next boot tunes once on this machine and keeps its own",
+                super::counted(kept, "cache file", "cache files"), super::Shown(example);
 
         /// This boot tuned; its set is signed for the next identical launch.
         Signed { files: usize, fingerprint: String }
@@ -517,7 +517,8 @@ catalogue! {
 
         NothingSigned { present: usize }
             INFO "nothing_signed"
-            => "nothing signed: none of the {present} cache files present can be signed (see the lines above); the next launch tunes again";
+            => "nothing signed: none of the {} present can be signed (see the lines above); the next launch tunes again",
+                super::counted(present, "cache file", "cache files");
 
         NothingToKeep {}
             INFO "nothing_to_keep"
@@ -591,7 +592,8 @@ catalogue! {
             => "poll failed: {error}";
 
         /// The cache is not kept for this command: `--disable` (`reason`
-        /// `disabled`), `--keep never` (`keep_never`), or no engine launch
+        /// `disabled`), `--keep never` (`keep_never`), an invalid setting
+        /// the cache depends on (`invalid_setting`), or no engine launch
         /// under `--keep auto` (`not_an_engine`); `why` says it to the
         /// operator.
         SupervisingOnly { reason: String, why: String }
@@ -784,7 +786,8 @@ catalogue! {
 
         FleetRestored { files: usize, set: String, took: Duration }
             INFO "fleet_restored"
-            => "fleet: restored and signed {files} cache files of set {set} in {:.1}s", took.as_secs_f64();
+            => "fleet: restored and signed {} of set {set} in {:.1}s",
+                super::counted(files, "cache file", "cache files"), took.as_secs_f64();
 
         FleetPublished { set: String }
             INFO "fleet_published"

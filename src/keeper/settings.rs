@@ -31,6 +31,8 @@ pub struct Settings {
     pub unify: UnifyMode,
     /// `--disable`: only supervise.
     pub disable: bool,
+    /// The invalid settings the cache depends on (only supervise).
+    pub invalid: Vec<String>,
     /// `--keep`.
     pub keep: KeepMode,
     /// The most bytes the store holds.
@@ -55,6 +57,10 @@ pub enum NotKept {
     Disabled,
     #[error("cache keeping off (--keep never): supervising only")]
     Never,
+    /// Settings the cache depends on are invalid (the lines above say
+    /// which and why).
+    #[error("cache keeping off, as {} cannot be used (the line above says why): supervising only", .0.join(" and "))]
+    Invalid(Vec<String>),
     /// `--keep auto` and a command that is not an engine launch: the line
     /// that says what it is.
     #[error("{0}")]
@@ -74,6 +80,7 @@ impl NotKept {
         match self {
             NotKept::Disabled => "disabled",
             NotKept::Never => "keep_never",
+            NotKept::Invalid(_) => "invalid_setting",
             NotKept::NotAnEngine(_) => "not_an_engine",
         }
     }
@@ -87,6 +94,9 @@ impl Settings {
         command: &[OsString],
         env: &[(OsString, OsString)],
     ) -> Result<Command, NotKept> {
+        if !self.invalid.is_empty() {
+            return Err(NotKept::Invalid(self.invalid.clone()));
+        }
         if self.disable {
             return Err(NotKept::Disabled);
         }

@@ -126,11 +126,11 @@ pub fn print_status(share: &Path) -> ExitCode {
         for p in &nodes {
             match (&p.published_at, &p.published_at_utc, &p.problem) {
                 (Some(at), Some(utc), None) => text.push_str(&format!(
-                    "{cluster} node {}/{} published {utc} ({}): {} files, {}\n",
+                    "{cluster} node {}/{} published {utc} ({}): {}, {}\n",
                     p.node_rank,
                     p.nnodes,
                     crate::store::ago(*at, now),
-                    p.files,
+                    crate::events::counted(p.files, "file", "files"),
                     crate::store::size_text(p.bytes)
                 )),
                 (_, _, problem) => text.push_str(&format!(

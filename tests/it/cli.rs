@@ -677,6 +677,13 @@ fn an_invalid_setting_is_said_and_the_engine_starts() {
                 "{name}={value}: the cache left alone: {}",
                 f.stderr
             );
+            // ... and it names the setting, not a flag nobody passed
+            let why = alone[0]["message"].as_str().unwrap();
+            assert!(
+                why.contains(name) && !why.contains("--disable"),
+                "{name}={value}: {why}"
+            );
+            assert_eq!(alone[0]["reason"], "invalid_setting", "{why}");
         } else {
             assert!(msg.contains("default"), "{msg}");
             assert!(

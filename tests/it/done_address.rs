@@ -174,7 +174,7 @@ fn a_headless_vllm_node_without_a_port_signs_its_rank_files() {
     let [head, headless] = boot();
     assert_eq!(
         done_line(&headless),
-        "when this headless node's 1 rank files (autotune_configs_dp0_rank1.json) have landed and no cache file has for 300ms",
+        "when this headless node's 1 rank file (autotune_configs_dp0_rank1.json) have landed and no cache file has for 300ms",
         "{}",
         headless.stderr
     );

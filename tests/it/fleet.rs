@@ -564,7 +564,7 @@ fn gc_removes_unused_launches_and_never_one_in_use() {
     assert!(
         ls.stdout
             .iter()
-            .any(|l| *l == format!("1 launches in {}", b.url())),
+            .any(|l| *l == format!("1 launch in {}", b.url())),
         "{:?}",
         ls.stdout
     );

@@ -225,7 +225,7 @@ fn four_nodes_tune_once_then_reuse_one_union_on_every_node() {
             assert!(
                 text.lines()
                     .any(|l| l.contains(&format!(" node {r}/4 published "))
-                        && l.contains(": 1 files, ")),
+                        && l.contains(": 1 file, ")),
                 "{text}"
             );
         }

@@ -248,7 +248,7 @@ fn evict_and_clean_remove_stored_sets_with_a_summary() {
     let f = maintenance(h.path(), &["evict", &fps[0]]);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
-        f.stdout[0].starts_with("evicted 1 stored sets (2 files, "),
+        f.stdout[0].starts_with("evicted 1 stored set (2 files, "),
         "{:?}",
         f.stdout
     );
@@ -273,7 +273,7 @@ fn evict_and_clean_remove_stored_sets_with_a_summary() {
     let f = maintenance(h.path(), &["clean"]);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
-        f.stdout[0].starts_with("evicted 1 stored sets (2 files, ")
+        f.stdout[0].starts_with("evicted 1 stored set (2 files, ")
             && f.stdout[0].contains("); 0 left in the store (0 B)"),
         "{:?}",
         f.stdout
@@ -419,8 +419,9 @@ fn evict_and_clean_dry_run_say_what_they_would_evict_and_evict_nothing() {
         let f = maintenance(h.path(), args);
         assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
         let summary = f.stdout.last().unwrap();
+        let sets = if n == 1 { "set" } else { "sets" };
         assert!(
-            summary.starts_with(&format!("would evict {n} stored sets ("))
+            summary.starts_with(&format!("would evict {n} stored {sets} ("))
                 && summary.ends_with("(dry run: nothing evicted)"),
             "{args:?}: {:?}",
             f.stdout
@@ -431,6 +432,10 @@ fn evict_and_clean_dry_run_say_what_they_would_evict_and_evict_nothing() {
             .filter(|l| l.starts_with("would evict the stored set of launch "))
             .collect();
         assert_eq!(each.len(), n, "{args:?}: {:?}", f.stdout);
+        // "last used 5 seconds ago", not "5 seconds ago ago"
+        for l in &each {
+            assert!(l.ends_with(" ago)") && !l.contains("ago ago"), "{l}");
+        }
         if n == 1 {
             assert!(each[0].contains(&fps[0]), "{each:?}");
         }

@@ -521,7 +521,7 @@ fn a_headless_node_without_the_heads_address_signs_once_its_rank_files_are_quiet
             .as_str()
             .unwrap()
             .starts_with(
-            "when this headless node's 1 rank files (autotune_configs_dp1_rank1.json) have landed"
+            "when this headless node's 1 rank file (autotune_configs_dp1_rank1.json) have landed"
         ),
         "{}",
         headless.stderr
@@ -1066,7 +1066,7 @@ fn evict_and_clean_on_a_vllm_root(root: &Path, home: &Path, env: &[(&str, &str)]
     let f = maintenance(home, named, &["evict", &fps[0][..8]], env);
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(
-        f.stdout[0].starts_with("evicted 1 stored sets (2 files, ")
+        f.stdout[0].starts_with("evicted 1 stored set (2 files, ")
             && f.stdout[0].contains("); 2 left in the store ("),
         "{:?}",
         f.stdout
