@@ -144,11 +144,53 @@ pub fn main() -> ExitCode {
 /// every `KEEPWRAP_*` variable and the option it sets.
 fn man() -> ExitCode {
     let cmd = command();
+    let roff = |s: &str| s.replace('\\', "\\\\").replace('-', "\\-");
+    let man = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
-    if clap_mangen::Man::new(cmd.clone()).render(&mut out).is_err() {
+    // clap_mangen's page, its subcommands listed here: its own section
+    // cites a page per subcommand (`keepwrap-evict(1)`), and there is one
+    // page, this one.
+    let rendered = man
+        .render_title(&mut out)
+        .and_then(|()| man.render_name_section(&mut out))
+        .and_then(|()| man.render_synopsis_section(&mut out))
+        .and_then(|()| man.render_description_section(&mut out))
+        .and_then(|()| man.render_options_section(&mut out));
+    if rendered.is_err() {
         return ExitCode::FAILURE;
     }
-    let roff = |s: &str| s.replace('\\', "\\\\").replace('-', "\\-");
+    let mut subs = String::from(".SH SUBCOMMANDS\n");
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        subs.push_str(&format!(
+            ".TP\n\\fB{}\\fR\n{}\n",
+            roff(sub.get_name()),
+            roff(&sub.get_about().map(|a| a.to_string()).unwrap_or_default())
+        ));
+    }
+    out.extend_from_slice(subs.as_bytes());
+    if man.render_extra_section(&mut out).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let mut subs = String::from(".SH EXIT STATUS\n");
+    for (code, what) in [
+        ("N", "the engine's own exit status"),
+        ("128+N", "the engine died of signal N; or stop signal N (TERM, INT, HUP, QUIT) came before the engine started"),
+        ("127", "the command is not found"),
+        ("126", "the command cannot be executed"),
+        ("2", "keepwrap's own usage error: nothing ran"),
+        ("1", "a subcommand could not do its work (status \\-\\-verify: a file is not as signed)"),
+    ] {
+        subs.push_str(&format!(".TP\n\\fB{code}\\fR\n{what}\n"));
+    }
+    subs.push_str("Nothing keepwrap does with the cache changes the engine's exit status.\n");
+    out.extend_from_slice(subs.as_bytes());
+    if man
+        .render_version_section(&mut out)
+        .and_then(|()| man.render_authors_section(&mut out))
+        .is_err()
+    {
+        return ExitCode::FAILURE;
+    }
     let mut env = String::from(".SH ENVIRONMENT\nEvery option of a launch also reads a variable; a flag wins over its variable, an empty variable is unset.\n");
     for arg in cmd.get_arguments() {
         if let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) {

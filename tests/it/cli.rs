@@ -970,6 +970,20 @@ fn completions_and_the_man_page_come_from_the_definitions() {
     ] {
         assert!(man.contains(word), "{word} in the man page");
     }
+    // Only pages that exist are cited (there is one page: keepwrap(1)),
+    // and it says what each exit status means.
+    assert!(
+        !man.contains("keepwrap\\-evict(1)") && !man.contains("(1)\n"),
+        "{man}"
+    );
+    let exit = man
+        .split(".SH ")
+        .find(|s| s.starts_with("EXIT STATUS"))
+        .unwrap_or_else(|| panic!("no EXIT STATUS section: {man}"));
+    for code in ["127", "126", "128+N", "2", "1"] {
+        let item = format!(".TP\n\\fB{code}\\fR\n");
+        assert!(exit.contains(&item), "{code} in {exit}");
+    }
     // Neither is a subcommand the help lists.
     let help = out(&["--help"]);
     assert!(
