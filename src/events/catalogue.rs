@@ -650,6 +650,16 @@ catalogue! {
         EngineKilled { status: u8, signal: String, uptime: Duration }
             INFO "engine_ended"
             => "the engine was killed by {signal} (status {status}) after {:.1} s", secs(uptime);
+        /// The last line of a launch keepwrap only supervises (`--disable`,
+        /// `--keep never`, no engine launch): how its command ended.
+        CommandExited { status: u8, uptime: Duration }
+            INFO "command_ended"
+            => "the command exited with status {status} after {:.1} s", secs(uptime);
+        /// The last line of a launch keepwrap only supervises, whose command
+        /// a signal killed.
+        CommandKilled { status: u8, signal: String, uptime: Duration }
+            INFO "command_ended"
+            => "the command was killed by {signal} (status {status}) after {:.1} s", secs(uptime);
  }
     "keepwrap::root" {
         LockWaiting { timeout: Duration, holder: String }

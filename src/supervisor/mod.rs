@@ -115,24 +115,29 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     if let Some(k) = keeper.as_mut() {
         k.child_ended(ended);
     }
-    // A command keepwrap only supervises has its one line; an engine
-    // launch ends on how the engine ended.
-    if !supervising_only {
-        let signal = match ended {
-            Ended::Exited(_) => None,
-            Ended::Signaled(signo) => Some(crate::signals::signal_name(signo)),
-        };
-        let (status, uptime) = (ended.exit_code(), started.elapsed());
-        match signal {
-            None => crate::events::Event::EngineExited { status, uptime },
-            Some(signal) => crate::events::Event::EngineKilled {
-                status,
-                signal,
-                uptime,
-            },
-        }
-        .emit();
+    // Every launch ends on how its command ended: the engine's, or a
+    // command keepwrap only supervises.
+    let signal = match ended {
+        Ended::Exited(_) => None,
+        Ended::Signaled(signo) => Some(crate::signals::signal_name(signo)),
+    };
+    let (status, uptime) = (ended.exit_code(), started.elapsed());
+    use crate::events::Event;
+    match (signal, supervising_only) {
+        (None, false) => Event::EngineExited { status, uptime },
+        (Some(signal), false) => Event::EngineKilled {
+            status,
+            signal,
+            uptime,
+        },
+        (None, true) => Event::CommandExited { status, uptime },
+        (Some(signal), true) => Event::CommandKilled {
+            status,
+            signal,
+            uptime,
+        },
     }
+    .emit();
     ExitCode::from(ended.exit_code())
 }
 

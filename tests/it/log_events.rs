@@ -236,6 +236,48 @@ fn every_launch_ends_on_a_line_saying_how_the_engine_ended() {
 }
 
 #[test]
+fn a_command_keepwrap_only_supervises_ends_on_a_line_saying_how_it_ended() {
+    let t = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.env("HOME", t.path())
+        .env("KEEPWRAP_LOG_FORMAT", "text")
+        .args(["--cache-dir"])
+        .arg(t.path().join("root"))
+        .args(["--", "sh", "-c", "exit 3"]);
+    let f = output(&mut cmd);
+    assert_eq!(f.code, 3, "{}", f.stderr);
+    let lines = keepwrap_lines(&f.stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("is no engine launch (--keep auto)")),
+        "{}",
+        f.stderr
+    );
+    let last = *lines.last().unwrap();
+    assert!(
+        after_seconds(last, "keepwrap: the command exited with status 3 after "),
+        "{}",
+        f.stderr
+    );
+    let mut cmd = Command::new(BIN);
+    cmd.env("HOME", t.path())
+        .env("KEEPWRAP_LOG_FORMAT", "text")
+        .args(["--disable", "--", "sh", "-c", "kill -TERM $$"]);
+    let f = output(&mut cmd);
+    assert_eq!(f.code, 143, "{}", f.stderr);
+    let last = *keepwrap_lines(&f.stderr).last().unwrap();
+    assert!(
+        after_seconds(
+            last,
+            "keepwrap: the command was killed by SIGTERM (status 143) after "
+        ),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
 fn a_stop_after_reused_still_ends_on_how_the_engine_ended() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
