@@ -15,6 +15,10 @@
 //!   launch has no cache ([`keeper::explain`]);
 //! - [`share`]: multi-node launches: publish and unify rank files through a
 //!   shared directory;
+//! - [`fleet`]: signed sets shared through an S3-compatible bucket;
+//! - [`publish`]: the storage sets are published through (get,
+//!   put-if-absent, list, delete), its directory and read-only backends,
+//!   and the thread a publication runs on;
 //! - [`done`]: when tuning is done: the `--done` rules, the HTTP probe,
 //!   which process serves a port ([`done::owner`]), the inotify watch
 //!   ([`done::watch`]), the `landed` lines ([`done::progress`]);
@@ -63,6 +67,7 @@ pub mod fleet;
 pub mod keeper;
 pub mod launch;
 pub mod logging;
+pub mod publish;
 pub mod root;
 pub mod share;
 pub mod signals;

@@ -51,7 +51,6 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -59,7 +58,8 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, fsx, Shape};
 use crate::digest::Fingerprint;
 use crate::launch::fingerprint::ProfileName;
-use s3::{Client, Cond, Endpoint, Failure, Location, Put};
+use crate::publish::{Failure, Job, Put, ReadOnly, Storage, Waited};
+use s3::{Client, Endpoint, Location};
 
 /// Version of the manifest and HEAD formats.
 pub const FORMAT: u32 = 1;
@@ -182,8 +182,10 @@ impl std::fmt::Display for Miss {
 
 /// The fleet of one launch.
 pub struct Fleet {
-    client: Arc<Client>,
-    pub mode: Mode,
+    /// The bucket (read-only: behind [`ReadOnly`]).
+    store: Arc<dyn Storage>,
+    /// Where the launches are in the bucket.
+    location: Location,
     timeout: Duration,
     profile: ProfileName,
     /// What this launch signs locally.
@@ -200,7 +202,7 @@ pub struct Fleet {
     /// None: never published).
     nodes: Option<(Nodes, Option<String>)>,
     /// The publication under way.
-    running: Option<JoinHandle<()>>,
+    running: Option<Job>,
     /// The cache root, whose `.keepwrap` holds the fleet's state file.
     root: PathBuf,
 }
@@ -287,8 +289,15 @@ impl Fleet {
             (n, boot.map(|b| b.0))
         });
         Some(Fleet {
-            client: Arc::new(Client::new(location, endpoint, args.timeout)),
-            mode: args.mode,
+            store: match args.mode {
+                Mode::ReadWrite => Arc::new(Client::new(location.clone(), endpoint, args.timeout)),
+                Mode::ReadOnly => Arc::new(ReadOnly(Client::new(
+                    location.clone(),
+                    endpoint,
+                    args.timeout,
+                ))),
+            },
+            location,
             timeout: args.timeout,
             profile,
             fingerprint: fingerprint.clone(),
@@ -302,8 +311,7 @@ impl Fleet {
     }
 
     fn key(&self, name: &Fingerprint, rel: &str) -> String {
-        self.client
-            .location
+        self.location
             .key(&format!("{}/{rel}", launch_dir(self.profile, name)))
     }
 
@@ -327,7 +335,7 @@ impl Fleet {
         };
         let name = name_for(&self.name, &gpu);
         let (tx, rx) = mpsc::channel();
-        let client = self.client.clone();
+        let client = self.store.clone();
         let keys = (
             self.key(&name, "HEAD"),
             self.key(&name, "sets/"),
@@ -339,7 +347,7 @@ impl Fleet {
         let shape = self.shape;
         let job = move || {
             let _ = tx.send(fetch(
-                &client,
+                &*client,
                 &keys,
                 (profile, &name, &gpu),
                 place_of,
@@ -433,7 +441,7 @@ impl Fleet {
     /// After the set is signed locally at done: publish it, on a helper
     /// thread (read-only mode publishes nothing).
     pub fn publish(&mut self, root: &Path, signed: &[PathBuf]) {
-        if self.mode == Mode::ReadOnly || signed.is_empty() {
+        if !self.store.writable() || signed.is_empty() {
             return;
         }
         if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
@@ -502,7 +510,7 @@ impl Fleet {
             Some((_, None)) => return,
             Some((n, Some(boot))) => Some((n.rank, n.nnodes, boot.clone())),
         };
-        let client = self.client.clone();
+        let client = self.store.clone();
         let dir = self.key(&name, "");
         let profile = self.profile;
         let (fleet_root, shape) = (self.root.clone(), self.shape);
@@ -510,10 +518,10 @@ impl Fleet {
             let launch = (dir.as_str(), profile, &name);
             let replace = replace.as_deref();
             let out = match part {
-                None => publish(&client, launch, files, replace),
+                None => publish(&*client, launch, files, replace),
                 Some((rank, nnodes, boot)) => {
                     let node = (rank, nnodes);
-                    match publish_part(&client, launch, node, &boot, files, shape, replace) {
+                    match publish_part(&*client, launch, node, &boot, files, shape, replace) {
                         Ok(Err(waiting)) => {
                             crate::events::Event::FleetPartPublished {
                                 node: rank,
@@ -559,10 +567,7 @@ impl Fleet {
             };
             state::update(&fleet_root, |s| s.published(&note.0, note.1.as_ref()));
         };
-        match std::thread::Builder::new()
-            .name("keepwrap-fleet-publish".into())
-            .spawn(job)
-        {
+        match Job::spawn("keepwrap-fleet-publish", job) {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::Event::FleetNoThread {
                 error: e.to_string(),
@@ -578,23 +583,17 @@ impl Fleet {
     /// period of `docker stop` or Kubernetes is the engine's. HEAD is
     /// written last, so an abandoned publication names nothing.
     pub fn finish(&mut self) {
+        let Some(job) = self.running.take() else {
+            return;
+        };
         let deadline = crate::clock::after(Instant::now(), self.timeout);
-        while self.running.as_ref().is_some_and(|h| !h.is_finished()) {
-            if crate::stops::stopping() {
-                crate::events::Event::FleetPublishStopped {}.emit();
-                return;
+        match job.wait(deadline, crate::stops::stopping) {
+            Waited::Done => job.join(),
+            Waited::Stopped => crate::events::Event::FleetPublishStopped {}.emit(),
+            Waited::TimedOut => crate::events::Event::FleetPublishAbandoned {
+                timeout: self.timeout,
             }
-            if Instant::now() >= deadline {
-                crate::events::Event::FleetPublishAbandoned {
-                    timeout: self.timeout,
-                }
-                .emit();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if let Some(h) = self.running.take() {
-            let _ = h.join();
+            .emit(),
         }
     }
 
@@ -620,13 +619,13 @@ type Fetched = (String, Files, String);
 /// read), and HEAD, the manifest, every blob, each verified: the set's
 /// id, its files with their bytes, and their build.
 fn fetch(
-    client: &Client,
+    client: &dyn Storage,
     keys: &(String, String, String),
     launch: (ProfileName, &Fingerprint, &str),
     place_of: Option<(u32, u32)>,
     shape: Shape,
 ) -> (Option<String>, Result<Fetched, Miss>) {
-    let head = match client.get_at_most(&keys.0, MAX_HEAD) {
+    let head = match client.get(&keys.0, MAX_HEAD) {
         Ok(Some(h)) => h,
         Ok(None) => return (None, Err(Miss::Empty)),
         Err(e) => return (None, Err(Miss::Failed(e))),
@@ -640,7 +639,7 @@ fn fetch(
 
 /// [`fetch`] after HEAD was read (its bytes).
 fn fetch_set(
-    client: &Client,
+    client: &dyn Storage,
     (head_key, sets, blobs): &(String, String, String),
     head: Vec<u8>,
     (profile, fingerprint, gpu): (ProfileName, &Fingerprint, &str),
@@ -658,7 +657,7 @@ fn fetch_set(
     }
     let set_key = format!("{sets}{}.json", head.set);
     let bytes = client
-        .get_at_most(&set_key, MAX_MANIFEST)
+        .get(&set_key, MAX_MANIFEST)
         .map_err(Miss::Failed)?
         .ok_or_else(|| bad(&set_key, "named by HEAD but missing".into()))?
         .bytes;
@@ -681,7 +680,7 @@ fn fetch_set(
         // Read no more than the manifest says: a blob that is longer is
         // refused at its size, never read whole.
         let got = client
-            .get_at_most(&key, f.size)
+            .get(&key, f.size)
             .map_err(Miss::Failed)?
             .ok_or_else(|| bad(&key, format!("blob of {} missing", f.path)))?;
         if got.bytes.len() as u64 != f.size || cache::sha256_hex(&got.bytes) != f.sha256 {
@@ -887,7 +886,7 @@ type LaunchAt<'a> = (&'a str, ProfileName, &'a Fingerprint);
 /// replaced when it is still the object `replace` names). The set's id,
 /// and whether HEAD names it.
 fn publish(
-    client: &Client,
+    client: &dyn Storage,
     launch: LaunchAt,
     files: Files,
     replace: Option<&str>,
@@ -953,12 +952,12 @@ fn entries_of(files: &Files, node: Option<u32>) -> Vec<Entry> {
 }
 
 /// Every blob, each created only when absent (content addressing).
-fn upload_blobs(client: &Client, dir: &str, files: &Files) -> Result<(), Failure> {
+fn upload_blobs(client: &dyn Storage, dir: &str, files: &Files) -> Result<(), Failure> {
     let mut done = BTreeSet::new();
     for (_, bytes) in files {
         let sha = cache::sha256_hex(bytes);
         if done.insert(sha.clone()) {
-            client.put(&format!("{dir}blobs/{sha}"), bytes, &Cond::Absent)?;
+            client.put_if_absent(&format!("{dir}blobs/{sha}"), bytes)?;
         }
         crate::failpoint::hit("fleet");
     }
@@ -969,7 +968,7 @@ fn upload_blobs(client: &Client, dir: &str, files: &Files) -> Result<(), Failure
 /// none, or replaced when it is still the object `replace` names). The
 /// set's id, and whether HEAD names it.
 fn name_set(
-    client: &Client,
+    client: &dyn Storage,
     (dir, profile, name): LaunchAt,
     files: Vec<Entry>,
     nnodes: Option<u32>,
@@ -983,11 +982,7 @@ fn name_set(
         nnodes,
     };
     let id = m.id();
-    client.put(
-        &format!("{dir}sets/{id}.json"),
-        &m.canonical(),
-        &Cond::Absent,
-    )?;
+    client.put_if_absent(&format!("{dir}sets/{id}.json"), &m.canonical())?;
     crate::failpoint::hit("fleet");
     let head = serde_json::to_vec(&Head {
         format: FORMAT,
@@ -996,9 +991,9 @@ fn name_set(
     .unwrap_or_default();
     let head_key = format!("{dir}HEAD");
     let replaced = |etag: &str| -> Result<bool, Failure> {
-        Ok(client.put(&head_key, &head, &Cond::Matches(etag.to_string()))? == Put::Written)
+        Ok(client.replace(&head_key, &head, etag)? == Put::Written)
     };
-    let won = match client.put(&head_key, &head, &Cond::Absent)? {
+    let won = match client.put_if_absent(&head_key, &head)? {
         Put::Written => true,
         // HEAD named a set this boot's restore could not use, or one of
         // another build, and is still that object: it moves forward.
@@ -1009,12 +1004,12 @@ fn name_set(
         {
             true
         }
-        Put::Refused => match client.get(&format!("{dir}HEAD"))? {
+        Put::Refused => match client.get(&format!("{dir}HEAD"), s3::MAX_OBJECT)? {
             // HEAD names this set already: written again (the same bytes,
             // only if it is still that object), so that its time says when
             // the launch was last used, which `fleet gc` reads.
             Some(o) if o.bytes == head => {
-                client.put(&format!("{dir}HEAD"), &head, &Cond::Matches(o.etag))?;
+                client.replace(&format!("{dir}HEAD"), &head, &o.etag)?;
                 true
             }
             _ => false,
@@ -1030,7 +1025,7 @@ fn name_set(
 /// Ok(the set's id, whether HEAD names it). Else Err(how many nodes have
 /// no part yet): a later node names the set.
 fn publish_part(
-    client: &Client,
+    client: &dyn Storage,
     launch: LaunchAt,
     (rank, nnodes): (u32, u32),
     boot: &str,
@@ -1049,12 +1044,12 @@ fn publish_part(
     };
     let parts = format!("{dir}parts/{boot}/");
     let mine = format!("{parts}{rank}.json");
-    if client.put(&mine, &part.canonical(), &Cond::Absent)? == Put::Refused {
+    if client.put_if_absent(&mine, &part.canonical())? == Put::Refused {
         // The slot was taken: by these very bytes (this node published
         // again), or by another boot that had the same id. A node whose
         // slot holds other bytes never names the boot's set: the union
         // would hold another boot's files for this node.
-        let there = client.get_at_most(&mine, MAX_MANIFEST)?;
+        let there = client.get(&mine, MAX_MANIFEST)?;
         if there.is_none_or(|o| o.bytes != part.canonical()) {
             return Err(Failure {
                 key: mine,
@@ -1067,7 +1062,7 @@ fn publish_part(
     let (mut all, mut missing) = (Vec::new(), 0);
     for r in 0..nnodes {
         let key = format!("{parts}{r}.json");
-        let Some(o) = client.get_at_most(&key, MAX_MANIFEST)? else {
+        let Some(o) = client.get(&key, MAX_MANIFEST)? else {
             missing += 1;
             continue;
         };
@@ -1107,7 +1102,7 @@ fn publish_part(
 /// the union would put the nodes of later launches on different tactics
 /// for one shape, which the engine's gate cannot see. Each blob is
 /// fetched and verified as a restore does.
-fn shapes_agree(client: &Client, dir: &str, all: &[Entry]) -> Result<(), Failure> {
+fn shapes_agree(client: &dyn Storage, dir: &str, all: &[Entry]) -> Result<(), Failure> {
     let mut tactic_of: std::collections::BTreeMap<String, (u32, serde_json::Value)> =
         std::collections::BTreeMap::new();
     for f in all {
@@ -1118,7 +1113,7 @@ fn shapes_agree(client: &Client, dir: &str, all: &[Entry]) -> Result<(), Failure
             what,
         };
         let got = client
-            .get_at_most(&key, f.size)?
+            .get(&key, f.size)?
             .ok_or_else(|| bad(format!("blob of {} missing", f.path)))?;
         if cache::sha256_hex(&got.bytes) != f.sha256 {
             return Err(bad(format!("blob of {} does not match its sha256", f.path)));
@@ -1153,8 +1148,9 @@ fn shapes_agree(client: &Client, dir: &str, all: &[Entry]) -> Result<(), Failure
 
 /// `keepwrap fleet ls`: every launch in the bucket, with its HEAD's set
 /// and time.
-pub fn list(client: &Client) -> Result<Vec<(String, String, String)>, Failure> {
-    let top = client.location.key(&format!("{TOP}/"));
+pub fn list(bucket: &Client) -> Result<Vec<(String, String, String)>, Failure> {
+    let top = bucket.location.key(&format!("{TOP}/"));
+    let client: &dyn Storage = bucket;
     let mut out = Vec::new();
     for o in client.list(&top)? {
         let Some(rest) = o.key.strip_prefix(&top) else {
@@ -1166,7 +1162,7 @@ pub fn list(client: &Client) -> Result<Vec<(String, String, String)>, Failure> {
         // What the bucket holds is shown only once it is what keepwrap
         // writes (the caller escapes it all the same).
         let set = client
-            .get_at_most(&o.key, MAX_HEAD)
+            .get(&o.key, MAX_HEAD)
             .ok()
             .flatten()
             .and_then(|h| serde_json::from_slice::<Head>(&h.bytes).ok())
@@ -1184,8 +1180,9 @@ pub fn list(client: &Client) -> Result<Vec<(String, String, String)>, Failure> {
 /// absent and none of whose objects was written since gc began (a pod that
 /// restored the set and publishes it again meanwhile creates HEAD: the
 /// launch is kept). The launches removed.
-pub fn gc(client: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<String>, Failure> {
-    let top = client.location.key(&format!("{TOP}/"));
+pub fn gc(bucket: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<String>, Failure> {
+    let top = bucket.location.key(&format!("{TOP}/"));
+    let client: &dyn Storage = bucket;
     let began = std::time::SystemTime::now();
     let written_at = |modified: &str| {
         humantime::parse_rfc3339_weak(

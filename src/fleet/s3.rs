@@ -7,13 +7,15 @@
 //! client is `ureq` over rustls with Graviola's pure-Rust cryptography, so
 //! the static aarch64 build stays linked by rust-lld alone.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use reqsign_aws_v4::{Credential, DefaultCredentialProvider, RequestSigner};
 use reqsign_core::{Context, FileRead, HttpSend, OsEnv, Signer};
+
+use crate::publish::Storage;
+pub use crate::publish::{Failure, Listed, Object, Put};
 
 /// Largest object the fleet reads (a cache file is at most a few MiB).
 pub const MAX_OBJECT: u64 = 256 << 20;
@@ -152,24 +154,6 @@ impl Endpoint {
     }
 }
 
-/// A failed call: the key, the HTTP status (None when there was no answer)
-/// and what went wrong. Shown as `KEY: HTTP 403 AccessDenied`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub key: String,
-    pub status: Option<u16>,
-    pub what: String,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.status {
-            Some(s) => write!(f, "{}: HTTP {s} {}", self.key, self.what),
-            None => write!(f, "{}: {}", self.key, self.what),
-        }
-    }
-}
-
 /// A conditional write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cond {
@@ -177,30 +161,6 @@ pub enum Cond {
     Absent,
     /// `If-Match: ETAG`: only when the object is still that one.
     Matches(String),
-}
-
-/// How a conditional put ended when it did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Put {
-    Written,
-    /// 412: the condition did not hold.
-    Refused,
-}
-
-/// An object read.
-#[derive(Debug, Clone)]
-pub struct Object {
-    pub bytes: Vec<u8>,
-    pub etag: String,
-}
-
-/// One object of a listing.
-#[derive(Debug, Clone)]
-pub struct Listed {
-    pub key: String,
-    /// `LastModified` as the server wrote it (RFC 3339).
-    pub modified: String,
-    pub size: u64,
 }
 
 #[derive(Debug)]
@@ -433,6 +393,27 @@ impl Client {
                 None => return Ok(out),
             }
         }
+    }
+}
+
+/// The bucket as storage: keys are the objects' own keys (the location's
+/// prefix included); a put-if-absent is `If-None-Match: *`, a replace
+/// `If-Match: ETAG`.
+impl Storage for Client {
+    fn get(&self, key: &str, limit: u64) -> Result<Option<Object>, Failure> {
+        self.get_at_most(key, limit)
+    }
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Put, Failure> {
+        self.put(key, bytes, &Cond::Absent)
+    }
+    fn replace(&self, key: &str, bytes: &[u8], etag: &str) -> Result<Put, Failure> {
+        self.put(key, bytes, &Cond::Matches(etag.to_string()))
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<Listed>, Failure> {
+        Client::list(self, prefix)
+    }
+    fn delete(&self, key: &str) -> Result<(), Failure> {
+        Client::delete(self, key)
     }
 }
 
