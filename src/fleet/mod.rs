@@ -891,8 +891,9 @@ fn publish(
     files: Files,
     replace: Option<&str>,
 ) -> Result<(String, bool), Failure> {
-    upload_blobs(client, launch.0, &files)?;
-    name_set(client, launch, entries_of(&files, None), None, replace)
+    let entries = entries_of(&files, None);
+    upload_blobs(client, launch.0, &files, &entries)?;
+    name_set(client, launch, entries, None, replace)
 }
 
 /// The signed files of one build: that of the file written last (the
@@ -951,13 +952,25 @@ fn entries_of(files: &Files, node: Option<u32>) -> Vec<Entry> {
     entries
 }
 
-/// Every blob, each created only when absent (content addressing).
-fn upload_blobs(client: &dyn Storage, dir: &str, files: &Files) -> Result<(), Failure> {
+/// Every blob, each created only when absent (content addressing): the
+/// bytes of each entry, whose sha256 it holds already.
+fn upload_blobs(
+    client: &dyn Storage,
+    dir: &str,
+    files: &Files,
+    entries: &[Entry],
+) -> Result<(), Failure> {
+    let bytes_of: std::collections::BTreeMap<&str, &[u8]> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
     let mut done = BTreeSet::new();
-    for (_, bytes) in files {
-        let sha = cache::sha256_hex(bytes);
-        if done.insert(sha.clone()) {
-            client.put_if_absent(&format!("{dir}blobs/{sha}"), bytes)?;
+    for e in entries {
+        let Some(bytes) = bytes_of.get(e.path.as_str()) else {
+            continue;
+        };
+        if done.insert(e.sha256.as_str()) {
+            client.put_if_absent(&format!("{dir}blobs/{}", e.sha256), bytes)?;
         }
         crate::failpoint::hit("fleet");
     }
@@ -1034,7 +1047,6 @@ fn publish_part(
     replace: Option<&str>,
 ) -> Result<Result<(String, bool), usize>, Failure> {
     let (dir, profile, name) = launch;
-    upload_blobs(client, dir, &files)?;
     let part = Manifest {
         format: FORMAT,
         profile: profile.as_str().to_string(),
@@ -1042,6 +1054,7 @@ fn publish_part(
         files: entries_of(&files, Some(rank)),
         nnodes: Some(nnodes),
     };
+    upload_blobs(client, dir, &files, &part.files)?;
     let parts = format!("{dir}parts/{boot}/");
     let mine = format!("{parts}{rank}.json");
     if client.put_if_absent(&mine, &part.canonical())? == Put::Refused {

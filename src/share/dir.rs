@@ -1,16 +1,11 @@
 //! The share's directory, opened without following a link: names checked
 //! before they are used, directories made one component at a time.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use crate::cache::{self, fsx, Shape};
-
-pub(super) fn cstring(name: &str) -> io::Result<CString> {
-    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a name"))
-}
 
 /// `(dir, name)` of a published path that is safe to use: plain relative
 /// components (no `.`, `..`, hidden or empty ones), a cache file, and a rank
@@ -36,20 +31,4 @@ pub(crate) fn checked_path(path: &str, shape: Shape) -> Option<(&str, &str)> {
 pub(crate) fn mkdirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
     fsx::ensure_dir_path(base, Path::new(rel), 0o755)
         .map_err(|e| io::Error::new(e.kind(), format!("mkdir {rel}: {e}")))
-}
-
-/// Open the share directory itself (a final symlink is followed, as for the
-/// cache root). A missing share is said plainly: it is usually a mount that
-/// is not there.
-pub(super) fn open_share(share: &Path) -> io::Result<OwnedFd> {
-    fsx::open_root(share).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound {
-            io::Error::new(
-                e.kind(),
-                "the share directory does not exist (not mounted?)",
-            )
-        } else {
-            e
-        }
-    })
 }

@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cache::{self, fsx, Shape};
 use crate::launch::fingerprint::Launch;
+use crate::publish::{Job, Waited};
 use crate::stops::Stopped;
 use crate::unify::Outcome;
 
@@ -28,7 +28,7 @@ pub struct Share {
     shape: Shape,
     max_age: Duration,
     timeout: Duration,
-    running: Option<JoinHandle<()>>,
+    running: Option<Job>,
     pending: Option<Publication>,
 }
 
@@ -205,10 +205,7 @@ impl Share {
     fn spawn(&mut self, p: Publication) {
         let (dir, max_age, shape) = (self.dir.clone(), self.max_age, self.shape);
         let job = move || publish_and_clean(&dir, &p, max_age, shape);
-        match std::thread::Builder::new()
-            .name("keepwrap-publish".into())
-            .spawn(job)
-        {
+        match Job::spawn("keepwrap-publish", job) {
             Ok(h) => self.running = Some(h),
             Err(e) => crate::events::Event::SharePublishNotStarted {
                 error: e.to_string(),
@@ -221,25 +218,18 @@ impl Share {
     /// `--share-timeout` (then the launch goes on without it).
     pub fn finish(&mut self) {
         let deadline = crate::clock::after(Instant::now(), self.timeout);
-        loop {
-            let busy = self.running.as_ref().is_some_and(|h| !h.is_finished());
-            if !busy {
-                if let Some(h) = self.running.take() {
-                    let _ = h.join();
-                }
-                match self.pending.take() {
-                    Some(p) => self.spawn(p),
-                    None => return,
-                }
-            } else if Instant::now() >= deadline {
+        while let Some(job) = self.running.take() {
+            if job.wait(deadline, || false) != Waited::Done {
                 crate::events::Event::SharePublishSlow {
                     dir: self.dir.to_path_buf(),
                     timeout: self.timeout,
                 }
                 .emit();
                 return;
-            } else {
-                std::thread::sleep(Duration::from_millis(5));
+            }
+            job.join();
+            if let Some(p) = self.pending.take() {
+                self.spawn(p);
             }
         }
     }

@@ -16,9 +16,11 @@
 //!
 //! # Publishing (at commit)
 //!
-//! Files first, each written to a temp name, fsynced and renamed (a file
-//! whose bytes are already there is not rewritten), then the manifest the
-//! same way. A reader never sees a torn file under its final name. Old
+//! Through the share's storage ([`Dir`](crate::publish::Dir)): files
+//! first, each written to a temp name, fsynced and linked to its name when
+//! absent, or renamed over it under its lock when it holds other bytes (a
+//! file whose bytes are already there is not rewritten), then the manifest
+//! the same way. A reader never sees a torn file under its final name. Old
 //! publications (older than `--store-max-age`, the store's age limit) are removed at the same time.
 //!
 //! # Reading (before the engine starts)
@@ -51,7 +53,6 @@ mod union;
 
 pub(crate) use dir::checked_path;
 pub(crate) use dir::mkdirs;
-use dir::{cstring, open_share};
 pub use handle::*;
 pub use publish::*;
 pub use read::*;
@@ -101,6 +102,11 @@ pub struct Manifest {
     /// The rank files, for the cluster fingerprint; `signed_at`: when they
     /// were published (seconds since the epoch).
     pub set: SetManifest,
+}
+
+/// The key of node `rank`'s publication of `cluster` in the share.
+pub(crate) fn node_key(cluster: &str, rank: u32) -> String {
+    format!("{TOP}/{cluster}/node{rank}")
 }
 
 /// This node's place in a multi-node launch.

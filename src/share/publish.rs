@@ -1,20 +1,21 @@
 //! Publishing (at commit): a node's signed rank files and its manifest,
-//! written so that a reader never sees a torn file; old publications removed.
+//! written through the share's storage so that a reader never sees a torn
+//! file; old publications removed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::cache::{self, fsx, Member, SetManifest, Shape};
 use crate::clock::now_secs;
 use crate::digest::sha256_hex;
+use crate::publish::{Dir, Failure, Put, Storage};
 
 use super::{
-    checked_path, cstring, mkdirs, open_share, read_manifest, Manifest, Node, MANIFEST,
-    MANIFEST_FORMAT, TOP,
+    checked_path, node_key, read_manifest, Manifest, Node, MANIFEST, MANIFEST_FORMAT, MAX_MANIFEST,
+    TOP,
 };
 
 /// What a node publishes: its signed rank files (path relative to the cache
@@ -53,28 +54,47 @@ pub fn collect(root: &Path, signed: &[PathBuf], shape: Shape) -> Vec<(String, Ve
     out
 }
 
+pub(super) fn io_error(f: Failure) -> io::Error {
+    io::Error::other(f.to_string())
+}
+
+/// Write `bytes` at `key` unless it holds them already: created when
+/// absent, else replaced while it is still the object read. Whether it was
+/// written.
+fn put_bytes(store: &dyn Storage, key: &str, bytes: &[u8]) -> io::Result<bool> {
+    for _ in 0..3 {
+        let put = match store
+            .get(key, cache::MAX_CACHE_FILE.max(MAX_MANIFEST))
+            .map_err(io_error)?
+        {
+            Some(o) if o.bytes == bytes => return Ok(false),
+            Some(o) => store.replace(key, bytes, &o.etag),
+            None => store.put_if_absent(key, bytes),
+        };
+        if put.map_err(io_error)? == Put::Written {
+            return Ok(true);
+        }
+    }
+    Err(io::Error::other(format!(
+        "{key}: another publication of this node keeps replacing it"
+    )))
+}
+
 /// Publish `p` into the share: files first, then the manifest, each
 /// atomically. Returns how many files were (re)written.
 pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usize> {
-    let share_fd = open_share(share)?;
-    let node_rel = format!("{TOP}/{}/node{}", p.cluster, p.node.rank);
-    let node_dir = mkdirs(share_fd.as_fd(), &node_rel)?;
-    let old = read_manifest(node_dir.as_fd()).ok();
+    let store = Dir::new(share);
+    drop(store.open()?);
+    let node = node_key(&p.cluster, p.node.rank);
+    let old = read_manifest(&store, &node).ok();
 
     let mut entries = Vec::with_capacity(p.files.len());
     let mut written = 0;
-    let mut existing = Vec::new();
     for (path, bytes) in &p.files {
-        let Some((dir, name)) = checked_path(path, shape) else {
+        if checked_path(path, shape).is_none() {
             continue;
-        };
-        let dfd = mkdirs(node_dir.as_fd(), dir)?;
-        let same = fsx::read_at(dfd.as_fd(), name, &mut existing, cache::MAX_CACHE_FILE).is_ok()
-            && existing == *bytes;
-        if !same {
-            fsx::write_atomic_at(dfd.as_fd(), &cstring(name)?, bytes, 0o644)
-                .map_err(|e| io::Error::new(e.kind(), format!("writing {path}: {e}")))?;
-            fsx::fsync_dir(dfd.as_fd())?;
+        }
+        if put_bytes(&store, &format!("{node}/{path}"), bytes)? {
             written += 1;
         }
         entries.push(Member {
@@ -102,9 +122,7 @@ pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usi
         },
     };
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(io::Error::other)?;
-    fsx::write_atomic_at(node_dir.as_fd(), &cstring(MANIFEST)?, &bytes, 0o644)
-        .map_err(|e| io::Error::new(e.kind(), format!("writing {MANIFEST}: {e}")))?;
-    fsx::fsync_dir(node_dir.as_fd())?;
+    put_bytes(&store, &format!("{node}/{MANIFEST}"), &bytes)?;
 
     // Files of the previous publication that this one no longer lists.
     if let Some(old) = old {
@@ -120,10 +138,8 @@ pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usi
             .iter()
             .filter(|f| !now_listed.contains(f.path.as_str()))
         {
-            if let Some((dir, name)) = checked_path(&f.path, shape) {
-                if let Ok(d) = fsx::open_dir_path(node_dir.as_fd(), Path::new(dir)) {
-                    let _ = fsx::unlink_at(d.as_fd(), name);
-                }
+            if checked_path(&f.path, shape).is_some() {
+                let _ = store.delete(&format!("{node}/{}", f.path));
             }
         }
     }
@@ -131,54 +147,65 @@ pub fn publish_to(share: &Path, p: &Publication, shape: Shape) -> io::Result<usi
 }
 
 /// Remove every node publication in the share older than `max_age` (by its
-/// manifest's `published_at`; a node directory without a readable manifest
-/// by its modification time), manifest first, and cluster directories left
-/// empty. Returns how many node publications were removed.
+/// manifest's `published_at`; one without a readable manifest by the time
+/// its newest file was written), manifest first. Returns how many node
+/// publications were removed.
 pub fn remove_old(share: &Path, max_age: Duration) -> usize {
-    let top = share.join(TOP);
-    let Ok(clusters) = std::fs::read_dir(&top) else {
+    let store = Dir::new(share);
+    let Ok(listed) = store.list(&format!("{TOP}/")) else {
         return 0;
     };
+    // Each node's objects, under `keepwrap/<cluster>/node<R>`.
+    let mut nodes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for o in listed {
+        let mut parts = o.key.splitn(4, '/').skip(1);
+        let (Some(cluster), Some(node), Some(_)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if node.starts_with("node") {
+            nodes
+                .entry(format!("{TOP}/{cluster}/{node}"))
+                .or_default()
+                .push((o.key, o.modified));
+        }
+    }
     let now = now_secs();
     let limit = max_age.as_secs();
     let mut removed = 0;
-    for cluster in clusters.flatten() {
-        if !cluster.file_type().is_ok_and(|t| t.is_dir()) {
+    for (node, objects) in nodes {
+        let manifest_key = format!("{node}/{MANIFEST}");
+        let published = read_manifest(&store, &node)
+            .ok()
+            .map(|m| m.set.signed_at)
+            .or_else(|| {
+                objects
+                    .iter()
+                    .filter_map(|(_, at)| {
+                        humantime::parse_rfc3339_weak(at.trim_end_matches('Z')).ok()
+                    })
+                    .filter_map(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs())
+                    .max()
+            });
+        let Some(published) = published else { continue };
+        if now.saturating_sub(published) <= limit {
             continue;
         }
-        let Ok(nodes) = std::fs::read_dir(cluster.path()) else {
-            continue;
-        };
-        for node in nodes.flatten() {
-            let name = node.file_name();
-            if !name.as_bytes().starts_with(b"node") || !node.file_type().is_ok_and(|t| t.is_dir())
-            {
-                continue;
+        let gone = store.delete(&manifest_key).and_then(|()| {
+            objects
+                .iter()
+                .filter(|(k, _)| *k != manifest_key)
+                .try_for_each(|(k, _)| store.delete(k))
+        });
+        match gone {
+            Ok(()) => removed += 1,
+            Err(e) => crate::events::Event::ShareCannotRemoveOld {
+                dir: share.join(&node),
+                error: e.to_string(),
             }
-            let path = node.path();
-            let published = fsx::open_root(&path)
-                .ok()
-                .and_then(|fd| read_manifest(fd.as_fd()).ok())
-                .map(|m| m.set.signed_at)
-                .or_else(|| {
-                    use std::os::unix::fs::MetadataExt;
-                    node.metadata().ok().map(|m| m.mtime().max(0) as u64)
-                });
-            let Some(published) = published else { continue };
-            if now.saturating_sub(published) <= limit {
-                continue;
-            }
-            let _ = std::fs::remove_file(path.join(MANIFEST));
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => removed += 1,
-                Err(e) => crate::events::Event::ShareCannotRemoveOld {
-                    dir: path.to_path_buf(),
-                    error: e.to_string(),
-                }
-                .emit(),
-            }
+            .emit(),
         }
-        let _ = std::fs::remove_dir(cluster.path());
     }
     removed
 }

@@ -3,16 +3,16 @@
 //! published.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cache::{self, fsx, Shape};
+use crate::cache::{self, Shape};
 use crate::digest::{sha256_hex, short};
+use crate::publish::{Dir, Storage};
 
 use super::{
-    checked_path, open_share, union_of, DirUnion, Manifest, Node, MANIFEST, MANIFEST_FORMAT,
-    MAX_MANIFEST, TOP,
+    checked_path, node_key, union_of, DirUnion, Manifest, Node, MANIFEST, MANIFEST_FORMAT,
+    MAX_MANIFEST,
 };
 
 /// Why a node counts as not published: its manifest or one of its files is
@@ -21,8 +21,6 @@ use super::{
 pub enum NotPublished {
     #[error("no manifest")]
     NoManifest,
-    #[error("cannot open its directory ({0})")]
-    CannotOpenDir(Arc<io::Error>),
     #[error("cannot read its manifest ({0})")]
     CannotReadManifest(Arc<io::Error>),
     #[error("its manifest is not valid ({0})")]
@@ -47,14 +45,19 @@ pub enum NotPublished {
     Differs(String),
 }
 
-pub(super) fn read_manifest(node_dir: BorrowedFd<'_>) -> Result<Manifest, NotPublished> {
-    let mut buf = Vec::new();
-    match fsx::read_at(node_dir, MANIFEST, &mut buf, MAX_MANIFEST) {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
-        Err(e) => return Err(NotPublished::CannotReadManifest(Arc::new(e))),
-    }
-    serde_json::from_slice(&buf).map_err(|e| NotPublished::InvalidManifest(Arc::new(e)))
+/// The manifest of the node whose key is `node` (see [`node_key`]).
+pub(super) fn read_manifest(store: &dyn Storage, node: &str) -> Result<Manifest, NotPublished> {
+    let key = format!("{node}/{MANIFEST}");
+    let bytes = match store.get(&key, MAX_MANIFEST) {
+        Ok(Some(o)) => o.bytes,
+        Ok(None) => return Err(NotPublished::NoManifest),
+        Err(e) => {
+            return Err(NotPublished::CannotReadManifest(Arc::new(
+                io::Error::other(e.what),
+            )))
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| NotPublished::InvalidManifest(Arc::new(e)))
 }
 
 /// One node's verified publication: its rank files, path and bytes.
@@ -67,17 +70,13 @@ pub struct NodeFiles {
 /// Read node `rank`'s publication and verify it. The error says why the
 /// node counts as not published.
 fn read_node(
-    cluster_dir: BorrowedFd<'_>,
+    store: &dyn Storage,
     cluster: &str,
     node: Node,
     shape: Shape,
 ) -> Result<NodeFiles, NotPublished> {
-    let dir = match fsx::open_dir_at(cluster_dir, format!("node{}", node.rank).as_str()) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NotPublished::NoManifest),
-        Err(e) => return Err(NotPublished::CannotOpenDir(Arc::new(e))),
-    };
-    let m = read_manifest(dir.as_fd())?;
+    let dir = node_key(cluster, node.rank);
+    let m = read_manifest(store, &dir)?;
     if m.format != MANIFEST_FORMAT {
         return Err(NotPublished::Format(m.format));
     }
@@ -92,15 +91,16 @@ fn read_node(
     cache::validate_manifest(&m.set, cluster, shape).map_err(NotPublished::InvalidSet)?;
     let mut files = Vec::with_capacity(m.set.members.len());
     for f in &m.set.members {
-        let (sub, name) =
-            checked_path(&f.path, shape).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
-        let mut bytes = Vec::new();
-        fsx::open_dir_path(dir.as_fd(), Path::new(sub))
-            .and_then(|d| fsx::read_at(d.as_fd(), name, &mut bytes, cache::MAX_CACHE_FILE))
-            .map_err(|e| NotPublished::CannotReadFile {
-                path: f.path.clone(),
-                error: Arc::new(e),
-            })?;
+        checked_path(&f.path, shape).ok_or_else(|| NotPublished::BadPath(f.path.clone()))?;
+        let cannot = |error: io::Error| NotPublished::CannotReadFile {
+            path: f.path.clone(),
+            error: Arc::new(error),
+        };
+        let bytes = store
+            .get(&format!("{dir}/{}", f.path), cache::MAX_CACHE_FILE)
+            .map_err(|e| cannot(io::Error::other(e.what)))?
+            .ok_or_else(|| cannot(io::Error::from(nix::errno::Errno::ENOENT)))?
+            .bytes;
         if bytes.len() as u64 != f.size || sha256_hex(&bytes) != f.sha256 {
             return Err(NotPublished::Differs(f.path.clone()));
         }
@@ -140,18 +140,8 @@ pub fn gather_nodes(
     me: Node,
     shape: Shape,
 ) -> io::Result<Result<Vec<NodeFiles>, Vec<(u32, NotPublished)>>> {
-    let share_fd = open_share(share)?;
-    let cluster_dir = match fsx::open_dir_at(share_fd.as_fd(), TOP)
-        .and_then(|top| fsx::open_dir_at(top.as_fd(), cluster))
-    {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(Err((0..me.nnodes)
-                .map(|r| (r, NotPublished::NoManifest))
-                .collect()))
-        }
-        Err(e) => return Err(e),
-    };
+    let store = Dir::new(share);
+    drop(store.open()?);
     let mut nodes = Vec::with_capacity(me.nnodes as usize);
     let mut missing = Vec::new();
     for rank in 0..me.nnodes {
@@ -160,8 +150,8 @@ pub fn gather_nodes(
             rank,
         };
         // A publication being replaced fails to verify: read it once more.
-        let read = read_node(cluster_dir.as_fd(), cluster, node, shape)
-            .or_else(|_| read_node(cluster_dir.as_fd(), cluster, node, shape));
+        let read = read_node(&store, cluster, node, shape)
+            .or_else(|_| read_node(&store, cluster, node, shape));
         match read {
             Ok(n) => nodes.push(n),
             Err(why) => missing.push((rank, why)),

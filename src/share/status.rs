@@ -1,15 +1,14 @@
 //! `share-status`: what every node published, by cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cache::fsx;
 use crate::clock::now_secs;
+use crate::publish::{Dir, Storage};
 
-use super::{open_share, read_manifest, TOP};
+use super::{io_error, node_key, read_manifest, TOP};
 
 /// What one node published, as `share-status` lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,59 +28,44 @@ pub struct NodePublication {
 /// Every node publication in the share, by cluster then node. Reads
 /// manifests only (no file digests).
 pub fn status(share: &Path) -> io::Result<Vec<NodePublication>> {
-    drop(open_share(share)?);
-    let top = match std::fs::read_dir(share.join(TOP)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    let mut clusters: Vec<_> = top
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    clusters.sort();
-    for cluster in clusters {
-        let Ok(rd) = std::fs::read_dir(share.join(TOP).join(&cluster)) else {
-            continue;
-        };
-        let mut nodes: Vec<(u32, PathBuf)> = rd
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().into_string().ok()?;
-                Some((n.strip_prefix("node")?.parse().ok()?, e.path()))
-            })
-            .collect();
-        nodes.sort();
-        for (rank, path) in nodes {
-            let m = fsx::open_root(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|fd| read_manifest(fd.as_fd()).map_err(|e| e.to_string()));
-            out.push(match m {
-                Ok(m) => NodePublication {
-                    problem: (m.set.fingerprint != cluster || m.node_rank != rank)
-                        .then(|| "the manifest names another cluster or node".to_string()),
-                    cluster_fingerprint: cluster.clone(),
-                    node_rank: rank,
-                    nnodes: m.nnodes,
-                    published_at: Some(m.set.signed_at),
-                    published_at_utc: Some(m.published_at_utc),
-                    files: m.set.members.len(),
-                    bytes: m.set.members.iter().map(|f| f.size).sum(),
-                },
-                Err(why) => NodePublication {
-                    cluster_fingerprint: cluster.clone(),
-                    node_rank: rank,
-                    nnodes: 0,
-                    published_at: None,
-                    published_at_utc: None,
-                    files: 0,
-                    bytes: 0,
-                    problem: Some(why),
-                },
-            });
+    let store = Dir::new(share);
+    drop(store.open()?);
+    // Every node that holds anything, under `keepwrap/<cluster>/node<R>/`.
+    let mut nodes: BTreeSet<(String, u32)> = BTreeSet::new();
+    for o in store.list(&format!("{TOP}/")).map_err(io_error)? {
+        let mut parts = o.key.splitn(4, '/').skip(1);
+        if let (Some(cluster), Some(node), Some(_)) = (parts.next(), parts.next(), parts.next()) {
+            if let Some(rank) = node.strip_prefix("node").and_then(|r| r.parse().ok()) {
+                nodes.insert((cluster.to_string(), rank));
+            }
         }
+    }
+    let mut out = Vec::new();
+    for (cluster, rank) in nodes {
+        let m = read_manifest(&store, &node_key(&cluster, rank)).map_err(|e| e.to_string());
+        out.push(match m {
+            Ok(m) => NodePublication {
+                problem: (m.set.fingerprint != cluster || m.node_rank != rank)
+                    .then(|| "the manifest names another cluster or node".to_string()),
+                cluster_fingerprint: cluster,
+                node_rank: rank,
+                nnodes: m.nnodes,
+                published_at: Some(m.set.signed_at),
+                published_at_utc: Some(m.published_at_utc),
+                files: m.set.members.len(),
+                bytes: m.set.members.iter().map(|f| f.size).sum(),
+            },
+            Err(why) => NodePublication {
+                cluster_fingerprint: cluster,
+                node_rank: rank,
+                nnodes: 0,
+                published_at: None,
+                published_at_utc: None,
+                files: 0,
+                bytes: 0,
+                problem: Some(why),
+            },
+        });
     }
     Ok(out)
 }
