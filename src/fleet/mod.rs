@@ -46,8 +46,6 @@ mod state;
 pub use state::{FleetState, STATE_FILE};
 
 use std::collections::BTreeSet;
-use std::io;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -415,7 +413,7 @@ impl Fleet {
                 return Ok(None);
             }
         };
-        match place(root, self.shape, &self.fingerprint, &files) {
+        match crate::publish::place(root, self.shape, &self.fingerprint, &files) {
             Ok(signed) => {
                 crate::events::Event::FleetRestored {
                     files: signed.len(),
@@ -792,7 +790,7 @@ fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
         return Err(format!("its files hold {total} bytes (at most {MAX_SET})"));
     }
     for f in files {
-        if crate::share::checked_path(&f.path, shape).is_none() {
+        if crate::publish::checked_path(&f.path, shape).is_none() {
             return Err(format!("'{}' is not a cache file path", f.path));
         }
         if !cache::is_sha256_hex(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
@@ -800,82 +798,6 @@ fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Write the verified files into staging, link them into place (never
-/// over an existing file) and sign them: all or nothing. The files signed.
-fn place(
-    root: &Path,
-    shape: Shape,
-    fingerprint: &crate::digest::Fingerprint,
-    files: &[(String, Vec<u8>)],
-) -> io::Result<Vec<PathBuf>> {
-    let root_fd = fsx::open_root(root)?;
-    let state = crate::share::mkdirs(root_fd.as_fd(), crate::STATE_DIR)?;
-    let staging_name = format!("{}{}", crate::store::FLEET_STAGING, std::process::id());
-    let staging_path = root.join(crate::STATE_DIR).join(&staging_name);
-    let _ = std::fs::remove_dir_all(&staging_path);
-    let staging = crate::share::mkdirs(state.as_fd(), &staging_name)?;
-    let mut linked: Vec<PathBuf> = Vec::new();
-    let res = (|| -> io::Result<()> {
-        let mut staged = Vec::new();
-        for (i, (_, bytes)) in files.iter().enumerate() {
-            let tmp = fsx::write_temp_at(staging.as_fd(), bytes, 0o644, true)?;
-            let name = format!("{i}");
-            nix::fcntl::renameat(
-                staging.as_fd(),
-                tmp.as_slice(),
-                staging.as_fd(),
-                name.as_str(),
-            )
-            .map_err(io::Error::from)?;
-            staged.push(name);
-        }
-        for ((path, _), name) in files.iter().zip(&staged) {
-            let (dir, file) = crate::share::checked_path(path, shape).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "a path that is not a cache file",
-                )
-            })?;
-            let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
-            nix::unistd::linkat(
-                staging.as_fd(),
-                name.as_str(),
-                dfd.as_fd(),
-                file,
-                nix::fcntl::AtFlags::empty(),
-            )
-            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("{path}: {e}")))?;
-            linked.push(PathBuf::from(path));
-            crate::failpoint::hit("fleet-place");
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&staging_path);
-    let undo = |linked: &[PathBuf]| {
-        for p in linked {
-            let _ = std::fs::remove_file(root.join(p));
-        }
-    };
-    if let Err(e) = res {
-        undo(&linked);
-        return Err(e);
-    }
-    match cache::sign(root, shape, fingerprint) {
-        Ok(r) => {
-            let want: BTreeSet<&PathBuf> = linked.iter().collect();
-            if want.iter().all(|p| r.signed.contains(p)) {
-                return Ok(r.signed);
-            }
-            undo(&linked);
-            Err(io::Error::other("not every restored file was signed"))
-        }
-        Err(e) => {
-            undo(&linked);
-            Err(e)
-        }
-    }
 }
 
 /// A launch in the bucket: its directory key (ending in `/`), profile and

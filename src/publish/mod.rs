@@ -11,13 +11,17 @@
 //! there (`Put::Refused`) and a reader never sees a torn object.
 //!
 //! A publication runs on a [`Job`]: a thread whose end the launch awaits
-//! up to a deadline, woken by the thread itself (no poll).
+//! up to a deadline, woken by the thread itself (no poll). A set taken
+//! from other machines enters the cache root one way ([`place`]): staged,
+//! linked into place and signed, all or nothing.
 
 mod dir;
 mod job;
+mod place;
 
 pub use dir::Dir;
 pub use job::{Job, Waited};
+pub use place::{checked_path, place, NotPlaced};
 
 use std::fmt;
 

@@ -321,10 +321,11 @@ fn share(
 }
 
 /// Before the engine starts, on a node that kept nothing: when every node
-/// of this launch has a verified publication, write this node's own
-/// published rank files back in place and sign them. Never a partial set:
-/// one node missing, or one file that does not verify, and nothing is
-/// taken (one line says which). The files signed, if any.
+/// of this launch has a verified publication, place this node's own
+/// published rank files back and sign them ([`crate::publish::place`]).
+/// Never a partial set: one node missing, or one file that does not
+/// verify, and nothing is taken (one line says which). The files signed,
+/// if any.
 fn take_own(
     share: &Share,
     root: &Path,
@@ -361,36 +362,33 @@ fn take_own(
     if own.files.is_empty() {
         return Ok(None);
     }
-    let written = own
-        .files
-        .iter()
-        .try_for_each(|(path, bytes)| write_in_place(root, path, bytes));
-    if let Err(e) = written {
-        crate::events::Event::ShareCannotWriteOwn {
-            error: e.to_string(),
-        }
-        .emit();
-        return Ok(None);
-    }
-    Ok(match crate::cache::sign(root, share.shape(), fingerprint) {
-        Ok(r) if !r.signed.is_empty() => {
-            crate::events::Event::ShareRestoredOwn {
-                files: own.files.len(),
-                nodes: me.nnodes,
+    Ok(
+        match crate::publish::place(root, share.shape(), fingerprint, &own.files) {
+            Ok(signed) => {
+                crate::events::Event::ShareRestoredOwn {
+                    files: own.files.len(),
+                    nodes: me.nnodes,
+                }
+                .emit();
+                Some(signed)
             }
-            .emit();
-            Some(r.signed)
-        }
-        Ok(_) => None,
-        Err(e) => {
-            crate::events::Event::ShareCannotSign {
-                root: root.to_path_buf(),
-                error: e.to_string(),
+            Err(crate::publish::NotPlaced::Write(e)) => {
+                crate::events::Event::ShareCannotWriteOwn {
+                    error: e.to_string(),
+                }
+                .emit();
+                None
             }
-            .emit();
-            None
-        }
-    })
+            Err(crate::publish::NotPlaced::Sign(e)) => {
+                crate::events::Event::ShareCannotSign {
+                    root: root.to_path_buf(),
+                    error: e.to_string(),
+                }
+                .emit();
+                None
+            }
+        },
+    )
 }
 
 /// vLLM's side of the seam: the functions above.
@@ -511,17 +509,6 @@ impl Engine for Vllm {
         plan_shared_files(report, launch);
         plan_ray(report, launch);
     }
-}
-
-/// Write `bytes` at `rel` below `root` atomically (a temp file renamed
-/// over it), creating its directories; never through a symlink.
-fn write_in_place(root: &Path, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use crate::cache::fsx;
-    use std::os::fd::AsFd;
-    let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let root_fd = fsx::open_root(root)?;
-    let dfd = crate::share::mkdirs(root_fd.as_fd(), dir)?;
-    fsx::write_linked_at(dfd.as_fd(), bytes, 0o644, &[name], || {})
 }
 
 /// vLLM's default API port.
