@@ -9,6 +9,7 @@
 //! machinery for every engine. Adding an engine is one file here and one
 //! arm in [`of`].
 
+pub mod flashinfer;
 pub mod sglang;
 pub mod vllm;
 

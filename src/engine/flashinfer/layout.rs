@@ -1,0 +1,100 @@
+//! The managed store's tree as a [`Layout`]: `v2/<env16>/entries/` below
+//! the store's root, the entry files `<stem>.json` in it with keepwrap's
+//! `<stem>.launch` sidecars, FlashInfer's temp files `.autotune_*.tmp` and
+//! keepwrap's own. The manifest beside `entries/` is one level above the
+//! folder of files the layout names.
+
+use super::{is_hex_name, is_tmp, ENTRIES, ENV_DIGITS, SCHEMA_DIR, STEM_DIGITS};
+use crate::cache::{Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
+
+/// FlashInfer's managed store below its root.
+pub struct Store;
+
+impl Layout for Store {
+    fn name(&self) -> &'static str {
+        "flashinfer-store"
+    }
+    fn key_depth(&self) -> usize {
+        3
+    }
+    fn root_hint(&self) -> &'static str {
+        "is --cache-dir FlashInfer's managed store root ($VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, else $FLASHINFER_AUTOTUNE_CACHE_DIR)?"
+    }
+    fn role(&self, name: &[u8]) -> Role {
+        role(name)
+    }
+    fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool {
+        match depth {
+            0 => name == SCHEMA_DIR,
+            1 => is_hex_name(name, ENV_DIGITS),
+            2 => name == ENTRIES,
+            _ => false,
+        }
+    }
+}
+
+/// FlashInfer's managed store below its root.
+pub const STORE: Shape = Shape::of(&Store);
+
+/// What a file name in an `entries/` folder makes it.
+pub fn role(name: &[u8]) -> Role {
+    let stem_of = |ext: &[u8]| {
+        name.strip_suffix(ext)
+            .is_some_and(|stem| is_hex_name(stem, STEM_DIGITS))
+    };
+    if stem_of(CACHE_EXT) {
+        Role::Cache
+    } else if stem_of(SIDECAR_EXT) {
+        Role::Sidecar
+    } else if is_tmp(name) {
+        Role::AutotunerTmp
+    } else if crate::cache::fsx::is_keepwrap_tmp(name) {
+        Role::KeepwrapTmp
+    } else {
+        Role::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STEM: &str = "0123456789abcdef01234567";
+
+    #[test]
+    fn directories_of_the_store() {
+        assert!(STORE.is_layout_dir(0, b"v2"));
+        assert!(!STORE.is_layout_dir(0, b"v1"));
+        assert!(STORE.is_layout_dir(1, b"0123456789abcdef"));
+        assert!(!STORE.is_layout_dir(1, b"0123456789ABCDEF"));
+        assert!(!STORE.is_layout_dir(1, b"0123456789abcde"));
+        assert!(STORE.is_layout_dir(2, b"entries"));
+        assert!(!STORE.is_layout_dir(2, b"manifest.json"));
+        assert!(!STORE.is_layout_dir(3, b"entries"));
+        assert_eq!(STORE.key_depth(), 3);
+        assert_ne!(STORE, crate::engine::VLLM_FLAT);
+    }
+
+    #[test]
+    fn roles_of_store_files() {
+        assert_eq!(role(format!("{STEM}.json").as_bytes()), Role::Cache);
+        assert_eq!(role(format!("{STEM}.launch").as_bytes()), Role::Sidecar);
+        for n in [".autotune_k2j_9x0a.tmp", ".autotune_q.tmp"] {
+            assert_eq!(role(n.as_bytes()), Role::AutotunerTmp, "{n}");
+        }
+        assert_eq!(role(b".keepwrap-x.tmp"), Role::KeepwrapTmp);
+        for n in [
+            "manifest.json",
+            "0123456789abcdef0123456.json",
+            "0123456789abcdef012345678.json",
+            "0123456789ABCDEF01234567.json",
+            ".autotune_.tmp",
+            ".autotune_A.tmp",
+            ".autotuner_abc.tmp",
+            "0123456789abcdef01234567.json.bak",
+        ] {
+            assert_eq!(role(n.as_bytes()), Role::Other, "{n}");
+        }
+        assert_eq!(role(b"\xff.json"), Role::Other);
+    }
+}
