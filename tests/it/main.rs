@@ -33,6 +33,7 @@ mod kubernetes;
 mod launch_shapes;
 mod log_events;
 mod malformed;
+mod managed_store;
 mod multi_node;
 mod packaging;
 mod peers;
