@@ -57,6 +57,42 @@ fn both_snippets_build_keepwrap_the_same_way() {
 }
 
 #[test]
+fn the_build_stage_keeps_crates_and_the_target_directory_between_builds() {
+    let text = snippet("Dockerfile.snippet");
+    let stage = build_stage(&text);
+    let workdir = stage
+        .lines()
+        .find_map(|l| l.strip_prefix("WORKDIR "))
+        .expect("a WORKDIR");
+    let mounts: Vec<&str> = stage
+        .lines()
+        .map(|l| {
+            l.trim_start()
+                .trim_start_matches("RUN ")
+                .trim_end_matches(" \\")
+        })
+        .filter_map(|l| l.strip_prefix("--mount=type=cache,target="))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            "/usr/local/cargo/registry".to_string(),
+            format!("{workdir}/target")
+        ],
+        "{stage}"
+    );
+    // The target directory is a mount, gone once the RUN ends: the binary
+    // is copied out of it in the same RUN, to where the next stage takes it.
+    let run = &stage[stage.find("\nRUN ").expect("a RUN")..];
+    assert!(
+        run.contains(
+            r#"&& install -m 0755 "target/$target/release/keepwrap" /usr/local/bin/keepwrap"#
+        ),
+        "{run}"
+    );
+}
+
+#[test]
 fn the_vllm_snippet_runs_vllms_own_entrypoint_behind_keepwrap() {
     let text = snippet("Dockerfile.vllm.snippet");
     // vLLM's image: ENTRYPOINT ["vllm", "serve"], no CMD (docker run IMAGE
