@@ -1,8 +1,9 @@
-//! The Docker snippets as images run them: `Dockerfile.vllm.snippet`
-//! builds keepwrap exactly as `Dockerfile.snippet` does (one build check
-//! covers both), and its ENTRYPOINT and CMD, run as Docker runs them, are a
-//! vLLM launch keepwrap keeps (against the fake vLLM of
-//! `tests/fixtures/engines/`, `vllm` on PATH).
+//! The Dockerfiles as images run them: `Dockerfile` (the image of the
+//! binary alone) and `Dockerfile.vllm.snippet` build keepwrap exactly as
+//! `Dockerfile.snippet` does (one build check covers the three), the image
+//! holds the binary alone, and the vLLM snippet's ENTRYPOINT and CMD, run as
+//! Docker runs them, are a vLLM launch keepwrap keeps (against the fake vLLM
+//! of `tests/fixtures/engines/`, `vllm` on PATH).
 
 use crate::common;
 use crate::common::vllm::{hermetic, until_outcome};
@@ -49,11 +50,12 @@ fn env_of(text: &str, name: &str) -> String {
 }
 
 #[test]
-fn both_snippets_build_keepwrap_the_same_way() {
+fn the_image_and_both_snippets_build_keepwrap_the_same_way() {
     let sglang = snippet("Dockerfile.snippet");
-    let vllm = snippet("Dockerfile.vllm.snippet");
-    assert_eq!(build_stage(&vllm), build_stage(&sglang));
-    assert!(build_stage(&vllm).contains("cargo build --release --locked"));
+    for file in ["Dockerfile.vllm.snippet", "Dockerfile"] {
+        assert_eq!(build_stage(&snippet(file)), build_stage(&sglang), "{file}");
+    }
+    assert!(build_stage(&sglang).contains("cargo build --release --locked"));
 }
 
 #[test]
@@ -89,6 +91,29 @@ fn the_build_stage_keeps_crates_and_the_target_directory_between_builds() {
             r#"&& install -m 0755 "target/$target/release/keepwrap" /usr/local/bin/keepwrap"#
         ),
         "{run}"
+    );
+}
+
+#[test]
+fn the_image_holds_the_static_binary_alone() {
+    let text = snippet("Dockerfile");
+    let stage = build_stage(&text);
+    // After the build stage: one stage FROM scratch that copies the binary
+    // the build stage installed to /keepwrap, and runs nothing.
+    let rest = &text[text.find(stage).unwrap() + stage.len()..];
+    let lines: Vec<&str> = rest
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "FROM scratch",
+            "COPY --from=keepwrap /usr/local/bin/keepwrap /keepwrap",
+            r#"ENTRYPOINT ["/keepwrap"]"#,
+        ],
+        "{rest}"
     );
 }
 

@@ -92,14 +92,22 @@ fn the_docker_snippet_suggests_settings_keepwrap_accepts_and_docker_stop_allows(
     assert!(snippet.contains(r#"ENTRYPOINT ["keepwrap", "--"]"#));
 }
 
-/// The sources the build stage of `Dockerfile.snippet` copies (`COPY A B ./`
-/// names A and B), in order.
-fn snippet_copies() -> Vec<String> {
-    let text = fs::read_to_string(common::repo().join("Dockerfile.snippet")).unwrap();
+/// The Dockerfiles that build keepwrap from a checkout: the image of the
+/// binary alone and the two snippets (one build stage, tests/it/docker.rs).
+const DOCKERFILES: [&str; 3] = [
+    "Dockerfile",
+    "Dockerfile.snippet",
+    "Dockerfile.vllm.snippet",
+];
+
+/// The sources the build stage of `file` copies (`COPY A B ./` names A and
+/// B), in order.
+fn stage_copies(file: &str) -> Vec<String> {
+    let text = fs::read_to_string(common::repo().join(file)).unwrap();
     let stage = text
         .split("\nFROM ")
         .find(|s| s.contains(" AS keepwrap"))
-        .expect("the snippet's keepwrap stage");
+        .unwrap_or_else(|| panic!("{file}'s keepwrap stage"));
     let copies: Vec<String> = stage
         .lines()
         .filter_map(|l| l.strip_prefix("COPY "))
@@ -111,7 +119,10 @@ fn snippet_copies() -> Vec<String> {
                 .collect::<Vec<_>>()
         })
         .collect();
-    assert!(copies.contains(&"Cargo.toml".to_string()), "{copies:?}");
+    assert!(
+        copies.contains(&"Cargo.toml".to_string()),
+        "{file}: {copies:?}"
+    );
     copies
 }
 
@@ -164,36 +175,38 @@ fn manifest_targets() -> Vec<String> {
 }
 
 #[test]
-fn the_docker_snippet_copies_every_file_its_build_needs() {
+fn the_dockerfiles_copy_every_file_their_build_needs() {
     // `docker build` runs `cargo build` on what the build stage copies, and
     // cargo refuses a manifest whose targets are missing ("can't find
     // bench_done bench at benches/bench_done.rs").
-    let copies = snippet_copies();
     let targets = manifest_targets();
     assert!(
         targets.iter().any(|t| t.starts_with("benches/")),
         "{targets:?}"
     );
-    for t in &targets {
-        assert!(
-            copies
-                .iter()
-                .any(|c| t == c || t.starts_with(&format!("{c}/"))),
-            "Cargo.toml needs {t}, which the snippet does not copy ({copies:?})"
-        );
-        assert!(common::repo().join(t).exists(), "{t}");
+    let ci = fs::read_to_string(common::repo().join(".ci/run")).unwrap();
+    for file in DOCKERFILES {
+        let copies = stage_copies(file);
+        for t in &targets {
+            assert!(
+                copies
+                    .iter()
+                    .any(|c| t == c || t.starts_with(&format!("{c}/"))),
+                "Cargo.toml needs {t}, which {file} does not copy ({copies:?})"
+            );
+            assert!(common::repo().join(t).exists(), "{t}");
+        }
     }
     // `.ci/run` builds exactly these files with the snippet's own command.
-    let ci = fs::read_to_string(common::repo().join(".ci/run")).unwrap();
     assert!(ci.contains("Dockerfile.snippet"), "{ci}");
 }
 
 #[test]
 fn the_docker_build_context_leaves_the_build_output_out() {
-    // `.dockerignore` lets in what the snippet copies and nothing else: not
-    // `target/` (gigabytes), not `.git`.
+    // `.dockerignore` lets in what the Dockerfiles copy and nothing else:
+    // not `target/` (gigabytes), not `.git`.
     let text = fs::read_to_string(common::repo().join(".dockerignore"))
-        .expect("a .dockerignore beside Dockerfile.snippet");
+        .expect("a .dockerignore beside the Dockerfiles");
     let rules: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -206,7 +219,9 @@ fn the_docker_build_context_leaves_the_build_output_out() {
         .map(|r| r.trim_end_matches('/').to_string())
         .collect();
     allowed.sort();
-    let mut copies = snippet_copies();
-    copies.sort();
-    assert_eq!(allowed, copies, "{rules:?}");
+    for file in DOCKERFILES {
+        let mut copies = stage_copies(file);
+        copies.sort();
+        assert_eq!(allowed, copies, "{file}: {rules:?}");
+    }
 }
