@@ -197,8 +197,15 @@ fn the_dockerfiles_copy_every_file_their_build_needs() {
             assert!(common::repo().join(t).exists(), "{t}");
         }
     }
-    // `.ci/run` builds exactly these files with the snippet's own command.
-    assert!(ci.contains("Dockerfile.snippet"), "{ci}");
+    // `.ci/run` builds exactly these files with the Dockerfile's own command
+    // (the vLLM snippet's stage is the SGLang snippet's, line for line).
+    for file in ["Dockerfile", "Dockerfile.snippet"] {
+        assert!(
+            ci.lines()
+                .any(|l| l.trim().starts_with(&format!("stage_build {file} "))),
+            "{file}: {ci}"
+        );
+    }
 }
 
 #[test]
