@@ -232,3 +232,97 @@ fn the_docker_build_context_leaves_the_build_output_out() {
         assert_eq!(allowed, copies, "{file}: {rules:?}");
     }
 }
+
+/// The architectures the build stage of `file` builds for, each with its
+/// Rust target (`amd64) target=x86_64-unknown-linux-musl ;;`).
+fn stage_targets(file: &str) -> Vec<(String, String)> {
+    let text = fs::read_to_string(common::repo().join(file)).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let (arch, rest) = l.trim().split_once(") target=")?;
+            let target = rest.split_whitespace().next()?.trim_end_matches(';');
+            Some((arch.to_string(), target.to_string()))
+        })
+        .collect()
+}
+
+/// The value of `key: VALUE` on a line of the workflow (the first such
+/// line), without quotes.
+fn yaml_value<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(": "))
+        .unwrap_or_else(|| panic!("no {key}: in the workflow"))
+        .trim()
+}
+
+#[test]
+fn the_release_workflow_builds_the_dockerfiles_targets_and_image() {
+    let text = fs::read_to_string(common::repo().join(".github/workflows/release.yml")).unwrap();
+    let dockerfile = fs::read_to_string(common::repo().join("Dockerfile")).unwrap();
+    let targets = stage_targets("Dockerfile");
+    assert_eq!(
+        targets,
+        [
+            ("amd64".into(), "x86_64-unknown-linux-musl".into()),
+            ("arm64".into(), "aarch64-unknown-linux-musl".into()),
+        ],
+        "{dockerfile}"
+    );
+    // At a pushed tag v*.
+    assert!(
+        text.contains("\non:\n  push:\n    tags: [\"v*\"]\n"),
+        "{text}"
+    );
+    // The release binaries: exactly the two targets, built by the
+    // Dockerfile's own cargo command, linked by the same rust-lld.
+    let matrix: Vec<&str> = yaml_value(&text, "target")
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let names: Vec<&str> = targets.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(matrix, names, "{text}");
+    assert!(
+        text.contains("run: cargo build --release --locked --target ${{ matrix.target }}\n"),
+        "{text}"
+    );
+    assert!(dockerfile.contains("cargo build --release --locked --target \"$target\""));
+    for target in &names {
+        let var = format!(
+            "CARGO_TARGET_{}_LINKER",
+            target.to_uppercase().replace('-', "_")
+        );
+        assert!(dockerfile.contains(&format!("{var}=rust-lld")), "{var}");
+        assert_eq!(yaml_value(&text, &var), "rust-lld", "{var}");
+        // each binary is attached to the release, and so are its checksums
+        assert!(
+            text.contains(&format!("dist/keepwrap-{target}\n")),
+            "{target}"
+        );
+    }
+    assert!(text.contains("sha256sum keepwrap-* > SHA256SUMS"), "{text}");
+    assert!(text.contains("dist/SHA256SUMS\n"), "{text}");
+    // The image: the root Dockerfile, for the architectures it builds.
+    assert_eq!(yaml_value(&text, "context"), ".");
+    assert_eq!(yaml_value(&text, "file"), "./Dockerfile");
+    let platforms: Vec<String> = targets.iter().map(|(a, _)| format!("linux/{a}")).collect();
+    assert_eq!(yaml_value(&text, "platforms"), platforms.join(","));
+    assert!(text.contains("uses: docker/build-push-action@v"), "{text}");
+    assert_eq!(yaml_value(&text, "registry"), "ghcr.io");
+    // Every action pinned to a major version.
+    let uses: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("uses: "))
+        .collect();
+    assert!(uses.len() >= 6, "{uses:?}");
+    for u in uses {
+        let (_, version) = u.split_once('@').unwrap_or_else(|| panic!("{u}"));
+        assert!(
+            version
+                .strip_prefix('v')
+                .is_some_and(|n| n.parse::<u32>().is_ok()),
+            "{u}"
+        );
+    }
+}
