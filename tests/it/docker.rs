@@ -115,6 +115,11 @@ fn the_image_holds_the_static_binary_alone() {
         ],
         "{rest}"
     );
+    // The line the install docs give copies the binary from there.
+    let line = "COPY --from=ghcr.io/keepwrap/keepwrap:VERSION /keepwrap /usr/local/bin/keepwrap";
+    for file in ["README.md", "docs/docker.md", "Dockerfile"] {
+        assert!(snippet(file).contains(line), "{file}");
+    }
 }
 
 #[test]
