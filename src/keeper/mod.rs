@@ -21,6 +21,8 @@ mod last_seen;
 pub mod observe;
 pub mod policy;
 mod prepare;
+mod read;
+mod restore;
 mod settings;
 mod turn;
 mod worker;
@@ -54,25 +56,38 @@ use crate::signals::Ended;
 use commit::{Committer, Job, Report, SignKind};
 use worker::Worker;
 
+/// The keeper of one launch's cache: its marker among the launches on the
+/// root, the watch of the tree, and where the launch is.
 pub struct Keeper {
-    done: Done,
-    watcher: Watcher,
-    probe: Option<Probe>,
-    probe_interval: Duration,
-    probe_timeout: Duration,
-    launched: Instant,
-    /// The commit work (the root, the files kept, the store, the share):
-    /// here until the engine starts, then the worker's.
-    commit: Option<Committer>,
-    /// While the engine runs.
-    session: Option<Session>,
     /// This launch's marker among the launches using the root.
     marker: Marker,
+    watcher: Watcher,
+    launched: Instant,
+    stage: Stage,
+}
+
+/// Where a kept launch is: its engine is not started yet, runs, or has
+/// ended. The commit work is the keeper's before the start, and the
+/// worker's from then on.
+enum Stage {
+    /// Before the engine starts.
+    Before(Box<Before>),
+    /// While the engine runs.
+    Running(Box<Session>),
+    /// The engine ended: the work is over.
+    Ended,
+}
+
+/// What starts the session once the engine runs.
+struct Before {
+    /// The commit work (the root, the files kept, the store, the share).
+    committer: Committer,
+    done: Done,
+    probe_interval: Duration,
+    probe_timeout: Duration,
     /// The command's exit status may not be the engine's: an exit 0 proves
     /// nothing.
     exit_unproven: bool,
-    /// Looking for the engine among the child's processes, until it is seen.
-    looking: Option<Looking>,
 }
 
 /// The look for the engine that runs ([`observe::find_engine`]).
@@ -101,134 +116,111 @@ const LOOK_FAST: Duration = Duration::from_millis(10);
 const LOOK_FAST_FOR: Duration = Duration::from_secs(5);
 const LOOK_SLOW: Duration = Duration::from_millis(200);
 
-/// What [`Keeper::prepare`] hands to the supervisor.
-#[derive(Default)]
-pub struct Prepared {
-    /// The keeper, when this launch keeps the cache.
-    pub keeper: Option<Keeper>,
-    /// This launch's marker when it goes on without keeping the cache: its
-    /// engine writes into the root all the same, and other launches must
-    /// see it (they neither prune under it nor sign what it writes).
-    pub marker: Option<Marker>,
-    /// Work that must not delay the engine's start: run after the spawn.
-    /// It drops the sender it is given once the part that keepwrap's exit
-    /// waits for (for at most a bounded time: the store's eviction) is
-    /// done.
-    pub after_start: Option<Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>>,
+/// Work that must not delay the engine's start: run after the spawn. It
+/// drops the sender it is given once the part that keepwrap's exit waits
+/// for (for at most a bounded time: the store's eviction) is done.
+pub type AfterStart = Box<dyn FnOnce(std::sync::mpsc::Sender<()>) + Send>;
+
+/// What [`Keeper::prepare`] hands to the supervisor: how the launch goes on.
+pub enum Prepared {
+    /// keepwrap only supervises it: it leaves no marker and keeps no cache
+    /// (why is logged).
+    Supervised,
+    /// Hands-off: its marker only. Its engine writes into the root all the
+    /// same, and other launches must see it (they neither prune under it
+    /// nor sign what it writes).
+    HandsOff(Box<Marker>),
+    /// It keeps the cache.
+    Keeping(Box<Keeping>),
+}
+
+/// A launch that keeps the cache.
+pub struct Keeping {
+    pub keeper: Keeper,
+    pub after_start: Option<AfterStart>,
 }
 
 impl Prepared {
     /// This launch's marker, whether it keeps the cache or not.
     pub fn marker(&self) -> Option<&Marker> {
-        self.keeper
-            .as_ref()
-            .map(|k| &k.marker)
-            .or(self.marker.as_ref())
+        match self {
+            Prepared::Supervised => None,
+            Prepared::HandsOff(marker) => Some(marker),
+            Prepared::Keeping(k) => Some(&k.keeper.marker),
+        }
     }
 
     fn hands_off(marker: Marker) -> Prepared {
         marker.set_state(State::HandsOff);
-        Prepared {
-            marker: Some(marker),
-            ..Prepared::default()
-        }
+        Prepared::HandsOff(Box::new(marker))
     }
 }
 
 impl Keeper {
-    /// This launch's marker among the launches using the root.
-    pub fn marker(&self) -> &Marker {
-        &self.marker
-    }
-
     /// The engine is running: hand the commit work (store, share, the files
     /// kept) to the worker, start the policy, and probe the health endpoint
     /// if that is the rule.
     pub fn child_started(&mut self, child: u32) {
-        let Some(committer) = self.commit.take() else {
-            return;
-        };
-        let now = Instant::now();
-        if let Some(want) = committer.seeing.awaited() {
-            self.looking = Some(Looking {
-                child,
-                want: want.clone(),
-                since: now,
-                next: now,
-            });
-        }
-        let rule = match &self.done {
-            Done::Health(endpoint) | Done::HeadHealth(endpoint) => {
-                self.probe = Some(Probe::new(
-                    endpoint.clone(),
-                    self.probe_interval,
-                    self.probe_timeout,
-                    now,
-                ));
-                Rule::Health
+        let before = match std::mem::replace(&mut self.stage, Stage::Ended) {
+            Stage::Before(before) => before,
+            other => {
+                self.stage = other;
+                return;
             }
-            Done::Quiet(d) | Done::RankFiles(_, d) => Rule::Quiet(*d),
-            Done::Exit => Rule::Exit,
         };
-        let policy = match &self.done {
-            Done::HeadHealth(_) => Policy::new(rule, self.launched).headless(None, &[]),
-            Done::RankFiles(names, _) => {
-                Policy::new(rule, self.launched).headless(Some(names.clone()), &committer.kept)
-            }
-            _ => Policy::new(rule, self.launched),
-        };
-        let policy = if self.exit_unproven {
-            policy.exit_unproven()
-        } else {
-            policy
-        };
-        self.session = Some(Session {
-            policy,
-            worker: Worker::start(committer),
-            own: HashMap::new(),
-            named: false,
-            landed: std::collections::HashSet::new(),
-        });
+        self.stage = Stage::Running(Box::new(Session::start(*before, child, self.launched)));
     }
 
     /// The inotify fd, while no sign is running (keepwrap's own rewrites
     /// are told apart from the engine's landings once it is over).
     pub fn watch_fd(&self) -> Option<BorrowedFd<'_>> {
-        match &self.session {
-            Some(s) if s.worker.busy() => None,
+        match &self.stage {
+            Stage::Running(s) if s.worker.busy() => None,
             _ => Some(self.watcher.fd()),
         }
     }
 
     /// Readable when the worker finished a sign.
     pub fn worker_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.session.as_ref().and_then(|s| s.worker.fd())
+        self.session().and_then(|s| s.worker.fd())
     }
 
     pub fn probe_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
-        self.probe.as_ref().and_then(Probe::poll_fd)
+        self.session()
+            .and_then(|s| s.probe.as_ref())
+            .and_then(Probe::poll_fd)
     }
 
     /// The next time `tick` has something to do.
     pub fn deadline(&self) -> Option<Instant> {
-        let s = self.session.as_ref()?;
+        let s = self.session()?;
         [
             s.policy.deadline(),
-            self.probe.as_ref().and_then(Probe::deadline),
-            self.looking.as_ref().map(|l| l.next),
+            s.probe.as_ref().and_then(Probe::deadline),
+            s.looking.as_ref().map(|l| l.next),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
+    /// The session, while the engine runs.
+    fn session(&self) -> Option<&Session> {
+        match &self.stage {
+            Stage::Running(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Timers: look for the engine; start or time out a probe; close a
     /// quiet window.
     pub fn tick(&mut self, now: Instant) {
         self.look(now);
-        if let Some(probe) = self.probe.as_mut() {
-            if probe.step(now, false) == ProbeResult::Ready {
-                self.probe_ready(now);
+        if let Stage::Running(s) = &mut self.stage {
+            if let Some(probe) = s.probe.as_mut() {
+                if probe.step(now, false) == ProbeResult::Ready {
+                    self.probe_ready(now);
+                }
             }
         }
         self.feed(Event::Tick(now));
@@ -244,7 +236,10 @@ impl Keeper {
             self.note_landings(now);
         }
         if !probe_revents.is_empty() {
-            if let Some(probe) = self.probe.as_mut() {
+            let Stage::Running(s) = &mut self.stage else {
+                return;
+            };
+            if let Some(probe) = s.probe.as_mut() {
                 match probe.step(now, true) {
                     ProbeResult::Ready => self.probe_ready(now),
                     ProbeResult::NotYet => self.feed(Event::ProbeFailed),
@@ -257,7 +252,10 @@ impl Keeper {
     /// Look for the engine when it is time: once seen, the worker checks it
     /// against the set offered.
     fn look(&mut self, now: Instant) {
-        let (Some(l), Some(s)) = (self.looking.as_mut(), self.session.as_mut()) else {
+        let Stage::Running(s) = &mut self.stage else {
+            return;
+        };
+        let Some(l) = s.looking.as_mut() else {
             return;
         };
         if now < l.next {
@@ -267,7 +265,7 @@ impl Keeper {
             l.again(now);
             return;
         };
-        self.looking = None;
+        s.looking = None;
         s.worker.run(Job::Seen {
             seen: Box::new(seen),
             touched: !s.landed.is_empty(),
@@ -283,7 +281,11 @@ impl Keeper {
     /// serves the port (the worker looks, as reading the kernel's socket
     /// tables can take a while), or when the URL is not a local one.
     fn probe_ready(&mut self, now: Instant) {
-        let (Some(probe), Some(s)) = (self.probe.as_mut(), self.session.as_mut()) else {
+        let Stage::Running(s) = &mut self.stage else {
+            return;
+        };
+        let s = &mut **s;
+        let Some(probe) = s.probe.as_mut() else {
             return;
         };
         // No other probe until this one's answer is judged: a judge that
@@ -291,10 +293,9 @@ impl Keeper {
         // others behind it, nor the lines and the sign that follow.
         probe.judging();
         let url = probe.endpoint().to_string();
-        // A headless node probes the head: another process by design.
-        let head = matches!(self.done, Done::HeadHealth(_));
         let report = match probe.addr() {
-            Some(addr) if owner::is_local(addr) && !head => s.worker.run(Job::Owner {
+            // A headless node probes the head: another process by design.
+            Some(addr) if owner::is_local(addr) && !s.head => s.worker.run(Job::Owner {
                 addr,
                 name: !s.named,
                 at: now,
@@ -318,13 +319,13 @@ impl Keeper {
     /// Take what the worker finished, then catch up with the watch when no
     /// sign is under way.
     fn take_finished(&mut self) {
-        let Some(s) = self.session.as_mut() else {
+        let Stage::Running(s) = &mut self.stage else {
             return;
         };
         for r in s.worker.finished() {
             self.take(r);
         }
-        if self.session.as_ref().is_some_and(|s| !s.worker.busy()) {
+        if self.session().is_some_and(|s| !s.worker.busy()) {
             self.note_landings(Instant::now());
         }
     }
@@ -332,7 +333,7 @@ impl Keeper {
     /// One report of the worker: a sign's files are keepwrap's own writes,
     /// not landings; an owner is the judge of a probe's 200.
     fn take(&mut self, report: Report) {
-        let Some(s) = self.session.as_mut() else {
+        let Stage::Running(s) = &mut self.stage else {
             return;
         };
         match report {
@@ -360,7 +361,7 @@ impl Keeper {
     /// Cache files the engine landed: one line each (written by the worker,
     /// which parses them), and the policy told.
     fn note_landings(&mut self, now: Instant) {
-        let Some(s) = self.session.as_mut() else {
+        let Stage::Running(s) = &mut self.stage else {
             return;
         };
         let mut landed = self.watcher.read();
@@ -384,9 +385,10 @@ impl Keeper {
 
     /// Give the policy an event and run its actions.
     fn feed(&mut self, event: Event) {
-        let Some(s) = self.session.as_mut() else {
+        let Stage::Running(s) = &mut self.stage else {
             return;
         };
+        let s = &mut **s;
         let mut actions: VecDeque<Action> = s.policy.on(event).into();
         while let Some(action) = actions.pop_front() {
             match action {
@@ -396,7 +398,7 @@ impl Keeper {
                     s.worker.run(Job::Log(line));
                 }
                 Action::ProbeAgain => {
-                    if let Some(p) = self.probe.as_mut() {
+                    if let Some(p) = s.probe.as_mut() {
                         p.defer(Instant::now());
                     }
                 }
@@ -436,17 +438,17 @@ impl Keeper {
             }
         }
         if !s.policy.wants_probe() {
-            self.probe = None;
+            s.probe = None;
         }
     }
 
     /// The engine ended: wait for the sign under way, take in what landed
     /// meanwhile, let the policy decide, and run what it says to the end.
     pub fn child_ended(&mut self, ended: Ended) {
-        let Some(s) = self.session.as_mut() else {
+        let Stage::Running(s) = &mut self.stage else {
             return;
         };
-        if self.looking.take().is_some() {
+        if s.looking.take().is_some() {
             s.worker.run(Job::Unseen);
         }
         s.worker.engine_gone();
@@ -456,7 +458,7 @@ impl Keeper {
             at: Instant::now(),
             ended,
         });
-        if let Some(mut s) = self.session.take() {
+        if let Stage::Running(mut s) = std::mem::replace(&mut self.stage, Stage::Ended) {
             s.worker.wait();
             s.worker.stop();
         }
@@ -469,10 +471,18 @@ fn other_launch(marker: &Marker) -> Option<String> {
     marker.others().first().map(ToString::to_string)
 }
 
-/// While the engine runs: the policy, and the worker that runs its signs.
+/// While the engine runs: the policy, the worker that runs its signs, the
+/// probe and the look for the engine.
 struct Session {
     policy: Policy,
     worker: Worker,
+    /// The health probe, while the policy wants it.
+    probe: Option<Probe>,
+    /// The probe asks the head of a multi-node launch (another process by
+    /// design).
+    head: bool,
+    /// Looking for the engine among the child's processes, until it is seen.
+    looking: Option<Looking>,
     /// Cache files as keepwrap's own signs left them (after unify): their
     /// inotify events are not landings of the engine.
     own: HashMap<PathBuf, Stamp>,
@@ -480,4 +490,62 @@ struct Session {
     named: bool,
     /// The cache files the engine saved since the start.
     landed: std::collections::HashSet<PathBuf>,
+}
+
+impl Session {
+    /// The engine `child` started: the rule of its done, the policy, the
+    /// probe when the rule is health, and the look for the engine while it
+    /// is awaited.
+    fn start(before: Before, child: u32, launched: Instant) -> Session {
+        let Before {
+            committer,
+            done,
+            probe_interval,
+            probe_timeout,
+            exit_unproven,
+        } = before;
+        let now = Instant::now();
+        let looking = committer.seeing.awaited().map(|want| Looking {
+            child,
+            want: want.clone(),
+            since: now,
+            next: now,
+        });
+        let mut probe = None;
+        let rule = match &done {
+            Done::Health(endpoint) | Done::HeadHealth(endpoint) => {
+                probe = Some(Probe::new(
+                    endpoint.clone(),
+                    probe_interval,
+                    probe_timeout,
+                    now,
+                ));
+                Rule::Health
+            }
+            Done::Quiet(d) | Done::RankFiles(_, d) => Rule::Quiet(*d),
+            Done::Exit => Rule::Exit,
+        };
+        let policy = match &done {
+            Done::HeadHealth(_) => Policy::new(rule, launched).headless(None, &[]),
+            Done::RankFiles(names, _) => {
+                Policy::new(rule, launched).headless(Some(names.clone()), &committer.kept)
+            }
+            _ => Policy::new(rule, launched),
+        };
+        let policy = if exit_unproven {
+            policy.exit_unproven()
+        } else {
+            policy
+        };
+        Session {
+            policy,
+            worker: Worker::start(committer),
+            probe,
+            head: matches!(done, Done::HeadHealth(_)),
+            looking,
+            own: HashMap::new(),
+            named: false,
+            landed: std::collections::HashSet::new(),
+        }
+    }
 }

@@ -63,7 +63,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
                 why: line.to_string(),
             }
             .emit();
-            Prepared::default()
+            Prepared::Supervised
         }
         Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
             Ok(prepared) => prepared,
@@ -93,11 +93,11 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
-    let Prepared {
-        mut keeper,
-        marker: _hands_off_marker,
-        after_start,
-    } = prepared;
+    let (mut keeper, after_start, _hands_off_marker) = match prepared {
+        Prepared::Keeping(k) => (Some(k.keeper), k.after_start, None),
+        Prepared::HandsOff(marker) => (None, None, Some(marker)),
+        Prepared::Supervised => (None, None, None),
+    };
     let after_start = after_start.and_then(run_detached);
     if let Some(k) = keeper.as_mut() {
         k.child_started(pid.as_raw().unsigned_abs());

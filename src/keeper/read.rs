@@ -1,0 +1,160 @@
+//! The launch as read before the start: its fingerprint, whether its words
+//! tell all its engine reads, and the set it is offered.
+
+use std::ffi::OsString;
+
+use crate::digest::Fingerprint;
+use crate::engine::Engine;
+use crate::launch::fingerprint::{Launch, Options};
+use crate::launch::{Command, Unread, Wrapper};
+use crate::root::running::Identity;
+use crate::store::Store;
+
+use super::check::{Redo, Seeing};
+use super::{last_seen, KeepMode, Settings};
+
+/// The launch as read before the start.
+pub(super) struct Read {
+    pub(super) launch: Launch,
+    pub(super) opts: Options,
+    /// The fingerprint of its words.
+    pub(super) fingerprint: Fingerprint,
+    pub(super) words: Words,
+    /// Whether a set may be signed for what the engine runs with.
+    pub(super) seeing: Seeing,
+}
+
+/// What a launch's words tell of what its engine reads.
+pub(super) enum Words {
+    /// All of it: the set of their fingerprint is offered.
+    Whole,
+    /// The fingerprint holds as a constant something the engine will read
+    /// (an engine not found, a hub id not downloaded yet): no set is
+    /// offered, and the fingerprint is taken again at done.
+    Unresolved(Redo),
+    /// The launch cannot be read whole, under `--keep auto`: the tree is
+    /// pruned, and nothing is offered or signed.
+    Unreadable(Unread),
+}
+
+impl Words {
+    /// Whether a set is offered by the words' fingerprint.
+    pub(super) fn offered(&self) -> bool {
+        matches!(self, Words::Whole)
+    }
+
+    /// What the fingerprint is taken again from at done, when it is.
+    pub(super) fn redo(self) -> Option<Redo> {
+        match self {
+            Words::Unresolved(redo) => Some(redo),
+            Words::Whole | Words::Unreadable(_) => None,
+        }
+    }
+}
+
+impl Read {
+    pub(super) fn of(
+        args: &Settings,
+        command: Command,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> Read {
+        let opts = args.fingerprint.clone();
+        let launch = Launch::of(&opts, command, argv, env);
+        let fingerprint = launch.fingerprint().clone();
+        let words = match (&launch.command().wrapper, args.keep, launch.unresolved()) {
+            (Wrapper::Unreadable(u), KeepMode::Auto, _) => Words::Unreadable(u.clone()),
+            (_, _, Some(why)) => Words::Unresolved(Redo {
+                opts: opts.clone(),
+                argv: argv.to_vec(),
+                env: env.to_vec(),
+                cwd: None,
+                why,
+            }),
+            (_, _, None) => Words::Whole,
+        };
+        let seeing = match &words {
+            Words::Unreadable(u) => {
+                Seeing::Refused(format!("the launch cannot be read whole ({u})"))
+            }
+            _ => Seeing::of(
+                launch.command(),
+                argv,
+                &fingerprint,
+                &opts,
+                args.cache_dir.as_deref(),
+            ),
+        };
+        Read {
+            launch,
+            opts,
+            fingerprint,
+            words,
+            seeing,
+        }
+    }
+
+    /// This launch among the launches using the root.
+    pub(super) fn identity(
+        &self,
+        args: &Settings,
+        engine: &dyn Engine,
+        env: &[(OsString, OsString)],
+    ) -> Identity {
+        let launch = &self.launch;
+        Identity::of(
+            launch,
+            &self.opts,
+            env,
+            &args.share.node_local(),
+            engine.rank_flags(launch),
+            &engine.ranks(launch),
+        )
+    }
+
+    /// The line of a launch whose words do not tell all its engine reads.
+    pub(super) fn say(&self, argv: &[OsString]) {
+        match &self.words {
+            Words::Whole => {}
+            Words::Unresolved(r) => {
+                crate::events::Event::UnresolvedLaunch { why: r.why.clone() }.emit();
+            }
+            Words::Unreadable(u) => crate::events::Event::UnreadablePruned {
+                program: argv
+                    .first()
+                    .map(|a| crate::launch::canonical::py_str(a.as_encoded_bytes()))
+                    .unwrap_or_default(),
+                why: u.why.clone(),
+                instead: u.instead.to_string(),
+            }
+            .emit(),
+        }
+    }
+
+    /// The fingerprint whose set is offered. A launch whose engine keepwrap
+    /// does not exec itself is offered the set of what its engine was last
+    /// seen with.
+    pub(super) fn offer(&self, store: Option<&Store>) -> Fingerprint {
+        let read = &self.fingerprint;
+        match (&self.seeing, store) {
+            _ if !self.words.offered() => Fingerprint::of(NOTHING_OFFERED),
+            (Seeing::Awaiting(_), Some(s)) => match last_seen::get(s.state_fd(), read) {
+                Some(seen) => {
+                    crate::events::Event::OfferedAsSeen {
+                        read: read.to_string(),
+                        seen: seen.to_string(),
+                    }
+                    .emit();
+                    seen
+                }
+                None => read.clone(),
+            },
+            _ => read.clone(),
+        }
+    }
+}
+
+/// What prune keeps for a launch that is offered no set: the files signed
+/// for the fingerprint of these bytes, which no launch has (a launch's is
+/// the sha256 of its canonical JSON).
+const NOTHING_OFFERED: &[u8] = b"keepwrap: no set is offered to this launch";
