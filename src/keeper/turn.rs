@@ -56,35 +56,8 @@ pub(super) fn wait_turn(
         };
         let seen = runs.scan_and_tidy();
         let other = match running::verdict(me, &seen) {
-            Verdict::Go => {
-                if let Some(other) = waited_for {
-                    crate::events::Event::OtherDoneTuning {
-                        other: other.to_string(),
-                        waited: started.elapsed(),
-                    }
-                    .emit();
-                }
-                return Ok((lock, Turn::Go(Vec::new())));
-            }
-            Verdict::Beside(others) => {
-                if let Some(other) = waited_for {
-                    crate::events::Event::OtherDoneTuning {
-                        other: other.to_string(),
-                        waited: started.elapsed(),
-                    }
-                    .emit();
-                }
-                if let Some(first) = others.first() {
-                    crate::events::Event::BesideOtherLaunch {
-                        other: first.to_string(),
-                        other_fingerprint: first.fingerprint().to_string(),
-                        other_pid: first.pid(),
-                        more: others.len() - 1,
-                    }
-                    .emit();
-                }
-                return Ok((lock, Turn::Go(others.into_iter().cloned().collect())));
-            }
+            Verdict::Go => return Ok((lock, go(waited_for, started, Vec::new()))),
+            Verdict::Beside(others) => return Ok((lock, go(waited_for, started, others))),
             Verdict::HandsOff(why, other) => {
                 hands_off_line(why, other);
                 return Ok((lock, Turn::HandsOff));
@@ -112,31 +85,64 @@ pub(super) fn wait_turn(
             .emit();
         }
         waited_for = Some(other.who());
-        let mut next_progress = Instant::now() + WAIT_PROGRESS;
-        // Look again, without the lock, until that launch is done or gone.
-        loop {
-            crate::stops::pause(WAIT_POLL)?;
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                break;
+        wait_for_other(args, runs, me, started, deadline)?;
+    }
+}
+
+/// Keep the cache, beside `others` (launches done tuning whose engines
+/// run), with the lines that say so: the launch waited for (`waited_for`,
+/// since `started`) is done, and this one starts beside another.
+fn go(waited_for: Option<String>, started: Instant, others: Vec<&Seen>) -> Turn {
+    if let Some(other) = waited_for {
+        crate::events::Event::OtherDoneTuning {
+            other: other.to_string(),
+            waited: started.elapsed(),
+        }
+        .emit();
+    }
+    if let Some(first) = others.first() {
+        crate::events::Event::BesideOtherLaunch {
+            other: first.to_string(),
+            other_fingerprint: first.fingerprint().to_string(),
+            other_pid: first.pid(),
+            more: others.len() - 1,
+        }
+        .emit();
+    }
+    Turn::Go(others.into_iter().cloned().collect())
+}
+
+/// Look again, without the lock, until the launch waited for is done or
+/// gone, or the wait's deadline passes; say every [`WAIT_PROGRESS`] that
+/// it still waits. Err: a stop signal ended the wait.
+fn wait_for_other(
+    args: &Settings,
+    runs: &Runs,
+    me: &Identity,
+    started: Instant,
+    deadline: Option<Instant>,
+) -> Result<(), Stopped> {
+    let mut next_progress = Instant::now() + WAIT_PROGRESS;
+    loop {
+        crate::stops::pause(WAIT_POLL)?;
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(());
+        }
+        let seen = runs.scan();
+        let Verdict::Wait(o) = running::verdict(me, &seen) else {
+            return Ok(());
+        };
+        if now >= next_progress {
+            crate::events::Event::StillWaiting {
+                other: o.to_string(),
+                other_fingerprint: o.fingerprint().to_string(),
+                other_pid: o.pid(),
+                waited: started.elapsed(),
+                limit: args.wait_for_tuning,
             }
-            let seen = runs.scan();
-            match running::verdict(me, &seen) {
-                Verdict::Wait(o) => {
-                    if now >= next_progress {
-                        crate::events::Event::StillWaiting {
-                            other: o.to_string(),
-                            other_fingerprint: o.fingerprint().to_string(),
-                            other_pid: o.pid(),
-                            waited: started.elapsed(),
-                            limit: args.wait_for_tuning,
-                        }
-                        .emit();
-                        next_progress = now + WAIT_PROGRESS;
-                    }
-                }
-                _ => break,
-            }
+            .emit();
+            next_progress = now + WAIT_PROGRESS;
         }
     }
 }
