@@ -10,9 +10,10 @@
 //! poll set, so the loop never waits for them.
 //!
 //! Here: the keeper and the running launch's side of the loop. Before the
-//! engine starts, `prepare.rs` (and `turn.rs`, the wait for other launches
-//! on the root); after, `commit.rs` (the commit work) and `worker.rs` (the
-//! thread that runs it).
+//! engine starts, `prepare.rs` (with `read.rs`, the launch as read;
+//! `turn.rs`, the wait for other launches on the root; `restore.rs`, the
+//! set brought back from the store and the work after the spawn); after,
+//! `commit.rs` (the commit work) and `worker.rs` (the thread that runs it).
 
 mod check;
 mod commit;

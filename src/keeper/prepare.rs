@@ -33,9 +33,9 @@ impl Keeper {
     /// Fingerprint the launch (`command`: `argv` as read by
     /// [`Settings::keeps`]), make sure the root exists, wait for any other
     /// launch on the root that is still tuning, prune what this launch must
-    /// not load, and start watching. No keeper when the cache cannot be kept
-    /// this time (the reason is logged); the launch goes on. Err: a stop signal
-    /// came before the start.
+    /// not load, and start watching. Supervised or hands-off when the cache
+    /// cannot be kept this time (the reason is logged); the launch goes on.
+    /// Err: a stop signal came before the start.
     pub fn prepare(
         args: &Settings,
         command: Command,

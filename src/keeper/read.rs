@@ -53,6 +53,7 @@ impl Words {
 }
 
 impl Read {
+    /// Read `command` (`argv` as [`Settings::keeps`] read it) in `env`.
     pub(super) fn of(
         args: &Settings,
         command: Command,
