@@ -1,5 +1,6 @@
 //! keepwrap: a PID 1 supervisor that keeps the FlashInfer autotune cache of
-//! an SGLang launch across boots, and only when the launch is the same.
+//! an SGLang or vLLM launch across boots, and only when the launch is the
+//! same.
 //!
 //! One folder per promise, each with its pure decisions in files that do no
 //! I/O and the system calls beside them. From the top down (a module
@@ -13,6 +14,8 @@
 //! - [`keeper`]: the cache side of one launch (prune, watch, done, sign),
 //!   its trust rules as a pure state machine ([`keeper::policy`]) and why a
 //!   launch has no cache ([`keeper::explain`]);
+//! - [`engine`]: what differs between engines, a folder each behind two
+//!   traits ([`engine::Engine`], [`cache::Layout`]);
 //! - [`share`]: multi-node launches: publish and unify rank files through a
 //!   shared directory;
 //! - [`fleet`]: signed sets shared through an S3-compatible bucket;
@@ -24,7 +27,7 @@
 //!   ([`done::watch`]), the `landed` lines ([`done::progress`]);
 //! - [`store`]: every launch's signed set kept apart in `.keepwrap/store`;
 //! - [`unify`]: one FlashInfer-exact union of a directory's rank files;
-//! - [`root`]: where the cache root is, and what launches sharing one share:
+//! - [`root`]: what launches sharing one cache root share:
 //!   the lock, the running markers, the statistics;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, judge, prune,
 //!   sign, survey, trash, no-follow file operations);

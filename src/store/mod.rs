@@ -6,8 +6,17 @@
 //! move is a `rename`:
 //!
 //! ```text
-//! .keepwrap/lock                  the lock (src/lock.rs)
-//! .keepwrap/stats.json            statistics (src/stats.rs)
+//! .keepwrap/lock                  the lock (root/lock.rs)
+//! .keepwrap/stats.json            statistics (root/stats.rs)
+//! .keepwrap/running/              the markers of running launches
+//!                                 (root/running/)
+//! .keepwrap/sets/<fp>.json        a launch's set manifest in the tree
+//!                                 (cache/sidecar.rs)
+//! .keepwrap/seen/<fp>.json        what the engine of these words last ran
+//!                                 as (keeper/last_seen.rs)
+//! .keepwrap/fleet.json            the fleet's state (fleet/state.rs)
+//! .keepwrap/trash/                what prune removes, emptied in the
+//!                                 background (cache/trash.rs)
 //! .keepwrap/launches/<fp>.json    a signed launch: redacted inputs, times
 //! .keepwrap/store/<fp>/.set.json  a stored set's manifest
 //! .keepwrap/store/<fp>/<name>     a flat entry: the set's one directory,
