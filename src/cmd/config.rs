@@ -122,7 +122,7 @@ pub fn print(
         crate::engine::warn_cache_dir(engine, run.cache_dir.as_deref(), command, &env);
     }
     if json {
-        print_json(&all);
+        print_json(cmd, &all);
     } else {
         print_text(&all);
     }
@@ -172,13 +172,50 @@ fn command_settings(all: &[Setting], run: &Settings, launch: &Launch) -> [Settin
     [done, profile]
 }
 
-/// One object per setting: its value, source, and where it came from.
-fn print_json(all: &[Setting]) {
+/// A setting's value as JSON, typed by its option (`cmd`'s): a switch a
+/// boolean, a duration its seconds, a size its bytes, anything else the
+/// text as written.
+fn typed(cmd: &Command, name: &str, text: &str) -> Value {
+    let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(name)) else {
+        return Value::String(text.to_string());
+    };
+    let kind = arg
+        .get_value_names()
+        .and_then(|n| n.first())
+        .map(|n| n.as_str());
+    let switch = matches!(
+        arg.get_action(),
+        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+    );
+    match kind {
+        _ if switch => text
+            .parse::<bool>()
+            .map_or_else(|_| json!(text), Value::Bool),
+        Some("DURATION") => crate::clock::parse_duration(text).map_or_else(
+            |_| json!(text),
+            |d| match d.subsec_nanos() {
+                0 => json!(d.as_secs()),
+                _ => json!(d.as_secs_f64()),
+            },
+        ),
+        Some("SIZE") => crate::store::parse_size(text).map_or_else(|_| json!(text), |b| json!(b)),
+        _ => Value::String(text.to_string()),
+    }
+}
+
+/// One object per setting: its value (typed, see [`typed`]) and its text,
+/// source, and where it came from.
+fn print_json(cmd: &Command, all: &[Setting]) {
     let mut obj = Map::new();
     for s in all {
         let mut entry = Map::new();
+        let value = s
+            .value
+            .as_deref()
+            .map_or(Value::Null, |t| typed(cmd, &s.name, t));
+        entry.insert("value".into(), value);
         entry.insert(
-            "value".into(),
+            "text".into(),
             s.value.clone().map_or(Value::Null, Value::String),
         );
         entry.insert("source".into(), json!(s.source));

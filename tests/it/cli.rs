@@ -55,7 +55,17 @@ fn every_empty_variable_is_the_same_as_unset() {
     for (name, entry) in cfg.as_object().unwrap() {
         assert_eq!(entry["source"], "default", "{name}: {entry}");
     }
-    assert_eq!(cfg["grace"]["value"], "5s");
+    // Typed: durations in seconds, sizes in bytes, switches as booleans;
+    // `text` is the value as written.
+    assert_eq!(cfg["grace"]["value"], 5);
+    assert_eq!(cfg["grace"]["text"], "5s");
+    assert_eq!(cfg["probe-interval"]["value"], 0.5);
+    assert_eq!(cfg["store-max-age"]["value"], 30 * 86_400);
+    assert_eq!(cfg["store-max-size"]["value"], 1u64 << 30);
+    assert_eq!(cfg["store-max-size"]["text"], "1GiB");
+    assert_eq!(cfg["kill-group"]["value"], false);
+    assert_eq!(cfg["strict"]["value"], false);
+    assert_eq!(cfg["kill-after"]["value"], serde_json::Value::Null);
     assert_eq!(cfg["profile"]["value"], "auto");
     assert_eq!(cfg["log"]["value"], "info");
     // And a launch runs: the child's status is the launch's.
@@ -302,11 +312,11 @@ fn config_says_where_each_setting_came_from() {
     use serde_json::json;
     assert_eq!(
         entry("grace"),
-        (json!("3s"), json!("variable"), json!("KEEPWRAP_GRACE"))
+        (json!(3), json!("variable"), json!("KEEPWRAP_GRACE"))
     );
     assert_eq!(
         entry("kill-after"),
-        (json!("7s"), json!("flag"), json!("--kill-after"))
+        (json!(7), json!("flag"), json!("--kill-after"))
     );
     assert_eq!(
         entry("ignore-arg"),
@@ -317,7 +327,7 @@ fn config_says_where_each_setting_came_from() {
     assert_eq!(cfg["log"]["variable"], "KEEPWRAP_LOG");
     assert_eq!(
         entry("probe-interval"),
-        (json!("500ms"), json!("default"), json!(null))
+        (json!(0.5), json!("default"), json!(null))
     );
     assert_eq!(entry("share"), (json!(null), json!("default"), json!(null)));
     assert_eq!(

@@ -199,7 +199,7 @@ fn keepwrap_config(container: &Value, what: &str, argv: &[String]) -> Value {
 }
 
 fn duration(cfg: &Value, name: &str) -> Duration {
-    cfg[name]["value"]
+    cfg[name]["text"]
         .as_str()
         .map(|v| keepwrap::cli::parse_duration(v).unwrap())
         .unwrap_or_default()

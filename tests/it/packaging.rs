@@ -73,7 +73,7 @@ fn assert_snippet_settings_fit(file: &str) {
         );
     }
     let d =
-        |name: &str| keepwrap::cli::parse_duration(cfg[name]["value"].as_str().unwrap()).unwrap();
+        |name: &str| keepwrap::cli::parse_duration(cfg[name]["text"].as_str().unwrap()).unwrap();
     let stop = d("kill-after") + d("grace");
     assert!(
         stop < std::time::Duration::from_secs(10),
