@@ -341,9 +341,15 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{command:?}: {err}");
-        // One event: supervising only, as no engine launch.
+        // Two events: supervising only, as no engine launch, then how
+        // the command ended.
         let events = common::log_events(&err);
-        assert_eq!(events.len(), 1, "one line: {err}");
+        assert_eq!(events.len(), 2, "two lines: {err}");
+        assert_eq!(
+            (&events[1]["code"], &events[1]["status"]),
+            (&"command_ended".into(), &0.into()),
+            "{command:?}: {err}"
+        );
         assert_eq!(
             (&events[0]["code"], &events[0]["reason"]),
             (&"supervising_only".into(), &"not_an_engine".into()),
