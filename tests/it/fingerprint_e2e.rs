@@ -371,8 +371,9 @@ fn a_command_that_is_no_engine_leaves_the_root_byte_for_byte() {
         .output()
         .unwrap();
     let events = common::log_events(&String::from_utf8_lossy(&out.stderr));
-    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0]["reason"], "keep_never");
+    assert_eq!(events[1]["code"], "command_ended");
     assert_eq!(snapshot(&root), before);
     let out = kw(&home, t.path())
         .env("KEEPWRAP_KEEP", "always")
