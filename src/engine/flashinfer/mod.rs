@@ -2,8 +2,10 @@
 //! the layout of its tree, its two hashes recomputed as FlashInfer computes
 //! them, the bytes it writes, and the check of a store read back from disk.
 //!
-//!     <root>/v2/<env16>/manifest.json
-//!     <root>/v2/<env16>/entries/<stem>.json
+//! ```text
+//! <root>/v2/<env16>/manifest.json
+//! <root>/v2/<env16>/entries/<stem>.json
+//! ```
 //!
 //! `env16` is the first 16 hex digits of the sha256 of the manifest written
 //! as `json.dumps(manifest, sort_keys=True, separators=(",", ":"))`
