@@ -195,12 +195,24 @@ pub fn flock_range(kind: libc::c_short, start: i64, len: i64) -> libc::flock {
 /// `1..=signal_max` but KILL and STOP to its default action (what the
 /// caller ignored must not reach the engine) and blocks none. The calling
 /// thread resumes once the child has exec'd (its pid) or failed (the errno
-/// of the failed step; the child is reaped).
-pub fn spawn_shared(argv: &[CString], signal_max: i32) -> io::Result<libc::pid_t> {
+/// of the failed step; the child is reaped). With `envp` (`NAME=VALUE`
+/// strings) the program runs with that environment instead of keepwrap's.
+pub fn spawn_shared(
+    argv: &[CString],
+    envp: Option<&[CString]>,
+    signal_max: i32,
+) -> io::Result<libc::pid_t> {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
+    let env_ptrs: Option<Vec<*const libc::c_char>> = envp.map(|e| {
+        e.iter()
+            .map(|v| v.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    });
     let shared = ChildArgs {
         argv: ptrs.as_ptr(),
+        envp: env_ptrs.as_ref().map_or(std::ptr::null(), |e| e.as_ptr()),
         signal_max,
         error: AtomicI32::new(0),
     };
@@ -256,6 +268,8 @@ const CHILD_STACK: usize = 64 * 1024;
 struct ChildArgs {
     /// NUL-terminated, with the program first.
     argv: *const *const libc::c_char,
+    /// NUL-terminated `NAME=VALUE` strings, or null: keepwrap's own.
+    envp: *const *const libc::c_char,
     signal_max: i32,
     /// The errno of the step that failed; 0 while nothing failed.
     error: AtomicI32,
@@ -305,9 +319,16 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     if rc != 0 {
         return failed(Errno::last_raw());
     }
-    // SAFETY: argv is NUL-terminated, its strings too, and `spawn_shared`
-    // keeps them alive; execvp returns only on failure.
-    unsafe { libc::execvp(*shared.argv, shared.argv) };
+    // SAFETY: argv (and envp when not null) is NUL-terminated, its strings
+    // too, and `spawn_shared` keeps them alive; exec returns only on
+    // failure.
+    unsafe {
+        if shared.envp.is_null() {
+            libc::execvp(*shared.argv, shared.argv);
+        } else {
+            libc::execvpe(*shared.argv, shared.argv, shared.envp);
+        }
+    };
     failed(Errno::last_raw())
 }
 

@@ -58,6 +58,13 @@ pub trait Layout: Sync {
         false
     }
 
+    /// Is `name` a file of the engine's, at `depth` above the folders of
+    /// cache files, that is neither judged nor kept (the engine rewrites
+    /// it when it is missing)?
+    fn is_engines_file(&self, _depth: usize, _name: &[u8]) -> bool {
+        false
+    }
+
     /// Whether a cache file's name must say its rank for the file to be
     /// published to other nodes (a set of per-rank files).
     fn names_ranks(&self) -> bool {
@@ -148,6 +155,7 @@ impl Shape {
         if depth < self.key_depth() {
             return (depth == 0 && name == crate::STATE_DIR.as_bytes())
                 || (kind == Kind::Dir && self.0.is_unwalked(depth, name))
+                || (kind == Kind::File && self.0.is_engines_file(depth, name))
                 || (matches!(kind, Kind::Dir | Kind::Symlink) && self.is_layout_dir(depth, name));
         }
         match self.role(name) {

@@ -297,8 +297,16 @@ fn root_of(
 ) -> Option<(std::path::PathBuf, crate::cache::Shape)> {
     let profile = launch.map_or_else(|| opts.profile.without_command(), Launch::profile);
     let engine = crate::engine::of(profile);
-    let root = engine.root(cache_dir, env).ok()?;
-    Some((root, engine.shape(env)))
+    match launch {
+        Some(launch) => {
+            let root = engine.root_of_launch(cache_dir, launch).ok()?;
+            Some((root, engine.shape_of_launch(cache_dir, launch)))
+        }
+        None => {
+            let root = engine.root(cache_dir, env).ok()?;
+            Some((root, engine.shape(env)))
+        }
+    }
 }
 
 /// `keepwrap explain`.

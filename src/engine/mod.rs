@@ -49,6 +49,19 @@ pub trait Engine: Sync {
         })
     }
 
+    /// The layout of the tree below [`Engine::root_of_launch`].
+    fn shape_of_launch(&self, _cache_dir: Option<&Path>, launch: &Launch) -> Shape {
+        self.shape(&launch.command().env)
+    }
+
+    /// The variables keepwrap sets for the engine on top of its own
+    /// environment so that the engine writes where keepwrap keeps its
+    /// cache (its own directory for a store the engine would otherwise
+    /// share between launches); none by default. Never in the fingerprint.
+    fn engine_env(&self, _launch: &Launch, _cache_dir: Option<&Path>) -> Vec<(OsString, OsString)> {
+        Vec::new()
+    }
+
     /// Whether a process running `argv` (its own command: a console script
     /// run through its shebang shows as the script) runs this engine's
     /// server, as the launch's words would name it.
@@ -124,7 +137,7 @@ pub trait Engine: Sync {
     }
 
     /// Lines to log at the launch, beside the launch's own.
-    fn note_launch(&self, _launch: &Launch, _env: &[(OsString, OsString)]) {}
+    fn note_launch(&self, _launch: &Launch, _cache_dir: Option<&Path>) {}
 
     /// What prune must not keep for this launch although it is signed for
     /// it (the reason, given a file's path), so that such a file gets one

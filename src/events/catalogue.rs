@@ -317,11 +317,33 @@ catalogue! {
             WARN "cannot_remove_shared_file"
             => "cannot remove {}: {error}", Shown(path);
 
-        /// A one-rank launch of vLLM 0.33.0 or later: its tactics live in
-        /// FlashInfer's managed store, left alone.
-        ManagedStore { store: String }
+        /// A one-rank launch whose tactics may live in FlashInfer's managed
+        /// store, which keepwrap leaves alone (`why`).
+        ManagedStore { store: String, why: String }
             INFO "managed_store"
-            => "a one-rank launch: vLLM 0.33.0 and later keep its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone: one rank cannot desynchronise, entries are keyed by their shape and the environment, and a bad entry is a miss";
+            => "a one-rank launch: FlashInfer's managed store ({store}) is left alone: {why}";
+
+        /// A one-rank launch of vLLM 0.33.0 or later: its tactics live in
+        /// FlashInfer's managed store, which keepwrap keeps per launch in a
+        /// root of its own (`var` set for the engine).
+        ManagedStoreKept { store: PathBuf, var: String }
+            INFO "managed_store_kept"
+            => "a one-rank launch: FlashInfer's managed store is kept per launch in {} ({var} for the engine)", Shown(store);
+
+        /// An entry of a kept managed store that FlashInfer did not write
+        /// as it is: the set it belongs to is not trusted.
+        UntrustedStoreEntry { path: String, why: String }
+            WARN "untrusted_store_entry"
+            => "{path} {why}: the managed store's set is not trusted";
+
+        /// The kept set of a managed store removed for an untrusted entry.
+        UntrustedStoreRemoved { files: usize }
+            WARN "untrusted_store_removed"
+            => "removed the {} kept for this launch: the engine tunes afresh", super::counted(files, "store entry", "store entries");
+
+        CannotRemoveStoreEntry { path: PathBuf, error: String }
+            WARN "cannot_remove_store_entry"
+            => "cannot remove {}: {error}", Shown(path);
 
         /// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`): its
         /// workers write their rank files from Ray's processes, on the nodes Ray

@@ -35,18 +35,45 @@ impl Keeper {
     /// launch on the root that is still tuning, prune what this launch must
     /// not load, and start watching. Supervised or hands-off when the cache
     /// cannot be kept this time (the reason is logged); the launch goes on.
-    /// Err: a stop signal came before the start.
+    /// Err: a stop signal came before the start. With it, the variables
+    /// the engine is started with on top of keepwrap's environment (where
+    /// keepwrap keeps what the engine writes); none for a launch only
+    /// supervised.
     pub fn prepare(
         args: &Settings,
         command: Command,
         argv: &[OsString],
         env: &[(OsString, OsString)],
-    ) -> Result<Prepared, Stopped> {
+    ) -> Result<(Prepared, Vec<(OsString, OsString)>), Stopped> {
         let launched = Instant::now();
         let read = Read::of(args, command, argv, env);
+        let set = read.set.clone();
+        let prepared = Self::prepare_read(args, read, argv, env, launched)?;
+        let set = match prepared {
+            Prepared::Supervised => Vec::new(),
+            Prepared::HandsOff(_) | Prepared::Keeping(_) => set,
+        };
+        Ok((prepared, set))
+    }
+
+    fn prepare_read(
+        args: &Settings,
+        read: Read,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+        launched: Instant,
+    ) -> Result<Prepared, Stopped> {
+        if let Some(why) = &read.unkept {
+            crate::events::Event::SupervisingOnly {
+                reason: "engine_variable".to_string(),
+                why: why.clone(),
+            }
+            .emit();
+            return Ok(Prepared::Supervised);
+        }
         let engine = crate::engine::of(read.launch.profile());
         let unread = matches!(read.words, Words::Unreadable(_));
-        let Some(place) = locate(args, engine, &read.launch, env, unread) else {
+        let Some(place) = locate(args, engine, &read.launch, unread) else {
             return Ok(Prepared::Supervised);
         };
         read.say(argv);
@@ -330,13 +357,7 @@ fn fleet_of(
 /// The cache root (created on a first boot) and the done rule of this
 /// launch, with the launch's line and its warnings logged; None (logged)
 /// when the cache cannot be kept.
-fn locate(
-    args: &Settings,
-    engine: &dyn Engine,
-    launch: &Launch,
-    env: &[(OsString, OsString)],
-    unread: bool,
-) -> Option<Place> {
+fn locate(args: &Settings, engine: &dyn Engine, launch: &Launch, unread: bool) -> Option<Place> {
     if engine.left_alone(launch) {
         return None;
     }
@@ -347,7 +368,7 @@ fn locate(
         .root_of_launch(args.cache_dir.as_deref(), launch)
         .map_err(NoRoot::log)
         .ok()?;
-    let shape = engine.shape(engine_env);
+    let shape = engine.shape_of_launch(args.cache_dir.as_deref(), launch);
     crate::engine::warn_cache_dir(engine, args.cache_dir.as_deref(), launch.argv(), engine_env);
     // An unreadable launch under `--keep auto` has its own line.
     let warnings = launch.warnings();
@@ -382,7 +403,7 @@ fn locate(
         done: done.to_string(),
     }
     .emit();
-    engine.note_launch(launch, env);
+    engine.note_launch(launch, args.cache_dir.as_deref());
     ensure_root(&root).then_some(Place { root, shape, done })
 }
 

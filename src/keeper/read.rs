@@ -22,6 +22,12 @@ pub(super) struct Read {
     pub(super) words: Words,
     /// Whether a set may be signed for what the engine runs with.
     pub(super) seeing: Seeing,
+    /// The variables the engine is started with on top of keepwrap's
+    /// environment, so that it writes where keepwrap keeps its cache.
+    pub(super) set: Vec<(OsString, OsString)>,
+    /// Why the launch is only supervised when those variables would not
+    /// reach its engine.
+    pub(super) unkept: Option<String>,
 }
 
 /// What a launch's words tell of what its engine reads.
@@ -62,6 +68,8 @@ impl Read {
     ) -> Read {
         let opts = args.fingerprint.clone();
         let launch = Launch::of(&opts, command, argv, env);
+        let (launch, set, unkept, env) = with_engine_env(args, &opts, launch, argv, env);
+        let env = &env[..];
         let fingerprint = launch.fingerprint().clone();
         let words = match (&launch.command().wrapper, args.keep, launch.unresolved()) {
             (Wrapper::Unreadable(u), KeepMode::Auto, _) => Words::Unreadable(u.clone()),
@@ -92,6 +100,8 @@ impl Read {
             fingerprint,
             words,
             seeing,
+            set,
+            unkept,
         }
     }
 
@@ -159,3 +169,58 @@ impl Read {
 /// for the fingerprint of these bytes, which no launch has (a launch's is
 /// the sha256 of its canonical JSON).
 const NOTHING_OFFERED: &[u8] = b"keepwrap: no set is offered to this launch";
+
+/// The launch as its engine will run it when its engine wants variables of
+/// keepwrap's ([`Engine::engine_env`]): read again with them, which leaves
+/// its fingerprint as it was. With the variables, why the launch is only
+/// supervised when they would not reach its engine (a launch that clears
+/// its environment), and the environment it was read in.
+#[allow(clippy::type_complexity)]
+fn with_engine_env(
+    args: &Settings,
+    opts: &Options,
+    launch: Launch,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> (
+    Launch,
+    Vec<(OsString, OsString)>,
+    Option<String>,
+    Vec<(OsString, OsString)>,
+) {
+    let engine = crate::engine::of(launch.profile());
+    let set = engine.engine_env(&launch, args.cache_dir.as_deref());
+    if set.is_empty() {
+        return (launch, set, None, env.to_vec());
+    }
+    let mut with: Vec<(OsString, OsString)> = env
+        .iter()
+        .filter(|(k, _)| set.iter().all(|(s, _)| s != k))
+        .cloned()
+        .collect();
+    with.extend(set.iter().cloned());
+    let again = Launch::of(opts, crate::launch::analyze(argv, &with), argv, &with);
+    let engine_env = &again.command().env;
+    let lost: Vec<String> = set
+        .iter()
+        .filter(|(k, v)| !engine_env.iter().any(|(ek, ev)| ek == k && ev == v))
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    if lost.is_empty() && again.fingerprint() == launch.fingerprint() {
+        return (again, set, None, with);
+    }
+    let why = if lost.is_empty() {
+        "the launch reads differently with the variables keepwrap sets for its engine".to_string()
+    } else {
+        format!(
+            "keepwrap sets {} for the engine to keep its cache, and the launch does not pass it on (env -i, env -u, unset)",
+            lost.join(", ")
+        )
+    };
+    (
+        launch,
+        Vec::new(),
+        Some(format!("{why}: supervising only")),
+        env.to_vec(),
+    )
+}

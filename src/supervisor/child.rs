@@ -165,17 +165,39 @@ fn interpreter(script: &std::path::Path) -> Option<Vec<u8>> {
 /// `posix_spawn` does): no copy of keepwrap's page tables, no copy-on-write
 /// faults after it, no pipe to learn whether the exec worked, and this
 /// thread resumes once the exec has succeeded or failed.
-pub fn spawn(argv: &[OsString]) -> Result<Pid, SpawnError> {
+///
+/// `set` are variables the engine gets on top of keepwrap's environment
+/// (each replacing one of the same name); none leaves it as it is.
+pub fn spawn(argv: &[OsString], set: &[(OsString, OsString)]) -> Result<Pid, SpawnError> {
     let fail = |error: io::Error| SpawnError {
         program: argv[0].clone(),
         error,
     };
+    let invalid = |e| fail(io::Error::new(io::ErrorKind::InvalidInput, e));
     let args: Vec<CString> = argv
         .iter()
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
-        .map_err(|e| fail(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-    crate::sys::spawn_shared(&args, SIGNAL_MAX)
+        .map_err(invalid)?;
+    let envp: Option<Vec<CString>> = if set.is_empty() {
+        None
+    } else {
+        let kept = std::env::vars_os().filter(|(k, _)| set.iter().all(|(s, _)| s != k));
+        let pairs: Vec<(OsString, OsString)> = kept.chain(set.iter().cloned()).collect();
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| {
+                    let mut kv = k.as_bytes().to_vec();
+                    kv.push(b'=');
+                    kv.extend_from_slice(v.as_bytes());
+                    CString::new(kv)
+                })
+                .collect::<Result<_, _>>()
+                .map_err(invalid)?,
+        )
+    };
+    crate::sys::spawn_shared(&args, envp.as_deref(), SIGNAL_MAX)
         .map(Pid::from_raw)
         .map_err(fail)
 }

@@ -56,14 +56,14 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     };
     let keeps = args.cache.keeps(&command, &env);
     let supervising_only = keeps.is_err();
-    let prepared = match keeps {
+    let (prepared, set) = match keeps {
         Err(line) => {
             crate::events::Event::SupervisingOnly {
                 reason: line.reason().to_string(),
                 why: line.to_string(),
             }
             .emit();
-            Prepared::Supervised
+            (Prepared::Supervised, Vec::new())
         }
         Ok(read) => match prepare_interruptibly(&args.cache, read, &command, env) {
             Ok(prepared) => prepared,
@@ -76,7 +76,7 @@ pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
     if let Some(m) = prepared.marker() {
         m.pass_to_child(true);
     }
-    let spawned = child::spawn(&command);
+    let spawned = child::spawn(&command, &set);
     if let Some(m) = prepared.marker() {
         m.pass_to_child(false);
     }
@@ -153,7 +153,7 @@ fn prepare_interruptibly(
     read: crate::launch::Command,
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
-) -> Result<Prepared, Stopped> {
+) -> Result<(Prepared, Vec<(OsString, OsString)>), Stopped> {
     crate::stops::watch();
     let prepared = Keeper::prepare(args, read, command, &env);
     // Stopped in a wait, or since the last one.

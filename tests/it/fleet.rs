@@ -26,7 +26,7 @@ use serde_json::json;
 const TP2: &[&str] = &["--tp", "2", "--offline"];
 
 /// moto's endpoint, or None (said, and a failure under CI).
-fn moto() -> Option<String> {
+pub(crate) fn moto() -> Option<String> {
     let ep = std::env::var("KEEPWRAP_TEST_S3").ok();
     has_need(
         ep.is_some(),
@@ -90,13 +90,13 @@ fn unchunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 /// A fresh bucket of moto's.
-struct Bucket {
+pub(crate) struct Bucket {
     endpoint: String,
     name: String,
 }
 
 impl Bucket {
-    fn new(endpoint: &str) -> Bucket {
+    pub(crate) fn new(endpoint: &str) -> Bucket {
         let name = format!("kw-{:016x}", rand_u64());
         let (status, body) = raw(endpoint, "PUT", &format!("/{name}"), b"");
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
@@ -106,7 +106,7 @@ impl Bucket {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("s3://{}/pods", self.name)
     }
 
@@ -168,7 +168,7 @@ fn pod(home: &Path, endpoint: &str, url: &str, extra: &[&str]) -> Command {
 /// A machine whose driver shows GPUs of `model` (the fake engine's is
 /// `NVIDIA GB10`): the directory, under `home`, to name in
 /// `KEEPWRAP_FAILPOINT_NVIDIA_GPUS`.
-fn gpus(home: &Path, model: &str) -> std::path::PathBuf {
+pub(crate) fn gpus(home: &Path, model: &str) -> std::path::PathBuf {
     let dir = home.join(format!("gpus-{:016x}", rand_u64()));
     for bus in ["0000:18:00.0", "0000:2a:00.0"] {
         std::fs::create_dir_all(dir.join(bus)).unwrap();

@@ -56,4 +56,5 @@ mod store_trash;
 mod troubleshooting;
 mod unify;
 mod vllm_e2e;
+mod vllm_store;
 mod watch_early;

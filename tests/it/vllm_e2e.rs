@@ -347,13 +347,7 @@ fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
     let mut r = Running::spawn(&mut kw_vllm(home.path(), &[], &args, &[]));
     // the first rank file lands; the other rank is still tuning
     r.wait_event("landed", DEADLINE);
-    let kw = r.guard.pid().as_raw();
-    let engine = common::children_of(kw);
-    r.guard.signal(Signal::SIGKILL);
-    for pid in engine {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), Signal::SIGKILL);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-    }
+    common::sigkill_with_children(r.guard.pid().as_raw());
     let f = r.finish(DEADLINE);
     assert_eq!(f.code, 128 + 9);
     common::wait_until_nothing_holds(&root(home.path()), DEADLINE);

@@ -4,7 +4,7 @@
 //! keepwrap's own. The manifest beside `entries/` is one level above the
 //! folder of files the layout names.
 
-use super::{is_hex_name, is_tmp, ENTRIES, ENV_DIGITS, SCHEMA_DIR, STEM_DIGITS};
+use super::{is_hex_name, is_tmp, ENTRIES, ENV_DIGITS, MANIFEST, SCHEMA_DIR, STEM_DIGITS};
 use crate::cache::{Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
 
 /// FlashInfer's managed store below its root.
@@ -22,6 +22,11 @@ impl Layout for Store {
     }
     fn role(&self, name: &[u8]) -> Role {
         role(name)
+    }
+    /// An environment's `manifest.json`: FlashInfer writes it when it is
+    /// missing and never reads it back.
+    fn is_engines_file(&self, depth: usize, name: &[u8]) -> bool {
+        depth == 2 && name == MANIFEST
     }
     fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool {
         match depth {
@@ -71,6 +76,10 @@ mod tests {
         assert!(STORE.is_layout_dir(2, b"entries"));
         assert!(!STORE.is_layout_dir(2, b"manifest.json"));
         assert!(!STORE.is_layout_dir(3, b"entries"));
+        let file = crate::cache::fsx::Kind::File;
+        assert!(STORE.is_engines(2, b"manifest.json", file));
+        assert!(!STORE.is_engines(1, b"manifest.json", file));
+        assert!(!STORE.is_engines(2, b"manifest.jsonx", file));
         assert_eq!(STORE.key_depth(), 3);
         assert_ne!(STORE, crate::engine::VLLM_FLAT);
     }

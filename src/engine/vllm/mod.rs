@@ -12,6 +12,7 @@
 //! at done, and a warm boot that writes nothing is a reuse.
 
 pub mod layout;
+pub mod store;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -257,28 +258,80 @@ fn plan_ray(report: &mut serde_json::Value, launch: &Launch) {
         serde_json::json!({"keep": 0, "restore": 0, "store": 0, "remove": 0, "why": why});
 }
 
-/// A one-rank launch (world 1, one stage, one node): vLLM 0.33.0 and later
-/// keep its tactics in FlashInfer's managed store, not in a rank file. That
-/// store is left alone, and one line says so: with one rank no tuning group
-/// can desynchronise, FlashInfer keys each entry by its exact shape and the
-/// environment (so another launch finds its own shapes or tunes them), and
-/// a bad entry is a miss, never an error. Keeping it per launch would move a
-/// directory FlashInfer shares between launches by design.
-fn note_managed_store(launch: &Launch, env: &[(OsString, OsString)]) {
-    let Some(v) = launch.vllm() else {
+/// A one-rank launch (world 1, one stage, one node) on vLLM 0.33.0 and
+/// later: one line says where FlashInfer's managed store is kept, or why it
+/// is left alone ([`store::one_rank`]).
+fn note_managed_store(launch: &Launch, cache_dir: Option<&Path>) {
+    match store::one_rank(launch, cache_dir) {
+        store::OneRank::RankFiles => {}
+        store::OneRank::Kept(root) => crate::events::Event::ManagedStoreKept {
+            store: root.join("v2"),
+            var: store::VAR.to_string(),
+        }
+        .emit(),
+        store::OneRank::Alone { store, why } => {
+            crate::events::Event::ManagedStore { store, why }.emit()
+        }
+    }
+}
+
+/// Before the start of a launch whose managed store keepwrap keeps: the
+/// store's own check ([`crate::engine::flashinfer::check`]) of what prune
+/// kept (or the store or the fleet restored). A kept entry that is not
+/// what FlashInfer writes (its name not the hash of its key, not a JSON
+/// object with a key, runner and tactic), or one in an environment
+/// directory whose name is not the hash of its manifest, leaves the whole
+/// set untrusted: each is named in one line, and every kept file goes.
+fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
+    if kept.is_empty() {
         return;
+    }
+    let findings = match crate::engine::flashinfer::check(root) {
+        Ok(f) => f,
+        Err(e) => vec![crate::engine::flashinfer::Finding {
+            path: String::new(),
+            why: crate::engine::flashinfer::Why::Unreadable(e.to_string()),
+        }],
     };
-    let s = v.sizes();
-    if s.world() != Some(1) || s.pp != Some(1) || s.nnodes != Some(1) {
+    let concerns = |f: &crate::engine::flashinfer::Finding| {
+        if matches!(f.why, crate::engine::flashinfer::Why::NoManifest) {
+            // FlashInfer never reads it and writes it when it is missing
+            return false;
+        }
+        let dir = match f.path.strip_suffix("manifest.json") {
+            Some(dir) => dir,
+            None if f.path.ends_with('/') || f.path.is_empty() => &f.path,
+            None => return kept.iter().any(|k| k.as_os_str() == f.path.as_str()),
+        };
+        kept.iter().any(|k| k.to_string_lossy().starts_with(dir))
+    };
+    let bad: Vec<&crate::engine::flashinfer::Finding> =
+        findings.iter().filter(|f| concerns(f)).collect();
+    if bad.is_empty() {
         return;
     }
-    let store = facts::managed_store_root(env, &crate::launch::home::passwd_home)
-        .map(|p| p.join("v2").display().to_string())
-        .unwrap_or_else(|e| format!("unknown: {e}"));
-    crate::events::Event::ManagedStore {
-        store: store.to_string(),
+    for f in &bad {
+        crate::events::Event::UntrustedStoreEntry {
+            path: f.path.clone(),
+            why: f.why.to_string(),
+        }
+        .emit();
     }
-    .emit();
+    let n = kept.len();
+    for k in kept.drain(..) {
+        for p in [root.join(&k), root.join(k.with_extension("launch"))] {
+            if let Err(e) = std::fs::remove_file(&p) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    crate::events::Event::CannotRemoveStoreEntry {
+                        path: p.clone(),
+                        error: e.to_string(),
+                    }
+                    .emit();
+                }
+            }
+        }
+    }
+    crate::events::Event::UntrustedStoreRemoved { files: n }.emit();
 }
 
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
@@ -470,8 +523,32 @@ impl Engine for Vllm {
         under_ray(launch)
     }
 
-    fn note_launch(&self, launch: &Launch, env: &[(OsString, OsString)]) {
-        note_managed_store(launch, env);
+    fn note_launch(&self, launch: &Launch, cache_dir: Option<&Path>) {
+        note_managed_store(launch, cache_dir);
+    }
+
+    /// A one-rank launch whose managed store keepwrap keeps: the store's
+    /// root of its own.
+    fn root_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Result<PathBuf, NoRoot> {
+        if let store::OneRank::Kept(root) = store::one_rank(launch, cache_dir) {
+            return Ok(root);
+        }
+        let root = Engine::root(self, cache_dir, &launch.command().env)?;
+        Ok(match (&launch.command().cwd, cache_dir) {
+            (Some(cwd), None) if root.is_relative() => cwd.join(root),
+            _ => root,
+        })
+    }
+
+    fn shape_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Shape {
+        match store::one_rank(launch, cache_dir) {
+            store::OneRank::Kept(_) => crate::engine::flashinfer::STORE,
+            _ => shape(&launch.command().env),
+        }
+    }
+
+    fn engine_env(&self, launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, OsString)> {
+        store::engine_env(launch, cache_dir)
     }
 
     fn refuse_at_prune(&self, launch: &Launch) -> Option<super::Refuse> {
@@ -479,7 +556,13 @@ impl Engine for Vllm {
     }
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
-        before_start(root, launch, kept);
+        // the root is the launch's own store when the launch would keep it
+        // there, were that root its `--cache-dir`
+        if store::one_rank(launch, Some(root)) == store::OneRank::Kept(root.to_path_buf()) {
+            check_store(root, kept);
+        } else {
+            before_start(root, launch, kept);
+        }
     }
 
     /// The first 200 of `/health` on the API node; a headless node's

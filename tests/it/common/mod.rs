@@ -275,6 +275,24 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
+/// SIGKILL keepwrap (`kw`'s pid) and, at once, its children and their
+/// process groups: a machine that loses power mid-boot.
+pub fn sigkill_with_children(kw: i32) {
+    let children = children_of(kw);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(kw),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    for pid in children {
+        for target in [-pid, pid] {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(target),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }

@@ -1,0 +1,148 @@
+//! One-rank launches on vLLM 0.33.0 and later keep their tactics in
+//! FlashInfer's managed store (`<root>/v2/<env16>/entries/*.json`), not in
+//! a rank file. That store is shared by every launch of one environment
+//! and the last write wins, so keepwrap gives such a launch a store root of
+//! its own, `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` set for the engine to
+//! `--cache-dir` or `$VLLM_CACHE_ROOT/keepwrap-flashinfer-store`, and
+//! keeps it there as it keeps rank files: pruned to this launch's set
+//! before the start, signed at done, other launches' sets in the store.
+//!
+//! A launch whose own environment names a store (the variable, or
+//! `FLASHINFER_AUTOTUNE_CACHE_DIR`) keeps it: keepwrap leaves that store
+//! alone and says so. So does a launch whose vLLM version cannot be read,
+//! since only 0.33.0 and later use the store (earlier ones write rank
+//! files even for one rank, kept as the others).
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::launch::fingerprint::Launch;
+use crate::launch::package::Found;
+use crate::launch::vllm::{self as facts, AutotuneRoot, Layout};
+
+/// The variable vLLM passes to FlashInfer as the store's root.
+pub const VAR: &str = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR";
+/// FlashInfer's own variable for the store's root.
+const FLASHINFER_VAR: &str = "FLASHINFER_AUTOTUNE_CACHE_DIR";
+/// keepwrap's store root below vLLM's cache root.
+pub const OWN_DIR: &str = "keepwrap-flashinfer-store";
+
+/// What keepwrap does with a launch's managed store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OneRank {
+    /// Not a one-rank launch of a vLLM that uses the store: its tactics
+    /// are in rank files.
+    RankFiles,
+    /// Kept in this root, keepwrap's own (absolute).
+    Kept(PathBuf),
+    /// Left alone: the store's root as the engine will find it, and why.
+    Alone { store: String, why: String },
+}
+
+/// What keepwrap does with `launch`'s managed store, given `--cache-dir`.
+pub fn one_rank(launch: &Launch, cache_dir: Option<&Path>) -> OneRank {
+    let Some(v) = launch.vllm() else {
+        return OneRank::RankFiles;
+    };
+    let s = v.sizes();
+    if s.world() != Some(1) || s.pp != Some(1) || s.nnodes != Some(1) {
+        return OneRank::RankFiles;
+    }
+    let env = &launch.command().env[..];
+    let theirs = || {
+        facts::managed_store_root(env, &crate::launch::home::passwd_home)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|e| format!("unknown: {e}"))
+    };
+    let alone = |why: String| OneRank::Alone {
+        store: theirs(),
+        why,
+    };
+    match launch.engine().map(|p| &p.found) {
+        Some(Found::Version { version, .. }) => match facts::layout_for_version(version) {
+            Some(Layout::PerRank {
+                managed_store_for_one_rank: true,
+                ..
+            }) => {}
+            Some(_) => return OneRank::RankFiles,
+            None => {
+                return alone(format!(
+                    "vLLM {version} is a release keepwrap does not know the cache of"
+                ))
+            }
+        },
+        _ => {
+            return alone(
+                "vLLM's version cannot be read (see the launch's engine line), and only 0.33.0 and later keep one rank's tactics there".into(),
+            )
+        }
+    }
+    let own = match own_root(launch, cache_dir) {
+        Ok(own) => own,
+        Err(why) => return alone(why),
+    };
+    let set = [VAR, FLASHINFER_VAR]
+        .into_iter()
+        .find_map(|k| nonempty(env, k).map(|v| (k, v)));
+    match set {
+        None => OneRank::Kept(own),
+        Some((VAR, v)) if Path::new(v) == own => OneRank::Kept(own),
+        Some((k, v)) => alone(format!(
+            "{k} is set for the engine ({}); keepwrap keeps one rank's store only in a directory of its own (unset {k} to have it kept per launch)",
+            Path::new(v).display()
+        )),
+    }
+}
+
+/// The variables the engine is started with: the store's root, unless the
+/// launch's environment already names it.
+pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, OsString)> {
+    match one_rank(launch, cache_dir) {
+        OneRank::Kept(own) if nonempty(&launch.command().env, VAR) != Some(own.as_os_str()) => {
+            vec![(VAR.into(), own.into_os_string())]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// keepwrap's store root for `launch`: `--cache-dir`, else
+/// `keepwrap-flashinfer-store` beside `flashinfer_autotune_cache` in
+/// vLLM's cache root, relative ones against the engine's working
+/// directory. Err: why there is none.
+fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let command = launch.command();
+    let root = match cache_dir {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let env: Vec<(OsString, OsString)> = command
+                .env
+                .iter()
+                .filter(|(k, _)| k != VAR)
+                .cloned()
+                .collect();
+            match facts::autotune_root(&env, &crate::launch::home::passwd_home) {
+                Ok(AutotuneRoot::VllmCacheRoot(p)) => p
+                    .parent()
+                    .map(|vllm| vllm.join(OWN_DIR))
+                    .ok_or_else(|| format!("vLLM's cache root {} has no parent", p.display()))?,
+                Ok(AutotuneRoot::Override(p)) => p,
+                Err(e) => return Err(format!("cannot tell vLLM's cache root: {e}")),
+            }
+        }
+    };
+    Ok(match &command.cwd {
+        Some(cwd) if root.is_relative() => cwd.join(root),
+        _ if root.is_relative() => std::env::current_dir()
+            .map(|d| d.join(&root))
+            .unwrap_or(root),
+        _ => root,
+    })
+}
+
+fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_os_str())
+        .filter(|v| !v.is_empty())
+}
