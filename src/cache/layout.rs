@@ -65,6 +65,20 @@ pub trait Layout: Sync {
         false
     }
 
+    /// The file (relative to the root) that says which build a cache file
+    /// at `path` was tuned under, for a layout whose cache files carry no
+    /// stamp of their own (the fleet matches a set to a machine by it);
+    /// None when the file stamps itself.
+    fn stamp_of(&self, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether `bytes` are the stamp the engine would write at
+    /// `stamp_path` ([`Layout::stamp_of`]): Err says why not.
+    fn check_stamp(&self, _stamp_path: &str, _bytes: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Whether a cache file's name must say its rank for the file to be
     /// published to other nodes (a set of per-rank files).
     fn names_ranks(&self) -> bool {
@@ -140,6 +154,16 @@ impl Shape {
     /// See [`Layout::rank_of`].
     pub fn rank_of(self, name: &str) -> Option<RankId> {
         self.0.rank_of(name)
+    }
+
+    /// See [`Layout::stamp_of`].
+    pub fn stamp_of(self, path: &str) -> Option<String> {
+        self.0.stamp_of(path)
+    }
+
+    /// See [`Layout::check_stamp`].
+    pub fn check_stamp(self, stamp_path: &str, bytes: &[u8]) -> Result<(), String> {
+        self.0.check_stamp(stamp_path, bytes)
     }
 
     /// See [`Layout::rank_name_form`].

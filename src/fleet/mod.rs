@@ -45,7 +45,7 @@ mod state;
 
 pub use state::{FleetState, STATE_FILE};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -67,6 +67,8 @@ const MAX_FILES: usize = 4096;
 const MAX_HEAD: u64 = 4 << 10;
 /// Largest manifest read (a file's entry is a few hundred bytes).
 const MAX_MANIFEST: u64 = MAX_FILES as u64 * 1024;
+/// The largest stamp file read (a manifest of a few hundred bytes).
+const MAX_STAMP: u64 = 1 << 16;
 /// Most bytes one set's blobs may hold together: a restore holds them in
 /// memory until every one verifies.
 const MAX_SET: u64 = 1 << 30;
@@ -136,6 +138,10 @@ pub struct Manifest {
     /// The node count of a multi-node set (every file names its node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nnodes: Option<u32>,
+    /// For a layout whose files carry no stamp of their own: each stamp
+    /// file's text by its path (what the files beside it were tuned under).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stamps: BTreeMap<String, String>,
 }
 
 impl Manifest {
@@ -459,18 +465,25 @@ impl Fleet {
             };
             files.push((path.to_string(), buf, (st.st_mtime, st.st_mtime_nsec)));
         }
-        let (files, build) = match newest_build(files).and_then(whole_dirs) {
-            Ok(x) => x,
-            Err(why) => {
-                crate::events::Event::FleetPublishFailed {
-                    error: format!(
-                        "{why}: a set is published only for the GPU model it was tuned on"
-                    ),
-                }
-                .emit();
-                return;
-            }
+        let mut stamp = |at: &str| {
+            let mut buf = Vec::new();
+            fsx::read_at(nix::fcntl::AT_FDCWD, &root.join(at), &mut buf, MAX_STAMP)
+                .ok()
+                .map(|_| buf)
         };
+        let (files, build, stamps) =
+            match newest_build(files, self.shape, &mut stamp).and_then(whole_dirs) {
+                Ok(x) => x,
+                Err(why) => {
+                    crate::events::Event::FleetPublishFailed {
+                        error: format!(
+                            "{why}: a set is published only for the GPU model it was tuned on"
+                        ),
+                    }
+                    .emit();
+                    return;
+                }
+            };
         // Published only from a machine of the one GPU model the files
         // were tuned on: a machine of several models (or none it can read)
         // may hold rank files of each, and a set of some ranks only is a
@@ -516,7 +529,7 @@ impl Fleet {
             let launch = (dir.as_str(), profile, &name);
             let replace = replace.as_deref();
             let out = match part {
-                None => publish(&*client, launch, files, replace),
+                None => publish(&*client, launch, files, stamps, replace),
                 Some((rank, nnodes, boot)) => {
                     let node = (rank, nnodes);
                     match publish_part(&*client, launch, node, &boot, files, shape, replace) {
@@ -695,7 +708,9 @@ fn fetch_set(
         }
         // A set the engine would reject is never restored: every file is
         // of one build, tuned on this machine's GPU model.
-        let build = silicon::build_of(&f.path, &got.bytes).map_err(|why| bad(&key, why))?;
+        let mut stamp = |at: &str| m.stamps.get(at).map(|t| t.as_bytes().to_vec());
+        let (build, _) = silicon::build_in(shape, &f.path, &got.bytes, &mut stamp)
+            .map_err(|why| bad(&key, why))?;
         if build.gpu != gpu {
             return Err(bad(
                 &key,
@@ -811,11 +826,12 @@ fn publish(
     client: &dyn Storage,
     launch: LaunchAt,
     files: Files,
+    stamps: BTreeMap<String, String>,
     replace: Option<&str>,
 ) -> Result<(String, bool), Failure> {
     let entries = entries_of(&files, None);
     upload_blobs(client, launch.0, &files, &entries)?;
-    name_set(client, launch, entries, None, replace)
+    name_set(client, launch, (entries, stamps), None, replace)
 }
 
 /// The signed files of one build: that of the file written last (the
@@ -824,10 +840,16 @@ fn publish(
 /// published: no pod could match it to its machine.
 fn newest_build(
     files: Vec<(String, Vec<u8>, (i64, i64))>,
-) -> Result<(Files, silicon::Build, Vec<String>), String> {
+    shape: Shape,
+    stamp: &mut dyn FnMut(&str) -> Option<Vec<u8>>,
+) -> Result<Built, String> {
     let mut built = Vec::with_capacity(files.len());
+    let mut stamps = BTreeMap::new();
     for (path, bytes, mtime) in files {
-        let b = silicon::build_of(&path, &bytes)?;
+        let (b, read) = silicon::build_in(shape, &path, &bytes, stamp)?;
+        if let Some((at, text)) = read {
+            stamps.insert(at, text);
+        }
         built.push((mtime, b, path, bytes));
     }
     let newest = built
@@ -836,17 +858,27 @@ fn newest_build(
         .map(|x| x.1.clone())
         .ok_or_else(|| "no files".to_string())?;
     let (chosen, dropped): (Vec<_>, Vec<_>) = built.into_iter().partition(|x| x.1 == newest);
-    let files = chosen.into_iter().map(|x| (x.2, x.3)).collect();
+    let files: Files = chosen.into_iter().map(|x| (x.2, x.3)).collect();
     let dropped = dropped.into_iter().map(|x| x.2).collect();
-    Ok((files, newest, dropped))
+    // the stamps of the files chosen only
+    let used: BTreeSet<String> = files
+        .iter()
+        .filter_map(|(p, _)| shape.stamp_of(p))
+        .collect();
+    stamps.retain(|at, _| used.contains(at));
+    Ok((files, newest, dropped, stamps))
 }
+
+/// The files of one build, that build, the files left out, and the stamps
+/// of the files kept.
+type Built = (Files, silicon::Build, Vec<String>, BTreeMap<String, String>);
 
 /// The files of the build chosen, refused when a directory of it also
 /// holds rank files of another build (another GPU model's, say): the rank
 /// files of one directory are one set, published whole or not at all.
 fn whole_dirs(
-    (chosen, build, dropped): (Files, silicon::Build, Vec<String>),
-) -> Result<(Files, silicon::Build), String> {
+    (chosen, build, dropped, stamps): Built,
+) -> Result<(Files, silicon::Build, BTreeMap<String, String>), String> {
     let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
     let dirs: BTreeSet<String> = chosen.iter().map(|(p, _)| dir(p)).collect();
     if let Some(other) = dropped.iter().find(|p| dirs.contains(&dir(p))) {
@@ -855,7 +887,7 @@ fn whole_dirs(
             other
         ));
     }
-    Ok((chosen, build))
+    Ok((chosen, build, stamps))
 }
 
 /// A set's entries, sorted by path, each path once.
@@ -905,7 +937,7 @@ fn upload_blobs(
 fn name_set(
     client: &dyn Storage,
     (dir, profile, name): LaunchAt,
-    files: Vec<Entry>,
+    (files, stamps): (Vec<Entry>, BTreeMap<String, String>),
     nnodes: Option<u32>,
     replace: Option<&str>,
 ) -> Result<(String, bool), Failure> {
@@ -915,6 +947,7 @@ fn name_set(
         fingerprint: name.to_string(),
         files,
         nnodes,
+        stamps,
     };
     let id = m.id();
     client.put_if_absent(&format!("{dir}sets/{id}.json"), &m.canonical())?;
@@ -975,6 +1008,7 @@ fn publish_part(
         fingerprint: name.to_string(),
         files: entries_of(&files, Some(rank)),
         nnodes: Some(nnodes),
+        stamps: BTreeMap::new(),
     };
     upload_blobs(client, dir, &files, &part.files)?;
     let parts = format!("{dir}parts/{boot}/");
@@ -1029,7 +1063,14 @@ fn publish_part(
         what: format!("the union of the parts: {what}"),
     })?;
     shapes_agree(client, dir, &all)?;
-    name_set(client, launch, all, Some(nnodes), replace).map(Ok)
+    name_set(
+        client,
+        launch,
+        (all, BTreeMap::new()),
+        Some(nnodes),
+        replace,
+    )
+    .map(Ok)
 }
 
 /// Every shape that several nodes' files hold has one tactic in all of
@@ -1224,9 +1265,12 @@ mod tests {
             fingerprint: "f".repeat(64),
             files: vec![entry("0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json")],
             nnodes: None,
+            stamps: BTreeMap::new(),
         };
         let bytes = m.canonical();
         assert!(bytes.starts_with(br#"{"format":1,"profile":"sglang","#));
+        // a set of files that stamp themselves says nothing of stamps
+        assert!(!String::from_utf8_lossy(&bytes).contains("stamps"));
         assert_eq!(m.id(), cache::sha256_hex(&bytes));
         let back: Manifest = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back.canonical(), bytes);
@@ -1272,6 +1316,7 @@ mod tests {
             fingerprint: "f".repeat(64),
             files,
             nnodes,
+            stamps: BTreeMap::new(),
         };
         let two = set(vec![at(p, Some(0)), at(q, Some(1))], Some(2));
         assert!(check_nodes(&two, Some(2)).is_ok());

@@ -69,6 +69,49 @@ pub fn build_of(path: &str, bytes: &[u8]) -> Result<Build, String> {
     })
 }
 
+/// The build a stamp file (`Layout::stamp_of`: the file that says what
+/// the cache files beside it were tuned under) names: a JSON object whose
+/// `gpu` is the GPU model, the whole object its build.
+pub fn build_of_stamp(path: &str, bytes: &[u8]) -> Result<Build, String> {
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|_| format!("'{path}' is not a JSON object"))?;
+    let gpu = v
+        .as_object()
+        .and_then(|o| o.get("gpu"))
+        .and_then(Value::as_str)
+        .filter(|g| !g.trim().is_empty() && g.trim() != "*" && g.trim() != "unknown")
+        .ok_or_else(|| format!("'{path}' names no GPU model"))?;
+    Ok(Build {
+        gpu: model(gpu),
+        id: format!("{}|", serde_json::to_string(&v).unwrap_or_default()),
+    })
+}
+
+/// A stamp file read for a set: its path and its text.
+pub type Stamp = (String, String);
+
+/// The build of the cache file at `path` in a tree of `shape`: its own
+/// `_metadata`, else, for a layout whose files carry none, its stamp
+/// file's, which `stamp` gives (checked as the engine writes it); with
+/// that stamp when one was read.
+pub fn build_in(
+    shape: crate::cache::Shape,
+    path: &str,
+    bytes: &[u8],
+    stamp: &mut dyn FnMut(&str) -> Option<Vec<u8>>,
+) -> Result<(Build, Option<Stamp>), String> {
+    let Some(at) = shape.stamp_of(path) else {
+        return build_of(path, bytes).map(|b| (b, None));
+    };
+    let read = stamp(&at).ok_or_else(|| {
+        format!("'{at}', which says what '{path}' was tuned under, cannot be read")
+    })?;
+    shape.check_stamp(&at, &read)?;
+    let text = String::from_utf8(read).map_err(|_| format!("'{at}' is not UTF-8"))?;
+    let build = build_of_stamp(&at, text.as_bytes())?;
+    Ok((build, Some((at, text))))
+}
+
 /// The one GPU model this machine shows in `dir` (the driver's
 /// `/proc/driver/nvidia/gpus`), or why none can be compared: no such
 /// directory (no NVIDIA driver, or a container that hides it), no

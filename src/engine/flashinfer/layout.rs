@@ -28,6 +28,30 @@ impl Layout for Store {
     fn is_engines_file(&self, depth: usize, name: &[u8]) -> bool {
         depth == 2 && name == MANIFEST
     }
+    /// An entry's build is its environment's: `v2/<env16>/manifest.json`.
+    fn stamp_of(&self, path: &str) -> Option<String> {
+        let mut parts = path.split('/');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(v2), Some(env), Some(entries), Some(_))
+                if v2.as_bytes() == SCHEMA_DIR && entries.as_bytes() == ENTRIES =>
+            {
+                Some(format!("{v2}/{env}/manifest.json"))
+            }
+            _ => None,
+        }
+    }
+    /// A manifest is its environment's when the directory it is in is
+    /// named by its hash.
+    fn check_stamp(&self, stamp_path: &str, bytes: &[u8]) -> Result<(), String> {
+        let dir = stamp_path.split('/').nth(1).unwrap_or_default();
+        match super::env16(bytes) {
+            Ok(hash) if hash == dir => Ok(()),
+            Ok(hash) => Err(format!(
+                "'{stamp_path}' is not its directory's manifest (its hash is {hash})"
+            )),
+            Err(why) => Err(format!("'{stamp_path}' {why}")),
+        }
+    }
     fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool {
         match depth {
             0 => name == SCHEMA_DIR,
@@ -82,6 +106,24 @@ mod tests {
         assert!(!STORE.is_engines(2, b"manifest.jsonx", file));
         assert_eq!(STORE.key_depth(), 3);
         assert_ne!(STORE, crate::engine::VLLM_FLAT);
+    }
+
+    #[test]
+    fn an_entrys_build_is_its_environments_manifest() {
+        let manifest = br#"{"cache_schema":"v2","gpu":"NVIDIA GB10"}"#;
+        let env = super::super::env16(manifest).unwrap();
+        let entry = format!("v2/{env}/entries/{STEM}.json");
+        let stamp = STORE.stamp_of(&entry).unwrap();
+        assert_eq!(stamp, format!("v2/{env}/manifest.json"));
+        assert_eq!(STORE.check_stamp(&stamp, manifest), Ok(()));
+        let other = br#"{"cache_schema":"v2","gpu":"NVIDIA H100"}"#;
+        assert!(STORE.check_stamp(&stamp, other).is_err());
+        assert!(STORE.check_stamp(&stamp, b"[]").is_err());
+        assert_eq!(STORE.stamp_of("v2/x.json"), None);
+        assert_eq!(
+            STORE.stamp_of(&format!("v1/{env}/entries/{STEM}.json")),
+            None
+        );
     }
 
     #[test]
