@@ -45,7 +45,7 @@ pub fn ls(url: &str, timeout: Duration) -> ExitCode {
             super::failed(format!(
                 "fleet: cannot list {}: {}",
                 redact(url),
-                escaped(&e.to_string())
+                escaped(&fleet::check::described(&e))
             ));
             ExitCode::from(1)
         }
@@ -74,7 +74,7 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
             super::failed(format!(
                 "fleet: gc of {} stopped: {}",
                 redact(url),
-                escaped(&e.to_string())
+                escaped(&fleet::check::described(&e))
             ));
             ExitCode::from(1)
         }

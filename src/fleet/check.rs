@@ -13,7 +13,7 @@ use super::{Mode, MAX_HEAD, TOP};
 /// configured (S3's code and the region it names, an endpoint that does
 /// not answer, no credentials); None for a failure of that call alone.
 pub fn broken_event(f: &Failure) -> Option<Event> {
-    Some(match f.broken.as_ref()? {
+    Some(match f.broken.as_deref()? {
         Broken::Unreachable { endpoint } => Event::FleetUnreachable {
             endpoint: endpoint.clone(),
             key: f.key.clone(),
@@ -50,7 +50,7 @@ pub struct Checked {
 /// A failure as a check line says it: S3's code with what to change, the
 /// endpoint that does not answer, or the call's own failure.
 pub fn described(f: &Failure) -> String {
-    match &f.broken {
+    match f.broken.as_deref() {
         Some(Broken::Refused { advice, .. }) => format!("{f}: {advice}"),
         Some(Broken::Unreachable { endpoint }) => format!(
             "nothing answers at {endpoint} ({}): check AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL and the network",
@@ -71,6 +71,32 @@ fn stops(f: &Failure) -> bool {
     f.broken.is_some() && f.status != Some(403)
 }
 
+/// The checks so far, and whether the next ones can still run.
+struct Checks {
+    out: Vec<Checked>,
+    go: bool,
+}
+
+impl Checks {
+    /// Run a check (unless a problem before stopped them): whether it
+    /// passed.
+    fn run(&mut self, what: &'static str, check: impl FnOnce() -> Result<String, Failure>) -> bool {
+        let found = self.go.then(|| {
+            check().map_err(|f| {
+                self.go = !stops(&f);
+                described(&f)
+            })
+        });
+        let passed = matches!(found, Some(Ok(_)));
+        self.out.push(Checked { what, found });
+        passed
+    }
+
+    fn skip(&mut self, what: &'static str) {
+        self.out.push(Checked { what, found: None });
+    }
+}
+
 /// `keepwrap fleet check`: the credentials, a listing under the prefix, a
 /// read of a missing key; in read-write mode also a probe object of its
 /// own under `PREFIX/keepwrap/v1/check/`, created only when absent (a
@@ -78,24 +104,17 @@ fn stops(f: &Failure) -> bool {
 /// the object read (a stale ETag must be refused) and deleted. The probe
 /// is deleted whatever happened after it was created.
 pub fn check(client: &Client, mode: Mode) -> Vec<Checked> {
-    let mut out = Vec::new();
-    let mut go = true;
-    let mut step = |what: &'static str, run: &mut dyn FnMut() -> Result<String, Failure>| {
-        let found = go.then(|| {
-            run().map_err(|f| {
-                go = !stops(&f);
-                described(&f)
-            })
-        });
-        out.push(Checked { what, found });
+    let mut c = Checks {
+        out: Vec::new(),
+        go: true,
     };
-    step("credentials", &mut || {
+    c.run("credentials", || {
         client
             .credentials()
             .map(|()| "the AWS chain gives credentials to sign with".to_string())
     });
     let top = client.location.key(&format!("{TOP}/"));
-    step("list", &mut || {
+    c.run("list", || {
         client.list_one(&top).map(|_| {
             format!(
                 "s3://{}/{top} lists (endpoint {}, region {})",
@@ -109,23 +128,19 @@ pub fn check(client: &Client, mode: Mode) -> Vec<Checked> {
         "{TOP}/check/{}",
         &crate::cache::sha256_hex(&nonce())[..16]
     ));
-    step("get", &mut || match client.get_at_most(&probe, MAX_HEAD)? {
+    c.run("get", || match client.get_at_most(&probe, MAX_HEAD)? {
         None => Ok("a missing key reads as missing (404 NoSuchKey)".to_string()),
         Some(_) => Ok("read".to_string()),
     });
     if mode == Mode::ReadWrite {
         let mut created = false;
-        step("put-if-absent", &mut || {
-            let put = |n: u8| client.put(&probe, &body(n), &Cond::Absent);
-            if put(1)? != Put::Written {
-                return Err(Failure::new(
-                    &probe,
-                    Some(412),
-                    "the probe key exists already",
-                ));
+        c.run("put-if-absent", || {
+            let put = || client.put(&probe, &body(1), &Cond::Absent);
+            if put()? != Put::Written {
+                return Err(Failure::new(&probe, Some(412), "the probe key exists already"));
             }
             created = true;
-            match put(2)? {
+            match put()? {
                 Put::Refused => Ok(format!(
                     "created {probe}; a second create of it was refused (If-None-Match: *)"
                 )),
@@ -136,32 +151,21 @@ pub fn check(client: &Client, mode: Mode) -> Vec<Checked> {
                 )),
             }
         });
-        step("replace", &mut || {
-            if !created {
-                return Err(Failure::new(
-                    &probe,
-                    None,
-                    "nothing to replace: the probe was not created",
-                ));
+        if created {
+            c.run("replace", || replace(client, &probe));
+            let deleted = c.run("delete", || {
+                client.delete(&probe).map(|()| format!("removed {probe}"))
+            });
+            // Never left behind, even when a problem before stopped it.
+            if !deleted {
+                let _ = client.delete(&probe);
             }
-            replace(client, &probe)
-        });
-        step("delete", &mut || {
-            if !created {
-                return Err(Failure::new(
-                    &probe,
-                    None,
-                    "nothing to delete: the probe was not created",
-                ));
-            }
-            client.delete(&probe).map(|()| format!("removed {probe}"))
-        });
-        // Never left behind, even when a check before stopped the others.
-        if created && out.last().is_some_and(|c| c.found.is_none()) {
-            let _ = client.delete(&probe);
+        } else {
+            c.skip("replace");
+            c.skip("delete");
         }
     }
-    out
+    c.out
 }
 
 /// Read the probe back, replace it while it is the object read, and see a

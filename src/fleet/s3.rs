@@ -314,7 +314,7 @@ impl Client {
     /// Sign a request with the credentials of the AWS chain.
     fn sign(&self, parts: &mut http::request::Parts, key: &str) -> Result<(), Failure> {
         pollster::block_on(self.signer.sign(parts, None)).map_err(|e| Failure {
-            broken: Some(Broken::NoCredentials),
+            broken: Some(Box::new(Broken::NoCredentials)),
             ..Failure::new(
                 key,
                 None,
@@ -338,14 +338,16 @@ impl Client {
 
     /// A transport error that means nothing answers at the endpoint (not
     /// one that gave up waiting for an answer).
-    fn unreachable(&self, e: &ureq::Error) -> Option<Broken> {
+    fn unreachable(&self, e: &ureq::Error) -> Option<Box<Broken>> {
         let timed_out = match e {
             ureq::Error::Timeout(_) => true,
             ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::TimedOut,
             _ => false,
         };
-        (!timed_out).then(|| Broken::Unreachable {
-            endpoint: self.base(),
+        (!timed_out).then(|| {
+            Box::new(Broken::Unreachable {
+                endpoint: self.base(),
+            })
         })
     }
 

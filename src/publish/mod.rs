@@ -35,7 +35,7 @@ pub struct Failure {
     pub what: String,
     /// Set when the call failed for a reason every call shares (the
     /// storage cannot be used as configured), None for one call's failure.
-    pub broken: Option<Broken>,
+    pub broken: Option<Box<Broken>>,
 }
 
 impl Failure {
@@ -56,7 +56,7 @@ impl fmt::Display for Failure {
             Some(s) => write!(f, "{}: HTTP {s} {}", self.key, self.what)?,
             None => write!(f, "{}: {}", self.key, self.what)?,
         }
-        match &self.broken {
+        match self.broken.as_deref() {
             Some(Broken::Refused {
                 region: Some(r), ..
             }) => write!(f, " (the bucket is in {r})"),

@@ -114,7 +114,8 @@ fn bucket_warnings(p: &Finished) -> Vec<serde_json::Value> {
 fn a_wrong_bucket_is_a_warning_with_s3s_code_at_the_start_and_the_engine_starts() {
     // (fake S3's answer, mode, S3's code, the region S3 names, what the
     // advice says)
-    let cases: [(&[&str], &str, &str, Option<&str>, &str); 5] = [
+    type Case<'a> = (&'a [&'a str], &'a str, &'a str, Option<&'a str>, &'a str);
+    let cases: [Case; 5] = [
         (
             &["404", "NoSuchBucket"],
             "read-only",
@@ -277,6 +278,24 @@ fn fleet_check_says_what_is_wrong_with_a_bucket_and_exits_1() {
         "{:?}",
         c.stdout
     );
+    // `fleet ls` says the same of that bucket.
+    let h = home();
+    let mut cmd = Command::new(BIN);
+    aws_env(&mut cmd, &s3.endpoint, h.path()).args([
+        "fleet",
+        "--fleet",
+        "s3://kw-typo-bucket",
+        "ls",
+    ]);
+    let ls = output(&mut cmd);
+    assert_eq!(ls.code, 1, "{:?}", ls.stdout);
+    let e = ls.event("command_failed");
+    assert!(
+        e["message"].as_str().unwrap().contains(
+            ": HTTP 404 NoSuchBucket: there is no bucket 'kw-typo-bucket' at this endpoint"
+        ),
+        "{e}"
+    );
     let s3 = FakeS3::start(&["403", "AccessDenied"]);
     let c = check(
         &s3.endpoint,
@@ -328,6 +347,60 @@ fn fleet_check_of_an_endpoint_where_nothing_answers_or_without_credentials_exits
     assert_eq!(
         c.stdout[1],
         "skip  list: not checked after the problem above"
+    );
+}
+
+#[test]
+fn fleet_check_says_a_write_the_read_write_mode_needs_is_refused_or_unconditional() {
+    // A read-only role left in read-write mode.
+    let s3 = FakeS3::start(&["store", "read-only"]);
+    let c = check(&s3.endpoint, "s3://kw-b/pods", &[]);
+    assert_eq!(c.code, 1, "{:?}", c.stdout);
+    assert!(
+        c.stdout[3].starts_with("FAIL  put-if-absent: pods/keepwrap/v1/check/")
+            && c.stdout[3].contains(": HTTP 403 AccessDenied: "),
+        "{:?}",
+        c.stdout
+    );
+    assert_eq!(
+        &c.stdout[4..],
+        [
+            "skip  replace: not checked after the problem above",
+            "skip  delete: not checked after the problem above",
+            "fleet check: s3://kw-b/pods is not ready for read-write: 1 of 6 checks failed, 2 not checked",
+        ]
+    );
+    let c = check(
+        &s3.endpoint,
+        "s3://kw-b/pods",
+        &["--fleet-mode", "read-only"],
+    );
+    assert_eq!(c.code, 0, "read-only needs no write: {:?}", c.stdout);
+    // A server that ignores conditional writes: replicas would overwrite
+    // each other's HEAD.
+    let s3 = FakeS3::start(&["store", "unconditional"]);
+    let c = check(&s3.endpoint, "s3://kw-b/pods", &[]);
+    assert_eq!(c.code, 1, "{:?}", c.stdout);
+    assert!(
+        c.stdout[3].ends_with(": a second create of one key was not refused: the bucket does not honour If-None-Match: *, which the fleet needs"),
+        "{:?}",
+        c.stdout
+    );
+    assert!(
+        c.stdout[4].starts_with("FAIL  replace: ")
+            && c.stdout[4].contains("does not honour If-Match"),
+        "{:?}",
+        c.stdout
+    );
+    assert!(
+        c.stdout[5].starts_with("ok    delete: removed "),
+        "{:?}",
+        c.stdout
+    );
+    assert_eq!(
+        keys(&s3.endpoint, "kw-b"),
+        Vec::<String>::new(),
+        "the probe is gone"
     );
 }
 
@@ -403,20 +476,12 @@ fn fleet_check_of_a_bucket_that_does_all_the_mode_needs_exits_0_and_leaves_nothi
     );
 }
 
-/// moto's endpoint, or None (said, and a failure under CI).
-fn moto() -> Option<String> {
-    let ep = std::env::var("KEEPWRAP_TEST_S3").ok();
-    has_need(
-        ep.is_some(),
-        "moto (KEEPWRAP_TEST_S3=http://127.0.0.1:PORT)",
-    )
-    .then(|| ep.unwrap())
-}
-
 #[test]
 #[ignore = "needs moto's S3 server (KEEPWRAP_TEST_S3)"]
 fn fleet_check_against_moto_passes_for_both_modes_and_names_a_missing_bucket() {
-    let Some(ep) = moto() else { return };
+    let Some(ep) = crate::fleet::moto() else {
+        return;
+    };
     let bucket = format!("kw-check-{}", std::process::id());
     let (status, body) = raw(&ep, "PUT", &format!("/{bucket}"));
     assert_eq!(status, 200, "{body}");
