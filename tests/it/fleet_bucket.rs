@@ -210,6 +210,17 @@ fn a_bucket_that_answers_and_holds_no_set_is_no_warning() {
     }
 }
 
+/// Line `i` of what `c` printed starts with `start` and holds `part`.
+#[track_caller]
+fn says(c: &Finished, i: usize, start: &str, part: &str) {
+    let line = c.stdout.get(i).map_or("", String::as_str);
+    assert!(
+        line.starts_with(start) && line.contains(part),
+        "line {i}: {:?}",
+        c.stdout
+    );
+}
+
 /// `keepwrap fleet --fleet URL check [extra]` against `endpoint`.
 fn check(endpoint: &str, url: &str, extra: &[&str]) -> Finished {
     let h = home();
@@ -252,7 +263,7 @@ fn fleet_check_says_what_is_wrong_with_a_bucket_and_exits_1() {
             c.stdout[0],
             "ok    credentials: the AWS chain gives credentials to sign with"
         );
-        assert!(c.stdout[1].starts_with(line), "{:?}", c.stdout);
+        says(&c, 1, line, "");
         assert!(
             c.stdout.last().unwrap().starts_with(&format!(
                 "fleet check: s3://kw-typo-bucket/pods is not ready for {mode}: "
@@ -302,11 +313,11 @@ fn fleet_check_says_what_is_wrong_with_a_bucket_and_exits_1() {
         "s3://kw-b/pods",
         &["--fleet-mode", "read-only"],
     );
-    assert!(
-        c.stdout[2].starts_with("FAIL  get: pods/keepwrap/v1/check/")
-            && c.stdout[2].contains(": HTTP 403 AccessDenied: "),
-        "{:?}",
-        c.stdout
+    says(
+        &c,
+        2,
+        "FAIL  get: pods/keepwrap/v1/check/",
+        ": HTTP 403 AccessDenied: ",
     );
     assert_eq!(c.stdout.len(), 4, "{:?}", c.stdout);
 }
@@ -316,11 +327,7 @@ fn fleet_check_of_an_endpoint_where_nothing_answers_or_without_credentials_exits
     let ep = closed_port();
     let c = check(&ep, "s3://kw-b/pods", &["--fleet-mode", "read-only"]);
     assert_eq!(c.code, 1, "{:?}", c.stdout);
-    assert!(
-        c.stdout[1].starts_with(&format!("FAIL  list: nothing answers at {ep} (")),
-        "{:?}",
-        c.stdout
-    );
+    says(&c, 1, &format!("FAIL  list: nothing answers at {ep} ("), "");
     assert_eq!(
         c.stdout[2],
         "skip  get: not checked after the problem above"
@@ -339,10 +346,11 @@ fn fleet_check_of_an_endpoint_where_nothing_answers_or_without_credentials_exits
         .args(["fleet", "--fleet", "s3://kw-b/pods", "check"]);
     let c = output(&mut cmd);
     assert_eq!(c.code, 1, "{:?}", c.stdout);
-    assert!(
-        c.stdout[0].starts_with("FAIL  credentials: no credentials to sign with ("),
-        "{:?}",
-        c.stdout
+    says(
+        &c,
+        0,
+        "FAIL  credentials: no credentials to sign with (",
+        "",
     );
     assert_eq!(
         c.stdout[1],
@@ -356,11 +364,11 @@ fn fleet_check_says_a_write_the_read_write_mode_needs_is_refused_or_unconditiona
     let s3 = FakeS3::start(&["store", "read-only"]);
     let c = check(&s3.endpoint, "s3://kw-b/pods", &[]);
     assert_eq!(c.code, 1, "{:?}", c.stdout);
-    assert!(
-        c.stdout[3].starts_with("FAIL  put-if-absent: pods/keepwrap/v1/check/")
-            && c.stdout[3].contains(": HTTP 403 AccessDenied: "),
-        "{:?}",
-        c.stdout
+    says(
+        &c,
+        3,
+        "FAIL  put-if-absent: pods/keepwrap/v1/check/",
+        ": HTTP 403 AccessDenied: ",
     );
     assert_eq!(
         &c.stdout[4..],
@@ -381,22 +389,9 @@ fn fleet_check_says_a_write_the_read_write_mode_needs_is_refused_or_unconditiona
     let s3 = FakeS3::start(&["store", "unconditional"]);
     let c = check(&s3.endpoint, "s3://kw-b/pods", &[]);
     assert_eq!(c.code, 1, "{:?}", c.stdout);
-    assert!(
-        c.stdout[3].ends_with(": a second create of one key was not refused: the bucket does not honour If-None-Match: *, which the fleet needs"),
-        "{:?}",
-        c.stdout
-    );
-    assert!(
-        c.stdout[4].starts_with("FAIL  replace: ")
-            && c.stdout[4].contains("does not honour If-Match"),
-        "{:?}",
-        c.stdout
-    );
-    assert!(
-        c.stdout[5].starts_with("ok    delete: removed "),
-        "{:?}",
-        c.stdout
-    );
+    says(&c, 3, "FAIL  ", ": a second create of one key was not refused: the bucket does not honour If-None-Match: *, which the fleet needs");
+    says(&c, 4, "FAIL  replace: ", "does not honour If-Match");
+    says(&c, 5, "ok    delete: removed ", "");
     assert_eq!(
         keys(&s3.endpoint, "kw-b"),
         Vec::<String>::new(),
@@ -501,9 +496,5 @@ fn fleet_check_against_moto_passes_for_both_modes_and_names_a_missing_bucket() {
     );
     let c = check(&ep, "s3://kw-no-such-bucket-here/pods", &[]);
     assert_eq!(c.code, 1, "{:?}", c.stdout);
-    assert!(
-        c.stdout[1].contains("HTTP 404 NoSuchBucket"),
-        "{:?}",
-        c.stdout
-    );
+    says(&c, 1, "FAIL  list: ", ": HTTP 404 NoSuchBucket: ");
 }
