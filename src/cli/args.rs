@@ -104,8 +104,9 @@ pub enum Sub {
     Config(ConfigCmd),
     /// List what each node published in the share (--share DIR)
     ShareStatus(ShareStatusCmd),
-    /// The fleet store (--fleet s3://BUCKET/PREFIX): list its launches, or
-    /// remove those unused for longer than a duration
+    /// The fleet store (--fleet s3://BUCKET/PREFIX): list its launches,
+    /// remove those unused for longer than a duration, or check the
+    /// credentials, the bucket and the permissions a mode needs
     Fleet(FleetCmd),
     /// Print the launch fingerprint of COMMAND, without launching it
     Fingerprint(FingerprintCmd),
@@ -598,6 +599,21 @@ pub enum FleetAction {
         /// Say what would be removed, remove nothing
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Check the credentials, the bucket and the permissions the mode
+    /// needs (read-only: list and get; read-write: also a probe object
+    /// created, replaced and deleted under the prefix): one line per
+    /// check, exit 1 on a problem (for an init container or a CI step)
+    Check {
+        /// The mode whose permissions are checked
+        #[arg(
+            long,
+            env = "KEEPWRAP_FLEET_MODE",
+            value_enum,
+            default_value = "read-write",
+            value_name = "MODE"
+        )]
+        fleet_mode: crate::fleet::Mode,
     },
 }
 

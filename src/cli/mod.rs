@@ -120,6 +120,9 @@ pub fn main() -> ExitCode {
                     older_than,
                     dry_run,
                 } => crate::cmd::fleet::gc(url, cmd.fleet_timeout, older_than, dry_run),
+                args::FleetAction::Check { fleet_mode } => {
+                    crate::cmd::fleet::check(url, cmd.fleet_timeout, fleet_mode)
+                }
             }
         }
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
@@ -178,7 +181,7 @@ fn man() -> ExitCode {
         ("127", "the command is not found"),
         ("126", "the command cannot be executed"),
         ("2", "keepwrap's own usage error: nothing ran"),
-        ("1", "a subcommand could not do its work (status \\-\\-verify: a file is not as signed)"),
+        ("1", "a subcommand could not do its work (status \\-\\-verify: a file is not as signed; fleet check: a check failed)"),
     ] {
         subs.push_str(&format!(".TP\n\\fB{code}\\fR\n{what}\n"));
     }

@@ -1,5 +1,5 @@
-//! `keepwrap fleet ls`, `keepwrap fleet gc --older-than D`, and the fleet's
-//! lines of `keepwrap status`.
+//! `keepwrap fleet ls`, `keepwrap fleet gc --older-than D`, `keepwrap fleet
+//! check`, and the fleet's lines of `keepwrap status`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,7 +45,7 @@ pub fn ls(url: &str, timeout: Duration) -> ExitCode {
             super::failed(format!(
                 "fleet: cannot list {}: {}",
                 redact(url),
-                escaped(&e.to_string())
+                escaped(&fleet::check::described(&e))
             ));
             ExitCode::from(1)
         }
@@ -74,10 +74,54 @@ pub fn gc(url: &str, timeout: Duration, older_than: Duration, dry_run: bool) -> 
             super::failed(format!(
                 "fleet: gc of {} stopped: {}",
                 redact(url),
-                escaped(&e.to_string())
+                escaped(&fleet::check::described(&e))
             ));
             ExitCode::from(1)
         }
+    }
+}
+
+/// `keepwrap fleet check`: one line per check (`ok`, `FAIL`, or `skip`
+/// after a problem it depends on), then a summary; exit 1 on a problem.
+pub fn check(url: &str, timeout: Duration, mode: fleet::Mode) -> ExitCode {
+    let Some(c) = client(url, timeout) else {
+        return ExitCode::from(1);
+    };
+    let checks = fleet::check::check(&c, mode);
+    let mut failed = 0;
+    for c in &checks {
+        let (tag, text) = match &c.found {
+            Some(Ok(t)) => ("ok  ", t.as_str()),
+            Some(Err(t)) => {
+                failed += 1;
+                ("FAIL", t.as_str())
+            }
+            None => ("skip", "not checked after the problem above"),
+        };
+        println!("{tag}  {}: {}", c.what, escaped(text));
+    }
+    let all = crate::events::counted(checks.len(), "check", "checks");
+    if failed == 0 {
+        println!(
+            "fleet check: {} is ready for {} ({all} passed)",
+            redact(url),
+            mode.as_str()
+        );
+        ExitCode::SUCCESS
+    } else {
+        let skipped = checks.iter().filter(|c| c.found.is_none()).count();
+        println!(
+            "fleet check: {} is not ready for {}: {} of {all} failed{}",
+            redact(url),
+            mode.as_str(),
+            failed,
+            if skipped > 0 {
+                format!(", {skipped} not checked")
+            } else {
+                String::new()
+            }
+        );
+        ExitCode::from(1)
     }
 }
 

@@ -812,6 +812,21 @@ catalogue! {
             WARN "fleet_restore_failed"
             => "fleet: not restored: {reason}; a cold boot";
 
+        /// A bucket that cannot be used as configured, said at the start
+        /// (S3's code, the region it names for the bucket, what to change).
+        FleetBucketRefused { key: String, status: u16, s3_code: Option<String>, region: Option<String>, advice: String }
+            WARN "fleet_bucket_refused"
+            => "fleet: the bucket refused {key}: HTTP {status} {}: {advice}; a cold boot",
+                s3_code.unwrap_or("(no S3 code)");
+
+        FleetUnreachable { endpoint: String, key: String, error: String }
+            WARN "fleet_unreachable"
+            => "fleet: nothing answers at {endpoint} ({error}): check AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL and the network; a cold boot";
+
+        FleetNoCredentials { error: String }
+            WARN "fleet_no_credentials"
+            => "fleet: no credentials to sign with ({error}): give them through the AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role); a cold boot";
+
         FleetCannotPlace { root: PathBuf, error: String }
             WARN "fleet_cannot_place"
             => "fleet: cannot place the restored set in {}: {error}; nothing restored, a cold boot", Shown(root);

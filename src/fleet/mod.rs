@@ -39,6 +39,8 @@
 //! network work runs on a helper thread, bounded by `--fleet-timeout`; a
 //! stop signal ends the wait.
 
+pub mod check;
+mod refusal;
 pub mod s3;
 pub mod silicon;
 mod state;
@@ -333,7 +335,10 @@ impl Fleet {
             Ok(g) => g,
             Err(why) => {
                 crate::events::Event::FleetNoGpuModel { why: why.clone() }.emit();
-                self.note(|s| s.restored(&format!("not restored: {why}"), None));
+                // The bucket is asked all the same whether it answers: a
+                // bucket that is wrong says so at the start on any machine.
+                let broken = self.probe(started)?;
+                self.note(|s| s.restored(&format!("not restored: {why}"), broken.as_ref()));
                 return Ok(None);
             }
         };
@@ -358,28 +363,10 @@ impl Fleet {
                 shape,
             ));
         };
-        if let Err(e) = std::thread::Builder::new()
-            .name("keepwrap-fleet".into())
-            .spawn(job)
-        {
-            crate::events::Event::FleetNoThread {
-                error: e.to_string(),
-            }
-            .emit();
-            return Ok(None);
-        }
-        let deadline = crate::clock::after(started, self.timeout);
-        let got = loop {
-            crate::stops::check()?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break None;
-            }
-            match rx.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok(r) => break Some(r),
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-            }
+        let got = match self.on_helper(started, rx, job)? {
+            Helper::NoThread => return Ok(None),
+            Helper::Done(r) => Some(r),
+            Helper::TimedOut => None,
         };
         let (etag, result) = match got {
             None => (
@@ -391,6 +378,7 @@ impl Fleet {
                         "no answer within {}",
                         humantime::format_duration(self.timeout)
                     ),
+                    broken: None,
                 })),
             ),
             Some(r) => r,
@@ -410,10 +398,12 @@ impl Fleet {
             Err(miss) => {
                 match &miss {
                     Miss::Empty => crate::events::Event::FleetEmpty { key: head_key }.emit(),
-                    m => crate::events::Event::FleetRestoreFailed {
-                        reason: m.to_string(),
-                    }
-                    .emit(),
+                    m => failure_of(m)
+                        .and_then(check::broken_event)
+                        .unwrap_or_else(|| crate::events::Event::FleetRestoreFailed {
+                            reason: m.to_string(),
+                        })
+                        .emit(),
                 }
                 self.note(|s| s.restored(&miss.to_string(), failure_of(&miss)));
                 return Ok(None);
@@ -440,6 +430,60 @@ impl Fleet {
                 Ok(None)
             }
         }
+    }
+
+    /// `job` on the fleet's helper thread, which sends its result on the
+    /// channel `rx` reads, awaited until `--fleet-timeout` after `started`
+    /// (a stop signal ends the wait, and keepwrap).
+    fn on_helper<T>(
+        &self,
+        started: Instant,
+        rx: mpsc::Receiver<T>,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<Helper<T>, crate::stops::Stopped> {
+        if let Err(e) = std::thread::Builder::new()
+            .name("keepwrap-fleet".into())
+            .spawn(job)
+        {
+            crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit();
+            return Ok(Helper::NoThread);
+        }
+        let deadline = crate::clock::after(started, self.timeout);
+        loop {
+            crate::stops::check()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Helper::TimedOut);
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(r) => return Ok(Helper::Done(r)),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(Helper::TimedOut),
+            }
+        }
+    }
+
+    /// One GET under the prefix, where no launch's object is: a bucket
+    /// that is wrong (it does not exist, refuses these credentials, is in
+    /// another region, or nothing answers) is said as at a restore. What
+    /// it said, then.
+    fn probe(&self, started: Instant) -> Result<Option<Failure>, crate::stops::Stopped> {
+        let (tx, rx) = mpsc::channel();
+        let client = self.store.clone();
+        let key = self.location.key(&format!("{TOP}/"));
+        let job = move || {
+            let _ = tx.send(client.get(&key, MAX_HEAD));
+        };
+        let Helper::Done(Err(f)) = self.on_helper(started, rx, job)? else {
+            return Ok(None);
+        };
+        Ok(check::broken_event(&f).map(|e| {
+            e.emit();
+            f
+        }))
     }
 
     /// After the set is signed locally at done: publish it, on a helper
@@ -611,6 +655,15 @@ impl Fleet {
     fn note(&self, f: impl FnOnce(&mut FleetState)) {
         state::update(&self.root, f);
     }
+}
+
+/// How a wait for the helper thread ended.
+enum Helper<T> {
+    Done(T),
+    /// The thread could not start (said).
+    NoThread,
+    /// No answer within the timeout.
+    TimedOut,
 }
 
 fn failure_of(m: &Miss) -> Option<&Failure> {
@@ -1024,6 +1077,7 @@ fn publish_part(
                 key: mine,
                 status: Some(412),
                 what: "this node's part slot of the boot holds another part (another boot with the same boot id?): the boot's set is not named".into(),
+                broken: None,
             });
         }
     }
@@ -1039,6 +1093,7 @@ fn publish_part(
             key: key.clone(),
             status: None,
             what,
+            broken: None,
         };
         let p: Manifest =
             serde_json::from_slice(&o.bytes).map_err(|e| bad(format!("not a part ({e})")))?;
@@ -1061,6 +1116,7 @@ fn publish_part(
         key: parts.clone(),
         status: None,
         what: format!("the union of the parts: {what}"),
+        broken: None,
     })?;
     shapes_agree(client, dir, &all)?;
     name_set(
@@ -1087,6 +1143,7 @@ fn shapes_agree(client: &dyn Storage, dir: &str, all: &[Entry]) -> Result<(), Fa
             key: key.clone(),
             status: None,
             what,
+            broken: None,
         };
         let got = client
             .get(&key, f.size)?

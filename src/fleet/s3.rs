@@ -14,7 +14,8 @@ use bytes::Bytes;
 use reqsign_aws_v4::{Credential, DefaultCredentialProvider, RequestSigner};
 use reqsign_core::{Context, FileRead, HttpSend, OsEnv, Signer};
 
-use crate::publish::Storage;
+use super::refusal;
+use crate::publish::{Broken, Storage};
 pub use crate::publish::{Failure, Listed, Object, Put};
 
 /// Largest object the fleet reads (a cache file is at most a few MiB).
@@ -274,11 +275,7 @@ impl Client {
         headers: &[(&str, String)],
         limit: u64,
     ) -> Result<(u16, http::HeaderMap, Vec<u8>), Failure> {
-        let fail = |status: Option<u16>, what: String| Failure {
-            key: key.to_string(),
-            status,
-            what,
-        };
+        let fail = |status: Option<u16>, what: String| Failure::new(key, status, what);
         let mut b = http::Request::builder()
             .method(method)
             .uri(self.url(key, query))
@@ -290,16 +287,14 @@ impl Client {
             .body(())
             .map_err(|e| fail(None, format!("bad request: {e}")))?
             .into_parts();
-        pollster::block_on(self.signer.sign(&mut parts, None)).map_err(|e| {
-            fail(
-                None,
-                format!("no credentials: {}", one_line(&e.to_string())),
-            )
-        })?;
+        self.sign(&mut parts, key)?;
         let resp = self
             .agent
             .run(http::Request::from_parts(parts, body.to_vec()))
-            .map_err(|e| fail(None, one_line(&e.to_string())))?;
+            .map_err(|e| Failure {
+                broken: self.unreachable(&e),
+                ..fail(None, one_line(&e.to_string()))
+            })?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let bytes = resp
@@ -316,12 +311,68 @@ impl Client {
         Ok((status, headers, bytes))
     }
 
-    fn refused(key: &str, status: u16, body: &[u8]) -> Failure {
-        Failure {
-            key: key.to_string(),
-            status: Some(status),
-            what: error_code(body).unwrap_or_else(|| reason(status).to_string()),
+    /// Sign a request with the credentials of the AWS chain.
+    fn sign(&self, parts: &mut http::request::Parts, key: &str) -> Result<(), Failure> {
+        pollster::block_on(self.signer.sign(parts, None)).map_err(|e| Failure {
+            broken: Some(Box::new(Broken::NoCredentials)),
+            ..Failure::new(
+                key,
+                None,
+                format!("no credentials: {}", one_line(&e.to_string())),
+            )
+        })
+    }
+
+    /// Whether the credentials of the AWS chain sign a request (nothing is
+    /// sent; a provider may be asked for them: IMDS, STS, a container's).
+    pub fn credentials(&self) -> Result<(), Failure> {
+        let (mut parts, ()) = http::Request::builder()
+            .method("GET")
+            .uri(self.url("", ""))
+            .header("x-amz-content-sha256", crate::digest::sha256_hex(b""))
+            .body(())
+            .map_err(|e| Failure::new("", None, format!("bad request: {e}")))?
+            .into_parts();
+        self.sign(&mut parts, "")
+    }
+
+    /// A transport error that means nothing answers at the endpoint (not
+    /// one that gave up waiting for an answer).
+    fn unreachable(&self, e: &ureq::Error) -> Option<Box<Broken>> {
+        let timed_out = match e {
+            ureq::Error::Timeout(_) => true,
+            ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
+        };
+        (!timed_out).then(|| {
+            Box::new(Broken::Unreachable {
+                endpoint: self.base(),
+            })
+        })
+    }
+
+    /// Where requests go: the endpoint, or the bucket's AWS host.
+    pub fn base(&self) -> String {
+        match &self.endpoint.url {
+            Some(ep) => redact(ep),
+            None => format!(
+                "https://{}.s3.{}.amazonaws.com",
+                self.location.bucket, self.endpoint.region
+            ),
         }
+    }
+
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.endpoint.region
+    }
+
+    fn refused(&self, key: &str, status: u16, headers: &http::HeaderMap, body: &[u8]) -> Failure {
+        let sent = refusal::Sent {
+            bucket: &self.location.bucket,
+            region: &self.endpoint.region,
+        };
+        refusal::failure(key, status, headers, body, &sent)
     }
 
     /// GET: None on 404.
@@ -338,8 +389,8 @@ impl Client {
                 bytes,
                 etag: etag_of(&headers),
             })),
-            404 => Ok(None),
-            s => Err(Self::refused(key, s, &bytes)),
+            s if refusal::missing_key(s, &bytes) => Ok(None),
+            s => Err(self.refused(key, s, &headers, &bytes)),
         }
     }
 
@@ -349,23 +400,25 @@ impl Client {
             Cond::Absent => ("if-none-match", "*".to_string()),
             Cond::Matches(e) => ("if-match", e.clone()),
         };
-        let (status, _, bytes) = self.call_at_most("PUT", key, "", body, &[h], MAX_ANSWER)?;
+        let (status, headers, bytes) = self.call_at_most("PUT", key, "", body, &[h], MAX_ANSWER)?;
         match status {
             200 | 201 | 204 => Ok(Put::Written),
             412 => Ok(Put::Refused),
             // A concurrent conditional write to the same key (S3 answers
             // 409 ConditionalRequestConflict): another writer is winning.
             409 => Ok(Put::Refused),
-            s => Err(Self::refused(key, s, &bytes)),
+            s => Err(self.refused(key, s, &headers, &bytes)),
         }
     }
 
     /// DELETE (a missing key is no error).
     pub fn delete(&self, key: &str) -> Result<(), Failure> {
-        let (status, _, bytes) = self.call_at_most("DELETE", key, "", &[], &[], MAX_ANSWER)?;
+        let (status, headers, bytes) =
+            self.call_at_most("DELETE", key, "", &[], &[], MAX_ANSWER)?;
         match status {
-            200 | 204 | 404 => Ok(()),
-            s => Err(Self::refused(key, s, &bytes)),
+            200 | 204 => Ok(()),
+            s if refusal::missing_key(s, &bytes) => Ok(()),
+            s => Err(self.refused(key, s, &headers, &bytes)),
         }
     }
 
@@ -374,25 +427,32 @@ impl Client {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let mut q = format!("list-type=2&prefix={}", encode_query(prefix));
-            if let Some(t) = &token {
-                q.push_str(&format!("&continuation-token={}", encode_query(t)));
-            }
-            let (status, _, bytes) = self.call("GET", "", &q, &[], &[])?;
-            if status != 200 {
-                return Err(Self::refused(prefix, status, &bytes));
-            }
-            let page = parse_listing(&bytes).map_err(|what| Failure {
-                key: prefix.to_string(),
-                status: Some(status),
-                what,
-            })?;
+            let page = self.list_page(prefix, token.as_deref(), "")?;
             out.extend(page.objects);
             match page.next {
                 Some(t) => token = Some(t),
                 None => return Ok(out),
             }
         }
+    }
+
+    /// Whether the bucket lists `prefix` (one page of at most one key):
+    /// the objects it showed.
+    pub fn list_one(&self, prefix: &str) -> Result<Vec<Listed>, Failure> {
+        self.list_page(prefix, None, "&max-keys=1")
+            .map(|p| p.objects)
+    }
+
+    fn list_page(&self, prefix: &str, token: Option<&str>, more: &str) -> Result<Page, Failure> {
+        let mut q = format!("list-type=2{more}&prefix={}", encode_query(prefix));
+        if let Some(t) = token {
+            q.push_str(&format!("&continuation-token={}", encode_query(t)));
+        }
+        let (status, headers, bytes) = self.call("GET", "", &q, &[], &[])?;
+        if status != 200 {
+            return Err(self.refused(prefix, status, &headers, &bytes));
+        }
+        parse_listing(&bytes).map_err(|what| Failure::new(prefix, Some(status), what))
     }
 }
 
@@ -427,28 +487,6 @@ fn etag_of(headers: &http::HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string()
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        409 => "Conflict",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "error",
-    }
-}
-
-/// `<Code>X</Code>` of an S3 error body.
-fn error_code(body: &[u8]) -> Option<String> {
-    let s = std::str::from_utf8(body).ok()?;
-    let start = s.find("<Code>")? + 6;
-    let end = s[start..].find("</Code>")? + start;
-    let code = &s[start..end];
-    (!code.is_empty() && code.len() < 80 && code.bytes().all(|b| b.is_ascii_alphanumeric()))
-        .then(|| code.to_string())
 }
 
 /// Percent-encode a key for the path (`/` kept).
@@ -629,12 +667,7 @@ mod tests {
     }
 
     #[test]
-    fn error_codes() {
-        assert_eq!(
-            error_code(b"<Error><Code>AccessDenied</Code></Error>").as_deref(),
-            Some("AccessDenied")
-        );
-        assert_eq!(error_code(b"<Code>a b</Code>"), None);
+    fn paths_are_encoded() {
         assert_eq!(encode_path("a b/c+d"), "a%20b/c%2Bd");
     }
 }

@@ -80,11 +80,7 @@ fn split(key: &str) -> io::Result<(&str, &str)> {
 }
 
 fn failure(key: &str, e: impl std::fmt::Display) -> Failure {
-    Failure {
-        key: key.to_string(),
-        status: None,
-        what: e.to_string(),
-    }
+    Failure::new(key, None, e.to_string())
 }
 
 /// What changes whenever a file is replaced: its inode, change time and

@@ -33,15 +33,57 @@ pub struct Failure {
     pub key: String,
     pub status: Option<u16>,
     pub what: String,
+    /// Set when the call failed for a reason every call shares (the
+    /// storage cannot be used as configured), None for one call's failure.
+    pub broken: Option<Box<Broken>>,
+}
+
+impl Failure {
+    /// A failure of this one call.
+    pub fn new(key: &str, status: Option<u16>, what: impl Into<String>) -> Failure {
+        Failure {
+            key: key.to_string(),
+            status,
+            what: what.into(),
+            broken: None,
+        }
+    }
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.status {
-            Some(s) => write!(f, "{}: HTTP {s} {}", self.key, self.what),
-            None => write!(f, "{}: {}", self.key, self.what),
+            Some(s) => write!(f, "{}: HTTP {s} {}", self.key, self.what)?,
+            None => write!(f, "{}: {}", self.key, self.what)?,
+        }
+        match self.broken.as_deref() {
+            Some(Broken::Refused {
+                region: Some(r), ..
+            }) => write!(f, " (the bucket is in {r})"),
+            _ => Ok(()),
         }
     }
+}
+
+/// Why no call to a storage can succeed as it is configured: a wrong
+/// bucket, region, endpoint or credentials. A restore says it as a
+/// warning at the start; `keepwrap fleet check` as a failed check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Broken {
+    /// Nothing answered at the endpoint (connection refused, no such host,
+    /// a TLS failure): its address.
+    Unreachable { endpoint: String },
+    /// No credentials to sign the request with.
+    NoCredentials,
+    /// The server refused for a reason that holds for every key: its code
+    /// (S3's `<Code>`: `NoSuchBucket`, `AccessDenied`,
+    /// `PermanentRedirect`; None when it gave none), the region it names
+    /// for the bucket, and what to change.
+    Refused {
+        code: Option<String>,
+        region: Option<String>,
+        advice: String,
+    },
 }
 
 /// How a conditional put ended when it did not fail.
@@ -98,11 +140,7 @@ pub struct ReadOnly<S>(pub S);
 
 impl<S> ReadOnly<S> {
     fn refused(key: &str) -> Failure {
-        Failure {
-            key: key.to_string(),
-            status: None,
-            what: "read-only".into(),
-        }
+        Failure::new(key, None, "read-only")
     }
 }
 
