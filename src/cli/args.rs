@@ -398,6 +398,13 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_WAIT_FOR_TUNING", default_value = "30m", value_parser = parse_duration, value_name = "DURATION")]
     pub wait_for_tuning: Duration,
 
+    /// Write Prometheus metrics of this launch's boots (by outcome, time to
+    /// done, files and shapes kept, fleet restores and publications) to
+    /// PATH, replaced at each outcome, for node-exporter's textfile
+    /// collector or a sidecar; its counters go on across restarts
+    #[arg(long, env = "KEEPWRAP_METRICS_FILE", value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+
     #[command(flatten)]
     pub share: ShareArgs,
 
@@ -432,6 +439,7 @@ impl RunArgs {
                 share: self.share.settings(),
                 fleet: self.fleet.settings(),
             },
+            metrics_file: self.metrics_file.clone(),
         }
     }
 }

@@ -34,6 +34,7 @@ mod launch_shapes;
 mod log_events;
 mod malformed;
 mod managed_store;
+mod metrics;
 mod multi_node;
 mod packaging;
 mod peers;
