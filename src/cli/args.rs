@@ -27,7 +27,7 @@ const LONG_VERSION: &str = concat!(
     name = "keepwrap",
     version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap forget [--dry-run] [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -115,6 +115,10 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+    /// Forget the signed set of COMMAND's launch: from the cache tree and
+    /// the store (and with --fleet, its HEAD in the bucket), so its next
+    /// boot tunes fresh
+    Forget(super::ForgetCmd),
     /// Print the completion script of SHELL (bash, zsh, fish, elvish,
     /// powershell), generated from these definitions
     #[command(hide = true)]

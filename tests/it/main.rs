@@ -27,6 +27,7 @@ mod fingerprint_shell_bash;
 mod fingerprint_vllm;
 mod fleet;
 mod fleet_attack;
+mod forget;
 mod home;
 mod keep;
 mod kubernetes;
