@@ -63,8 +63,15 @@ pub fn start(path: &Path) {
 /// is a file: the write says so) is the metrics at zero.
 fn read(path: &Path) -> Result<Metrics, String> {
     use std::io::Read;
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    // Never blocked by a FIFO planted there: opened without waiting, and
+    // read only if it is a file.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+        .open(path);
+    let file = match opened {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+        Ok(_) => return Err("not a regular file".to_string()),
         Err(e)
             if e.kind() == std::io::ErrorKind::NotFound
                 || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>

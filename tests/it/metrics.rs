@@ -8,6 +8,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use serde_json::json;
@@ -220,4 +221,16 @@ fn a_fleet_that_cannot_be_used_counts_as_a_failed_restore() {
         0.0
     );
     assert_eq!(boots(&m), [0.0, 1.0, 0.0, 0.0]);
+}
+
+#[test]
+fn a_fifo_where_the_metrics_file_goes_never_blocks_the_start() {
+    let h = home();
+    let file = h.path().join("keepwrap.prom");
+    mkfifo(&file);
+    let b = output_within(&mut supervised(&file, "exit 4"), Duration::from_secs(20));
+    assert_eq!(b.code, 4, "{}", b.stderr);
+    let ignored = b.event("metrics_file_ignored");
+    assert_eq!(ignored["error"], "not a regular file");
+    assert_eq!(boots(&samples(&file)), [0.0, 0.0, 0.0, 1.0]);
 }
