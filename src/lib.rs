@@ -40,6 +40,7 @@
 //! - [`events`]: the catalogue of every event keepwrap logs, with its
 //!   fields;
 //! - [`logging`]: `keepwrap: ...` lines on stderr, text or JSON;
+//! - [`metrics`]: the metrics file, from the events' outcomes;
 //! - [`clock`]: deadlines that saturate, durations, the time in seconds;
 //! - [`failpoint`]: crash points for the crash tests (cargo feature `failpoints`);
 //! - [`sys`]: every `unsafe` block, behind safe functions (the crate denies
@@ -70,6 +71,7 @@ pub mod fleet;
 pub mod keeper;
 pub mod launch;
 pub mod logging;
+pub mod metrics;
 pub mod publish;
 pub mod root;
 pub mod share;

@@ -33,6 +33,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 pub mod dirents;
+pub mod forget;
 pub mod fsx;
 mod json;
 mod judge;

@@ -27,7 +27,7 @@ const LONG_VERSION: &str = concat!(
     name = "keepwrap",
     version = LONG_VERSION,
     about = "Supervise an SGLang launch as PID 1 and keep its autotune cache across identical launches",
-    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
+    override_usage = "keepwrap [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap fingerprint [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap status [OPTIONS] [-- COMMAND [ARGS...]]\n       keepwrap explain [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap forget [--dry-run] [OPTIONS] -- COMMAND [ARGS...]\n       keepwrap [OPTIONS] config [--json] [-- COMMAND [ARGS...]]\n       keepwrap share-status --share DIR [--json]\n       keepwrap evict [--dry-run] [--all | --older-than DURATION | FINGERPRINT]\n       keepwrap clean [--dry-run]",
     after_help = "Run a launch:  keepwrap [OPTIONS] -- python -m sglang.launch_server --model-path ... --tp 4"
 )]
 pub struct Cli {
@@ -116,6 +116,10 @@ pub enum Sub {
     /// Compare the launch of COMMAND with every signed launch in the store,
     /// nearest first, without launching it
     Explain(ExplainCmd),
+    /// Forget the signed set of COMMAND's launch: from the cache tree and
+    /// the store (and with --fleet, its HEAD in the bucket), so its next
+    /// boot tunes fresh
+    Forget(super::ForgetCmd),
     /// Print the completion script of SHELL (bash, zsh, fish, elvish,
     /// powershell), generated from these definitions
     #[command(hide = true)]
@@ -399,6 +403,13 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_WAIT_FOR_TUNING", default_value = "30m", value_parser = parse_duration, value_name = "DURATION")]
     pub wait_for_tuning: Duration,
 
+    /// Write Prometheus metrics of this launch's boots (by outcome, time to
+    /// done, files and shapes kept, fleet restores and publications) to
+    /// PATH, replaced at each outcome, for node-exporter's textfile
+    /// collector or a sidecar; its counters go on across restarts
+    #[arg(long, env = "KEEPWRAP_METRICS_FILE", value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+
     #[command(flatten)]
     pub share: ShareArgs,
 
@@ -433,6 +444,7 @@ impl RunArgs {
                 share: self.share.settings(),
                 fleet: self.fleet.settings(),
             },
+            metrics_file: self.metrics_file.clone(),
         }
     }
 }

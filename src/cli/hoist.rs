@@ -162,6 +162,23 @@ pub(super) fn hoist(
                 &mut root.lock_timeout,
             )?;
         }
+        Some(Sub::Forget(c)) => {
+            h.fingerprint(&run.fingerprint, &mut c.fingerprint)?;
+            h.one("cache_dir", "cache_dir", &run.cache_dir, &mut c.cache_dir)?;
+            h.one(
+                "lock_timeout",
+                "lock_timeout",
+                &run.lock_timeout,
+                &mut c.lock_timeout,
+            )?;
+            h.one("url", "fleet", &run.fleet.url, &mut c.fleet)?;
+            h.one(
+                "fleet_timeout",
+                "fleet_timeout",
+                &run.fleet.fleet_timeout,
+                &mut c.fleet_timeout,
+            )?;
+        }
         Some(Sub::ShareStatus(c)) => h.one("dir", "share", &run.share.dir, &mut c.share)?,
         Some(Sub::Fleet(c)) => h.one("url", "fleet", &run.fleet.url, &mut c.url)?,
     }

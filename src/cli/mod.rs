@@ -7,6 +7,7 @@
 //! subcommand is handed to the module that runs it.
 
 mod args;
+mod forget;
 mod hoist;
 mod parse;
 
@@ -19,6 +20,7 @@ pub use args::{
     CleanCmd, Cli, ConfigCmd, EvictCmd, ExplainCmd, FingerprintArgs, FingerprintCmd, RootArgs,
     RunArgs, ShareArgs, ShareStatusCmd, StatusCmd, Sub, MIN_PROBE, MIN_QUIET,
 };
+pub use forget::ForgetCmd;
 pub use parse::command;
 
 pub use crate::clock::{parse_duration, MAX_DURATION};
@@ -128,6 +130,7 @@ pub fn main() -> ExitCode {
         Some(Sub::Fingerprint(cmd)) => print_fingerprint(cmd),
         Some(Sub::Status(cmd)) => status(cmd),
         Some(Sub::Explain(cmd)) => explain(cmd),
+        Some(Sub::Forget(cmd)) => forget::forget(cmd),
         Some(Sub::Completions(c)) => {
             let mut out = Vec::new();
             clap_complete::generate(c.shell, &mut command(), "keepwrap", &mut out);

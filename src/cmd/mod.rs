@@ -1,6 +1,7 @@
 //! The subcommands that report and do not launch: `keepwrap status`,
 //! `keepwrap explain`, `keepwrap config`, `keepwrap evict` and `clean`,
-//! `keepwrap share-status --json`, `keepwrap fleet ls` and `gc`.
+//! `keepwrap forget`, `keepwrap share-status --json`, `keepwrap fleet ls`
+//! and `gc`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod evict;
 pub mod explain;
 pub mod fleet;
+pub mod forget;
 pub mod share_status;
 pub mod status;
 

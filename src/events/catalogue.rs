@@ -523,13 +523,15 @@ catalogue! {
             => "warning: the engine refused {refused} of the {} kept for this launch (it saved none of them again, as it does a file whose _metadata is for another GPU, CUDA or FlashInfer build: {}): the set is not signed again and its files are removed, so the next boot tunes once on this machine and keeps its own",
                 super::counted(kept, "cache file", "cache files"), super::Shown(example);
 
-        /// This boot tuned; its set is signed for the next identical launch.
-        Signed { files: usize, fingerprint: String }
+        /// This boot tuned; its set is signed for the next identical launch
+        /// (`entries`: the tuned shapes its files hold).
+        Signed { files: usize, entries: usize, fingerprint: String }
             INFO "signed"
             => "tuned and signed {files} {}", cache_files(files);
 
-        /// This boot loaded what an earlier identical launch signed.
-        Reused { files: usize, fingerprint: String }
+        /// This boot loaded what an earlier identical launch signed
+        /// (`entries`: the tuned shapes its files hold).
+        Reused { files: usize, entries: usize, fingerprint: String }
             INFO "reused"
             => "reused {files} {} signed for this launch", cache_files(files);
 
@@ -863,6 +865,19 @@ catalogue! {
         FleetNoThread { error: String }
             WARN "fleet_no_thread"
             => "fleet: cannot start its thread: {error}; the fleet is not used this time";
+    }
+    "keepwrap::metrics" {
+        /// The metrics file (`--metrics-file`) cannot be written: said once,
+        /// the launch goes on as it would without it.
+        MetricsNotWritten { file: PathBuf, error: String }
+            WARN "metrics_not_written"
+            => "cannot write the metrics file {}: {error}; the launch goes on without it", Shown(file);
+        /// The metrics file found at the start is not one keepwrap wrote:
+        /// its counters start again from zero and it is replaced at the
+        /// next outcome.
+        MetricsFileIgnored { file: PathBuf, error: String }
+            WARN "metrics_file_ignored"
+            => "ignored the metrics file {}: {error}; its counters start again from zero and it is replaced at the next outcome", Shown(file);
     }
 
     "keepwrap::share" {

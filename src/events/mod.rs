@@ -270,10 +270,23 @@ impl Event {
         self.derived_fields(out);
     }
 
-    /// Log this event.
+    /// Log this event, then show it to the observer, if one was set.
     pub fn emit(&self) {
         dispatch(self.target(), self.level(), self);
+        if let Some(observer) = OBSERVER.get() {
+            observer(self);
+        }
     }
+}
+
+/// What sees every event after it is logged, whatever the log level.
+static OBSERVER: std::sync::OnceLock<fn(&Event)> = std::sync::OnceLock::new();
+
+/// Show every event emitted from now on to `observer` (the metrics file),
+/// on the thread that emits it; the first observer set stays. It may emit
+/// events itself, once it no longer holds what it locks.
+pub fn observe(observer: fn(&Event)) {
+    let _ = OBSERVER.set(observer);
 }
 
 /// An event travels through `tracing` as the one kind of field value a
@@ -365,6 +378,7 @@ fn dispatch(target: &str, level: Level, event: &Event) {
         "keepwrap::done" => at!("keepwrap::done"),
         "keepwrap::fleet" => at!("keepwrap::fleet"),
         "keepwrap::keeper" => at!("keepwrap::keeper"),
+        "keepwrap::metrics" => at!("keepwrap::metrics"),
         "keepwrap::root" => at!("keepwrap::root"),
         "keepwrap::share" => at!("keepwrap::share"),
         "keepwrap::store" => at!("keepwrap::store"),

@@ -1294,6 +1294,22 @@ pub fn gc(bucket: &Client, older_than: Duration, dry_run: bool) -> Result<Vec<St
     Ok(removed)
 }
 
+/// The key of the HEAD of a launch (`fingerprint`, a one-node launch of
+/// `profile`) in `bucket` for this machine's GPU model, as its pods name it:
+/// what `keepwrap forget --fleet` withdraws. Err: why this machine shows no
+/// GPU model.
+pub fn head_key(
+    bucket: &Client,
+    profile: ProfileName,
+    fingerprint: &Fingerprint,
+) -> Result<String, String> {
+    let gpu = silicon::machine_model(&crate::failpoint::nvidia_gpus_dir())?;
+    let name = name_for(fingerprint, &gpu);
+    Ok(bucket
+        .location
+        .key(&format!("{}/HEAD", launch_dir(profile, &name))))
+}
+
 /// A client for `keepwrap fleet`.
 pub fn client_of(url: &str, timeout: Duration) -> Result<Client, String> {
     let location = Location::parse(url)?;

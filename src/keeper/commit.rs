@@ -309,12 +309,14 @@ impl Committer {
         } else if reused {
             Event::Reused {
                 files: n,
+                entries: self.entries(&report.signed),
                 fingerprint: self.fingerprint.to_string(),
             }
             .emit();
         } else {
             Event::Signed {
                 files: n,
+                entries: self.entries(&report.signed),
                 fingerprint: self.fingerprint.to_string(),
             }
             .emit();
@@ -344,6 +346,15 @@ impl Committer {
             Stats::flush(s.state_fd());
         }
         as_read(report)
+    }
+
+    /// The entries (tuned shapes) of the signed files, those keepwrap can
+    /// count.
+    fn entries(&self, signed: &[PathBuf]) -> usize {
+        signed
+            .iter()
+            .filter_map(|rel| cache::entry_count(&self.root.join(rel)).ok())
+            .sum()
     }
 
     /// Whether the engine refused the set kept for it: an engine that saves

@@ -16,6 +16,18 @@ impl Store {
         )
     }
 
+    /// Remove the record of `fp` (`keepwrap forget`): whether there was one.
+    pub fn forget_record(&self, fp: &str) -> io::Result<bool> {
+        if !is_fp(fp) {
+            return Ok(false);
+        }
+        match fsx::unlink_at(self.launches.as_fd(), format!("{fp}.json").as_str()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Is there any launch record (did a launch ever sign on this root)?
     pub fn has_records(&self) -> bool {
         fsx::list_dir(self.launches.as_fd())

@@ -25,6 +25,9 @@ use rules::Running;
 
 /// Run one launch: prune, spawn, supervise, sign, and exit as the child did.
 pub fn run(args: &Settings, command: Vec<OsString>) -> ExitCode {
+    if let Some(path) = &args.metrics_file {
+        crate::metrics::start(path);
+    }
     let signals = match child::block_signals() {
         Ok(set) => set,
         Err(e) => {

@@ -9,6 +9,8 @@ pub struct Settings {
     pub stopping: Stopping,
     /// The cache side.
     pub cache: crate::keeper::Settings,
+    /// The metrics file (`--metrics-file`), if any.
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 /// How signals reach the child, and how it and its process group are

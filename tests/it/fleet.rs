@@ -1716,3 +1716,45 @@ fn bucket_bytes_reach_the_terminal_escaped() {
     );
     assert!(!gc.stdout.join("\n").contains('\x1b'), "{:?}", gc.stdout);
 }
+
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn forget_with_the_fleet_withdraws_the_launchs_head_and_the_next_pod_boots_cold() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let (h1, h2) = (home(), home());
+    let p1 = boot(&mut pod(h1.path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let heads = || {
+        b.keys()
+            .into_iter()
+            .filter(|k| k.ends_with("/HEAD"))
+            .count()
+    };
+    assert_eq!(heads(), 1);
+
+    let dry = output(&mut pod(h1.path(), &ep, &b.url(), &["forget", "--dry-run"]));
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout[0].ends_with(&format!(
+            "; would withdraw its HEAD from the fleet {} (dry run: nothing removed)",
+            b.url()
+        )),
+        "{:?}",
+        dry.stdout
+    );
+    assert_eq!(heads(), 1, "a dry run withdraws nothing");
+
+    let f = output(&mut pod(h1.path(), &ep, &b.url(), &["forget"]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout[0].ends_with(&format!("; withdrew its HEAD from the fleet {}", b.url())),
+        "{:?}",
+        f.stdout
+    );
+    assert_eq!(heads(), 0);
+    let p2 = boot(&mut pod(h2.path(), &ep, &b.url(), &[]));
+    assert!(p2.has_event("fleet_empty"), "{}", p2.stderr);
+    assert!(p2.tuned() > 0, "a cold boot");
+}
