@@ -3,7 +3,11 @@ keepwrap with its defaults (unify on, the store, `--keep auto`, `--done
 auto`) around bench/prestart_engine.py, on a root of N rank files in
 directories of 8 signed by a default launch of that engine.
 
-    python3 bench/prestart.py [--runs R] [--strace] [--reuse-only | --no-remove] [KEEPWRAP] [N...]
+    python3 bench/prestart.py [--runs R] [--strace] [--reuse-only | --no-remove] [--store] [KEEPWRAP] [N...]
+
+With `--store`, the set is N entries of FlashInfer's managed store of a
+one-rank `vllm serve` launch (vLLM 0.33.0, `--done exit`), kept in
+keepwrap's own store root, instead of N rank files.
 
 For each N (default 10000), each figure is the time from keepwrap's start
 (just before the harness spawns it) to the engine's first instruction,
@@ -61,6 +65,9 @@ if reuse_only:
 no_remove = "--no-remove" in args
 if no_remove:
     args.remove("--no-remove")
+store = "--store" in args
+if store:
+    args.remove("--store")
 unknown = [a for a in args if a.startswith("-")]
 if unknown:
     sys.exit(f"bench/prestart.py: unknown option {unknown[0]} (--help lists the options)")
@@ -77,11 +84,33 @@ class Bench:
         os.makedirs(self.ctl, exist_ok=True)
 
     def env(self, cache):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KEEPWRAP_", "SGLANG_"))}
+        drop = ("KEEPWRAP_", "SGLANG_", "VLLM_", "FLASHINFER_")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
         env.update(SGLANG_CACHE_DIR=cache, PRESTART_CTL=self.ctl, HOME=self.base)
+        if store:
+            # a `vllm` command and package of vLLM 0.33.0 that run the engine
+            site, bin_dir = os.path.join(self.base, "site"), os.path.join(self.base, "bin")
+            if not os.path.isdir(site):
+                info = os.path.join(site, "vllm-0.33.0.dist-info")
+                os.makedirs(os.path.join(site, "vllm"))
+                os.makedirs(info)
+                os.makedirs(bin_dir)
+                open(os.path.join(site, "vllm", "__init__.py"), "w").close()
+                with open(os.path.join(info, "METADATA"), "w") as f:
+                    f.write("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+                script = os.path.join(bin_dir, "vllm")
+                with open(script, "w") as f:
+                    f.write(f"#!{sys.executable} -S\nimport sys\nsys.argv = [sys.argv[0], '--store']\n"
+                            f"exec(open({ENGINE!r}).read())\n")
+                os.chmod(script, 0o755)
+            env.update(VLLM_CACHE_ROOT=cache, PYTHONPATH=site,
+                       PATH=bin_dir + os.pathsep + env.get("PATH", ""))
         return env
 
     def cmd(self, variant):
+        if store:
+            cmd = ["vllm", "serve", "/models/m"]
+            return cmd + (["--max-model-len", "4096"] if variant else [])
         cmd = [sys.executable, "-S", ENGINE]
         if variant:
             cmd += ["--variant", variant]
@@ -97,7 +126,7 @@ class Bench:
                 os.unlink(os.path.join(self.ctl, name))
             except FileNotFoundError:
                 pass
-        cmd = (wrap or []) + [KW, "--"] + self.cmd(variant)
+        cmd = (wrap or []) + [KW] + (["--done", "exit"] if store else []) + ["--"] + self.cmd(variant)
         t0 = time.monotonic_ns()
         p = subprocess.run(cmd, env=self.env(cache), stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
@@ -134,15 +163,16 @@ def sign(b, n):
 
 
 def replace_all(cache):
-    """Every rank file replaced by other bytes of the same size."""
-    for d, _, names in os.walk(os.path.join(cache, "flashinfer", "autotune")):
+    """Every rank file (store entry) replaced by other bytes of the same size."""
+    for d, _, names in os.walk(os.path.join(cache, "flashinfer", "autotune")
+                               if not store else cache):
         for name in names:
-            if name.endswith(".json") and name.startswith("rank_"):
+            if name.endswith(".json") and (name.startswith("rank_") or "/entries" in d):
                 p = os.path.join(d, name)
                 with open(p, "rb") as f:
                     data = f.read()
                 with open(p + ".new", "wb") as f:
-                    f.write(data.replace(b'"Runner",', b'"Runnex",', 1))
+                    f.write(data.replace(b'Runner', b'Runnex', 1))
                 os.replace(p + ".new", p)
 
 

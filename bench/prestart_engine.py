@@ -5,7 +5,10 @@ of one run but `--variant` (another fingerprint), so a launch that writes
 the set and the ones that reuse it are the same launch.
 
     $PRESTART_CTL/mode: "write N [FROM]" (rank files FROM (0) to N, 8 a
-    directory, as FlashInfer saves them: temp file then rename) or "noop"
+    directory, as FlashInfer saves them: temp file then rename; with
+    `--store`, entries FROM to N of FlashInfer's managed store in
+    $VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR, as FlashInfer 0.7.4 publishes
+    them) or "noop"
     writes $PRESTART_CTL/start, /io (keepwrap's /proc/<ppid>/io at that
     moment) and /end (CLOCK_MONOTONIC ns)
 """
@@ -34,7 +37,33 @@ put("start", str(T0))
 with open(os.path.join(CTL, "mode")) as f:
     mode = f.read().split()
 
-if mode[0] == "write":
+if mode[0] == "write" and "--store" in sys.argv:
+    import hashlib  # noqa: E402
+    import json  # noqa: E402
+
+    files = int(mode[1])
+    first = int(mode[2]) if len(mode) > 2 else 0
+    manifest = {"cache_schema": "v2", "flashinfer_version": "0.7.4", "gpu": "NVIDIA GB10"}
+    canon = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    env = os.path.join(os.environ["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"], "v2",
+                       hashlib.sha256(canon.encode()).hexdigest()[:16])
+    entries = os.path.join(env, "entries")
+    os.makedirs(entries, exist_ok=True)
+
+    def publish(path, obj):
+        tmp = os.path.join(os.path.dirname(path), ".autotune_%s.tmp" % os.path.basename(path)[:8])
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+
+    if not os.path.exists(os.path.join(env, "manifest.json")):
+        publish(os.path.join(env, "manifest.json"), manifest)
+    for i in range(first, files):
+        key = str(("flashinfer::mm_fp4", "CutlassFp4GemmRunner", ((1000 + i, 7168),), ()))
+        stem = hashlib.sha256(key.encode()).hexdigest()[:24]
+        publish(os.path.join(entries, stem + ".json"),
+                {"key": key, "runner": "CutlassFp4GemmRunner", "tactic": [i % 7, 0]})
+elif mode[0] == "write":
     files = int(mode[1])
     first = int(mode[2]) if len(mode) > 2 else 0
     root = os.path.join(os.environ["SGLANG_CACHE_DIR"], "flashinfer", "autotune", "0.7.2", "sm121")

@@ -45,14 +45,16 @@ impl Store {
         if man.flat {
             // The directory moves back whole: nothing in it but the set.
             let list = fsx::list_dir(dir).map_err(|e| e.to_string())?;
-            let ours = |n: &[u8]| {
-                n == MANIFEST.as_bytes()
-                    || man
-                        .set
-                        .members
-                        .iter()
-                        .any(|m| names(split(&m.path).1).iter().any(|x| x.as_bytes() == n))
-            };
+            // Each name the set may hold, once: a listing of N files is
+            // judged in N lookups, not N times N comparisons.
+            let allowed: std::collections::HashSet<Vec<u8>> = man
+                .set
+                .members
+                .iter()
+                .flat_map(|m| names(split(&m.path).1))
+                .map(|x| x.into_bytes())
+                .collect();
+            let ours = |n: &[u8]| n == MANIFEST.as_bytes() || allowed.contains(n);
             if let Some((n, _)) = list.iter().find(|(n, _)| !ours(n)) {
                 return Err(format!("{} is not the set's", String::from_utf8_lossy(n)));
             }
