@@ -252,7 +252,7 @@ pub fn rank_values(argv: &[OsString], flags: &[&'static str]) -> Vec<(&'static s
 
 /// Why prune refuses a file signed for the launch (see
 /// [`Engine::refuse_at_prune`]), None when it may keep it.
-pub type Refuse = Box<dyn Fn(&str) -> Option<String>>;
+pub type Refuse = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// The engine a launch fingerprinted with `profile` (resolved) runs.
 pub fn of(profile: ProfileName) -> &'static dyn Engine {

@@ -317,6 +317,12 @@ catalogue! {
             WARN "cannot_remove_shared_file"
             => "cannot remove {}: {error}", Shown(path);
 
+        /// Every cache file the engine wrote is one the next start removes
+        /// (`why`): nothing is signed, and the launch tunes at every boot.
+        KeepsNothing { files: usize, why: String }
+            INFO "keeps_nothing"
+            => "this launch keeps nothing: the next start removes the {} the engine wrote: {why}", super::counted(files, "cache file", "cache files");
+
         /// A one-rank launch whose tactics may live in FlashInfer's managed
         /// store, which keepwrap leaves alone (`why`).
         ManagedStore { store: String, why: String }

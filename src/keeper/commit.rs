@@ -112,6 +112,9 @@ pub(super) struct Committer {
     /// The engine saves every rank file it loaded again at every boot (an
     /// SGLang server or benchmark, [`crate::engine::Engine::saves_every_boot`]).
     pub(super) saves_every_boot: bool,
+    /// The files of this launch that prune removes before every start
+    /// ([`crate::engine::Engine::refuse_at_prune`]): never signed.
+    pub(super) refuse: Option<crate::engine::Refuse>,
 }
 
 impl Committer {
@@ -130,7 +133,9 @@ impl Committer {
                 files,
                 landed,
             } => {
-                if matches!(kind, SignKind::Done) && self.refused(&landed) {
+                if matches!(kind, SignKind::Done)
+                    && (self.refused(&landed) || self.keeps_nothing(&files))
+                {
                     return Some(Report::Signed {
                         stamps: Vec::new(),
                         done: true,
@@ -246,6 +251,33 @@ impl Committer {
         stored.sort();
         done.sort();
         stored == done
+    }
+
+    /// Whether every cache file the engine wrote is one the next start
+    /// removes (said in one line): then nothing is signed.
+    fn keeps_nothing(&self, files: &[PathBuf]) -> bool {
+        let Some(refuse) = &self.refuse else {
+            return false;
+        };
+        let present: Vec<&PathBuf> = files
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
+            .collect();
+        let whys: Vec<Option<String>> = present
+            .iter()
+            .map(|p| refuse(&p.to_string_lossy()))
+            .collect();
+        match whys.first() {
+            Some(Some(why)) if whys.iter().all(Option::is_some) => {
+                Event::KeepsNothing {
+                    files: present.len(),
+                    why: why.clone(),
+                }
+                .emit();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Unify, then sign every cache file present as one set, and say how

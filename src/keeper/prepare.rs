@@ -167,6 +167,7 @@ fn keep(
         seeing: read.seeing,
         redo: read.words.redo(),
         saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
+        refuse: engine.refuse_at_prune(launch),
     };
     let split = pruned.split.len();
     take_sets(
@@ -488,7 +489,9 @@ pub(super) fn prune(
     launch: &Launch,
 ) -> Option<(PruneReport, cache::TrashJob, Option<store::Evicted>)> {
     let refuse = engine.refuse_at_prune(launch);
-    let refuse = refuse.as_deref();
+    let refuse = refuse
+        .as_deref()
+        .map(|r| r as &dyn Fn(&str) -> Option<String>);
     let mut leftover = None;
     let pruned = match store {
         Some(s) => {

@@ -130,6 +130,13 @@ fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
                 .as_str()
                 .and_then(|p| p.rsplit('/').next())
                 .is_some_and(is_shared_name);
+            if shared && row["action"] == "remove" && row["why"].is_null() {
+                // never signed: the last boot kept nothing
+                row["why"] = format!(
+                    "vLLM 0.27.1-0.31.x's shared file hangs a warm boot of a MoE model under more than one rank ({why}): this launch keeps nothing"
+                )
+                .into();
+            }
             if shared && row["action"] == "keep" {
                 row["action"] = "remove".into();
                 row["why"] = format!(

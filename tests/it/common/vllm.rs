@@ -13,7 +13,13 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The events that end a launch's tuning, one of which every boot logs
 /// (or one of the `not_signing*`).
-const OUTCOMES: [&str; 4] = ["signed", "reused", "nothing_to_keep", "nothing_signed"];
+const OUTCOMES: [&str; 5] = [
+    "signed",
+    "reused",
+    "nothing_to_keep",
+    "nothing_signed",
+    "keeps_nothing",
+];
 
 pub fn is_outcome(e: &serde_json::Value) -> bool {
     let name = e["code"].as_str().unwrap_or_default();
