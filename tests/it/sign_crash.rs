@@ -109,7 +109,7 @@ fn next_boot_keeps_what_the_manifest_commits(base: &Path, fp: &str, ctx: &str) {
     let root = base.join("root");
     let want = expected(&root, fp);
     let _ = std::fs::remove_dir_all(base.join("stage"));
-    let b = boot(&mut launch(base));
+    let b = boot_debug(&mut launch(base));
     assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
     assert_no_panic(&b.stderr, ctx);
     assert_eq!(

@@ -618,7 +618,7 @@ fn eviction_runs_after_the_engine_has_started() {
         .args(["--store-max-size", "1"])
         .args(["--", "python3", "-c", engine])
         .arg(&seen);
-    let c = boot(&mut cmd);
+    let c = boot_debug(&mut cmd);
     assert_eq!(c.code, 0, "{}", c.stderr);
     assert!(c.has_event("stored"), "{}", c.stderr);
     let at_start = std::fs::read_to_string(&seen).unwrap();

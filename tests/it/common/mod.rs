@@ -857,6 +857,7 @@ pub fn can_mount() -> bool {
         && have("unshare")
         && Command::new("unshare")
             .args(["--mount", "true"])
+            .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
 }
