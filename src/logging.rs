@@ -621,7 +621,6 @@ mod tests {
             },
             Event::Kept {
                 path: "k.json".to_string(),
-                loud: false,
             },
             Event::EngineExited {
                 status: 0,
@@ -662,7 +661,7 @@ mod tests {
             "{\"schema\":1,\"timestamp\":T,\"level\":\"ERROR\",\"target\":\"keepwrap::cli\",\"code\":\"setting_invalid\",\"message\":\"bad\\tvalue\u{2028}x\u{202e}y\u{7f}; ignored (--strict, or KEEPWRAP_STRICT=1, refuses it)\",\"launch\":L,\"root\":R,\"what\":\"bad\\tvalue\u{2028}x\u{202e}y\u{7f}\",\"option\":\"--done\",\"variable\":null,\"value\":\"\u{e9} \u{2713} \\u0000\",\"then\":\"ignored\"}",
             "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::supervisor\",\"code\":\"stopped_before_start\",\"message\":\"received SIGTERM before the engine started: exiting with -1 without starting it\",\"launch\":L,\"root\":R,\"signal\":\"SIGTERM\",\"status\":-1}",
             "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::cache\",\"code\":\"not_stamping\",\"message\":\"not stamping 1 cache file: their change times settle in -7 ns\",\"launch\":L,\"root\":R,\"files\":1,\"settle_ns\":-7}",
-            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::cache\",\"code\":\"kept\",\"message\":\"kept k.json: signed for this launch\",\"launch\":L,\"root\":R,\"path\":\"k.json\",\"loud\":false}",
+            "{\"schema\":1,\"timestamp\":T,\"level\":\"DEBUG\",\"target\":\"keepwrap::cache\",\"code\":\"kept\",\"message\":\"kept k.json: signed for this launch\",\"launch\":L,\"root\":R,\"path\":\"k.json\"}",
             "{\"schema\":1,\"timestamp\":T,\"level\":\"INFO\",\"target\":\"keepwrap::supervisor\",\"code\":\"engine_ended\",\"message\":\"the engine exited with status 0 after 3.0 s\",\"launch\":L,\"root\":R,\"status\":0,\"uptime_s\":3.0}",
         ];
         assert_eq!(text, expected_text);

@@ -54,13 +54,30 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Does the file go only because another member of its set did (its
-    /// own launch's set, or another launch's)?
-    pub fn is_set_incomplete(&self) -> bool {
+    /// The kind of reason, as prune's summary counts it: its key in the
+    /// JSON form and the words its line says.
+    pub fn kind(&self) -> (&'static str, &'static str) {
         match self {
-            Reason::SetIncomplete { .. } | Reason::SetManifest(_) => true,
-            Reason::OtherLaunchBad(_, why) => why.is_set_incomplete(),
-            _ => false,
+            Reason::NoSidecar => ("unsigned", "unsigned"),
+            Reason::SidecarUnreadable(_) | Reason::SidecarGarbage(_) | Reason::SidecarFuture(_) => {
+                ("bad_sidecar", "with a sidecar that cannot be used")
+            }
+            Reason::OtherLaunch(_) | Reason::OtherLaunchBad(..) => {
+                ("other_launch", "signed for another launch")
+            }
+            Reason::SizeChanged { .. } | Reason::ShaChanged { .. } => {
+                ("changed", "changed after signing")
+            }
+            Reason::InvalidJson(_) | Reason::NotObject(_) | Reason::BadMeta { .. } => {
+                ("not_cache_file", "not a valid cache file")
+            }
+            Reason::Unreadable(_) => ("unreadable", "unreadable"),
+            Reason::NotRegular(_) => ("not_regular", "not a regular file"),
+            Reason::Untrusted(_) => ("untrusted", "in an untrusted directory"),
+            Reason::SetIncomplete { .. } | Reason::SetManifest(_) => {
+                ("set_incomplete", "of an incomplete set")
+            }
+            Reason::Refused(_) => ("refused", "refused for this launch"),
         }
     }
 }

@@ -32,10 +32,6 @@ pub const MAX_SIDECAR: u64 = 64 << 20;
 /// Larger cache files are not read (real ones are KB to a few MB).
 pub const MAX_CACHE_FILE: u64 = 256 << 20;
 
-/// Lines of one kind (`kept ...`, `stored ...`) logged at info level; the
-/// rest at debug level, counted in one line.
-pub const PER_FILE_LINES: usize = 16;
-
 struct State<'f, 's> {
     fingerprint: &'f Fingerprint,
     /// The shape of the tree (the manifests' members are judged by it).
@@ -89,14 +85,8 @@ struct State<'f, 's> {
     /// The paths this launch's set manifest lists, once a file of this
     /// launch was rejected (empty when it has no valid one).
     listed: Option<sidecar::MemberPaths>,
-    /// Files removed only because their set is incomplete said at the
-    /// default level so far, and their reasons (each names the set's
-    /// failing member).
-    followers: usize,
-    said: std::collections::HashSet<String>,
-    /// Such files said at debug level only (after the first lines, of a
-    /// set whose reason was said already).
-    quiet: usize,
+    /// The cache files removed, by the kind of their reason.
+    reasons: crate::events::Tally,
 }
 
 struct Foreign {
@@ -183,9 +173,7 @@ pub fn prune<'s>(
         noticed: None,
         doomed: None,
         listed: None,
-        followers: 0,
-        said: std::collections::HashSet::new(),
-        quiet: 0,
+        reasons: crate::events::Tally::default(),
     };
     let listed = layout::walk(fd, shape, &mut |dir, listing| st.visit(dir, listing));
     st.resolve();
@@ -199,13 +187,6 @@ pub fn prune<'s>(
             Empty::Background => trash::spawn_empty(root),
             Empty::Later => job = TrashJob::of(root),
         }
-    }
-    if st.quiet > 0 {
-        crate::events::Event::MoreFiles {
-            what: "removed".to_string(),
-            files: st.quiet,
-        }
-        .emit();
     }
     if let Some(first) = &st.untouched_first {
         let n = st.untouched;
@@ -221,6 +202,7 @@ pub fn prune<'s>(
         kept: r.kept.len(),
         stored: r.stored,
         removed: r.removed,
+        reasons: st.reasons.clone(),
         leftovers: r.leftovers,
         left: r.left,
     }
@@ -434,35 +416,23 @@ impl State<'_, '_> {
         }
     }
 
+    /// The line of a removed cache file (at debug level, but for one in a
+    /// directory another user can write and one the launch's own rule
+    /// refuses), counted by its reason's kind for the summary.
     fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
         self.report.removed += 1;
-        if matches!(reason, Reason::Untrusted(_)) {
-            crate::events::Event::RemovedUntrusted {
-                path: Rel(rel, name).to_string(),
-                reason: reason.to_string(),
-            }
-            .emit();
+        let (key, words) = reason.kind();
+        self.reasons.add(key, words);
+        let path = Rel(rel, name).to_string();
+        let reason = reason.to_string();
+        if key == "untrusted" {
+            crate::events::Event::RemovedUntrusted { path, reason }.emit();
         } else {
-            // A file that goes with its incomplete set: after the first
-            // lines of such, only the first of each set (its reason names
-            // the member that failed it, which may be missing and have no
-            // line of its own); one line counts the rest.
-            let why = reason.to_string();
-            let loud = !reason.is_set_incomplete()
-                || self.followers < PER_FILE_LINES
-                || !self.said.contains(&why);
-            if reason.is_set_incomplete() {
-                if loud {
-                    self.followers += 1;
-                    self.said.insert(why.clone());
-                } else {
-                    self.quiet += 1;
-                }
-            }
+            let refused = key == "refused";
             crate::events::Event::Removed {
-                path: Rel(rel, name).to_string(),
-                reason: why,
-                loud,
+                path,
+                reason,
+                refused,
             }
             .emit();
         }

@@ -424,7 +424,7 @@ catalogue! {
         /// and how it differs.
         NoCacheFilesGone { fingerprint: String, signed: String }
             INFO "no_cache"
-            => "no cache for this launch: it was signed {signed}, but its cache files were removed or are gone (the lines above say which and why); it tunes again";
+            => "no cache for this launch: it was signed {signed}, but its cache files were removed or are gone (the prune line above counts why; KEEPWRAP_LOG=debug names each file); it tunes again";
         /// This launch was never signed: the nearest signed launch, when it
         /// signed, and how this one differs (`arg --tp 4 -> 8`, `env X
         /// added`; none when they differ only in redacted or ignored
@@ -1055,22 +1055,18 @@ catalogue! {
             => "evicted the stored set of launch {} ({}, {size}, last used {last_used}): {reason}", short(fingerprint), super::counted(files, "file", "files");
  }
     "keepwrap::cache" {
-        /// How many more files were kept or stored than have a line each.
-        MoreFiles { what: String, files: usize }
-            INFO "more_files"
-            => "{what} {files} more {} (KEEPWRAP_LOG=debug lists each)", cache_files(files);
-
-        /// A cache file this launch must not load was removed; a file that
-        /// goes only because another member of its set did is at debug
-        /// level after the first lines, unless it is the first of its set
-        /// (`loud` false).
-        Removed { path: String, reason: String, loud: bool }
+        /// A cache file this launch must not load was removed (the prune
+        /// summary counts these by reason): at debug level, but for a file
+        /// signed for this launch that the launch's own rule (its
+        /// engine's) refuses (`refused`), a decision about this launch
+        /// rather than a stray.
+        Removed { path: String, reason: String, refused: bool }
             INFO | DEBUG "removed"
             => "removed {path}: {reason}";
 
         /// A leftover (orphan sidecar, temp file) was removed.
         RemovedLeftover { path: String, reason: String }
-            INFO "removed_leftover"
+            DEBUG "removed_leftover"
             => "removed {path}: {reason}";
 
         /// A symlink to a directory planted in the tree was removed.
@@ -1159,15 +1155,13 @@ catalogue! {
             DEBUG "not_stamping"
             => "not stamping {}: their change times settle in {settle_ns} ns", super::counted(files, "cache file", "cache files");
 
-        /// A cache file signed for this launch stays; after the first
-        /// lines at debug level only (`loud` false).
-        Kept { path: String, loud: bool }
-            INFO | DEBUG "kept"
+        /// A cache file signed for this launch stays.
+        Kept { path: String }
+            DEBUG "kept"
             => "kept {path}: signed for this launch";
-        /// A file of another launch's whole set moved to the store; after
-        /// the first lines at debug level only (`loud` false).
-        Stored { path: String, other_fingerprint: String, loud: bool }
-            INFO | DEBUG "stored"
+        /// A file of another launch's whole set moved to the store.
+        Stored { path: String, other_fingerprint: String }
+            DEBUG "stored"
             => "stored {path}: signed for another launch (fingerprint {})", short(other_fingerprint);
         /// A cache file in a directory another user can write was removed;
         /// at debug level when that directory is the root (said once at the
@@ -1179,14 +1173,18 @@ catalogue! {
         LeftDirectory { path: String, reason: &'static str }
             WARN "left_directory"
             => "left {path}: {reason}";
-        /// The summary of prune.
-        Pruned { kept: usize, stored: usize, removed: usize, leftovers: usize, left: usize }
+        /// The summary of prune, its one line at the default level: the
+        /// files removed counted by reason (`reasons`); each file's own
+        /// line is at debug level.
+        Pruned { kept: usize, stored: usize, removed: usize, reasons: super::Tally, leftovers: usize, left: usize }
             INFO "pruned"
-            => "prune: kept {kept}, {}removed {} and {}{}",
+            => "prune: kept {kept}, {}removed {} {}and {}{}{}",
                 if stored > 0 { format!("stored {stored}, ") } else { String::new() },
                 super::counted(removed, "cache file", "cache files"),
+                if reasons.is_empty() { String::new() } else { format!("({reasons}) ") },
                 super::counted(leftovers, "leftover", "leftovers"),
-                if left > 0 { format!(", left {left} that could not be removed") } else { String::new() };
+                if left > 0 { format!(", left {left} that could not be removed") } else { String::new() },
+                if kept + stored + removed + leftovers > 0 { " (KEEPWRAP_LOG=debug names each file)" } else { "" };
         /// A directory named like a rank file.
         NotSignedDirectory { path: String, reason: &'static str }
             DEBUG "not_signed_directory"
@@ -1260,9 +1258,7 @@ impl Event {
     /// A quieter level than the usual one where the fields say so.
     pub(super) fn quieter(&self) -> Option<tracing::Level> {
         match self {
-            Event::Kept { loud: false, .. }
-            | Event::Stored { loud: false, .. }
-            | Event::Removed { loud: false, .. } => Some(tracing::Level::DEBUG),
+            Event::Removed { refused: false, .. } => Some(tracing::Level::DEBUG),
             Event::RemovedUntrusted { reason, .. } | Event::NotSignedUnsafe { reason, .. }
                 if super::in_untrusted_root(reason) =>
             {

@@ -173,6 +173,64 @@ impl<T> AsArg for Vec<T> {
     }
 }
 
+/// Counts by kind, as a line says them (`300 unsigned, 2 changed after
+/// signing`: the largest first) and as the JSON form gives them (an object,
+/// `{"unsigned": 300, "changed": 2}`). Each kind has its key and the words
+/// a line says it with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally(Vec<(&'static str, &'static str, usize)>);
+
+impl Tally {
+    /// Count one more of the kind `key`, said as `words`.
+    pub fn add(&mut self, key: &'static str, words: &'static str) {
+        match self.0.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, n)) => *n += 1,
+            None => self.0.push((key, words, 1)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The kinds, the largest count first (then by key).
+    fn sorted(&self) -> Vec<(&'static str, &'static str, usize)> {
+        let mut v = self.0.clone();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+        v
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (_, words, n)) in self.sorted().into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{n} {words}")?;
+        }
+        Ok(())
+    }
+}
+
+impl AsArg for Tally {
+    type Out<'a> = &'a Tally;
+    fn arg(&self) -> &Tally {
+        self
+    }
+}
+
+impl Field for Tally {
+    fn json<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = out.serialize_map(Some(self.0.len()))?;
+        for (key, _, n) in self.sorted() {
+            map.serialize_entry(key, &n)?;
+        }
+        map.end()
+    }
+}
+
 /// A field's value in the JSON form, by its type.
 pub trait Field {
     /// Appended to the field's name in JSON (`_s` for a duration).

@@ -22,6 +22,8 @@ enum Wrapper {
     Tini,
 }
 
+/// A scenario's directory. What the supervisors it starts write to stderr
+/// goes to a file in it, shown only when the test fails.
 struct Env {
     dir: tempfile::TempDir,
 }
@@ -37,6 +39,16 @@ impl Env {
         self.dir.path().join(name)
     }
 
+    /// The file the supervisors' stderr is appended to.
+    fn stderr(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("stderr"))
+            .unwrap()
+            .into()
+    }
+
     /// `wrapper [extra...] -- argv...`
     fn cmd(&self, w: Wrapper, extra: &[&str], argv: &[&str]) -> Command {
         let mut cmd = match w {
@@ -46,6 +58,15 @@ impl Env {
         cmd.args(extra).arg("--").args(argv);
         cmd.env("SIGCHILD_REPORT", self.path("report"));
         cmd
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let said = std::fs::read_to_string(self.path("stderr")).unwrap_or_default();
+            eprintln!("the supervisors' stderr:\n{said}");
+        }
     }
 }
 
@@ -133,7 +154,7 @@ fn scenario_signals_reach_the_child(w: Wrapper) {
     let env = Env::new();
     let argv = sigchild(&["--stay"]);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let g = Guard::spawn(&mut env.cmd(w, &[], &argv));
+    let g = Guard::spawn(env.cmd(w, &[], &argv).stderr(env.stderr()));
     let report = env.path("report");
     let child = wait_reported(&report, "ready", 1)[0];
     for sig in FORWARDED {
@@ -213,7 +234,7 @@ fn scenario_orphans_are_reaped_as_subreaper(w: Wrapper) {
     // so the sleep is reparented to the nearest subreaper.
     let script = "for i in $(seq 100); do sh -c 'sleep 0.2 &'; done; echo spawned > \"$SIGCHILD_REPORT\"; read x || true";
     let mut cmd = env.cmd(w, &[], &["sh", "-c", script]);
-    cmd.stdin(Stdio::piped());
+    cmd.stdin(Stdio::piped()).stderr(env.stderr());
     let mut g = Guard::spawn(&mut cmd);
     wait_for("the orphans to be spawned", T, || {
         (!lines(&env.path("report")).is_empty()).then_some(())
@@ -361,7 +382,10 @@ fn kill_group_reaches_grandchildren_and_the_default_does_not() {
         let argv = sigchild(&["--spawn", "--stay"]);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let extra: &[&str] = if group { &["--kill-group"] } else { &[] };
-        let g = Guard::spawn(&mut env.cmd(Wrapper::Keepwrap, extra, &argv));
+        let g = Guard::spawn(
+            env.cmd(Wrapper::Keepwrap, extra, &argv)
+                .stderr(env.stderr()),
+        );
         let report = env.path("report");
         let ready = wait_reported(&report, "ready", 2);
         let child = children_of(g.pid().as_raw())[0];
@@ -485,7 +509,8 @@ fn as_pid_1_term_is_forwarded_and_the_exit_status_kept() {
     cmd.args(["--pid", "--fork", "--kill-child", BIN, "--"])
         .args(&argv);
     cmd.env("KEEPWRAP_CACHE_DIR", env.path("cache"))
-        .env("SIGCHILD_REPORT", env.path("report"));
+        .env("SIGCHILD_REPORT", env.path("report"))
+        .stderr(env.stderr());
     let mut g = Guard::spawn(&mut cmd);
     let report = env.path("report");
     wait_reported(&report, "ready", 1);

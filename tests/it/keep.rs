@@ -95,9 +95,9 @@ fn a_fingerprinted_argument_change_removes_every_cache_and_retunes_all() {
     let h = home();
     let base = [EP4_FIXED, &["--chunked-prefill-size", "2048"]].concat();
     let changed = [EP4_FIXED, &["--chunked-prefill-size", "4096"]].concat();
-    let b1 = boot(&mut keepwrap_engine(h.path(), &[], &base));
+    let b1 = boot_debug(&mut keepwrap_engine(h.path(), &[], &base));
     assert_eq!(b1.code, 0);
-    let b2 = boot(&mut keepwrap_engine(h.path(), &[], &changed));
+    let b2 = boot_debug(&mut keepwrap_engine(h.path(), &[], &changed));
     // Without keepwrap this boot would load boot 1's files: a partial hit.
     assert_eq!(b2.code, 0, "{}", b2.stderr);
     assert_eq!(b2.hit(), 0, "nothing of the other launch was loaded");
@@ -153,7 +153,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     let root = cache_root(h.path());
     // Rank 1 dies by SIGKILL in the extend pass, after every rank saved its
     // decode pass: a half-tuned set lies on disk.
-    let b1 = boot(&mut keepwrap_engine(
+    let b1 = boot_debug(&mut keepwrap_engine(
         h.path(),
         &[],
         &[EP2_FIXED, &["--crash", "1:extend"]].concat(),
@@ -172,7 +172,7 @@ fn an_engine_killed_mid_tuning_signs_nothing_and_the_next_boot_tunes_everything(
     );
     assert!(sidecars(&root).is_empty(), "nothing signed");
 
-    let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
+    let b2 = boot_debug(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
     assert_eq!(b2.code, 0, "no rank got a partial hit: {}", b2.stderr);
     assert_eq!(b2.hit(), 0, "everything tuned again");
     assert!(
@@ -208,11 +208,14 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
     // signed set, is the signed set the next mutation starts from.
     let h = home();
     let root = cache_root(h.path());
-    assert_eq!(boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED)).code, 0);
+    assert_eq!(
+        boot_debug(&mut keepwrap_engine(h.path(), &[], EP2_FIXED)).code,
+        0
+    );
     for (what, mutate) in mutations {
         let victim = rank_file(&root, 1);
         mutate(&victim);
-        let b2 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
+        let b2 = boot_debug(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
         assert_eq!(b2.code, 0, "{what}: the boot goes on: {}", b2.stderr);
         assert_eq!(b2.hit(), 0, "{what}: no rank loads any of the set");
         let rel = victim.strip_prefix(&root).unwrap();
@@ -223,7 +226,7 @@ fn a_rank_file_changed_after_signing_distrusts_the_whole_set() {
             "{what}: {}",
             b2.stderr
         );
-        let b3 = boot(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
+        let b3 = boot_debug(&mut keepwrap_engine(h.path(), &[], EP2_FIXED));
         assert_eq!(
             (b3.code, b3.tuned()),
             (0, 0),

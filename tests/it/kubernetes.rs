@@ -15,11 +15,13 @@ use common::{output, repo, Finished, BIN};
 use serde_json::Value;
 
 /// The example manifests (`examples/kubernetes/`).
-const EXAMPLES: [&str; 4] = [
+const EXAMPLES: [&str; 6] = [
     "lws-sglang.yaml",
     "deployment-sglang.yaml",
     "lws-vllm.yaml",
     "deployment-vllm.yaml",
+    "deployment-vllm-init-container.yaml",
+    "fleet-vllm.yaml",
 ];
 
 fn checker() -> Command {
@@ -140,7 +142,9 @@ fn documents(file: &str) -> Vec<Value> {
 /// The pod templates of a workload: (where, template).
 fn pod_templates(doc: &Value) -> Vec<(String, Value)> {
     match doc["kind"].as_str() {
-        Some("Deployment") => vec![("template".into(), doc["spec"]["template"].clone())],
+        Some("Deployment") | Some("Job") => {
+            vec![("template".into(), doc["spec"]["template"].clone())]
+        }
         Some("LeaderWorkerSet") => ["leaderTemplate", "workerTemplate"]
             .iter()
             .map(|t| {
@@ -152,6 +156,65 @@ fn pod_templates(doc: &Value) -> Vec<(String, Value)> {
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// The containers of a pod that run the engine: its containers, or for a
+/// pod whose engine runs as a native sidecar (an init container with
+/// `restartPolicy: Always`, as a tuner Job's), that sidecar.
+fn engine_containers(spec: &Value) -> Vec<&Value> {
+    let sidecars: Vec<&Value> = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always")
+        .collect();
+    if sidecars.is_empty() {
+        spec["containers"].as_array().unwrap().iter().collect()
+    } else {
+        sidecars
+    }
+}
+
+/// The fingerprint `keepwrap fingerprint` gives the launch of `container`
+/// under its plain `env:` values.
+fn fingerprint_of(container: &Value) -> String {
+    let launch = launch_of(container, Vec::new()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BIN);
+    common::without_keepwrap_env(&mut cmd).env("HOME", home.path());
+    for e in container["env"].as_array().into_iter().flatten() {
+        if let Some(v) = e["value"].as_str() {
+            cmd.env(e["name"].as_str().unwrap(), v);
+        }
+    }
+    let f = output(cmd.args(["fingerprint", "--"]).args(&launch[2..]));
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    f.stdout.join("\n")
+}
+
+#[test]
+#[ignore = "needs kubernetes-validate (PyPI; .ci/run installs it and runs the ignored tests)"]
+fn the_tuner_job_publishes_the_launch_the_fleet_deployment_restores_read_only() {
+    let docs = documents("fleet-vllm.yaml");
+    let of = |kind: &str| {
+        let doc = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        let spec = &pod_templates(doc)[0].1["spec"];
+        let c = engine_containers(spec)[0].clone();
+        (c, spec["serviceAccountName"].clone())
+    };
+    let (tuner, tuner_account) = of("Job");
+    let (fleet, fleet_account) = of("Deployment");
+    let mode = |c: &Value| env_value(c, "KEEPWRAP_FLEET_MODE").unwrap()["value"].clone();
+    assert_eq!(mode(&tuner), "read-write");
+    assert_eq!(mode(&fleet), "read-only");
+    assert_eq!(
+        env_value(&tuner, "KEEPWRAP_FLEET"),
+        env_value(&fleet, "KEEPWRAP_FLEET")
+    );
+    assert_ne!(tuner_account, fleet_account, "two roles");
+    let fp = fingerprint_of(&tuner);
+    assert_eq!(fp.len(), 64, "{fp}");
+    assert_eq!(fp, fingerprint_of(&fleet), "one launch");
 }
 
 fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
@@ -217,7 +280,7 @@ fn the_examples_run_keepwrap_with_settings_it_accepts() {
             let spec = &t["spec"];
             let grace =
                 Duration::from_secs(spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30));
-            for c in spec["containers"].as_array().unwrap() {
+            for c in engine_containers(spec) {
                 // keepwrap is PID 1: `command:`, when set, starts with it.
                 let launch =
                     launch_of(c, lws_env(&where_)).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -116,8 +116,9 @@ fn json_logs_are_one_event_per_line_with_its_fields() {
     assert_eq!(signed[0]["fingerprint"], fp);
     assert_eq!(signed[0]["message"], "tuned and signed 2 cache files");
 
-    // The same launch again: both files kept, each named by its path.
-    let reused = output(&mut launch(&root, "json"));
+    // The same launch again: both files kept, each named by its path (at
+    // debug level).
+    let reused = output(launch(&root, "json").env("KEEPWRAP_LOG", "debug"));
     assert_eq!(reused.code, 0, "{}", reused.stderr);
     let events = objects(&reused.stderr);
     assert_ne!(events[0]["launch"], launch_id.as_str());
@@ -534,12 +535,12 @@ fn a_boot_whose_signed_file_was_corrupted_says_so_not_how_another_launch_differs
     );
     std::fs::write(root.join(DIR).join("rank_tp1_pp0_dp0.json"), "garbage\n").unwrap();
 
-    let b = output(&mut launch(&root, "text"));
+    let b = output(launch(&root, "text").env("KEEPWRAP_LOG", "debug"));
     assert_eq!(b.code, 0, "{}", b.stderr);
     let lines = keepwrap_lines(&b.stderr);
     assert!(
         lines.contains(
-            &format!("keepwrap: removed {DIR}/rank_tp1_pp0_dp0.json: changed after signing (size 8 != signed 147)")
+            &format!("keepwrap: debug: removed {DIR}/rank_tp1_pp0_dp0.json: changed after signing (size 8 != signed 147)")
                 .as_str()
         ),
         "{}",
@@ -548,7 +549,7 @@ fn a_boot_whose_signed_file_was_corrupted_says_so_not_how_another_launch_differs
     assert!(
         lines.iter().any(|l| l
             .strip_prefix("keepwrap: no cache for this launch: it was signed ")
-            .and_then(|l| l.strip_suffix(" ago, but its cache files were removed or are gone (the lines above say which and why); it tunes again"))
+            .and_then(|l| l.strip_suffix(" ago, but its cache files were removed or are gone (the prune line above counts why; KEEPWRAP_LOG=debug names each file); it tunes again"))
             .is_some_and(|ago| ago.ends_with(" seconds") || ago == "1 second")),
         "{}",
         b.stderr

@@ -43,6 +43,7 @@ mod peers;
 mod policy;
 mod progress;
 mod prune_lists_attack;
+mod prune_summary;
 mod refused;
 mod scaling;
 mod security;

@@ -881,7 +881,7 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
     wait_for("the orphan's rank files", Duration::from_secs(30), || {
         (cache_files(&root).len() == 2).then_some(())
     });
-    let b = boot(&mut keepwrap_engine(
+    let b = boot_debug(&mut keepwrap_engine(
         h.path(),
         &[],
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],
@@ -894,7 +894,7 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
     );
     end_orphan(engine);
     // The orphan is gone: the next launch removes its unsigned files and tunes.
-    let c = boot(&mut keepwrap_engine(
+    let c = boot_debug(&mut keepwrap_engine(
         h.path(),
         &[],
         &["--tp", "2", "--ep", "2", "--gate", "fixed", "--offline"],

@@ -93,9 +93,15 @@ fn put_manifest_bytes(root: &Path, fp: &str, bytes: &[u8]) {
     std::fs::write(p, bytes).unwrap();
 }
 
-/// One launch on `root`: exits 0, no panic.
+/// One launch on `root`: exits 0, no panic. At debug level: each file's
+/// prune line is read.
 fn run(root: &Path) -> Finished {
-    let b = boot(keepwrap(root).args(["--done", "exit", "--"]).args(ARGV));
+    let b = boot(
+        keepwrap(root)
+            .env("KEEPWRAP_LOG", "debug")
+            .args(["--done", "exit", "--"])
+            .args(ARGV),
+    );
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "prune");
     b

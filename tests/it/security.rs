@@ -49,6 +49,16 @@ fn sh_launch(base: &Path, script: &str) -> Finished {
     )
 }
 
+/// [`sh_launch`] with `KEEPWRAP_LOG=debug`: each file's prune line is
+/// logged.
+fn sh_launch_debug(base: &Path, script: &str) -> Finished {
+    boot_debug(
+        keepwrap(&base.join("root"))
+            .current_dir(base)
+            .args(["--done", "exit", "--", "sh", "-c", script]),
+    )
+}
+
 /// Two rank files in DIR saved as FlashInfer saves them (a temp file renamed onto
 /// the rank file: unified rank files share one inode, and a save replaces
 /// only its own path), then `then`.
@@ -107,7 +117,7 @@ fn symlinks_in_the_tree_are_removed_as_links_and_their_targets_left_alone() {
     )
     .unwrap();
 
-    let b = sh_launch(t.path(), "exit 0");
+    let b = sh_launch_debug(t.path(), "exit 0");
     assert_eq!(b.code, 0, "{}", b.stderr);
     assert_no_panic(&b.stderr, "symlinks");
     assert!(
@@ -513,7 +523,7 @@ fn file_names_with_newlines_and_escape_sequences_never_forge_a_log_line() {
         "f=$(printf 'rank_tp2_pp0_dp0\\n keepwrap: tuned and signed 8 cache files\\033[31m.json'); printf '{}' > \"$d/$f\"",
     );
     // The text form: one event, one line, whatever a name holds.
-    let b = boot(
+    let b = boot_debug(
         keepwrap(&root)
             .env("KEEPWRAP_LOG_FORMAT", "text")
             .current_dir(t.path())
@@ -825,7 +835,7 @@ fn prune_acts_only_on_paths_shaped_like_the_engines_cache() {
     for f in &foreign {
         put(f, b"{\"not\": \"the engine's\"}");
     }
-    let b = sh_launch(t.path(), "exit 0");
+    let b = sh_launch_debug(t.path(), "exit 0");
     assert_eq!(b.code, 0, "{}", b.stderr);
     for rel in [
         format!("{DIR}/rank_tp0_pp0_dp0.json"),

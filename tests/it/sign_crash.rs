@@ -109,7 +109,7 @@ fn next_boot_keeps_what_the_manifest_commits(base: &Path, fp: &str, ctx: &str) {
     let root = base.join("root");
     let want = expected(&root, fp);
     let _ = std::fs::remove_dir_all(base.join("stage"));
-    let b = boot(&mut launch(base));
+    let b = boot_debug(&mut launch(base));
     assert_eq!(b.code, 0, "{ctx}: {}", b.stderr);
     assert_no_panic(&b.stderr, ctx);
     assert_eq!(
@@ -356,13 +356,13 @@ fn a_set_of_format_2_sidecars_naming_other_sets_is_stored_and_restored_whole() {
         "{}",
         other.stderr
     );
-    let back = boot(&mut launch(t.path()));
+    let back = boot_debug(&mut launch(t.path()));
     assert!(
         back.logged_with("restored", json!({"files": 3})),
         "{}",
         back.stderr
     );
-    let again = boot(&mut launch(t.path()));
+    let again = boot_debug(&mut launch(t.path()));
     assert_eq!(
         kept(&again),
         files
@@ -426,14 +426,14 @@ fn a_manifest_put_back_from_an_older_copy_keeps_the_older_set_whole() {
     let root = t.path().join("root");
     let older = std::fs::read(root.join(format!(".keepwrap/sets/{fp}.json"))).unwrap();
     stage(t.path(), &[f(rank(D1, 1), "a1")]);
-    let b2 = boot(&mut launch(t.path()));
+    let b2 = boot_debug(&mut launch(t.path()));
     assert!(
         b2.logged_with("signed", json!({"files": 2})),
         "{}",
         b2.stderr
     );
     stage(t.path(), &[f(rank(D1, 1), "a1-retuned")]);
-    let b3 = boot(&mut launch(t.path()));
+    let b3 = boot_debug(&mut launch(t.path()));
     assert!(
         b3.logged_with("signed", json!({"files": 2})),
         "{}",
@@ -441,7 +441,7 @@ fn a_manifest_put_back_from_an_older_copy_keeps_the_older_set_whole() {
     );
     let _ = std::fs::remove_dir_all(t.path().join("stage"));
     std::fs::write(root.join(format!(".keepwrap/sets/{fp}.json")), older).unwrap();
-    let b4 = boot(&mut launch(t.path()));
+    let b4 = boot_debug(&mut launch(t.path()));
     assert_eq!(
         kept(&b4),
         [rank(D1, 0)].into_iter().collect::<BTreeSet<_>>(),

@@ -49,10 +49,10 @@ fn fingerprint(args: &[&str], program: &[&str]) -> String {
 fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     let h = tempfile::tempdir().unwrap();
     let root = cache_root(h.path());
-    let b1 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
+    let b1 = boot_debug(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
     assert_eq!(b1.code, 0, "{}", b1.stderr);
     assert!(b1.tuned() > 0);
-    let b2 = boot(&mut keepwrap_engine(h.path(), &[], &arm("4096")));
+    let b2 = boot_debug(&mut keepwrap_engine(h.path(), &[], &arm("4096")));
     assert_eq!((b2.code, b2.hit()), (0, 0), "{}", b2.stderr);
     let stored = b2.events_named("stored");
     assert_eq!(stored.len(), 4, "{}", b2.stderr);
@@ -89,7 +89,7 @@ fn arms_a_b_a_the_third_boot_restores_a_and_tunes_nothing() {
     );
     assert_eq!(store_entries(&root).len(), 1);
 
-    let b3 = boot(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
+    let b3 = boot_debug(&mut keepwrap_engine(h.path(), &[], &arm("2048")));
     assert_eq!(b3.code, 0, "{}", b3.stderr);
     assert!(
         b3.logged_with("restored", json!({"files": 4})),
@@ -280,7 +280,7 @@ fn unsigned_changed_or_corrupt_files_are_deleted_not_stored() {
     assert_eq!(tiny(&root, "a", 10, &[]).code, 0);
     let f = root.join(format!("{TINY_DIR}/rank_tp0_pp0_dp0.json"));
     std::fs::write(&f, "{\"pad\": \"changed\"}").unwrap();
-    let b = tiny(&root, "b", 10, &[]);
+    let b = tiny(&root, "b", 10, &["-v"]);
     assert!(
         b.events_named("removed").iter().any(|e| e["path"]
             == format!("{TINY_DIR}/rank_tp0_pp0_dp0.json").as_str()
@@ -579,7 +579,7 @@ fn a_unified_set_counts_each_union_once_against_the_store_size() {
     // 2 unions and 16 sidecars fit; 16 unions do not.
     let limit = (5 * m.len()).to_string();
     assert!(16 * m.len() > 3 * m.len() + 16 * 1024);
-    let b = ranks(&root, &ctl, 0, true, &["--store-max-size", &limit]);
+    let b = ranks(&root, &ctl, 0, true, &["-v", "--store-max-size", &limit]);
     assert_eq!(b.events_named("stored").len(), 16, "{}", b.stderr);
     assert!(!b.has_event("evicted"), "{}", b.stderr);
     let b = ranks(&root, &ctl, 0, false, &["--store-max-size", &limit]);
@@ -618,7 +618,7 @@ fn eviction_runs_after_the_engine_has_started() {
         .args(["--store-max-size", "1"])
         .args(["--", "python3", "-c", engine])
         .arg(&seen);
-    let c = boot(&mut cmd);
+    let c = boot_debug(&mut cmd);
     assert_eq!(c.code, 0, "{}", c.stderr);
     assert!(c.has_event("stored"), "{}", c.stderr);
     let at_start = std::fs::read_to_string(&seen).unwrap();

@@ -703,12 +703,13 @@ fn an_sm_swapped_for_a_symlink_before_the_stash_is_not_followed() {
 /// of another, each of 24 files with one missing (deleted with its
 /// sidecar). No file of either fails on its own: every one goes with its
 /// set, with `set incomplete (<missing member>: missing)` as the reason.
-/// The user must still see, at the default level, each set removed and
-/// why (a `removed` line naming a file of it and the member that failed
-/// it; the other launch's says "not trusted" of it, not "missing"),
-/// whichever set the walk finds first, and one count line for the rest.
+/// At the default level the prune's one line counts them by reason; at
+/// debug level the user sees each set removed and why (a `removed` line
+/// naming a file of it and the member that failed it; the other launch's
+/// says "not trusted" of it, not "missing"), whichever set the walk finds
+/// first.
 #[test]
-fn each_incomplete_set_removed_has_its_own_line_at_the_default_level() {
+fn each_incomplete_set_removed_is_counted_by_the_summary_and_named_at_debug_level() {
     use crate::common::*;
     let t = tempfile::tempdir().unwrap();
     let ctl = t.path().join("ctl");
@@ -727,7 +728,13 @@ fn each_incomplete_set_removed_has_its_own_line_at_the_default_level() {
         fs::remove_file(cache.join("0.7.2/sm121/0000000000000002").join(f)).unwrap();
         fs::remove_file(cache.join("0.7.2/sm121/00000000000000b2").join(f)).unwrap();
     }
-    let b = boot(&mut reads_launch(&cache, &ctl, 0, false, &[]));
+    let b = boot(&mut reads_launch(
+        &cache,
+        &ctl,
+        0,
+        false,
+        &[("KEEPWRAP_LOG", "debug")],
+    ));
     assert_eq!(b.code, 0, "{}", b.stderr);
     let removed = events_named(&b.stderr, "removed");
     let said = |key: &str| {
@@ -746,8 +753,11 @@ fn each_incomplete_set_removed_has_its_own_line_at_the_default_level() {
         b.stderr
     );
     assert!(
-        b.stderr.contains("\"what\":\"removed\""),
-        "no count line\n{}",
+        b.logged_with(
+            "pruned",
+            serde_json::json!({"removed": 46, "reasons": {"set_incomplete": 23, "other_launch": 23}})
+        ),
+        "no count by reason\n{}",
         b.stderr
     );
 }

@@ -50,6 +50,15 @@ fn serve_with(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> 
     until_outcome(Running::spawn(&mut kw_vllm(home, kw, &all, env)))
 }
 
+/// [`serve`] with `KEEPWRAP_LOG=debug`: each file's prune line is logged.
+fn serve_debug(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let port = common::free_port().to_string();
+    let mut all = vec!["--port", &port];
+    all.extend_from_slice(args);
+    let mut cmd = kw_vllm(home, &[], &all, env);
+    until_outcome(Running::spawn(cmd.env("KEEPWRAP_LOG", "debug")))
+}
+
 /// vLLM's default cache root under `home`.
 fn root(home: &Path) -> PathBuf {
     home.join(".cache/vllm/flashinfer_autotune_cache")
@@ -121,7 +130,7 @@ fn a_vllm_variable_change_retunes_and_going_back_restores_with_nothing_tuned() {
     assert!(a.logged_with("signed", json!({"files": 2})), "{}", a.stderr);
     // the engine's own key ignores the variable: same folder, and without
     // keepwrap it would reuse A's tactics; keepwrap stores A's set instead
-    let b = serve(home.path(), &args, &other);
+    let b = serve_debug(home.path(), &args, &other);
     assert!(b.has_event("stored"), "{}", b.stderr);
     assert!(
         b.events_named("no_cache").iter().any(|e| e["message"]
@@ -181,7 +190,7 @@ fn layout_a_under_ep_never_hangs_behind_keepwrap_and_hangs_without_it() {
         "{out}"
     );
     for boot in 0..2 {
-        let warm = serve(home.path(), &args, &layout_a);
+        let warm = serve_debug(home.path(), &args, &layout_a);
         assert_eq!(warm.code, 0, "boot {boot}: {}", warm.stderr);
         assert!(warm.events("hang").is_empty(), "{:#?}", warm.stdout);
         assert_eq!(two_verdicts(&warm), [], "boot {boot}: {}", warm.stderr);
@@ -328,7 +337,7 @@ fn a_crash_mid_tune_leaves_nothing_trusted() {
         crashed.stderr
     );
     assert!(common::sidecars(&root(home.path())).is_empty());
-    let next = serve(home.path(), &args, &[]);
+    let next = serve_debug(home.path(), &args, &[]);
     assert_removed_unsigned(&next);
     assert!(
         next.events_named("removed_leftover")
@@ -353,7 +362,7 @@ fn sigkill_of_keepwrap_and_its_engine_mid_tune_leaves_nothing_trusted() {
     assert_eq!(f.code, 128 + 9);
     common::wait_until_nothing_holds(&root(home.path()), DEADLINE);
     assert!(common::sidecars(&root(home.path())).is_empty());
-    let next = serve(home.path(), &["-tp", "2", "-ep"], &[]);
+    let next = serve_debug(home.path(), &["-tp", "2", "-ep"], &[]);
     assert_removed_unsigned(&next);
     assert_retuned_and_signed_whole(&next);
 }
@@ -671,7 +680,7 @@ fn one_changed_rank_file_prunes_the_whole_set() {
         .unwrap()
         .insert("planted".into(), serde_json::json!([0, 1]));
     std::fs::write(&rank1, serde_json::to_vec(&v).unwrap()).unwrap();
-    let next = serve(home.path(), &args, &[]);
+    let next = serve_debug(home.path(), &args, &[]);
     let reasons: Vec<String> = next
         .events_named("removed")
         .iter()

@@ -47,7 +47,6 @@ impl State<'_, '_> {
                 None => {
                     crate::events::Event::Kept {
                         path: path.to_string(),
-                        loud: self.report.kept.len() < PER_FILE_LINES,
                     }
                     .emit();
                     self.report.kept.push(PathBuf::from(path));
@@ -76,7 +75,6 @@ impl State<'_, '_> {
             }
         }
         self.note_split(dir);
-        more_lines(self.report.kept.len(), "kept");
         self.resolve_foreign(&root);
         self.root = Some(root);
     }
@@ -165,11 +163,9 @@ impl State<'_, '_> {
                 }
             }
         }
-        let stored_before = self.report.stored;
         for files in sets {
             self.store_set(root, &files);
         }
-        more_lines(self.report.stored - stored_before, "stored");
     }
 
     /// A set of another launch, whole by its sidecars: check its bytes, then
@@ -303,7 +299,6 @@ impl State<'_, '_> {
                     crate::events::Event::Stored {
                         path: m.path.to_string(),
                         other_fingerprint: set.manifest.fingerprint.clone(),
-                        loud: self.report.stored < PER_FILE_LINES,
                     }
                     .emit();
                     self.report.stored += 1;
@@ -355,17 +350,6 @@ impl State<'_, '_> {
         let mut shown = rel.as_bytes().to_vec();
         shown.push(b'/');
         self.take_to_trash(root.as_fd(), parent.as_fd(), name.as_bytes(), &shown)
-    }
-}
-
-/// After [`PER_FILE_LINES`] lines of a kind, one line counts the rest.
-fn more_lines(n: usize, what: &str) {
-    if n > PER_FILE_LINES {
-        crate::events::Event::MoreFiles {
-            what: what.to_string(),
-            files: n - PER_FILE_LINES,
-        }
-        .emit();
     }
 }
 

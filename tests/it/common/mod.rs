@@ -743,6 +743,12 @@ pub fn boot(cmd: &mut Command) -> Finished {
     Running::spawn(cmd).finish(Duration::from_secs(60))
 }
 
+/// [`boot`] with `KEEPWRAP_LOG=debug`: each file's prune line (`kept`,
+/// `stored`, `removed`) is at debug level.
+pub fn boot_debug(cmd: &mut Command) -> Finished {
+    boot(cmd.env("KEEPWRAP_LOG", "debug"))
+}
+
 /// Run a short command to the end (60 s deadline, then KILL) and collect all
 /// of its output: both pipes are read to their end before it returns.
 pub fn output(cmd: &mut Command) -> Finished {
@@ -869,6 +875,7 @@ pub fn can_mount() -> bool {
         && have("unshare")
         && Command::new("unshare")
             .args(["--mount", "true"])
+            .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
 }
