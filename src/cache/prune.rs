@@ -417,8 +417,9 @@ impl State<'_, '_> {
     }
 
     /// The line of a removed cache file (at debug level, but for one in a
-    /// directory another user can write and one the launch's own rule
-    /// refuses), counted by its reason's kind for the summary.
+    /// directory another user can write, one changed after it was signed
+    /// and one the launch's own rule refuses), counted by its reason's
+    /// kind for the summary.
     fn log_removed(&mut self, rel: &[u8], name: &[u8], reason: &Reason) {
         self.report.removed += 1;
         let (key, words) = reason.kind();
@@ -428,13 +429,8 @@ impl State<'_, '_> {
         if key == "untrusted" {
             crate::events::Event::RemovedUntrusted { path, reason }.emit();
         } else {
-            let refused = key == "refused";
-            crate::events::Event::Removed {
-                path,
-                reason,
-                refused,
-            }
-            .emit();
+            let own = key == "refused" || key == "changed";
+            crate::events::Event::Removed { path, reason, own }.emit();
         }
     }
 

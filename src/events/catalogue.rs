@@ -1057,10 +1057,10 @@ catalogue! {
     "keepwrap::cache" {
         /// A cache file this launch must not load was removed (the prune
         /// summary counts these by reason): at debug level, but for a file
-        /// signed for this launch that the launch's own rule (its
-        /// engine's) refuses (`refused`), a decision about this launch
-        /// rather than a stray.
-        Removed { path: String, reason: String, refused: bool }
+        /// of this launch's own set (`own`): one changed after it was
+        /// signed, or one the launch's own rule (its engine's) refuses, a
+        /// decision about this launch rather than a stray.
+        Removed { path: String, reason: String, own: bool }
             INFO | DEBUG "removed"
             => "removed {path}: {reason}";
 
@@ -1258,7 +1258,7 @@ impl Event {
     /// A quieter level than the usual one where the fields say so.
     pub(super) fn quieter(&self) -> Option<tracing::Level> {
         match self {
-            Event::Removed { refused: false, .. } => Some(tracing::Level::DEBUG),
+            Event::Removed { own: false, .. } => Some(tracing::Level::DEBUG),
             Event::RemovedUntrusted { reason, .. } | Event::NotSignedUnsafe { reason, .. }
                 if super::in_untrusted_root(reason) =>
             {
