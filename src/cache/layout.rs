@@ -65,6 +65,13 @@ pub trait Layout: Sync {
         false
     }
 
+    /// Whether the bytes of the cache file `name` are what the engine
+    /// writes under that name, beyond being a JSON object: Err says why
+    /// not (the file is not signed, nor the rest of its folder).
+    fn check_file(&self, _name: &[u8], _bytes: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The file (relative to the root) that says which build a cache file
     /// at `path` was tuned under, for a layout whose cache files carry no
     /// stamp of their own (the fleet matches a set to a machine by it);
@@ -154,6 +161,11 @@ impl Shape {
     /// See [`Layout::rank_of`].
     pub fn rank_of(self, name: &str) -> Option<RankId> {
         self.0.rank_of(name)
+    }
+
+    /// See [`Layout::check_file`].
+    pub fn check_file(self, name: &[u8], bytes: &[u8]) -> Result<(), String> {
+        self.0.check_file(name, bytes)
     }
 
     /// See [`Layout::stamp_of`].

@@ -196,6 +196,7 @@ impl Survey {
                 Hashing {
                     json: true,
                     stamps: *stamps.get_or_init(|| fsx::changes_noticed(dir.fd)),
+                    shape: Some(dir.shape),
                 },
                 known.as_ref(),
             ) {
@@ -213,6 +214,15 @@ impl Survey {
                     crate::events::Event::NotSigned {
                         path: rel.to_string(),
                         reason: e.into_reason().to_string(),
+                    }
+                    .emit();
+                    unsignable.get_or_insert_with(|| rel.to_string());
+                    continue;
+                }
+                Err(Unsignable::Content(reason)) => {
+                    crate::events::Event::NotSigned {
+                        path: rel.to_string(),
+                        reason,
                     }
                     .emit();
                     unsignable.get_or_insert_with(|| rel.to_string());
@@ -345,6 +355,8 @@ const SETTLE_WAIT_NS: i64 = 150_000_000;
 enum Unsignable {
     Io(io::Error),
     Json(judge::JsonErr),
+    /// Not what the engine writes under its name ([`Shape::check_file`]).
+    Content(String),
 }
 
 /// Files hashed in this sign, by identity: rank files unified into one
@@ -361,6 +373,9 @@ struct Hashing {
     /// A stamp may vouch for the file ([`fsx::changes_noticed`] of its
     /// directory).
     stamps: bool,
+    /// The shape whose check the bytes read must pass
+    /// ([`Shape::check_file`]).
+    shape: Option<Shape>,
 }
 
 impl Hashed {
@@ -410,6 +425,9 @@ impl Hashed {
         }
         if how.json {
             judge::json_object_entries(buf).map_err(Unsignable::Json)?;
+        }
+        if let Some(shape) = how.shape {
+            shape.check_file(name, buf).map_err(Unsignable::Content)?;
         }
         let sha = crate::digest::sha256_hex(buf);
         if buf.len() as u64 == size {
@@ -478,6 +496,7 @@ fn stamp_racy(
         let how = Hashing {
             json: false,
             stamps: true,
+            shape: None,
         };
         if let Ok((sha, size, Some(stamp), _)) =
             hashed.hash(d.as_fd(), name.as_bytes(), buf, how, None)

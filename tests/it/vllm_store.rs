@@ -69,6 +69,21 @@ fn serve_until(
     until_outcome(r)
 }
 
+/// A server boot of `vllm serve ... ARGS` under keepwrap, once the engine
+/// has written its first entry (its path).
+fn started(home: &Path, args: &[&str]) -> (Running, PathBuf) {
+    let path = installed(home);
+    let port = common::free_port().to_string();
+    let mut all = vec!["--port", port.as_str()];
+    all.extend_from_slice(args);
+    let r = Running::spawn(&mut kw_vllm(home, &[], &all, &[("PYTHONPATH", &path)]));
+    let root = store_root(home);
+    let first = common::wait_for("the first entry in the store", DEADLINE, || {
+        entries(&root).into_keys().next()
+    });
+    (r, first)
+}
+
 /// keepwrap's store root for one-rank launches under `home`.
 fn store_root(home: &Path) -> PathBuf {
     home.join(".cache/vllm/keepwrap-flashinfer-store")
@@ -231,18 +246,7 @@ fn an_environment_directory_whose_manifest_was_edited_is_never_trusted() {
 fn sigkill_mid_tune_signs_nothing() {
     let home = common::home();
     let root = store_root(home.path());
-    let path = installed(home.path());
-    let port = common::free_port().to_string();
-    let mut cmd = kw_vllm(
-        home.path(),
-        &[],
-        &["--port", &port, "--tune-ms", "300"],
-        &[("PYTHONPATH", &path)],
-    );
-    let r = Running::spawn(&mut cmd);
-    common::wait_for("the first entry in the store", DEADLINE, || {
-        (!entries(&root).is_empty()).then_some(())
-    });
+    let (r, _) = started(home.path(), &["--tune-ms", "300"]);
     common::sigkill_with_children(r.guard.pid().as_raw());
     let f = r.finish(DEADLINE);
     assert_eq!(f.code, 128 + 9);
@@ -375,4 +379,40 @@ fn a_second_pod_with_no_shared_file_system_boots_warm_from_the_bucket() {
         relative(store_root(h2.path())),
         relative(store_root(h1.path()))
     );
+}
+
+#[test]
+fn an_entry_planted_during_the_boot_that_flashinfer_did_not_write_is_never_signed() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let (r, first) = started(home.path(), &["--ready-delay-ms", "1500"]);
+    // a JSON object with a key, a runner and a tactic, under a name that
+    // is not the hash of its key
+    let planted = first.with_file_name("0123456789abcdef01234567.json");
+    std::fs::write(
+        &planted,
+        r#"{"key": "planted", "runner": "r", "tactic": [0]}"#,
+    )
+    .unwrap();
+    let f = until_outcome(r);
+    assert!(!f.has_event("signed"), "{}", f.stderr);
+    let line = f.event("not_signed");
+    assert!(
+        line["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("0123456789abcdef01234567.json"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        line["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("named 0123456789abcdef01234567, not the hash of its key"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.has_event("dir_not_signed"), "{}", f.stderr);
+    assert!(common::sidecars(&root).is_empty());
 }

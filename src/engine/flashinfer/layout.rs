@@ -28,6 +28,21 @@ impl Layout for Store {
     fn is_engines_file(&self, depth: usize, name: &[u8]) -> bool {
         depth == 2 && name == MANIFEST
     }
+    /// An entry is a JSON object whose `key` hashes to its file's stem,
+    /// with the `runner` and `tactic` FlashInfer's lookup reads.
+    fn check_file(&self, name: &[u8], bytes: &[u8]) -> Result<(), String> {
+        let key = super::entry_key(bytes).map_err(|why| why.to_string())?;
+        let stem = name.strip_suffix(CACHE_EXT).unwrap_or(name);
+        let want = super::entry_stem(&key);
+        if want.as_bytes() == stem {
+            Ok(())
+        } else {
+            Err(format!(
+                "named {}, not the hash of its key ({want})",
+                String::from_utf8_lossy(stem)
+            ))
+        }
+    }
     /// An entry's build is its environment's: `v2/<env16>/manifest.json`.
     fn stamp_of(&self, path: &str) -> Option<String> {
         let mut parts = path.split('/');

@@ -18,7 +18,7 @@
 pub mod check;
 pub mod layout;
 
-pub use check::{check, Finding};
+pub use check::{check, check_dirs, Finding};
 pub use layout::STORE;
 
 use serde_json::Value;

@@ -283,17 +283,19 @@ fn note_managed_store(launch: &Launch, cache_dir: Option<&Path>) {
 }
 
 /// Before the start of a launch whose managed store keepwrap keeps: the
-/// store's own check ([`crate::engine::flashinfer::check`]) of what prune
-/// kept (or the store or the fleet restored). A kept entry that is not
-/// what FlashInfer writes (its name not the hash of its key, not a JSON
-/// object with a key, runner and tactic), or one in an environment
-/// directory whose name is not the hash of its manifest, leaves the whole
-/// set untrusted: each is named in one line, and every kept file goes.
+/// store's own check of its environments' directories
+/// ([`crate::engine::flashinfer::check_dirs`]) for what prune kept (or the
+/// store or the fleet restored). A kept entry in an environment directory
+/// whose name is not the hash of its manifest leaves the whole set
+/// untrusted: named in one line, and every kept file goes. Each entry was
+/// checked when it was signed (its name the hash of its key, a JSON object
+/// with a key, runner and tactic: the store's `check_file`), and its
+/// signature holds its bytes since.
 fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
     if kept.is_empty() {
         return;
     }
-    let findings = match crate::engine::flashinfer::check(root) {
+    let findings = match crate::engine::flashinfer::check_dirs(root) {
         Ok(f) => f,
         Err(e) => vec![crate::engine::flashinfer::Finding {
             path: String::new(),
