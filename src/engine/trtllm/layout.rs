@@ -45,6 +45,11 @@ impl Layout for Tree {
             dp: 0,
         })
     }
+    /// F+A's lock file is left after every save, its temp file by a kill
+    /// mid-save; neither is ever kept.
+    fn tmp_reason(&self) -> &'static str {
+        "TensorRT-LLM's lock or temp file, never kept"
+    }
     fn rank_name_form(&self) -> &'static str {
         "autotuner_cache.rank<N>.json"
     }

@@ -67,10 +67,12 @@ fn cache_path(launch: &Launch, cache_dir: Option<&Path>) -> Option<PathBuf> {
 
 /// The launch's own value of the variable, when it names another file.
 fn theirs(launch: &Launch, ours: &Path) -> Option<PathBuf> {
-    launch
-        .command()
-        .env
-        .iter()
+    value_other_than(&launch.command().env, ours)
+}
+
+/// The variable's value in `env`, when it names another file than `ours`.
+fn value_other_than(env: &[(OsString, OsString)], ours: &Path) -> Option<PathBuf> {
+    env.iter()
         .find(|(k, _)| k == CACHE_VAR)
         .map(|(_, v)| PathBuf::from(v))
         .filter(|v| v.as_os_str() != ours.as_os_str())
@@ -210,7 +212,11 @@ impl Engine for Trtllm {
         let Some(ours) = cache_path(launch, cache_dir) else {
             return;
         };
-        if let Some(theirs) = theirs(launch, &ours) {
+        // the launch as given, in keepwrap's own environment: the launch
+        // keepwrap reads holds keepwrap's value already
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let given = crate::launch::analyze(launch.argv(), &env);
+        if let Some(theirs) = value_other_than(&given.env, &ours) {
             crate::events::Event::TrtllmCachePathOverridden {
                 theirs,
                 ours: ours.clone(),
