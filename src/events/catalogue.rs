@@ -349,6 +349,12 @@ catalogue! {
             INFO "trtllm_file_removed"
             => "removed {}: {why}; the engine tunes afresh (a cold boot, not a failed one)", Shown(path);
 
+        /// Attention-DP is on: with expert parallelism a warm cache can hang
+        /// the start (TensorRT-LLM PR 14240).
+        TrtllmAttentionDp { file: PathBuf }
+            WARN "trtllm_attention_dp"
+            => "attention-DP is on ({}: enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, run this launch with --disable, which starts it cold every time (the engine keeps nothing)", Shown(file);
+
         TrtllmCannotRemove { path: PathBuf, error: String }
             WARN "trtllm_cannot_remove"
             => "cannot remove {}: {error}", Shown(path);

@@ -115,11 +115,7 @@ fn boot_two_tunes_nothing_in_each_layout() {
         assert_eq!(warm.tuned(), 0, "{layout}: {:#?}", warm.stdout);
         assert_eq!(warm.hit(), 2 * SHAPES, "{layout}: {:#?}", warm.stdout);
         assert_eq!(warm.tactics(), cold.tactics(), "{layout}");
-        assert!(
-            warm.has_event("reused") || warm.has_event("signed"),
-            "{layout}: {}",
-            warm.stderr
-        );
+        assert!(warm.has_event("reused"), "{layout}: {}", warm.stderr);
     }
 }
 
@@ -331,4 +327,40 @@ fn a_set_tuned_on_one_gpu_model_is_never_loaded_on_another() {
         "{kept}"
     );
     assert_eq!(none.tuned(), SHAPES, "{:#?}", none.stdout);
+}
+
+#[test]
+fn a_launch_with_attention_dp_is_told_how_to_start_cold() {
+    let home = common::home();
+    let yaml = home.path().join("extra.yaml");
+    std::fs::write(&yaml, "enable_attention_dp: true\nenable_autotuner: true\n").unwrap();
+    let args = ["--extra_llm_api_options", yaml.to_str().unwrap()];
+    let first = boot(home.path(), "F", &args, &[]);
+    assert!(
+        first.logged_with("trtllm_attention_dp", json!({"file": yaml})),
+        "{}",
+        first.stderr
+    );
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    // --disable: the engine is given no file, and starts cold
+    let cold = boot_disabled(home.path(), &args);
+    assert_eq!(
+        cold.events("start")[0]["cache_path"],
+        json!(null),
+        "{:#?}",
+        cold.stdout
+    );
+    assert_eq!(cold.tuned(), SHAPES, "{:#?}", cold.stdout);
+    assert!(!cold.has_event("trtllm_cache_kept"), "{}", cold.stderr);
+}
+
+/// One boot under `--disable` (only supervised): wait for the engine's
+/// `ready` line, then TERM.
+fn boot_disabled(home: &Path, args: &[&str]) -> Finished {
+    let mut r = Running::spawn(&mut kw(home, "F", args, &[("KEEPWRAP_DISABLE", "1")]));
+    r.wait_stdout("the engine's ready line", DEADLINE, |l| {
+        l.contains("\"event\": \"ready\"")
+    });
+    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    r.finish(DEADLINE)
 }

@@ -234,6 +234,7 @@ impl Engine for Trtllm {
             engine: release(launch),
         }
         .emit();
+        note_attention_dp(launch);
     }
 
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
@@ -249,6 +250,23 @@ impl Engine for Trtllm {
 
     fn health(&self, launch: &Launch) -> Endpoint {
         endpoint(launch)
+    }
+}
+
+/// A launch whose `--extra_llm_api_options` file turns attention-DP on:
+/// one line says a warm start can hang, and how to start cold.
+fn note_attention_dp(launch: &Launch) {
+    let Some(path) = launch.trtllm().and_then(|t| t.extra_path.as_ref()) else {
+        return;
+    };
+    let Ok(f) = crate::launch::open_regular(path) else {
+        return;
+    };
+    let mut text = String::new();
+    if std::io::Read::read_to_string(&mut std::io::Read::take(f, 16 << 20), &mut text).is_ok()
+        && facts::attention_dp(&text)
+    {
+        crate::events::Event::TrtllmAttentionDp { file: path.clone() }.emit();
     }
 }
 

@@ -34,6 +34,8 @@ pub struct TrtllmLaunch {
     /// `--extra_llm_api_options FILE`: its path as written and the sha256 of
     /// its bytes, or why they cannot be read.
     pub extra: Option<(String, Result<String, String>)>,
+    /// That file as the engine opens it (relative to its directory).
+    pub extra_path: Option<std::path::PathBuf>,
     /// The GPU models the machine shows, or why none is seen.
     pub gpu: Result<String, String>,
 }
@@ -48,7 +50,9 @@ impl TrtllmLaunch {
             let shown = String::from_utf8_lossy(p.as_bytes()).into_owned();
             (shown, script_hash(&cwd.join(p)))
         });
+        let extra_path = option_value(&given, EXTRA_OPTIONS).map(|p| cwd.join(p));
         Some(TrtllmLaunch {
+            extra_path,
             args: canonical_args(&given),
             given,
             extra,

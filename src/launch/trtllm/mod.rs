@@ -138,6 +138,20 @@ pub fn sizes(args: &[OsString]) -> Sizes {
     }
 }
 
+/// Whether an `--extra_llm_api_options` YAML turns attention data
+/// parallelism on: a top-level `enable_attention_dp: true` line (YAML's
+/// spellings of true).
+pub fn attention_dp(yaml: &str) -> bool {
+    yaml.lines().any(|l| {
+        let Some(v) = l.strip_prefix("enable_attention_dp:") else {
+            return false;
+        };
+        let v = v.split('#').next().unwrap_or("").trim();
+        let v = v.trim_matches(|c| c == '"' || c == '\'');
+        ["true", "yes", "on"].contains(&v.to_ascii_lowercase().as_str())
+    })
+}
+
 /// Which cache files a TensorRT-LLM release writes at the path the
 /// variable names (docs/trtllm.md, releases inferred from PR merge dates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -173,6 +173,15 @@ fn sizes_and_world() {
 }
 
 #[test]
+fn attention_dp_from_the_yaml() {
+    assert!(attention_dp("enable_attention_dp: true\n"));
+    assert!(attention_dp("x: 1\nenable_attention_dp: True  # on\n"));
+    assert!(!attention_dp("enable_attention_dp: false\n"));
+    assert!(!attention_dp("  enable_attention_dp: true\n"));
+    assert!(!attention_dp(""));
+}
+
+#[test]
 fn layouts_by_release() {
     assert_eq!(layout_for_version("1.0.0rc4"), Some(Layout::None));
     assert_eq!(layout_for_version("1.1.0"), Some(Layout::PerRank));
