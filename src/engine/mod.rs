@@ -1,5 +1,5 @@
 //! The engine seam: what differs between the engines keepwrap fronts
-//! (SGLang, vLLM), each in its own file behind one trait, picked by one
+//! (SGLang, vLLM, TensorRT-LLM), each in its own file behind one trait, picked by one
 //! match on the profile ([`of`]). The cache root and the layout of its
 //! tree, the unify default, the share of a multi-node launch, what the
 //! share gives a node before the start, launches left alone, the files
