@@ -173,7 +173,7 @@ fn count_entries(bytes: &[u8]) -> Result<Counted, serde_json::Error> {
 /// (`allow_nan=True` is its default); serde_json does not. Replace those
 /// bare tokens (outside strings) by `0` so a file the engine loads is not
 /// judged invalid here. None when there is none.
-fn python_nan_to_zero(bytes: &[u8]) -> Option<Vec<u8>> {
+pub fn python_nan_to_zero(bytes: &[u8]) -> Option<Vec<u8>> {
     if !bytes.windows(3).any(|w| w == b"NaN") && !bytes.windows(8).any(|w| w == b"Infinity") {
         return None;
     }

@@ -86,6 +86,11 @@ pub trait Layout: Sync {
         Ok(())
     }
 
+    /// Why prune removes an engine's temp file ([`Role::AutotunerTmp`]).
+    fn tmp_reason(&self) -> &'static str {
+        "FlashInfer temp file left by a crash"
+    }
+
     /// Whether a cache file's name must say its rank for the file to be
     /// published to other nodes (a set of per-rank files).
     fn names_ranks(&self) -> bool {
@@ -151,6 +156,11 @@ impl Shape {
     /// (the root is 0), in this shape?
     pub fn is_layout_dir(self, depth: usize, name: &[u8]) -> bool {
         self.0.is_layout_dir(depth, name)
+    }
+
+    /// See [`Layout::tmp_reason`].
+    pub fn tmp_reason(self) -> &'static str {
+        self.0.tmp_reason()
     }
 
     /// See [`Layout::names_ranks`].

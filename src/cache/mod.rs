@@ -54,7 +54,7 @@ pub use trash::{empty_trash, TrashJob, TRASH_DIR};
 mod tests;
 
 pub use crate::digest::sha256_hex;
-pub use json::{json_object_entries, META_KEYS};
+pub use json::{json_object_entries, python_nan_to_zero, META_KEYS};
 pub use judge::{judge_sidecar, judge_sidecar_for, Reason};
 pub use sidecar::{
     is_sha256_hex, manifest_name, now_ns, open_sets, read_manifest, remove_manifest, set_id,

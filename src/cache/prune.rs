@@ -315,8 +315,7 @@ impl State<'_, '_> {
                     // else it goes (or stays) with its cache file
                 }
                 Role::AutotunerTmp if e.kind != Kind::Dir => {
-                    self.plan
-                        .push((i, Act::Leftover("FlashInfer temp file left by a crash")));
+                    self.plan.push((i, Act::Leftover(dir.shape.tmp_reason())));
                 }
                 Role::KeepwrapTmp if e.kind != Kind::Dir => {
                     self.plan

@@ -1,5 +1,5 @@
 //! The engine seam: what differs between the engines keepwrap fronts
-//! (SGLang, vLLM), each in its own file behind one trait, picked by one
+//! (SGLang, vLLM, TensorRT-LLM), each in its own file behind one trait, picked by one
 //! match on the profile ([`of`]). The cache root and the layout of its
 //! tree, the unify default, the share of a multi-node launch, what the
 //! share gives a node before the start, launches left alone, the files
@@ -11,6 +11,7 @@
 
 pub mod flashinfer;
 pub mod sglang;
+pub mod trtllm;
 pub mod vllm;
 
 /// The items `explain` compares of a server launch's canonical inputs.
@@ -185,7 +186,7 @@ pub trait Engine: Sync {
 pub const NO_DEFAULT_ROOT: &str = "neither --cache-dir, SGLANG_CACHE_DIR nor HOME is set";
 
 /// Every engine, in the order a command is tried against them.
-pub const ALL: [&dyn Engine; 2] = [&sglang::Sglang, &vllm::Vllm];
+pub const ALL: [&dyn Engine; 3] = [&sglang::Sglang, &vllm::Vllm, &trtllm::Trtllm];
 
 /// SGLang's cache tree.
 pub const SGLANG: Shape = sglang::TREE;
@@ -193,11 +194,13 @@ pub const SGLANG: Shape = sglang::TREE;
 pub const VLLM_TREE: Shape = vllm::layout::TREE;
 /// vLLM's flat folders in its override directory.
 pub const VLLM_FLAT: Shape = vllm::layout::FLAT;
+/// keepwrap's tree for TensorRT-LLM's cache file.
+pub const TRTLLM: Shape = trtllm::TREE;
 
 impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
-    pub const ALL: [Shape; 3] = [SGLANG, VLLM_TREE, VLLM_FLAT];
+    pub const ALL: [Shape; 4] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM];
 }
 
 /// Warn when `--cache-dir` is not where the engine writes
@@ -258,6 +261,7 @@ pub type Refuse = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub fn of(profile: ProfileName) -> &'static dyn Engine {
     match profile {
         ProfileName::Vllm => &vllm::Vllm,
+        ProfileName::Trtllm => &trtllm::Trtllm,
         ProfileName::Auto | ProfileName::Sglang | ProfileName::Seed => &sglang::Sglang,
     }
 }
@@ -334,21 +338,9 @@ mod tests {
             ]
         );
     }
-    use crate::launch::fingerprint::Options;
 
     fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
-        let opts = Options {
-            profile: ProfileName::Auto,
-            env_prefixes: vec![],
-            volatile_env: vec![],
-            ignored_args: vec![],
-        };
-        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
-        let env: Vec<(OsString, OsString)> = env
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-            .collect();
-        Launch::new(&opts, &argv, &env)
+        Launch::auto(argv, env)
     }
 
     #[test]

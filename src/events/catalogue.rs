@@ -336,6 +336,35 @@ catalogue! {
             INFO "managed_store_kept"
             => "a one-rank launch: FlashInfer's managed store is kept per launch in {} ({var} for the engine)", Shown(store);
 
+        /// A TensorRT-LLM launch: keepwrap sets `TLLM_AUTOTUNER_CACHE_PATH` for
+        /// the engine to its own file and keeps it per launch; the
+        /// fingerprint holds what TensorRT-LLM never checks.
+        TrtllmCacheKept { path: PathBuf, gpu: String, engine: String }
+            INFO "trtllm_cache_kept"
+            => "TensorRT-LLM's autotuner cache is kept per launch in {} (TLLM_AUTOTUNER_CACHE_PATH for the engine); the fingerprint holds the GPU model ({gpu}) and the build ({engine}), which TensorRT-LLM never checks", Shown(path);
+
+        /// The launch set `TLLM_AUTOTUNER_CACHE_PATH` itself: keepwrap's
+        /// file replaces it for the engine.
+        TrtllmCachePathOverridden { theirs: PathBuf, ours: PathBuf }
+            INFO "trtllm_cache_path_overridden"
+            => "TLLM_AUTOTUNER_CACHE_PATH is {} for the engine: keepwrap sets it to {} instead, a file it keeps per launch (the file at {} is left as it is)", Shown(theirs), Shown(ours), Shown(theirs);
+
+        /// A kept TensorRT-LLM cache file that would fail the boot or set
+        /// its ranks apart, removed before the start.
+        TrtllmFileRemoved { path: PathBuf, why: String }
+            INFO "trtllm_file_removed"
+            => "removed {}: {why}; the engine tunes afresh (a cold boot, not a failed one)", Shown(path);
+
+        /// Attention-DP is on: with expert parallelism a warm cache can hang
+        /// the start (TensorRT-LLM PR 14240).
+        TrtllmAttentionDp { file: PathBuf }
+            WARN "trtllm_attention_dp"
+            => "attention-DP is on ({}: enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, run this launch with --disable, which starts it cold every time (the engine keeps nothing)", Shown(file);
+
+        TrtllmCannotRemove { path: PathBuf, error: String }
+            WARN "trtllm_cannot_remove"
+            => "cannot remove {}: {error}", Shown(path);
+
         /// An entry of a kept managed store that FlashInfer did not write
         /// as it is: the set it belongs to is not trusted.
         UntrustedStoreEntry { path: String, why: String }

@@ -13,6 +13,7 @@ pub mod package;
 pub mod prefix;
 pub mod shell;
 mod table;
+pub mod trtllm;
 pub mod vllm;
 
 use std::ffi::OsString;
@@ -624,13 +625,16 @@ fn names_server(argv: &[OsString]) -> Option<String> {
 
 impl Command {
     /// `--keep auto`: whether this command is an engine whose cache is
-    /// kept. An SGLang server; or any command one of whose words names a
+    /// kept. An SGLang, vLLM or TensorRT-LLM server; or any command one of whose words names a
     /// Python interpreter or starts with `sglang` (an offline script, an
     /// `sglang` entry point, `numactl ... python ...`); or a shell string
     /// that cannot be read but mentions `python` or `sglang`. Everything
     /// else (`bash`, `sleep`, `nvidia-smi`, a script) is only supervised.
     pub fn is_engine(&self) -> bool {
-        if self.server.is_some() || vllm::recognise(&self.argv).is_some() {
+        if self.server.is_some()
+            || vllm::recognise(&self.argv).is_some()
+            || trtllm::recognise(&self.argv).is_some()
+        {
             return true;
         }
         let words = strings(&self.argv);

@@ -328,7 +328,7 @@ fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<(Vec<PathBuf>,
         let exe = which(argv0, env, cwd)
             .ok_or_else(|| format!("{} is not on PATH", argv0.to_string_lossy()))?;
         (exe, py_flags(argv, cwd))
-    } else if name == b"vllm" || name == b"sglang" {
+    } else if name == b"vllm" || name == b"sglang" || name == super::trtllm::COMMAND.as_bytes() {
         let script = which(argv0, env, cwd)
             .ok_or_else(|| format!("{} is not on PATH", argv0.to_string_lossy()))?;
         let exe = shebang(&script, env, cwd)

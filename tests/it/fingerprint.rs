@@ -1027,13 +1027,14 @@ fn no_command_is_a_usage_error() {
 #[test]
 fn unknown_profile_names_the_known_ones() {
     keepwrap()
-        .args(["fingerprint", "--profile", "trtllm", "--", "python"])
+        .args(["fingerprint", "--profile", "tgi", "--", "python"])
         .assert()
         .code(2)
         .stdout("")
-        .stderr(predicate::str::contains("'trtllm'"))
+        .stderr(predicate::str::contains("'tgi'"))
         .stderr(predicate::str::contains("sglang"))
         .stderr(predicate::str::contains("vllm"))
+        .stderr(predicate::str::contains("trtllm"))
         .stderr(predicate::str::contains("auto"))
         .stderr(predicate::str::contains("seed"));
     keepwrap()

@@ -58,6 +58,7 @@ mod store_break;
 mod store_crash;
 mod store_trash;
 mod troubleshooting;
+mod trtllm;
 mod unify;
 mod vllm_e2e;
 mod vllm_store;

@@ -30,7 +30,7 @@ use crate::launch::{self, args, args::Group, Canonical, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
-    /// vllm for a vLLM server launch, else sglang
+    /// vllm for a vLLM server launch, trtllm for a TensorRT-LLM one, else sglang
     Auto,
     /// What a user of a stock SGLang image wants
     Sglang,
@@ -38,6 +38,8 @@ pub enum ProfileName {
     Seed,
     /// What a user of a stock vLLM image wants
     Vllm,
+    /// What a user of a stock TensorRT-LLM image wants
+    Trtllm,
 }
 
 impl ProfileName {
@@ -47,17 +49,21 @@ impl ProfileName {
             ProfileName::Sglang => "sglang",
             ProfileName::Seed => "seed",
             ProfileName::Vllm => "vllm",
+            ProfileName::Trtllm => "trtllm",
         }
     }
 
     /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
     /// behind launcher prefixes or `env`, or inside a readable shell
-    /// wrapper), else `sglang`.
+    /// wrapper), `trtllm` when it runs `trtllm-serve`, else `sglang`.
     /// Any other profile is itself.
     pub fn resolve(self, command: &launch::Command) -> ProfileName {
         match self {
             ProfileName::Auto if launch::vllm::recognise(&command.argv).is_some() => {
                 ProfileName::Vllm
+            }
+            ProfileName::Auto if launch::trtllm::recognise(&command.argv).is_some() => {
+                ProfileName::Trtllm
             }
             ProfileName::Auto => ProfileName::Sglang,
             p => p,
@@ -186,6 +192,8 @@ pub struct Launch {
     canonical_payload: bool,
     /// A vLLM server launch (`vllm` profile).
     vllm: Option<vllm::VllmLaunch>,
+    /// A TensorRT-LLM server launch (`trtllm` profile).
+    trtllm: Option<launch::trtllm::TrtllmLaunch>,
     /// The engine package of a server launch and its version (not for the
     /// `seed` profile, nor a command fingerprinted as its argv).
     engine: Option<launch::package::Package>,
@@ -238,16 +246,23 @@ impl Launch {
         let canonical = command
             .server
             .as_ref()
-            .filter(|_| !is_vllm)
+            .filter(|_| !is_vllm && name != ProfileName::Trtllm)
             .map(|s| Canonical::new(s, &cwd, &lookup));
         let vllm = if is_vllm {
             vllm::VllmLaunch::new(&command.argv, &command.wrapper, &cwd, &lookup)
         } else {
             None
         };
+        let trtllm = if name == ProfileName::Trtllm {
+            launch::trtllm::TrtllmLaunch::new(&command.argv, &cwd, launch::trtllm::machine_gpus())
+        } else {
+            None
+        };
         let canonical_payload = !seed && canonical.is_some();
         let package = if vllm.is_some() {
             Some("vllm")
+        } else if trtllm.is_some() {
+            Some(launch::trtllm::PACKAGE)
         } else if canonical_payload {
             Some("sglang")
         } else {
@@ -270,6 +285,7 @@ impl Launch {
         let script = if seed
             || canonical_payload
             || vllm.is_some()
+            || trtllm.is_some()
             || matches!(command.wrapper, Wrapper::Unreadable(_))
         {
             None
@@ -281,6 +297,7 @@ impl Launch {
         let mut launch = Launch {
             profile: name,
             vllm,
+            trtllm,
             engine,
             script,
             args,
@@ -314,6 +331,10 @@ impl Launch {
             if let Some(e) = engine {
                 payload["vllm"]["engine"] = e;
             }
+            return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
+        }
+        if let Some(t) = &self.trtllm {
+            let payload = launch::trtllm::payload(t, engine, env_json);
             return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         let payload = match (&self.canonical, self.canonical_payload) {
@@ -392,6 +413,12 @@ impl Launch {
     /// The vLLM server launch, if the command is one (`vllm` profile).
     pub fn vllm(&self) -> Option<&vllm::VllmLaunch> {
         self.vllm.as_ref()
+    }
+
+    /// The TensorRT-LLM server launch, if the command is one (`trtllm`
+    /// profile).
+    pub fn trtllm(&self) -> Option<&launch::trtllm::TrtllmLaunch> {
+        self.trtllm.as_ref()
     }
 
     /// The engine package and its version, for a server launch.
@@ -497,12 +524,31 @@ impl Launch {
     }
 }
 
+#[cfg(test)]
+impl Launch {
+    /// The launch of `argv` in `env` under `--profile auto`.
+    pub fn auto(argv: &[&str], env: &[(&str, &str)]) -> Launch {
+        let opts = Options {
+            profile: ProfileName::Auto,
+            env_prefixes: vec![],
+            volatile_env: vec![],
+            ignored_args: vec![],
+        };
+        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        let env: Vec<(OsString, OsString)> = env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect();
+        Launch::new(&opts, &argv, &env)
+    }
+}
+
 /// The most bytes of a script read.
 const MAX_SCRIPT_BYTES: u64 = 16 << 20;
 
-/// sha256 of a script's bytes, or why they cannot be read (absent, no
-/// regular file, larger than 16 MiB).
-fn script_hash(path: &std::path::Path) -> Result<String, String> {
+/// sha256 of a script's (or a file's) bytes, or why they cannot be read
+/// (absent, no regular file, larger than 16 MiB).
+pub(crate) fn script_hash(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     let f = launch::open_regular(path).map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();

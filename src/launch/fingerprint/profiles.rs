@@ -159,12 +159,24 @@ pub const VLLM: Profile = Profile {
     ignored_args: &[],
 };
 
+/// The `trtllm` profile: `TLLM_*` and `TRTLLM_*` minus TensorRT-LLM's
+/// volatile names; the front end's arguments are left out by the launch's
+/// canonical form (see `launch::trtllm`).
+pub const TRTLLM: Profile = Profile {
+    name: ProfileName::Trtllm,
+    env_prefixes: crate::launch::trtllm::ENV_PREFIXES,
+    volatile_env: crate::launch::trtllm::VOLATILE_ENV,
+    volatile_env_tp4: &[],
+    ignored_args: &[],
+};
+
 /// The fixed part of profile `name` (`auto` before it is resolved: sglang).
 pub fn profile(name: ProfileName) -> &'static Profile {
     match name {
         ProfileName::Sglang | ProfileName::Auto => &SGLANG,
         ProfileName::Seed => &SEED,
         ProfileName::Vllm => &VLLM,
+        ProfileName::Trtllm => &TRTLLM,
     }
 }
 

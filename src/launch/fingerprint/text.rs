@@ -327,6 +327,11 @@ impl Launch {
                     v.explain(&mut out, false);
                 }
             }
+            None if self.trtllm.is_some() => {
+                if let Some(t) = &self.trtllm {
+                    t.explain(&mut out);
+                }
+            }
             None => {
                 if let Wrapper::Unreadable(why) = &self.command.wrapper {
                     let _ = writeln!(out, "unreadable: {why}");
