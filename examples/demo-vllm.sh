@@ -4,8 +4,9 @@
 # signs, boot 2 reuses, boot 3 sets VLLM_FLASHINFER_MOE_BACKEND (vLLM's own
 # cache key ignores it and would reuse boot 1's tactics) and re-tunes, boot 4
 # goes back and restores boot 1's set from the store. vLLM 0.31 (one shared
-# file): boot 5 tunes, boot 6 would hang without keepwrap (boot 7 shows it:
-# the fake exits 89 where vLLM waits 30 minutes) and re-tunes behind it.
+# file): boot 5 tunes and keeps nothing (the file would hang the next boot),
+# boot 6 would hang without keepwrap (boot 7 shows it: the fake exits 89
+# where vLLM waits 30 minutes) and re-tunes behind it.
 # Shows keepwrap's lines of each boot, then the boots side by side. The logs
 # and the cache are kept.
 #
@@ -55,7 +56,7 @@ boot() { # N TITLE VERSION MOE_BACKEND (each version its own VLLM_CACHE_ROOT)
   local tuned ready outcome
   tuned=$(tuned_of "$out")
   ready=$(sed -n 's/.*answered 200 \([0-9.]*\) s after.*/\1/p' "$log" | head -1)
-  outcome=$(grep -E '^keepwrap: (reused|tuned and signed|nothing to keep|not signing)' "$log" | sed 's/^keepwrap: //' | head -1)
+  outcome=$(grep -E '^keepwrap: (reused|tuned and signed|nothing to keep|not signing|this launch keeps nothing)' "$log" | sed 's/^keepwrap: //; s/: the next start removes .*//' | head -1)
   rows+=("| $n ($title) | $version | ${backend:-(unset)} | $tuned | ${ready:-?} s | $outcome |")
   echo "== boot $n ($title, vLLM $version, VLLM_FLASHINFER_MOE_BACKEND ${backend:-unset}): keepwrap's lines; all of it in $log"
   grep '^keepwrap:' "$log" || true

@@ -559,14 +559,16 @@ catalogue! {
                 super::counted(kept, "cache file", "cache files"), super::Shown(example);
 
         /// This boot tuned; its set is signed for the next identical launch
-        /// (`entries`: the tuned shapes its files hold).
-        Signed { files: usize, entries: usize, fingerprint: String }
+        /// (`entries`: the tuned shapes its files hold, counted only for a
+        /// metrics file, which reads each file again).
+        Signed { files: usize, entries: Option<usize>, fingerprint: String }
             INFO "signed"
             => "tuned and signed {files} {}", cache_files(files);
 
         /// This boot loaded what an earlier identical launch signed
-        /// (`entries`: the tuned shapes its files hold).
-        Reused { files: usize, entries: usize, fingerprint: String }
+        /// (`entries`: the tuned shapes its files hold, counted only for a
+        /// metrics file, which reads each file again).
+        Reused { files: usize, entries: Option<usize>, fingerprint: String }
             INFO "reused"
             => "reused {files} {} signed for this launch", cache_files(files);
 

@@ -139,6 +139,7 @@ copy_arg!(
     Duration,
     &'static str,
     Option<u16>,
+    Option<usize>,
     crate::signals::Ended
 );
 
@@ -345,6 +346,12 @@ static OBSERVER: std::sync::OnceLock<fn(&Event)> = std::sync::OnceLock::new();
 /// events itself, once it no longer holds what it locks.
 pub fn observe(observer: fn(&Event)) {
     let _ = OBSERVER.set(observer);
+}
+
+/// Whether an observer is set ([`observe`]): what only it needs may be
+/// left uncounted otherwise.
+pub fn observed() -> bool {
+    OBSERVER.get().is_some()
 }
 
 /// An event travels through `tracing` as the one kind of field value a

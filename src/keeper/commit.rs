@@ -382,11 +382,15 @@ impl Committer {
 
     /// The entries (tuned shapes) of the signed files, those keepwrap can
     /// count.
-    fn entries(&self, signed: &[PathBuf]) -> usize {
-        signed
-            .iter()
-            .filter_map(|rel| cache::entry_count(&self.root.join(rel)).ok())
-            .sum()
+    fn entries(&self, signed: &[PathBuf]) -> Option<usize> {
+        // Each file read again: only for a metrics file (a sign reads only
+        // what changed, and a reuse nothing).
+        crate::events::observed().then(|| {
+            signed
+                .iter()
+                .filter_map(|rel| cache::entry_count(&self.root.join(rel)).ok())
+                .sum()
+        })
     }
 
     /// Whether the engine refused the set kept for it: an engine that saves

@@ -84,10 +84,10 @@ impl Metrics {
                 false
             }
             Event::Reused { files, entries, .. } => {
-                self.boot(Boot::Reused, (*files, *entries))
+                self.boot(Boot::Reused, (*files, entries.unwrap_or(0)))
             }
             Event::Signed { files, entries, .. } => {
-                self.boot(Boot::TunedSigned, (*files, *entries))
+                self.boot(Boot::TunedSigned, (*files, entries.unwrap_or(0)))
             }
             Event::SupervisingOnly { .. }
             | Event::ManagedStore { .. }
@@ -271,7 +271,7 @@ mod tests {
     fn signed(files: usize, entries: usize) -> Event {
         Event::Signed {
             files,
-            entries,
+            entries: Some(entries),
             fingerprint: "f".repeat(64),
         }
     }

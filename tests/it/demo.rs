@@ -171,5 +171,15 @@ fn the_vllm_demo_reuses_restores_and_never_hangs() {
         assert!(row.starts_with(start), "{row}");
     }
     assert!(rows[1].ends_with("| reused 2 cache files signed for this launch |"));
+    assert!(
+        rows[4].ends_with("| this launch keeps nothing |"),
+        "{}",
+        rows[4]
+    );
+    assert!(
+        rows[5].ends_with("| this launch keeps nothing |"),
+        "{}",
+        rows[5]
+    );
     assert!(rows[3].ends_with("| reused 2 cache files signed for this launch |"));
 }

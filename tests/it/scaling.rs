@@ -491,7 +491,9 @@ fn remove_makes_at_most_5_5_system_calls_a_file() {
             "{}",
             out.stderr
         );
-        assert_eq!(removed, 0, "{}", out.stderr);
+        // one line at the default level: the member changed after signing
+        // (the others go with their incomplete set, counted by the summary)
+        assert_eq!(removed, 1, "{}", out.stderr);
         assert!(
             out.stderr.contains(&format!(
                 "\"reasons\":{{\"set_incomplete\":{},\"changed\":1}}",

@@ -174,13 +174,14 @@ pub fn check_schema(e: &serde_json::Value, line: &str) {
         if k.ends_with("_s") && !(v.is_number() || v.is_null()) {
             fail(&format!("{k} is not a number of seconds"));
         }
-        if [
-            "files", "entries", "kept", "removed", "stored", "late", "pid",
-        ]
-        .contains(&k.as_str())
+        if ["files", "kept", "removed", "stored", "late", "pid"].contains(&k.as_str())
             && !v.is_number()
         {
             fail(&format!("{k} is not a number"));
+        }
+        // counted only for a metrics file
+        if k == "entries" && !(v.is_number() || v.is_null()) {
+            fail("entries is neither a number nor null");
         }
     }
 }
