@@ -381,3 +381,53 @@ fn an_engine_whose_profile_drops_the_store_variable_is_never_reported_as_reusing
     assert!(f.tuned() > 0, "{:#?}", f.stdout);
     assert!(!f.has_event("reused"), "{}", f.stderr);
 }
+
+/// A pod restored from the bucket has the entries of the publisher's
+/// environment directory but not its `manifest.json` (not part of the
+/// set). When its own FlashInfer environment differs (another CUDA build
+/// on the same GPU model: a driver or image upgrade), its engine tunes
+/// into a directory of its own, and the set it signs holds both. The
+/// fleet publishes the newest build of a set; here it cannot read the
+/// stamp of the restored directory, refuses the whole publication, and
+/// HEAD stays on the old build: every new pod of the upgraded fleet
+/// restores entries it never reads and tunes cold.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "known hole: a restored store lacks its manifest, so a pod of a newer build never publishes; needs moto"]
+fn a_pod_of_a_newer_build_publishes_after_restoring_an_older_one() {
+    let Some(ep) = crate::fleet::moto() else {
+        return;
+    };
+    let bucket = crate::fleet::Bucket::new(&ep);
+    let url = bucket.url();
+    let pod = |home: &Path, cuda: &str| {
+        let gpus = crate::fleet::gpus(home, "NVIDIA GB10");
+        let gpus = gpus.to_str().unwrap().to_string();
+        crate::vllm_store::serve_until(
+            home,
+            &["--fleet", &url, "--fleet-timeout", "10s"],
+            &[],
+            &[
+                ("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", &gpus),
+                ("FAKE_CUDA_VERSION", cuda),
+                ("AWS_ENDPOINT_URL", &ep),
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ],
+            &["fleet_published", "fleet_publish_failed"],
+        )
+    };
+    let (h1, h2) = (common::home(), common::home());
+    let first = pod(h1.path(), "13.0");
+    assert!(first.has_event("fleet_published"), "{}", first.stderr);
+    let second = pod(h2.path(), "13.1");
+    assert!(second.has_event("fleet_restored"), "{}", second.stderr);
+    assert!(second.tuned() > 0, "{:#?}", second.stdout);
+    assert!(
+        !second.has_event("fleet_publish_failed"),
+        "{}",
+        second.stderr
+    );
+    assert!(second.has_event("fleet_published"), "{}", second.stderr);
+}
