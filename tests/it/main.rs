@@ -62,4 +62,5 @@ mod trtllm;
 mod unify;
 mod vllm_e2e;
 mod vllm_store;
+mod vllm_store_attack;
 mod watch_early;

@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 
 /// `home/site`: the fake `vllm` package with the metadata of vLLM 0.33.0
 /// beside it, as pip installs it; the PYTHONPATH that finds it first.
-fn installed(home: &Path) -> String {
+pub(crate) fn installed(home: &Path) -> String {
     let site = home.join("site");
     let info = site.join("vllm-0.33.0.dist-info");
     std::fs::create_dir_all(&info).unwrap();
@@ -39,17 +39,17 @@ fn installed(home: &Path) -> String {
 
 /// One server boot of `vllm serve /models/fake-moe ARGS` (one rank) on a
 /// free port, with the fake installed: wait for the outcome line, then TERM.
-fn serve(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn serve(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
     serve_kw(home, &[], args, env)
 }
 
 /// [`serve`] as `keepwrap KW -- vllm serve ...`.
-fn serve_kw(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn serve_kw(home: &Path, kw: &[&str], args: &[&str], env: &[(&str, &str)]) -> Finished {
     serve_until(home, kw, args, env, &[])
 }
 
 /// [`serve_kw`], stopped only once one of `events` was logged too.
-fn serve_until(
+pub(crate) fn serve_until(
     home: &Path,
     kw: &[&str],
     args: &[&str],
@@ -85,13 +85,13 @@ fn started(home: &Path, args: &[&str]) -> (Running, PathBuf) {
 }
 
 /// keepwrap's store root for one-rank launches under `home`.
-fn store_root(home: &Path) -> PathBuf {
+pub(crate) fn store_root(home: &Path) -> PathBuf {
     home.join(".cache/vllm/keepwrap-flashinfer-store")
 }
 
 /// Every entry file of the store below `root` (its path absolute), with
 /// its bytes.
-fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let Ok(envs) = std::fs::read_dir(root.join("v2")) else {
         return out;
