@@ -200,7 +200,7 @@ pub const TRTLLM: Shape = trtllm::TREE;
 impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
-    pub const ALL: [Shape; 4] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM];
+    pub const ALL: [Shape; 5] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM, flashinfer::STORE];
 }
 
 /// Warn when `--cache-dir` is not where the engine writes

@@ -128,8 +128,9 @@ pub enum Prepared {
     /// (why is logged).
     Supervised,
     /// Hands-off: its marker only. Its engine writes into the root all the
-    /// same, and other launches must see it (they neither prune under it
-    /// nor sign what it writes).
+    /// same (but for a root keepwrap names to the engine, which a hands-off
+    /// engine is not given), and other launches must see it (they neither
+    /// prune under it nor sign what it writes).
     HandsOff(Box<Marker>),
     /// It keeps the cache.
     Keeping(Box<Keeping>),

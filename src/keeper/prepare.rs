@@ -49,9 +49,13 @@ impl Keeper {
         let read = Read::of(args, command, argv, env);
         let set = read.set.clone();
         let prepared = Self::prepare_read(args, read, argv, env, launched)?;
+        // Hands-off, the engine writes where it would without keepwrap: a
+        // root of keepwrap's may hold what another launch is tuning, and
+        // an engine whose cache is shared by design (a store keyed by
+        // shape) would load it.
         let set = match prepared {
-            Prepared::Supervised => Vec::new(),
-            Prepared::HandsOff(_) | Prepared::Keeping(_) => set,
+            Prepared::Supervised | Prepared::HandsOff(_) => Vec::new(),
+            Prepared::Keeping(_) => set,
         };
         Ok((prepared, set))
     }

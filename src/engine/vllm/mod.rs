@@ -340,6 +340,24 @@ fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
             }
         }
     }
+    // A manifest that is not its directory's is removed too: FlashInfer
+    // writes one only where there is none, so the next boot's own would
+    // never replace it, and every boot after would be cold.
+    for f in &bad {
+        let dir = f.path.strip_suffix("manifest.json").unwrap_or(&f.path);
+        if dir.ends_with('/') && !dir.is_empty() {
+            let manifest = root.join(dir).join("manifest.json");
+            if let Err(e) = std::fs::remove_file(&manifest) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    crate::events::Event::CannotRemoveStoreEntry {
+                        path: manifest,
+                        error: e.to_string(),
+                    }
+                    .emit();
+                }
+            }
+        }
+    }
     crate::events::Event::UntrustedStoreRemoved { files: n }.emit();
 }
 
