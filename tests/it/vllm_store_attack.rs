@@ -127,13 +127,11 @@ fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
 }
 
 /// A relative `--cache-dir` is keepwrap's, relative to keepwrap's working
-/// directory, for every launch; for a one-rank launch that changes
-/// directory (`env -C DIR`) it is taken below the engine's DIR instead,
-/// and the store lands outside the directory the user gave (a mounted
-/// volume, say).
+/// directory, for every launch: for a one-rank launch that changes
+/// directory (`env -C DIR`) too, never below the engine's DIR (outside the
+/// directory the user gave: a mounted volume, say).
 #[test]
-#[ignore = "known hole: a relative --cache-dir is resolved against the engine's directory for a one-rank store"]
-fn known_hole_a_relative_cache_dir_is_keepwraps_own_when_the_launch_changes_directory() {
+fn a_relative_cache_dir_is_keepwraps_own_when_the_launch_changes_directory() {
     let home = common::home();
     let work = home.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -169,14 +167,12 @@ fn known_hole_a_relative_cache_dir_is_keepwraps_own_when_the_launch_changes_dire
 }
 
 /// A user who names keepwrap's own store root for the engine, spelled as
-/// vLLM reads it (`~` expanded by the engine), gets it kept as if unset;
-/// instead keepwrap says it leaves the store alone, then prunes that same
-/// directory as a rank-file tree and says the launch's files "were removed
-/// or are gone" and that it tunes again, while the engine reuses all of
-/// them.
+/// vLLM reads it (`~` expanded by the engine), gets it kept as if unset,
+/// never "left alone" and then pruned as a rank-file tree with lines saying
+/// the launch's files "were removed or are gone" while the engine reuses
+/// all of them.
 #[test]
-#[ignore = "known hole: keepwrap's own root spelled with ~ is 'left alone' and then pruned as a rank-file tree, with false lines"]
-fn known_hole_keepwraps_own_root_named_with_a_tilde_is_kept_as_its_own() {
+fn keepwraps_own_root_named_with_a_tilde_is_kept_as_its_own() {
     let home = common::home();
     let cold = serve(home.path(), &[], &[]);
     assert!(cold.has_event("signed"), "{}", cold.stderr);

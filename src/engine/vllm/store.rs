@@ -84,9 +84,13 @@ pub fn one_rank(launch: &Launch, cache_dir: Option<&Path>) -> OneRank {
     let set = [VAR, FLASHINFER_VAR]
         .into_iter()
         .find_map(|k| nonempty(env, k).map(|v| (k, v)));
+    // the engine's own reading of the variable (`~` expanded)
+    let named = || facts::managed_store_root(env, &crate::launch::home::passwd_home).ok();
     match set {
         None => OneRank::Kept(own),
-        Some((VAR, v)) if Path::new(v) == own => OneRank::Kept(own),
+        Some((VAR, v)) if Path::new(v) == own || named().as_deref() == Some(own.as_path()) => {
+            OneRank::Kept(own)
+        }
         Some((k, v)) => alone(format!(
             "{k} is set for the engine ({}); keepwrap keeps one rank's store only in a directory of its own (unset {k} to have it kept per launch)",
             Path::new(v).display()
@@ -111,8 +115,13 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
 /// directory. Err: why there is none.
 fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
     let command = launch.command();
+    let keepwraps = |dir: &Path| match std::env::current_dir() {
+        Ok(here) if dir.is_relative() => here.join(dir),
+        _ => dir.to_path_buf(),
+    };
     let root = match cache_dir {
-        Some(dir) => dir.to_path_buf(),
+        // keepwrap's own option: relative to keepwrap's directory
+        Some(dir) => return Ok(keepwraps(dir)),
         None => {
             let env: Vec<(OsString, OsString)> = command
                 .env
@@ -132,10 +141,7 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String
     };
     Ok(match &command.cwd {
         Some(cwd) if root.is_relative() => cwd.join(root),
-        _ if root.is_relative() => std::env::current_dir()
-            .map(|d| d.join(&root))
-            .unwrap_or(root),
-        _ => root,
+        _ => keepwraps(&root),
     })
 }
 
