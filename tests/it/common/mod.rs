@@ -237,8 +237,26 @@ impl Guard {
 }
 
 impl Drop for Guard {
+    /// Its descendants first, each with its process group (an engine
+    /// keepwrap started is in a group of its own, its ranks in the
+    /// engine's): a test that fails while keepwrap runs leaves no engine
+    /// behind. Then its own group, and itself.
     fn drop(&mut self) {
         let pid = self.pid();
+        let mut descendants = Vec::new();
+        let mut next = vec![pid.as_raw()];
+        while let Some(p) = next.pop() {
+            for c in children_of(p) {
+                if !descendants.contains(&c) {
+                    descendants.push(c);
+                    next.push(c);
+                }
+            }
+        }
+        for d in descendants {
+            let _ = kill(Pid::from_raw(-d), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(d), Signal::SIGKILL);
+        }
         let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
         let _ = kill(pid, Signal::SIGKILL);
         let _ = self.child.wait();
