@@ -11,13 +11,15 @@
 
 pub mod text;
 
-use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
 
+use crate::cache::fsx;
 use crate::events::Event;
 use text::Metrics;
 
@@ -120,38 +122,20 @@ fn observe(event: &Event) {
     }
 }
 
-/// Replace `path` by `bytes` whole: a temporary file beside it (hidden,
-/// not named `*.prom`, which the textfile collector would read), fsync,
-/// rename.
+/// Replace `path` by `bytes` whole ([`fsx::write_atomic_at`]: a fresh
+/// hidden `.keepwrap-*.tmp` beside it, which the textfile collector never
+/// reads as it reads only `*.prom`, fsync, rename), then sync the
+/// directory so that the rename itself is durable.
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "names no file"))?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(".tmp-{}", std::process::id()));
-    let temp = path.with_file_name(temp_name);
-    let _ = std::fs::remove_file(&temp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-        .open(&temp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written?;
-    // The rename itself is durable once the directory is synced.
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Ok(d) = std::fs::File::open(dir.unwrap_or(Path::new("."))) {
-        let _ = d.sync_all();
-    }
+    let dir = fsx::open_root(dir.unwrap_or(Path::new(".")))?;
+    fsx::write_atomic_at(dir.as_fd(), &name, bytes, 0o644)?;
+    let _ = fsx::fsync_dir(dir.as_fd());
     Ok(())
 }
 
