@@ -739,6 +739,8 @@ fn fetch_set(
     // or nothing across the nodes, as every node decides alike.
     let mut out = Vec::with_capacity(m.files.len());
     let mut builds = BTreeSet::new();
+    let mut stamp = |at: &str| m.stamps.get(at).map(|t| t.as_bytes().to_vec());
+    let mut stamps = silicon::Stamps::new(&mut stamp);
     for f in &m.files {
         let key = format!("{blobs}{}", f.sha256);
         // Read no more than the manifest says: a blob that is longer is
@@ -761,8 +763,7 @@ fn fetch_set(
         }
         // A set the engine would reject is never restored: every file is
         // of one build, tuned on this machine's GPU model.
-        let mut stamp = |at: &str| m.stamps.get(at).map(|t| t.as_bytes().to_vec());
-        let (build, _) = silicon::build_in(shape, &f.path, &got.bytes, &mut stamp)
+        let build = silicon::build_in(shape, &f.path, &got.bytes, &mut stamps)
             .map_err(|why| bad(&key, why))?;
         if build.gpu != gpu {
             return Err(bad(
@@ -897,10 +898,10 @@ fn newest_build(
     stamp: &mut dyn FnMut(&str) -> Option<Vec<u8>>,
 ) -> Result<Built, String> {
     let mut built = Vec::with_capacity(files.len());
-    let mut stamps = BTreeMap::new();
+    let mut stamps = silicon::Stamps::new(stamp);
     let mut unstamped = Vec::new();
     for (path, bytes, mtime) in files {
-        let (b, read) = match silicon::build_in(shape, &path, &bytes, stamp) {
+        let b = match silicon::build_in(shape, &path, &bytes, &mut stamps) {
             Ok(b) => b,
             // A file whose stamp file is gone (a set restored from the
             // bucket, its environment never written again here) is of no
@@ -911,9 +912,6 @@ fn newest_build(
             }
             Err(why) => return Err(why),
         };
-        if let Some((at, text)) = read {
-            stamps.insert(at, text);
-        }
         built.push((mtime, b, path, bytes));
     }
     let newest = built
@@ -929,6 +927,7 @@ fn newest_build(
         .iter()
         .filter_map(|(p, _)| shape.stamp_of(p))
         .collect();
+    let mut stamps = stamps.texts();
     stamps.retain(|at, _| used.contains(at));
     Ok((files, newest, dropped, stamps))
 }

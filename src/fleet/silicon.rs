@@ -16,7 +16,7 @@
 //! the FlashInfer version cannot be seen before the engine runs: a set of
 //! another version is found at publish (see `Fleet::publish`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
@@ -87,29 +87,64 @@ pub fn build_of_stamp(path: &str, bytes: &[u8]) -> Result<Build, String> {
     })
 }
 
-/// A stamp file read for a set: its path and its text.
-pub type Stamp = (String, String);
+/// The stamp files of a set (`Layout::stamp_of`), each read and checked
+/// once however many files it stamps: its build and text, or why not.
+pub struct Stamps<'a> {
+    read: &'a mut dyn FnMut(&str) -> Option<Vec<u8>>,
+    /// By path: None when it cannot be read.
+    seen: BTreeMap<String, Option<Checked>>,
+}
+
+/// A stamp read: its build and text, or why it is not a good one.
+type Checked = Result<(Build, String), String>;
+
+impl<'a> Stamps<'a> {
+    /// The stamps `read` gives by their path.
+    pub fn new(read: &'a mut dyn FnMut(&str) -> Option<Vec<u8>>) -> Stamps<'a> {
+        Stamps {
+            read,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// The text of each stamp read and found good, by its path.
+    pub fn texts(self) -> BTreeMap<String, String> {
+        self.seen
+            .into_iter()
+            .filter_map(|(at, got)| Some((at, got?.ok()?.1)))
+            .collect()
+    }
+}
 
 /// The build of the cache file at `path` in a tree of `shape`: its own
 /// `_metadata`, else, for a layout whose files carry none, its stamp
-/// file's, which `stamp` gives (checked as the engine writes it); with
-/// that stamp when one was read.
+/// file's, which `stamps` gives (checked as the engine writes it).
 pub fn build_in(
     shape: crate::cache::Shape,
     path: &str,
     bytes: &[u8],
-    stamp: &mut dyn FnMut(&str) -> Option<Vec<u8>>,
-) -> Result<(Build, Option<Stamp>), String> {
+    stamps: &mut Stamps<'_>,
+) -> Result<Build, String> {
     let Some(at) = shape.stamp_of(path) else {
-        return build_of(path, bytes).map(|b| (b, None));
+        return build_of(path, bytes);
     };
-    let read = stamp(&at).ok_or_else(|| {
-        format!("'{at}', which says what '{path}' was tuned under, cannot be read")
-    })?;
-    shape.check_stamp(&at, &read)?;
-    let text = String::from_utf8(read).map_err(|_| format!("'{at}' is not UTF-8"))?;
-    let build = build_of_stamp(&at, text.as_bytes())?;
-    Ok((build, Some((at, text))))
+    let Stamps { read, seen } = stamps;
+    let got = seen.entry(at.clone()).or_insert_with_key(|at| {
+        let bytes = read(at)?;
+        Some((|| {
+            shape.check_stamp(at, &bytes)?;
+            let text = String::from_utf8(bytes).map_err(|_| format!("'{at}' is not UTF-8"))?;
+            let build = build_of_stamp(at, text.as_bytes())?;
+            Ok((build, text))
+        })())
+    });
+    match got {
+        None => Err(format!(
+            "'{at}', which says what '{path}' was tuned under, cannot be read"
+        )),
+        Some(Ok((build, _))) => Ok(build.clone()),
+        Some(Err(why)) => Err(why.clone()),
+    }
 }
 
 /// The one GPU model this machine shows in `dir` (the driver's
