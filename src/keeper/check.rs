@@ -308,14 +308,14 @@ impl Committer {
             );
             return;
         };
-        let engine = crate::engine::of(self.profile);
+        // the engine's rule for what runs, at this prune and at done
+        self.refuse = crate::engine::of(self.profile).refuse_at_prune(launch);
         let Some((mut pruned, trash, _)) = super::prepare::prune(
             &self.root,
             self.shape,
             &self.fingerprint,
             self.store.as_ref(),
-            engine,
-            launch,
+            self.refuse.as_ref(),
         ) else {
             self.seeing = Seeing::Refused("the tree could not be pruned for what runs".to_string());
             return;

@@ -127,13 +127,15 @@ fn keep(
     let Place { root, shape, done } = place;
     let launch = &read.launch;
     let inputs = launch.redacted_inputs();
+    // What the engine's rule refuses: at the prune, and again at done (a
+    // file the next start would remove is never signed).
+    let refuse = engine.refuse_at_prune(launch);
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,
         &sets.fingerprint,
         sets.store.as_ref(),
-        engine,
-        launch,
+        refuse.as_ref(),
     ) else {
         return Ok(Prepared::hands_off(marker));
     };
@@ -171,7 +173,7 @@ fn keep(
         seeing: read.seeing,
         redo: read.words.redo(),
         saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
-        refuse: engine.refuse_at_prune(launch),
+        refuse,
     };
     let split = pruned.split.len();
     take_sets(
@@ -479,7 +481,8 @@ fn take_turn(
     })
 }
 
-/// Remove what this launch must not load, other launches' whole sets into
+/// Remove what this launch must not load (`refuse`: what its engine's rule
+/// refuses of its own set), other launches' whole sets into
 /// the store when there is one; None (logged) when the root cannot be
 /// pruned. The trash the prune filled is emptied once the engine has
 /// started (the returned job, run after the spawn), and so is the eviction
@@ -489,13 +492,9 @@ pub(super) fn prune(
     shape: Shape,
     fingerprint: &Fingerprint,
     store: Option<&Store>,
-    engine: &dyn Engine,
-    launch: &Launch,
+    refuse: Option<&crate::engine::Refuse>,
 ) -> Option<(PruneReport, cache::TrashJob, Option<store::Evicted>)> {
-    let refuse = engine.refuse_at_prune(launch);
-    let refuse = refuse
-        .as_deref()
-        .map(|r| r as &dyn Fn(&str) -> Option<String>);
+    let refuse = refuse.map(|r| &**r as &dyn Fn(&str) -> Option<String>);
     let mut leftover = None;
     let pruned = match store {
         Some(s) => {
