@@ -44,10 +44,7 @@ pub trait Engine: Sync {
     /// is where the engine writes, not keepwrap's.
     fn root_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Result<PathBuf, NoRoot> {
         let root = self.root(cache_dir, &launch.command().env)?;
-        Ok(match (&launch.command().cwd, cache_dir) {
-            (Some(cwd), None) if root.is_relative() => cwd.join(root),
-            _ => root,
-        })
+        Ok(where_the_engine_runs(root, cache_dir, launch))
     }
 
     /// The layout of the tree below [`Engine::root_of_launch`].
@@ -201,6 +198,16 @@ impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
     pub const ALL: [Shape; 5] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM, flashinfer::STORE];
+}
+
+/// `root` as the engine of `launch` reads it: a relative one from its
+/// environment against the engine's working directory (`env -C DIR`, a
+/// shell's `cd`); `--cache-dir` as given.
+pub fn where_the_engine_runs(root: PathBuf, cache_dir: Option<&Path>, launch: &Launch) -> PathBuf {
+    match (&launch.command().cwd, cache_dir) {
+        (Some(cwd), None) if root.is_relative() => cwd.join(root),
+        _ => root,
+    }
 }
 
 /// Warn when `--cache-dir` is not where the engine writes

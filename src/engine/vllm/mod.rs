@@ -561,10 +561,7 @@ impl Engine for Vllm {
             return Ok(root);
         }
         let root = Engine::root(self, cache_dir, &launch.command().env)?;
-        Ok(match (&launch.command().cwd, cache_dir) {
-            (Some(cwd), None) if root.is_relative() => cwd.join(root),
-            _ => root,
-        })
+        Ok(super::where_the_engine_runs(root, cache_dir, launch))
     }
 
     fn shape_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Shape {

@@ -13,12 +13,12 @@
 //! since only 0.33.0 and later use the store (earlier ones write rank
 //! files even for one rank, kept as the others).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::launch::fingerprint::Launch;
 use crate::launch::package::Found;
-use crate::launch::vllm::{self as facts, AutotuneRoot, Layout};
+use crate::launch::vllm::{self as facts, nonempty, AutotuneRoot, Layout};
 
 /// The variable vLLM passes to FlashInfer as the store's root.
 pub const VAR: &str = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR";
@@ -143,12 +143,4 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String
         Some(cwd) if root.is_relative() => cwd.join(root),
         _ => keepwraps(&root),
     })
-}
-
-fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
-    env.iter()
-        .rev()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_os_str())
-        .filter(|v| !v.is_empty())
 }

@@ -12,8 +12,9 @@ fn getenv<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> 
         .map(|(_, v)| v.as_os_str())
 }
 
-/// A value that is set and not empty.
-fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
+/// A value that is set and not empty (the first of `name`, as `getenv`
+/// sees it).
+pub fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
     getenv(env, name).filter(|v| !v.is_empty())
 }
 
