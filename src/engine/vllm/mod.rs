@@ -188,20 +188,17 @@ fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
             }
             Verdict::Remove(why) => {
                 let sidecar = p.with_extension("launch");
-                let gone = [p, &sidecar]
-                    .iter()
-                    .all(|f| match std::fs::remove_file(root.join(f)) {
-                        Ok(()) => true,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-                        Err(e) => {
+                let gone = [p, &sidecar].iter().all(|f| {
+                    remove(&root.join(f))
+                        .map_err(|e| {
                             crate::events::Event::CannotRemoveSharedFile {
                                 path: f.to_path_buf(),
                                 error: e.to_string(),
                             }
-                            .emit();
-                            false
-                        }
-                    });
+                            .emit()
+                        })
+                        .is_ok()
+                });
                 if gone {
                     crate::events::Event::RemovedSharedFile {
                         path: p.to_path_buf(),
@@ -326,19 +323,19 @@ fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
         }
         .emit();
     }
+    let remove_said = |path: PathBuf| {
+        if let Err(e) = remove(&path) {
+            crate::events::Event::CannotRemoveStoreEntry {
+                path,
+                error: e.to_string(),
+            }
+            .emit();
+        }
+    };
     let n = kept.len();
     for k in kept.drain(..) {
-        for p in [root.join(&k), root.join(k.with_extension("launch"))] {
-            if let Err(e) = std::fs::remove_file(&p) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    crate::events::Event::CannotRemoveStoreEntry {
-                        path: p.clone(),
-                        error: e.to_string(),
-                    }
-                    .emit();
-                }
-            }
-        }
+        remove_said(root.join(&k));
+        remove_said(root.join(k.with_extension("launch")));
     }
     // A manifest that is not its directory's is removed too: FlashInfer
     // writes one only where there is none, so the next boot's own would
@@ -346,19 +343,18 @@ fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
     for f in &bad {
         let dir = f.path.strip_suffix("manifest.json").unwrap_or(&f.path);
         if dir.ends_with('/') && !dir.is_empty() {
-            let manifest = root.join(dir).join("manifest.json");
-            if let Err(e) = std::fs::remove_file(&manifest) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    crate::events::Event::CannotRemoveStoreEntry {
-                        path: manifest,
-                        error: e.to_string(),
-                    }
-                    .emit();
-                }
-            }
+            remove_said(root.join(dir).join("manifest.json"));
         }
     }
     crate::events::Event::UntrustedStoreRemoved { files: n }.emit();
+}
+
+/// Remove the file at `path`; one already gone is removed.
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
