@@ -253,16 +253,21 @@ impl Committer {
         stored == done
     }
 
+    /// The files of `files` (relative to the root) that are there.
+    fn present<'f>(&self, files: &'f [PathBuf]) -> Vec<&'f PathBuf> {
+        files
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
+            .collect()
+    }
+
     /// Whether every cache file the engine wrote is one the next start
     /// removes (said in one line): then nothing is signed.
     fn keeps_nothing(&self, files: &[PathBuf]) -> bool {
         let Some(refuse) = &self.refuse else {
             return false;
         };
-        let present: Vec<&PathBuf> = files
-            .iter()
-            .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
-            .collect();
+        let present = self.present(files);
         let whys: Vec<Option<String>> = present
             .iter()
             .map(|p| refuse(&p.to_string_lossy()))
@@ -329,10 +334,7 @@ impl Committer {
         self.signed_at_done.clone_from(&report.signed);
         let reused = n > 0 && report.unchanged && same_files(&report.signed, &self.kept);
         if n == 0 {
-            let present = files
-                .iter()
-                .filter(|p| std::fs::symlink_metadata(self.root.join(p)).is_ok())
-                .count();
+            let present = self.present(files).len();
             if present > 0 {
                 Event::NothingSigned { present }.emit();
             } else {
