@@ -152,28 +152,18 @@ pub fn build_in(
 /// directory (no NVIDIA driver, or a container that hides it), no
 /// `Model:` line, or GPUs of several models.
 pub fn machine_model(dir: &Path) -> Result<String, String> {
-    let shown = dir.display();
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{shown}: {e}"))?;
-    let mut models = BTreeSet::new();
-    for e in entries.flatten().take(64) {
-        // A /proc file says size 0: read it to its end, at most 64 KiB.
-        let mut text = Vec::new();
-        let read = std::fs::File::open(e.path().join("information")).and_then(|f| {
-            std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut text)
-        });
-        if read.is_err() {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&text);
-        if let Some(m) = text.lines().find_map(|l| l.strip_prefix("Model:")) {
-            models.insert(model(m));
-        }
-    }
+    let models: BTreeSet<String> = crate::launch::gpu::models_in(dir)?
+        .iter()
+        .map(|m| model(m))
+        .collect();
     let mut it = models.iter();
     match (it.next(), it.next()) {
         (Some(m), None) => Ok(m.clone()),
-        (None, _) => Err(format!("{shown}/*/information names no GPU model")),
-        (Some(_), Some(_)) => Err(format!("{shown} shows GPUs of {} models", models.len())),
+        _ => Err(format!(
+            "{} shows GPUs of {} models",
+            dir.display(),
+            models.len()
+        )),
     }
 }
 

@@ -11,10 +11,9 @@
 //! TensorRT-LLM build a file was tuned under: the fingerprint carries both.
 
 mod fingerprint;
-mod gpu;
 
+pub use crate::launch::gpu::*;
 pub use fingerprint::*;
-pub use gpu::*;
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

@@ -1,7 +1,8 @@
 //! The GPU models this machine shows without CUDA: the `Model:` line of
 //! each `<dir>/<bus id>/information` the NVIDIA driver writes under
 //! `/proc/driver/nvidia/gpus`. TensorRT-LLM loads a cache file tuned on
-//! another GPU without a word, so a launch's fingerprint carries them.
+//! another GPU without a word, so its launch's fingerprint carries them;
+//! the fleet matches a set to a machine by them.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -9,11 +10,11 @@ use std::path::Path;
 /// What the fingerprint records when no model can be read.
 pub const NO_GPU: &str = "no GPU model seen";
 
-/// The models the driver shows in `dir`, each once, sorted and joined by
-/// `, ` (spelled as the driver does, with runs of blanks made one space),
-/// or why none is seen: no such directory (no NVIDIA driver, a container
-/// that hides it) or no `Model:` line.
-pub fn models_shown(dir: &Path) -> Result<String, String> {
+/// The models the driver shows in `dir`, each once, spelled as the driver
+/// does with runs of blanks made one space, or why none is seen: no such
+/// directory (no NVIDIA driver, a container that hides it) or no `Model:`
+/// line.
+pub fn models_in(dir: &Path) -> Result<BTreeSet<String>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut seen = BTreeSet::new();
     for e in entries.flatten().take(64) {
@@ -40,7 +41,12 @@ pub fn models_shown(dir: &Path) -> Result<String, String> {
             dir.display()
         ));
     }
-    Ok(seen.into_iter().collect::<Vec<_>>().join(", "))
+    Ok(seen)
+}
+
+/// [`models_in`], sorted and joined by `, `.
+pub fn models_shown(dir: &Path) -> Result<String, String> {
+    Ok(models_in(dir)?.into_iter().collect::<Vec<_>>().join(", "))
 }
 
 /// [`models_shown`] of the driver's directory (a test's, in the
