@@ -232,29 +232,14 @@ pub fn warn_cache_dir(
 /// `(flag, value)` of each rank flag in `argv` (the last one wins), up to a
 /// bare `--`.
 pub fn rank_values(argv: &[OsString], flags: &[&'static str]) -> Vec<(&'static str, String)> {
+    use crate::launch::flags as scan;
     let mut out: Vec<(&'static str, String)> = Vec::new();
-    let mut i = 1;
-    while i < argv.len() {
-        let tok = argv[i].to_string_lossy();
-        if tok == "--" {
-            break;
+    for hit in scan::hits(scan::before_tail(argv), flags, scan::Names::Exact) {
+        if let Some(v) = hit.value {
+            let flag = flags[hit.flag];
+            out.retain(|(f, _)| *f != flag);
+            out.push((flag, v.to_string_lossy().into_owned()));
         }
-        for &flag in flags {
-            let value = if tok == flag {
-                i += 1;
-                argv.get(i).map(|v| v.to_string_lossy().into_owned())
-            } else {
-                tok.strip_prefix(flag)
-                    .and_then(|r| r.strip_prefix('='))
-                    .map(str::to_string)
-            };
-            if let Some(v) = value {
-                out.retain(|(f, _)| *f != flag);
-                out.push((flag, v));
-                break;
-            }
-        }
-        i += 1;
     }
     out.sort();
     out

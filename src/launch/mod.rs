@@ -7,6 +7,7 @@ pub mod args;
 pub mod canonical;
 pub mod config;
 pub mod fingerprint;
+pub mod flags;
 pub mod gpu;
 pub mod home;
 pub mod model;

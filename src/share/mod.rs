@@ -61,7 +61,6 @@ pub use status::*;
 pub use union::*;
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -130,35 +129,22 @@ pub enum NodeError {
 /// `--nnodes` (default 1) and `--node-rank` (default 0) from the command
 /// (`FLAG VALUE` or `FLAG=VALUE`, the last one wins, up to a bare `--`).
 pub fn node_of(argv: &[OsString]) -> Result<Node, NodeError> {
-    let (mut nnodes, mut rank) = (1u32, 0u32);
-    let mut i = 1;
-    while i < argv.len() {
-        let tok = argv[i].as_bytes();
-        if tok == b"--" {
-            break;
-        }
-        for (flag, slot) in [("--nnodes", &mut nnodes), ("--node-rank", &mut rank)] {
-            let name = flag.as_bytes();
-            let value = if tok == name {
-                i += 1;
-                argv.get(i).map(|v| v.as_bytes())
-            } else if tok.len() > name.len() && tok.starts_with(name) && tok[name.len()] == b'=' {
-                Some(&tok[name.len() + 1..])
-            } else {
-                continue;
-            };
-            let value = value.ok_or(NodeError::NoValue { flag })?;
-            *slot = std::str::from_utf8(value)
-                .ok()
+    use crate::launch::flags;
+    const FLAGS: [&str; 2] = ["--nnodes", "--node-rank"];
+    let mut place = [1u32, 0u32];
+    for hit in flags::hits(flags::before_tail(argv), &FLAGS, flags::Names::Exact) {
+        let flag = FLAGS[hit.flag];
+        let value = hit.value.ok_or(NodeError::NoValue { flag })?;
+        place[hit.flag] =
+            value
+                .to_str()
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| NodeError::NotANumber {
                     flag,
-                    value: String::from_utf8_lossy(value).into_owned(),
+                    value: value.to_string_lossy().into_owned(),
                 })?;
-            break;
-        }
-        i += 1;
     }
+    let [nnodes, rank] = place;
     if nnodes == 0 || rank >= nnodes {
         return Err(NodeError::OutOfRange { rank, nnodes });
     }

@@ -500,17 +500,7 @@ impl Launch {
             let dest = args::known(flag)?.dest;
             return c.parsed.value(dest).map(str::to_string);
         }
-        let mut found = None;
-        let mut it = self.command.argv.iter().skip(1).peekable();
-        while let Some(arg) = it.next() {
-            let Some(a) = arg.to_str() else { continue };
-            if a == flag {
-                found = it.peek().and_then(|v| v.to_str()).map(str::to_string);
-            } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-                found = Some(v.to_string());
-            }
-        }
-        found
+        launch::flags::last_text(self.command.argv.get(1..).unwrap_or(&[]), flag)
     }
 
     /// The cluster fingerprint: the launch fingerprint's canonical JSON

@@ -14,25 +14,18 @@ use super::{
 use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, args::Group, Canonical, Wrapper};
 
-/// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`).
+/// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`;
+/// a next token that is an option is not its value).
 pub(super) fn node_rank_tokens(args: &[Arg]) -> Vec<bool> {
+    let argv: Vec<std::ffi::OsString> = args.iter().map(|a| a.raw.clone()).collect();
     let mut drop = vec![false; args.len()];
-    let mut i = 1;
-    while i < args.len() {
-        let tok = args[i].raw.as_bytes();
-        if tok == b"--" {
-            break;
+    let scanned = launch::flags::before_tail(&argv);
+    for hit in launch::flags::hits(scanned, &["--node-rank"], launch::flags::Names::Exact) {
+        drop[1 + hit.at] = true;
+        let taken = hit.value.is_some_and(|v| !v.as_bytes().starts_with(b"--"));
+        if !hit.attached && taken {
+            drop[2 + hit.at] = true;
         }
-        if tok == b"--node-rank" {
-            drop[i] = true;
-            if i + 1 < args.len() && !args[i + 1].raw.as_bytes().starts_with(b"--") {
-                i += 1;
-                drop[i] = true;
-            }
-        } else if tok.starts_with(b"--node-rank=") {
-            drop[i] = true;
-        }
-        i += 1;
     }
     drop
 }

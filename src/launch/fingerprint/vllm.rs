@@ -517,22 +517,8 @@ fn lora_values(args: &[OsString]) -> Vec<String> {
 /// The value of the last `FLAG VALUE` / `FLAG=VALUE` in `args` (canonical
 /// flag names), as text.
 fn last_value(args: &[OsString], flag: &str) -> Option<String> {
-    let mut found = None;
-    for (i, a) in args.iter().enumerate() {
-        let b = a.as_bytes();
-        match split_attached(b) {
-            Some((name, v)) if name == flag.as_bytes() => {
-                found = Some(String::from_utf8_lossy(v).into_owned());
-            }
-            None if facts::canonical_flag(b) == flag.as_bytes() => {
-                found = args
-                    .get(i + 1)
-                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-            }
-            _ => {}
-        }
-    }
-    found
+    crate::launch::flags::last(args, &[flag], facts::NAMES)
+        .map(|v| v.to_string_lossy().into_owned())
 }
 
 /// `json!` helper kept local: the payload of a vLLM launch.

@@ -82,19 +82,7 @@ pub fn recognise(argv: &[OsString]) -> Option<Recognised> {
 
 /// The value of the last `FLAG VALUE` or `FLAG=VALUE` in `args`.
 pub fn option_value<'a>(args: &'a [OsString], flag: &str) -> Option<&'a OsStr> {
-    let mut found = None;
-    for (i, a) in args.iter().enumerate() {
-        let b = a.as_bytes();
-        if b == flag.as_bytes() {
-            found = args.get(i + 1).map(OsString::as_os_str);
-        } else if let Some(v) = b
-            .strip_prefix(flag.as_bytes())
-            .and_then(|r| r.strip_prefix(b"="))
-        {
-            found = Some(OsStr::from_bytes(v));
-        }
-    }
-    found
+    crate::launch::flags::last(args, &[flag], crate::launch::flags::Names::Exact)
 }
 
 /// The parallel sizes a launch's options give (`--tp_size`, `--pp_size`,

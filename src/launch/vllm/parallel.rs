@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 
-use super::{canonical_flag, rank_file_name, switch_spellings};
+use super::{canonical_flag, rank_file_name, switch_spellings, NAMES};
 
 /// The parallel sizes and node placement of a launch, from its engine
 /// arguments (a `--config` file's keys must be merged in by the caller, in
@@ -30,21 +30,11 @@ impl ParallelSizes {
     /// Read from `args` (the last occurrence of a flag wins, as in argparse).
     pub fn from_args(args: &[OsString]) -> ParallelSizes {
         let num = |long: &str, short: &str, default: Option<u64>| -> Option<u64> {
-            let mut v = default.map(|d| d.to_string().into_bytes());
-            let mut i = 0;
-            while i < args.len() {
-                let b = args[i].as_bytes();
-                let (name, val) = match b.iter().position(|&c| c == b'=') {
-                    Some(p) => (&b[..p], Some(b[p + 1..].to_vec())),
-                    None => (b, None),
-                };
-                let name = canonical_flag(name);
-                if name == long.as_bytes() || name == short.as_bytes() {
-                    v = val.or_else(|| args.get(i + 1).map(|n| n.as_bytes().to_vec()));
-                }
-                i += 1;
-            }
-            std::str::from_utf8(&v?).ok()?.parse().ok()
+            let v = match crate::launch::flags::hits(args, &[long, short], NAMES).last() {
+                Some(hit) => hit.value?.to_str()?.to_string(),
+                None => default?.to_string(),
+            };
+            v.parse().ok()
         };
         let switch = |long: &str, short: &str| -> bool {
             let mut on = false;

@@ -55,30 +55,17 @@ impl Launch {
 /// The value of the last `FLAG VALUE` or `FLAG=VALUE` in `args` (flag names
 /// compared the way vLLM's parser does: `_` and `-` alike).
 pub(super) fn option_value<'a>(args: &'a [OsString], flag: &str) -> Option<&'a OsStr> {
-    option_value_any(args, &[flag])
+    crate::launch::flags::last(args, &[flag], NAMES)
 }
 
 /// [`option_value`] for a flag with several spellings (`--long`, `-short`):
 /// the value of the last occurrence of any of them.
 pub(super) fn option_value_any<'a>(args: &'a [OsString], flags: &[&str]) -> Option<&'a OsStr> {
-    let mut found = None;
-    for (i, a) in args.iter().enumerate() {
-        let b = a.as_bytes();
-        let (name, eq) = match b.iter().position(|&c| c == b'=') {
-            Some(p) => (&b[..p], Some(p)),
-            None => (b, None),
-        };
-        let name = canonical_flag(name);
-        if !flags.iter().any(|f| f.as_bytes() == name.as_slice()) {
-            continue;
-        }
-        found = match eq {
-            Some(p) => Some(OsStr::from_bytes(&b[p + 1..])),
-            None => args.get(i + 1).map(OsString::as_os_str),
-        };
-    }
-    found
+    crate::launch::flags::last(args, flags, NAMES)
 }
+
+/// Option names as vLLM's parser compares them.
+pub const NAMES: crate::launch::flags::Names = crate::launch::flags::Names::Spelled(canonical_flag);
 
 /// Whether `argv` is a vLLM server launch: `vllm serve ...` (any path to a
 /// program named `vllm`), or a Python interpreter (`python`, `python3`,
