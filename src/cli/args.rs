@@ -366,6 +366,12 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 
+    /// This boot neither restores nor reuses the launch's signed set: the
+    /// engine starts cold. The set is put aside in the store until this
+    /// boot signs its own (a cold boot that fails loses nothing)
+    #[arg(long, env = "KEEPWRAP_START_COLD", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub start_cold: bool,
+
     /// The invalid settings the cache depends on (a variable, else a flag),
     /// which leave the cache alone for this launch.
     #[arg(skip)]
@@ -435,6 +441,7 @@ impl RunArgs {
                 headless_quiet: self.headless_quiet,
                 unify: self.unify,
                 disable: self.disable,
+                start_cold: self.start_cold,
                 invalid: self.invalid.clone(),
                 keep: self.keep,
                 store_max_size: no_limit_at_0(self.store_max_size),

@@ -51,6 +51,7 @@ mod seen;
 mod seen_attack;
 mod sign_crash;
 mod signals;
+mod start_cold;
 mod stats;
 mod status_saved;
 mod store;

@@ -14,7 +14,8 @@ use common::vllm::{hermetic_cmd, until_outcome, DEADLINE};
 use common::{Finished, Running, BIN};
 
 /// The layouts, each with a release that writes it.
-const LAYOUTS: [(&str, &str); 3] = [("P", "1.2.0rc2"), ("F", "1.2.1"), ("FA", "1.3.0rc19")];
+pub(crate) const LAYOUTS: [(&str, &str); 3] =
+    [("P", "1.2.0rc2"), ("F", "1.2.1"), ("FA", "1.3.0rc19")];
 
 /// `home/site`: the fake `tensorrt_llm` package with the metadata of
 /// `version` beside it, as pip installs it; the PYTHONPATH that finds it.
@@ -40,7 +41,7 @@ fn installed(home: &Path, version: &str) -> String {
 
 /// `keepwrap -- trtllm-serve /models/fake ARGS --port P` in layout
 /// `layout`, hermetic, JSON logs, `env` added.
-fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(crate) fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
     let version = LAYOUTS.iter().find(|(l, _)| *l == layout).unwrap().1;
     let mut cmd = hermetic_cmd(Command::new(BIN), home);
     for (k, _) in std::env::vars_os() {
@@ -67,17 +68,22 @@ fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command
 }
 
 /// One boot that serves: wait for keepwrap's outcome line, then TERM.
-fn boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
     until_outcome(Running::spawn(&mut kw(home, layout, args, env)))
 }
 
 /// One boot whose engine ends on its own (a failed start).
-fn failed_boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn failed_boot(
+    home: &Path,
+    layout: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Finished {
     Running::spawn(&mut kw(home, layout, args, env)).finish(DEADLINE)
 }
 
 /// keepwrap's folder for TensorRT-LLM under `home`.
-fn folder(home: &Path) -> PathBuf {
+pub(crate) fn folder(home: &Path) -> PathBuf {
     home.join(".cache/keepwrap/trtllm/autotune")
 }
 
@@ -87,14 +93,14 @@ fn bare(home: &Path) -> PathBuf {
 }
 
 /// The engine served (the fake's `ready` line).
-fn served(f: &Finished) -> bool {
+pub(crate) fn served(f: &Finished) -> bool {
     !f.events("ready").is_empty()
 }
 
 /// The shapes one boot of `/models/fake` tunes per rank (3 ops; batch
 /// buckets 1..8 and token buckets 256..2048, or 1..16 with
 /// `--max_batch_size 16`).
-const SHAPES: u64 = 24;
+pub(crate) const SHAPES: u64 = 24;
 const SHAPES_16: u64 = 27;
 
 #[test]
