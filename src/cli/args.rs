@@ -87,17 +87,17 @@ pub enum Sub {
     /// launch's (FINGERPRINT, or a unique prefix of 8 or more digits)
     ///
     /// Each stored set is judged by the cache tree its files name (SGLang's,
-    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
-    /// Without it: SGLang's default root, and vLLM's too when it has a
-    /// store.
+    /// vLLM's tree or flat root, TensorRT-LLM's): --cache-dir may be any
+    /// engine's root. Without it: SGLang's default root, and vLLM's and
+    /// TensorRT-LLM's too when they have a store.
     Evict(EvictCmd),
     /// Evict every stored set (as `evict --all`); the cache files of the
     /// root itself are left alone
     ///
     /// Each stored set is judged by the cache tree its files name (SGLang's,
-    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
-    /// Without it: SGLang's default root, and vLLM's too when it has a
-    /// store.
+    /// vLLM's tree or flat root, TensorRT-LLM's): --cache-dir may be any
+    /// engine's root. Without it: SGLang's default root, and vLLM's and
+    /// TensorRT-LLM's too when they have a store.
     Clean(CleanCmd),
     /// Print the effective settings (options before `config`, KEEPWRAP_*
     /// variables, defaults), each with where it came from

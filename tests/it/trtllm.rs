@@ -39,9 +39,10 @@ fn installed(home: &Path, version: &str) -> String {
     site.display().to_string()
 }
 
-/// `keepwrap -- trtllm-serve /models/fake ARGS --port P` in layout
-/// `layout`, hermetic, JSON logs, `env` added.
-pub(crate) fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+/// `keepwrap` with the environment of a `trtllm-serve` launch in layout
+/// `layout` (the fake first on PATH, the release installed), hermetic,
+/// JSON logs, `env` added; no arguments yet.
+pub(crate) fn kw_env(home: &Path, layout: &str, env: &[(&str, &str)]) -> Command {
     let version = LAYOUTS.iter().find(|(l, _)| *l == layout).unwrap().1;
     let mut cmd = hermetic_cmd(Command::new(BIN), home);
     for (k, _) in std::env::vars_os() {
@@ -55,13 +56,20 @@ pub(crate) fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)])
         common::repo().join("tests/fixtures/engines/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let port = common::free_port().to_string();
     cmd.env("KEEPWRAP_LOG_FORMAT", "json")
         .env("PATH", path)
         .env("PYTHONPATH", installed(home, version))
         .env("FAKE_TRTLLM_LAYOUT", layout)
-        .envs(env.iter().copied())
-        .args(["--", "trtllm-serve", "/models/fake"])
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// `keepwrap -- trtllm-serve /models/fake ARGS --port P` in layout
+/// `layout`, hermetic, JSON logs, `env` added.
+pub(crate) fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let port = common::free_port().to_string();
+    let mut cmd = kw_env(home, layout, env);
+    cmd.args(["--", "trtllm-serve", "/models/fake"])
         .args(args)
         .args(["--port", &port]);
     cmd
