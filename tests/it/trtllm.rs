@@ -378,3 +378,54 @@ fn boot_disabled(home: &Path, args: &[&str]) -> Finished {
     r.guard.signal(nix::sys::signal::Signal::SIGTERM);
     r.finish(DEADLINE)
 }
+
+#[test]
+fn a_launch_behind_mpirun_or_srun_and_trtllm_llmapi_launch_is_recognised() {
+    let home = common::home();
+    let fingerprint = |words: &[&str]| {
+        let mut cmd = kw_env(home.path(), "F", &[]);
+        cmd.args(["fingerprint", "--"]).args(words);
+        let f = common::output(&mut cmd);
+        assert_eq!(f.code, 0, "{words:?}: {}", f.stderr);
+        f.stdout.join("\n")
+    };
+    let serve = ["trtllm-serve", "/models/fake", "--tp_size", "16"];
+    let plain = fingerprint(&serve);
+    for launcher in [
+        &[
+            "mpirun",
+            "-n",
+            "16",
+            "-x",
+            "TLLM_AUTOTUNER_CACHE_PATH",
+            "trtllm-llmapi-launch",
+        ][..],
+        &[
+            "srun",
+            "--ntasks",
+            "16",
+            "--mpi=pmix",
+            "trtllm-llmapi-launch",
+        ],
+        &["trtllm-llmapi-launch"],
+    ] {
+        let words = [launcher, &serve[..]].concat();
+        assert_eq!(fingerprint(&words), plain, "{words:?}");
+        let mut cmd = kw_env(home.path(), "F", &[]);
+        cmd.args(["config", "--json", "--"]).args(&words);
+        let config = common::json_out(&mut cmd);
+        assert_eq!(
+            config["profile-for-command"]["value"], "trtllm",
+            "{words:?}: {config:#}"
+        );
+    }
+    // mpirun without trtllm-llmapi-launch is not a TensorRT-LLM launch
+    let mut cmd = kw_env(home.path(), "F", &[]);
+    cmd.args(["config", "--json", "--", "mpirun", "-n", "2"])
+        .args(serve);
+    let config = common::json_out(&mut cmd);
+    assert_ne!(
+        config["profile-for-command"]["value"], "trtllm",
+        "{config:#}"
+    );
+}
