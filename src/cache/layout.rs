@@ -86,6 +86,14 @@ pub trait Layout: Sync {
         Ok(())
     }
 
+    /// What a cache file that stamps itself in the engine's own form says
+    /// it was tuned under: the GPU model and the build (alike for every
+    /// file of one set), or why it says none. None: FlashInfer's
+    /// `_metadata` stamp.
+    fn stamp_in(&self, _path: &str, _bytes: &[u8]) -> Option<Result<(String, String), String>> {
+        None
+    }
+
     /// Why prune removes an engine's temp file ([`Role::AutotunerTmp`]).
     fn tmp_reason(&self) -> &'static str {
         "FlashInfer temp file left by a crash"
@@ -186,6 +194,11 @@ impl Shape {
     /// See [`Layout::check_stamp`].
     pub fn check_stamp(self, stamp_path: &str, bytes: &[u8]) -> Result<(), String> {
         self.0.check_stamp(stamp_path, bytes)
+    }
+
+    /// See [`Layout::stamp_in`].
+    pub fn stamp_in(self, path: &str, bytes: &[u8]) -> Option<Result<(String, String), String>> {
+        self.0.stamp_in(path, bytes)
     }
 
     /// See [`Layout::rank_name_form`].

@@ -87,17 +87,17 @@ pub enum Sub {
     /// launch's (FINGERPRINT, or a unique prefix of 8 or more digits)
     ///
     /// Each stored set is judged by the cache tree its files name (SGLang's,
-    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
-    /// Without it: SGLang's default root, and vLLM's too when it has a
-    /// store.
+    /// vLLM's tree or flat root, TensorRT-LLM's): --cache-dir may be any
+    /// engine's root. Without it: SGLang's default root, and vLLM's and
+    /// TensorRT-LLM's too when they have a store.
     Evict(EvictCmd),
     /// Evict every stored set (as `evict --all`); the cache files of the
     /// root itself are left alone
     ///
     /// Each stored set is judged by the cache tree its files name (SGLang's,
-    /// or vLLM's tree or flat root): --cache-dir may be any engine's root.
-    /// Without it: SGLang's default root, and vLLM's too when it has a
-    /// store.
+    /// vLLM's tree or flat root, TensorRT-LLM's): --cache-dir may be any
+    /// engine's root. Without it: SGLang's default root, and vLLM's and
+    /// TensorRT-LLM's too when they have a store.
     Clean(CleanCmd),
     /// Print the effective settings (options before `config`, KEEPWRAP_*
     /// variables, defaults), each with where it came from
@@ -366,6 +366,12 @@ pub struct RunArgs {
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
 
+    /// This boot neither restores nor reuses the launch's signed set: the
+    /// engine starts cold. The set is put aside in the store until this
+    /// boot signs its own (a cold boot that fails loses nothing)
+    #[arg(long, env = "KEEPWRAP_START_COLD", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub start_cold: bool,
+
     /// The invalid settings the cache depends on (a variable, else a flag),
     /// which leave the cache alone for this launch.
     #[arg(skip)]
@@ -435,6 +441,7 @@ impl RunArgs {
                 headless_quiet: self.headless_quiet,
                 unify: self.unify,
                 disable: self.disable,
+                start_cold: self.start_cold,
                 invalid: self.invalid.clone(),
                 keep: self.keep,
                 store_max_size: no_limit_at_0(self.store_max_size),

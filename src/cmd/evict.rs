@@ -26,9 +26,9 @@ pub enum Evict {
 /// say on stdout what would be removed, and remove nothing.
 ///
 /// Without `--cache-dir`, the root is SGLang's default one, and vLLM's
-/// (from the same environment) too when it has a store: each has its
-/// summary line, which names it when both have a store. A FINGERPRINT is
-/// looked for in each.
+/// and TensorRT-LLM's (from the same environment) too when they have a
+/// store: each has its summary line, which names it when two or more have
+/// a store. A FINGERPRINT is looked for in each.
 pub fn evict(
     cache_dir: Option<&Path>,
     lock_timeout: Duration,

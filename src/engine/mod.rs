@@ -260,10 +260,10 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
 
 /// The default cache root of each engine (no `--cache-dir`), as `env`
 /// makes it, each once, SGLang's first: the roots a subcommand with no
-/// command looks at.
+/// command looks at (TensorRT-LLM's: keepwrap's own, `~/.cache/keepwrap/trtllm`).
 pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
-    for profile in [ProfileName::Sglang, ProfileName::Vllm] {
+    for profile in [ProfileName::Sglang, ProfileName::Vllm, ProfileName::Trtllm] {
         if let Ok(r) = of(profile).root(None, env) {
             if !roots.contains(&r) {
                 roots.push(r);

@@ -359,7 +359,7 @@ catalogue! {
         /// the start (TensorRT-LLM PR 14240).
         TrtllmAttentionDp { file: PathBuf }
             WARN "trtllm_attention_dp"
-            => "attention-DP is on ({}: enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, run this launch with --disable, which starts it cold every time (the engine keeps nothing)", Shown(file);
+            => "attention-DP is on ({}: enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, start this launch once with --start-cold (KEEPWRAP_START_COLD=1): that boot tunes from scratch, and its set is kept as usual", Shown(file);
 
         TrtllmCannotRemove { path: PathBuf, error: String }
             WARN "trtllm_cannot_remove"
@@ -443,6 +443,19 @@ catalogue! {
         WatchFailed { error: String }
             WARN "watch_failed"
             => "{error}; the launch goes on, and nothing it writes will be signed";
+
+        /// `--start-cold`: this boot neither restores nor reuses the
+        /// launch's set; `files` of it wait in the store (`put_aside`), or
+        /// were removed (no store).
+        StartCold { files: usize, fingerprint: String, put_aside: bool }
+            INFO "start_cold"
+            => "starting cold (--start-cold): {}", super::start_cold_line(files, put_aside);
+
+        /// The set a cold start put aside is deleted: the cold boot signed
+        /// its own.
+        StartColdReplaced { files: usize, fingerprint: String }
+            INFO "start_cold_replaced"
+            => "the cold boot signed its own set: the {} put aside for it deleted from the store", super::counted(files, "cache file", "cache files");
 
         /// This launch's set came back from the store.
         Restored { files: usize, fingerprint: String, signed_ago: String }

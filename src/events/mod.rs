@@ -491,6 +491,18 @@ fn in_untrusted_root(reason: &str) -> bool {
 }
 
 /// `cache file` or `cache files`, for a count of `n`.
+/// What `--start-cold` did with the launch's own set (`files` of it).
+fn start_cold_line(files: usize, put_aside: bool) -> String {
+    match (files, put_aside) {
+        (0, true) => "this launch has no signed set; the engine tunes from scratch".to_string(),
+        (n, true) => format!(
+            "this launch's signed set ({}) is put aside in the store, neither restored nor reused; it is deleted once this boot signs its own, and the next boot restores it if this one never does",
+            counted(n, "cache file", "cache files")
+        ),
+        (_, false) => "no store to put this launch's signed set aside in: what the tree held of it is removed (the prune line counts it); the engine tunes from scratch".to_string(),
+    }
+}
+
 fn cache_files(n: usize) -> &'static str {
     if n == 1 {
         "cache file"

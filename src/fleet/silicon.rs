@@ -117,6 +117,7 @@ impl<'a> Stamps<'a> {
 }
 
 /// The build of the cache file at `path` in a tree of `shape`: its own
+/// stamp in the engine's form ([`crate::cache::Shape::stamp_in`]), else its
 /// `_metadata`, else, for a layout whose files carry none, its stamp
 /// file's, which `stamps` gives (checked as the engine writes it).
 pub fn build_in(
@@ -125,6 +126,12 @@ pub fn build_in(
     bytes: &[u8],
     stamps: &mut Stamps<'_>,
 ) -> Result<Build, String> {
+    if let Some(stamp) = shape.stamp_in(path, bytes) {
+        return stamp.map(|(gpu, id)| Build {
+            gpu: model(&gpu),
+            id,
+        });
+    }
     let Some(at) = shape.stamp_of(path) else {
         return build_of(path, bytes);
     };

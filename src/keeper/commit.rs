@@ -115,6 +115,9 @@ pub(super) struct Committer {
     /// The files of this launch that prune removes before every start
     /// ([`crate::engine::Engine::refuse_at_prune`]): never signed.
     pub(super) refuse: Option<crate::engine::Refuse>,
+    /// `--start-cold`: the launch's set waits in the store until this boot
+    /// signs its own at done, which replaces it.
+    pub(super) cold: bool,
 }
 
 impl Committer {
@@ -356,6 +359,15 @@ impl Committer {
             .emit();
         }
         if let Some(s) = &self.store {
+            if n > 0 && self.cold {
+                if let Some(files) = s.delete_replaced(&self.fingerprint) {
+                    Event::StartColdReplaced {
+                        files,
+                        fingerprint: self.fingerprint.to_string(),
+                    }
+                    .emit();
+                }
+            }
             if n > 0 {
                 if report.unchanged && s.record(&self.fingerprint).is_some() {
                     s.touch(&self.fingerprint);

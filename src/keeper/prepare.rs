@@ -130,15 +130,26 @@ fn keep(
     // What the engine's rule refuses: at the prune, and again at done (a
     // file the next start would remove is never signed).
     let refuse = engine.refuse_at_prune(launch);
+    // A cold start keeps nothing: the launch's own set is pruned as
+    // another launch's would be, into the store.
+    let cold = args.start_cold;
+    let keep_for = if cold {
+        Fingerprint::default()
+    } else {
+        sets.fingerprint.clone()
+    };
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,
-        &sets.fingerprint,
+        &keep_for,
         sets.store.as_ref(),
         refuse.as_ref(),
     ) else {
         return Ok(Prepared::hands_off(marker));
     };
+    if cold {
+        put_aside(sets.store.as_ref(), &sets.fingerprint);
+    }
     let leftover = leftover.map(|l| remove_leftover_later(&root, shape, l));
     let (explain, evict) = match &sets.store {
         Some(s) => restore(
@@ -148,7 +159,7 @@ fn keep(
             &sets.fingerprint,
             &inputs,
             &mut pruned,
-            read.words.offered(),
+            read.words.offered() && !cold,
         ),
         None => (None, None),
     };
@@ -174,6 +185,7 @@ fn keep(
         redo: read.words.redo(),
         saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
         refuse,
+        cold,
     };
     let split = pruned.split.len();
     take_sets(
@@ -264,8 +276,8 @@ fn watch(root: &Path, shape: Shape, pruned: &PruneReport) -> Option<Watcher> {
 }
 
 /// The sets taken before the start: none from other nodes and pods when
-/// the set offered is not of the launch's words (`read`), else the share's
-/// union and the fleet's; then the engine's own preparation of the files
+/// the set offered is not of the launch's words (`read`) or the start is
+/// cold, else the share's union and the fleet's; then the engine's own preparation of the files
 /// kept. `split`: how many directories of them were signed without being
 /// unified.
 fn take_sets(
@@ -281,8 +293,10 @@ fn take_sets(
         // launch's engine runs with is not what they say.
         commit.unshare();
     }
-    take_share(engine, commit, watcher)?;
-    take_fleet(commit, watcher)?;
+    if !commit.cold {
+        take_share(engine, commit, watcher)?;
+        take_fleet(commit, watcher)?;
+    }
     engine.before_start(&commit.root, launch, &mut commit.kept);
     if commit.unify && split > 0 {
         // Files kept for this launch but signed without being unified
@@ -298,6 +312,20 @@ fn take_sets(
         .emit();
     }
     Ok(())
+}
+
+/// `--start-cold`, once prune moved the launch's set (signed for
+/// `fingerprint`) out of the tree: one line says where it is.
+fn put_aside(store: Option<&Store>, fingerprint: &Fingerprint) {
+    let files = store
+        .and_then(|s| s.manifest(fingerprint))
+        .map_or(0, |m| m.set.members.len());
+    crate::events::Event::StartCold {
+        files,
+        fingerprint: fingerprint.to_string(),
+        put_aside: store.is_some(),
+    }
+    .emit();
 }
 
 /// Multi-node: when every node has published, take what the share gives

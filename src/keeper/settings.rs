@@ -31,6 +31,9 @@ pub struct Settings {
     pub unify: UnifyMode,
     /// `--disable`: only supervise.
     pub disable: bool,
+    /// `--start-cold`: this boot neither restores nor reuses the launch's
+    /// set (put aside in the store until this boot signs its own).
+    pub start_cold: bool,
     /// The invalid settings the cache depends on (only supervise).
     pub invalid: Vec<String>,
     /// `--keep`.

@@ -321,6 +321,16 @@ impl Store {
         })
     }
 
+    /// Delete the stored set of `fp`, which a set signed since in the tree
+    /// for the same launch replaces (a cold start's, `--start-cold`); its
+    /// launch record stays, the new set's. How many files it had, when
+    /// there was one.
+    pub fn delete_replaced(&self, fp: &Fingerprint) -> Option<usize> {
+        let files = self.manifest(fp)?.set.members.len();
+        self.delete_entry(fp);
+        Some(files)
+    }
+
     /// Delete the entry of `fp` (atomically gone: renamed to trash first).
     pub(super) fn delete_entry(&self, fp: &str) {
         if let Some(trash) = self.trash_entry(fp) {

@@ -192,15 +192,21 @@ fn pod_of(home: &Path, endpoint: &str, url: &str, extra: &[&str], engine: &[&str
     let mut cmd = keepwrap_engine(home, &kw, engine);
     without_keepwrap_env(&mut cmd);
     cmd.env("KEEPWRAP_LOG_FORMAT", "json")
-        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", gpus(home, "NVIDIA GB10"))
-        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", gpus(home, "NVIDIA GB10"));
+    to_moto(&mut cmd, endpoint);
+    cmd
+}
+
+/// `cmd` talks to moto at `endpoint`, with test credentials and nothing
+/// of the caller's AWS settings.
+pub(crate) fn to_moto<'c>(cmd: &'c mut Command, endpoint: &str) -> &'c mut Command {
+    cmd.env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env_remove("AWS_PROFILE")
         .env_remove("AWS_ENDPOINT_URL_S3")
-        .env_remove("AWS_SESSION_TOKEN");
-    cmd
+        .env_remove("AWS_SESSION_TOKEN")
 }
 
 #[test]

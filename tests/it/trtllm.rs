@@ -14,7 +14,8 @@ use common::vllm::{hermetic_cmd, until_outcome, DEADLINE};
 use common::{Finished, Running, BIN};
 
 /// The layouts, each with a release that writes it.
-const LAYOUTS: [(&str, &str); 3] = [("P", "1.2.0rc2"), ("F", "1.2.1"), ("FA", "1.3.0rc19")];
+pub(crate) const LAYOUTS: [(&str, &str); 3] =
+    [("P", "1.2.0rc2"), ("F", "1.2.1"), ("FA", "1.3.0rc19")];
 
 /// `home/site`: the fake `tensorrt_llm` package with the metadata of
 /// `version` beside it, as pip installs it; the PYTHONPATH that finds it.
@@ -38,9 +39,10 @@ fn installed(home: &Path, version: &str) -> String {
     site.display().to_string()
 }
 
-/// `keepwrap -- trtllm-serve /models/fake ARGS --port P` in layout
-/// `layout`, hermetic, JSON logs, `env` added.
-fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+/// `keepwrap` with the environment of a `trtllm-serve` launch in layout
+/// `layout` (the fake first on PATH, the release installed), hermetic,
+/// JSON logs, `env` added; no arguments yet.
+pub(crate) fn kw_env(home: &Path, layout: &str, env: &[(&str, &str)]) -> Command {
     let version = LAYOUTS.iter().find(|(l, _)| *l == layout).unwrap().1;
     let mut cmd = hermetic_cmd(Command::new(BIN), home);
     for (k, _) in std::env::vars_os() {
@@ -54,30 +56,42 @@ fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command
         common::repo().join("tests/fixtures/engines/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let port = common::free_port().to_string();
     cmd.env("KEEPWRAP_LOG_FORMAT", "json")
         .env("PATH", path)
         .env("PYTHONPATH", installed(home, version))
         .env("FAKE_TRTLLM_LAYOUT", layout)
-        .envs(env.iter().copied())
-        .args(["--", "trtllm-serve", "/models/fake"])
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// `keepwrap -- trtllm-serve /models/fake ARGS --port P` in layout
+/// `layout`, hermetic, JSON logs, `env` added.
+pub(crate) fn kw(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let port = common::free_port().to_string();
+    let mut cmd = kw_env(home, layout, env);
+    cmd.args(["--", "trtllm-serve", "/models/fake"])
         .args(args)
         .args(["--port", &port]);
     cmd
 }
 
 /// One boot that serves: wait for keepwrap's outcome line, then TERM.
-fn boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
     until_outcome(Running::spawn(&mut kw(home, layout, args, env)))
 }
 
 /// One boot whose engine ends on its own (a failed start).
-fn failed_boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
+pub(crate) fn failed_boot(
+    home: &Path,
+    layout: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Finished {
     Running::spawn(&mut kw(home, layout, args, env)).finish(DEADLINE)
 }
 
 /// keepwrap's folder for TensorRT-LLM under `home`.
-fn folder(home: &Path) -> PathBuf {
+pub(crate) fn folder(home: &Path) -> PathBuf {
     home.join(".cache/keepwrap/trtllm/autotune")
 }
 
@@ -87,14 +101,14 @@ fn bare(home: &Path) -> PathBuf {
 }
 
 /// The engine served (the fake's `ready` line).
-fn served(f: &Finished) -> bool {
+pub(crate) fn served(f: &Finished) -> bool {
     !f.events("ready").is_empty()
 }
 
 /// The shapes one boot of `/models/fake` tunes per rank (3 ops; batch
 /// buckets 1..8 and token buckets 256..2048, or 1..16 with
 /// `--max_batch_size 16`).
-const SHAPES: u64 = 24;
+pub(crate) const SHAPES: u64 = 24;
 const SHAPES_16: u64 = 27;
 
 #[test]
@@ -363,4 +377,55 @@ fn boot_disabled(home: &Path, args: &[&str]) -> Finished {
     });
     r.guard.signal(nix::sys::signal::Signal::SIGTERM);
     r.finish(DEADLINE)
+}
+
+#[test]
+fn a_launch_behind_mpirun_or_srun_and_trtllm_llmapi_launch_is_recognised() {
+    let home = common::home();
+    let fingerprint = |words: &[&str]| {
+        let mut cmd = kw_env(home.path(), "F", &[]);
+        cmd.args(["fingerprint", "--"]).args(words);
+        let f = common::output(&mut cmd);
+        assert_eq!(f.code, 0, "{words:?}: {}", f.stderr);
+        f.stdout.join("\n")
+    };
+    let serve = ["trtllm-serve", "/models/fake", "--tp_size", "16"];
+    let plain = fingerprint(&serve);
+    for launcher in [
+        &[
+            "mpirun",
+            "-n",
+            "16",
+            "-x",
+            "TLLM_AUTOTUNER_CACHE_PATH",
+            "trtllm-llmapi-launch",
+        ][..],
+        &[
+            "srun",
+            "--ntasks",
+            "16",
+            "--mpi=pmix",
+            "trtllm-llmapi-launch",
+        ],
+        &["trtllm-llmapi-launch"],
+    ] {
+        let words = [launcher, &serve[..]].concat();
+        assert_eq!(fingerprint(&words), plain, "{words:?}");
+        let mut cmd = kw_env(home.path(), "F", &[]);
+        cmd.args(["config", "--json", "--"]).args(&words);
+        let config = common::json_out(&mut cmd);
+        assert_eq!(
+            config["profile-for-command"]["value"], "trtllm",
+            "{words:?}: {config:#}"
+        );
+    }
+    // mpirun without trtllm-llmapi-launch is not a TensorRT-LLM launch
+    let mut cmd = kw_env(home.path(), "F", &[]);
+    cmd.args(["config", "--json", "--", "mpirun", "-n", "2"])
+        .args(serve);
+    let config = common::json_out(&mut cmd);
+    assert_ne!(
+        config["profile-for-command"]["value"], "trtllm",
+        "{config:#}"
+    );
 }

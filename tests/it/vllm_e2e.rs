@@ -1114,7 +1114,7 @@ fn evict_and_clean_act_on_the_stored_sets_of_a_vllm_tree_root() {
         let help = common::output(hermetic(home.path()).args([sub, "--help"]));
         assert!(
             help.stdout.join(" ").contains(
-                "Each stored set is judged by the cache tree its files name (SGLang's, or vLLM's tree or flat root): --cache-dir may be any engine's root."
+                "Each stored set is judged by the cache tree its files name (SGLang's, vLLM's tree or flat root, TensorRT-LLM's): --cache-dir may be any engine's root."
             ),
             "{sub}: {:?}",
             help.stdout

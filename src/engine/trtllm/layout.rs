@@ -53,6 +53,36 @@ impl Layout for Tree {
     fn rank_name_form(&self) -> &'static str {
         "autotuner_cache.rank<N>.json"
     }
+    /// TensorRT-LLM's `metadata`: `device_name` (the GPU model CUDA
+    /// reports), and the build, `lib_version` with `device_capability`
+    /// (its `creation_timestamp` differs between the rank files of one
+    /// set). TensorRT-LLM never checks it; keepwrap's fingerprint holds the
+    /// GPU model and the version already, and the fleet matches a set to a
+    /// machine by it as for the other engines.
+    fn stamp_in(&self, path: &str, bytes: &[u8]) -> Option<Result<(String, String), String>> {
+        Some(stamp(path, bytes))
+    }
+}
+
+/// See [`Tree::stamp_in`].
+fn stamp(path: &str, bytes: &[u8]) -> Result<(String, String), String> {
+    use serde_json::Value;
+    let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).ok();
+    let v = parse(bytes)
+        .or_else(|| crate::cache::python_nan_to_zero(bytes).and_then(|b| parse(&b)))
+        .filter(Value::is_object)
+        .ok_or_else(|| format!("'{path}' is not a JSON object"))?;
+    let meta = v
+        .get("metadata")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| format!("'{path}' has no metadata"))?;
+    let gpu = meta
+        .get("device_name")
+        .and_then(Value::as_str)
+        .filter(|g| !g.trim().is_empty())
+        .ok_or_else(|| format!("'{path}' names no GPU model in its metadata (device_name)"))?;
+    let build = serde_json::json!([meta.get("lib_version"), meta.get("device_capability")]);
+    Ok((gpu.to_string(), format!("{gpu}|{build}")))
 }
 
 /// keepwrap's tree for TensorRT-LLM, as a value.
@@ -148,6 +178,21 @@ mod tests {
             Some(3)
         );
         assert_eq!(TREE.rank_of(FILE), None);
+        let f = br#"{"metadata": {"lib_version": "1.2.1", "creation_timestamp": 1.5, "device_name": "NVIDIA H200", "device_capability": [9, 0]}, "rank_0": {"k": {"min_time": Infinity}}}"#;
+        let (gpu, id) = TREE.stamp_in(FILE, f).unwrap().unwrap();
+        assert_eq!(gpu, "NVIDIA H200");
+        let later = String::from_utf8_lossy(f).replace("1.5", "2.5");
+        assert_eq!(
+            TREE.stamp_in(FILE, later.as_bytes()).unwrap().unwrap().1,
+            id
+        );
+        for bad in [
+            &br#"{"rank_0": {}}"#[..],
+            br#"{"metadata": {"device_name": ""}}"#,
+            b"[1]",
+        ] {
+            assert!(TREE.stamp_in(FILE, bad).unwrap().is_err());
+        }
         assert_ne!(TREE, crate::engine::SGLANG);
     }
 }

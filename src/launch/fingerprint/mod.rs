@@ -268,7 +268,12 @@ impl Launch {
         } else {
             None
         };
-        let engine = package.map(|p| launch::package::find(p, &command.argv, &lookup, &cwd));
+        // `trtllm-serve` itself, behind any launcher of its ranks
+        let runs = trtllm
+            .as_ref()
+            .and_then(|_| launch::trtllm::recognise(&command.argv))
+            .map_or(&command.argv[..], |r| &command.argv[r.serve_at..]);
+        let engine = package.map(|p| launch::package::find(p, runs, &lookup, &cwd));
         // an unreadable shell string's variables count, whatever their names
         let names: &[String] = if seed { &[] } else { &command.names };
         let env = selected_env(prof, opts, env, names);

@@ -59,24 +59,54 @@ pub const EXTRA_OPTIONS: &str = "--extra_llm_api_options";
 /// The server's default port.
 pub const DEFAULT_PORT: u16 = 8000;
 
-/// A recognised `trtllm-serve` launch: where its options start in argv.
+/// The wrapper that runs `trtllm-serve` on each rank of a launch spread
+/// over nodes by `mpirun` or `srun`.
+pub const RANK_LAUNCHER: &str = "trtllm-llmapi-launch";
+
+/// The launchers of a multi-node launch, before [`RANK_LAUNCHER`].
+const MPI_LAUNCHERS: &[&str] = &["mpirun", "mpiexec", "srun"];
+
+/// A recognised `trtllm-serve` launch: where `trtllm-serve` is in argv
+/// (after `mpirun ... trtllm-llmapi-launch`, say), and where its options
+/// start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recognised {
+    pub serve_at: usize,
     pub args_start: usize,
 }
 
 /// Whether `argv` runs TensorRT-LLM's server: `trtllm-serve MODEL ...` or
 /// `trtllm-serve serve MODEL ...` (any path to a program named
-/// `trtllm-serve`). Its other subcommands are not.
+/// `trtllm-serve`), alone, behind `trtllm-llmapi-launch`, or behind
+/// `mpirun`/`mpiexec`/`srun` and their options then `trtllm-llmapi-launch`.
+/// Its other subcommands are not.
 pub fn recognise(argv: &[OsString]) -> Option<Recognised> {
-    let prog = Path::new(argv.first()?).file_name()?;
-    if prog.as_bytes() != COMMAND.as_bytes() {
+    let name = |i: usize| {
+        argv.get(i)
+            .and_then(|a| Path::new(a).file_name())
+            .map(OsStr::as_bytes)
+    };
+    let first = name(0)?;
+    let serve_at = if MPI_LAUNCHERS.iter().any(|l| l.as_bytes() == first) {
+        1 + (1..argv.len()).position(|i| name(i) == Some(RANK_LAUNCHER.as_bytes()))? + 1
+    } else if first == RANK_LAUNCHER.as_bytes() {
+        1
+    } else {
+        0
+    };
+    if name(serve_at)? != COMMAND.as_bytes() {
         return None;
     }
-    match argv.get(1).map(|a| a.as_bytes()) {
-        Some(b"serve") => Some(Recognised { args_start: 2 }),
+    let at = |args_start| {
+        Some(Recognised {
+            serve_at,
+            args_start,
+        })
+    };
+    match argv.get(serve_at + 1).map(|a| a.as_bytes()) {
+        Some(b"serve") => at(serve_at + 2),
         Some(sub) if OTHER_SUBCOMMANDS.iter().any(|s| s.as_bytes() == sub) => None,
-        _ => Some(Recognised { args_start: 1 }),
+        _ => at(serve_at + 1),
     }
 }
 

@@ -13,17 +13,59 @@ fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
 fn both_spellings_of_the_server_are_recognised() {
     assert_eq!(
         recognise(&os(&["trtllm-serve", "m"])),
-        Some(Recognised { args_start: 1 })
+        Some(Recognised {
+            serve_at: 0,
+            args_start: 1
+        })
     );
     assert_eq!(
         recognise(&os(&["/usr/local/bin/trtllm-serve", "serve", "m"])),
-        Some(Recognised { args_start: 2 })
+        Some(Recognised {
+            serve_at: 0,
+            args_start: 2
+        })
     );
     assert_eq!(
         recognise(&os(&["trtllm-serve", "disaggregated", "-c", "x"])),
         None
     );
     assert_eq!(recognise(&os(&["trtllm-bench", "m"])), None);
+    // behind the launchers of a multi-node launch
+    let mpi = [
+        "mpirun",
+        "-n",
+        "2",
+        "trtllm-llmapi-launch",
+        "trtllm-serve",
+        "serve",
+        "m",
+    ];
+    assert_eq!(
+        recognise(&os(&mpi)),
+        Some(Recognised {
+            serve_at: 4,
+            args_start: 6
+        })
+    );
+    assert_eq!(
+        recognise(&os(&["srun", "trtllm-llmapi-launch", "trtllm-serve", "m"])).map(|r| r.serve_at),
+        Some(2)
+    );
+    for not in [
+        &["mpirun", "-n", "2", "trtllm-serve", "m"][..],
+        &["mpirun", "trtllm-llmapi-launch", "python3", "x.py"],
+        &["trtllm-llmapi-launch"],
+        &["srun"],
+        &[
+            "mpirun",
+            "trtllm-llmapi-launch",
+            "trtllm-serve",
+            "rerank",
+            "m",
+        ],
+    ] {
+        assert_eq!(recognise(&os(not)), None, "{not:?}");
+    }
     assert_eq!(recognise(&os(&["vllm", "serve", "m"])), None);
     let l = launch(&["trtllm-serve", "serve", "m", "--tp_size", "2"], &[]);
     assert_eq!(l.profile(), ProfileName::Trtllm);

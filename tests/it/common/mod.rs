@@ -703,6 +703,17 @@ pub fn explain_in(
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Run `cmd`, which must succeed, and read its stdout as JSON.
+pub fn json_out(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A fresh home for one launch (removed when dropped).
 pub fn home() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
