@@ -198,6 +198,33 @@ impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
     pub const ALL: [Shape; 5] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM, flashinfer::STORE];
+
+    /// The tree laid out below `root`, for a subcommand that has no launch
+    /// to tell it: `default` when the root holds a top directory of its
+    /// tree (or of none, or cannot be read), else the first tree of
+    /// [`Shape::ALL`] whose top directory it holds (keepwrap's root of a
+    /// managed store holds `v2/`).
+    pub fn found_in(root: &Path, default: Shape) -> Shape {
+        let Ok(dir) = std::fs::read_dir(root) else {
+            return default;
+        };
+        let tops: Vec<OsString> = dir
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()))
+            .map(|e| e.file_name())
+            .collect();
+        let holds = |shape: Shape| {
+            tops.iter()
+                .any(|n| shape.is_layout_dir(0, n.as_encoded_bytes()))
+        };
+        if holds(default) {
+            return default;
+        }
+        Shape::ALL
+            .into_iter()
+            .find(|&s| holds(s))
+            .unwrap_or(default)
+    }
 }
 
 /// `root` as the engine of `launch` reads it: a relative one from its
