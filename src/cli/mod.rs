@@ -274,7 +274,7 @@ fn status(cmd: StatusCmd) -> ExitCode {
     );
     let code = crate::cmd::status::run(
         root,
-        launch.as_ref(),
+        launch.as_ref().map(|l| (l, cmd.cache_dir.as_deref())),
         cmd.json,
         cmd.zero,
         cmd.verify,

@@ -130,7 +130,7 @@ pub trait Engine: Sync {
 
     /// Whether keepwrap only supervises this launch and leaves its cache as
     /// the engine leaves it; one line says why.
-    fn left_alone(&self, _launch: &Launch) -> bool {
+    fn left_alone(&self, _launch: &Launch, _cache_dir: Option<&Path>) -> bool {
         false
     }
 
@@ -174,8 +174,9 @@ pub trait Engine: Sync {
         rank_values(&launch.command().argv, self.rank_flags(launch))
     }
 
-    /// `status -- COMMAND`: the plan as this engine changes it.
-    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
+    /// `status -- COMMAND`: the plan as this engine changes it (`cache_dir`:
+    /// `--cache-dir`, when given).
+    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch, _cache_dir: Option<&Path>) {}
 }
 
 /// What a subcommand without a launch lacks when it has no cache root: the
