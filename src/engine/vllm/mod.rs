@@ -268,10 +268,15 @@ fn plan_left_alone(report: &mut serde_json::Value, launch: &Launch, cache_dir: O
 
 /// A one-rank launch (world 1, one stage, one node) on vLLM 0.33.0 and
 /// later: one line says where FlashInfer's managed store is kept, or why it
-/// is left alone ([`store::one_rank`]).
+/// is left alone ([`store::one_rank`]); so does a launch whose world size
+/// cannot be read ([`store::unread`]).
 fn note_managed_store(launch: &Launch, cache_dir: Option<&Path>) {
     match store::one_rank(launch, cache_dir) {
-        store::OneRank::RankFiles => {}
+        store::OneRank::RankFiles => {
+            if let Some(store) = store::unread(launch) {
+                crate::events::Event::ManagedStoreUnread { store }.emit();
+            }
+        }
         store::OneRank::Kept(root) => crate::events::Event::ManagedStoreKept {
             store: root.join("v2"),
             var: store::VAR.to_string(),

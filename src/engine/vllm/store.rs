@@ -108,6 +108,20 @@ fn engines_store(env: &[(OsString, OsString)]) -> String {
         .unwrap_or_else(|e| format!("unknown: {e}"))
 }
 
+/// The managed store's root as the engine of `launch` finds it, when
+/// keepwrap cannot tell whether the launch keeps its tactics there: a
+/// command it does not read as a vLLM server (a launch script, whose world
+/// size it cannot read), unless the vLLM version it reads uses no store.
+pub fn unread(launch: &Launch) -> Option<String> {
+    if launch.vllm().is_some() {
+        return None;
+    }
+    match launch.engine().map(|p| &p.found) {
+        Some(Found::Version { version, .. }) if uses_store(version) == Some(false) => None,
+        _ => Some(engines_store(&launch.command().env)),
+    }
+}
+
 /// Whether vLLM `version` keeps one rank's tactics in the managed store;
 /// None: a release keepwrap does not know the cache of.
 fn uses_store(version: &str) -> Option<bool> {
