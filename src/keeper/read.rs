@@ -91,7 +91,7 @@ impl Read {
                 argv,
                 &fingerprint,
                 &opts,
-                args.cache_dir.as_deref(),
+                (args.cache_dir.as_deref(), &set),
             ),
         };
         Read {

@@ -340,12 +340,11 @@ fn maintenance_with_the_command_and_a_shell_launch_see_the_store() {
 /// The engine keepwrap does not exec itself is checked as it runs: a
 /// login shell whose profile unsets `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`
 /// sends the engine to FlashInfer's shared default store. The engine seen
-/// without the variable is taken as one whose store keepwrap keeps in its
-/// own root, so nothing notices: the boot ends on "reused 24 cache files
-/// signed for this launch" while the engine tuned every shape elsewhere.
+/// without the variable keepwrap set for it never writes keepwrap's root:
+/// never a reuse (the engine tuned every shape elsewhere), and one line
+/// says what happened.
 #[test]
-#[ignore = "known hole: an engine seen without the store variable is taken as writing keepwrap's root; a full tune elsewhere is logged as reused"]
-fn known_hole_an_engine_whose_profile_drops_the_store_variable_is_never_reported_as_reusing() {
+fn an_engine_whose_profile_drops_the_store_variable_is_never_reported_as_reusing() {
     let home = common::home();
     let cold = serve(home.path(), &[], &[]);
     assert!(cold.has_event("signed"), "{}", cold.stderr);
@@ -376,6 +375,13 @@ fn known_hole_an_engine_whose_profile_drops_the_store_variable_is_never_reported
     );
     assert!(f.tuned() > 0, "{:#?}", f.stdout);
     assert!(!f.has_event("reused"), "{}", f.stderr);
+    let why = f.event("not_signing_unseen")["why"].clone();
+    assert!(
+        why.as_str().unwrap().starts_with(
+            "the engine runs without VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR as keepwrap set it"
+        ),
+        "{why}"
+    );
 }
 
 /// A pod restored from the bucket has the entries of the publisher's
