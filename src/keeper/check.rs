@@ -356,12 +356,7 @@ impl Committer {
 /// changed on the way, by a profile or a script). None when it has them
 /// all.
 fn dropped(awaiting: &Awaiting, seen: &Seen) -> Option<String> {
-    let lost: Vec<String> = awaiting
-        .set
-        .iter()
-        .filter(|(k, v)| !seen.env.iter().any(|(ek, ev)| ek == k && ev == v))
-        .map(|(k, _)| k.to_string_lossy().into_owned())
-        .collect();
+    let lost = super::read::lost(&awaiting.set, &seen.env);
     (!lost.is_empty()).then(|| {
         format!(
             "the engine runs without {} as keepwrap set it (most likely dropped by {}), so it writes its cache elsewhere, not under the root keepwrap pruned",
