@@ -302,8 +302,9 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
 }
 
 /// The default cache root of each engine (no `--cache-dir`), as `env`
-/// makes it, each once, SGLang's first: the roots a subcommand with no
-/// command looks at.
+/// makes it, each once, SGLang's first, keepwrap's root of one-rank vLLM
+/// launches' managed store last: the roots a subcommand with no command
+/// looks at.
 pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     for profile in [ProfileName::Sglang, ProfileName::Vllm] {
@@ -311,6 +312,11 @@ pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
             if !roots.contains(&r) {
                 roots.push(r);
             }
+        }
+    }
+    if let Ok(r) = vllm::store::default_root(env) {
+        if !roots.contains(&r) {
+            roots.push(r);
         }
     }
     roots

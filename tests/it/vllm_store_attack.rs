@@ -126,6 +126,31 @@ fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
     assert_eq!(again.tuned(), a.tuned(), "{:#?}", again.stdout);
 }
 
+/// `keepwrap evict --all` with no `--cache-dir` acts on the default roots,
+/// keepwrap's root of the managed store among them: another launch's
+/// stored set is evicted there.
+#[test]
+fn evict_all_without_a_cache_dir_sees_the_store_root() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let a = serve(home.path(), &[], &[]);
+    assert!(a.has_event("signed"), "{}", a.stderr);
+    let b = serve(home.path(), &["--max-model-len", "4096"], &[]);
+    assert!(b.has_event("signed"), "{}", b.stderr);
+    let evict = maintenance(home.path(), &["evict", "--all"]);
+    assert_eq!(evict.code, 0, "{}", evict.stderr);
+    let text = evict.stdout.join("\n");
+    assert!(
+        text.contains("evicted 1 stored set"),
+        "{text}\n{}",
+        evict.stderr
+    );
+    assert!(!entries(&root).is_empty(), "the set in place (B's) is left");
+    let again = serve(home.path(), &[], &[]);
+    assert!(!again.has_event("restored"), "{}", again.stderr);
+    assert_eq!(again.tuned(), a.tuned(), "{:#?}", again.stdout);
+}
+
 /// A relative `--cache-dir` is keepwrap's, relative to keepwrap's working
 /// directory, for every launch: for a one-rank launch that changes
 /// directory (`env -C DIR`) too, never below the engine's DIR (outside the

@@ -147,6 +147,22 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
     }
 }
 
+/// keepwrap's store root with no `--cache-dir`, as `env` makes vLLM's cache
+/// root (`$VLLM_CACHE_ROOT/keepwrap-flashinfer-store`, relative when that
+/// is), whatever `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` says. Err: why
+/// there is none.
+pub fn default_root(env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+    let env: Vec<(OsString, OsString)> = env.iter().filter(|(k, _)| k != VAR).cloned().collect();
+    match facts::autotune_root(&env, &crate::launch::home::passwd_home) {
+        Ok(AutotuneRoot::VllmCacheRoot(p)) => p
+            .parent()
+            .map(|vllm| vllm.join(OWN_DIR))
+            .ok_or_else(|| format!("vLLM's cache root {} has no parent", p.display())),
+        Ok(AutotuneRoot::Override(p)) => Ok(p),
+        Err(e) => Err(format!("cannot tell vLLM's cache root: {e}")),
+    }
+}
+
 /// keepwrap's store root for `launch`: `--cache-dir`, else
 /// `keepwrap-flashinfer-store` beside `flashinfer_autotune_cache` in
 /// vLLM's cache root, relative ones against the engine's working
@@ -160,22 +176,7 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String
     let root = match cache_dir {
         // keepwrap's own option: relative to keepwrap's directory
         Some(dir) => return Ok(keepwraps(dir)),
-        None => {
-            let env: Vec<(OsString, OsString)> = command
-                .env
-                .iter()
-                .filter(|(k, _)| k != VAR)
-                .cloned()
-                .collect();
-            match facts::autotune_root(&env, &crate::launch::home::passwd_home) {
-                Ok(AutotuneRoot::VllmCacheRoot(p)) => p
-                    .parent()
-                    .map(|vllm| vllm.join(OWN_DIR))
-                    .ok_or_else(|| format!("vLLM's cache root {} has no parent", p.display()))?,
-                Ok(AutotuneRoot::Override(p)) => p,
-                Err(e) => return Err(format!("cannot tell vLLM's cache root: {e}")),
-            }
-        }
+        None => default_root(&command.env)?,
     };
     Ok(match &command.cwd {
         Some(cwd) if root.is_relative() => cwd.join(root),
