@@ -99,16 +99,30 @@ fn status_of_the_store_root_without_a_command_lists_its_signed_entries() {
 /// engine's).
 #[test]
 fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
+    evict_all_evicts_another_launchs_stored_set(|root| {
+        vec!["evict", "--all", "--cache-dir", root.to_str().unwrap()]
+    });
+}
+
+/// `keepwrap evict --all` with no `--cache-dir` acts on the default roots,
+/// keepwrap's root of the managed store among them: another launch's
+/// stored set is evicted there.
+#[test]
+fn evict_all_without_a_cache_dir_sees_the_store_root() {
+    evict_all_evicts_another_launchs_stored_set(|_| vec!["evict", "--all"]);
+}
+
+/// Launches A then B keep their stores; `keepwrap ARGS(store root)` evicts
+/// A's stored set (one line says so), B's in place stays, and A tunes
+/// afresh.
+fn evict_all_evicts_another_launchs_stored_set(args: impl Fn(&Path) -> Vec<&str>) {
     let home = common::home();
     let root = store_root(home.path());
     let a = serve(home.path(), &[], &[]);
     assert!(a.has_event("signed"), "{}", a.stderr);
     let b = serve(home.path(), &["--max-model-len", "4096"], &[]);
     assert!(b.has_event("signed"), "{}", b.stderr);
-    let evict = maintenance(
-        home.path(),
-        &["evict", "--all", "--cache-dir", root.to_str().unwrap()],
-    );
+    let evict = maintenance(home.path(), &args(&root));
     assert_eq!(evict.code, 0, "{}", evict.stderr);
     assert!(
         common::events_named(&evict.stderr, "state_file_ignored").is_empty(),
@@ -119,30 +133,6 @@ fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
         evict.stdout.join("\n").contains("evicted 1 stored set"),
         "{:#?}\n{}",
         evict.stdout,
-        evict.stderr
-    );
-    let again = serve(home.path(), &[], &[]);
-    assert!(!again.has_event("restored"), "{}", again.stderr);
-    assert_eq!(again.tuned(), a.tuned(), "{:#?}", again.stdout);
-}
-
-/// `keepwrap evict --all` with no `--cache-dir` acts on the default roots,
-/// keepwrap's root of the managed store among them: another launch's
-/// stored set is evicted there.
-#[test]
-fn evict_all_without_a_cache_dir_sees_the_store_root() {
-    let home = common::home();
-    let root = store_root(home.path());
-    let a = serve(home.path(), &[], &[]);
-    assert!(a.has_event("signed"), "{}", a.stderr);
-    let b = serve(home.path(), &["--max-model-len", "4096"], &[]);
-    assert!(b.has_event("signed"), "{}", b.stderr);
-    let evict = maintenance(home.path(), &["evict", "--all"]);
-    assert_eq!(evict.code, 0, "{}", evict.stderr);
-    let text = evict.stdout.join("\n");
-    assert!(
-        text.contains("evicted 1 stored set"),
-        "{text}\n{}",
         evict.stderr
     );
     assert!(!entries(&root).is_empty(), "the set in place (B's) is left");
