@@ -274,7 +274,7 @@ fn status(cmd: StatusCmd) -> ExitCode {
     );
     let code = crate::cmd::status::run(
         root,
-        launch.as_ref(),
+        launch.as_ref().map(|l| (l, cmd.cache_dir.as_deref())),
         cmd.json,
         cmd.zero,
         cmd.verify,
@@ -294,7 +294,7 @@ fn status(cmd: StatusCmd) -> ExitCode {
 }
 
 /// The root of `launch`'s engine (with no command, the profile's), with
-/// the shape of its tree.
+/// the shape of its tree (with no command, the tree the root holds).
 fn root_of(
     opts: &fingerprint::Options,
     launch: Option<&Launch>,
@@ -309,8 +309,10 @@ fn root_of(
             Some((root, engine.shape_of_launch(cache_dir, launch)))
         }
         None => {
+            // the tree the root holds, which may be another engine's
             let root = engine.root(cache_dir, env).ok()?;
-            Some((root, engine.shape(env)))
+            let shape = crate::cache::Shape::found_in(&root, engine.shape(env));
+            Some((root, shape))
         }
     }
 }

@@ -25,10 +25,11 @@ pub enum Evict {
 /// one line each (stderr), then a summary line (stdout); with `dry_run`,
 /// say on stdout what would be removed, and remove nothing.
 ///
-/// Without `--cache-dir`, the root is SGLang's default one, and vLLM's
-/// and TensorRT-LLM's (from the same environment) too when they have a
-/// store: each has its summary line, which names it when two or more have
-/// a store. A FINGERPRINT is looked for in each.
+/// Without `--cache-dir`, the root is SGLang's default one, and vLLM's,
+/// TensorRT-LLM's and keepwrap's root of vLLM's managed store (from the
+/// same environment) too when they have a store: each has its summary
+/// line, which names it when two or more have a store. A FINGERPRINT is
+/// looked for in each.
 pub fn evict(
     cache_dir: Option<&Path>,
     lock_timeout: Duration,
@@ -58,7 +59,7 @@ pub fn evict(
         .map(|r| Store::open_existing(r, shape))
         .collect();
     if stored.iter().filter(|s| s.is_some()).count() < 2 {
-        // One root: SGLang's, else vLLM's when only it has a store.
+        // One root: SGLang's, else the only one that has a store.
         let i = stored.iter().position(Option::is_some).unwrap_or(0);
         return evict_root(
             &roots[i],
@@ -69,7 +70,7 @@ pub fn evict(
             false,
         );
     }
-    // Both: a fingerprint only where one of its sets is stored.
+    // Several: a fingerprint only where one of its sets is stored.
     let mut code = ExitCode::SUCCESS;
     let mut any = false;
     for (root, store) in roots.iter().zip(stored) {

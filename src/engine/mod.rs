@@ -130,7 +130,7 @@ pub trait Engine: Sync {
 
     /// Whether keepwrap only supervises this launch and leaves its cache as
     /// the engine leaves it; one line says why.
-    fn left_alone(&self, _launch: &Launch) -> bool {
+    fn left_alone(&self, _launch: &Launch, _cache_dir: Option<&Path>) -> bool {
         false
     }
 
@@ -174,8 +174,9 @@ pub trait Engine: Sync {
         rank_values(&launch.command().argv, self.rank_flags(launch))
     }
 
-    /// `status -- COMMAND`: the plan as this engine changes it.
-    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch) {}
+    /// `status -- COMMAND`: the plan as this engine changes it (`cache_dir`:
+    /// `--cache-dir`, when given).
+    fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch, _cache_dir: Option<&Path>) {}
 }
 
 /// What a subcommand without a launch lacks when it has no cache root: the
@@ -198,6 +199,33 @@ impl Shape {
     /// Every engine's cache tree: a stored set laid out for another
     /// engine's tree than its store's is judged by its own.
     pub const ALL: [Shape; 5] = [SGLANG, VLLM_TREE, VLLM_FLAT, TRTLLM, flashinfer::STORE];
+
+    /// The tree laid out below `root`, for a subcommand that has no launch
+    /// to tell it: `default` when the root holds a top directory of its
+    /// tree (or of none, or cannot be read), else the first tree of
+    /// [`Shape::ALL`] whose top directory it holds (keepwrap's root of a
+    /// managed store holds `v2/`).
+    pub fn found_in(root: &Path, default: Shape) -> Shape {
+        let Ok(dir) = std::fs::read_dir(root) else {
+            return default;
+        };
+        let tops: Vec<OsString> = dir
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()))
+            .map(|e| e.file_name())
+            .collect();
+        let holds = |shape: Shape| {
+            tops.iter()
+                .any(|n| shape.is_layout_dir(0, n.as_encoded_bytes()))
+        };
+        if holds(default) {
+            return default;
+        }
+        Shape::ALL
+            .into_iter()
+            .find(|&s| holds(s))
+            .unwrap_or(default)
+    }
 }
 
 /// `root` as the engine of `launch` reads it: a relative one from its
@@ -259,8 +287,9 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
 }
 
 /// The default cache root of each engine (no `--cache-dir`), as `env`
-/// makes it, each once, SGLang's first: the roots a subcommand with no
-/// command looks at (TensorRT-LLM's: keepwrap's own, `~/.cache/keepwrap/trtllm`).
+/// makes it, each once, SGLang's first (TensorRT-LLM's: keepwrap's own,
+/// `~/.cache/keepwrap/trtllm`), keepwrap's root of one-rank vLLM launches'
+/// managed store last: the roots a subcommand with no command looks at.
 pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     for profile in [ProfileName::Sglang, ProfileName::Vllm, ProfileName::Trtllm] {
@@ -268,6 +297,11 @@ pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
             if !roots.contains(&r) {
                 roots.push(r);
             }
+        }
+    }
+    if let Ok(r) = vllm::store::default_root(env) {
+        if !roots.contains(&r) {
+            roots.push(r);
         }
     }
     roots

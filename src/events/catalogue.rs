@@ -329,6 +329,15 @@ catalogue! {
             INFO "managed_store"
             => "a one-rank launch: FlashInfer's managed store ({store}) is left alone: {why}";
 
+        /// A command keepwrap does not read as a vLLM server, run under the
+        /// vllm profile (a launch script): its world size cannot be read, so
+        /// only vLLM's rank files are kept; a one-rank vLLM 0.33.0 or later
+        /// in it keeps its tactics in FlashInfer's managed store (`store`),
+        /// left alone. Not an outcome: the rank files are kept as any.
+        ManagedStoreUnread { store: String }
+            INFO "managed_store_unread"
+            => "keepwrap does not read this command as a vLLM server (a launch script), so it cannot tell its world size and keeps vLLM's rank files only: a one-rank vLLM 0.33.0 or later in it keeps its tactics in FlashInfer's managed store ({store}), which keepwrap leaves alone (give keepwrap the vllm serve command itself, or a shell string that runs it, to have the store kept per launch)";
+
         /// A one-rank launch of vLLM 0.33.0 or later: its tactics live in
         /// FlashInfer's managed store, which keepwrap keeps per launch in a
         /// root of its own (`var` set for the engine).

@@ -72,17 +72,20 @@ pub(super) struct Awaiting {
     pub(super) want: Want,
     /// `--cache-dir`, when given.
     pub(super) cache_dir: Option<PathBuf>,
+    /// The variables keepwrap sets for the engine so that it writes under
+    /// the root keepwrap keeps ([`crate::engine::Engine::engine_env`]).
+    pub(super) set: Vec<(OsString, OsString)>,
 }
 
 impl Seeing {
-    /// For a launch read as `command`: seen first unless keepwrap execs the
-    /// engine itself.
+    /// For a launch read as `command`, whose engine keepwrap gives `set`:
+    /// seen first unless keepwrap execs the engine itself.
     pub(super) fn of(
         command: &Command,
         argv: &[OsString],
         read: &Fingerprint,
         opts: &Options,
-        cache_dir: Option<&Path>,
+        (cache_dir, set): (Option<&Path>, &[(OsString, OsString)]),
     ) -> Seeing {
         // A command that names no engine (a launch script kept with `--keep
         // always`) is the engine itself: kept by its words.
@@ -96,6 +99,7 @@ impl Seeing {
             source: source(argv),
             want: Want::of(command),
             cache_dir: cache_dir.map(Path::to_path_buf),
+            set: set.to_vec(),
         }))
     }
 
@@ -173,6 +177,12 @@ impl Committer {
             self.redo = None;
         }
         let fingerprint = launch.fingerprint().clone();
+        if let Some(why) = dropped(&awaiting, &seen) {
+            // Said by the sign, which signs nothing: fail closed, never a
+            // reuse of a set the engine did not read.
+            self.seeing = Seeing::Refused(why);
+            return not_repruned;
+        }
         if let Some(root) = self.elsewhere(&launch, awaiting.cache_dir.as_deref()) {
             // Said by the sign, which signs nothing.
             self.seeing = Seeing::Refused(format!(
@@ -339,6 +349,21 @@ impl Committer {
         self.kept = pruned.kept;
         trash.run();
     }
+}
+
+/// Why the engine seen does not write under the root keepwrap pruned: it
+/// runs without a variable keepwrap set for it so that it would (unset or
+/// changed on the way, by a profile or a script). None when it has them
+/// all.
+fn dropped(awaiting: &Awaiting, seen: &Seen) -> Option<String> {
+    let lost = super::read::lost(&awaiting.set, &seen.env);
+    (!lost.is_empty()).then(|| {
+        format!(
+            "the engine runs without {} as keepwrap set it (most likely dropped by {}), so it writes its cache elsewhere, not under the root keepwrap pruned",
+            lost.join(", "),
+            awaiting.source
+        )
+    })
 }
 
 /// The launch the engine runs: its argv and environment as seen, read from

@@ -393,7 +393,7 @@ fn fleet_of(
 /// launch, with the launch's line and its warnings logged; None (logged)
 /// when the cache cannot be kept.
 fn locate(args: &Settings, engine: &dyn Engine, launch: &Launch, unread: bool) -> Option<Place> {
-    if engine.left_alone(launch) {
+    if engine.left_alone(launch, args.cache_dir.as_deref()) {
         return None;
     }
     // where the engine writes: its own environment (after `env -i`, `env -u`,

@@ -91,7 +91,7 @@ impl Read {
                 argv,
                 &fingerprint,
                 &opts,
-                args.cache_dir.as_deref(),
+                (args.cache_dir.as_deref(), &set),
             ),
         };
         Read {
@@ -200,12 +200,7 @@ fn with_engine_env(
         .collect();
     with.extend(set.iter().cloned());
     let again = Launch::of(opts, crate::launch::analyze(argv, &with), argv, &with);
-    let engine_env = &again.command().env;
-    let lost: Vec<String> = set
-        .iter()
-        .filter(|(k, v)| !engine_env.iter().any(|(ek, ev)| ek == k && ev == v))
-        .map(|(k, _)| k.to_string_lossy().into_owned())
-        .collect();
+    let lost = lost(&set, &again.command().env);
     if lost.is_empty() && again.fingerprint() == launch.fingerprint() {
         return (again, set, None, with);
     }
@@ -223,4 +218,13 @@ fn with_engine_env(
         Some(format!("{why}: supervising only")),
         env.to_vec(),
     )
+}
+
+/// The names of the variables of `set` (keepwrap's for the engine) that the
+/// engine's environment `env` does not have with the same value.
+pub(super) fn lost(set: &[(OsString, OsString)], env: &[(OsString, OsString)]) -> Vec<String> {
+    set.iter()
+        .filter(|(k, v)| !env.iter().any(|(ek, ev)| ek == k && ev == v))
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect()
 }

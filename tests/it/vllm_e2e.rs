@@ -816,15 +816,9 @@ fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// A boot that keepwrap only supervises: wait for the engine's `ready`,
-/// then TERM.
+/// A boot that keepwrap only supervises ([`common::vllm::until_ready`]).
 fn serve_supervised(cmd: &mut Command) -> Finished {
-    let mut r = Running::spawn(cmd);
-    r.wait_stdout("the engine's ready line", DEADLINE, |l| {
-        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["event"] == "ready")
-    });
-    r.guard.signal(Signal::SIGTERM);
-    r.finish(DEADLINE)
+    common::vllm::until_ready(Running::spawn(cmd))
 }
 
 #[test]

@@ -69,6 +69,21 @@ pub(crate) fn serve_until(
     until_outcome(r)
 }
 
+/// [`serve`] of a launch keepwrap only supervises, which logs no outcome:
+/// until the engine is ready.
+pub(crate) fn serve_supervised(home: &Path, env: &[(&str, &str)]) -> Finished {
+    let path = installed(home);
+    let port = common::free_port().to_string();
+    let mut env = env.to_vec();
+    env.push(("PYTHONPATH", &path));
+    common::vllm::until_ready(Running::spawn(&mut kw_vllm(
+        home,
+        &[],
+        &["--port", &port],
+        &env,
+    )))
+}
+
 /// A server boot of `vllm serve ... ARGS` under keepwrap, once the engine
 /// has written its first entry (its path).
 fn started(home: &Path, args: &[&str]) -> (Running, PathBuf) {
@@ -259,13 +274,14 @@ fn sigkill_mid_tune_signs_nothing() {
     assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
 }
 
+/// The launch names its own store: left alone, and the launch only
+/// supervised (its engine writes nothing else keepwrap keeps).
 #[test]
 fn a_store_the_user_names_is_left_alone_and_a_line_says_why() {
     let home = common::home();
     let mine = home.path().join("mine");
-    let cold = serve(
+    let cold = serve_supervised(
         home.path(),
-        &[],
         &[("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", mine.to_str().unwrap())],
     );
     assert_eq!(cold.code, 0, "{}", cold.stderr);
@@ -284,6 +300,10 @@ fn a_store_the_user_names_is_left_alone_and_a_line_says_why() {
     );
     assert!(common::sidecars(&mine.join("v2")).is_empty());
     assert!(!store_root(home.path()).exists());
+    for e in ["launch", "pruned", "signed", "reused"] {
+        assert!(!cold.has_event(e), "{e}: {}", cold.stderr);
+    }
+    assert!(!mine.join(".keepwrap").exists(), "nothing of keepwrap's");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! a launch script.
 
 use crate::common;
-use crate::vllm_store::{entries, installed, serve, store_root};
+use crate::vllm_store::{entries, installed, serve, serve_supervised, store_root};
 use serde_json::json;
 
 use std::path::Path;
@@ -71,11 +71,11 @@ fn a_manifest_once_distrusted_does_not_make_every_later_boot_cold() {
     assert!(third.has_event("reused"), "{}", third.stderr);
 }
 
-/// `keepwrap status --cache-dir ROOT` (no command) on the store's root
-/// lists every file there; for the store's root it lists none.
+/// `keepwrap status --cache-dir ROOT` (no command) lists every file of the
+/// tree the root holds: on the store's root, its signed entries (the
+/// default profile's tree is SGLang's, which has none of them).
 #[test]
-#[ignore = "known hole: status without a command reads the store's root as a rank-file tree and lists none of its entries"]
-fn known_hole_status_of_the_store_root_without_a_command_lists_its_signed_entries() {
+fn status_of_the_store_root_without_a_command_lists_its_signed_entries() {
     let home = common::home();
     let root = store_root(home.path());
     let cold = serve(home.path(), &[], &[]);
@@ -99,16 +99,30 @@ fn known_hole_status_of_the_store_root_without_a_command_lists_its_signed_entrie
 /// engine's).
 #[test]
 fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
+    evict_all_evicts_another_launchs_stored_set(|root| {
+        vec!["evict", "--all", "--cache-dir", root.to_str().unwrap()]
+    });
+}
+
+/// `keepwrap evict --all` with no `--cache-dir` acts on the default roots,
+/// keepwrap's root of the managed store among them: another launch's
+/// stored set is evicted there.
+#[test]
+fn evict_all_without_a_cache_dir_sees_the_store_root() {
+    evict_all_evicts_another_launchs_stored_set(|_| vec!["evict", "--all"]);
+}
+
+/// Launches A then B keep their stores; `keepwrap ARGS(store root)` evicts
+/// A's stored set (one line says so), B's in place stays, and A tunes
+/// afresh.
+fn evict_all_evicts_another_launchs_stored_set(args: impl Fn(&Path) -> Vec<&str>) {
     let home = common::home();
     let root = store_root(home.path());
     let a = serve(home.path(), &[], &[]);
     assert!(a.has_event("signed"), "{}", a.stderr);
     let b = serve(home.path(), &["--max-model-len", "4096"], &[]);
     assert!(b.has_event("signed"), "{}", b.stderr);
-    let evict = maintenance(
-        home.path(),
-        &["evict", "--all", "--cache-dir", root.to_str().unwrap()],
-    );
+    let evict = maintenance(home.path(), &args(&root));
     assert_eq!(evict.code, 0, "{}", evict.stderr);
     assert!(
         common::events_named(&evict.stderr, "state_file_ignored").is_empty(),
@@ -121,6 +135,7 @@ fn evict_all_on_the_store_root_evicts_another_launchs_stored_set() {
         evict.stdout,
         evict.stderr
     );
+    assert!(!entries(&root).is_empty(), "the set in place (B's) is left");
     let again = serve(home.path(), &[], &[]);
     assert!(!again.has_event("restored"), "{}", again.stderr);
     assert_eq!(again.tuned(), a.tuned(), "{:#?}", again.stdout);
@@ -191,20 +206,21 @@ fn keepwraps_own_root_named_with_a_tilde_is_kept_as_its_own() {
 }
 
 /// A store the user names is left alone: then keepwrap has nothing to say
-/// of what the engine wrote there, least of all that it wrote nothing.
+/// of what the engine wrote there, least of all that it wrote nothing. The
+/// launch is only supervised: no launch line, nothing pruned or watched.
 #[test]
-#[ignore = "known hole: a store the user names is guarded as a rank-file root and its boot ends on 'the engine wrote no autotune cache'"]
-fn known_hole_a_store_the_user_names_is_never_said_to_be_empty() {
+fn a_store_the_user_names_is_never_said_to_be_empty() {
     let home = common::home();
     let mine = home.path().join("mine");
-    let cold = serve(
+    let cold = serve_supervised(
         home.path(),
-        &[],
         &[("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", mine.to_str().unwrap())],
     );
     assert!(cold.has_event("managed_store"), "{}", cold.stderr);
     assert!(!entries(&mine).is_empty(), "the engine wrote its store");
-    assert!(!cold.has_event("nothing_to_keep"), "{}", cold.stderr);
+    for e in ["launch", "pruned", "nothing_to_keep"] {
+        assert!(!cold.has_event(e), "{e}: {}", cold.stderr);
+    }
 }
 
 /// Two different one-rank launches on one host share keepwrap's store
@@ -251,11 +267,11 @@ fn a_hands_off_launch_never_loads_another_launchs_entries() {
 /// A launch script kept with `--keep always --profile vllm`: keepwrap
 /// cannot read its world size, so it keeps vLLM's rank-file root. A
 /// one-rank vLLM 0.33 in it writes FlashInfer's store instead, which
-/// nothing keeps, and no line says so (the boot ends on "the engine wrote
-/// no autotune cache").
+/// nothing keeps: one line says so at the launch (not `managed_store`,
+/// which tells a boot only supervised: the script's rank files, if it
+/// writes any, are kept and signed).
 #[test]
-#[ignore = "known hole: a launch script's one-rank store is silently not kept"]
-fn known_hole_a_launch_script_says_whether_its_managed_store_is_kept() {
+fn a_launch_script_says_whether_its_managed_store_is_kept() {
     let home = common::home();
     let port = common::free_port().to_string();
     let script = home.path().join("serve.sh");
@@ -275,10 +291,12 @@ fn known_hole_a_launch_script_says_whether_its_managed_store_is_kept() {
     );
     let f = until_outcome(Running::spawn(&mut cmd));
     assert!(f.tuned() > 0, "{:#?}", f.stdout);
+    let line = f.event("managed_store_unread");
+    let pass = f.events("pass");
+    let store = line["store"].as_str().unwrap();
     assert!(
-        f.has_event("managed_store") || f.has_event("managed_store_kept"),
-        "{}",
-        f.stderr
+        pass[0]["file"].as_str().unwrap().starts_with(store),
+        "the store the line names is the engine's: {line}\n{pass:?}"
     );
 }
 
@@ -337,12 +355,11 @@ fn maintenance_with_the_command_and_a_shell_launch_see_the_store() {
 /// The engine keepwrap does not exec itself is checked as it runs: a
 /// login shell whose profile unsets `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`
 /// sends the engine to FlashInfer's shared default store. The engine seen
-/// without the variable is taken as one whose store keepwrap keeps in its
-/// own root, so nothing notices: the boot ends on "reused 24 cache files
-/// signed for this launch" while the engine tuned every shape elsewhere.
+/// without the variable keepwrap set for it never writes keepwrap's root:
+/// never a reuse (the engine tuned every shape elsewhere), and one line
+/// says what happened.
 #[test]
-#[ignore = "known hole: an engine seen without the store variable is taken as writing keepwrap's root; a full tune elsewhere is logged as reused"]
-fn known_hole_an_engine_whose_profile_drops_the_store_variable_is_never_reported_as_reusing() {
+fn an_engine_whose_profile_drops_the_store_variable_is_never_reported_as_reusing() {
     let home = common::home();
     let cold = serve(home.path(), &[], &[]);
     assert!(cold.has_event("signed"), "{}", cold.stderr);
@@ -373,6 +390,13 @@ fn known_hole_an_engine_whose_profile_drops_the_store_variable_is_never_reported
     );
     assert!(f.tuned() > 0, "{:#?}", f.stdout);
     assert!(!f.has_event("reused"), "{}", f.stderr);
+    let why = f.event("not_signing_unseen")["why"].clone();
+    assert!(
+        why.as_str().unwrap().starts_with(
+            "the engine runs without VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR as keepwrap set it"
+        ),
+        "{why}"
+    );
 }
 
 /// A pod restored from the bucket has the entries of the publisher's

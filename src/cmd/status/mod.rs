@@ -21,10 +21,11 @@ use super::{lock, print};
 pub use render::render;
 pub use report::report;
 
-/// Run `keepwrap status`.
+/// Run `keepwrap status` (`launch`: the command after `--`, with
+/// `--cache-dir` when given).
 pub fn run(
     root: Option<(std::path::PathBuf, Shape)>,
-    launch: Option<&Launch>,
+    launch: Option<(&Launch, Option<&Path>)>,
     json_out: bool,
     zero: bool,
     verify: bool,
@@ -49,6 +50,7 @@ pub fn run(
     }
     // A launch whose engine last ran with inputs its words do not show is
     // offered the set of what ran.
+    let (launch, cache_dir) = launch.unzip();
     let seen = launch.and_then(|l| {
         let s = crate::store::Store::open_existing(&root, shape)?;
         crate::keeper::seen_as(&s, l.fingerprint())
@@ -59,7 +61,7 @@ pub fn run(
         report["seen_as"] = json!(s.as_str());
     }
     if let Some(l) = launch {
-        crate::engine::of(l.profile()).plan(&mut report, l);
+        crate::engine::of(l.profile()).plan(&mut report, l, cache_dir.flatten());
     }
     report["store_max_size"] = json!(store_max_size);
     report["fleet"] = fleet;

@@ -243,16 +243,20 @@ fn ray_arg(launch: &Launch) -> Option<String> {
     }
 }
 
-/// `status -- COMMAND` for a Ray launch ([`under_ray`]): nothing is kept,
-/// restored, stored or removed; every file is left as it is, and the plan
-/// says why.
-fn plan_ray(report: &mut serde_json::Value, launch: &Launch) {
-    let Some(arg) = ray_arg(launch) else {
-        return;
+/// `status -- COMMAND` for a launch keepwrap only supervises (a Ray launch,
+/// [`under_ray`]; one that names its own managed store,
+/// [`names_its_store`]): nothing is kept, restored, stored or removed;
+/// every file is left as it is, and the plan says why.
+fn plan_left_alone(report: &mut serde_json::Value, launch: &Launch, cache_dir: Option<&Path>) {
+    let why = match (ray_arg(launch), store::one_rank(launch, cache_dir)) {
+        (Some(arg), _) => format!(
+            "a Ray launch ({arg}): keepwrap only supervises it and leaves vLLM's cache as vLLM leaves it"
+        ),
+        (None, store::OneRank::Theirs { store, why }) => {
+            format!("FlashInfer's managed store ({store}) is left alone: {why}")
+        }
+        _ => return,
     };
-    let why = format!(
-        "a Ray launch ({arg}): keepwrap only supervises it and leaves vLLM's cache as vLLM leaves it"
-    );
     for rows in ["files", "store"] {
         for row in report[rows].as_array_mut().into_iter().flatten() {
             row["action"] = if rows == "files" { "leave" } else { "stay" }.into();
@@ -264,19 +268,36 @@ fn plan_ray(report: &mut serde_json::Value, launch: &Launch) {
 
 /// A one-rank launch (world 1, one stage, one node) on vLLM 0.33.0 and
 /// later: one line says where FlashInfer's managed store is kept, or why it
-/// is left alone ([`store::one_rank`]).
+/// is left alone ([`store::one_rank`]); so does a launch whose world size
+/// cannot be read ([`store::unread`]).
 fn note_managed_store(launch: &Launch, cache_dir: Option<&Path>) {
     match store::one_rank(launch, cache_dir) {
-        store::OneRank::RankFiles => {}
+        store::OneRank::RankFiles => {
+            if let Some(store) = store::unread(launch) {
+                crate::events::Event::ManagedStoreUnread { store }.emit();
+            }
+        }
         store::OneRank::Kept(root) => crate::events::Event::ManagedStoreKept {
             store: root.join("v2"),
             var: store::VAR.to_string(),
         }
         .emit(),
-        store::OneRank::Alone { store, why } => {
+        store::OneRank::Alone { store, why } | store::OneRank::Theirs { store, why } => {
             crate::events::Event::ManagedStore { store, why }.emit()
         }
     }
+}
+
+/// A one-rank launch that names its own managed store
+/// ([`store::OneRank::Theirs`]): true, and one line says why keepwrap only
+/// supervises it. Its engine writes its tactics there and nowhere else, so
+/// there is nothing for keepwrap to keep, and nothing to say at done.
+fn names_its_store(launch: &Launch, cache_dir: Option<&Path>) -> bool {
+    let store::OneRank::Theirs { store, why } = store::one_rank(launch, cache_dir) else {
+        return false;
+    };
+    crate::events::Event::ManagedStore { store, why }.emit();
+    true
 }
 
 /// Before the start of a launch whose managed store keepwrap keeps: the
@@ -542,8 +563,8 @@ impl Engine for Vllm {
         take_own(share, root, fingerprint)
     }
 
-    fn left_alone(&self, launch: &Launch) -> bool {
-        under_ray(launch)
+    fn left_alone(&self, launch: &Launch, cache_dir: Option<&Path>) -> bool {
+        under_ray(launch) || names_its_store(launch, cache_dir)
     }
 
     fn note_launch(&self, launch: &Launch, cache_dir: Option<&Path>) {
@@ -608,9 +629,9 @@ impl Engine for Vllm {
         }
     }
 
-    fn plan(&self, report: &mut serde_json::Value, launch: &Launch) {
+    fn plan(&self, report: &mut serde_json::Value, launch: &Launch, cache_dir: Option<&Path>) {
         plan_shared_files(report, launch);
-        plan_ray(report, launch);
+        plan_left_alone(report, launch, cache_dir);
     }
 }
 

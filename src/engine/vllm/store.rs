@@ -9,9 +9,10 @@
 //!
 //! A launch whose own environment names a store (the variable, or
 //! `FLASHINFER_AUTOTUNE_CACHE_DIR`) keeps it: keepwrap leaves that store
-//! alone and says so. So does a launch whose vLLM version cannot be read,
-//! since only 0.33.0 and later use the store (earlier ones write rank
-//! files even for one rank, kept as the others).
+//! alone and says so, and only supervises the launch (its engine writes
+//! no rank file either). A launch whose vLLM version cannot be read has its
+//! store left alone too, since only 0.33.0 and later use the store
+//! (earlier ones write rank files even for one rank, kept as the others).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -35,8 +36,14 @@ pub enum OneRank {
     RankFiles,
     /// Kept in this root, keepwrap's own (absolute).
     Kept(PathBuf),
-    /// Left alone: the store's root as the engine will find it, and why.
+    /// Left alone, and the rank files kept as any launch's (a release
+    /// before 0.33.0 writes them even for one rank): the store's root as
+    /// the engine will find it, and why.
     Alone { store: String, why: String },
+    /// The launch's own store, which it names: left alone, and the launch
+    /// only supervised, since its engine writes nothing else keepwrap
+    /// keeps. The store's root as the engine will find it, and why.
+    Theirs { store: String, why: String },
 }
 
 /// What keepwrap does with `launch`'s managed store, given `--cache-dir`.
@@ -49,22 +56,15 @@ pub fn one_rank(launch: &Launch, cache_dir: Option<&Path>) -> OneRank {
         return OneRank::RankFiles;
     }
     let env = &launch.command().env[..];
-    let theirs = || {
-        facts::managed_store_root(env, &crate::launch::home::passwd_home)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|e| format!("unknown: {e}"))
-    };
+    let theirs = || engines_store(env);
     let alone = |why: String| OneRank::Alone {
         store: theirs(),
         why,
     };
     match launch.engine().map(|p| &p.found) {
-        Some(Found::Version { version, .. }) => match facts::layout_for_version(version) {
-            Some(Layout::PerRank {
-                managed_store_for_one_rank: true,
-                ..
-            }) => {}
-            Some(_) => return OneRank::RankFiles,
+        Some(Found::Version { version, .. }) => match uses_store(version) {
+            Some(true) => {}
+            Some(false) => return OneRank::RankFiles,
             None => {
                 return alone(format!(
                     "vLLM {version} is a release keepwrap does not know the cache of"
@@ -91,11 +91,49 @@ pub fn one_rank(launch: &Launch, cache_dir: Option<&Path>) -> OneRank {
         Some((VAR, v)) if Path::new(v) == own || named().as_deref() == Some(own.as_path()) => {
             OneRank::Kept(own)
         }
-        Some((k, v)) => alone(format!(
-            "{k} is set for the engine ({}); keepwrap keeps one rank's store only in a directory of its own (unset {k} to have it kept per launch)",
-            Path::new(v).display()
-        )),
+        Some((k, v)) => OneRank::Theirs {
+            store: theirs(),
+            why: format!(
+                "{k} is set for the engine ({}), and keepwrap keeps one rank's store only in a directory of its own: it only supervises this launch (unset {k} to have the store kept per launch)",
+                Path::new(v).display()
+            ),
+        },
     }
+}
+
+/// The managed store's root as an engine run with `env` finds it (said).
+fn engines_store(env: &[(OsString, OsString)]) -> String {
+    facts::managed_store_root(env, &crate::launch::home::passwd_home)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|e| format!("unknown: {e}"))
+}
+
+/// The managed store's root as the engine of `launch` finds it, when
+/// keepwrap cannot tell whether the launch keeps its tactics there: a
+/// command it does not read as a vLLM server (a launch script, whose world
+/// size it cannot read), unless the vLLM version it reads uses no store.
+pub fn unread(launch: &Launch) -> Option<String> {
+    if launch.vllm().is_some() {
+        return None;
+    }
+    match launch.engine().map(|p| &p.found) {
+        Some(Found::Version { version, .. }) if uses_store(version) == Some(false) => None,
+        _ => Some(engines_store(&launch.command().env)),
+    }
+}
+
+/// Whether vLLM `version` keeps one rank's tactics in the managed store;
+/// None: a release keepwrap does not know the cache of.
+fn uses_store(version: &str) -> Option<bool> {
+    facts::layout_for_version(version).map(|l| {
+        matches!(
+            l,
+            Layout::PerRank {
+                managed_store_for_one_rank: true,
+                ..
+            }
+        )
+    })
 }
 
 /// The variables the engine is started with: the store's root, unless the
@@ -106,6 +144,22 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
             vec![(VAR.into(), own.into_os_string())]
         }
         _ => Vec::new(),
+    }
+}
+
+/// keepwrap's store root with no `--cache-dir`, as `env` makes vLLM's cache
+/// root (`$VLLM_CACHE_ROOT/keepwrap-flashinfer-store`, relative when that
+/// is), whatever `VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR` says. Err: why
+/// there is none.
+pub fn default_root(env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
+    let env: Vec<(OsString, OsString)> = env.iter().filter(|(k, _)| k != VAR).cloned().collect();
+    match facts::autotune_root(&env, &crate::launch::home::passwd_home) {
+        Ok(AutotuneRoot::VllmCacheRoot(p)) => p
+            .parent()
+            .map(|vllm| vllm.join(OWN_DIR))
+            .ok_or_else(|| format!("vLLM's cache root {} has no parent", p.display())),
+        Ok(AutotuneRoot::Override(p)) => Ok(p),
+        Err(e) => Err(format!("cannot tell vLLM's cache root: {e}")),
     }
 }
 
@@ -122,22 +176,7 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String
     let root = match cache_dir {
         // keepwrap's own option: relative to keepwrap's directory
         Some(dir) => return Ok(keepwraps(dir)),
-        None => {
-            let env: Vec<(OsString, OsString)> = command
-                .env
-                .iter()
-                .filter(|(k, _)| k != VAR)
-                .cloned()
-                .collect();
-            match facts::autotune_root(&env, &crate::launch::home::passwd_home) {
-                Ok(AutotuneRoot::VllmCacheRoot(p)) => p
-                    .parent()
-                    .map(|vllm| vllm.join(OWN_DIR))
-                    .ok_or_else(|| format!("vLLM's cache root {} has no parent", p.display()))?,
-                Ok(AutotuneRoot::Override(p)) => p,
-                Err(e) => return Err(format!("cannot tell vLLM's cache root: {e}")),
-            }
-        }
+        None => default_root(&command.env)?,
     };
     Ok(match &command.cwd {
         Some(cwd) if root.is_relative() => cwd.join(root),

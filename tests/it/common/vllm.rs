@@ -86,6 +86,16 @@ pub fn until_outcome(r: Running) -> Finished {
     r.finish(DEADLINE)
 }
 
+/// A boot that keepwrap only supervises, which logs no outcome: wait for
+/// the engine's `ready`, then stop the launch with TERM.
+pub fn until_ready(mut r: Running) -> Finished {
+    r.wait_stdout("the engine's ready line", DEADLINE, |l| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["event"] == "ready")
+    });
+    r.guard.signal(Signal::SIGTERM);
+    r.finish(DEADLINE)
+}
+
 /// One boot of a two-node launch: node 1 (headless, started first) and
 /// node 0, each `kw_vllm(homes[rank], kw, args(rank))`. Waits for both
 /// outcome lines (both nodes' stderr in the failure when one never comes),
