@@ -130,6 +130,8 @@ fn keep(
     // What the engine's rule refuses: at the prune, and again at done (a
     // file the next start would remove is never signed).
     let refuse = engine.refuse_at_prune(launch);
+    let pinning = super::pin::pinning(args, engine, launch);
+    super::pin::at_start(&root, shape, &sets.fingerprint, pinning);
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,
@@ -174,6 +176,7 @@ fn keep(
         redo: read.words.redo(),
         saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
         refuse,
+        pin: super::pin::State::Off,
     };
     let split = pruned.split.len();
     take_sets(
@@ -184,6 +187,13 @@ fn keep(
         &mut watcher,
         split,
     )?;
+    commit.pin = super::pin::begin(
+        &commit.root,
+        shape,
+        &commit.fingerprint,
+        &commit.kept,
+        pinning,
+    );
     let before = Before {
         committer: commit,
         done,

@@ -31,6 +31,9 @@ pub struct Settings {
     pub unify: UnifyMode,
     /// `--disable`: only supervise.
     pub disable: bool,
+    /// `--pin`: the set signed for the launch is the one every boot is
+    /// given, whatever the engine writes.
+    pub pin: bool,
     /// The invalid settings the cache depends on (only supervise).
     pub invalid: Vec<String>,
     /// `--keep`.

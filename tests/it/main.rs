@@ -61,6 +61,7 @@ mod troubleshooting;
 mod trtllm;
 mod unify;
 mod vllm_e2e;
+mod vllm_pin;
 mod vllm_store;
 mod vllm_store_attack;
 mod watch_early;
