@@ -133,3 +133,36 @@ fn pin_on_a_launch_of_rank_files_says_so_and_keeps_them_as_always() {
     );
     assert!(f.has_event("signed"), "{}", f.stderr);
 }
+
+/// Two pods with no file system in common: the set the first one signed
+/// under `--pin` is the set the second boots with, and stays as signed
+/// there whatever its engine writes.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_pinned_set_goes_to_a_second_pod_through_the_fleet_and_stays_as_signed_there() {
+    use crate::vllm_store::{fleet_pod, relative};
+    let Some(ep) = crate::fleet::moto() else {
+        return;
+    };
+    let bucket = crate::fleet::Bucket::new(&ep);
+    let url = bucket.url();
+    let (h1, h2) = (common::home(), common::home());
+    let first = fleet_pod(
+        h1.path(),
+        &ep,
+        &url,
+        &["--pin"],
+        &[],
+        &["fleet_published", "fleet_publish_failed"],
+    );
+    assert!(first.has_event("pin_first"), "{}", first.stderr);
+    assert!(first.has_event("fleet_published"), "{}", first.stderr);
+    let set = relative(store_root(h1.path()));
+    let busy = [("FAKE_VLLM_RETUNE", "1"), ("FAKE_VLLM_EXTRA_SHAPES", "1")];
+    let second = fleet_pod(h2.path(), &ep, &url, &["--pin"], &busy, &[]);
+    assert!(second.has_event("fleet_restored"), "{}", second.stderr);
+    assert_eq!(second.tuned(), 2, "{:#?}", second.stdout);
+    assert_pinned(&second, set.len(), 1, 1);
+    assert_eq!(relative(store_root(h2.path())), set);
+}
