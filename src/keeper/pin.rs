@@ -31,7 +31,7 @@
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -105,33 +105,69 @@ fn pinned_id(root: &Path, fp: &str) -> Option<String> {
     serde_json::from_slice::<List>(&bytes).ok().map(|l| l.id)
 }
 
-/// The members of the set pinned for `fp`, when the pin holds the set
-/// signed for it now.
-fn valid(root: &Path, fp: &str, shape: Shape) -> Option<Vec<String>> {
-    let (id, members) = committed(root, fp, shape)?;
-    (pinned_id(root, fp)? == id).then_some(members)
+/// The id of the set signed for `fp` in the tree, read without its
+/// members (the pin was taken from that manifest, checked whole).
+fn committed_id(root: &Path, fp: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Id {
+        id: String,
+    }
+    let path = root
+        .join(STATE_DIR)
+        .join("sets")
+        .join(cache::manifest_name(fp));
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice::<Id>(&bytes).ok().map(|m| m.id)
 }
 
-/// Link back each member of `members` whose file in `root` is not the
-/// pinned one (replaced or removed): how many.
-fn put_back(root: &Path, pin: &Path, members: &[String]) -> usize {
+/// Whether the pin of `fp` holds the set signed for it now.
+fn valid(root: &Path, fp: &str) -> bool {
+    committed_id(root, fp).is_some_and(|id| pinned_id(root, fp).as_deref() == Some(id.as_str()))
+}
+
+/// Link back each file of the pin `pin` whose file in `root` is not the
+/// pinned one (replaced or removed), directory by directory from their
+/// listings (the inode numbers they give, each difference confirmed by
+/// `stat`). The pinned files (relative paths) and how many were put back.
+fn put_back(root: &Path, pin: &Path) -> (Vec<PathBuf>, usize) {
+    let files = pin.join(FILES);
+    let mut members = Vec::new();
     let mut restored = 0;
-    for rel in members {
-        let kept = pin.join(FILES).join(rel);
-        let Ok(k) = std::fs::symlink_metadata(&kept) else {
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let Ok(list) = std::fs::read_dir(files.join(&rel)) else {
             continue;
         };
-        let at = root.join(rel);
-        if let Ok(m) = std::fs::symlink_metadata(&at) {
-            if m.ino() == k.ino() && m.dev() == k.dev() {
+        let inos: std::collections::HashMap<std::ffi::OsString, u64> =
+            std::fs::read_dir(root.join(&rel))
+                .map(|l| l.flatten().map(|e| (e.file_name(), e.ino())).collect())
+                .unwrap_or_default();
+        for e in list.flatten() {
+            let name = e.file_name();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                dirs.push(rel.join(&name));
                 continue;
             }
-        }
-        if link_onto(&kept, &at).is_ok() {
-            restored += 1;
+            let member = rel.join(&name);
+            if inos.get(&name) != Some(&e.ino())
+                && !same_file(&e.path(), &root.join(&member))
+                && link_onto(&e.path(), &root.join(&member)).is_ok()
+            {
+                restored += 1;
+            }
+            members.push(member);
         }
     }
-    restored
+    (members, restored)
+}
+
+/// Whether `a` and `b` are one file (neither followed if a symlink).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
 }
 
 /// Make `to` one more hard link of `from`, atomically (a temp name beside
@@ -152,7 +188,7 @@ fn link_onto(from: &Path, to: &Path) -> io::Result<()> {
 /// puts it back (another launch's too, which prune then stores whole);
 /// a pin of a set no longer signed in the tree (stored, evicted, signed
 /// anew) goes, and so does this launch's when it does not pin (`pinning`).
-pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: bool) {
+pub(super) fn at_start(root: &Path, fp: &Fingerprint, pinning: bool) {
     let Ok(list) = std::fs::read_dir(pins(root)) else {
         return;
     };
@@ -165,23 +201,20 @@ pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: boo
             continue;
         };
         let ours = other == fp.as_str();
-        match valid(root, other, shape) {
-            Some(members) => {
-                let restored = put_back(root, &e.path(), &members);
-                if restored > 0 && ours {
-                    Event::PinPutBack {
-                        restored,
-                        fingerprint: fp.to_string(),
-                    }
-                    .emit();
-                }
-                if ours && !pinning {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
+        if !valid(root, other) {
+            let _ = std::fs::remove_dir_all(e.path());
+            continue;
+        }
+        let (_, restored) = put_back(root, &e.path());
+        if restored > 0 && ours {
+            Event::PinPutBack {
+                restored,
+                fingerprint: fp.to_string(),
             }
-            None => {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
+            .emit();
+        }
+        if ours && !pinning {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
@@ -190,11 +223,11 @@ pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: boo
 /// or just signed): a hard link of each member. Nothing is done when the
 /// pin holds that set already.
 pub(super) fn take(root: &Path, shape: Shape, fp: &Fingerprint) -> io::Result<()> {
-    let (id, members) = committed(root, fp, shape)
-        .ok_or_else(|| io::Error::other("no set is signed for the launch"))?;
-    if pinned_id(root, fp).as_deref() == Some(id.as_str()) {
+    if valid(root, fp) {
         return Ok(());
     }
+    let (id, members) = committed(root, fp, shape)
+        .ok_or_else(|| io::Error::other("no set is signed for the launch"))?;
     let parent = pins(root);
     std::fs::create_dir_all(&parent)?;
     let staging = parent.join(format!("{fp}.in-{}", fsx::unique_name()));
@@ -224,27 +257,26 @@ pub(super) fn take(root: &Path, shape: Shape, fp: &Fingerprint) -> io::Result<()
 /// replaced or removed linked back, each other cache file of `files` (the
 /// ones the engine added) removed. None when the pin no longer holds the
 /// set signed for the launch.
-fn hold(
-    root: &Path,
-    shape: Shape,
-    fp: &Fingerprint,
-    files: &[PathBuf],
-) -> Option<(Held, Vec<PathBuf>)> {
-    let members = valid(root, fp, shape)?;
-    let changed = put_back(root, &dir(root, fp), &members);
-    let set: HashSet<&str> = members.iter().map(String::as_str).collect();
+fn hold(root: &Path, fp: &Fingerprint, files: &[PathBuf]) -> Option<(Held, Vec<PathBuf>)> {
+    if !valid(root, fp) {
+        return None;
+    }
+    let (mut members, changed) = put_back(root, &dir(root, fp));
+    members.sort();
+    let set: HashSet<&PathBuf> = members.iter().collect();
     let missing = files
         .iter()
-        .filter(|rel| !set.contains(rel.to_string_lossy().as_ref()))
+        .filter(|rel| !set.contains(rel))
         .filter(|rel| std::fs::remove_file(root.join(rel)).is_ok())
         .count();
+    drop(set);
     let held = Held {
         files: members.len(),
         missing,
         changed,
         at: crate::clock::now_secs(),
     };
-    Some((held, members.into_iter().map(PathBuf::from).collect()))
+    Some((held, members))
 }
 
 /// Record the pinned boot `held` of `fp` for `status`.
@@ -339,7 +371,7 @@ impl Committer {
         let Ok(_lock) = self.commit_lock() else {
             return Some(Vec::new());
         };
-        let Some((held, members)) = hold(&self.root, self.shape, &self.fingerprint, files) else {
+        let Some((held, members)) = hold(&self.root, &self.fingerprint, files) else {
             Event::CannotPin {
                 error: "the set pinned is no longer the one signed for this launch".into(),
             }

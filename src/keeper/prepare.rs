@@ -131,7 +131,7 @@ fn keep(
     // file the next start would remove is never signed).
     let refuse = engine.refuse_at_prune(launch);
     let pinning = super::pin::pinning(args, engine, launch);
-    super::pin::at_start(&root, shape, &sets.fingerprint, pinning);
+    super::pin::at_start(&root, &sets.fingerprint, pinning);
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,
