@@ -3,11 +3,12 @@ keepwrap with its defaults (unify on, the store, `--keep auto`, `--done
 auto`) around bench/prestart_engine.py, on a root of N rank files in
 directories of 8 signed by a default launch of that engine.
 
-    python3 bench/prestart.py [--runs R] [--strace] [--reuse-only | --no-remove] [--store] [KEEPWRAP] [N...]
+    python3 bench/prestart.py [--runs R] [--strace] [--reuse-only | --no-remove] [--store [--pin]] [KEEPWRAP] [N...]
 
 With `--store`, the set is N entries of FlashInfer's managed store of a
 one-rank `vllm serve` launch (vLLM 0.33.0, `--done exit`), kept in
-keepwrap's own store root, instead of N rank files.
+keepwrap's own store root, instead of N rank files; `--pin` runs every
+launch with `--pin`.
 
 For each N (default 10000), each figure is the time from keepwrap's start
 (just before the harness spawns it) to the engine's first instruction,
@@ -68,6 +69,9 @@ if no_remove:
 store = "--store" in args
 if store:
     args.remove("--store")
+pin = "--pin" in args
+if pin:
+    args.remove("--pin")
 unknown = [a for a in args if a.startswith("-")]
 if unknown:
     sys.exit(f"bench/prestart.py: unknown option {unknown[0]} (--help lists the options)")
@@ -126,7 +130,8 @@ class Bench:
                 os.unlink(os.path.join(self.ctl, name))
             except FileNotFoundError:
                 pass
-        cmd = (wrap or []) + [KW] + (["--done", "exit"] if store else []) + ["--"] + self.cmd(variant)
+        cmd = ((wrap or []) + [KW] + (["--done", "exit"] if store else []) + (["--pin"] if pin else [])
+               + ["--"] + self.cmd(variant))
         t0 = time.monotonic_ns()
         p = subprocess.run(cmd, env=self.env(cache), stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)

@@ -362,6 +362,13 @@ pub struct RunArgs {
     )]
     pub unify: UnifyMode,
 
+    /// Pin the set signed for this launch: every boot is given it as
+    /// signed, whatever the engine writes; shapes it lacks are tuned for
+    /// that boot only (FlashInfer's managed store of a one-rank vLLM
+    /// launch; elsewhere one line says it does not apply)
+    #[arg(long, env = "KEEPWRAP_PIN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub pin: bool,
+
     /// Only supervise: leave the cache alone
     #[arg(long, env = "KEEPWRAP_DISABLE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub disable: bool,
@@ -442,6 +449,7 @@ impl RunArgs {
                 unify: self.unify,
                 disable: self.disable,
                 start_cold: self.start_cold,
+                pin: self.pin,
                 invalid: self.invalid.clone(),
                 keep: self.keep,
                 store_max_size: no_limit_at_0(self.store_max_size),

@@ -177,7 +177,17 @@ pub trait Engine: Sync {
     /// `status -- COMMAND`: the plan as this engine changes it (`cache_dir`:
     /// `--cache-dir`, when given).
     fn plan(&self, _report: &mut serde_json::Value, _launch: &Launch, _cache_dir: Option<&Path>) {}
+
+    /// Why `--pin` does not apply to this launch, None when it does (a
+    /// store of one file per tuned shape, which the engine never reads
+    /// whole again mid-run: the set signed can be put back file by file).
+    fn pin_why_not(&self, _launch: &Launch, _cache_dir: Option<&Path>) -> Option<String> {
+        Some(PIN_RANK_FILES.to_string())
+    }
 }
+
+/// Why `--pin` does not apply to a launch whose tactics are in rank files.
+pub const PIN_RANK_FILES: &str = "this launch's tactics are in rank files, which the engine saves whole and keepwrap already restores byte for byte at each start; pinning applies to FlashInfer's managed store (a one-rank vLLM 0.33.0 or later launch)";
 
 /// What a subcommand without a launch lacks when it has no cache root: the
 /// settings the default profile's engine derives its root from.

@@ -345,6 +345,40 @@ catalogue! {
             INFO "managed_store_kept"
             => "a one-rank launch: FlashInfer's managed store is kept per launch in {} ({var} for the engine)", Shown(store);
 
+        /// `--pin` on a launch whose cache pinning does not apply to
+        /// (`why`): the launch goes on as without it.
+        PinNotApplicable { why: String }
+            INFO "pin_not_applicable"
+            => "--pin: {why}; the launch goes on unpinned";
+
+        /// `--pin` and no set signed for the launch yet: this boot tunes,
+        /// and the set signed at done is the one pinned from then on.
+        PinFirst { fingerprint: String }
+            INFO "pin_first"
+            => "--pin: no set is signed for this launch yet: this boot tunes, and the set signed when it is done is pinned from the next boot on";
+
+        /// The set pinned could not be held (its hard links in keepwrap's
+        /// state directory): the launch goes on unpinned.
+        CannotPin { error: String }
+            WARN "cannot_pin"
+            => "--pin: cannot keep a copy of the signed set ({error}); the launch goes on unpinned";
+
+        /// `--pin` at done (again at exit when the engine wrote after
+        /// done): the signed set is as signed again, the engine's writes
+        /// are not signed. `missing`: the shapes the engine tuned that the
+        /// set lacks (removed: tuned in memory for this boot only);
+        /// `changed`: members it replaced or removed (put back).
+        Pinned { files: usize, missing: usize, changed: usize, fingerprint: String }
+            INFO "pinned"
+            => "pinned: the {} signed for this launch stay as signed; the engine tuned {} the set lacks (for this boot only, not kept) and replaced {changed} of its files (put back)", super::counted(files, "cache file", "cache files"), super::counted(missing, "shape", "shapes");
+
+        /// Before the start: members of the pinned set that the engine
+        /// replaced or removed while keepwrap could not put them back (it
+        /// was killed) are put back from keepwrap's copy.
+        PinPutBack { restored: usize, fingerprint: String }
+            INFO "pin_put_back"
+            => "put back {} of the pinned set that the engine replaced or removed", super::counted(restored, "cache file", "cache files");
+
         /// A TensorRT-LLM launch: keepwrap sets `TLLM_AUTOTUNER_CACHE_PATH` for
         /// the engine to its own file and keeps it per launch; the
         /// fingerprint holds what TensorRT-LLM never checks.

@@ -118,6 +118,8 @@ pub(super) struct Committer {
     /// `--start-cold`: the launch's set waits in the store until this boot
     /// signs its own at done, which replaces it.
     pub(super) cold: bool,
+    /// `--pin`: whether the set signed is put back rather than signed again.
+    pub(super) pin: super::pin::State,
 }
 
 impl Committer {
@@ -294,6 +296,9 @@ impl Committer {
         if !self.may_sign() {
             return Vec::new();
         }
+        if let Some(stamps) = self.sign_pinned(kind, files) {
+            return stamps;
+        }
         if self.unify {
             unify::unify_tree(&self.root, files.iter().map(PathBuf::as_path), self.shape);
         }
@@ -391,12 +396,13 @@ impl Committer {
             );
             Stats::flush(s.state_fd());
         }
+        self.pin_first(n);
         as_read(report)
     }
 
     /// The entries (tuned shapes) of the signed files, those keepwrap can
     /// count.
-    fn entries(&self, signed: &[PathBuf]) -> Option<usize> {
+    pub(super) fn entries(&self, signed: &[PathBuf]) -> Option<usize> {
         // Each file read again: only for a metrics file (a sign reads only
         // what changed, and a reuse nothing).
         crate::events::observed().then(|| {
@@ -521,7 +527,7 @@ fn remove_member(root: std::os::fd::BorrowedFd<'_>, rel: &Path) -> std::io::Resu
 const COMMIT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// The files a sign signed, each with its stamp as the sign read it.
-fn as_read(report: cache::SignReport) -> Vec<(PathBuf, Stamp)> {
+pub(super) fn as_read(report: cache::SignReport) -> Vec<(PathBuf, Stamp)> {
     report
         .signed
         .into_iter()

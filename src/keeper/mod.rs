@@ -20,6 +20,7 @@ mod commit;
 pub mod explain;
 mod last_seen;
 pub mod observe;
+mod pin;
 pub mod policy;
 mod prepare;
 mod read;
@@ -28,6 +29,7 @@ mod settings;
 mod turn;
 mod worker;
 
+pub use pin::{last_pinned, Held as PinnedBoot};
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 /// The fingerprint the engine of the launch read as `read` last ran with,

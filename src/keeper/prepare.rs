@@ -138,6 +138,8 @@ fn keep(
     } else {
         sets.fingerprint.clone()
     };
+    let pinning = super::pin::pinning(args, engine, launch);
+    super::pin::at_start(&root, &sets.fingerprint, pinning);
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,
@@ -186,6 +188,7 @@ fn keep(
         saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
         refuse,
         cold,
+        pin: super::pin::State::Off,
     };
     let split = pruned.split.len();
     take_sets(
@@ -196,6 +199,13 @@ fn keep(
         &mut watcher,
         split,
     )?;
+    commit.pin = super::pin::begin(
+        &commit.root,
+        shape,
+        &commit.fingerprint,
+        &commit.kept,
+        pinning,
+    );
     let before = Before {
         committer: commit,
         done,

@@ -34,6 +34,9 @@ pub struct Settings {
     /// `--start-cold`: this boot neither restores nor reuses the launch's
     /// set (put aside in the store until this boot signs its own).
     pub start_cold: bool,
+    /// `--pin`: the set signed for the launch is the one every boot is
+    /// given, whatever the engine writes.
+    pub pin: bool,
     /// The invalid settings the cache depends on (only supervise).
     pub invalid: Vec<String>,
     /// `--keep`.

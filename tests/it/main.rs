@@ -63,6 +63,7 @@ mod trtllm;
 mod trtllm_store;
 mod unify;
 mod vllm_e2e;
+mod vllm_pin;
 mod vllm_store;
 mod vllm_store_attack;
 mod watch_early;

@@ -364,23 +364,7 @@ fn a_second_pod_with_no_shared_file_system_boots_warm_from_the_bucket() {
     let bucket = crate::fleet::Bucket::new(&ep);
     let url = bucket.url();
     // the first pod is stopped once its publication is done
-    let pod = |home: &Path, until: &[&str]| {
-        let gpus = crate::fleet::gpus(home, "NVIDIA GB10");
-        let gpus = gpus.to_str().unwrap().to_string();
-        serve_until(
-            home,
-            &["--fleet", &url, "--fleet-timeout", "10s"],
-            &[],
-            &[
-                ("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", &gpus),
-                ("AWS_ENDPOINT_URL", &ep),
-                ("AWS_ACCESS_KEY_ID", "test"),
-                ("AWS_SECRET_ACCESS_KEY", "test"),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-            ],
-            until,
-        )
-    };
+    let pod = |home: &Path, until: &[&str]| fleet_pod(home, &ep, &url, &[], &[], until);
     let (h1, h2) = (common::home(), common::home());
     let first = pod(h1.path(), &["fleet_published", "fleet_publish_failed"]);
     assert!(first.tuned() > 0, "{:#?}", first.stdout);
@@ -389,16 +373,45 @@ fn a_second_pod_with_no_shared_file_system_boots_warm_from_the_bucket() {
     assert!(second.has_event("fleet_restored"), "{}", second.stderr);
     assert_eq!(second.tuned(), 0, "{:#?}", second.stdout);
     assert!(second.has_event("reused"), "{}", second.stderr);
-    let relative = |root: PathBuf| -> BTreeMap<PathBuf, Vec<u8>> {
-        entries(&root)
-            .into_iter()
-            .map(|(p, b)| (p.strip_prefix(&root).unwrap().to_path_buf(), b))
-            .collect()
-    };
     assert_eq!(
         relative(store_root(h2.path())),
         relative(store_root(h1.path()))
     );
+}
+
+/// The entries of the store below `root`, by their path below it.
+#[cfg(feature = "failpoints")]
+pub(crate) fn relative(root: PathBuf) -> BTreeMap<PathBuf, Vec<u8>> {
+    entries(&root)
+        .into_iter()
+        .map(|(p, b)| (p.strip_prefix(&root).unwrap().to_path_buf(), b))
+        .collect()
+}
+
+/// One pod's boot ([`serve_until`]) with the fleet's bucket `url` at the
+/// S3 endpoint `ep`, a GB10 as its GPU, `kw` and `env` beside.
+#[cfg(feature = "failpoints")]
+pub(crate) fn fleet_pod(
+    home: &Path,
+    ep: &str,
+    url: &str,
+    kw: &[&str],
+    env: &[(&str, &str)],
+    until: &[&str],
+) -> common::Finished {
+    let gpus = crate::fleet::gpus(home, "NVIDIA GB10");
+    let gpus = gpus.to_str().unwrap().to_string();
+    let mut all = vec!["--fleet", url, "--fleet-timeout", "10s"];
+    all.extend_from_slice(kw);
+    let mut env = env.to_vec();
+    env.extend([
+        ("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", gpus.as_str()),
+        ("AWS_ENDPOINT_URL", ep),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    serve_until(home, &all, &[], &env, until)
 }
 
 #[test]

@@ -63,6 +63,10 @@ pub fn run(
     if let Some(l) = launch {
         crate::engine::of(l.profile()).plan(&mut report, l, cache_dir.flatten());
     }
+    if let Some(h) = fp.and_then(|fp| crate::keeper::last_pinned(&root, fp.as_str())) {
+        report["pinned"] =
+            json!({"files": h.files, "missing": h.missing, "changed": h.changed, "at": h.at});
+    }
     report["store_max_size"] = json!(store_max_size);
     report["fleet"] = fleet;
     let text = if json_out {

@@ -64,6 +64,16 @@ pub fn render(r: &Value) -> String {
             let _ = writeln!(out, "{why}");
         }
     }
+    if let Some(p) = r["pinned"].as_object() {
+        let n = |k: &str| p[k].as_u64().unwrap_or(0) as usize;
+        let _ = writeln!(
+            out,
+            "pinned (--pin): {} kept as signed; its last boot tuned {} the set lacks (for that boot only) and had {} of its files put back",
+            counted(n("files"), "cache file", "cache files"),
+            counted(n("missing"), "shape", "shapes"),
+            n("changed")
+        );
+    }
     out
 }
 

@@ -633,6 +633,16 @@ impl Engine for Vllm {
         plan_shared_files(report, launch);
         plan_left_alone(report, launch, cache_dir);
     }
+
+    fn pin_why_not(&self, launch: &Launch, cache_dir: Option<&Path>) -> Option<String> {
+        match store::one_rank(launch, cache_dir) {
+            store::OneRank::Kept(_) => None,
+            store::OneRank::Alone { why, .. } | store::OneRank::Theirs { why, .. } => {
+                Some(format!("FlashInfer's managed store is left alone ({why})"))
+            }
+            store::OneRank::RankFiles => Some(super::PIN_RANK_FILES.to_string()),
+        }
+    }
 }
 
 /// vLLM's default API port.
