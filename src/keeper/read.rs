@@ -199,7 +199,11 @@ fn with_engine_env(
         .cloned()
         .collect();
     with.extend(set.iter().cloned());
-    let again = Launch::of(opts, crate::launch::analyze(argv, &with), argv, &with);
+    // keepwrap's own variables are never in the fingerprint
+    let mut opts = opts.clone();
+    opts.volatile_env
+        .extend(set.iter().map(|(k, _)| k.to_string_lossy().into_owned()));
+    let again = Launch::of(&opts, crate::launch::analyze(argv, &with), argv, &with);
     let engine_env = &again.command().env;
     let lost: Vec<String> = set
         .iter()
