@@ -99,7 +99,7 @@ pub trait Engine: Sync {
     /// `_metadata` is for another GPU, CUDA or FlashInfer build, and
     /// FlashInfer skips the save of a file it conflicts with). Said of a
     /// server launch only: a launch script need not save anything.
-    fn saves_every_boot(&self) -> bool {
+    fn saves_every_boot(&self, _launch: &Launch) -> bool {
         false
     }
 

@@ -379,6 +379,19 @@ catalogue! {
             INFO "pin_put_back"
             => "put back {} of the pinned set that the engine replaced or removed", super::counted(restored, "cache file", "cache files");
 
+        /// An SGLang after 0.5.23 that keeps its tactics in FlashInfer's
+        /// managed store (not released yet): keepwrap keeps the store per
+        /// launch in a root of its own (`var` set for the engine).
+        SglangStoreKept { store: PathBuf, var: String, version: String }
+            INFO "sglang_store_kept"
+            => "SGLang {version} keeps its tactics in FlashInfer's managed store: kept per launch in {} ({var} for the engine)", Shown(store);
+
+        /// An SGLang on the managed store whose store keepwrap leaves as
+        /// the engine leaves it, and why.
+        SglangStoreLeft { store: String, version: String, why: String }
+            INFO "sglang_store_left"
+            => "SGLang {version} keeps its tactics in FlashInfer's managed store ({store}), left alone: {why}";
+
         /// A TensorRT-LLM launch: keepwrap sets `TLLM_AUTOTUNER_CACHE_PATH` for
         /// the engine to its own file and keeps it per launch; the
         /// fingerprint holds what TensorRT-LLM never checks.
@@ -983,6 +996,14 @@ catalogue! {
             INFO "share_restored_own"
             => "share: restored this node's {} from the share, published with every other node's for this launch ({nodes} nodes), and signed them",
                 super::counted(files, "rank file", "rank files");
+
+        /// This node's files made the same set as every node's before
+        /// the start (a store whose gate compares every file on every
+        /// rank): the union of every node's publication, written here, and
+        /// this node's files outside it removed.
+        ShareSameSet { files: usize, nodes: u32, written: usize, removed: usize }
+            INFO "share_same_set"
+            => "share: this node's store is now the same set as every node's ({nodes} nodes): {}, {written} written here, {removed} removed", super::counted(files, "file", "files");
 
         ShareUnifyOff { dir: PathBuf }
             INFO "share_unify_off"

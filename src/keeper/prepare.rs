@@ -185,7 +185,7 @@ fn keep(
         signed_at_done: Vec::new(),
         seeing: read.seeing,
         redo: read.words.redo(),
-        saves_every_boot: engine.saves_every_boot() && launch.command().server.is_some(),
+        saves_every_boot: engine.saves_every_boot(launch) && launch.command().server.is_some(),
         refuse,
         cold,
         pin: super::pin::State::Off,

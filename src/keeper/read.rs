@@ -199,7 +199,11 @@ fn with_engine_env(
         .cloned()
         .collect();
     with.extend(set.iter().cloned());
-    let again = Launch::of(opts, crate::launch::analyze(argv, &with), argv, &with);
+    // keepwrap's own variables are never in the fingerprint
+    let mut opts = opts.clone();
+    opts.volatile_env
+        .extend(set.iter().map(|(k, _)| k.to_string_lossy().into_owned()));
+    let again = Launch::of(&opts, crate::launch::analyze(argv, &with), argv, &with);
     let lost = lost(&set, &again.command().env);
     if lost.is_empty() && again.fingerprint() == launch.fingerprint() {
         return (again, set, None, with);

@@ -155,7 +155,17 @@ impl Share {
         if wrote == 0 {
             return Ok(None);
         }
-        Ok(match cache::sign(root, self.shape, fingerprint) {
+        Ok(self.sign_taken(root, fingerprint))
+    }
+
+    /// The tree signed for `fingerprint` once the share's files were
+    /// written into it (one line says so, or why not): the files signed.
+    pub(super) fn sign_taken(
+        &self,
+        root: &Path,
+        fingerprint: &crate::digest::Fingerprint,
+    ) -> Option<Vec<PathBuf>> {
+        match cache::sign(root, self.shape, fingerprint) {
             Ok(r) => {
                 crate::events::Event::ShareSigned {
                     files: r.signed.len(),
@@ -173,7 +183,7 @@ impl Share {
                 .emit();
                 None
             }
-        })
+        }
     }
 
     /// The share directory, this launch's cluster fingerprint and place.

@@ -49,6 +49,7 @@ mod scaling;
 mod security;
 mod seen;
 mod seen_attack;
+mod sglang_store;
 mod sign_crash;
 mod signals;
 mod start_cold;

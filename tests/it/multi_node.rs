@@ -45,7 +45,7 @@ fn node(homes: &Path, nodes: u32, rank: u32, port: u16, kw: &[&str]) -> Command 
 }
 
 /// Start every node's command at once and collect each.
-fn boot_all(cmds: Vec<Command>) -> Vec<Finished> {
+pub(crate) fn boot_all(cmds: Vec<Command>) -> Vec<Finished> {
     let running: Vec<Running> = cmds
         .into_iter()
         .map(|mut c| Running::spawn(&mut c))

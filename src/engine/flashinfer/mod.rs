@@ -16,6 +16,7 @@
 //! where in FlashInfer's and vLLM's code each is read: docs/managed-store.md.
 
 pub mod check;
+pub mod kept;
 pub mod layout;
 
 pub use check::{check, check_dirs, Finding};

@@ -7,6 +7,7 @@
 pub mod explain;
 pub mod layout;
 mod root;
+pub mod store;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -68,8 +69,46 @@ impl Engine for Sglang {
         true
     }
 
-    fn saves_every_boot(&self) -> bool {
-        true
+    /// Rank files are saved at every boot; the managed store's entries
+    /// are written only when tuned.
+    fn saves_every_boot(&self, launch: &Launch) -> bool {
+        store::store_version(launch).is_none()
+    }
+
+    /// A launch on the managed store whose store keepwrap keeps: the
+    /// store's root of its own.
+    fn root_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Result<PathBuf, NoRoot> {
+        if let store::Managed::Kept { root, .. } = store::managed(launch, cache_dir) {
+            return Ok(root);
+        }
+        let root = Engine::root(self, cache_dir, &launch.command().env)?;
+        Ok(super::where_the_engine_runs(root, cache_dir, launch))
+    }
+
+    fn shape_of_launch(&self, cache_dir: Option<&Path>, launch: &Launch) -> Shape {
+        match store::managed(launch, cache_dir) {
+            store::Managed::Kept { .. } => super::flashinfer::STORE,
+            _ => layout::TREE,
+        }
+    }
+
+    fn engine_env(&self, launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, OsString)> {
+        store::engine_env(launch, cache_dir)
+    }
+
+    fn note_launch(&self, launch: &Launch, cache_dir: Option<&Path>) {
+        store::note(launch, cache_dir);
+    }
+
+    /// The store's own check of what was kept, for a launch whose store
+    /// keepwrap keeps (the root is its own when the launch would keep it
+    /// there, were that root its `--cache-dir`).
+    fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
+        if let store::Managed::Kept { root: own, .. } = store::managed(launch, Some(root)) {
+            if own == root {
+                super::flashinfer::kept::check_kept(root, kept);
+            }
+        }
     }
 
     /// `--nnodes` and `--node-rank` as SGLang reads them: merged with its
@@ -106,17 +145,26 @@ impl Engine for Sglang {
         unify: bool,
         max_age: Duration,
     ) -> Option<Share> {
+        if shape == super::flashinfer::STORE {
+            // the store's entries are made one set, never unified
+            return Share::for_node(args, launch, self.node(launch), shape, max_age);
+        }
         Share::new(args, launch, self.node(launch), shape, unify, max_age)
     }
 
-    /// The union of every node's rank files, written over this node's.
+    /// The union of every node's rank files, written over this node's; on
+    /// the managed store, every node's entries made one set, the same on
+    /// every node, so that the engine's gate finds them equal.
     fn take_share(
         &self,
         share: &Share,
         root: &Path,
         fingerprint: &crate::digest::Fingerprint,
-        _kept: &[PathBuf],
+        kept: &[PathBuf],
     ) -> Result<Option<Vec<PathBuf>>, Stopped> {
+        if share.shape() == super::flashinfer::STORE {
+            return share.take_same(root, fingerprint, kept);
+        }
         share.take_union(root, fingerprint)
     }
     fn server_done(&self, launch: &Launch) -> Option<Result<Done, DoneError>> {

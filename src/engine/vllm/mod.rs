@@ -25,7 +25,7 @@ use crate::launch::fingerprint::Launch;
 
 use super::{Engine, NoRoot};
 use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
-use crate::share::{gather_nodes, report_incomplete, Node, Share};
+use crate::share::{Node, Share};
 use crate::stops::Stopped;
 
 /// Why a vLLM launch has no cache root keepwrap can name.
@@ -189,7 +189,7 @@ fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
             Verdict::Remove(why) => {
                 let sidecar = p.with_extension("launch");
                 let gone = [p, &sidecar].iter().all(|f| {
-                    remove(&root.join(f))
+                    crate::engine::flashinfer::kept::remove(&root.join(f))
                         .map_err(|e| {
                             crate::events::Event::CannotRemoveSharedFile {
                                 path: f.to_path_buf(),
@@ -300,84 +300,6 @@ fn names_its_store(launch: &Launch, cache_dir: Option<&Path>) -> bool {
     true
 }
 
-/// Before the start of a launch whose managed store keepwrap keeps: the
-/// store's own check of its environments' directories
-/// ([`crate::engine::flashinfer::check_dirs`]) for what prune kept (or the
-/// store or the fleet restored). A kept entry in an environment directory
-/// whose name is not the hash of its manifest leaves the whole set
-/// untrusted: named in one line, and every kept file goes. Each entry was
-/// checked when it was signed (its name the hash of its key, a JSON object
-/// with a key, runner and tactic: the store's `check_file`), and its
-/// signature holds its bytes since.
-fn check_store(root: &Path, kept: &mut Vec<PathBuf>) {
-    if kept.is_empty() {
-        return;
-    }
-    let findings = match crate::engine::flashinfer::check_dirs(root) {
-        Ok(f) => f,
-        Err(e) => vec![crate::engine::flashinfer::Finding {
-            path: String::new(),
-            why: crate::engine::flashinfer::Why::Unreadable(e.to_string()),
-        }],
-    };
-    let concerns = |f: &crate::engine::flashinfer::Finding| {
-        if matches!(f.why, crate::engine::flashinfer::Why::NoManifest) {
-            // FlashInfer never reads it and writes it when it is missing
-            return false;
-        }
-        let dir = match f.path.strip_suffix("manifest.json") {
-            Some(dir) => dir,
-            None if f.path.ends_with('/') || f.path.is_empty() => &f.path,
-            None => return kept.iter().any(|k| k.as_os_str() == f.path.as_str()),
-        };
-        kept.iter().any(|k| k.to_string_lossy().starts_with(dir))
-    };
-    let bad: Vec<&crate::engine::flashinfer::Finding> =
-        findings.iter().filter(|f| concerns(f)).collect();
-    if bad.is_empty() {
-        return;
-    }
-    for f in &bad {
-        crate::events::Event::UntrustedStoreEntry {
-            path: f.path.clone(),
-            why: f.why.to_string(),
-        }
-        .emit();
-    }
-    let remove_said = |path: PathBuf| {
-        if let Err(e) = remove(&path) {
-            crate::events::Event::CannotRemoveStoreEntry {
-                path,
-                error: e.to_string(),
-            }
-            .emit();
-        }
-    };
-    let n = kept.len();
-    for k in kept.drain(..) {
-        remove_said(root.join(&k));
-        remove_said(root.join(k.with_extension("launch")));
-    }
-    // A manifest that is not its directory's is removed too: FlashInfer
-    // writes one only where there is none, so the next boot's own would
-    // never replace it, and every boot after would be cold.
-    for f in &bad {
-        let dir = f.path.strip_suffix("manifest.json").unwrap_or(&f.path);
-        if dir.ends_with('/') && !dir.is_empty() {
-            remove_said(root.join(dir).join("manifest.json"));
-        }
-    }
-    crate::events::Event::UntrustedStoreRemoved { files: n }.emit();
-}
-
-/// Remove the file at `path`; one already gone is removed.
-fn remove(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
-}
-
 /// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
 /// R` (TP/PP across nodes), or for data parallelism across nodes
 /// `-dp D -dpl L` with `-dpr S` (or `-dpn S`): node S/L of D/L.
@@ -428,30 +350,9 @@ fn take_own(
     root: &Path,
     fingerprint: &crate::digest::Fingerprint,
 ) -> Result<Option<Vec<PathBuf>>, Stopped> {
-    let (dir, cluster, me, timeout) = share.parts();
-    let (d, c, shape) = (dir.to_path_buf(), cluster.to_string(), share.shape());
-    let nodes = match crate::share::bounded(timeout, move || gather_nodes(&d, &c, me, shape))? {
-        None => {
-            crate::events::Event::ShareSlow {
-                dir: dir.to_path_buf(),
-                timeout,
-            }
-            .emit();
-            return Ok(None);
-        }
-        Some(Err(e)) => {
-            crate::events::Event::ShareUnreadable {
-                dir: dir.to_path_buf(),
-                error: e.to_string(),
-            }
-            .emit();
-            return Ok(None);
-        }
-        Some(Ok(Err(missing))) => {
-            report_incomplete(&missing, me.nnodes);
-            return Ok(None);
-        }
-        Some(Ok(Ok(nodes))) => nodes,
+    let me = share.parts().2;
+    let Some(nodes) = share.gather_all()? else {
+        return Ok(None);
     };
     let Some(own) = nodes.into_iter().find(|n| n.rank == me.rank) else {
         return Ok(None);
@@ -600,7 +501,7 @@ impl Engine for Vllm {
         // the root is the launch's own store when the launch would keep it
         // there, were that root its `--cache-dir`
         if store::one_rank(launch, Some(root)) == store::OneRank::Kept(root.to_path_buf()) {
-            check_store(root, kept);
+            crate::engine::flashinfer::kept::check_kept(root, kept);
         } else {
             before_start(root, launch, kept);
         }

@@ -1004,3 +1004,34 @@ pub fn has_fields(event: &serde_json::Value, fields: &serde_json::Value) -> bool
         .iter()
         .all(|(k, v)| &event[k] == v)
 }
+
+/// A cold boot that kept FlashInfer's managed store in keepwrap's store
+/// root `root`: its launch line names the root, it tuned, the engine wrote
+/// `entries` entry files there (some), and all were signed.
+pub fn assert_cold_store(cold: &Finished, root: &Path, entries: usize) {
+    assert_eq!(
+        cold.event("launch")["root"],
+        serde_json::json!(root),
+        "{}",
+        cold.stderr
+    );
+    assert!(cold.tuned() > 0, "{:#?}", cold.stdout);
+    assert!(entries > 0, "the engine wrote its store in keepwrap's root");
+    assert!(
+        cold.logged_with("signed", serde_json::json!({ "files": entries })),
+        "{}",
+        cold.stderr
+    );
+}
+
+/// Whether `f` removed a file whose path ends in `name` as changed after
+/// it was signed.
+pub fn removed_as_changed(f: &Finished, name: &str) -> bool {
+    f.events_named("removed").iter().any(|e| {
+        e["path"].as_str().unwrap_or("").ends_with(name)
+            && e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("changed after signing")
+    })
+}
