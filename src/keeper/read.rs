@@ -201,9 +201,12 @@ fn with_engine_env(
     with.extend(set.iter().cloned());
     let again = Launch::of(opts, crate::launch::analyze(argv, &with), argv, &with);
     let engine_env = &again.command().env;
+    // the first occurrence of a name is what the engine gets: a value the
+    // command sets itself (`env NAME=value`, `NAME=value exec ...`) wins
+    // over keepwrap's
     let lost: Vec<String> = set
         .iter()
-        .filter(|(k, v)| !engine_env.iter().any(|(ek, ev)| ek == k && ev == v))
+        .filter(|(k, v)| engine_env.iter().find(|(ek, _)| ek == k).map(|(_, ev)| ev) != Some(v))
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
     if lost.is_empty() && again.fingerprint() == launch.fingerprint() {
@@ -213,7 +216,7 @@ fn with_engine_env(
         "the launch reads differently with the variables keepwrap sets for its engine".to_string()
     } else {
         format!(
-            "keepwrap sets {} for the engine to keep its cache, and the launch does not pass it on (env -i, env -u, unset)",
+            "keepwrap sets {} for the engine to keep its cache, and the launch does not pass it on (env -i, env -u, unset) or sets it itself (NAME=value in the command)",
             lost.join(", ")
         )
     };

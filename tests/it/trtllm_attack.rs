@@ -1,0 +1,72 @@
+//! Attacks on TensorRT-LLM's support, from outside: a launch that sets
+//! the variable keepwrap owns inside its own command, files planted in
+//! keepwrap's root, kills and races around a boot. Each promise: never a
+//! partial hit, nothing good lost, nothing planted trusted, nothing not
+//! the engine's touched, the launch's start and exit status unchanged,
+//! one line per decision.
+
+use crate::common;
+use crate::trtllm::{kw_env, served};
+use serde_json::json;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::vllm::DEADLINE;
+use common::{Finished, Running};
+
+/// Run `cmd` until the engine's `ready` line, then TERM it.
+fn until_ready(cmd: &mut Command) -> Finished {
+    let mut r = Running::spawn(cmd);
+    r.wait_stdout("the engine's ready line", DEADLINE, |l| {
+        l.contains("\"event\": \"ready\"")
+    });
+    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    r.finish(DEADLINE)
+}
+
+/// `keepwrap -- WORDS.. trtllm-serve /models/fake --port P` in layout F.
+fn wrapped(home: &Path, words: &[&str]) -> Command {
+    let port = common::free_port().to_string();
+    let mut cmd = kw_env(home, "F", &[]);
+    cmd.arg("--")
+        .args(words)
+        .args(["trtllm-serve", "/models/fake", "--port", &port]);
+    cmd
+}
+
+#[test]
+fn a_value_the_command_sets_itself_is_never_said_to_be_replaced() {
+    let home = common::home();
+    let theirs = home.path().join("mine.json");
+    let assign = format!("TLLM_AUTOTUNER_CACHE_PATH={}", theirs.display());
+    let shell = format!("{assign} exec \"$@\"");
+    for words in [
+        vec!["env", assign.as_str()],
+        vec!["sh", "-c", shell.as_str(), "sh"],
+    ] {
+        let _ = std::fs::remove_file(&theirs);
+        let f = until_ready(&mut wrapped(home.path(), &words));
+        assert!(served(&f), "{words:?}: {}", f.stderr);
+        // the engine writes where the command says: keepwrap keeps nothing
+        // and says why, never that it replaced the value
+        assert_eq!(
+            f.events("start")[0]["cache_path"],
+            json!(theirs),
+            "{words:?}: {:#?}",
+            f.stdout
+        );
+        assert!(
+            f.logged_with("supervising_only", json!({"reason": "engine_variable"})),
+            "{words:?}: {}",
+            f.stderr
+        );
+        assert!(
+            !f.has_event("trtllm_cache_path_overridden"),
+            "{words:?}: {}",
+            f.stderr
+        );
+        assert!(!f.has_event("signed"), "{words:?}: {}", f.stderr);
+        assert_eq!(f.code, 0, "{words:?}: {}", f.stderr);
+    }
+}
