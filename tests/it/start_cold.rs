@@ -117,3 +117,34 @@ fn the_attention_dp_warning_names_the_flag() {
     assert!(msg.contains("--start-cold"), "{w}");
     assert!(!msg.contains("--disable"), "{w}");
 }
+
+#[test]
+fn the_set_put_aside_is_never_evicted_by_the_cold_boot_it_waits_for() {
+    // the store's limit is smaller than the one set: any other launch's
+    // set would be evicted, the set a cold boot put aside must wait
+    let home = common::home();
+    let small = [("KEEPWRAP_STORE_MAX_SIZE", "1k")];
+    let first = boot(home.path(), "F", &ARGS, &small);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let killed = failed_boot(
+        home.path(),
+        "F",
+        &ARGS,
+        &[
+            small[0],
+            ("KEEPWRAP_START_COLD", "1"),
+            ("FAKE_TRTLLM_CRASH", "save"),
+        ],
+    );
+    assert!(!served(&killed), "{:#?}", killed.stdout);
+    assert!(
+        killed.logged_with("start_cold", json!({"files": 1})),
+        "{}",
+        killed.stderr
+    );
+    assert!(!killed.has_event("evicted"), "{}", killed.stderr);
+    let next = boot(home.path(), "F", &ARGS, &small);
+    assert!(next.has_event("restored"), "{}", next.stderr);
+    assert_eq!(next.tuned(), 0, "{:#?}", next.stdout);
+    assert_eq!(next.tactics(), first.tactics());
+}
