@@ -70,3 +70,54 @@ fn a_value_the_command_sets_itself_is_never_said_to_be_replaced() {
         assert_eq!(f.code, 0, "{words:?}: {}", f.stderr);
     }
 }
+
+/// `keepwrap fingerprint -- trtllm-serve /models/fake ARGS` in layout F.
+fn fingerprint(home: &Path, args: &[&str]) -> String {
+    let mut cmd = kw_env(home, "F", &[]);
+    cmd.args(["fingerprint", "--", "trtllm-serve", "/models/fake"])
+        .args(args);
+    let f = common::output(&mut cmd);
+    assert_eq!(f.code, 0, "{args:?}: {}", f.stderr);
+    f.stdout.join("\n")
+}
+
+#[test]
+fn a_yaml_given_with_config_counts_by_its_bytes_and_may_set_the_world() {
+    // `--config` is TensorRT-LLM's alias of `--extra_llm_api_options`
+    // (PR 9104), the spelling its docs prefer
+    let home = common::home();
+    let yaml = home.path().join("serve.yaml");
+    std::fs::write(&yaml, "tensor_parallel_size: 2\n").unwrap();
+    let y = yaml.to_str().unwrap();
+    let first = crate::trtllm::boot(home.path(), "F", &["--config", y], &[]);
+    assert_eq!(
+        first.tuned(),
+        2 * crate::trtllm::SHAPES,
+        "{:#?}",
+        first.stdout
+    );
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    // the world is the YAML's: the two ranks' sections are whole
+    let again = crate::trtllm::boot(home.path(), "F", &["--config", y], &[]);
+    assert!(!again.has_event("trtllm_file_removed"), "{}", again.stderr);
+    assert_eq!(again.tuned(), 0, "{:#?}", again.stdout);
+    assert!(again.has_event("reused"), "{}", again.stderr);
+    // the file's bytes count, not its path; either spelling is one launch
+    let before = fingerprint(home.path(), &["--config", y]);
+    assert_eq!(
+        fingerprint(home.path(), &["--extra_llm_api_options", y]),
+        before
+    );
+    std::fs::write(
+        &yaml,
+        "tensor_parallel_size: 2\nenable_attention_dp: true\n",
+    )
+    .unwrap();
+    assert_ne!(fingerprint(home.path(), &["--config", y]), before);
+    let dp = crate::trtllm::boot(home.path(), "F", &["--config", y], &[]);
+    assert!(
+        dp.logged_with("trtllm_attention_dp", json!({"file": yaml})),
+        "{}",
+        dp.stderr
+    );
+}

@@ -56,6 +56,19 @@ pub const FRONT_END_ARGS: &[&str] = &["--host", "--port", "--served_model_name",
 /// The option whose YAML file's fields are merged into the launch's.
 pub const EXTRA_OPTIONS: &str = "--extra_llm_api_options";
 
+/// Its other name (TensorRT-LLM PR 9104, the spelling its docs prefer):
+/// one option, the last one given winning.
+pub const EXTRA_OPTIONS_ALIAS: &str = "--config";
+
+/// The value of the last [`EXTRA_OPTIONS`] or [`EXTRA_OPTIONS_ALIAS`].
+pub fn extra_options(args: &[OsString]) -> Option<&OsStr> {
+    crate::launch::flags::last(
+        args,
+        &[EXTRA_OPTIONS, EXTRA_OPTIONS_ALIAS],
+        crate::launch::flags::Names::Exact,
+    )
+}
+
 /// The server's default port.
 pub const DEFAULT_PORT: u16 = 8000;
 
@@ -140,7 +153,7 @@ pub fn sizes(args: &[OsString]) -> Sizes {
         size("--cp_size", Some(1)),
     );
     let ep = size("--ep_size", None);
-    let world = match (tp, pp, cp, option_value(args, EXTRA_OPTIONS)) {
+    let world = match (tp, pp, cp, extra_options(args)) {
         (Some(t), Some(p), Some(c), None) if t > 0 && p > 0 && c > 0 => {
             t.checked_mul(p).and_then(|w| w.checked_mul(c))
         }
