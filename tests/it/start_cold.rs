@@ -148,3 +148,39 @@ fn the_set_put_aside_is_never_evicted_by_the_cold_boot_it_waits_for() {
     assert_eq!(next.tuned(), 0, "{:#?}", next.stdout);
     assert_eq!(next.tactics(), first.tactics());
 }
+
+#[test]
+fn a_cold_start_of_a_vllm_launch_tunes_afresh_and_loses_nothing() {
+    use crate::vllm_store::{serve, serve_kw};
+    let home = common::home();
+    let first = serve(home.path(), &[], &[]);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let cold = serve_kw(home.path(), &["--start-cold"], &[], &[]);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.has_event("start_cold"), "{}", cold.stderr);
+    assert!(!cold.has_event("restored"), "{}", cold.stderr);
+    assert_eq!(cold.tuned(), first.tuned(), "{:#?}", cold.stdout);
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    assert!(cold.has_event("start_cold_replaced"), "{}", cold.stderr);
+    let warm = serve(home.path(), &[], &[]);
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+}
+
+#[test]
+fn a_cold_start_of_an_sglang_launch_tunes_afresh_and_loses_nothing() {
+    use common::{boot, keepwrap_engine};
+    let home = common::home();
+    let run = ["--tp", "2", "--offline"];
+    let first = boot(&mut keepwrap_engine(home.path(), &[], &run));
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let cold = boot(&mut keepwrap_engine(home.path(), &["--start-cold"], &run));
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.has_event("start_cold"), "{}", cold.stderr);
+    assert!(!cold.has_event("restored"), "{}", cold.stderr);
+    assert_eq!(cold.tuned(), first.tuned(), "{:#?}", cold.stdout);
+    assert!(cold.has_event("start_cold_replaced"), "{}", cold.stderr);
+    let warm = boot(&mut keepwrap_engine(home.path(), &[], &run));
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+}
