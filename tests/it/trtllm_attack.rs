@@ -121,3 +121,17 @@ fn a_yaml_given_with_config_counts_by_its_bytes_and_may_set_the_world() {
         dp.stderr
     );
 }
+
+#[test]
+fn attention_dp_turned_on_by_its_flag_is_told_how_to_start_cold_too() {
+    // `--enable_attention_dp`, a switch of trtllm-serve since PR 12105
+    let home = common::home();
+    let f = crate::trtllm::boot(home.path(), "F", &["--enable_attention_dp"], &[]);
+    assert!(served(&f), "{}", f.stderr);
+    let w = f.events_named("trtllm_attention_dp_flag");
+    assert_eq!(w.len(), 1, "{}", f.stderr);
+    let msg = w[0]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("--start-cold"), "{msg}");
+    let off = crate::trtllm::boot(home.path(), "F", &[], &[]);
+    assert!(!off.has_event("trtllm_attention_dp_flag"), "{}", off.stderr);
+}

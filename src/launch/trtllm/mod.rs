@@ -168,6 +168,25 @@ pub fn sizes(args: &[OsString]) -> Sizes {
     }
 }
 
+/// The switch that turns attention data parallelism on (TensorRT-LLM
+/// PR 12105), beside the YAML's `enable_attention_dp`.
+pub const ATTENTION_DP_FLAG: &str = "--enable_attention_dp";
+
+/// Whether the options `args` give [`ATTENTION_DP_FLAG`] (bare, or
+/// `=true` in one of Click's spellings of true).
+pub fn attention_dp_flag(args: &[OsString]) -> bool {
+    args.iter().any(|a| {
+        let a = a.to_string_lossy();
+        match a.strip_prefix(ATTENTION_DP_FLAG) {
+            Some("") => true,
+            Some(v) => v.strip_prefix('=').is_some_and(|v| {
+                ["true", "1", "yes", "y", "on", "t"].contains(&v.to_ascii_lowercase().as_str())
+            }),
+            None => false,
+        }
+    })
+}
+
 /// Whether an `--extra_llm_api_options` YAML turns attention data
 /// parallelism on: a top-level `enable_attention_dp: true` line (YAML's
 /// spellings of true).
