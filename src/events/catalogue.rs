@@ -417,6 +417,11 @@ catalogue! {
             WARN "trtllm_attention_dp"
             => "attention-DP is on ({}: enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, start this launch once with --start-cold (KEEPWRAP_START_COLD=1): that boot tunes from scratch, and its set is kept as usual", Shown(file);
 
+        /// Attention-DP is on by the launch's switch.
+        TrtllmAttentionDpFlag {}
+            WARN "trtllm_attention_dp_flag"
+            => "attention-DP is on (--enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, start this launch once with --start-cold (KEEPWRAP_START_COLD=1): that boot tunes from scratch, and its set is kept as usual";
+
         TrtllmCannotRemove { path: PathBuf, error: String }
             WARN "trtllm_cannot_remove"
             => "cannot remove {}: {error}", Shown(path);

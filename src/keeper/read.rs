@@ -212,7 +212,7 @@ fn with_engine_env(
         "the launch reads differently with the variables keepwrap sets for its engine".to_string()
     } else {
         format!(
-            "keepwrap sets {} for the engine to keep its cache, and the launch does not pass it on (env -i, env -u, unset)",
+            "keepwrap sets {} for the engine to keep its cache, and the launch does not pass it on (env -i, env -u, unset) or sets it itself (NAME=value in the command)",
             lost.join(", ")
         )
     };
@@ -227,8 +227,11 @@ fn with_engine_env(
 /// The names of the variables of `set` (keepwrap's for the engine) that the
 /// engine's environment `env` does not have with the same value.
 pub(super) fn lost(set: &[(OsString, OsString)], env: &[(OsString, OsString)]) -> Vec<String> {
+    // the first occurrence of a name is what the engine gets: a value the
+    // command sets itself (`env NAME=value`, `NAME=value exec ...`) wins
+    // over keepwrap's
     set.iter()
-        .filter(|(k, v)| !env.iter().any(|(ek, ev)| ek == k && ev == v))
+        .filter(|(k, v)| env.iter().find(|(ek, _)| ek == k).map(|(_, ev)| ev) != Some(v))
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect()
 }

@@ -99,6 +99,7 @@ pub(super) fn restore(
             limits,
             args.lock_timeout,
             fingerprint,
+            args.start_cold,
         ));
     }
     let (removed, stored) = (pruned.removed, pruned.stored);
@@ -114,13 +115,15 @@ pub(super) fn restore(
 /// Evict past the store's limits, once the engine has started: under the
 /// lock (a short wait: another launch holds it for milliseconds; when it
 /// cannot be had, the next launch evicts), each entry out of the store,
-/// then deleted after the lock is given back.
+/// then deleted after the lock is given back. `cold`: the launch's own
+/// set, put aside until this boot signs a new one, is spared.
 fn evict_later(
     root: &Path,
     shape: Shape,
     limits: store::Limits,
     timeout: Duration,
     fingerprint: &Fingerprint,
+    cold: bool,
 ) -> Job {
     let (root, fingerprint) = (root.to_path_buf(), fingerprint.clone());
     Box::new(move || {
@@ -156,7 +159,8 @@ fn evict_later(
             }) else {
                 return;
             };
-            s.evict(limits, crate::clock::now_secs())
+            let spare = cold.then_some(fingerprint.as_str());
+            s.evict(limits, crate::clock::now_secs(), spare)
         };
         let n = evicted.entries as u64;
         s.remove_evicted(evicted);

@@ -70,18 +70,26 @@ impl Store {
     }
 
     /// Evict entries unused for longer than `max_age`, then the least
-    /// recently used until the store fits `max_size` (call under the lock).
+    /// recently used until the store fits `max_size` (call under the lock),
+    /// never the entry of `spare` (a set a cold start put aside, which
+    /// waits for its boot to sign a new one: it counts toward the size).
     /// Each evicted entry leaves the store at once, into a trash directory
     /// of `.keepwrap` that the returned [`Evicted`] removes (after the lock
     /// is given back: deleting thousands of files must not hold it).
-    pub fn evict(&self, limits: Limits, now: u64) -> Evicted {
+    pub fn evict(&self, limits: Limits, now: u64, spare: Option<&str>) -> Evicted {
         let mut entries: Vec<(u64, Entry)> = self
             .entries()
             .into_iter()
             .map(|e| (self.last_used(&e), e))
             .collect();
+        let total_spared: u64 = entries
+            .iter()
+            .filter(|(_, e)| Some(e.manifest.set.fingerprint.as_str()) == spare)
+            .map(|(_, e)| e.bytes)
+            .sum();
+        entries.retain(|(_, e)| Some(e.manifest.set.fingerprint.as_str()) != spare);
         entries.sort_by_key(|(used, e)| (*used, e.manifest.set.fingerprint.clone()));
-        let mut total: u64 = entries.iter().map(|(_, e)| e.bytes).sum();
+        let mut total: u64 = total_spared + entries.iter().map(|(_, e)| e.bytes).sum::<u64>();
         let mut out = Evicted::default();
         for (used, e) in &entries {
             let old = now.saturating_sub(*used) > limits.max_age.as_secs();

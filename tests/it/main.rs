@@ -61,6 +61,7 @@ mod store_crash;
 mod store_trash;
 mod troubleshooting;
 mod trtllm;
+mod trtllm_attack;
 mod trtllm_store;
 mod unify;
 mod vllm_e2e;

@@ -117,3 +117,70 @@ fn the_attention_dp_warning_names_the_flag() {
     assert!(msg.contains("--start-cold"), "{w}");
     assert!(!msg.contains("--disable"), "{w}");
 }
+
+#[test]
+fn the_set_put_aside_is_never_evicted_by_the_cold_boot_it_waits_for() {
+    // the store's limit is smaller than the one set: any other launch's
+    // set would be evicted, the set a cold boot put aside must wait
+    let home = common::home();
+    let small = [("KEEPWRAP_STORE_MAX_SIZE", "1k")];
+    let first = boot(home.path(), "F", &ARGS, &small);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let killed = failed_boot(
+        home.path(),
+        "F",
+        &ARGS,
+        &[
+            small[0],
+            ("KEEPWRAP_START_COLD", "1"),
+            ("FAKE_TRTLLM_CRASH", "save"),
+        ],
+    );
+    assert!(!served(&killed), "{:#?}", killed.stdout);
+    assert!(
+        killed.logged_with("start_cold", json!({"files": 1})),
+        "{}",
+        killed.stderr
+    );
+    assert!(!killed.has_event("evicted"), "{}", killed.stderr);
+    let next = boot(home.path(), "F", &ARGS, &small);
+    assert!(next.has_event("restored"), "{}", next.stderr);
+    assert_eq!(next.tuned(), 0, "{:#?}", next.stdout);
+    assert_eq!(next.tactics(), first.tactics());
+}
+
+#[test]
+fn a_cold_start_of_a_vllm_launch_tunes_afresh_and_loses_nothing() {
+    use crate::vllm_store::{serve, serve_kw};
+    let home = common::home();
+    let first = serve(home.path(), &[], &[]);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let cold = serve_kw(home.path(), &["--start-cold"], &[], &[]);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.has_event("start_cold"), "{}", cold.stderr);
+    assert!(!cold.has_event("restored"), "{}", cold.stderr);
+    assert_eq!(cold.tuned(), first.tuned(), "{:#?}", cold.stdout);
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    assert!(cold.has_event("start_cold_replaced"), "{}", cold.stderr);
+    let warm = serve(home.path(), &[], &[]);
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+}
+
+#[test]
+fn a_cold_start_of_an_sglang_launch_tunes_afresh_and_loses_nothing() {
+    use common::{boot, keepwrap_engine};
+    let home = common::home();
+    let run = ["--tp", "2", "--offline"];
+    let first = boot(&mut keepwrap_engine(home.path(), &[], &run));
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    let cold = boot(&mut keepwrap_engine(home.path(), &["--start-cold"], &run));
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(cold.has_event("start_cold"), "{}", cold.stderr);
+    assert!(!cold.has_event("restored"), "{}", cold.stderr);
+    assert_eq!(cold.tuned(), first.tuned(), "{:#?}", cold.stdout);
+    assert!(cold.has_event("start_cold_replaced"), "{}", cold.stderr);
+    let warm = boot(&mut keepwrap_engine(home.path(), &[], &run));
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+}

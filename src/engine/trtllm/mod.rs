@@ -253,9 +253,16 @@ impl Engine for Trtllm {
     }
 }
 
-/// A launch whose `--extra_llm_api_options` file turns attention-DP on:
-/// one line says a warm start can hang, and how to start cold.
+/// A launch whose `--enable_attention_dp` switch or
+/// `--extra_llm_api_options` file turns attention-DP on: one line says a
+/// warm start can hang, and how to start cold.
 fn note_attention_dp(launch: &Launch) {
+    if launch
+        .trtllm()
+        .is_some_and(|t| facts::attention_dp_flag(t.given()))
+    {
+        crate::events::Event::TrtllmAttentionDpFlag {}.emit();
+    }
     let Some(path) = launch.trtllm().and_then(|t| t.extra_path.as_ref()) else {
         return;
     };

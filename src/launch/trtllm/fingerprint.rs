@@ -20,7 +20,10 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::{option_value, sizes, Sizes, EXTRA_OPTIONS, FRONT_END_ARGS, NO_GPU};
+use super::{
+    extra_options, option_value, sizes, Sizes, EXTRA_OPTIONS, EXTRA_OPTIONS_ALIAS, FRONT_END_ARGS,
+    NO_GPU,
+};
 use crate::launch::canonical::py_str;
 use crate::launch::fingerprint::{is_secret_name, redacted_hash, script_hash};
 
@@ -31,7 +34,7 @@ pub struct TrtllmLaunch {
     args: Vec<String>,
     /// The options as given (after `trtllm-serve [serve]`).
     given: Vec<OsString>,
-    /// `--extra_llm_api_options FILE`: its path as written and the sha256 of
+    /// `--extra_llm_api_options FILE` (or `--config FILE`): its path as written and the sha256 of
     /// its bytes, or why they cannot be read.
     pub extra: Option<(String, Result<String, String>)>,
     /// That file as the engine opens it (relative to its directory).
@@ -46,11 +49,11 @@ impl TrtllmLaunch {
     pub fn new(argv: &[OsString], cwd: &Path, gpu: Result<String, String>) -> Option<TrtllmLaunch> {
         let r = super::recognise(argv)?;
         let given = argv.get(r.args_start..).unwrap_or(&[]).to_vec();
-        let extra = option_value(&given, EXTRA_OPTIONS).map(|p| {
+        let extra = extra_options(&given).map(|p| {
             let shown = String::from_utf8_lossy(p.as_bytes()).into_owned();
             (shown, script_hash(&cwd.join(p)))
         });
-        let extra_path = option_value(&given, EXTRA_OPTIONS).map(|p| cwd.join(p));
+        let extra_path = extra_options(&given).map(|p| cwd.join(p));
         Some(TrtllmLaunch {
             extra_path,
             args: canonical_args(&given),
@@ -144,10 +147,16 @@ fn canonical_args(args: &[OsString]) -> Vec<String> {
             i += if takes_next { 2 } else { 1 };
             continue;
         }
-        if name_s == EXTRA_OPTIONS || (name_s.starts_with("--") && is_secret_name(&name_s)) {
-            out.push(name_s.clone());
+        let extra = name_s == EXTRA_OPTIONS || name_s == EXTRA_OPTIONS_ALIAS;
+        if extra || (name_s.starts_with("--") && is_secret_name(&name_s)) {
+            // either name of the YAML's option is one launch
+            out.push(if extra {
+                EXTRA_OPTIONS.to_string()
+            } else {
+                name_s.clone()
+            });
             if let Some(v) = value {
-                out.push(if name_s == EXTRA_OPTIONS {
+                out.push(if extra {
                     "<file>".to_string()
                 } else {
                     redacted_hash(v)

@@ -56,6 +56,19 @@ pub const FRONT_END_ARGS: &[&str] = &["--host", "--port", "--served_model_name",
 /// The option whose YAML file's fields are merged into the launch's.
 pub const EXTRA_OPTIONS: &str = "--extra_llm_api_options";
 
+/// Its other name (TensorRT-LLM PR 9104, the spelling its docs prefer):
+/// one option, the last one given winning.
+pub const EXTRA_OPTIONS_ALIAS: &str = "--config";
+
+/// The value of the last [`EXTRA_OPTIONS`] or [`EXTRA_OPTIONS_ALIAS`].
+pub fn extra_options(args: &[OsString]) -> Option<&OsStr> {
+    crate::launch::flags::last(
+        args,
+        &[EXTRA_OPTIONS, EXTRA_OPTIONS_ALIAS],
+        crate::launch::flags::Names::Exact,
+    )
+}
+
 /// The server's default port.
 pub const DEFAULT_PORT: u16 = 8000;
 
@@ -140,7 +153,7 @@ pub fn sizes(args: &[OsString]) -> Sizes {
         size("--cp_size", Some(1)),
     );
     let ep = size("--ep_size", None);
-    let world = match (tp, pp, cp, option_value(args, EXTRA_OPTIONS)) {
+    let world = match (tp, pp, cp, extra_options(args)) {
         (Some(t), Some(p), Some(c), None) if t > 0 && p > 0 && c > 0 => {
             t.checked_mul(p).and_then(|w| w.checked_mul(c))
         }
@@ -153,6 +166,25 @@ pub fn sizes(args: &[OsString]) -> Sizes {
         ep,
         world,
     }
+}
+
+/// The switch that turns attention data parallelism on (TensorRT-LLM
+/// PR 12105), beside the YAML's `enable_attention_dp`.
+pub const ATTENTION_DP_FLAG: &str = "--enable_attention_dp";
+
+/// Whether the options `args` give [`ATTENTION_DP_FLAG`] (bare, or
+/// `=true` in one of Click's spellings of true).
+pub fn attention_dp_flag(args: &[OsString]) -> bool {
+    args.iter().any(|a| {
+        let a = a.to_string_lossy();
+        match a.strip_prefix(ATTENTION_DP_FLAG) {
+            Some("") => true,
+            Some(v) => v.strip_prefix('=').is_some_and(|v| {
+                ["true", "1", "yes", "y", "on", "t"].contains(&v.to_ascii_lowercase().as_str())
+            }),
+            None => false,
+        }
+    })
 }
 
 /// Whether an `--extra_llm_api_options` YAML turns attention data

@@ -224,6 +224,25 @@ fn attention_dp_from_the_yaml() {
 }
 
 #[test]
+fn attention_dp_from_the_switch() {
+    assert!(attention_dp_flag(&os(&["m", "--enable_attention_dp"])));
+    assert!(attention_dp_flag(&os(&["m", "--enable_attention_dp=True"])));
+    assert!(!attention_dp_flag(&os(&[
+        "m",
+        "--enable_attention_dp=false"
+    ])));
+    assert!(!attention_dp_flag(&os(&["m", "--enable_attention_dpx"])));
+    assert!(!attention_dp_flag(&os(&["m"])));
+}
+
+#[test]
+fn config_is_the_yamls_other_name() {
+    assert_eq!(sizes(&os(&["m", "--config", "f.yaml"])).world, None);
+    let both = os(&["m", "--config", "a.yaml", "--extra_llm_api_options=b.yaml"]);
+    assert_eq!(extra_options(&both), Some(std::ffi::OsStr::new("b.yaml")));
+}
+
+#[test]
 fn layouts_by_release() {
     assert_eq!(layout_for_version("1.0.0rc4"), Some(Layout::None));
     assert_eq!(layout_for_version("1.1.0"), Some(Layout::PerRank));
