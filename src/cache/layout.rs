@@ -105,6 +105,14 @@ pub trait Layout: Sync {
         false
     }
 
+    /// Whether the engine compares this tree's files whole across the
+    /// nodes of a launch and deletes all of them on any difference, so
+    /// that every node must hold the same set: the union of every node's
+    /// files (the lowest node's where two differ), rather than its own.
+    fn same_on_every_node(&self) -> bool {
+        false
+    }
+
     /// The rank a cache file's name gives it, for a union of a folder's
     /// rank files; None when the name is not a rank file's.
     fn rank_of(&self, _name: &str) -> Option<RankId> {
@@ -174,6 +182,11 @@ impl Shape {
     /// See [`Layout::names_ranks`].
     pub fn names_ranks(self) -> bool {
         self.0.names_ranks()
+    }
+
+    /// See [`Layout::same_on_every_node`].
+    pub fn same_on_every_node(self) -> bool {
+        self.0.same_on_every_node()
     }
 
     /// See [`Layout::rank_of`].

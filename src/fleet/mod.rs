@@ -32,7 +32,9 @@
 //! FlashInfer version, the GPU architecture and the engine's own key), then
 //! every blob (its size and sha256 as the manifest says; a JSON object, as
 //! prune judges a cache file; one build, tuned on this machine's GPU
-//! model). Only when all passed are they written into
+//! model). Of a multi-node set, this node's files are placed, or every
+//! node's for a tree that must be the same set on every node
+//! ([`Shape::same_on_every_node`]). Only when all passed are they written into
 //! a staging directory beside the set (`<root>/.keepwrap/fleet-staging`),
 //! linked into place (never over an existing file) and signed locally;
 //! any failure removes what was linked and the launch boots cold. All the
@@ -576,6 +578,7 @@ impl Fleet {
                 None => publish(&*client, launch, files, stamps, replace),
                 Some((rank, nnodes, boot)) => {
                     let node = (rank, nnodes);
+                    let files = (files, stamps);
                     match publish_part(&*client, launch, node, &boot, files, shape, replace) {
                         Ok(Err(waiting)) => {
                             crate::events::Event::FleetPartPublished {
@@ -734,9 +737,10 @@ fn fetch_set(
         return Err(bad(&set_key, "a set of another launch or format".into()));
     }
     check_files(&m.files, shape).map_err(|why| bad(&set_key, why))?;
-    check_nodes(&m, place_of.map(|p| p.1)).map_err(|why| bad(&set_key, why))?;
-    // Every node's part is fetched and verified, this node's placed: all
-    // or nothing across the nodes, as every node decides alike.
+    check_nodes(&m, place_of.map(|p| p.1), shape).map_err(|why| bad(&set_key, why))?;
+    // Every node's part is fetched and verified, this node's placed (every
+    // node's, for a tree that must be the same set on every node): all or
+    // nothing across the nodes, as every node decides alike.
     let mut out = Vec::with_capacity(m.files.len());
     let mut builds = BTreeSet::new();
     let mut stamp = |at: &str| m.stamps.get(at).map(|t| t.as_bytes().to_vec());
@@ -775,7 +779,7 @@ fn fetch_set(
             ));
         }
         builds.insert(build.id);
-        if f.node == place_of.map(|p| p.0) {
+        if f.node == place_of.map(|p| p.0) || shape.same_on_every_node() {
             out.push((f.path.clone(), got.bytes));
         }
     }
@@ -790,8 +794,10 @@ fn fetch_set(
 }
 
 /// A set's nodes: none for a single-node launch; for one of `want` nodes,
-/// that many, each file naming one, each node with at least one file.
-fn check_nodes(m: &Manifest, want: Option<u32>) -> Result<(), String> {
+/// that many, each file naming one, each node with at least one file
+/// (but for a tree that is the same set on every node, where a file that
+/// several nodes hold names the lowest of them only).
+fn check_nodes(m: &Manifest, want: Option<u32>, shape: Shape) -> Result<(), String> {
     let n = match (m.nnodes, want) {
         (None, None) if m.files.iter().all(|f| f.node.is_none()) => return Ok(()),
         (Some(n), Some(w)) if n == w && (n as usize) <= MAX_FILES => n,
@@ -811,8 +817,8 @@ fn check_nodes(m: &Manifest, want: Option<u32>) -> Result<(), String> {
         }
     }
     match seen.iter().position(|s| !s) {
-        Some(r) => Err(format!("node {r} of {n} has no part in it")),
-        None => Ok(()),
+        Some(r) if !shape.same_on_every_node() => Err(format!("node {r} of {n} has no part in it")),
+        _ => Ok(()),
     }
 }
 
@@ -1060,7 +1066,7 @@ fn publish_part(
     launch: LaunchAt,
     (rank, nnodes): (u32, u32),
     boot: &str,
-    files: Files,
+    (files, stamps): (Files, BTreeMap<String, String>),
     shape: Shape,
     replace: Option<&str>,
 ) -> Result<Result<(String, bool), usize>, Failure> {
@@ -1071,7 +1077,7 @@ fn publish_part(
         fingerprint: name.to_string(),
         files: entries_of(&files, Some(rank)),
         nnodes: Some(nnodes),
-        stamps: BTreeMap::new(),
+        stamps,
     };
     upload_blobs(client, dir, &files, &part.files)?;
     let parts = format!("{dir}parts/{boot}/");
@@ -1092,7 +1098,7 @@ fn publish_part(
         }
     }
     crate::failpoint::hit("fleet");
-    let (mut all, mut missing) = (Vec::new(), 0);
+    let (mut all, mut stamps, mut missing) = (Vec::new(), BTreeMap::new(), 0);
     for r in 0..nnodes {
         let key = format!("{parts}{r}.json");
         let Some(o) = client.get(&key, MAX_MANIFEST)? else {
@@ -1117,26 +1123,33 @@ fn publish_part(
         }
         check_files(&p.files, shape).map_err(bad)?;
         all.extend(p.files);
+        // the lowest node's stamp where two differ (the parts are read in
+        // node order)
+        for (at, text) in p.stamps {
+            stamps.entry(at).or_insert(text);
+        }
     }
     if missing > 0 {
         return Ok(Err(missing));
     }
-    all.sort();
+    if shape.same_on_every_node() {
+        // One set on every node: a path several nodes publish is the
+        // lowest node's.
+        all.sort_by(|a, b| (&a.path, a.node).cmp(&(&b.path, b.node)));
+        all.dedup_by(|later, first| later.path == first.path);
+    } else {
+        all.sort();
+    }
     check_files(&all, shape).map_err(|what| Failure {
         key: parts.clone(),
         status: None,
         what: format!("the union of the parts: {what}"),
         broken: None,
     })?;
-    shapes_agree(client, dir, &all)?;
-    name_set(
-        client,
-        launch,
-        (all, BTreeMap::new()),
-        Some(nnodes),
-        replace,
-    )
-    .map(Ok)
+    if !shape.same_on_every_node() {
+        shapes_agree(client, dir, &all)?;
+    }
+    name_set(client, launch, (all, stamps), Some(nnodes), replace).map(Ok)
 }
 
 /// Every shape that several nodes' files hold has one tactic in all of
@@ -1387,6 +1400,7 @@ mod tests {
 
     #[test]
     fn a_multi_node_set_names_every_node_and_only_a_launch_of_as_many_takes_it() {
+        use crate::engine::{flashinfer::STORE, SGLANG};
         let at = |path: &str, node: Option<u32>| Entry {
             node,
             ..entry(path)
@@ -1402,18 +1416,25 @@ mod tests {
             stamps: BTreeMap::new(),
         };
         let two = set(vec![at(p, Some(0)), at(q, Some(1))], Some(2));
-        assert!(check_nodes(&two, Some(2)).is_ok());
-        assert!(check_nodes(&two, None).is_err(), "a single-node launch");
-        assert!(check_nodes(&two, Some(3)).is_err(), "three nodes");
+        assert!(check_nodes(&two, Some(2), SGLANG).is_ok());
+        assert!(
+            check_nodes(&two, None, SGLANG).is_err(),
+            "a single-node launch"
+        );
+        assert!(check_nodes(&two, Some(3), SGLANG).is_err(), "three nodes");
         let missing = set(vec![at(p, Some(0)), at(q, Some(0))], Some(2));
-        assert!(check_nodes(&missing, Some(2))
+        assert!(check_nodes(&missing, Some(2), SGLANG)
             .unwrap_err()
             .contains("node 1"));
+        // a tree that is one set on every node: a file several nodes hold
+        // names the lowest, so a node may name none
+        assert!(check_nodes(&missing, Some(2), STORE).is_ok());
+        assert!(check_nodes(&two, Some(3), STORE).is_err(), "three nodes");
         let huge = set(vec![at(p, Some(0))], Some(u32::MAX));
-        assert!(check_nodes(&huge, Some(u32::MAX)).is_err());
+        assert!(check_nodes(&huge, Some(u32::MAX), SGLANG).is_err());
         let stray = set(vec![at(p, Some(0))], None);
         assert!(
-            check_nodes(&stray, None).is_err(),
+            check_nodes(&stray, None, SGLANG).is_err(),
             "a node in a single-node set"
         );
         // A single-node set's bytes are those of the format before nodes.

@@ -250,6 +250,11 @@ fn a_store_the_user_names_is_kept_as_theirs_and_a_line_says_so() {
 /// rendezvous), each with its own SGLang cache directory: `keepwrap KW` in
 /// front of each; both run to their end.
 fn two_nodes(homes: &Path, path: &str, kw: &[&str]) -> Vec<Finished> {
+    crate::multi_node::boot_all(node_commands(homes, path, kw))
+}
+
+/// The commands of [`two_nodes`], each node's home `<homes>/node<rank>`.
+fn node_commands(homes: &Path, path: &str, kw: &[&str]) -> Vec<Command> {
     let addr = format!("127.0.0.1:{}", common::free_port());
     let node = |r: u32| {
         let rank = r.to_string();
@@ -267,7 +272,7 @@ fn two_nodes(homes: &Path, path: &str, kw: &[&str]) -> Vec<Finished> {
         ];
         bench(&homes.join(format!("node{r}")), path, kw, &args)
     };
-    crate::multi_node::boot_all((0..2).map(node).collect())
+    (0..2).map(node).collect()
 }
 
 #[test]
@@ -338,4 +343,92 @@ fn across_nodes_without_the_share_the_gate_deletes_the_stores() {
         );
         assert!(b.tuned() > 0, "node {r}: {:#?}", b.stdout);
     }
+}
+
+/// Two nodes of one launch with the fleet's bucket `url` at moto's `ep`
+/// (a GB10 as every node's GPU) and `env` on both, homes below `homes`.
+#[cfg(feature = "failpoints")]
+fn fleet_nodes(
+    homes: &Path,
+    path: &str,
+    (ep, url): (&str, &str),
+    env: &[(&str, &str)],
+) -> Vec<Finished> {
+    let kw = ["--fleet", url, "--fleet-timeout", "10s"];
+    let mut cmds = node_commands(homes, path, &kw);
+    for (r, cmd) in cmds.iter_mut().enumerate() {
+        let gpus = crate::fleet::gpus(&homes.join(format!("node{r}")), "NVIDIA GB10");
+        cmd.env("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", gpus)
+            .env_remove("KEEPWRAP_BOOT_ID")
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("SLURM_RESTART_COUNT")
+            .envs(env.iter().copied());
+        crate::fleet::to_moto(cmd, ep);
+    }
+    crate::multi_node::boot_all(cmds)
+}
+
+/// A second cluster with no file system in common with the first boots
+/// warm from the bucket: every node restores the union of every node's
+/// entries (the lowest node's where two differ), so every node's store is
+/// the same set and the engine's gate keeps it.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn across_nodes_the_fleet_restores_one_set_on_every_node_so_the_gate_keeps_it() {
+    let Some(ep) = crate::fleet::moto() else {
+        return;
+    };
+    let bucket = crate::fleet::Bucket::new(&ep);
+    let url = bucket.url();
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let (first, second) = (t.path().join("first"), t.path().join("second"));
+    let stores = |homes: &Path| -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
+        (0..2)
+            .map(|r| entries(&store_root(&homes.join(format!("node{r}")))))
+            .collect()
+    };
+    let cold = fleet_nodes(
+        &first,
+        &path,
+        (&ep, &url),
+        &[("KEEPWRAP_BOOT_ID", "cluster-1-boot-1")],
+    );
+    for (r, b) in cold.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 1, node {r}: {}", b.stderr);
+        assert!(b.tuned() > 0, "node {r} tunes cold");
+    }
+    assert!(
+        cold.iter().any(|b| b.has_event("fleet_published")),
+        "the last node names the set: {}\n{}",
+        cold[0].stderr,
+        cold[1].stderr
+    );
+    let tuned = stores(&first);
+    assert_ne!(
+        tuned[0], tuned[1],
+        "each node tuned its own experts' shapes"
+    );
+    let mut union = tuned[1].clone();
+    union.extend(tuned[0].clone());
+
+    let warm = fleet_nodes(&second, &path, (&ep, &url), &[]);
+    for (r, b) in warm.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 2, node {r}: {}", b.stderr);
+        assert!(
+            b.logged_with("fleet_restored", json!({"files": union.len()})),
+            "node {r} restores every node's entries: {}",
+            b.stderr
+        );
+        assert!(
+            gates(b).iter().all(|g| g == "kept"),
+            "node {r}: {:#?}",
+            b.stdout
+        );
+        assert_eq!(b.tuned(), 0, "node {r}: {:#?}", b.stdout);
+    }
+    let restored = stores(&second);
+    assert_eq!(restored[0], union, "node 0 holds the union");
+    assert_eq!(restored[1], union, "node 1 holds the same set");
 }

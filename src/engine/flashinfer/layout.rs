@@ -67,6 +67,12 @@ impl Layout for Store {
             Err(why) => Err(format!("'{stamp_path}' {why}")),
         }
     }
+    /// An engine's gate over the store (SGLang's, after 0.5.23) digests
+    /// every entry file of the environment on every rank, and on any
+    /// difference every rank deletes all of them.
+    fn same_on_every_node(&self) -> bool {
+        true
+    }
     fn is_layout_dir(&self, depth: usize, name: &[u8]) -> bool {
         match depth {
             0 => name == SCHEMA_DIR,
