@@ -187,7 +187,7 @@ pub trait Engine: Sync {
 }
 
 /// Why `--pin` does not apply to a launch whose tactics are in rank files.
-pub const PIN_RANK_FILES: &str = "this launch's tactics are in rank files, which the engine saves whole and keepwrap already restores byte for byte at each start; pinning applies to FlashInfer's managed store (a one-rank vLLM 0.33.0 or later launch)";
+pub const PIN_RANK_FILES: &str = "this launch's tactics are in rank files, which the engine saves whole and keepwrap already restores byte for byte at each start; pinning applies to FlashInfer's managed store (a one-rank vLLM 0.33.0 or later launch, an SGLang after 0.5.23 on it)";
 
 /// What a subcommand without a launch lacks when it has no cache root: the
 /// settings the default profile's engine derives its root from.

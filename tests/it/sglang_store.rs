@@ -102,6 +102,24 @@ fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// Each node's store entries ([`entries`]), homes `<homes>/node<rank>`.
+fn node_stores(homes: &Path) -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
+    (0..2)
+        .map(|r| entries(&store_root(&homes.join(format!("node{r}")))))
+        .collect()
+}
+
+/// Node `r`'s boot `b` was warm: every pass's gate kept the store, and
+/// nothing was tuned.
+fn assert_warm(b: &Finished, r: usize) {
+    assert!(
+        gates(b).iter().all(|g| g == "kept"),
+        "node {r}: {:#?}",
+        b.stdout
+    );
+    assert_eq!(b.tuned(), 0, "node {r}: {:#?}", b.stdout);
+}
+
 /// The gate's verdict of every pass of every rank.
 fn gates(f: &Finished) -> Vec<String> {
     f.events("pass")
@@ -287,40 +305,25 @@ fn across_nodes_the_share_makes_every_store_one_set_so_the_gate_never_deletes_it
         assert_eq!(b.code, 0, "boot 1, node {r}: {}", b.stderr);
         assert!(b.has_event("share_published"), "node {r}: {}", b.stderr);
     }
-    let stores = |t: &Path| -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
-        (0..2)
-            .map(|r| entries(&store_root(&t.join(format!("node{r}")))))
-            .collect()
-    };
     // each node tuned its own experts' shapes: the stores differ
-    let after = stores(t.path());
+    let after = node_stores(t.path());
     assert_ne!(after[0], after[1]);
 
     let warm = two_nodes(t.path(), &path, &kw);
     for (r, b) in warm.iter().enumerate() {
         assert_eq!(b.code, 0, "boot 2, node {r}: {}", b.stderr);
         assert!(b.has_event("share_same_set"), "node {r}: {}", b.stderr);
-        assert!(
-            gates(b).iter().all(|g| g == "kept"),
-            "node {r}: {:#?}",
-            b.stdout
-        );
-        assert_eq!(b.tuned(), 0, "node {r}: {:#?}", b.stdout);
+        assert_warm(b, r);
     }
-    let same = stores(t.path());
+    let same = node_stores(t.path());
     assert_eq!(same[0], same[1], "every node holds the same set");
     assert!(same[0].len() > after[0].len());
 
     let third = two_nodes(t.path(), &path, &kw);
     for (r, b) in third.iter().enumerate() {
-        assert!(
-            gates(b).iter().all(|g| g == "kept"),
-            "node {r}: {:#?}",
-            b.stdout
-        );
-        assert_eq!(b.tuned(), 0, "node {r}: {:#?}", b.stdout);
+        assert_warm(b, r);
     }
-    assert_eq!(stores(t.path()), same);
+    assert_eq!(node_stores(t.path()), same);
 }
 
 /// Without the share, the same two nodes: the engine's gate finds the
@@ -384,11 +387,6 @@ fn across_nodes_the_fleet_restores_one_set_on_every_node_so_the_gate_keeps_it() 
     let t = common::home();
     let path = installed(t.path(), "0.5.24", true);
     let (first, second) = (t.path().join("first"), t.path().join("second"));
-    let stores = |homes: &Path| -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
-        (0..2)
-            .map(|r| entries(&store_root(&homes.join(format!("node{r}")))))
-            .collect()
-    };
     let cold = fleet_nodes(
         &first,
         &path,
@@ -405,7 +403,7 @@ fn across_nodes_the_fleet_restores_one_set_on_every_node_so_the_gate_keeps_it() 
         cold[0].stderr,
         cold[1].stderr
     );
-    let tuned = stores(&first);
+    let tuned = node_stores(&first);
     assert_ne!(
         tuned[0], tuned[1],
         "each node tuned its own experts' shapes"
@@ -421,14 +419,68 @@ fn across_nodes_the_fleet_restores_one_set_on_every_node_so_the_gate_keeps_it() 
             "node {r} restores every node's entries: {}",
             b.stderr
         );
-        assert!(
-            gates(b).iter().all(|g| g == "kept"),
-            "node {r}: {:#?}",
-            b.stdout
-        );
-        assert_eq!(b.tuned(), 0, "node {r}: {:#?}", b.stdout);
+        assert_warm(b, r);
     }
-    let restored = stores(&second);
+    let restored = node_stores(&second);
     assert_eq!(restored[0], union, "node 0 holds the union");
     assert_eq!(restored[1], union, "node 1 holds the same set");
+}
+
+/// `--pin` across nodes with the share: the set every node pins is the
+/// one set the share made, so the pinned stores stay the same on every
+/// node at every boot, and an entry the engine rewrote on one node while
+/// keepwrap was down is put back before the gate compares them.
+#[test]
+fn pinned_across_nodes_every_node_keeps_the_same_set_byte_for_byte() {
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let share = t.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    let kw = ["--share", share.to_str().unwrap(), "--pin"];
+    let cold = two_nodes(t.path(), &path, &kw);
+    for (r, b) in cold.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 1, node {r}: {}", b.stderr);
+        assert!(!b.has_event("pin_not_applicable"), "node {r}: {}", b.stderr);
+        assert!(b.has_event("pin_first"), "node {r}: {}", b.stderr);
+    }
+
+    let warm = two_nodes(t.path(), &path, &kw);
+    let same = node_stores(t.path());
+    assert_eq!(same[0], same[1], "every node holds the same set");
+    for (r, b) in warm.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 2, node {r}: {}", b.stderr);
+        assert!(b.has_event("share_same_set"), "node {r}: {}", b.stderr);
+        assert_warm(b, r);
+        assert!(
+            b.logged_with(
+                "pinned",
+                json!({"files": same[0].len(), "missing": 0, "changed": 0})
+            ),
+            "node {r}: {}",
+            b.stderr
+        );
+    }
+
+    // what an engine left on node 1 when keepwrap was killed: an entry
+    // replaced as FlashInfer publishes (a temp file renamed over it)
+    let root1 = store_root(&t.path().join("node1"));
+    let (rel, bytes) = same[1].iter().next().unwrap();
+    let mut entry: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    entry["tactic"] = json!(["retuned", 1]);
+    let at = root1.join(rel);
+    let tmp = at.with_file_name(".autotune_x.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&entry).unwrap()).unwrap();
+    std::fs::rename(&tmp, &at).unwrap();
+
+    let third = two_nodes(t.path(), &path, &kw);
+    assert!(
+        third[1].logged_with("pin_put_back", json!({"restored": 1})),
+        "{}",
+        third[1].stderr
+    );
+    for (r, b) in third.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 3, node {r}: {}", b.stderr);
+        assert_warm(b, r);
+    }
+    assert_eq!(node_stores(t.path()), same);
 }

@@ -174,6 +174,20 @@ impl Engine for Sglang {
     fn health(&self, launch: &Launch) -> Endpoint {
         health(launch)
     }
+
+    /// A launch on the managed store whose store keepwrap keeps is pinned
+    /// as a one-rank vLLM launch's: one directory of entries. Across
+    /// nodes, the set each node pins is the one the share or the fleet
+    /// made the same on every node before the start.
+    fn pin_why_not(&self, launch: &Launch, cache_dir: Option<&Path>) -> Option<String> {
+        match store::managed(launch, cache_dir) {
+            store::Managed::Kept { .. } => None,
+            store::Managed::Alone { why, .. } => {
+                Some(format!("FlashInfer's managed store is left alone ({why})"))
+            }
+            store::Managed::RankFiles => Some(super::PIN_RANK_FILES.to_string()),
+        }
+    }
 }
 
 /// Does argv run an SGLang server: `python -m sglang.launch_server ...`,
