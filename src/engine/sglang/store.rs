@@ -21,6 +21,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::launch::fingerprint::Launch;
 use crate::launch::package::Found;
@@ -72,12 +73,40 @@ pub fn store_version(launch: &Launch) -> Option<String> {
         return None;
     }
     let module = dist_info.parent()?.join("sglang").join(STORE_MODULE);
-    let f = crate::launch::open_regular(&module).ok()?;
+    marks_store(&module).then(|| version.clone())
+}
+
+/// Whether the module at `module` names FlashInfer's store
+/// ([`STORE_MARKER`]), read once per path in a process: a launch asks at
+/// each of its engine's questions (its root, its layout, the engine's
+/// variables, the check before the start, `--pin`), and its package does
+/// not change under it.
+fn marks_store(module: &Path) -> bool {
+    static READ: Mutex<Vec<(PathBuf, bool)>> = Mutex::new(Vec::new());
+    let known = READ
+        .lock()
+        .ok()
+        .and_then(|r| r.iter().find(|(p, _)| p == module).map(|(_, m)| *m));
+    if let Some(marks) = known {
+        return marks;
+    }
+    let marks = read_marks_store(module);
+    if let Ok(mut r) = READ.lock() {
+        r.push((module.to_path_buf(), marks));
+    }
+    marks
+}
+
+/// [`marks_store`], read now: a regular file's first 4 MiB hold the marker.
+fn read_marks_store(module: &Path) -> bool {
+    let Ok(f) = crate::launch::open_regular(module) else {
+        return false;
+    };
     let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, 4 << 20), &mut text).ok()?;
-    text.windows(STORE_MARKER.len())
-        .any(|w| w == STORE_MARKER)
-        .then(|| version.clone())
+    if std::io::Read::read_to_end(&mut std::io::Read::take(f, 4 << 20), &mut text).is_err() {
+        return false;
+    }
+    text.windows(STORE_MARKER.len()).any(|w| w == STORE_MARKER)
 }
 
 /// A version after 0.5.23: its first three numbers (`0.5.24`, `0.6.0rc1`,
@@ -223,6 +252,22 @@ pub fn note(launch: &Launch, cache_dir: Option<&Path>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_module_is_read_once_per_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let (on, off) = (dir.path().join("on.py"), dir.path().join("off.py"));
+        std::fs::write(&on, b"from flashinfer.autotune_cache import X\n").unwrap();
+        std::fs::write(&off, b"import flashinfer\n").unwrap();
+        assert!(marks_store(&on));
+        assert!(!marks_store(&off));
+        assert!(!marks_store(&dir.path().join("missing.py")));
+        // what was read first is the answer for the rest of the launch
+        std::fs::remove_file(&on).unwrap();
+        std::fs::write(&off, b"from flashinfer.autotune_cache import X\n").unwrap();
+        assert!(marks_store(&on));
+        assert!(!marks_store(&off));
+    }
 
     #[test]
     fn only_versions_after_the_last_release_read() {
