@@ -28,7 +28,7 @@
 //! a first boot under `--pin` has none, tunes, and its set is pinned once
 //! signed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
@@ -125,23 +125,105 @@ fn valid(root: &Path, fp: &str) -> bool {
     committed_id(root, fp).is_some_and(|id| pinned_id(root, fp).as_deref() == Some(id.as_str()))
 }
 
+/// What putting a pin's set back found.
+#[derive(Default)]
+struct PutBack {
+    /// The pinned files (relative paths).
+    members: Vec<PathBuf>,
+    /// How many were linked back.
+    restored: usize,
+    /// The files of the copy that are not the ones signed, and why: never
+    /// put back.
+    untrusted: Vec<(PathBuf, String)>,
+}
+
+/// The bytes signed for each member of the set of a launch, read from its
+/// set manifest when first asked: what a file of the copy must hold to be
+/// put back.
+struct Signed<'a> {
+    root: &'a Path,
+    fp: &'a str,
+    shape: Shape,
+    members: Option<HashMap<String, (String, u64)>>,
+}
+
+impl<'a> Signed<'a> {
+    fn new(root: &'a Path, fp: &'a str, shape: Shape) -> Signed<'a> {
+        Signed {
+            root,
+            fp,
+            shape,
+            members: None,
+        }
+    }
+
+    /// Why the file `copy` of the pin, for member `rel`, is not the file
+    /// signed (never followed if a symlink); None when it is.
+    fn why_not(&mut self, rel: &Path, copy: &Path, kind: std::fs::FileType) -> Option<String> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        if kind.is_symlink() {
+            return Some("a symbolic link".into());
+        }
+        if !kind.is_file() {
+            return Some("not a regular file".into());
+        }
+        let Some((sha256, size)) = self.signed(rel) else {
+            return Some("not a file of the set signed for the launch".into());
+        };
+        let mut bytes = Vec::new();
+        let read = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(copy)
+            .and_then(|f| f.take(size.saturating_add(1)).read_to_end(&mut bytes));
+        match read {
+            Err(e) => Some(format!("unreadable ({e})")),
+            Ok(_) if bytes.len() as u64 != size || cache::sha256_hex(&bytes) != sha256 => {
+                Some("its bytes are not the ones signed".into())
+            }
+            Ok(_) => None,
+        }
+    }
+
+    /// The hash and size signed for member `rel`; None when it is none.
+    fn signed(&mut self, rel: &Path) -> Option<(String, u64)> {
+        let (root, fp, shape) = (self.root, self.fp, self.shape);
+        let members = self.members.get_or_insert_with(|| {
+            let Ok(root_fd) = fsx::open_root(root) else {
+                return HashMap::new();
+            };
+            let sets = cache::open_sets(root_fd.as_fd(), false).ok();
+            cache::read_manifest(sets.as_ref().map(|f| f.as_fd()), fp, shape)
+                .map(|m| {
+                    m.members
+                        .into_iter()
+                        .map(|m| (m.path, (m.sha256, m.size)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        rel.to_str().and_then(|p| members.get(p)).cloned()
+    }
+}
+
 /// Link back each file of the pin `pin` whose file in `root` is not the
 /// pinned one (replaced or removed), directory by directory from their
 /// listings (the inode numbers they give, each difference confirmed by
-/// `stat`). The pinned files (relative paths) and how many were put back.
-fn put_back(root: &Path, pin: &Path) -> (Vec<PathBuf>, usize) {
+/// `stat`), once it is checked to be the file `signed` for its path. Never
+/// through a symlink in the tree.
+fn put_back(root: &Path, pin: &Path, signed: &mut Signed<'_>) -> PutBack {
     let files = pin.join(FILES);
-    let mut members = Vec::new();
-    let mut restored = 0;
+    let mut out = PutBack::default();
     let mut dirs = vec![PathBuf::new()];
     while let Some(rel) = dirs.pop() {
         let Ok(list) = std::fs::read_dir(files.join(&rel)) else {
             continue;
         };
-        let inos: std::collections::HashMap<std::ffi::OsString, u64> =
-            std::fs::read_dir(root.join(&rel))
-                .map(|l| l.flatten().map(|e| (e.file_name(), e.ino())).collect())
-                .unwrap_or_default();
+        let inos: HashMap<std::ffi::OsString, u64> = std::fs::read_dir(root.join(&rel))
+            .map(|l| l.flatten().map(|e| (e.file_name(), e.ino())).collect())
+            .unwrap_or_default();
+        let mut in_tree: Option<bool> = None;
         for e in list.flatten() {
             let name = e.file_name();
             let Ok(kind) = e.file_type() else { continue };
@@ -150,16 +232,50 @@ fn put_back(root: &Path, pin: &Path) -> (Vec<PathBuf>, usize) {
                 continue;
             }
             let member = rel.join(&name);
-            if inos.get(&name) != Some(&e.ino())
-                && !same_file(&e.path(), &root.join(&member))
+            if inos.get(&name) == Some(&e.ino()) || same_file(&e.path(), &root.join(&member)) {
+                out.members.push(member);
+                continue;
+            }
+            if let Some(why) = signed.why_not(&member, &e.path(), kind) {
+                // a member stays one (the tree's file is checked as always)
+                if signed.signed(&member).is_some() {
+                    out.members.push(member.clone());
+                }
+                out.untrusted.push((member, why));
+                continue;
+            }
+            if *in_tree.get_or_insert_with(|| tree_dir(root, &rel))
                 && link_onto(&e.path(), &root.join(&member)).is_ok()
             {
-                restored += 1;
+                out.restored += 1;
             }
-            members.push(member);
+            out.members.push(member);
         }
     }
-    (members, restored)
+    out
+}
+
+/// Whether `rel` is a directory of the tree below `root` (made when it is
+/// gone), no part of it a symlink: the put back writes nowhere else.
+fn tree_dir(root: &Path, rel: &Path) -> bool {
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        let std::path::Component::Normal(name) = c else {
+            return false;
+        };
+        at.push(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return false,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if std::fs::create_dir(&at).is_err() {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// Whether `a` and `b` are one file (neither followed if a symlink).
@@ -171,12 +287,11 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Make `to` one more hard link of `from`, atomically (a temp name beside
-/// it renamed over it), its directory made when it is gone.
+/// it renamed over it).
 fn link_onto(from: &Path, to: &Path) -> io::Result<()> {
     let parent = to
         .parent()
         .ok_or_else(|| io::Error::other("no directory"))?;
-    std::fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(".keepwrap-{}.tmp", fsx::unique_name()));
     std::fs::hard_link(from, &tmp)?;
     std::fs::rename(&tmp, to).inspect_err(|_| {
@@ -188,7 +303,7 @@ fn link_onto(from: &Path, to: &Path) -> io::Result<()> {
 /// puts it back (another launch's too, which prune then stores whole);
 /// a pin of a set no longer signed in the tree (stored, evicted, signed
 /// anew) goes, and so does this launch's when it does not pin (`pinning`).
-pub(super) fn at_start(root: &Path, fp: &Fingerprint, pinning: bool) {
+pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: bool) {
     let Ok(list) = std::fs::read_dir(pins(root)) else {
         return;
     };
@@ -205,18 +320,35 @@ pub(super) fn at_start(root: &Path, fp: &Fingerprint, pinning: bool) {
             let _ = std::fs::remove_dir_all(e.path());
             continue;
         }
-        let (_, restored) = put_back(root, &e.path());
-        if restored > 0 && ours {
+        let back = put_back(root, &e.path(), &mut Signed::new(root, other, shape));
+        if back.restored > 0 && ours {
             Event::PinPutBack {
-                restored,
+                restored: back.restored,
                 fingerprint: fp.to_string(),
             }
             .emit();
         }
-        if ours && !pinning {
+        if distrusted(&back, other) || (ours && !pinning) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// Whether the put back `back` of launch `fp`'s pin found files of the
+/// copy that are not the ones signed: then one line names the first, and
+/// the copy is to go (taken again from the set as checked).
+fn distrusted(back: &PutBack, fp: &str) -> bool {
+    let Some((path, why)) = back.untrusted.first() else {
+        return false;
+    };
+    Event::PinUntrusted {
+        files: back.untrusted.len(),
+        path: path.clone(),
+        why: why.clone(),
+        fingerprint: fp.to_string(),
+    }
+    .emit();
+    true
 }
 
 /// Pin the set signed for `fp`, as it is in the tree now (checked by prune
@@ -257,11 +389,25 @@ pub(super) fn take(root: &Path, shape: Shape, fp: &Fingerprint) -> io::Result<()
 /// replaced or removed linked back, each other cache file of `files` (the
 /// ones the engine added) removed. None when the pin no longer holds the
 /// set signed for the launch.
-fn hold(root: &Path, fp: &Fingerprint, files: &[PathBuf]) -> Option<(Held, Vec<PathBuf>)> {
+fn hold(
+    root: &Path,
+    shape: Shape,
+    fp: &Fingerprint,
+    files: &[PathBuf],
+) -> Option<(Held, Vec<PathBuf>)> {
     if !valid(root, fp) {
         return None;
     }
-    let (mut members, changed) = put_back(root, &dir(root, fp));
+    let back = put_back(
+        root,
+        &dir(root, fp),
+        &mut Signed::new(root, fp.as_str(), shape),
+    );
+    if distrusted(&back, fp.as_str()) {
+        // taken again from the tree once the set there is found as signed
+        let _ = std::fs::remove_dir_all(dir(root, fp));
+    }
+    let (mut members, changed) = (back.members, back.restored);
     members.sort();
     let set: HashSet<&PathBuf> = members.iter().collect();
     let missing = files
@@ -371,7 +517,8 @@ impl Committer {
         let Ok(_lock) = self.commit_lock() else {
             return Some(Vec::new());
         };
-        let Some((held, members)) = hold(&self.root, &self.fingerprint, files) else {
+        let id = committed_id(&self.root, self.fingerprint.as_str());
+        let Some((held, members)) = hold(&self.root, self.shape, &self.fingerprint, files) else {
             Event::CannotPin {
                 error: "the set pinned is no longer the one signed for this launch".into(),
             }
@@ -390,6 +537,29 @@ impl Committer {
         };
         let report =
             cache::sign_with(&self.root, self.shape, &self.fingerprint, Settle::Restamp).ok();
+        if report
+            .as_ref()
+            .is_some_and(|r| Some(&r.set_id) != id.as_ref())
+        {
+            // a file of the set written into: keepwrap's copy with it
+            Event::NotSigningPinnedChanged {
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
+            self.pin = State::Lost;
+            return Some(Vec::new());
+        }
+        if !valid(&self.root, &self.fingerprint) {
+            // the copy dropped as untrusted: taken again from the set,
+            // found as signed
+            self.pin = taken(&self.root, self.shape, &self.fingerprint);
+            if let State::Held { .. } = self.pin {
+                self.pin = State::Held {
+                    missing: total.missing,
+                    changed: total.changed,
+                };
+            }
+        }
         let done = matches!(kind, SignKind::Done);
         if done || held.missing + held.changed > 0 {
             Event::Pinned {
