@@ -436,11 +436,23 @@ fn record(root: &Path, fp: &Fingerprint, held: &Held) {
     }
 }
 
-/// `status`: the last pinned boot of launch `fp`, while its set is pinned.
+/// `status`: the last pinned boot of launch `fp`, while its set is pinned
+/// (the pin holds the set signed for it in the tree).
 pub fn last_pinned(root: &Path, fp: &str) -> Option<Held> {
-    pinned_id(root, fp)?;
+    if !valid(root, fp) {
+        return None;
+    }
     let bytes = std::fs::read(dir(root, fp).join(LAST)).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// `forget`: launch `fp`'s copy of its pinned set goes with the set (its
+/// hard links would keep the set's bytes on disk).
+pub fn unpin(root: &Path, fp: &str) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir(root, fp)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Whether this launch pins its set: `--pin`, and its engine's cache is

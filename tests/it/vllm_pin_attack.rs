@@ -231,3 +231,46 @@ fn a_pinned_file_the_engine_writes_into_is_said_at_done_and_drops_the_whole_set(
     assert_eq!(next.tuned() as usize, set.len(), "{:#?}", next.stdout);
     assert!(next.has_event("signed"), "{}", next.stderr);
 }
+
+/// `keepwrap status --json -- vllm serve ...` of the launch [`serve_kw`]
+/// runs.
+fn status(home: &Path) -> serde_json::Value {
+    maintenance(home, &["status", "--json", "--"], &[])
+}
+
+/// `keepwrap ARGS vllm serve ...` (a maintenance command on the launch
+/// [`serve_kw`] runs, `extra` after its arguments) and its JSON, if any.
+fn maintenance(home: &Path, args: &[&str], extra: &[&str]) -> serde_json::Value {
+    let path = crate::vllm_store::installed(home);
+    let out = common::vllm::hermetic(home)
+        .args(args)
+        .args(["vllm", "serve", "/models/fake-moe", "--tune-ms", "2"])
+        .args(extra)
+        .env("PYTHONPATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// `keepwrap forget` of a pinned launch: its copy goes with its set (the
+/// hard links would keep the set's bytes on disk), and `status` no longer
+/// says it is pinned.
+#[test]
+fn forgetting_a_pinned_launch_removes_its_copy_and_status_says_nothing_pinned() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let set = pinned_first(home.path());
+    let again = serve_kw(home.path(), &["--pin"], &[], &[]);
+    assert_reused_as_signed(&again, &root, &set);
+    assert_eq!(status(home.path())["pinned"]["files"], json!(set.len()));
+    maintenance(home.path(), &["forget", "--"], &[]);
+    assert!(entries(&root).is_empty());
+    assert_eq!(pins(&root), Vec::<String>::new());
+    let s = status(home.path());
+    assert!(s.get("pinned").is_none(), "{s:#}");
+}
