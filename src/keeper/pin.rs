@@ -301,8 +301,9 @@ fn link_onto(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Before prune, under the lock: every pin that holds its launch's set
 /// puts it back (another launch's too, which prune then stores whole);
-/// a pin of a set no longer signed in the tree (stored, evicted, signed
-/// anew) goes, and so does this launch's when it does not pin (`pinning`).
+/// then every pin but this launch's goes (taken again when its launch is
+/// back), and so does this launch's when it does not pin (`pinning`) or
+/// when it no longer holds the set signed in the tree.
 pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: bool) {
     let Ok(list) = std::fs::read_dir(pins(root)) else {
         return;
@@ -328,7 +329,9 @@ pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: boo
             }
             .emit();
         }
-        if distrusted(&back, other) || (ours && !pinning) {
+        // another launch's set goes to the store whole: its copy is of no
+        // more use, and its links would keep the set's bytes once evicted
+        if distrusted(&back, other) || !ours || !pinning {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

@@ -9,6 +9,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use sha2::Digest;
+
 use crate::vllm_store::{entries, serve_kw, store_root};
 
 /// `root/.keepwrap/pinned/<fp>`, the one pin under `root`.
@@ -273,4 +275,61 @@ fn forgetting_a_pinned_launch_removes_its_copy_and_status_says_nothing_pinned() 
     assert_eq!(pins(&root), Vec::<String>::new());
     let s = status(home.path());
     assert!(s.get("pinned").is_none(), "{s:#}");
+}
+
+/// What a SIGKILL of keepwrap while it put a pinned set back leaves in the
+/// tree (a temp hard link beside a member; an entry the engine added that
+/// keepwrap had not removed yet, valid and named by its key): removed
+/// before the engine starts, never served, and the set reused whole.
+#[test]
+fn what_a_killed_put_back_leaves_in_the_tree_is_removed_before_the_start() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let set = pinned_first(home.path());
+    let (path, bytes) = set.iter().next().unwrap();
+    let tmp = path.with_file_name(".keepwrap-0123456789.tmp");
+    let copy = pin_dir(&root)
+        .join("files")
+        .join(path.strip_prefix(&root).unwrap());
+    std::fs::hard_link(copy, &tmp).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    v["key"] = json!("a shape the set lacks");
+    let stem = &common::hex(sha2::Sha256::digest(b"a shape the set lacks"))[..24];
+    let added = path.with_file_name(format!("{stem}.json"));
+    std::fs::write(&added, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let next = serve_kw(home.path(), &["--pin"], &[], &[]);
+    assert!(!tmp.exists() && !added.exists(), "{}", next.stderr);
+    assert_reused_as_signed(&next, &root, &set);
+}
+
+/// Launch A pinned, then launch B on the same root: A's set goes to the
+/// store, and A's copy goes too (its hard links would keep the bytes of
+/// A's set on disk once the store evicts it, and `status` would call it
+/// pinned); A, back, is restored byte for byte and pinned again.
+#[test]
+fn another_launchs_boot_drops_the_copy_of_a_set_it_stores() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let a = pinned_first(home.path());
+    let b = serve_kw(home.path(), &["--pin"], &["--max-model-len", "4096"], &[]);
+    assert!(b.has_event("signed"), "{}", b.stderr);
+    let b_fp = b.event("signed")["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        pins(&root),
+        vec![b_fp],
+        "A's copy outlived its set in the tree"
+    );
+    let back = serve_kw(home.path(), &["--pin"], &[], &[]);
+    assert!(back.has_event("restored"), "{}", back.stderr);
+    assert_reused_as_signed(&back, &root, &a);
+    let busy = serve_kw(home.path(), &["--pin"], &[], &[("FAKE_VLLM_RETUNE", "2")]);
+    assert!(
+        busy.logged_with("pinned", json!({"changed": 2})),
+        "{}",
+        busy.stderr
+    );
+    assert_eq!(entries(&root), a);
 }
