@@ -333,3 +333,64 @@ fn another_launchs_boot_drops_the_copy_of_a_set_it_stores() {
     );
     assert_eq!(entries(&root), a);
 }
+
+/// `--pin --start-cold`: the cold boot tunes afresh (the pinned set put
+/// aside, not put back over the engine's writes), its set is signed and
+/// pinned, and the next pinned boot is given that set.
+#[test]
+fn pin_with_start_cold_tunes_afresh_and_pins_the_new_set() {
+    let home = common::home();
+    let root = store_root(home.path());
+    let old = pinned_first(home.path());
+    let cold = serve_kw(home.path(), &["--pin", "--start-cold"], &[], &[]);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert_eq!(cold.tuned() as usize, old.len(), "{:#?}", cold.stdout);
+    assert!(
+        cold.logged_with("signed", json!({"files": old.len()})),
+        "{}",
+        cold.stderr
+    );
+    assert!(!cold.has_event("pinned"), "{}", cold.stderr);
+    let new = entries(&root);
+    assert_ne!(new, old, "the cold boot's own tactics");
+    let busy = serve_kw(home.path(), &["--pin"], &[], &[("FAKE_VLLM_RETUNE", "1")]);
+    assert!(
+        busy.logged_with("pinned", json!({"changed": 1})),
+        "{}",
+        busy.stderr
+    );
+    assert_eq!(entries(&root), new);
+}
+
+/// A pinned boot whose engine writes into a file of the set publishes
+/// nothing: a second pod, with no file system in common, boots with the
+/// set as first signed, never with the bytes written into it.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_pinned_set_written_into_is_never_published_to_a_second_pod() {
+    use crate::vllm_store::{fleet_pod, relative};
+    let Some(ep) = crate::fleet::moto() else {
+        return;
+    };
+    let bucket = crate::fleet::Bucket::new(&ep);
+    let url = bucket.url();
+    let (h1, h2) = (common::home(), common::home());
+    let until = ["fleet_published", "fleet_publish_failed"];
+    let first = fleet_pod(h1.path(), &ep, &url, &["--pin"], &[], &until);
+    assert!(first.has_event("fleet_published"), "{}", first.stderr);
+    let set = relative(store_root(h1.path()));
+    let written = fleet_pod(
+        h1.path(),
+        &ep,
+        &url,
+        &["--pin"],
+        &[("FAKE_VLLM_WRITE_INTO", "1")],
+        &[],
+    );
+    assert!(!written.has_event("fleet_published"), "{}", written.stderr);
+    let second = fleet_pod(h2.path(), &ep, &url, &["--pin"], &[], &[]);
+    assert!(second.has_event("fleet_restored"), "{}", second.stderr);
+    assert_eq!(second.tuned(), 0, "{:#?}", second.stdout);
+    assert_eq!(relative(store_root(h2.path())), set);
+}
