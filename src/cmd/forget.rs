@@ -211,6 +211,9 @@ fn remove(
     for (fp, files) in &held.tree {
         forget_set(root, fp.as_str(), files)?;
     }
+    for fp in fps {
+        crate::keeper::unpin(root, fp.as_str())?;
+    }
     if let Some(s) = store {
         s.evict_where(now_secs(), "keepwrap forget", |e, _| {
             fps.iter().any(|fp| *fp == e.manifest.set.fingerprint)

@@ -372,6 +372,21 @@ catalogue! {
             INFO "pinned"
             => "pinned: the {} signed for this launch stay as signed; the engine tuned {} the set lacks (for this boot only, not kept) and replaced {changed} of its files (put back)", super::counted(files, "cache file", "cache files"), super::counted(missing, "shape", "shapes");
 
+        /// Files of keepwrap's copy of a pinned set that are not the files
+        /// signed (planted, edited, a symlink, a name the set lacks): never
+        /// put back; the copy is dropped and taken again from the set as
+        /// checked.
+        PinUntrusted { files: usize, path: PathBuf, why: String, fingerprint: String }
+            WARN "pin_untrusted"
+            => "warning: --pin: keepwrap's copy of the pinned set of launch {} holds {} not signed ({}: {why}): never put back; the copy is dropped and taken again from the set in the tree once checked", short(fingerprint), super::counted(files, "file", "files"), path.display();
+
+        /// At done (or at exit), the pinned set put back is still not the
+        /// set signed: the engine wrote into one of its files, which is
+        /// keepwrap's copy too.
+        NotSigningPinnedChanged { fingerprint: String }
+            WARN "not_signing_pinned_changed"
+            => "warning: not signing: the cache files of the pinned set are not the ones signed for launch {} even once put back: the engine wrote into a file of the set itself (keepwrap's copy is that file); nothing is reused or published, and the next start removes the set (changed after signing)", short(fingerprint);
+
         /// Before the start: members of the pinned set that the engine
         /// replaced or removed while keepwrap could not put them back (it
         /// was killed) are put back from keepwrap's copy.

@@ -23,7 +23,10 @@
 //! An engine that publishes through a temp file renamed over an entry (as
 //! the managed store does) leaves the linked inode as signed. A write into
 //! the file itself changes both names: prune then finds the member changed
-//! after signing and the whole set goes, as without `--pin`. A pin is only
+//! after signing and the whole set goes, as without `--pin` (the boot says
+//! so at done, and reuses and publishes nothing). A file of the copy is
+//! put back only once checked to be the file signed for its path
+//! ([`back`]): a planted one never reaches the tree. A pin is only
 //! used while its set is the one signed for its launch (the same set id);
 //! a first boot under `--pin` has none, tunes, and its set is pinned once
 //! signed.
@@ -31,7 +34,6 @@
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +48,9 @@ use crate::root::stats::Stats;
 use crate::STATE_DIR;
 
 use super::commit::{as_read, Committer, SignKind};
+use back::{put_back, PutBack, Signed};
+
+mod back;
 use super::Settings;
 
 const PINNED: &str = "pinned";
@@ -125,70 +130,12 @@ fn valid(root: &Path, fp: &str) -> bool {
     committed_id(root, fp).is_some_and(|id| pinned_id(root, fp).as_deref() == Some(id.as_str()))
 }
 
-/// Link back each file of the pin `pin` whose file in `root` is not the
-/// pinned one (replaced or removed), directory by directory from their
-/// listings (the inode numbers they give, each difference confirmed by
-/// `stat`). The pinned files (relative paths) and how many were put back.
-fn put_back(root: &Path, pin: &Path) -> (Vec<PathBuf>, usize) {
-    let files = pin.join(FILES);
-    let mut members = Vec::new();
-    let mut restored = 0;
-    let mut dirs = vec![PathBuf::new()];
-    while let Some(rel) = dirs.pop() {
-        let Ok(list) = std::fs::read_dir(files.join(&rel)) else {
-            continue;
-        };
-        let inos: std::collections::HashMap<std::ffi::OsString, u64> =
-            std::fs::read_dir(root.join(&rel))
-                .map(|l| l.flatten().map(|e| (e.file_name(), e.ino())).collect())
-                .unwrap_or_default();
-        for e in list.flatten() {
-            let name = e.file_name();
-            let Ok(kind) = e.file_type() else { continue };
-            if kind.is_dir() {
-                dirs.push(rel.join(&name));
-                continue;
-            }
-            let member = rel.join(&name);
-            if inos.get(&name) != Some(&e.ino())
-                && !same_file(&e.path(), &root.join(&member))
-                && link_onto(&e.path(), &root.join(&member)).is_ok()
-            {
-                restored += 1;
-            }
-            members.push(member);
-        }
-    }
-    (members, restored)
-}
-
-/// Whether `a` and `b` are one file (neither followed if a symlink).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
-        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-        _ => false,
-    }
-}
-
-/// Make `to` one more hard link of `from`, atomically (a temp name beside
-/// it renamed over it), its directory made when it is gone.
-fn link_onto(from: &Path, to: &Path) -> io::Result<()> {
-    let parent = to
-        .parent()
-        .ok_or_else(|| io::Error::other("no directory"))?;
-    std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(".keepwrap-{}.tmp", fsx::unique_name()));
-    std::fs::hard_link(from, &tmp)?;
-    std::fs::rename(&tmp, to).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
 /// Before prune, under the lock: every pin that holds its launch's set
 /// puts it back (another launch's too, which prune then stores whole);
-/// a pin of a set no longer signed in the tree (stored, evicted, signed
-/// anew) goes, and so does this launch's when it does not pin (`pinning`).
-pub(super) fn at_start(root: &Path, fp: &Fingerprint, pinning: bool) {
+/// then every pin but this launch's goes (taken again when its launch is
+/// back), and so does this launch's when it does not pin (`pinning`) or
+/// when it no longer holds the set signed in the tree.
+pub(super) fn at_start(root: &Path, shape: Shape, fp: &Fingerprint, pinning: bool) {
     let Ok(list) = std::fs::read_dir(pins(root)) else {
         return;
     };
@@ -205,18 +152,37 @@ pub(super) fn at_start(root: &Path, fp: &Fingerprint, pinning: bool) {
             let _ = std::fs::remove_dir_all(e.path());
             continue;
         }
-        let (_, restored) = put_back(root, &e.path());
-        if restored > 0 && ours {
+        let back = put_back(root, &e.path(), &mut Signed::new(root, other, shape));
+        if back.restored > 0 && ours {
             Event::PinPutBack {
-                restored,
+                restored: back.restored,
                 fingerprint: fp.to_string(),
             }
             .emit();
         }
-        if ours && !pinning {
+        // another launch's set goes to the store whole: its copy is of no
+        // more use, and its links would keep the set's bytes once evicted
+        if distrusted(&back, other) || !ours || !pinning {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// Whether the put back `back` of launch `fp`'s pin found files of the
+/// copy that are not the ones signed: then one line names the first, and
+/// the copy is to go (taken again from the set as checked).
+fn distrusted(back: &PutBack, fp: &str) -> bool {
+    let Some((path, why)) = back.untrusted.first() else {
+        return false;
+    };
+    Event::PinUntrusted {
+        files: back.untrusted.len(),
+        path: path.clone(),
+        why: why.clone(),
+        fingerprint: fp.to_string(),
+    }
+    .emit();
+    true
 }
 
 /// Pin the set signed for `fp`, as it is in the tree now (checked by prune
@@ -257,11 +223,25 @@ pub(super) fn take(root: &Path, shape: Shape, fp: &Fingerprint) -> io::Result<()
 /// replaced or removed linked back, each other cache file of `files` (the
 /// ones the engine added) removed. None when the pin no longer holds the
 /// set signed for the launch.
-fn hold(root: &Path, fp: &Fingerprint, files: &[PathBuf]) -> Option<(Held, Vec<PathBuf>)> {
+fn hold(
+    root: &Path,
+    shape: Shape,
+    fp: &Fingerprint,
+    files: &[PathBuf],
+) -> Option<(Held, Vec<PathBuf>)> {
     if !valid(root, fp) {
         return None;
     }
-    let (mut members, changed) = put_back(root, &dir(root, fp));
+    let back = put_back(
+        root,
+        &dir(root, fp),
+        &mut Signed::new(root, fp.as_str(), shape),
+    );
+    if distrusted(&back, fp.as_str()) {
+        // taken again from the tree once the set there is found as signed
+        let _ = std::fs::remove_dir_all(dir(root, fp));
+    }
+    let (mut members, changed) = (back.members, back.restored);
     members.sort();
     let set: HashSet<&PathBuf> = members.iter().collect();
     let missing = files
@@ -290,11 +270,23 @@ fn record(root: &Path, fp: &Fingerprint, held: &Held) {
     }
 }
 
-/// `status`: the last pinned boot of launch `fp`, while its set is pinned.
+/// `status`: the last pinned boot of launch `fp`, while its set is pinned
+/// (the pin holds the set signed for it in the tree).
 pub fn last_pinned(root: &Path, fp: &str) -> Option<Held> {
-    pinned_id(root, fp)?;
+    if !valid(root, fp) {
+        return None;
+    }
     let bytes = std::fs::read(dir(root, fp).join(LAST)).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// `forget`: launch `fp`'s copy of its pinned set goes with the set (its
+/// hard links would keep the set's bytes on disk).
+pub fn unpin(root: &Path, fp: &str) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir(root, fp)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Whether this launch pins its set: `--pin`, and its engine's cache is
@@ -371,7 +363,8 @@ impl Committer {
         let Ok(_lock) = self.commit_lock() else {
             return Some(Vec::new());
         };
-        let Some((held, members)) = hold(&self.root, &self.fingerprint, files) else {
+        let id = committed_id(&self.root, self.fingerprint.as_str());
+        let Some((held, members)) = hold(&self.root, self.shape, &self.fingerprint, files) else {
             Event::CannotPin {
                 error: "the set pinned is no longer the one signed for this launch".into(),
             }
@@ -390,6 +383,29 @@ impl Committer {
         };
         let report =
             cache::sign_with(&self.root, self.shape, &self.fingerprint, Settle::Restamp).ok();
+        if report
+            .as_ref()
+            .is_some_and(|r| Some(&r.set_id) != id.as_ref())
+        {
+            // a file of the set written into: keepwrap's copy with it
+            Event::NotSigningPinnedChanged {
+                fingerprint: self.fingerprint.to_string(),
+            }
+            .emit();
+            self.pin = State::Lost;
+            return Some(Vec::new());
+        }
+        if !valid(&self.root, &self.fingerprint) {
+            // the copy dropped as untrusted: taken again from the set,
+            // found as signed
+            self.pin = taken(&self.root, self.shape, &self.fingerprint);
+            if let State::Held { .. } = self.pin {
+                self.pin = State::Held {
+                    missing: total.missing,
+                    changed: total.changed,
+                };
+            }
+        }
         let done = matches!(kind, SignKind::Done);
         if done || held.missing + held.changed > 0 {
             Event::Pinned {

@@ -139,7 +139,7 @@ fn keep(
         sets.fingerprint.clone()
     };
     let pinning = super::pin::pinning(args, engine, launch);
-    super::pin::at_start(&root, &sets.fingerprint, pinning);
+    super::pin::at_start(&root, shape, &sets.fingerprint, pinning);
     let Some((mut pruned, trash, leftover)) = prune(
         &root,
         shape,

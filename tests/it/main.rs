@@ -66,6 +66,7 @@ mod trtllm_store;
 mod unify;
 mod vllm_e2e;
 mod vllm_pin;
+mod vllm_pin_attack;
 mod vllm_store;
 mod vllm_store_attack;
 mod watch_early;
