@@ -1,0 +1,142 @@
+//! TensorRT-LLM behind its launcher, `mpirun -n 2 trtllm-llmapi-launch
+//! trtllm-serve ...` (the fake `mpirun` starts one process per rank, each
+//! of which plays only its global rank and writes only its own section or
+//! rank file; rank 0 serves HTTP): keepwrap, once around the launcher,
+//! keeps the set of the whole world, and a set that is not whole for the
+//! world leads to a cold boot, never a failed one nor a partial hit.
+
+use crate::common;
+use crate::trtllm::{folder, kw_env, served, LAYOUTS, SHAPES};
+
+use std::path::Path;
+
+use common::vllm::until_outcome;
+use common::{Finished, Running};
+use serde_json::json;
+
+/// `mpirun LAUNCHER... trtllm-llmapi-launch trtllm-serve /models/fake
+/// --tp_size 2 --port P` under keepwrap in layout `layout`: one boot that
+/// serves (keepwrap's outcome line, then TERM).
+fn boot(home: &Path, layout: &str, launcher: &[&str]) -> Finished {
+    let port = common::free_port().to_string();
+    let mut cmd = kw_env(home, layout, &[]);
+    cmd.args(["--", "mpirun"])
+        .args(launcher)
+        .args(["trtllm-llmapi-launch", "trtllm-serve", "/models/fake"])
+        .args(["--tp_size", "2", "--port", &port]);
+    until_outcome(Running::spawn(&mut cmd))
+}
+
+/// Both ranks on this node.
+const ONE_NODE: [&str; 2] = ["-n", "2"];
+/// One rank on each of two nodes, the variable passed to the other's.
+const TWO_NODES: [&str; 6] = [
+    "-n",
+    "2",
+    "-H",
+    "a:1,b:1",
+    "-x",
+    "TLLM_AUTOTUNER_CACHE_PATH",
+];
+/// The same, without `-x`: the rank on the other node never sees the
+/// variable, and persists nothing.
+const TWO_NODES_NO_X: [&str; 4] = ["-n", "2", "-H", "a:1,b:1"];
+
+#[test]
+fn behind_the_launcher_boot_one_tunes_and_is_signed_and_boot_two_tunes_nothing() {
+    for (layout, _) in LAYOUTS {
+        for launcher in [&ONE_NODE[..], &TWO_NODES] {
+            let home = common::home();
+            let cold = boot(home.path(), layout, launcher);
+            assert!(served(&cold), "{layout} {launcher:?}: {}", cold.stderr);
+            assert_eq!(cold.event("launch")["profile"], "trtllm", "{}", cold.stderr);
+            // one process per rank, each its own rank
+            let started = cold.events("start");
+            assert_eq!(started.len(), 2, "{layout}: {:#?}", cold.stdout);
+            assert_eq!(
+                cold.tuned_by_rank(),
+                [(0, SHAPES), (1, SHAPES)].into(),
+                "{layout} {launcher:?}: {:#?}",
+                cold.stdout
+            );
+            assert!(cold.has_event("signed"), "{layout}: {}", cold.stderr);
+            let warm = boot(home.path(), layout, launcher);
+            assert!(served(&warm), "{layout} {launcher:?}: {}", warm.stderr);
+            assert_eq!(warm.tuned(), 0, "{layout} {launcher:?}: {:#?}", warm.stdout);
+            assert_eq!(warm.hit(), 2 * SHAPES, "{layout}: {:#?}", warm.stdout);
+            assert_eq!(warm.tactics(), cold.tactics(), "{layout} {launcher:?}");
+            assert!(warm.has_event("reused"), "{layout}: {}", warm.stderr);
+        }
+    }
+}
+
+#[test]
+fn a_set_tuned_without_the_launcher_is_reused_behind_it() {
+    let home = common::home();
+    let plain = crate::trtllm::boot(home.path(), "F", &["--tp_size", "2"], &[]);
+    assert!(plain.has_event("signed"), "{}", plain.stderr);
+    let behind = boot(home.path(), "F", &ONE_NODE);
+    assert_eq!(
+        behind.event("launch")["fingerprint"],
+        plain.event("launch")["fingerprint"],
+        "{}",
+        behind.stderr
+    );
+    assert_eq!(behind.tuned(), 0, "{:#?}", behind.stdout);
+    assert_eq!(behind.tactics(), plain.tactics());
+}
+
+#[test]
+fn a_set_not_whole_for_the_world_leads_to_a_cold_boot_never_a_failed_one_nor_a_partial_hit() {
+    for (layout, _) in LAYOUTS {
+        let home = common::home();
+        // without -x, the rank on the other node persists nothing: the set
+        // signed holds rank 0's section (or rank file) only
+        let first = boot(home.path(), layout, &TWO_NODES_NO_X);
+        assert!(served(&first), "{layout}: {}", first.stderr);
+        assert!(first.has_event("signed"), "{layout}: {}", first.stderr);
+        let starts = first.events("start");
+        assert!(
+            starts.iter().any(|s| s["cache_path"].is_null()),
+            "{layout}: {starts:#?}"
+        );
+        // -x added (the launcher's options are not in the fingerprint):
+        // rank 1 would now load a set without its section
+        let next = boot(home.path(), layout, &TWO_NODES);
+        assert!(served(&next), "{layout}: {}", next.stderr);
+        assert_eq!(next.code, 0, "{layout}: {}", next.stderr);
+        let what = if layout == "P" {
+            "rank files"
+        } else {
+            "rank sections"
+        };
+        let removed = next.events_named("trtllm_file_removed");
+        assert!(
+            !removed.is_empty()
+                && removed.iter().all(|r| r["why"]
+                    == json!(format!(
+                        "its {what} are for ranks 0 and the launch runs 2 ranks"
+                    ))),
+            "{layout}: {}",
+            next.stderr
+        );
+        // cold on every rank: nothing loaded, nothing hit
+        assert!(
+            next.events("loaded").is_empty(),
+            "{layout}: {:#?}",
+            next.stdout
+        );
+        assert_eq!(next.hit(), 0, "{layout}: {:#?}", next.stdout);
+        assert_eq!(
+            next.tuned_by_rank(),
+            [(0, SHAPES), (1, SHAPES)].into(),
+            "{layout}: {:#?}",
+            next.stdout
+        );
+        assert!(next.has_event("signed"), "{layout}: {}", next.stderr);
+        let again = boot(home.path(), layout, &TWO_NODES);
+        assert_eq!(again.tuned(), 0, "{layout}: {:#?}", again.stdout);
+        assert_eq!(again.tactics(), next.tactics(), "{layout}");
+        assert!(folder(home.path()).is_dir());
+    }
+}
