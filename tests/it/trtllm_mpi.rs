@@ -86,40 +86,46 @@ fn a_set_tuned_without_the_launcher_is_reused_behind_it() {
     assert_eq!(behind.tactics(), plain.tactics());
 }
 
+/// Why a set of rank 0's section (or rank file) only is not kept for a
+/// launch of 2 ranks in `layout`.
+fn not_whole(layout: &str) -> String {
+    let what = if layout == "P" {
+        "rank files"
+    } else {
+        "rank sections"
+    };
+    format!("its {what} are for ranks 0 and the launch runs 2 ranks")
+}
+
+/// Launch A without `-x`: the rank on the other node persists nothing,
+/// and what rank 0 saved (its section or rank file only) is never signed.
+fn rank_zero_only(home: &Path, layout: &str) -> Finished {
+    let first = boot(home, layout, &TWO_NODES_NO_X);
+    assert!(served(&first), "{layout}: {}", first.stderr);
+    let starts = first.events("start");
+    assert!(
+        starts.iter().any(|s| s["cache_path"].is_null()),
+        "{layout}: {starts:#?}"
+    );
+    assert!(
+        first.logged_with("keeps_nothing", json!({"why": not_whole(layout)})),
+        "{layout}: {}",
+        first.stderr
+    );
+    assert!(!first.has_event("signed"), "{layout}: {}", first.stderr);
+    first
+}
+
 #[test]
 fn a_set_not_whole_for_the_world_leads_to_a_cold_boot_never_a_failed_one_nor_a_partial_hit() {
     for (layout, _) in LAYOUTS {
         let home = common::home();
-        // without -x, the rank on the other node persists nothing: the set
-        // signed holds rank 0's section (or rank file) only
-        let first = boot(home.path(), layout, &TWO_NODES_NO_X);
-        assert!(served(&first), "{layout}: {}", first.stderr);
-        assert!(first.has_event("signed"), "{layout}: {}", first.stderr);
-        let starts = first.events("start");
-        assert!(
-            starts.iter().any(|s| s["cache_path"].is_null()),
-            "{layout}: {starts:#?}"
-        );
+        rank_zero_only(home.path(), layout);
         // -x added (the launcher's options are not in the fingerprint):
         // rank 1 would now load a set without its section
         let next = boot(home.path(), layout, &TWO_NODES);
         assert!(served(&next), "{layout}: {}", next.stderr);
         assert_eq!(next.code, 0, "{layout}: {}", next.stderr);
-        let what = if layout == "P" {
-            "rank files"
-        } else {
-            "rank sections"
-        };
-        let removed = next.events_named("trtllm_file_removed");
-        assert!(
-            !removed.is_empty()
-                && removed.iter().all(|r| r["why"]
-                    == json!(format!(
-                        "its {what} are for ranks 0 and the launch runs 2 ranks"
-                    ))),
-            "{layout}: {}",
-            next.stderr
-        );
         // cold on every rank: nothing loaded, nothing hit
         assert!(
             next.events("loaded").is_empty(),
@@ -138,5 +144,53 @@ fn a_set_not_whole_for_the_world_leads_to_a_cold_boot_never_a_failed_one_nor_a_p
         assert_eq!(again.tuned(), 0, "{layout}: {:#?}", again.stdout);
         assert_eq!(again.tactics(), next.tactics(), "{layout}");
         assert!(folder(home.path()).is_dir());
+    }
+}
+
+#[test]
+fn a_set_missing_a_ranks_section_or_file_is_never_stored_nor_restored() {
+    for (layout, _) in LAYOUTS {
+        let home = common::home();
+        let a = rank_zero_only(home.path(), layout);
+        // launch B: A's files, never signed, are removed, not stored
+        let b = crate::trtllm::boot(
+            home.path(),
+            layout,
+            &["--tp_size", "2", "--max_batch_size", "16"],
+            &[],
+        );
+        assert!(b.has_event("signed"), "{layout}: {}", b.stderr);
+        assert_eq!(b.event("pruned")["stored"], 0, "{layout}: {}", b.stderr);
+        // A again, every rank given the path: nothing comes back
+        let again = boot(home.path(), layout, &TWO_NODES);
+        assert_eq!(
+            again.event("launch")["fingerprint"],
+            a.event("launch")["fingerprint"]
+        );
+        assert!(!again.has_event("restored"), "{layout}: {}", again.stderr);
+        assert!(served(&again), "{layout}: {}", again.stderr);
+        assert!(
+            again.events("loaded").is_empty(),
+            "{layout}: {:#?}",
+            again.stdout
+        );
+        assert_eq!(again.hit(), 0, "{layout}: {:#?}", again.stdout);
+        assert_eq!(again.tuned(), 2 * SHAPES, "{layout}: {:#?}", again.stdout);
+        assert!(again.has_event("signed"), "{layout}: {}", again.stderr);
+        // the store holds B's set only
+        let mut cmd = kw_env(home.path(), layout, &[]);
+        cmd.args(["status", "--profile", "trtllm", "--json"]);
+        let st = common::json_out(&mut cmd);
+        let stored: Vec<&serde_json::Value> = st["store"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["fingerprint"])
+            .collect();
+        assert_eq!(
+            stored,
+            [&b.event("launch")["fingerprint"]],
+            "{layout}: {st:#}"
+        );
     }
 }
