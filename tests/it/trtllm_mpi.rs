@@ -9,6 +9,7 @@ use crate::common;
 use crate::trtllm::{folder, kw_env, served, LAYOUTS, SHAPES};
 
 use std::path::Path;
+use std::process::Command;
 
 use common::vllm::until_outcome;
 use common::{Finished, Running};
@@ -18,13 +19,18 @@ use serde_json::json;
 /// --tp_size 2 --port P` under keepwrap in layout `layout`: one boot that
 /// serves (keepwrap's outcome line, then TERM).
 fn boot(home: &Path, layout: &str, launcher: &[&str]) -> Finished {
+    until_outcome(Running::spawn(&mut launch(home, layout, launcher, &[])))
+}
+
+/// keepwrap around that launch, `env` added.
+fn launch(home: &Path, layout: &str, launcher: &[&str], env: &[(&str, &str)]) -> Command {
     let port = common::free_port().to_string();
-    let mut cmd = kw_env(home, layout, &[]);
+    let mut cmd = kw_env(home, layout, env);
     cmd.args(["--", "mpirun"])
         .args(launcher)
         .args(["trtllm-llmapi-launch", "trtllm-serve", "/models/fake"])
         .args(["--tp_size", "2", "--port", &port]);
-    until_outcome(Running::spawn(&mut cmd))
+    cmd
 }
 
 /// Both ranks on this node.
@@ -192,5 +198,51 @@ fn a_set_missing_a_ranks_section_or_file_is_never_stored_nor_restored() {
             [&b.event("launch")["fingerprint"]],
             "{layout}: {st:#}"
         );
+    }
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto (KEEPWRAP_TEST_S3=http://127.0.0.1:PORT)"]
+fn a_set_missing_a_ranks_section_or_file_is_never_published_to_the_fleet() {
+    use crate::fleet::{gpus, moto, to_moto, Bucket};
+    let Some(ep) = moto() else { return };
+    let bucket = Bucket::new(&ep);
+    let url = bucket.url();
+    let pod = |home: &Path, layout: &str, launcher: &[&str]| {
+        let machine = gpus(home, "NVIDIA H100 80GB HBM3");
+        let machine = machine.to_str().unwrap().to_string();
+        let env = [
+            ("KEEPWRAP_FLEET", url.as_str()),
+            ("KEEPWRAP_FLEET_TIMEOUT", "10s"),
+            ("KEEPWRAP_FAILPOINT_NVIDIA_GPUS", machine.as_str()),
+            ("FAKE_TRTLLM_GPU", "NVIDIA H100 80GB HBM3"),
+        ];
+        let mut cmd = launch(home, layout, launcher, &env);
+        to_moto(&mut cmd, &ep);
+        crate::trtllm::until_published(Running::spawn(&mut cmd))
+    };
+    for (layout, _) in LAYOUTS {
+        let (h1, h2, h3) = (common::home(), common::home(), common::home());
+        // rank 1 persists nothing: rank 0's part is neither signed nor
+        // published
+        let p1 = pod(h1.path(), layout, &TWO_NODES_NO_X);
+        assert!(
+            p1.logged_with("keeps_nothing", json!({"why": not_whole(layout)})),
+            "{layout}: {}",
+            p1.stderr
+        );
+        assert!(!p1.has_event("fleet_published"), "{layout}: {}", p1.stderr);
+        // the next pod finds nothing, tunes every rank, and publishes
+        let p2 = pod(h2.path(), layout, &TWO_NODES);
+        assert!(!p2.has_event("fleet_restored"), "{layout}: {}", p2.stderr);
+        assert!(p2.events("loaded").is_empty(), "{layout}: {:#?}", p2.stdout);
+        assert_eq!(p2.tuned(), 2 * SHAPES, "{layout}: {:#?}", p2.stdout);
+        assert!(p2.has_event("fleet_published"), "{layout}: {}", p2.stderr);
+        // the whole set is the one a third pod restores
+        let p3 = pod(h3.path(), layout, &TWO_NODES);
+        assert!(p3.has_event("fleet_restored"), "{layout}: {}", p3.stderr);
+        assert_eq!(p3.tuned(), 0, "{layout}: {:#?}", p3.stdout);
+        assert_eq!(p3.tactics(), p2.tactics(), "{layout}");
     }
 }
