@@ -246,3 +246,22 @@ fn a_set_missing_a_ranks_section_or_file_is_never_published_to_the_fleet() {
         assert_eq!(p3.tactics(), p2.tactics(), "{layout}");
     }
 }
+
+#[test]
+fn share_says_in_one_line_why_it_does_not_apply_and_the_launch_is_kept_as_without_it() {
+    let home = common::home();
+    let share = home.path().join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    let given = launch(home.path(), "F", &TWO_NODES, &[]);
+    let args: Vec<std::ffi::OsString> = given.get_args().map(|a| a.to_owned()).collect();
+    let mut cmd = kw_env(home.path(), "F", &[]);
+    cmd.arg("--share").arg(&share).args(args);
+    let first = until_outcome(Running::spawn(&mut cmd));
+    let said = first.events_named("trtllm_share_not_used");
+    assert_eq!(said.len(), 1, "{}", first.stderr);
+    assert_eq!(said[0]["dir"], json!(share), "{}", first.stderr);
+    assert!(first.has_event("signed"), "{}", first.stderr);
+    assert_eq!(std::fs::read_dir(&share).unwrap().count(), 0);
+    let warm = boot(home.path(), "F", &TWO_NODES);
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+}

@@ -188,14 +188,19 @@ impl Engine for Trtllm {
         Ok(crate::share::Node { nnodes: 1, rank: 0 })
     }
 
+    /// Never: one keepwrap runs around the launcher, on rank 0's node, and
+    /// every rank writes to its root; `--share` gets one line saying so.
     fn share(
         &self,
-        _args: &crate::share::Settings,
+        args: &crate::share::Settings,
         _launch: &Launch,
         _shape: Shape,
         _unify: bool,
         _max_age: Duration,
     ) -> Option<Share> {
+        if let Some(dir) = &args.dir {
+            crate::events::Event::TrtllmShareNotUsed { dir: dir.clone() }.emit();
+        }
         None
     }
 
