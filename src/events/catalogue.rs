@@ -437,6 +437,13 @@ catalogue! {
             WARN "trtllm_attention_dp_flag"
             => "attention-DP is on (--enable_attention_dp): with expert parallelism a warm autotuner cache can hang TensorRT-LLM's start (PR 14240, not merged); if a warm start hangs, start this launch once with --start-cold (KEEPWRAP_START_COLD=1): that boot tunes from scratch, and its set is kept as usual";
 
+        /// `--share` given for a TensorRT-LLM launch: one keepwrap around
+        /// the launcher keeps every rank's set in its root, so there is
+        /// nothing for other nodes' keepwraps to take.
+        TrtllmShareNotUsed { dir: PathBuf }
+            WARN "trtllm_share_not_used"
+            => "share: {} is not used for a TensorRT-LLM launch: one keepwrap around mpirun/srun on rank 0's node keeps the set of every rank in its root; put --cache-dir on a directory every node mounts instead", Shown(dir);
+
         TrtllmCannotRemove { path: PathBuf, error: String }
             WARN "trtllm_cannot_remove"
             => "cannot remove {}: {error}", Shown(path);

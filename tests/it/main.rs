@@ -62,6 +62,7 @@ mod store_trash;
 mod troubleshooting;
 mod trtllm;
 mod trtllm_attack;
+mod trtllm_mpi;
 mod trtllm_store;
 mod unify;
 mod vllm_e2e;

@@ -80,6 +80,25 @@ pub(crate) fn boot(home: &Path, layout: &str, args: &[&str], env: &[(&str, &str)
     until_outcome(Running::spawn(&mut kw(home, layout, args, env)))
 }
 
+#[cfg(feature = "failpoints")]
+/// One boot that serves under `--fleet`: wait for keepwrap's outcome line
+/// and, when it signed, for the publication's own line (a TERM before it
+/// abandons the publication), then TERM.
+pub(crate) fn until_published(r: Running) -> Finished {
+    common::wait_for("keepwrap's outcome and publication lines", DEADLINE, || {
+        let events = r.log_events();
+        let code = |e: &serde_json::Value| e["code"].as_str().unwrap_or_default().to_string();
+        let outcome = events.iter().any(common::vllm::is_outcome);
+        let signed = events.iter().any(|e| code(e) == "signed");
+        let published = events
+            .iter()
+            .any(|e| code(e).starts_with("fleet_publish") || code(e) == "fleet_part_published");
+        (outcome && (!signed || published)).then_some(())
+    });
+    r.guard.signal(nix::sys::signal::Signal::SIGTERM);
+    r.finish(DEADLINE)
+}
+
 /// One boot whose engine ends on its own (a failed start).
 pub(crate) fn failed_boot(
     home: &Path,

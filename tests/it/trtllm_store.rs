@@ -139,7 +139,7 @@ fn a_second_pod_restores_the_first_pods_set_from_the_fleet_on_the_same_gpu_model
         ];
         let mut cmd = crate::trtllm::kw(home, layout, &A, &env);
         to_moto(&mut cmd, &ep);
-        common::vllm::until_outcome(common::Running::spawn(&mut cmd))
+        crate::trtllm::until_published(common::Running::spawn(&mut cmd))
     };
     for (layout, files) in [("P", 2), ("F", 1), ("FA", 1)] {
         let (h1, h2, h3) = (common::home(), common::home(), common::home());

@@ -12,8 +12,9 @@
 //! would fail on is removed ([`repair`]): the boot is then cold, never
 //! failed.
 //!
-//! One node only: a launch behind `mpirun`/`srun` (`trtllm-llmapi-launch`)
-//! is supervised as a command.
+//! Behind `mpirun`/`srun` (`trtllm-llmapi-launch`), one keepwrap around
+//! the launcher keeps the set of every rank; a set that is not whole for
+//! the launch's world is never signed ([`repair::refusal`]).
 
 pub mod layout;
 pub mod repair;
@@ -187,14 +188,19 @@ impl Engine for Trtllm {
         Ok(crate::share::Node { nnodes: 1, rank: 0 })
     }
 
+    /// Never: one keepwrap runs around the launcher, on rank 0's node, and
+    /// every rank writes to its root; `--share` gets one line saying so.
     fn share(
         &self,
-        _args: &crate::share::Settings,
+        args: &crate::share::Settings,
         _launch: &Launch,
         _shape: Shape,
         _unify: bool,
         _max_age: Duration,
     ) -> Option<Share> {
+        if let Some(dir) = &args.dir {
+            crate::events::Event::TrtllmShareNotUsed { dir: dir.clone() }.emit();
+        }
         None
     }
 
@@ -237,6 +243,27 @@ impl Engine for Trtllm {
         note_attention_dp(launch);
     }
 
+    /// A signed file the next start would remove ([`repair::refusal`]):
+    /// removed at prune with one line, and never signed at done.
+    fn refuse_at_prune(&self, launch: &Launch) -> Option<super::Refuse> {
+        // the launch as keepwrap runs it names keepwrap's file:
+        // `<root>/autotune/autotuner_cache.json`
+        let ours = launch
+            .command()
+            .env
+            .iter()
+            .find(|(k, _)| k == CACHE_VAR)
+            .map(|(_, v)| PathBuf::from(v))?;
+        let root = ours.parent()?.parent()?.to_path_buf();
+        let world = launch.trtllm().and_then(|t| t.sizes().world);
+        let layout = release_layout(launch);
+        Some(Box::new(move |path: &str| {
+            let rel = Path::new(path);
+            let siblings = cache_names(&root.join(rel.parent().unwrap_or(Path::new(""))));
+            repair::refusal(&root, rel, &siblings, world, layout)
+        }))
+    }
+
     fn before_start(&self, root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
         before_start(root, launch, kept);
     }
@@ -275,6 +302,19 @@ fn note_attention_dp(launch: &Launch) {
     {
         crate::events::Event::TrtllmAttentionDp { file: path.clone() }.emit();
     }
+}
+
+/// The names of the cache files in `dir` (none when it cannot be read).
+fn cache_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| layout::is_cache_name(n))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether the launch's own environment sets the variable.

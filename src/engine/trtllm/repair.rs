@@ -45,10 +45,7 @@ pub fn verdicts(
             continue;
         }
         if rank.is_none() && layout == Some(Layout::PerRank) {
-            out.push((
-                rel.clone(),
-                "a file at the bare path of TLLM_AUTOTUNER_CACHE_PATH turns tuning off in this release's layout (one file per rank)".to_string(),
-            ));
+            out.push((rel.clone(), BARE_PATH.to_string()));
             continue;
         }
         let keys = match read(&root.join(rel)).and_then(|b| top_keys(&b)) {
@@ -74,6 +71,46 @@ pub fn verdicts(
     }
     out
 }
+
+/// Why the cache file `rel` (relative to `root`) must not be kept for a
+/// launch of `world` ranks (when known) under `layout` (when known), the
+/// cache files beside it named `siblings` (itself among them): the
+/// verdict of [`verdicts`] on one file, so that prune removes it with
+/// one line and the sign at done never signs a set the next start would
+/// remove (a set not whole for the world never reaches the store nor the
+/// fleet).
+pub fn refusal(
+    root: &Path,
+    rel: &Path,
+    siblings: &[String],
+    world: Option<u64>,
+    layout: Option<Layout>,
+) -> Option<String> {
+    let name = rel.file_name().and_then(|n| n.to_str())?;
+    let rank = layout::rank_file(name);
+    if rank.is_none() && name != FILE {
+        return None;
+    }
+    if rank.is_none() && layout == Some(Layout::PerRank) {
+        return Some(BARE_PATH.to_string());
+    }
+    let keys = match read(&root.join(rel)).and_then(|b| top_keys(&b)) {
+        Ok(keys) => keys,
+        Err(why) => return Some(format!("TensorRT-LLM cannot load it ({why})")),
+    };
+    if rank.is_none() {
+        return sections_whole(&keys, world);
+    }
+    let ranks: BTreeSet<u64> = siblings
+        .iter()
+        .filter_map(|s| layout::rank_file(s))
+        .map(u64::from)
+        .collect();
+    whole(&ranks, world, "rank files")
+}
+
+/// Why a file at the bare path goes in layout P.
+const BARE_PATH: &str = "a file at the bare path of TLLM_AUTOTUNER_CACHE_PATH turns tuning off in this release's layout (one file per rank)";
 
 /// Why the top-level keys of the one file are not what every rank of the
 /// launch loads: `metadata` and one `rank_<N>` section per rank.
@@ -187,6 +224,46 @@ mod tests {
         assert!(v[0].ends_with("not every rank from 0"), "{v:?}");
         let v = run(&[(FILE, r#"{"metadata": {}}"#)], None, F);
         assert!(v[0].ends_with("it has no rank sections"), "{v:?}");
+    }
+
+    #[test]
+    fn one_file_refused_as_the_next_start_would_remove_it() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("autotune")).unwrap();
+        let put = |name: &str, body: &str| {
+            let rel = PathBuf::from("autotune").join(name);
+            std::fs::write(t.path().join(&rel), body).unwrap();
+            rel
+        };
+        let one = put(FILE, r#"{"metadata": {}, "rank_0": {}}"#);
+        let said = |rel: &Path, siblings: &[&str], world, layout| {
+            let siblings: Vec<String> = siblings.iter().map(|s| s.to_string()).collect();
+            refusal(t.path(), rel, &siblings, world, layout)
+        };
+        assert_eq!(said(&one, &[FILE], Some(1), F), None);
+        assert_eq!(
+            said(&one, &[FILE], Some(2), F).as_deref(),
+            Some("its rank sections are for ranks 0 and the launch runs 2 ranks")
+        );
+        let p = Some(Layout::PerRank);
+        assert!(said(&one, &[FILE], Some(1), p)
+            .unwrap()
+            .contains("bare path"));
+        let r0 = put("autotuner_cache.rank0.json", r#"{"metadata": {}}"#);
+        let names = ["autotuner_cache.rank0.json", "autotuner_cache.rank1.json"];
+        assert_eq!(said(&r0, &names, Some(2), p), None);
+        assert_eq!(
+            said(&r0, &names[..1], Some(2), p).as_deref(),
+            Some("its rank files are for ranks 0 and the launch runs 2 ranks")
+        );
+        let torn = put("autotuner_cache.rank1.json", "{");
+        assert!(said(&torn, &names, Some(2), p)
+            .unwrap()
+            .contains("cannot load it"));
+        assert_eq!(
+            said(Path::new("autotune/other.json"), &[], Some(2), p),
+            None
+        );
     }
 
     #[test]
