@@ -39,6 +39,8 @@ struct Held {
     stored_bytes: u64,
     /// Its launch records.
     records: usize,
+    /// Whether keepwrap holds a copy of its pinned set (`--pin`).
+    pinned: bool,
 }
 
 impl Held {
@@ -47,7 +49,11 @@ impl Held {
     }
 
     fn is_empty(&self) -> bool {
-        self.files() == 0 && self.manifests == 0 && self.stored == 0 && self.records == 0
+        self.files() == 0
+            && self.manifests == 0
+            && self.stored == 0
+            && self.records == 0
+            && !self.pinned
     }
 
     /// What goes, its parts that are not empty: `2 signed cache files (17.0
@@ -68,6 +74,9 @@ impl Held {
                 counted(self.stored_files, "file", "files"),
                 size_text(self.stored_bytes)
             ));
+        }
+        if self.pinned {
+            parts.push("keepwrap's pinned copy of the set (hard links)".to_string());
         }
         if parts.is_empty() {
             // Only the records of a set whose files are gone.
@@ -198,6 +207,9 @@ fn held(root: &Path, shape: Shape, store: Option<&Store>, fps: &[Fingerprint]) -
             .filter(|fp| s.record(fp.as_str()).is_some())
             .count();
     }
+    h.pinned = fps
+        .iter()
+        .any(|fp| crate::keeper::has_pinned_copy(root, fp.as_str()));
     h
 }
 

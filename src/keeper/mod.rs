@@ -29,7 +29,7 @@ mod settings;
 mod turn;
 mod worker;
 
-pub use pin::{last_pinned, unpin, Held as PinnedBoot};
+pub use pin::{has_copy as has_pinned_copy, last_pinned, unpin, Held as PinnedBoot};
 pub use settings::{KeepMode, NotKept, Settings, UnifyMode};
 
 /// The fingerprint the engine of the launch read as `read` last ran with,

@@ -289,6 +289,11 @@ pub fn unpin(root: &Path, fp: &str) -> io::Result<()> {
     }
 }
 
+/// Whether launch `fp` has a copy of a pinned set under `root`.
+pub fn has_copy(root: &Path, fp: &str) -> bool {
+    dir(root, fp).is_dir()
+}
+
 /// Whether this launch pins its set: `--pin`, and its engine's cache is
 /// one pinning applies to (else one line says why not, and it goes on).
 pub(super) fn pinning(args: &Settings, engine: &dyn Engine, launch: &Launch) -> bool {

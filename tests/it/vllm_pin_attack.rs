@@ -277,6 +277,49 @@ fn forgetting_a_pinned_launch_removes_its_copy_and_status_says_nothing_pinned() 
     assert!(s.get("pinned").is_none(), "{s:#}");
 }
 
+/// `keepwrap forget --dry-run` of a pinned launch names its copy among what
+/// would go, and removes nothing; `forget` then says it removed it.
+#[test]
+fn forget_says_the_pinned_copy_goes_and_a_dry_run_keeps_it() {
+    let home = common::home();
+    let root = store_root(home.path());
+    pinned_first(home.path());
+    let again = serve_kw(home.path(), &["--pin"], &[], &[]);
+    assert!(again.has_event("pinned"), "{}", again.stderr);
+    let forget = |dry: bool| {
+        let path = crate::vllm_store::installed(home.path());
+        let mut cmd = common::vllm::hermetic(home.path());
+        cmd.arg("forget");
+        if dry {
+            cmd.arg("--dry-run");
+        }
+        cmd.args(["--", "vllm", "serve", "/models/fake-moe", "--tune-ms", "2"])
+            .env("PYTHONPATH", &path);
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let pinned = pins(&root);
+    assert_eq!(pinned.len(), 1);
+    let dry = forget(true);
+    assert!(
+        dry.starts_with("would forget launch ")
+            && dry.contains("keepwrap's pinned copy of the set"),
+        "{dry}"
+    );
+    assert_eq!(pins(&root), pinned, "a dry run removed the copy");
+    let done = forget(false);
+    assert!(
+        done.starts_with("forgot launch ") && done.contains("keepwrap's pinned copy of the set"),
+        "{done}"
+    );
+    assert_eq!(pins(&root), Vec::<String>::new());
+}
+
 /// What a SIGKILL of keepwrap while it put a pinned set back leaves in the
 /// tree (a temp hard link beside a member; an entry the engine added that
 /// keepwrap had not removed yet, valid and named by its key): removed
