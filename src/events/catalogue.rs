@@ -324,8 +324,10 @@ catalogue! {
             => "this launch keeps nothing: the next start removes the {} the engine wrote: {why}", super::counted(files, "cache file", "cache files");
 
         /// A one-rank launch whose tactics may live in FlashInfer's managed
-        /// store, which keepwrap leaves alone (`why`).
-        ManagedStore { store: String, why: String }
+        /// store, which keepwrap leaves alone (`why`); `supervising`: the
+        /// launch is only supervised (it names its own store), else its
+        /// rank files are kept as any launch's and its outcome comes later.
+        ManagedStore { store: String, why: String, supervising: bool }
             INFO "managed_store"
             => "a one-rank launch: FlashInfer's managed store ({store}) is left alone: {why}";
 

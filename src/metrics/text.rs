@@ -90,7 +90,10 @@ impl Metrics {
                 self.boot(Boot::TunedSigned, (*files, entries.unwrap_or(0)))
             }
             Event::SupervisingOnly { .. }
-            | Event::ManagedStore { .. }
+            | Event::ManagedStore {
+                supervising: true,
+                ..
+            }
             | Event::RayLaunch { .. }
             | Event::UnreadablePruned { .. } => self.boot(Boot::SupervisedOnly, (0, 0)),
             Event::NothingSigned { .. }

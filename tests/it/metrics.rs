@@ -20,7 +20,7 @@ const EP2_FIXED: &[&str] = &["--tp", "2", "--ep", "2", "--gate", "fixed", "--off
 /// The samples of a metrics file, `name{outcome="x"}` or `name` to value,
 /// after checking that each metric has its `# HELP` and `# TYPE` lines
 /// before its samples.
-fn samples(path: &Path) -> BTreeMap<String, f64> {
+pub(crate) fn samples(path: &Path) -> BTreeMap<String, f64> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut typed = std::collections::BTreeSet::new();
     let mut helped = std::collections::BTreeSet::new();
@@ -49,7 +49,7 @@ fn samples(path: &Path) -> BTreeMap<String, f64> {
 
 /// The boots counted, by outcome: reused, tuned_signed, not_signed,
 /// supervised_only.
-fn boots(m: &BTreeMap<String, f64>) -> [f64; 4] {
+pub(crate) fn boots(m: &BTreeMap<String, f64>) -> [f64; 4] {
     ["reused", "tuned_signed", "not_signed", "supervised_only"]
         .map(|o| m[&format!("keepwrap_boots_total{{outcome=\"{o}\"}}")])
 }

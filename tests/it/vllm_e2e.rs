@@ -382,6 +382,27 @@ fn a_one_rank_launch_leaves_the_managed_store_alone_and_says_so() {
     assert!(common::sidecars(&store).is_empty());
 }
 
+/// A one-rank launch whose managed store keepwrap leaves alone while it
+/// keeps the rank files (its vLLM version unread; a release before 0.33.0
+/// writes them for one rank too) is counted by what became of those: its
+/// `managed_store` line is no outcome.
+#[test]
+fn a_store_left_alone_beside_kept_rank_files_is_counted_by_their_outcome() {
+    let home = common::home();
+    let file = home.path().join("keepwrap.prom");
+    let kw = ["--metrics-file", file.to_str().unwrap()];
+    let old = [("FAKE_VLLM_VERSION", "0.31.0")];
+    let cold = serve_with(home.path(), &kw, &[], &old);
+    assert!(cold.has_event("managed_store"), "{}", cold.stderr);
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    let m = crate::metrics::samples(&file);
+    assert_eq!(crate::metrics::boots(&m), [0.0, 1.0, 0.0, 0.0], "{m:?}");
+    let warm = serve_with(home.path(), &kw, &[], &old);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+    let m = crate::metrics::samples(&file);
+    assert_eq!(crate::metrics::boots(&m), [1.0, 1.0, 0.0, 0.0], "{m:?}");
+}
+
 /// One boot of a two-node launch (`-tp 2` across two nodes, one rank each):
 /// node 0 serves, node 1 is headless; each node has its own home (cache
 /// root) and both the share. Waits for both outcome lines, then stops both.

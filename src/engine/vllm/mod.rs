@@ -282,9 +282,18 @@ fn note_managed_store(launch: &Launch, cache_dir: Option<&Path>) {
             var: store::VAR.to_string(),
         }
         .emit(),
-        store::OneRank::Alone { store, why } | store::OneRank::Theirs { store, why } => {
-            crate::events::Event::ManagedStore { store, why }.emit()
+        store::OneRank::Alone { store, why } => crate::events::Event::ManagedStore {
+            store,
+            why,
+            supervising: false,
         }
+        .emit(),
+        store::OneRank::Theirs { store, why } => crate::events::Event::ManagedStore {
+            store,
+            why,
+            supervising: true,
+        }
+        .emit(),
     }
 }
 
@@ -296,7 +305,12 @@ fn names_its_store(launch: &Launch, cache_dir: Option<&Path>) -> bool {
     let store::OneRank::Theirs { store, why } = store::one_rank(launch, cache_dir) else {
         return false;
     };
-    crate::events::Event::ManagedStore { store, why }.emit();
+    crate::events::Event::ManagedStore {
+        store,
+        why,
+        supervising: true,
+    }
+    .emit();
     true
 }
 
