@@ -151,6 +151,7 @@ fn make_same(
         if !same {
             fsx::write_linked_at(dfd.as_fd(), bytes, 0o644, &[name], || {})?;
             written += 1;
+            crate::failpoint::hit("share-same");
         }
     }
     let mut removed = 0;

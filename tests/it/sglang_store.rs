@@ -272,7 +272,7 @@ pub(crate) fn two_nodes(homes: &Path, path: &str, kw: &[&str]) -> Vec<Finished> 
 }
 
 /// The commands of [`two_nodes`], each node's home `<homes>/node<rank>`.
-fn node_commands(homes: &Path, path: &str, kw: &[&str]) -> Vec<Command> {
+pub(crate) fn node_commands(homes: &Path, path: &str, kw: &[&str]) -> Vec<Command> {
     let addr = format!("127.0.0.1:{}", common::free_port());
     let node = |r: u32| {
         let rank = r.to_string();

@@ -111,3 +111,97 @@ fn a_planted_entry_in_a_share_publication_never_makes_the_union() {
     assert_eq!(stores[0], stores[1]);
     assert!(stores[0].len() > before[0].len());
 }
+
+/// keepwrap killed on node 0 while it writes the union into its store
+/// (after the second file): the next boot of both nodes makes the stores
+/// the same set again, the gate keeps them, and nothing is tuned.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_node_killed_while_writing_the_union_boots_warm_and_the_same_next_time() {
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let (_share, kw) = shared_cold(t.path(), &path);
+    let kwr: Vec<&str> = kw.iter().map(String::as_str).collect();
+    let before = node_stores(t.path());
+    let mut cmds = crate::sglang_store::node_commands(t.path(), &path, &kwr);
+    let killed = common::boot(cmds[0].env("KEEPWRAP_FAILPOINT", "share-same:2"));
+    assert_ne!(killed.code, 0, "{}", killed.stderr);
+    let partial = node_stores(t.path());
+    assert_eq!(
+        partial[0].len(),
+        before[0].len() + 2,
+        "{:?}",
+        partial[0].keys()
+    );
+
+    let next = two_nodes(t.path(), &path, &kwr);
+    let stores = node_stores(t.path());
+    for (r, b) in next.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 3, node {r}: {}", b.stderr);
+        assert_warm(b, r);
+    }
+    assert_eq!(stores[0], stores[1]);
+}
+
+/// A launch of `path`'s SGLang (TP 2) under keepwrap: keepwrap reads it as
+/// a released SGLang (no store line, the root SGLang's own cache, no store
+/// root of keepwrap's, no variable set for the engine).
+fn assert_rank_files(home: &Path, path: &str, what: &str) {
+    let f = common::boot(&mut crate::sglang_store::bench(
+        home,
+        path,
+        &[],
+        &["--tp", "2"],
+    ));
+    assert_eq!(f.code, 0, "{what}: {}", f.stderr);
+    assert!(!f.has_event("sglang_store_kept"), "{what}: {}", f.stderr);
+    assert!(!f.has_event("sglang_store_left"), "{what}: {}", f.stderr);
+    assert_eq!(
+        f.event("launch")["root"],
+        json!(common::cache_root(home)),
+        "{what}: {}",
+        f.stderr
+    );
+    assert!(!crate::sglang_store::store_root(home).exists(), "{what}");
+}
+
+/// The store module of the install `installed` made below `home`.
+fn module(home: &Path) -> PathBuf {
+    home.join("site/sglang/srt/model_executor/runner/flashinfer_autotune.py")
+}
+
+#[test]
+fn a_post_release_of_0_5_23_keeps_rank_files() {
+    let home = common::home();
+    let path = installed(home.path(), "0.5.23.post1", true);
+    assert_rank_files(home.path(), &path, "0.5.23.post1");
+}
+
+#[test]
+fn a_store_module_that_only_names_the_store_in_a_comment_keeps_rank_files() {
+    let home = common::home();
+    let path = installed(home.path(), "0.5.24", false);
+    let m = module(home.path());
+    std::fs::create_dir_all(m.parent().unwrap()).unwrap();
+    std::fs::write(
+        &m,
+        "# flashinfer.autotune_cache is not used yet: rank files\n\
+         MSG = \"see flashinfer.autotune_cache\"\nimport flashinfer\n",
+    )
+    .unwrap();
+    assert_rank_files(home.path(), &path, "a comment");
+}
+
+#[test]
+fn two_dist_infos_of_two_versions_keep_rank_files() {
+    let home = common::home();
+    let path = installed(home.path(), "0.5.24", true);
+    let other = home.path().join("site/sglang-0.5.23.dist-info");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("METADATA"),
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n",
+    )
+    .unwrap();
+    assert_rank_files(home.path(), &path, "two dist-infos");
+}
