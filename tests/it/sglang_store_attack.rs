@@ -205,3 +205,50 @@ fn two_dist_infos_of_two_versions_keep_rank_files() {
     .unwrap();
     assert_rank_files(home.path(), &path, "two dist-infos");
 }
+
+/// `keepwrap SUB` with no command, in the environment of the launches of
+/// `home` (SGLang's cache directory `home/sglang`).
+fn subcommand(home: &Path, sub: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::BIN)
+        .env_remove("KEEPWRAP_CACHE_DIR")
+        .env_remove("KEEPWRAP_LOG")
+        .env("SGLANG_CACHE_DIR", home.join("sglang"))
+        .env("HOME", home)
+        .args(sub)
+        .output()
+        .unwrap()
+}
+
+/// Two launches (TP 2, then TP 2 with EP 2): the first one's set is moved
+/// into the store of keepwrap's store root. A bare `evict --all` and
+/// `clean` look at that root too, as they look at every default root.
+#[test]
+fn evict_and_clean_with_no_command_reach_the_store_of_the_store_root() {
+    for sub in [&["evict", "--all"][..], &["clean"]] {
+        let home = common::home();
+        let path = installed(home.path(), "0.5.24", true);
+        let bench = |args: &[&str]| {
+            let f = common::boot(&mut crate::sglang_store::bench(
+                home.path(),
+                &path,
+                &[],
+                args,
+            ));
+            assert_eq!(f.code, 0, "{}", f.stderr);
+        };
+        bench(&["--tp", "2"]);
+        bench(&["--tp", "2", "--ep", "2"]);
+        let out = subcommand(home.path(), sub);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{sub:?}: {text}");
+        assert!(text.contains("evicted 1 stored set"), "{sub:?}: {text}");
+        let again = subcommand(home.path(), &["evict", "--all", "--dry-run"]);
+        let text = String::from_utf8_lossy(&again.stdout).to_string()
+            + &String::from_utf8_lossy(&again.stderr);
+        assert!(
+            text.contains("would evict 0 stored sets"),
+            "{sub:?}: {text}"
+        );
+    }
+}

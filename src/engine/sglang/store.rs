@@ -208,6 +208,15 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
     }
 }
 
+/// keepwrap's store root of SGLang's store version when no `--cache-dir`
+/// is given, as `env` makes it: `keepwrap-flashinfer-store` in SGLang's
+/// cache directory (`$SGLANG_CACHE_DIR`, else `~/.cache/sglang`); None
+/// without either. A root a subcommand with no command looks at.
+pub fn default_root(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    let tree = super::root::root_from(None, env)?;
+    Some(absolute(tree.parent()?.parent()?.join(OWN_DIR)))
+}
+
 /// keepwrap's store root for `launch`: `--cache-dir` (relative to
 /// keepwrap's directory), else `keepwrap-flashinfer-store` in SGLang's
 /// cache directory (`$SGLANG_CACHE_DIR`, else `~/.cache/sglang`), a
