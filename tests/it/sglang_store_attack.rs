@@ -252,3 +252,17 @@ fn evict_and_clean_with_no_command_reach_the_store_of_the_store_root() {
         );
     }
 }
+
+/// A warm boot of the store version says nothing of unify: its entries
+/// are one file per shape, never unified, so no `kept_not_unified` line
+/// (which says they would be unified and signed again at done).
+#[test]
+fn a_warm_boot_on_the_store_says_nothing_of_unify() {
+    let home = common::home();
+    let path = installed(home.path(), "0.5.24", true);
+    let cold = crate::sglang_store::boot_tp2(home.path(), &path);
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    let warm = crate::sglang_store::boot_tp2(home.path(), &path);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+    assert!(!warm.has_event("kept_not_unified"), "{}", warm.stderr);
+}
