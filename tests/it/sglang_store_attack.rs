@@ -266,3 +266,100 @@ fn a_warm_boot_on_the_store_says_nothing_of_unify() {
     assert!(warm.has_event("reused"), "{}", warm.stderr);
     assert!(!warm.has_event("kept_not_unified"), "{}", warm.stderr);
 }
+
+/// Node 1's publication replaced by another launch's node 1 (same share,
+/// another environment: `SGLANG_FLASHINFER_AUTOTUNE_MEASURE=eager`): it
+/// never makes the union; each node keeps its own set, said in one line.
+#[test]
+fn another_launchs_publication_never_makes_the_union() {
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let (share, kw) = shared_cold(t.path(), &path);
+    let kwr: Vec<&str> = kw.iter().map(String::as_str).collect();
+    let other = t.path().join("other");
+    let mut cmds = crate::sglang_store::node_commands(&other, &path, &kwr);
+    for c in &mut cmds {
+        c.env("SGLANG_FLASHINFER_AUTOTUNE_MEASURE", "eager");
+    }
+    for (r, b) in crate::multi_node::boot_all(cmds).iter().enumerate() {
+        assert_eq!(b.code, 0, "other, node {r}: {}", b.stderr);
+    }
+    let launches: Vec<PathBuf> = std::fs::read_dir(share.join("keepwrap"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    let before = node_stores(t.path());
+    let theirs = node_stores(&other);
+    assert_ne!(before[1], theirs[1]);
+    // ours is the one whose node 0 is also node 0 of `t`'s first boot:
+    // swap node 1 of each launch's publication
+    let (a, b) = (launches[0].join("node1"), launches[1].join("node1"));
+    let tmp = t.path().join("swap");
+    std::fs::rename(&a, &tmp).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    std::fs::rename(&tmp, &b).unwrap();
+
+    let next = two_nodes(t.path(), &path, &kwr);
+    for (r, b) in next.iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 2, node {r}: {}", b.stderr);
+        assert!(b.has_event("share_incomplete"), "node {r}: {}", b.stderr);
+        assert!(!b.has_event("share_same_set"), "node {r}: {}", b.stderr);
+    }
+    let after = node_stores(t.path());
+    for (r, s) in after.iter().enumerate() {
+        assert!(
+            s.keys()
+                .all(|k| !theirs[1].contains_key(k) || before[r].contains_key(k)),
+            "node {r}: another launch's entries were written here"
+        );
+    }
+}
+
+/// Another environment's `manifest.json` planted in node 1's publication
+/// under this environment's directory: it never replaces a node's own, so
+/// the next boot still trusts the set and tunes nothing.
+#[test]
+fn another_environments_manifest_in_a_publication_never_replaces_a_nodes_own() {
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let (share, kw) = shared_cold(t.path(), &path);
+    let kwr: Vec<&str> = kw.iter().map(String::as_str).collect();
+    let root0 = crate::sglang_store::store_root(&t.path().join("node0"));
+    let env_dir = std::fs::read_dir(root0.join("v2"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .file_name();
+    let env = env_dir.to_str().unwrap();
+    let own = std::fs::read(root0.join(format!("v2/{env}/manifest.json"))).unwrap();
+    let mut m: Value = serde_json::from_slice(&own).unwrap();
+    m["gpu"] = json!("another GPU");
+    plant(
+        &publication(&share, 1),
+        &format!("v2/{env}/manifest.json"),
+        &serde_json::to_vec_pretty(&m).unwrap(),
+    );
+    for (r, b) in two_nodes(t.path(), &path, &kwr).iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 2, node {r}: {}", b.stderr);
+    }
+    for r in 0..2 {
+        let root = crate::sglang_store::store_root(&t.path().join(format!("node{r}")));
+        assert_eq!(
+            std::fs::read(root.join(format!("v2/{env}/manifest.json"))).unwrap(),
+            own,
+            "node {r}"
+        );
+    }
+    for (r, b) in two_nodes(t.path(), &path, &kwr).iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 3, node {r}: {}", b.stderr);
+        assert!(
+            !b.has_event("untrusted_store_entry"),
+            "node {r}: {}",
+            b.stderr
+        );
+        assert_warm(b, r);
+    }
+}
