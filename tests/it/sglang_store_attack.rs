@@ -363,3 +363,62 @@ fn another_environments_manifest_in_a_publication_never_replaces_a_nodes_own() {
         assert_warm(b, r);
     }
 }
+
+/// The store module as a FIFO (nothing ever writes it) or a symlink to a
+/// directory: never waited on, never read as the store version (`status`
+/// of the launch: the engine itself would wait on the FIFO).
+#[test]
+fn a_store_module_that_is_not_a_regular_file_keeps_rank_files_without_waiting() {
+    for kind in ["fifo", "dir-link"] {
+        let home = common::home();
+        let path = installed(home.path(), "0.5.24", false);
+        let m = module(home.path());
+        std::fs::create_dir_all(m.parent().unwrap()).unwrap();
+        match kind {
+            "fifo" => {
+                let st = std::process::Command::new("mkfifo")
+                    .arg(&m)
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            }
+            _ => std::os::unix::fs::symlink(home.path(), &m).unwrap(),
+        }
+        let f = common::boot(&mut crate::sglang_store::bench(
+            home.path(),
+            &path,
+            &["status"],
+            &["--tp", "2"],
+        ));
+        assert_eq!(f.code, 0, "{kind}: {}", f.stderr);
+        let root = common::cache_root(home.path());
+        assert!(
+            f.stdout
+                .first()
+                .is_some_and(|l| l.starts_with(&format!("cache root {}", root.display()))),
+            "{kind}: {:?}",
+            f.stdout
+        );
+    }
+}
+
+/// The `sglang` package a symlink to a released package (no store module)
+/// beside a `*.dist-info` of 0.5.24: what Python imports is the release,
+/// and keepwrap reads it so.
+#[test]
+fn a_symlinked_package_is_read_where_it_points() {
+    let home = common::home();
+    let path = installed(home.path(), "0.5.24", false);
+    let site = home.path().join("site");
+    let released = home.path().join("released-sglang");
+    std::fs::rename(site.join("sglang"), &released).unwrap();
+    std::os::unix::fs::symlink(&released, site.join("sglang")).unwrap();
+    assert_rank_files(home.path(), &path, "symlinked release");
+    // and the same link to a package whose module imports the store
+    let m = released.join("srt/model_executor/runner/flashinfer_autotune.py");
+    std::fs::create_dir_all(m.parent().unwrap()).unwrap();
+    std::fs::write(&m, "from flashinfer.autotune_cache import X\n").unwrap();
+    let f = crate::sglang_store::boot_tp2(home.path(), &path);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(f.has_event("sglang_store_kept"), "{}", f.stderr);
+}
