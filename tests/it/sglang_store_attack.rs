@@ -175,6 +175,9 @@ fn a_post_release_of_0_5_23_keeps_rank_files() {
     let home = common::home();
     let path = installed(home.path(), "0.5.23.post1", true);
     assert_rank_files(home.path(), &path, "0.5.23.post1");
+    // the fake follows its module: its store is SGLang's own, where no
+    // variable of keepwrap's moved it
+    assert!(home.path().join("sglang/flashinfer/autotune/v2").is_dir());
 }
 
 #[test]
