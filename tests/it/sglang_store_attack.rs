@@ -425,3 +425,29 @@ fn a_symlinked_package_is_read_where_it_points() {
     assert_eq!(f.code, 0, "{}", f.stderr);
     assert!(f.has_event("sglang_store_kept"), "{}", f.stderr);
 }
+
+/// `--start-cold` on every node of a shared launch: each node tunes
+/// afresh (no union before the start), and the boot after makes every
+/// store one set again, warm.
+#[test]
+fn start_cold_across_nodes_tunes_afresh_then_the_next_boot_is_one_set_and_warm() {
+    let t = common::home();
+    let path = installed(t.path(), "0.5.24", true);
+    let (_share, kw) = shared_cold(t.path(), &path);
+    let mut cold_kw: Vec<&str> = kw.iter().map(String::as_str).collect();
+    cold_kw.push("--start-cold");
+    for (r, b) in two_nodes(t.path(), &path, &cold_kw).iter().enumerate() {
+        assert_eq!(b.code, 0, "cold, node {r}: {}", b.stderr);
+        assert!(b.has_event("start_cold"), "node {r}: {}", b.stderr);
+        assert!(!b.has_event("share_same_set"), "node {r}: {}", b.stderr);
+        assert!(b.tuned() > 0, "node {r}: {:#?}", b.stdout);
+    }
+    let kwr: Vec<&str> = kw.iter().map(String::as_str).collect();
+    for (r, b) in two_nodes(t.path(), &path, &kwr).iter().enumerate() {
+        assert_eq!(b.code, 0, "boot 3, node {r}: {}", b.stderr);
+        assert!(b.has_event("share_same_set"), "node {r}: {}", b.stderr);
+        assert_warm(b, r);
+    }
+    let stores = node_stores(t.path());
+    assert_eq!(stores[0], stores[1]);
+}
