@@ -298,8 +298,9 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
 
 /// The default cache root of each engine (no `--cache-dir`), as `env`
 /// makes it, each once, SGLang's first (TensorRT-LLM's: keepwrap's own,
-/// `~/.cache/keepwrap/trtllm`), keepwrap's root of one-rank vLLM launches'
-/// managed store last: the roots a subcommand with no command looks at.
+/// `~/.cache/keepwrap/trtllm`), keepwrap's roots of the managed store
+/// (one-rank vLLM launches', SGLang's store version's) last: the roots a
+/// subcommand with no command looks at.
 pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     for profile in [ProfileName::Sglang, ProfileName::Vllm, ProfileName::Trtllm] {
@@ -310,6 +311,11 @@ pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
         }
     }
     if let Ok(r) = vllm::store::default_root(env) {
+        if !roots.contains(&r) {
+            roots.push(r);
+        }
+    }
+    if let Some(r) = sglang::store::default_root(env) {
         if !roots.contains(&r) {
             roots.push(r);
         }

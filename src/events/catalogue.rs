@@ -1034,6 +1034,13 @@ catalogue! {
             INFO "share_same_set"
             => "share: this node's store is now the same set as every node's ({nodes} nodes): {}, {written} written here, {removed} removed", super::counted(files, "file", "files");
 
+        /// A file of a node's publication that is not what the engine
+        /// writes under its name (planted, or edited with its manifest):
+        /// left out of the union on every node.
+        ShareFileRefused { node: u32, path: String, why: String }
+            WARN "share_file_refused"
+            => "share: node {node}'s {path} is left out of the union: {why}";
+
         ShareUnifyOff { dir: PathBuf }
             INFO "share_unify_off"
             => "share: --unify off: the share {} is not used", Shown(dir);

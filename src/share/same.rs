@@ -29,6 +29,32 @@ pub fn same_set(mut nodes: Vec<NodeFiles>) -> BTreeMap<String, Vec<u8>> {
     set
 }
 
+/// Each node's files the engine would read as what they are named
+/// ([`cache::Shape::check_file`]: an entry whose name is the hash of its
+/// key): a file planted in a publication, or edited and its manifest with
+/// it, never makes the union, and one line names each (the same on every
+/// node, so every node's set stays the same).
+fn usable(mut nodes: Vec<NodeFiles>, shape: cache::Shape) -> Vec<NodeFiles> {
+    for node in &mut nodes {
+        node.files.retain(|(path, bytes)| {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            match shape.check_file(name.as_bytes(), bytes) {
+                Ok(()) => true,
+                Err(why) => {
+                    crate::events::Event::ShareFileRefused {
+                        node: node.rank,
+                        path: path.clone(),
+                        why,
+                    }
+                    .emit();
+                    false
+                }
+            }
+        });
+    }
+    nodes
+}
+
 impl Share {
     /// Every node's verified publication, read on a thread bounded by
     /// `--share-timeout`; None (one line says why) when the share is slow,
@@ -78,7 +104,7 @@ impl Share {
         let Some(nodes) = self.gather_all()? else {
             return Ok(None);
         };
-        let set = same_set(nodes);
+        let set = same_set(usable(nodes, self.shape()));
         let (written, removed) = match make_same(root, &set, kept, self.shape()) {
             Ok(n) => n,
             Err(e) => {
@@ -125,6 +151,7 @@ fn make_same(
         if !same {
             fsx::write_linked_at(dfd.as_fd(), bytes, 0o644, &[name], || {})?;
             written += 1;
+            crate::failpoint::hit("share-same");
         }
     }
     let mut removed = 0;

@@ -50,6 +50,7 @@ mod security;
 mod seen;
 mod seen_attack;
 mod sglang_store;
+mod sglang_store_attack;
 mod sign_crash;
 mod signals;
 mod start_cold;

@@ -18,7 +18,7 @@ use std::process::Command;
 /// `dir/site`: the fake `sglang` package with the metadata of `version`
 /// beside it, its `flashinfer_autotune.py` on FlashInfer's store when
 /// `store`; the PYTHONPATH that finds it first.
-fn installed(dir: &Path, version: &str, store: bool) -> String {
+pub(crate) fn installed(dir: &Path, version: &str, store: bool) -> String {
     let site = dir.join("site");
     let pkg = site.join("sglang");
     let fixture = common::repo().join("tests/fixtures/engines/sglang");
@@ -52,7 +52,7 @@ fn installed(dir: &Path, version: &str, store: bool) -> String {
 /// `keepwrap KW -- python3 -m sglang.bench_one_batch --model-path
 /// /models/fake-moe --tune-ms 2 ARGS` (done at exit 0), SGLang's cache in
 /// `home/sglang`, the package found through `path`.
-fn bench(home: &Path, path: &str, kw: &[&str], args: &[&str]) -> Command {
+pub(crate) fn bench(home: &Path, path: &str, kw: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new(common::BIN);
     cmd.env_remove("KEEPWRAP_LOG")
         .env("KEEPWRAP_LOG_FORMAT", "json")
@@ -69,18 +69,18 @@ fn bench(home: &Path, path: &str, kw: &[&str], args: &[&str]) -> Command {
 }
 
 /// One boot of TP 2 with EP 2 under keepwrap, on the store version.
-fn boot_tp2(home: &Path, path: &str) -> Finished {
+pub(crate) fn boot_tp2(home: &Path, path: &str) -> Finished {
     common::boot(&mut bench(home, path, &[], &["--tp", "2", "--ep", "2"]))
 }
 
 /// keepwrap's store root below `home`.
-fn store_root(home: &Path) -> PathBuf {
+pub(crate) fn store_root(home: &Path) -> PathBuf {
     home.join("sglang/keepwrap-flashinfer-store")
 }
 
 /// Every entry file below the store `root`, by its path below the root,
 /// with its bytes.
-fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     for env in std::fs::read_dir(root.join("v2"))
         .into_iter()
@@ -103,7 +103,7 @@ fn entries(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// Each node's store entries ([`entries`]), homes `<homes>/node<rank>`.
-fn node_stores(homes: &Path) -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
+pub(crate) fn node_stores(homes: &Path) -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
     (0..2)
         .map(|r| entries(&store_root(&homes.join(format!("node{r}")))))
         .collect()
@@ -111,7 +111,7 @@ fn node_stores(homes: &Path) -> Vec<BTreeMap<PathBuf, Vec<u8>>> {
 
 /// Node `r`'s boot `b` was warm: every pass's gate kept the store, and
 /// nothing was tuned.
-fn assert_warm(b: &Finished, r: usize) {
+pub(crate) fn assert_warm(b: &Finished, r: usize) {
     assert!(
         gates(b).iter().all(|g| g == "kept"),
         "node {r}: {:#?}",
@@ -121,7 +121,7 @@ fn assert_warm(b: &Finished, r: usize) {
 }
 
 /// The gate's verdict of every pass of every rank.
-fn gates(f: &Finished) -> Vec<String> {
+pub(crate) fn gates(f: &Finished) -> Vec<String> {
     f.events("pass")
         .iter()
         .map(|p| p["gate"].as_str().unwrap().to_string())
@@ -267,12 +267,12 @@ fn a_store_the_user_names_is_kept_as_theirs_and_a_line_says_so() {
 /// Two nodes of one launch (TP 2 with EP 2, one rank a node, loopback
 /// rendezvous), each with its own SGLang cache directory: `keepwrap KW` in
 /// front of each; both run to their end.
-fn two_nodes(homes: &Path, path: &str, kw: &[&str]) -> Vec<Finished> {
+pub(crate) fn two_nodes(homes: &Path, path: &str, kw: &[&str]) -> Vec<Finished> {
     crate::multi_node::boot_all(node_commands(homes, path, kw))
 }
 
 /// The commands of [`two_nodes`], each node's home `<homes>/node<rank>`.
-fn node_commands(homes: &Path, path: &str, kw: &[&str]) -> Vec<Command> {
+pub(crate) fn node_commands(homes: &Path, path: &str, kw: &[&str]) -> Vec<Command> {
     let addr = format!("127.0.0.1:{}", common::free_port());
     let node = |r: u32| {
         let rank = r.to_string();

@@ -52,7 +52,12 @@ impl State<'_, '_> {
                     self.report.kept.push(PathBuf::from(path));
                     self.report.kept_ids.push(*ino);
                     let ino = &ino.ino;
-                    let parent = path.rsplit_once('/').map_or("", |(d, _)| d);
+                    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+                    // only rank files are unified (a managed store's
+                    // entries are one file per shape, never linked)
+                    if self.shape.rank_of(name).is_none() {
+                        continue;
+                    }
                     match &mut dir {
                         Some((d, first, split)) if *d == parent => *split |= *first != *ino,
                         _ => {

@@ -35,8 +35,14 @@ const LAST_RANK_FILE_RELEASE: (u64, u64, u64) = (0, 5, 23);
 /// The module of the SGLang package that runs its autotune passes.
 pub const STORE_MODULE: &str = "srt/model_executor/runner/flashinfer_autotune.py";
 /// What that module holds when it uses FlashInfer's managed store: an
-/// import of FlashInfer's store module (`flashinfer/autotune_cache.py`).
-pub const STORE_MARKER: &[u8] = b"flashinfer.autotune_cache";
+/// import of FlashInfer's store module (`flashinfer/autotune_cache.py`), a
+/// statement at the start of a line (a comment or a string that names the
+/// module is not one).
+const STORE_IMPORTS: [&[u8]; 3] = [
+    b"from flashinfer.autotune_cache import",
+    b"import flashinfer.autotune_cache",
+    b"from flashinfer import autotune_cache",
+];
 /// SGLang's switch that turns the reuse of tuned tactics off.
 const CACHE_SWITCH: &str = "SGLANG_FLASHINFER_AUTOTUNE_CACHE";
 
@@ -76,8 +82,8 @@ pub fn store_version(launch: &Launch) -> Option<String> {
     marks_store(&module).then(|| version.clone())
 }
 
-/// Whether the module at `module` names FlashInfer's store
-/// ([`STORE_MARKER`]), read once per path in a process: a launch asks at
+/// Whether the module at `module` imports FlashInfer's store
+/// ([`STORE_IMPORTS`]), read once per path in a process: a launch asks at
 /// each of its engine's questions (its root, its layout, the engine's
 /// variables, the check before the start, `--pin`), and its package does
 /// not change under it.
@@ -97,7 +103,8 @@ fn marks_store(module: &Path) -> bool {
     marks
 }
 
-/// [`marks_store`], read now: a regular file's first 4 MiB hold the marker.
+/// [`marks_store`], read now: a line of a regular file's first 4 MiB
+/// imports the store.
 fn read_marks_store(module: &Path) -> bool {
     let Ok(f) = crate::launch::open_regular(module) else {
         return false;
@@ -106,7 +113,24 @@ fn read_marks_store(module: &Path) -> bool {
     if std::io::Read::read_to_end(&mut std::io::Read::take(f, 4 << 20), &mut text).is_err() {
         return false;
     }
-    text.windows(STORE_MARKER.len()).any(|w| w == STORE_MARKER)
+    imports_store(&text)
+}
+
+/// Whether a line of `text` is an import of FlashInfer's store: one of
+/// [`STORE_IMPORTS`] after the line's indentation, followed by a space, a
+/// comma, a dot (a name below the module) or the end of the line.
+fn imports_store(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n').any(|line| {
+        let line = line.trim_ascii_start();
+        STORE_IMPORTS.iter().any(|i| {
+            line.strip_prefix(*i).is_some_and(|rest| {
+                matches!(
+                    rest.first(),
+                    None | Some(b' ' | b'\t' | b'\r' | b',' | b'.')
+                )
+            })
+        })
+    })
 }
 
 /// A version after 0.5.23: its first three numbers (`0.5.24`, `0.6.0rc1`,
@@ -182,6 +206,15 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
         }
         _ => Vec::new(),
     }
+}
+
+/// keepwrap's store root of SGLang's store version when no `--cache-dir`
+/// is given, as `env` makes it: `keepwrap-flashinfer-store` in SGLang's
+/// cache directory (`$SGLANG_CACHE_DIR`, else `~/.cache/sglang`); None
+/// without either. A root a subcommand with no command looks at.
+pub fn default_root(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    let tree = super::root::root_from(None, env)?;
+    Some(absolute(tree.parent()?.parent()?.join(OWN_DIR)))
 }
 
 /// keepwrap's store root for `launch`: `--cache-dir` (relative to
@@ -267,6 +300,29 @@ mod tests {
         std::fs::write(&off, b"from flashinfer.autotune_cache import X\n").unwrap();
         assert!(marks_store(&on));
         assert!(!marks_store(&off));
+    }
+
+    #[test]
+    fn only_an_import_of_the_store_reads_as_the_store_version() {
+        for yes in [
+            "from flashinfer.autotune_cache import ManagedAutotuneCache\n",
+            "import os\n    from flashinfer.autotune_cache import (\n  X,\n)\n",
+            "import flashinfer.autotune_cache as fac\n",
+            "import flashinfer.autotune_cache\r\n",
+            "from flashinfer import autotune_cache, autotuner\n",
+        ] {
+            assert!(imports_store(yes.as_bytes()), "{yes:?}");
+        }
+        for no in [
+            "# from flashinfer.autotune_cache import ManagedAutotuneCache\n",
+            "x = 'flashinfer.autotune_cache'\n",
+            "import flashinfer.autotune_cache_old\n",
+            "from flashinfer.autotune_cacher import X\n",
+            "import flashinfer\n",
+            "",
+        ] {
+            assert!(!imports_store(no.as_bytes()), "{no:?}");
+        }
     }
 
     #[test]
