@@ -48,6 +48,7 @@ const KEPT_ENTRIES: &str = "keepwrap_kept_entries";
 const RESTORES_TOTAL: &str = "keepwrap_fleet_restores_total";
 const PUBLISHES_TOTAL: &str = "keepwrap_fleet_publishes_total";
 const LAST_OUTCOME: &str = "keepwrap_last_outcome_timestamp_seconds";
+const PINNED_MISSING: &str = "keepwrap_pinned_missing_shapes";
 
 /// What the file holds, and what this process knows of its boot.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,6 +67,11 @@ pub struct Metrics {
     pub publishes: [u64; 5],
     /// The unix time of the last outcome.
     pub last_outcome: Option<f64>,
+    /// The shapes the last boot tuned that its pinned set lacks (`--pin`;
+    /// None: the last boot was not pinned).
+    pub pinned_missing: Option<u64>,
+    /// This process: its boot is pinned (a `pinned` line).
+    pinned: bool,
     /// This process: its boot's done, not yet told by an outcome.
     done_after: Option<Duration>,
     /// This process: its boot is counted.
@@ -82,6 +88,12 @@ impl Metrics {
             | Event::DoneExit { after } => {
                 self.done_after = Some(*after);
                 false
+            }
+            Event::Pinned { missing, .. } => {
+                // at done, before the outcome; again at exit, after it
+                let was = self.pinned_missing.replace(*missing as u64);
+                self.pinned = true;
+                self.counted && was != self.pinned_missing
             }
             Event::Reused { files, entries, .. } => {
                 self.boot(Boot::Reused, (*files, entries.unwrap_or(0)))
@@ -152,6 +164,9 @@ impl Metrics {
         }
         self.kept_files = files as u64;
         self.kept_entries = entries as u64;
+        if !self.pinned {
+            self.pinned_missing = None;
+        }
         true
     }
 
@@ -177,6 +192,7 @@ impl Metrics {
             (RESTORES_TOTAL, "counter", "Fleet restores by outcome: restored, empty (no set yet), failed.", by(&RESTORES, counts(&self.restores))),
             (PUBLISHES_TOTAL, "counter", "Fleet publications by outcome: published, published_other, part_published, failed, abandoned.", by(&PUBLISHES, counts(&self.publishes))),
             (LAST_OUTCOME, "gauge", "Unix time of the last outcome written to this file.", self.last_outcome.iter().map(|t| (None, format!("{t:.3}"))).collect()),
+            (PINNED_MISSING, "gauge", "Shapes the last boot tuned that its pinned set lacks (--pin; tuned for that boot only). Absent when the last boot was not pinned.", self.pinned_missing.iter().map(|n| (None, n.to_string())).collect()),
         ];
         let mut out = String::new();
         for (name, kind, help, samples) in metrics {
@@ -252,6 +268,7 @@ impl Metrics {
                 (KEPT_FILES, None) => m.kept_files = count()?,
                 (KEPT_ENTRIES, None) => m.kept_entries = count()?,
                 (LAST_OUTCOME, None) => m.last_outcome = Some(value),
+                (PINNED_MISSING, None) => m.pinned_missing = Some(count()?),
                 _ => {}
             }
         }

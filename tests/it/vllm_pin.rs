@@ -166,3 +166,30 @@ fn a_pinned_set_goes_to_a_second_pod_through_the_fleet_and_stays_as_signed_there
     assert_pinned(&second, set.len(), 1, 1);
     assert_eq!(relative(store_root(h2.path())), set);
 }
+
+/// The metrics file says how many shapes the last pinned boot tuned that
+/// its set lacks (`keepwrap_pinned_missing_shapes`, what an alert watches
+/// to tell a set that keeps missing shapes); a boot that is not pinned
+/// leaves the gauge out.
+#[test]
+fn the_metrics_file_counts_the_shapes_a_pinned_boot_missed() {
+    let home = common::home();
+    let file = home.path().join("keepwrap.prom");
+    let pin = ["--pin", "--metrics-file", file.to_str().unwrap()];
+    let first = serve_kw(home.path(), &pin, &[], &[]);
+    assert!(first.has_event("pin_first"), "{}", first.stderr);
+    let gauge = "keepwrap_pinned_missing_shapes";
+    assert!(!crate::metrics::samples(&file).contains_key(gauge));
+    let busy = [("FAKE_VLLM_EXTRA_SHAPES", "2")];
+    let second = serve_kw(home.path(), &pin, &[], &busy);
+    assert!(second.has_event("pinned"), "{}", second.stderr);
+    let m = crate::metrics::samples(&file);
+    assert_eq!(m[gauge], 2.0, "{m:?}");
+    assert_eq!(crate::metrics::boots(&m), [1.0, 1.0, 0.0, 0.0], "{m:?}");
+    let unpinned = ["--metrics-file", file.to_str().unwrap()];
+    let third = serve_kw(home.path(), &unpinned, &[], &[]);
+    assert!(!third.has_event("pinned"), "{}", third.stderr);
+    let m = crate::metrics::samples(&file);
+    assert!(!m.contains_key(gauge), "{m:?}");
+    assert_eq!(crate::metrics::boots(&m)[0], 2.0, "{m:?}");
+}
