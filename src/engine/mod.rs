@@ -248,6 +248,21 @@ pub fn where_the_engine_runs(root: PathBuf, cache_dir: Option<&Path>, launch: &L
     }
 }
 
+/// [`where_the_engine_runs`], absolute (a relative one against keepwrap's
+/// working directory): a root keepwrap gives the engine in a variable,
+/// which the engine reads from its own working directory.
+pub fn for_the_engine(root: PathBuf, cache_dir: Option<&Path>, launch: &Launch) -> PathBuf {
+    absolute(where_the_engine_runs(root, cache_dir, launch))
+}
+
+/// `dir`, a relative one against keepwrap's working directory.
+pub fn absolute(dir: PathBuf) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(here) if dir.is_relative() => here.join(dir),
+        _ => dir,
+    }
+}
+
 /// Warn when `--cache-dir` is not where the engine writes
 /// ([`Engine::outside_cache`]).
 pub fn warn_cache_dir(

@@ -429,3 +429,46 @@ fn an_entry_planted_during_the_boot_that_flashinfer_did_not_write_is_never_signe
     assert!(f.has_event("dir_not_signed"), "{}", f.stderr);
     assert!(common::sidecars(&root).is_empty());
 }
+
+/// A launch whose engine runs in a directory relative to keepwrap's (`env
+/// -C sub`) with a relative `VLLM_CACHE_ROOT`: the store root keepwrap
+/// gives the engine is the one it keeps (absolute, so the engine, which
+/// reads it from its own directory, writes there), and boot 2 reuses it.
+#[test]
+fn a_relative_store_root_under_a_relative_engine_directory_is_the_one_kept() {
+    let home = common::home();
+    std::fs::create_dir(home.path().join("sub")).unwrap();
+    let path = installed(home.path());
+    let boot = || {
+        let port = common::free_port().to_string();
+        let command = [
+            "env",
+            "-C",
+            "sub",
+            "vllm",
+            "serve",
+            "/models/fake-moe",
+            "--tune-ms",
+            "2",
+            "--port",
+            &port,
+        ];
+        let env = [("PYTHONPATH", path.as_str()), ("VLLM_CACHE_ROOT", "rel")];
+        let mut cmd = common::vllm::kw_cmd(home.path(), &[], &command, &env);
+        cmd.current_dir(home.path());
+        until_outcome(Running::spawn(&mut cmd))
+    };
+    let cold = boot();
+    assert!(cold.has_event("signed"), "{}", cold.stderr);
+    let kept = home.path().join("sub/rel/keepwrap-flashinfer-store");
+    assert!(
+        cold.logged_with("managed_store_kept", json!({"store": kept.join("v2")})),
+        "{}",
+        cold.stderr
+    );
+    assert!(!entries(&kept).is_empty());
+    assert!(!home.path().join("sub/sub").exists());
+    let warm = boot();
+    assert_eq!(warm.tuned(), 0, "{:#?}", warm.stdout);
+    assert!(warm.has_event("reused"), "{}", warm.stderr);
+}

@@ -183,7 +183,7 @@ pub fn managed(launch: &Launch, cache_dir: Option<&Path>) -> Managed {
     }
     match theirs {
         None => Managed::Kept { root: own, version },
-        Some(t) if t == own || where_it_runs(launch, t.clone()) == own => {
+        Some(t) if t == own || crate::engine::for_the_engine(t.clone(), None, launch) == own => {
             Managed::Kept { root: own, version }
         }
         Some(t) => alone(
@@ -214,16 +214,23 @@ pub fn engine_env(launch: &Launch, cache_dir: Option<&Path>) -> Vec<(OsString, O
 /// without either. A root a subcommand with no command looks at.
 pub fn default_root(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     let tree = super::root::root_from(None, env)?;
-    Some(absolute(tree.parent()?.parent()?.join(OWN_DIR)))
+    Some(crate::engine::absolute(
+        tree.parent()?.parent()?.join(OWN_DIR),
+    ))
 }
 
 /// keepwrap's store root for `launch`: `--cache-dir` (relative to
 /// keepwrap's directory), else `keepwrap-flashinfer-store` in SGLang's
 /// cache directory (`$SGLANG_CACHE_DIR`, else `~/.cache/sglang`), a
-/// relative one against the engine's working directory.
+/// relative one against the engine's working directory; absolute
+/// ([`crate::engine::for_the_engine`]: the engine is given it).
 fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Option<PathBuf> {
     if let Some(dir) = cache_dir {
-        return Some(absolute(dir.to_path_buf()));
+        return Some(crate::engine::for_the_engine(
+            dir.to_path_buf(),
+            cache_dir,
+            launch,
+        ));
     }
     let env: Vec<(OsString, OsString)> = launch
         .command()
@@ -235,23 +242,11 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Option<PathBuf> {
     // `<SGLANG_CACHE_DIR>/flashinfer/autotune`
     let tree = super::root::root_from(None, &env)?;
     let sglang = tree.parent()?.parent()?;
-    Some(where_it_runs(launch, sglang.join(OWN_DIR)))
-}
-
-/// `dir` as the engine reads it: a relative one against its working
-/// directory (`env -C`, a shell's `cd`), else keepwrap's.
-fn where_it_runs(launch: &Launch, dir: PathBuf) -> PathBuf {
-    match &launch.command().cwd {
-        Some(cwd) if dir.is_relative() => absolute(cwd.join(dir)),
-        _ => absolute(dir),
-    }
-}
-
-fn absolute(dir: PathBuf) -> PathBuf {
-    match std::env::current_dir() {
-        Ok(here) if dir.is_relative() => here.join(dir),
-        _ => dir,
-    }
+    Some(crate::engine::for_the_engine(
+        sglang.join(OWN_DIR),
+        None,
+        launch,
+    ))
 }
 
 fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a std::ffi::OsStr> {

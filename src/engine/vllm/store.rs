@@ -165,21 +165,13 @@ pub fn default_root(env: &[(OsString, OsString)]) -> Result<PathBuf, String> {
 
 /// keepwrap's store root for `launch`: `--cache-dir`, else
 /// `keepwrap-flashinfer-store` beside `flashinfer_autotune_cache` in
-/// vLLM's cache root, relative ones against the engine's working
-/// directory. Err: why there is none.
+/// vLLM's cache root, a relative one from the environment against the
+/// engine's working directory; absolute ([`crate::engine::for_the_engine`]:
+/// the engine is given it). Err: why there is none.
 fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
-    let command = launch.command();
-    let keepwraps = |dir: &Path| match std::env::current_dir() {
-        Ok(here) if dir.is_relative() => here.join(dir),
-        _ => dir.to_path_buf(),
-    };
     let root = match cache_dir {
-        // keepwrap's own option: relative to keepwrap's directory
-        Some(dir) => return Ok(keepwraps(dir)),
-        None => default_root(&command.env)?,
+        Some(dir) => dir.to_path_buf(),
+        None => default_root(&launch.command().env)?,
     };
-    Ok(match &command.cwd {
-        Some(cwd) if root.is_relative() => cwd.join(root),
-        _ => keepwraps(&root),
-    })
+    Ok(crate::engine::for_the_engine(root, cache_dir, launch))
 }
