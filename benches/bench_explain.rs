@@ -9,8 +9,8 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
+use keepwrap::engine::fingerprint::{Launch, Options, ProfileName};
 use keepwrap::keeper::explain::diff;
-use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
 use serde_json::{json, Value};
 
 fn args(n: usize, changed: bool) -> Vec<String> {

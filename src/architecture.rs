@@ -238,11 +238,11 @@ fn split_strings_keeps_code_and_takes_literals() {
     assert_eq!(lits, [r#"x \" y"#, "z"]);
 }
 
-/// The folders that may name an engine: the engines' own, the catalogue of
-/// every line keepwrap logs (docs/troubleshooting.md is checked against it
-/// as one file) and the command line's help. `launch/` reads every
-/// engine's command line.
-const MAY_NAME_ENGINES: [&str; 3] = ["engine", "events", "launch"];
+/// The folders that may name an engine: the engines' own (each reads its
+/// own launch) and the catalogue of every line keepwrap logs
+/// (docs/troubleshooting.md is checked against it as one file). The
+/// command line's help may spell them in its text.
+const MAY_NAME_ENGINES: [&str; 2] = ["engine", "events"];
 
 #[test]
 fn engines_are_named_in_engine_only() {

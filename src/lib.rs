@@ -14,11 +14,13 @@
 //! - [`keeper`]: the cache side of one launch (prune, watch, done, sign),
 //!   its trust rules as a pure state machine ([`keeper::policy`]) and why a
 //!   launch has no cache ([`keeper::explain`]);
+//! - [`fleet`]: signed sets shared through an S3-compatible bucket;
 //! - [`engine`]: what differs between engines, a folder each behind two
-//!   traits ([`engine::Engine`], [`cache::Layout`]);
+//!   traits ([`engine::Engine`], [`cache::Layout`]), each reading its own
+//!   launch; the launch read once and its fingerprint
+//!   ([`engine::fingerprint`]);
 //! - [`share`]: multi-node launches: publish and unify rank files through a
 //!   shared directory;
-//! - [`fleet`]: signed sets shared through an S3-compatible bucket;
 //! - [`publish`]: the storage sets are published through (get,
 //!   put-if-absent, list, delete), its directory and read-only backends,
 //!   and the thread a publication runs on;
@@ -31,9 +33,9 @@
 //!   the lock, the running markers, the statistics;
 //! - [`cache`]: the autotune cache on disk (layout, sidecars, judge, prune,
 //!   sign, survey, trash, no-follow file operations);
-//! - [`launch`]: what a launch means, its fingerprint
-//!   ([`launch::fingerprint`]), profiles, canonical JSON
-//!   ([`launch::canonical`]), redaction;
+//! - [`launch`]: what a command means whatever engine it runs (prefixes,
+//!   shells, `FLAG VALUE` options, models, the installed package), canonical
+//!   JSON ([`launch::canonical`]), redaction;
 //! - [`signals`]: which signals keepwrap handles, the mask every thread
 //!   blocks, how a process ended;
 //! - [`digest`]: sha256 hex and the [`digest::Fingerprint`];

@@ -11,8 +11,8 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::clock::parse_duration;
 use crate::done::DoneRule;
+use crate::engine::fingerprint::{self, ProfileName};
 use crate::keeper::{KeepMode, UnifyMode};
-use crate::launch::fingerprint::{self, ProfileName};
 use crate::logging::LogFormat;
 
 const LONG_VERSION: &str = concat!(

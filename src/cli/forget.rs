@@ -10,7 +10,7 @@ use clap::Args;
 
 use super::args::FingerprintArgs;
 use crate::clock::parse_duration;
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
 
 #[derive(Debug, Args)]
 pub struct ForgetCmd {

@@ -24,7 +24,7 @@ pub use forget::ForgetCmd;
 pub use parse::command;
 
 pub use crate::clock::{parse_duration, MAX_DURATION};
-use crate::launch::fingerprint::{self, Launch};
+use crate::engine::fingerprint::{self, Launch};
 use crate::logging;
 
 pub use crate::cmd::EXIT_USAGE;

@@ -9,8 +9,8 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Command};
 use serde_json::{json, Map, Value};
 
+use crate::engine::fingerprint::Launch;
 use crate::keeper::Settings;
-use crate::launch::fingerprint::Launch;
 use crate::logging::LogLevel;
 
 /// Top-level arguments that are not settings of a launch.

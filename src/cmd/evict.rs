@@ -38,7 +38,7 @@ pub fn evict(
 ) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     // The default profile's engine, whose root a bare `evict` means.
-    let engine = crate::engine::of(crate::launch::fingerprint::ProfileName::Auto);
+    let engine = crate::engine::of(crate::engine::fingerprint::ProfileName::Auto);
     let Ok(first) = engine.root(cache_dir, &env) else {
         return super::no_root();
     };

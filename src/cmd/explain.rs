@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use crate::cache::Shape;
 use crate::clock::now_secs;
 use crate::digest::short;
+use crate::engine::fingerprint::Launch;
 use crate::keeper::explain::{differences, nearest};
-use crate::launch::fingerprint::Launch;
 use crate::store::{ago, Store};
 
 /// `keepwrap explain`: compare `launch` with every signed launch in the

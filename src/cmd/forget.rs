@@ -11,8 +11,8 @@ use crate::cache::forget::{forget_set, has_manifest, signed_for};
 use crate::cache::Shape;
 use crate::clock::now_secs;
 use crate::digest::Fingerprint;
+use crate::engine::fingerprint::Launch;
 use crate::events::counted;
-use crate::launch::fingerprint::Launch;
 use crate::root::running::Runs;
 use crate::store::{size_text, Store};
 

@@ -16,7 +16,6 @@ use nix::poll::PollFlags;
 use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
 
 use crate::clock::DurationError;
-use crate::launch::fingerprint::Launch;
 
 /// Why a `--done` rule cannot be used, for this launch or at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,18 +98,18 @@ pub enum Done {
 }
 
 impl DoneRule {
-    /// Resolve `auto` and a bare `health` against the launch (the command
-    /// inside a shell wrapper, its config file included). `server_done`:
-    /// the engine's rule for both when the launch runs a server the engine
-    /// knows; `health`: what a bare `health` probes otherwise
-    /// (`engine::Engine::done`).
+    /// Resolve `auto` and a bare `health`: `server_done`, the engine's rule
+    /// for both when the launch runs a server the engine knows; `health`,
+    /// what a bare `health` probes otherwise (`engine::Engine::done`);
+    /// `exit_unproven`, why the command's exit 0 does not prove the
+    /// engine's (then `auto` has no rule).
     pub fn resolve(
         &self,
-        launch: &Launch,
+        exit_unproven: Option<String>,
         server_done: Option<Result<Done, DoneError>>,
         health: Endpoint,
     ) -> Result<Done, DoneError> {
-        let done = self.resolve_rule(launch, server_done, health)?;
+        let done = self.resolve_rule(exit_unproven, server_done, health)?;
         if let Done::Health(ep) | Done::HeadHealth(ep) = &done {
             if let Some(missing) = ep.tls.then(tls::unsupported).flatten() {
                 return Err(DoneError::TlsUnsupported(ep.to_string(), missing));
@@ -121,13 +120,13 @@ impl DoneRule {
 
     fn resolve_rule(
         &self,
-        launch: &Launch,
+        exit_unproven: Option<String>,
         server_done: Option<Result<Done, DoneError>>,
         health: Endpoint,
     ) -> Result<Done, DoneError> {
         match (self, server_done) {
             (DoneRule::Auto | DoneRule::Health(None), Some(done)) => done,
-            (DoneRule::Auto, None) => match launch.command().exit_unproven_why() {
+            (DoneRule::Auto, None) => match exit_unproven {
                 Some(why) => Err(DoneError::ExitUnproven(why)),
                 None => Ok(Done::Exit),
             },

@@ -1,14 +1,17 @@
 //! The engine seam: what differs between the engines keepwrap fronts
-//! (SGLang, vLLM, TensorRT-LLM), each in its own file behind one trait, picked by one
-//! match on the profile ([`of`]). The cache root and the layout of its
+//! (SGLang, vLLM, TensorRT-LLM), each in its own folder behind one trait,
+//! picked by one match on the profile ([`of`]). Each folder's `launch/`
+//! reads its engine's command line; [`fingerprint`] holds the launch, read
+//! once by the engine it runs, and its fingerprint. The cache root and the layout of its
 //! tree, the unify default, the share of a multi-node launch, what the
 //! share gives a node before the start, launches left alone, the files
 //! kept that must go before the start, what `status` plans for them, and
 //! when tuning is done for a server the engine knows.
 //! Everything else (prune, the store, sign, done, the policy) is the same
-//! machinery for every engine. Adding an engine is one file here and one
-//! arm in [`of`].
+//! machinery for every engine. Adding an engine is one folder here, one
+//! arm in [`of`] and one entry in [`ALL`].
 
+pub mod fingerprint;
 pub mod flashinfer;
 pub mod sglang;
 pub mod trtllm;
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use crate::cache::Shape;
 use crate::done::{Done, DoneError, DoneRule, Endpoint};
-use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::engine::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
 use crate::stops::Stopped;
 
@@ -159,7 +162,11 @@ pub trait Engine: Sync {
 
     /// The rule `--done` gives for this launch.
     fn done(&self, rule: &DoneRule, launch: &Launch) -> Result<Done, DoneError> {
-        rule.resolve(launch, self.server_done(launch), self.health(launch))
+        rule.resolve(
+            exit_unproven_why(launch.command()),
+            self.server_done(launch),
+            self.health(launch),
+        )
     }
 
     /// The flags that tell the nodes or data-parallel ranks of one launch
@@ -279,6 +286,55 @@ pub fn warn_cache_dir(
             from: from.to_string(),
         }
         .emit();
+    }
+}
+
+/// What every engine knows of a command, for the reader in `launch`.
+pub const SERVERS: crate::launch::Servers = crate::launch::Servers {
+    runs: |argv| ALL.iter().any(|e| e.runs(argv)),
+    named_at: |argv, i| {
+        let words = crate::launch::strings(&argv[i..]);
+        sglang::launch::named(&words) || vllm::launch::named(&argv[i..], &words)
+    },
+    instead: "put the engine command itself after keepwrap -- (python3 -m sglang.launch_server ..., vllm serve ...), behind any of the prefixes keepwrap reads",
+};
+
+/// The command `argv` runs in `env`, read through its launcher prefixes,
+/// `env` and shell wrappers ([`crate::launch::analyze`]).
+pub fn command(argv: &[OsString], env: &[(OsString, OsString)]) -> crate::launch::Command {
+    crate::launch::analyze(argv, env, SERVERS)
+}
+
+/// `--keep auto`: whether `command` is an engine whose cache is kept: a
+/// server an engine reads, or a command an engine's words name (an offline
+/// script under a Python interpreter, an engine's entry point), or a shell
+/// string that cannot be read but names one. Everything else (`bash`,
+/// `sleep`, `nvidia-smi`, a script) is only supervised.
+pub fn is_engine(command: &crate::launch::Command) -> bool {
+    use crate::launch::{strings, Wrapper};
+    if ALL.iter().any(|e| e.runs(&command.argv)) {
+        return true;
+    }
+    let words = strings(&command.argv);
+    if let Wrapper::Unreadable(_) = command.wrapper {
+        return words.iter().any(|w| {
+            w.contains("python")
+                || ALL
+                    .iter()
+                    .any(|e| e.commands().iter().any(|c| w.contains(c)))
+        });
+    }
+    sglang::launch::runs_engine(&words)
+}
+
+/// Why the command's exit status may not be the engine's: a launch not
+/// read whole that wraps an engine (`sh -c 'python3 ... || true'`),
+/// `timeout --preserve-status`. A shell string that names no engine (kept
+/// with `--keep always`: a launch script) is the engine itself.
+pub fn exit_unproven_why(command: &crate::launch::Command) -> Option<String> {
+    match &command.wrapper {
+        crate::launch::Wrapper::Unreadable(u) if is_engine(command) => Some(u.why.clone()),
+        _ => command.exit_unproven.clone(),
     }
 }
 

@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, fsx, Shape};
 use crate::digest::Fingerprint;
-use crate::launch::fingerprint::ProfileName;
+use crate::engine::fingerprint::ProfileName;
 use crate::publish::{Failure, Job, Put, ReadOnly, Storage, Waited};
 use s3::{Client, Endpoint, Location};
 

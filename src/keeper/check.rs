@@ -15,8 +15,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::digest::Fingerprint;
+use crate::engine::fingerprint::{Launch, Options};
 use crate::events::Event;
-use crate::launch::fingerprint::{Launch, Options};
 use crate::launch::{Command, Wrapper};
 
 use super::commit::{Committer, Report};
@@ -51,7 +51,7 @@ pub(super) struct Redo {
 
 impl Redo {
     fn launch(&self) -> Launch {
-        let mut command = crate::launch::analyze(&self.argv, &self.env);
+        let mut command = crate::engine::command(&self.argv, &self.env);
         if self.cwd.is_some() {
             command.cwd.clone_from(&self.cwd);
         }
@@ -89,7 +89,7 @@ impl Seeing {
     ) -> Seeing {
         // A command that names no engine (a launch script kept with `--keep
         // always`) is the engine itself: kept by its words.
-        if command.wrapper == Wrapper::Direct || !command.is_engine() {
+        if command.wrapper == Wrapper::Direct || !crate::engine::is_engine(command) {
             return Seeing::AsRead;
         }
         Seeing::Awaiting(Box::new(Awaiting {
@@ -370,7 +370,7 @@ fn dropped(awaiting: &Awaiting, seen: &Seen) -> Option<String> {
 /// its working directory (said as the words said it when it is the same
 /// directory, so that a launch read right is fingerprinted alike).
 fn seen_launch(awaiting: &Awaiting, seen: &Seen) -> Launch {
-    let mut command = crate::launch::analyze(&seen.argv, &seen.env);
+    let mut command = crate::engine::command(&seen.argv, &seen.env);
     command.cwd = cwd_as_read(awaiting.cwd.as_deref(), &seen.cwd);
     Launch::of(&awaiting.opts, command, &seen.argv, &seen.env)
 }

@@ -11,9 +11,9 @@ use crate::cache::{self, fsx, Settle, Shape};
 use crate::digest::Fingerprint;
 use crate::done::owner;
 use crate::done::watch::{self, Stamp};
+use crate::engine::fingerprint::ProfileName;
 use crate::events::{Event, Outcome};
 use crate::keeper::policy::Owner;
-use crate::launch::fingerprint::ProfileName;
 use crate::root::lock::{self, CacheLock, LockFor};
 use crate::root::stats::Stats;
 use crate::share::Share;
@@ -334,7 +334,12 @@ impl Committer {
             .emit();
             if let Some(s) = &self.store {
                 if n > 0 && !report.unchanged {
-                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                    s.record_signed(
+                        &self.fingerprint,
+                        self.profile.as_str(),
+                        self.inputs.clone(),
+                        n,
+                    );
                 }
             }
             return as_read(report);
@@ -377,7 +382,12 @@ impl Committer {
                 if report.unchanged && s.record(&self.fingerprint).is_some() {
                     s.touch(&self.fingerprint);
                 } else {
-                    s.record_signed(&self.fingerprint, self.profile, self.inputs.clone(), n);
+                    s.record_signed(
+                        &self.fingerprint,
+                        self.profile.as_str(),
+                        self.inputs.clone(),
+                        n,
+                    );
                 }
             }
             Stats::record(|st| {

@@ -19,9 +19,9 @@ use serde_json::Value;
 
 use crate::clock::now_secs;
 use crate::digest::Fingerprint;
+use crate::engine::fingerprint::is_secret_name;
 use crate::engine::{launch_items, strings};
 use crate::events::Event;
-use crate::launch::fingerprint::is_secret_name;
 use crate::store::{ago, LaunchRecord, Store};
 
 /// argv split into positionals (by index, before the first flag) and flags
@@ -248,7 +248,7 @@ pub fn no_cache_event(store: &Store, fp: &Fingerprint, inputs: &Value) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::fingerprint::{Launch, Options};
+    use crate::engine::fingerprint::{Launch, Options};
     use serde_json::json;
     use std::ffi::OsString;
 
@@ -299,7 +299,7 @@ mod tests {
 
     fn inputs(argv: &[&str]) -> Value {
         let opts = Options {
-            profile: crate::launch::fingerprint::ProfileName::Sglang,
+            profile: crate::engine::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],

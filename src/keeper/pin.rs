@@ -41,9 +41,9 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, fsx, Settle, Shape};
 use crate::digest::Fingerprint;
 use crate::done::watch::Stamp;
+use crate::engine::fingerprint::Launch;
 use crate::engine::Engine;
 use crate::events::Event;
-use crate::launch::fingerprint::Launch;
 use crate::root::stats::Stats;
 use crate::STATE_DIR;
 

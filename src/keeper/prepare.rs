@@ -14,8 +14,8 @@ use crate::cache::{self, PruneReport, Shape};
 use crate::digest::Fingerprint;
 use crate::done::watch::Watcher;
 use crate::done::Done;
+use crate::engine::fingerprint::Launch;
 use crate::engine::{Engine, NoRoot};
-use crate::launch::fingerprint::Launch;
 use crate::launch::Command;
 use crate::root::lock::CacheLock;
 use crate::root::running::{self, Identity, Marker, Runs, State};
@@ -185,7 +185,7 @@ fn keep(
         signed_at_done: Vec::new(),
         seeing: read.seeing,
         redo: read.words.redo(),
-        saves_every_boot: engine.saves_every_boot(launch) && launch.command().server.is_some(),
+        saves_every_boot: engine.saves_every_boot(launch),
         refuse,
         cold,
         pin: super::pin::State::Off,
@@ -211,7 +211,7 @@ fn keep(
         done,
         probe_interval: args.probe_interval,
         probe_timeout: args.probe_timeout,
-        exit_unproven: launch.command().exit_unproven_why().is_some(),
+        exit_unproven: crate::engine::exit_unproven_why(launch.command()).is_some(),
     };
     let keeper = Keeper {
         marker,
@@ -385,7 +385,8 @@ fn fleet_of(
         (n.nnodes > 1).then(|| crate::fleet::Nodes {
             rank: n.rank,
             nnodes: n.nnodes,
-            cluster: launch.cluster_fingerprint(&args.share.node_local()),
+            cluster: launch
+                .cluster_fingerprint(&crate::engine::fingerprint::node_local(&args.share)),
         })
     });
     crate::fleet::Fleet::new(

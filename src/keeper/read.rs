@@ -4,8 +4,8 @@
 use std::ffi::OsString;
 
 use crate::digest::Fingerprint;
+use crate::engine::fingerprint::{Launch, Options};
 use crate::engine::Engine;
-use crate::launch::fingerprint::{Launch, Options};
 use crate::launch::{Command, Unread, Wrapper};
 use crate::root::running::Identity;
 use crate::store::Store;
@@ -113,11 +113,10 @@ impl Read {
         env: &[(OsString, OsString)],
     ) -> Identity {
         let launch = &self.launch;
-        Identity::of(
-            launch,
+        launch.identity(
             &self.opts,
             env,
-            &args.share.node_local(),
+            &crate::engine::fingerprint::node_local(&args.share),
             engine.rank_flags(launch),
             &engine.ranks(launch),
         )
@@ -203,7 +202,7 @@ fn with_engine_env(
     let mut opts = opts.clone();
     opts.volatile_env
         .extend(set.iter().map(|(k, _)| k.to_string_lossy().into_owned()));
-    let again = Launch::of(&opts, crate::launch::analyze(argv, &with), argv, &with);
+    let again = Launch::of(&opts, crate::engine::command(argv, &with), argv, &with);
     let lost = lost(&set, &again.command().env);
     if lost.is_empty() && again.fingerprint() == launch.fingerprint() {
         return (again, set, None, with);

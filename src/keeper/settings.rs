@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 
 use crate::done::DoneRule;
-use crate::launch::fingerprint::{self, ProfileName};
+use crate::engine::fingerprint::{self, ProfileName};
 use crate::launch::Command;
 
 /// How the cache of one launch is kept.
@@ -108,13 +108,13 @@ impl Settings {
         }
         match self.keep {
             KeepMode::Never => Err(NotKept::Never),
-            KeepMode::Always => Ok(crate::launch::analyze(command, env)),
+            KeepMode::Always => Ok(crate::engine::command(command, env)),
             KeepMode::Auto => {
                 // An engine launch that cannot be read whole is pruned all
                 // the same (nothing of another launch stays in its engine's
                 // reach), and nothing is signed for it.
-                let c = crate::launch::analyze(command, env);
-                if !c.is_engine() {
+                let c = crate::engine::command(command, env);
+                if !crate::engine::is_engine(&c) {
                     return Err(NotKept::NotAnEngine(c.not_engine_line()));
                 }
                 Ok(c)

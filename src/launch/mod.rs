@@ -1,12 +1,11 @@
-//! What a launch means: which program runs (after launcher prefixes, `env`
-//! and shell wrappers, see [`analyze`]), whether it is an SGLang server, and its server arguments
-//! in canonical form, merged with its `--config` file, with what the
-//! fingerprint covers of its models.
+//! What a command means, whatever engine it runs: which program runs after
+//! launcher prefixes, `env` and shell wrappers ([`analyze`]), with the
+//! environment and the working directory those give it; the readers every
+//! engine's parser shares (`FLAG VALUE` options, canonical JSON, models,
+//! the installed package, the GPU model, `~`). What a command means to an
+//! engine is the engine's to read (`crate::engine`).
 
-pub mod args;
 pub mod canonical;
-pub mod config;
-pub mod fingerprint;
 pub mod flags;
 pub mod gpu;
 pub mod home;
@@ -14,15 +13,10 @@ pub mod model;
 pub mod package;
 pub mod prefix;
 pub mod shell;
-mod table;
-pub mod trtllm;
-pub mod vllm;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-use serde_json::{Map, Value};
 
 use crate::launch::canonical::py_str;
 
@@ -59,72 +53,6 @@ impl std::fmt::Display for Unread {
 
 const INSTEAD_PREFIX: &str = "write the prefix with the options keepwrap reads (docs/fingerprint.md, launch shapes), or start the engine without it";
 const INSTEAD_SHELL: &str = "write the string as simple commands (ulimit, export, cd DIR, set -e, echo) then exec of the engine, or put the engine command itself after keepwrap --";
-const INSTEAD_PROGRAM: &str = "put the engine command itself after keepwrap -- (python3 -m sglang.launch_server ..., vllm serve ...), behind any of the prefixes keepwrap reads";
-
-/// The entry point of an SGLang server launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
-    /// `python -m sglang.launch_server` or `python .../sglang/launch_server.py`
-    LaunchServer,
-    /// `sglang serve`
-    Serve,
-    /// `python -m MODULE` of an offline benchmark that reads the server's
-    /// arguments (`ServerArgs.add_cli_args`) with plain `parse_args`: no
-    /// `--config` merge. The module as written.
-    Bench(&'static str),
-}
-
-/// The modules of SGLang that take the server's arguments
-/// (`ServerArgs.add_cli_args`) and run the engine in their own process:
-/// 0.5.23's `sglang.benchmark.*` and the older (or shim) `sglang.bench_*`.
-pub const BENCH_MODULES: &[&str] = &[
-    "sglang.bench_one_batch",
-    "sglang.bench_offline_throughput",
-    "sglang.bench_one_batch_server",
-    "sglang.benchmark.one_batch",
-    "sglang.benchmark.offline_throughput",
-    "sglang.benchmark.one_batch_server",
-];
-
-impl Entry {
-    /// A server (`sglang.launch_server`, `sglang serve`), not a benchmark.
-    pub fn is_server(self) -> bool {
-        !matches!(self, Entry::Bench(_))
-    }
-
-    /// What `--explain` calls it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Entry::LaunchServer => "sglang.launch_server",
-            Entry::Serve => "sglang serve",
-            Entry::Bench(m) => m,
-        }
-    }
-}
-
-/// The entry of `python -m MODULE`, when MODULE reads the server's
-/// arguments.
-fn module_entry(module: &str) -> Option<Entry> {
-    if module == "sglang.launch_server" {
-        return Some(Entry::LaunchServer);
-    }
-    BENCH_MODULES
-        .iter()
-        .find(|m| **m == module)
-        .map(|m| Entry::Bench(m))
-}
-
-/// An SGLang server launch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Server {
-    pub entry: Entry,
-    /// Interpreter options before `-m` (`-u`, `-X dev`, ...).
-    pub python_opts: Vec<String>,
-    /// `sglang serve --model-type BACKEND` (taken out before SGLang parses).
-    pub model_type: Option<String>,
-    /// The server arguments (sentinel-form strings, see [`py_str`]).
-    pub args: Vec<String>,
-}
 
 /// The command keepwrap runs, understood: the engine's command after every
 /// launcher prefix, `env` and shell wrapper, with the environment and the
@@ -150,7 +78,47 @@ pub struct Command {
     /// The variables an unreadable shell string names (their values count).
     pub names: Vec<String>,
     pub wrapper: Wrapper,
-    pub server: Option<Server>,
+}
+
+/// What the engines know of a command, asked by the reader, which names
+/// none of them ([`crate::engine::servers`] gives every engine's).
+#[derive(Clone, Copy)]
+pub struct Servers {
+    /// Whether the command (after every layer) runs a server an engine
+    /// reads.
+    pub runs: fn(&[OsString]) -> bool,
+    /// Whether the words from `i` on name such a server (behind a program
+    /// keepwrap does not read: `torchrun ... -m MODULE`).
+    pub named_at: fn(&[OsString], usize) -> bool,
+    /// What to write instead of a program that hides the server.
+    pub instead: &'static str,
+}
+
+/// Whether a flag or variable named `name` holds a secret: its name contains
+/// KEY, TOKEN, SECRET or PASSWORD, in any case. Leading dashes and anything
+/// from `=` on are not part of a flag's name.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-');
+    let name = name
+        .split_once('=')
+        .map_or(name, |(n, _)| n)
+        .to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
+/// `<sha256:XXXXXXXXXXXX>`: the first 12 hex digits of the sha256 of `value`.
+pub fn value_hash(value: &[u8]) -> String {
+    format!("<sha256:{}>", &crate::digest::sha256_hex(value)[..12])
+}
+
+/// `<redacted sha256:XXXXXXXXXXXX>`, for a secret's value.
+pub fn redacted_hash(value: &[u8]) -> String {
+    format!(
+        "<redacted sha256:{}>",
+        &crate::digest::sha256_hex(value)[..12]
+    )
 }
 
 /// Open `path` for reading only when it is a regular file: a FIFO would
@@ -168,7 +136,7 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(f)
 }
 
-fn base(s: &str) -> &str {
+pub(crate) fn base(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
 }
 
@@ -179,116 +147,8 @@ pub fn is_python(argv0: &str) -> bool {
         .is_some_and(|v| v.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
 }
 
-pub(crate) fn strings(argv: &[OsString]) -> Vec<String> {
+pub fn strings(argv: &[OsString]) -> Vec<String> {
     argv.iter().map(|a| py_str(a.as_bytes())).collect()
-}
-
-/// The SGLang server `argv` runs, if it runs one directly.
-pub fn server_of(argv: &[String]) -> Option<Server> {
-    let argv0 = argv.first()?;
-    if base(argv0) == "sglang" && argv.get(1).is_some_and(|a| a == "serve") {
-        return Some(sglang_serve(&argv[2..]));
-    }
-    if !is_python(argv0) {
-        return None;
-    }
-    python_server(argv)
-}
-
-/// `sglang serve ARGS` (sglang.cli.serve): `--model-type X` selects the
-/// backend and is taken out; a first positional argument is the model path.
-fn sglang_serve(args: &[String]) -> Server {
-    let mut rest = Vec::new();
-    let mut model_type = None;
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a == "--model-type" {
-            model_type = Some(args.get(i + 1).cloned().unwrap_or_default());
-            i += 2;
-            continue;
-        }
-        if let Some(v) = a.strip_prefix("--model-type=") {
-            model_type = Some(v.to_string());
-        } else {
-            rest.push(a.clone());
-        }
-        i += 1;
-    }
-    if rest.first().is_some_and(|a| !a.starts_with('-')) {
-        rest.insert(0, "--model-path".into());
-    }
-    Server {
-        entry: Entry::Serve,
-        python_opts: Vec::new(),
-        model_type,
-        args: rest,
-    }
-}
-
-/// `python [OPTIONS] -m sglang.launch_server ARGS` (or the module's script),
-/// Python's own options read as Python reads them.
-fn python_server(argv: &[String]) -> Option<Server> {
-    let server = |entry, python_opts: Vec<String>, args: &[String]| Server {
-        entry,
-        python_opts,
-        model_type: None,
-        args: args.to_vec(),
-    };
-    let launch_server =
-        |python_opts: Vec<String>, args: &[String]| server(Entry::LaunchServer, python_opts, args);
-    let mut opts = Vec::new();
-    let mut i = 1;
-    while i < argv.len() {
-        let a = argv[i].as_str();
-        let (target, next) = if a == "-m" {
-            (argv.get(i + 1).map(String::as_str), i + 2)
-        } else if let Some(m) = a.strip_prefix("-m").filter(|m| !m.is_empty()) {
-            (Some(m), i + 1)
-        } else if a == "-" || a.starts_with("-c") || a.starts_with("--") {
-            return None;
-        } else if let Some(flags) = a.strip_prefix('-') {
-            // combined short options, as Python reads them: `-uB`, `-Xdev`,
-            // `-um MODULE`; `-m`, `-c`, `-X` and `-W` take the rest of the
-            // token or the next one
-            let taking = flags.char_indices().find_map(|(k, ch)| {
-                let rest = &flags[k + ch.len_utf8()..];
-                if matches!(ch, 'm' | 'c' | 'X' | 'W') {
-                    return Some((ch, rest));
-                }
-                opts.push(format!("-{ch}"));
-                None
-            });
-            let Some((ch, rest)) = taking else {
-                i += 1;
-                continue;
-            };
-            if ch == 'c' {
-                return None;
-            }
-            let (value, next) = if rest.is_empty() {
-                (argv.get(i + 1)?.as_str(), i + 2)
-            } else {
-                (rest, i + 1)
-            };
-            if ch == 'm' {
-                return module_entry(value)
-                    .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
-            }
-            opts.push(format!("-{ch}"));
-            opts.push(value.to_string());
-            i = next;
-            continue;
-        } else {
-            // a script
-            let server = a.ends_with("sglang/launch_server.py");
-            return server.then(|| launch_server(opts, &argv[i + 1..]));
-        };
-        return target
-            .and_then(module_entry)
-            .map(|e| server(e, opts, argv.get(next..).unwrap_or_default()));
-    }
-    None
 }
 
 /// The script `python [OPTIONS] SCRIPT ARGS` runs, as Python reads its
@@ -448,7 +308,7 @@ fn shell_start(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 /// address, the profile and `--keep auto` all use. Launcher prefixes
 /// ([`prefix`]), `env`, and `sh -c` strings of simple commands are read
 /// layer by layer, in any nesting, down to the engine's command.
-pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
+pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)], servers: Servers) -> Command {
     let mut l = Layers {
         argv: argv.to_vec(),
         assigns: Vec::new(),
@@ -463,7 +323,7 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     };
     // as written; the variables every shell string on the way names count
     let unread = |names: &[String], why: String, instead| {
-        let mut c = finish(argv, env, None);
+        let mut c = finish(argv, env);
         c.wrapper = Wrapper::Unreadable(Unread { why, instead });
         c.names = names.to_vec();
         c
@@ -511,13 +371,12 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
             Err(why) => return unread(&l.names, format!("the shell string: {why}"), INSTEAD_SHELL),
         }
     }
-    let server = server_of(&strings(&l.argv));
-    if server.is_none() && vllm::recognise(&l.argv).is_none() {
-        if let Some(program) = names_server(&l.argv) {
+    if !(servers.runs)(&l.argv) {
+        if let Some(program) = names_server(&l.argv, servers) {
             return unread(
                 &l.names,
                 format!("'{program}' runs the server, and keepwrap does not read its options"),
-                INSTEAD_PROGRAM,
+                servers.instead,
             );
         }
     }
@@ -538,12 +397,11 @@ pub fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
         exit_unproven: l.exit_unproven,
         names: Vec::new(),
         wrapper,
-        server,
     }
 }
 
 /// The command as given, not read further.
-fn finish(argv: &[OsString], env: &[(OsString, OsString)], server: Option<Server>) -> Command {
+fn finish(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
     Command {
         argv: argv.to_vec(),
         assigns: Vec::new(),
@@ -552,7 +410,6 @@ fn finish(argv: &[OsString], env: &[(OsString, OsString)], server: Option<Server
         exit_unproven: None,
         names: Vec::new(),
         wrapper: Wrapper::Direct,
-        server,
     }
 }
 
@@ -612,59 +469,12 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
 /// The program before a server launch that keepwrap does not read
 /// (`torchrun ... -m sglang.launch_server`, `uv run vllm serve`), if the
 /// command names one after its first word.
-fn names_server(argv: &[OsString]) -> Option<String> {
-    let words = strings(argv);
-    let named = (1..words.len()).any(|i| {
-        let w = words[i].as_str();
-        w == "sglang.launch_server"
-            || w.ends_with("sglang/launch_server.py")
-            || (base(w) == "sglang" && words.get(i + 1).is_some_and(|n| n == "serve"))
-            || vllm::recognise(&argv[i..]).is_some()
-            || w == "vllm.entrypoints.openai.api_server"
-    });
-    named.then(|| base(&words[0]).to_string())
+fn names_server(argv: &[OsString], servers: Servers) -> Option<String> {
+    let named = (1..argv.len()).any(|i| (servers.named_at)(argv, i));
+    named.then(|| base(&py_str(argv[0].as_bytes())).to_string())
 }
 
 impl Command {
-    /// `--keep auto`: whether this command is an engine whose cache is
-    /// kept. An SGLang, vLLM or TensorRT-LLM server; or any command one of whose words names a
-    /// Python interpreter or starts with `sglang` (an offline script, an
-    /// `sglang` entry point, `numactl ... python ...`); or a shell string
-    /// that cannot be read but mentions `python` or `sglang`. Everything
-    /// else (`bash`, `sleep`, `nvidia-smi`, a script) is only supervised.
-    pub fn is_engine(&self) -> bool {
-        if self.server.is_some()
-            || vllm::recognise(&self.argv).is_some()
-            || trtllm::recognise(&self.argv).is_some()
-        {
-            return true;
-        }
-        let words = strings(&self.argv);
-        if let Wrapper::Unreadable(_) = self.wrapper {
-            return words
-                .iter()
-                .any(|w| w.contains("python") || w.contains("sglang") || w.contains("vllm"));
-        }
-        let names = |w: &String| is_python(w) || base(w).starts_with("sglang");
-        match words.first().map(|w| base(w)) {
-            Some("sglang") => words
-                .get(1)
-                .is_some_and(|s| s == "serve" || s == "generate"),
-            _ => words.iter().any(names),
-        }
-    }
-
-    /// Why the command's exit status may not be the engine's: a launch not
-    /// read whole that wraps an engine (`sh -c 'python3 ... || true'`),
-    /// `timeout --preserve-status`. A shell string that names no engine
-    /// (kept with `--keep always`: a launch script) is the engine itself.
-    pub fn exit_unproven_why(&self) -> Option<String> {
-        match &self.wrapper {
-            Wrapper::Unreadable(u) if self.is_engine() => Some(u.why.clone()),
-            _ => self.exit_unproven.clone(),
-        }
-    }
-
     /// The one line that says why this command is only supervised.
     pub fn not_engine_line(&self) -> String {
         let name = self
@@ -679,152 +489,18 @@ impl Command {
     }
 }
 
-/// The config file of a server launch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigFile {
-    /// As written on the command line.
-    pub path: String,
-    /// sha256 of its bytes, when they could be read.
-    pub sha256: Option<String>,
-    pub outcome: config::Outcome,
-}
-
-/// A server launch in canonical form.
-#[derive(Debug, Clone)]
-pub struct Canonical {
-    pub server: Server,
-    /// The command line merged with the config file, grouped.
-    pub parsed: args::Parsed,
-    pub config: Option<ConfigFile>,
-    /// `(option, description)` per model argument (see [`model::describe`]).
-    pub models: Vec<(&'static str, Value)>,
-}
-
-/// Marker value of a `--config` SGLang does not merge (`--config=FILE`, an
-/// abbreviation, a repeat): the file's content, not its path.
-fn config_marker(path: &str, cwd: &Path) -> String {
-    match config::read(&cwd.join(path)).1 {
-        Some(h) => format!("\0config-file:{h}"),
-        None => "\0config-file:unreadable".into(),
-    }
-}
-
-impl Canonical {
-    /// Merge, group and describe `server`, reading files relative to `cwd`
-    /// (the engine's working directory) and the hub cache from `env`.
-    pub fn new(server: &Server, cwd: &Path, env: &dyn Fn(&str) -> Option<String>) -> Canonical {
-        let at: Vec<usize> = server
-            .args
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| *a == "--config")
-            .map(|(i, _)| i)
-            .collect();
-        let mut tokens = server.args.clone();
-        let mut cfg = None;
-        // prepare_server_args merges only `--config FILE`, exactly once;
-        // a benchmark's plain parse_args never does.
-        if let ([i], true) = (&at[..], server.entry.is_server()) {
-            let i = *i;
-            if i + 1 < tokens.len() {
-                let path = tokens[i + 1].clone();
-                let (outcome, sha256) = config::read(&cwd.join(&path));
-                let rest: Vec<String> = tokens[..i]
-                    .iter()
-                    .chain(&tokens[i + 2..])
-                    .cloned()
-                    .collect();
-                tokens = match &outcome {
-                    config::Outcome::Args(a) => a.iter().cloned().chain(rest).collect(),
-                    _ => rest,
-                };
-                cfg = Some(ConfigFile {
-                    path,
-                    sha256,
-                    outcome,
-                });
-            }
-        }
-        let mut parsed = args::parse(&tokens);
-        for g in parsed
-            .groups
-            .iter_mut()
-            .filter(|g| g.known && g.key == "config")
-        {
-            for v in g.values.iter_mut() {
-                *v = config_marker(v, cwd);
-            }
-        }
-        let models = model::sglang_models(&parsed, cwd, env);
-        Canonical {
-            server: server.clone(),
-            parsed,
-            config: cfg,
-            models,
-        }
-    }
-
-    /// The canonical launch as JSON, leaving out the groups `drop` says.
-    pub fn to_json(&self, drop: &dyn Fn(&args::Group) -> bool) -> Value {
-        let mut m = Map::new();
-        if let Entry::Bench(module) = self.server.entry {
-            m.insert("module".into(), module.into());
-        }
-        if !self.server.python_opts.is_empty() {
-            m.insert("python".into(), self.server.python_opts.clone().into());
-        }
-        if let Some(t) = &self.server.model_type {
-            m.insert("model_type".into(), t.clone().into());
-        }
-        let groups: Vec<Value> = self
-            .parsed
-            .groups
-            .iter()
-            .filter(|g| !drop(g))
-            .map(|g| g.tokens().into())
-            .collect();
-        m.insert("args".into(), groups.into());
-        if let Some(c) = &self.config {
-            match &c.outcome {
-                config::Outcome::Args(_) => {}
-                config::Outcome::Unreadable(_) => {
-                    m.insert("config".into(), "unreadable".into());
-                }
-                config::Outcome::Unparsable(_) => {
-                    // the bytes: a file this module does not read may still be
-                    // one SGLang reads (tags, anchors)
-                    let sha = c.sha256.clone().unwrap_or_default();
-                    m.insert("config".into(), format!("unparsable {sha}").into());
-                }
-            }
-        }
-        let models: Map<String, Value> = self
-            .models
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        m.insert("models".into(), models.into());
-        Value::Object(m)
-    }
-
-    /// The warning for a config file that could not be used, if any.
-    pub fn config_warning(&self) -> Option<String> {
-        let c = self.config.as_ref()?;
-        let why = match &c.outcome {
-            config::Outcome::Args(_) => return None,
-            config::Outcome::Unreadable(e) => format!("cannot be read ({e})"),
-            config::Outcome::Unparsable(e) => format!("cannot be used ({e})"),
-        };
-        Some(format!(
-            "config file '{}' {why}: the fingerprint records that, and the launch goes on",
-            c.path.escape_debug()
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reader with every engine's knowledge, as the product runs it.
+    fn analyze(argv: &[OsString], env: &[(OsString, OsString)]) -> Command {
+        super::analyze(argv, env, crate::engine::SERVERS)
+    }
+
+    fn server_args(c: &Command) -> Option<Vec<String>> {
+        crate::engine::sglang::launch::server_of(&strings(&c.argv)).map(|s| s.args)
+    }
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
@@ -851,7 +527,7 @@ mod tests {
             &outer,
         );
         assert_eq!(c.wrapper, Wrapper::Prefix);
-        assert_eq!(c.server.as_ref().map(|s| s.args.clone()), Some(v("--tp 2")));
+        assert_eq!(server_args(&c), Some(v("--tp 2")));
         assert_eq!(c.env, env_of(&[("A", "1"), ("PORT", "8000")]));
         let c = analyze(&os("env -i A=1 -- python3 x"), &outer);
         assert_eq!(c.wrapper, Wrapper::Env);
@@ -871,7 +547,7 @@ mod tests {
         ];
         let c = analyze(&argv, &outer);
         assert_eq!(c.wrapper, Wrapper::Shell);
-        assert_eq!(c.server.map(|s| s.args), Some(v("--port 8000")));
+        assert_eq!(server_args(&c), Some(v("--port 8000")));
         assert_eq!(c.cwd, Some(PathBuf::from("/tmp")));
         assert_eq!(c.env[0], (OsString::from("SGLANG_C"), OsString::from("3")));
         assert!(c.exit_unproven.is_none());
@@ -988,45 +664,5 @@ mod tests {
             sh(format!("cd {r}/./x; exec python3 x")).map(PathBuf::into_os_string),
             Some(OsString::from(format!("{r}/./x")))
         );
-    }
-
-    #[test]
-    fn entry_points() {
-        let a = server_of(&v("python3 -m sglang.launch_server --tp 2")).unwrap();
-        assert_eq!(a.args, ["--tp", "2"]);
-        let b = server_of(&v("/usr/bin/python3.11 -u -msglang.launch_server --tp 2")).unwrap();
-        assert_eq!((b.args, b.python_opts), (v("--tp 2"), v("-u")));
-        let c = server_of(&v("sglang serve /m --model-type=llm --tp 2")).unwrap();
-        assert_eq!(c.args, v("--model-path /m --tp 2"));
-        assert_eq!(c.model_type.as_deref(), Some("llm"));
-        let b = server_of(&v("python3 -m sglang.bench_one_batch --tp 2")).unwrap();
-        assert_eq!(b.entry, Entry::Bench("sglang.bench_one_batch"));
-        assert!(!b.entry.is_server());
-        let b = server_of(&v(
-            "python3 -u -msglang.benchmark.offline_throughput --tp 2",
-        ))
-        .unwrap();
-        assert_eq!(b.args, v("--tp 2"));
-        assert!(server_of(&v("python3 -m sglang.bench_serving --tp 2")).is_none());
-        assert_eq!(script_of(&v("python3 gen.py --tp 2")), Some("gen.py"));
-        assert_eq!(
-            script_of(&v("python3 -u -X dev -Wignore /x/gen.py")),
-            Some("/x/gen.py")
-        );
-        assert_eq!(script_of(&v("python3 -- -gen.py")), Some("-gen.py"));
-        for s in [
-            "python3 -m x",
-            "python3 -c x",
-            "python3 -",
-            "python3 --help",
-            "python3",
-            "sh gen.py",
-        ] {
-            assert_eq!(script_of(&v(s)), None, "{s}");
-        }
-        assert!(server_of(&v("python3 bench.py")).is_none());
-        assert!(server_of(&v("python3 -c x")).is_none());
-        assert!(server_of(&v("python3 /x/sglang/launch_server.py --tp 2")).is_some());
-        assert!(server_of(&v("sglang version")).is_none());
     }
 }

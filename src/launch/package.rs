@@ -323,12 +323,11 @@ fn system_prefix(exe: &Path) -> Option<(PathBuf, Vec<String>)> {
 /// `site` module reads), or why they cannot be told.
 fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<(Vec<PathBuf>, usize), String> {
     let argv0 = argv.first().ok_or("no command")?;
-    let name = base(argv0.as_bytes());
     let (exe, flags) = if super::is_python(&String::from_utf8_lossy(argv0.as_bytes())) {
         let exe = which(argv0, env, cwd)
             .ok_or_else(|| format!("{} is not on PATH", argv0.to_string_lossy()))?;
         (exe, py_flags(argv, cwd))
-    } else if name == b"vllm" || name == b"sglang" || name == super::trtllm::COMMAND.as_bytes() {
+    } else {
         let script = which(argv0, env, cwd)
             .ok_or_else(|| format!("{} is not on PATH", argv0.to_string_lossy()))?;
         let exe = shebang(&script, env, cwd)
@@ -355,11 +354,6 @@ fn search_path(argv: &[OsString], env: Env, cwd: &Path) -> Result<(Vec<PathBuf>,
             }
         }
         (exe, f)
-    } else {
-        return Err(format!(
-            "{} is neither a Python interpreter nor a vllm/sglang script",
-            argv0.to_string_lossy()
-        ));
     };
     let ignore_env = flags.ignore_env;
     let pyenv = |n: &str| {

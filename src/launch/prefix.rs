@@ -249,7 +249,7 @@ const ENV: Grammar = Grammar {
 /// A word in a reason: as written, unless its name says it holds a secret.
 fn shown(w: &[u8]) -> String {
     let text = String::from_utf8_lossy(w);
-    if super::fingerprint::is_secret_name(&text) {
+    if super::is_secret_name(&text) {
         "<redacted>".into()
     } else {
         text.escape_debug().to_string()

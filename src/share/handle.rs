@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cache::{self, fsx, Shape};
-use crate::launch::fingerprint::Launch;
 use crate::publish::{Job, Waited};
 use crate::stops::Stopped;
 use crate::unify::Outcome;
@@ -37,7 +36,7 @@ impl Share {
     /// there is none to use.
     pub fn new(
         args: &Settings,
-        launch: &Launch,
+        cluster: &str,
         node: Result<Node, String>,
         shape: Shape,
         unify: bool,
@@ -51,13 +50,13 @@ impl Share {
             .emit();
             return None;
         }
-        Share::for_node(args, launch, node, shape, max_age)
+        Share::for_node(args, cluster, node, shape, max_age)
     }
 
     /// [`Share::new`] for a launch whose place among the nodes is `node`.
     pub fn for_node<E: std::fmt::Display>(
         args: &Settings,
-        launch: &Launch,
+        cluster: &str,
         node: Result<Node, E>,
         shape: Shape,
         max_age: Duration,
@@ -81,7 +80,7 @@ impl Share {
             .emit();
             return None;
         }
-        let cluster = String::from(launch.cluster_fingerprint(&args.node_local()));
+        let cluster = cluster.to_string();
         crate::events::Event::ShareCluster {
             cluster_fingerprint: cluster.to_string(),
             node: node.rank,

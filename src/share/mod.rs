@@ -40,7 +40,7 @@
 //! is abandoned; a syscall stuck on a hard NFS mount may still keep the
 //! process from exiting until the mount answers).
 //!
-//! [`Launch::cluster_fingerprint`]: crate::launch::fingerprint::Launch::cluster_fingerprint
+//! [`Launch::cluster_fingerprint`]: crate::engine::fingerprint::Launch::cluster_fingerprint
 //! [`unify::unify`]: crate::unify::unify
 
 mod dir;

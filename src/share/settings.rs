@@ -3,8 +3,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::launch::fingerprint;
-
 /// `--share`, `--node-local-env`, `--share-timeout`.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -17,12 +15,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The node-local env names: the defaults plus `--node-local-env`.
-    pub fn node_local(&self) -> Vec<String> {
-        let mut names: Vec<String> = fingerprint::DEFAULT_NODE_LOCAL_ENV
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
+    /// The node-local env names: `defaults` (the engines') plus
+    /// `--node-local-env`.
+    pub fn node_local(&self, defaults: &[&str]) -> Vec<String> {
+        let mut names: Vec<String> = defaults.iter().map(|n| n.to_string()).collect();
         for n in self.node_local_env.iter().filter(|n| !n.is_empty()) {
             if !names.contains(n) {
                 names.push(n.clone());

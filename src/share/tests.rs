@@ -1,7 +1,7 @@
 use super::*;
 use std::time::Instant;
 
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
 
 fn os(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
@@ -33,14 +33,14 @@ fn node_of_reads_both_spellings() {
 
 #[test]
 fn the_cluster_fingerprint_leaves_out_the_node_rank_and_node_local_env() {
-    use crate::launch::fingerprint::{Options, ProfileName};
+    use crate::engine::fingerprint::{Options, ProfileName};
     let opts = Options {
         profile: ProfileName::Sglang,
         env_prefixes: vec![],
         volatile_env: vec![],
         ignored_args: vec![],
     };
-    let node_local: Vec<String> = crate::launch::fingerprint::DEFAULT_NODE_LOCAL_ENV
+    let node_local: Vec<String> = crate::engine::fingerprint::DEFAULT_NODE_LOCAL_ENV
         .iter()
         .map(|s| s.to_string())
         .collect();

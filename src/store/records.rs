@@ -1,7 +1,6 @@
 //! Launch records: `launches/<fp>.json`, one per signed launch.
 
 use super::*;
-use crate::launch::fingerprint::ProfileName;
 
 impl Store {
     pub fn record(&self, fp: &str) -> Option<LaunchRecord> {
@@ -49,19 +48,13 @@ impl Store {
     }
 
     /// Record that `fp` signed `files` cache files now, with its inputs.
-    pub fn record_signed(
-        &self,
-        fp: &Fingerprint,
-        profile: ProfileName,
-        inputs: Value,
-        files: usize,
-    ) {
+    pub fn record_signed(&self, fp: &Fingerprint, profile: &str, inputs: Value, files: usize) {
         let now = now_secs();
         let first = self.record(fp).map_or(now, |r| r.first_signed);
         let rec = LaunchRecord {
             format: FORMAT,
             fingerprint: fp.to_string(),
-            profile: profile.as_str().to_string(),
+            profile: profile.to_string(),
             inputs,
             first_signed: first,
             last_signed: now,

@@ -129,7 +129,7 @@ fn keep_auto_tells_engines_from_other_commands() {
     let engine = |argv: &[&str]| {
         let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
         let env = [(OsString::from("PORT"), OsString::from("8000"))];
-        keepwrap::launch::analyze(&argv, &env).is_engine()
+        keepwrap::engine::is_engine(&keepwrap::engine::command(&argv, &env))
     };
     let sh = |s: &str| engine(&["bash", "-lc", s]);
     for argv in [
@@ -187,7 +187,7 @@ fn env_inside_a_shell_string_is_read_as_env_outside_one() {
     use std::ffi::OsString;
     let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
     let env = [(OsString::from("PORT"), OsString::from("8000"))];
-    let c = keepwrap::launch::analyze(
+    let c = keepwrap::engine::command(
         &os(&[
             "sh",
             "-c",
@@ -195,7 +195,8 @@ fn env_inside_a_shell_string_is_read_as_env_outside_one() {
         ]),
         &env,
     );
-    let server = c.server.expect("the server inside");
+    let server = keepwrap::engine::sglang::launch::server_of(&keepwrap::launch::strings(&c.argv))
+        .expect("the server inside");
     assert_eq!(server.args, ["--port", "8000"]);
     // env's assignment wins over the shell's
     let a: Vec<_> = c.assigns.iter().filter(|(k, _)| k == "A").collect();
@@ -255,15 +256,15 @@ proptest::proptest! {
             .chain(words.into_iter().map(|w| OsString::from_vec(w.concat())))
             .collect();
         let env = [(OsString::from("V"), OsString::from_vec(b"x\xffy".to_vec()))];
-        for profile in [keepwrap::launch::fingerprint::ProfileName::Sglang, keepwrap::launch::fingerprint::ProfileName::Seed] {
-            let opts = keepwrap::launch::fingerprint::Options {
+        for profile in [keepwrap::engine::fingerprint::ProfileName::Sglang, keepwrap::engine::fingerprint::ProfileName::Seed] {
+            let opts = keepwrap::engine::fingerprint::Options {
                 profile,
                 env_prefixes: vec!["V".into()],
                 volatile_env: vec![],
                 ignored_args: vec!["--tp".into(), "".into(), "-".into()],
             };
-            let l = keepwrap::launch::fingerprint::Launch::new(&opts, &argv, &env);
-            let _ = (l.fingerprint(), l.redacted_inputs(), l.warnings(), l.command().is_engine());
+            let l = keepwrap::engine::fingerprint::Launch::new(&opts, &argv, &env);
+            let _ = (l.fingerprint(), l.redacted_inputs(), l.warnings(), keepwrap::engine::is_engine(l.command()));
             let _ = (l.option("--port"), l.cluster_fingerprint(&["--node-rank".into()]));
         }
     }
@@ -338,7 +339,7 @@ fn a_planted_launch_record_is_only_data() {
 /// of MiB on it); a config file of ordinary size is read.
 #[test]
 fn a_config_of_a_million_values_is_not_expanded() {
-    use keepwrap::launch::config::{read, Outcome, Unparsable};
+    use keepwrap::engine::sglang::launch::config::{read, Outcome, Unparsable};
     let dir = tempfile::tempdir().unwrap();
     let wide = dir.path().join("wide.yaml");
     let items = vec!["1"; 1_000_000].join(",");
@@ -366,7 +367,9 @@ fn combined_interpreter_flags_are_read_as_python_reads_them() {
     use std::ffi::OsString;
     let server = |s: &str| {
         let argv: Vec<OsString> = s.split(' ').map(OsString::from).collect();
-        keepwrap::launch::analyze(&argv, &[]).server
+        keepwrap::engine::sglang::launch::server_of(&keepwrap::launch::strings(
+            &keepwrap::engine::command(&argv, &[]).argv,
+        ))
     };
     let a = server("python3 -um sglang.launch_server --tp 2").expect("a server");
     let b = server("python3 -u -m sglang.launch_server --tp 2").unwrap();

@@ -8,10 +8,10 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::process::Command;
 
+use keepwrap::engine::fingerprint::{is_secret_name, Launch, Options, ProfileName};
 use keepwrap::launch::canonical::{
     self, py_cmp, py_float_repr, py_str, to_python_json, value_to_python_json, Layout, Style,
 };
-use keepwrap::launch::fingerprint::{is_secret_name, Launch, Options, ProfileName};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;

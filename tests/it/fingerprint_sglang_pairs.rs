@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use keepwrap::launch::fingerprint::{Launch, Options, ProfileName};
+use keepwrap::engine::fingerprint::{Launch, Options, ProfileName};
 use serde_json::Value;
 
 const CORPUS: &str = include_str!("../fixtures/sglang_launch_pairs.jsonl");
@@ -100,7 +100,7 @@ const CONFIGS: &str = include_str!("../fixtures/sglang_config_files.jsonl");
 #[test]
 #[ignore = "slow: run by .ci/run"]
 fn config_files_read_as_sglang_reads_them() {
-    use keepwrap::launch::config::{read, Outcome};
+    use keepwrap::engine::sglang::launch::config::{read, Outcome};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
     let mut wrong = Vec::new();

@@ -1,6 +1,6 @@
 """SGLang 0.5.23's server argument table, from its own parser.
 
-Usage: python3 sglang_arg_table.py UNPACKED_WHEEL_DIR DEPS_DIR > src/launch/table.rs
+Usage: python3 sglang_arg_table.py UNPACKED_WHEEL_DIR DEPS_DIR > src/engine/sglang/launch/table.rs
 
 UNPACKED_WHEEL_DIR and DEPS_DIR as for `sglang_launch_pairs.py`, whose
 stand-ins this imports: `ServerArgs.add_cli_args` builds the parser for
@@ -32,7 +32,7 @@ HEADER = """//! SGLang 0.5.23's server argument table (`sglang serve`,
 //! this file from the wheel. For a new SGLang: `pip download --no-deps
 //! sglang==VERSION -d /tmp/wheels`, unzip it into UNPACKED_WHEEL, `pip
 //! install --target DEPS msgspec`, then `python3
-//! tests/py/sglang_arg_table.py UNPACKED_WHEEL DEPS > src/launch/table.rs`
+//! tests/py/sglang_arg_table.py UNPACKED_WHEEL DEPS > src/engine/sglang/launch/table.rs`
 //! (update the version in this header and the script's), and review the
 //! diff: an option whose arity changed changes how launches are read.
 

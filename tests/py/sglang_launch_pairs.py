@@ -133,7 +133,7 @@ assert sys.version_info[:2] == (3, 11), "argparse of the Python SGLang 0.5.23 sh
 PARSER = argparse.ArgumentParser(prog="sglang serve")
 ServerArgs.add_cli_args(PARSER)
 
-# what the sglang profile leaves out (src/launch/fingerprint/profiles.rs)
+# what the sglang profile leaves out (src/engine/fingerprint/profiles.rs)
 IGNORED = ["--host", "--port", "--api-key", "--admin-api-key", "--served-model-name",
            "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-keyfile-password",
            "--enable-ssl-refresh", "--dist-init-addr", "--nccl-init-addr", "--nccl-port",

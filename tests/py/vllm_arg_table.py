@@ -1,6 +1,6 @@
 """How many values each option of `vllm serve` takes, read from vLLM's source.
 
-Usage: python3 vllm_arg_table.py UNPACKED_WHEEL_DIR > src/launch/vllm/table.rs
+Usage: python3 vllm_arg_table.py UNPACKED_WHEEL_DIR > src/engine/vllm/launch/table.rs
 
 UNPACKED_WHEEL_DIR holds `vllm/` from the vllm 0.33.0 wheel (`pip download
 --no-deps vllm==0.33.0`, then unzip). vLLM's parser cannot be imported
@@ -15,7 +15,7 @@ annotation (type aliases of the config modules resolved):
 
 then the explicit `add_argument` keywords (`action="store_true"`, `nargs=`,
 `action="append"`) and `FrontendArgs._customize_cli_kwargs`'s edits (the
-`nargs` it deletes). Prints `src/launch/vllm/table.rs`: one entry per
+`nargs` it deletes). Prints `src/engine/vllm/launch/table.rs`: one entry per
 option string, sorted by its bytes, with its arity (`Switch`, `Optional`
 for `?`, `Plus` for `+`, `One`, `Exactly(N)`).
 """

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::cache::Shape;
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
 use crate::root::stats::Stats;
 use crate::store::Store;
 

@@ -5,6 +5,7 @@
 //! `/health`.
 
 pub mod explain;
+pub mod launch;
 pub mod layout;
 mod root;
 pub mod store;
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use crate::cache::Shape;
 use crate::done::{serves_tls, Done, DoneError, Endpoint};
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
 use crate::share::Share;
 use crate::stops::Stopped;
 
@@ -46,7 +47,7 @@ impl Engine for Sglang {
     }
 
     fn runs(&self, argv: &[OsString]) -> bool {
-        crate::launch::server_of(&crate::launch::strings(argv)).is_some()
+        launch::server_of(&crate::launch::strings(argv)).is_some()
     }
 
     fn commands(&self) -> &'static [&'static str] {
@@ -72,7 +73,7 @@ impl Engine for Sglang {
     /// Rank files are saved at every boot; the managed store's entries
     /// are written only when tuned.
     fn saves_every_boot(&self, launch: &Launch) -> bool {
-        store::store_version(launch).is_none()
+        self.runs(&launch.command().argv) && store::store_version(launch).is_none()
     }
 
     /// A launch on the managed store whose store keepwrap keeps: the
@@ -147,9 +148,22 @@ impl Engine for Sglang {
     ) -> Option<Share> {
         if shape == super::flashinfer::STORE {
             // the store's entries are made one set, never unified
-            return Share::for_node(args, launch, self.node(launch), shape, max_age);
+            return Share::for_node(
+                args,
+                &launch.cluster_of(args),
+                self.node(launch),
+                shape,
+                max_age,
+            );
         }
-        Share::new(args, launch, self.node(launch), shape, unify, max_age)
+        Share::new(
+            args,
+            &launch.cluster_of(args),
+            self.node(launch),
+            shape,
+            unify,
+            max_age,
+        )
     }
 
     /// The union of every node's rank files, written over this node's; on
@@ -257,8 +271,8 @@ mod tests {
     }
 
     fn launch(s: &str) -> Launch {
-        let opts = crate::launch::fingerprint::Options {
-            profile: crate::launch::fingerprint::ProfileName::Sglang,
+        let opts = crate::engine::fingerprint::Options {
+            profile: crate::engine::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],
@@ -298,8 +312,8 @@ mod tests {
             ep("sglang serve /m --port=1 --port 8000 --host=0.0.0.0"),
             "http://127.0.0.1:8000/health"
         );
-        let opts = crate::launch::fingerprint::Options {
-            profile: crate::launch::fingerprint::ProfileName::Sglang,
+        let opts = crate::engine::fingerprint::Options {
+            profile: crate::engine::fingerprint::ProfileName::Sglang,
             env_prefixes: vec![],
             volatile_env: vec![],
             ignored_args: vec![],

@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
 use crate::launch::package::Found;
 
 /// FlashInfer's variable for the store's root, which this SGLang reads.
@@ -250,7 +250,7 @@ fn own_root(launch: &Launch, cache_dir: Option<&Path>) -> Option<PathBuf> {
 }
 
 fn nonempty<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a std::ffi::OsStr> {
-    crate::launch::vllm::nonempty(env, name)
+    crate::engine::vllm::launch::nonempty(env, name)
 }
 
 /// One line at the launch: where the store is kept, or why it is left

@@ -16,6 +16,7 @@
 //! the launcher keeps the set of every rank; a set that is not whole for
 //! the launch's world is never signed ([`repair::refusal`]).
 
+pub mod launch;
 pub mod layout;
 pub mod repair;
 
@@ -25,9 +26,9 @@ use std::time::Duration;
 
 use crate::cache::Shape;
 use crate::done::{Done, DoneError, Endpoint};
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
+use crate::engine::trtllm::launch::{self as facts, CACHE_VAR, DEFAULT_PORT};
 use crate::launch::package::Found;
-use crate::launch::trtllm::{self as facts, CACHE_VAR, DEFAULT_PORT};
 use crate::share::Share;
 use crate::stops::Stopped;
 
@@ -221,7 +222,7 @@ impl Engine for Trtllm {
         // the launch as given, in keepwrap's own environment: the launch
         // keepwrap reads holds keepwrap's value already
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        let given = crate::launch::analyze(launch.argv(), &env);
+        let given = crate::engine::command(launch.argv(), &env);
         if let Some(theirs) = value_other_than(&given.env, &ours) {
             crate::events::Event::TrtllmCachePathOverridden {
                 theirs,

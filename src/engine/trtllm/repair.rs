@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::de::IgnoredAny;
 
 use super::layout::{self, FILE};
-use crate::launch::trtllm::Layout;
+use crate::engine::trtllm::launch::Layout;
 
 /// The most bytes read of a kept file (PR 14441 saw about 30 MB).
 const MAX_BYTES: u64 = 1 << 30;

@@ -17,7 +17,7 @@
 //! it by the launch (or the subcommand) that knows its engine.
 
 use crate::cache::{is_version_dir, Layout, Role, Shape, CACHE_EXT, SIDECAR_EXT};
-use crate::launch::vllm::{self as facts, FileKind};
+use crate::engine::vllm::launch::{self as facts, FileKind};
 
 /// The managed store's directory in a [`FLAT`] root.
 pub const MANAGED_STORE_DIR: &[u8] = b"v2";

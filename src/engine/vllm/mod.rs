@@ -11,6 +11,7 @@
 //! no union), the store keeps other launches' sets, sign signs what is there
 //! at done, and a warm boot that writes nothing is a reuse.
 
+pub mod launch;
 pub mod layout;
 pub mod store;
 
@@ -20,11 +21,11 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::Shape;
 use crate::done::{Done, DoneError, Endpoint};
-use crate::launch::fingerprint::vllm::VllmLaunch;
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
+use crate::engine::vllm::launch::fingerprint::VllmLaunch;
 
 use super::{Engine, NoRoot};
-use crate::launch::vllm::{self as facts, AutotuneRoot, FileKind, Moe};
+use crate::engine::vllm::launch::{self as facts, AutotuneRoot, FileKind, Moe};
 use crate::share::{Node, Share};
 use crate::stops::Stopped;
 
@@ -350,7 +351,7 @@ fn share(
     max_age: std::time::Duration,
 ) -> Option<Share> {
     let v = launch.vllm()?;
-    Share::for_node(args, launch, node(v), shape, max_age)
+    Share::for_node(args, &launch.cluster_of(args), node(v), shape, max_age)
 }
 
 /// Before the engine starts, on a node that kept nothing: when every node

@@ -17,9 +17,9 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::launch::fingerprint::Launch;
+use crate::engine::fingerprint::Launch;
+use crate::engine::vllm::launch::{self as facts, nonempty, AutotuneRoot, Layout};
 use crate::launch::package::Found;
-use crate::launch::vllm::{self as facts, nonempty, AutotuneRoot, Layout};
 
 /// The variable vLLM passes to FlashInfer as the store's root.
 pub const VAR: &str = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR";

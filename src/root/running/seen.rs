@@ -3,11 +3,9 @@
 //! ([`Seen`]), the text of a marker, and the [`verdict`] of a launch about
 //! to start. Decisions over values: the markers' files are `marker.rs`'s.
 
-use std::ffi::OsString;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::digest::{short, Fingerprint};
-use crate::launch::fingerprint::{self, Launch};
 
 /// What a launch on the root is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,28 +54,14 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The identity of `launch` (made with `opts` and `env`), its nodes or
-    /// data-parallel ranks told apart by `flags` (the engine's), `ranks`
-    /// being the launch's values of them.
-    pub fn of(
-        launch: &Launch,
-        opts: &fingerprint::Options,
-        env: &[(OsString, OsString)],
-        node_local: &[String],
-        flags: &[&'static str],
+    /// The identity of a launch of fingerprint `fingerprint` whose peers
+    /// share `peer_key`, told apart by `ranks` (the values of the engine's
+    /// rank flags).
+    pub fn new(
+        fingerprint: Fingerprint,
+        peer_key: Fingerprint,
         ranks: &[(&'static str, String)],
     ) -> Identity {
-        // `--node-rank` is left out of the cluster fingerprint already; the
-        // data-parallel ranks only when present (rarely: a second pass).
-        let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
-            let mut opts = opts.clone();
-            opts.ignored_args
-                .extend(flags.iter().map(|f| f.to_string()));
-            Launch::of(&opts, launch.command().clone(), launch.argv(), env)
-                .cluster_fingerprint(node_local)
-        } else {
-            launch.cluster_fingerprint(node_local)
-        };
         let rank = if ranks.is_empty() {
             "-".to_string()
         } else {
@@ -88,7 +72,7 @@ impl Identity {
                 .join(",")
         };
         Identity {
-            fingerprint: launch.fingerprint().clone(),
+            fingerprint,
             peer_key: peer_key.into(),
             rank,
         }

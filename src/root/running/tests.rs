@@ -2,7 +2,7 @@ use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use crate::launch::fingerprint::{self, Launch};
+use crate::engine::fingerprint::{self, Launch};
 
 use super::marker::{line, lock_byte, ALIVE_BYTE};
 use super::seen::parse;
@@ -245,7 +245,7 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         let launch = Launch::new(&opts, argv, &[]);
         let flags = &crate::engine::sglang::RANK_FLAGS;
         let ranks = crate::engine::rank_values(&launch.command().argv, flags);
-        Identity::of(&launch, &opts, &[], &[], flags, &ranks)
+        launch.identity(&opts, &[], &[], flags, &ranks)
     };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]

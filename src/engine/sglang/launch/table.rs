@@ -11,7 +11,7 @@
 //! this file from the wheel. For a new SGLang: `pip download --no-deps
 //! sglang==VERSION -d /tmp/wheels`, unzip it into UNPACKED_WHEEL, `pip
 //! install --target DEPS msgspec`, then `python3
-//! tests/py/sglang_arg_table.py UNPACKED_WHEEL DEPS > src/launch/table.rs`
+//! tests/py/sglang_arg_table.py UNPACKED_WHEEL DEPS > src/engine/sglang/launch/table.rs`
 //! (update the version in this header and the script's), and review the
 //! diff: an option whose arity changed changes how launches are read.
 

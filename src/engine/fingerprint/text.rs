@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 use super::{
     is_secret_name, redacted_hash, value_hash, Arg, ArgKind, EnvVar, Ignored, Launch, Secret,
 };
+use crate::engine::sglang::launch::{args::Group, config, Canonical};
 use crate::launch::canonical::{self, py_str, Style};
-use crate::launch::{self, args::Group, Canonical, Wrapper};
+use crate::launch::{self, Wrapper};
 
 /// Which tokens are `--node-rank R` / `--node-rank=R` (before a bare `--`;
 /// a next token that is an option is not its value).
@@ -45,7 +46,7 @@ pub(super) fn redacted_group(g: &Group) -> Vec<String> {
 }
 
 /// A sentinel-form string as a JSON string in Python's ensure_ascii form.
-pub(super) fn quote_str(s: &str) -> String {
+pub(crate) fn quote_str(s: &str) -> String {
     let v = Value::String(s.to_string());
     String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
         .expect("ensure_ascii output is ASCII")
@@ -103,9 +104,9 @@ pub(super) fn explain_canonical(
     }
     if let Some(f) = &c.config {
         let state = match &f.outcome {
-            launch::config::Outcome::Args(_) => "merged into the arguments",
-            launch::config::Outcome::Unreadable(_) => "unreadable",
-            launch::config::Outcome::Unparsable(_) => "unparsable",
+            config::Outcome::Args(_) => "merged into the arguments",
+            config::Outcome::Unreadable(_) => "unreadable",
+            config::Outcome::Unparsable(_) => "unparsable",
         };
         let hash = f
             .sha256
@@ -177,7 +178,7 @@ pub(super) fn mark_secrets(args: &mut [Arg]) {
 }
 
 /// A JSON string in Python's ensure_ascii form.
-pub(super) fn quote(bytes: &[u8]) -> String {
+pub(crate) fn quote(bytes: &[u8]) -> String {
     let v = Value::String(py_str(bytes));
     String::from_utf8(canonical::value_to_python_json(&v, Style::CANONICAL))
         .expect("ensure_ascii output is ASCII")

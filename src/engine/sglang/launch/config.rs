@@ -81,7 +81,7 @@ pub fn read(path: &Path) -> (Outcome, Option<String>) {
     use std::io::Read;
     let mut bytes = Vec::new();
     let mut hasher = Sha256::new();
-    let read = super::open_regular(path).and_then(|mut f| {
+    let read = crate::launch::open_regular(path).and_then(|mut f| {
         (&mut f).take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
         hasher.update(&bytes);
         if bytes.len() as u64 > MAX_BYTES {

@@ -153,8 +153,8 @@ pub const SGLANG: Profile = Profile {
 /// launch's canonical form (see `fingerprint::vllm`).
 pub const VLLM: Profile = Profile {
     name: ProfileName::Vllm,
-    env_prefixes: crate::launch::vllm::ENV_PREFIXES,
-    volatile_env: crate::launch::vllm::VOLATILE_ENV,
+    env_prefixes: crate::engine::vllm::launch::ENV_PREFIXES,
+    volatile_env: crate::engine::vllm::launch::VOLATILE_ENV,
     volatile_env_tp4: &[],
     ignored_args: &[],
 };
@@ -164,8 +164,8 @@ pub const VLLM: Profile = Profile {
 /// canonical form (see `launch::trtllm`).
 pub const TRTLLM: Profile = Profile {
     name: ProfileName::Trtllm,
-    env_prefixes: crate::launch::trtllm::ENV_PREFIXES,
-    volatile_env: crate::launch::trtllm::VOLATILE_ENV,
+    env_prefixes: crate::engine::trtllm::launch::ENV_PREFIXES,
+    volatile_env: crate::engine::trtllm::launch::VOLATILE_ENV,
     volatile_env_tp4: &[],
     ignored_args: &[],
 };
@@ -190,3 +190,9 @@ pub fn profile(name: ProfileName) -> &'static Profile {
 /// (`SGLANG_HOST_IP` is volatile already.)
 pub const DEFAULT_NODE_LOCAL_ENV: &[&str] =
     &["SGLANG_CACHE_DIR", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"];
+
+/// The node-local env names of a launch's share settings: the defaults
+/// plus `--node-local-env`.
+pub fn node_local(share: &crate::share::Settings) -> Vec<String> {
+    share.node_local(DEFAULT_NODE_LOCAL_ENV)
+}

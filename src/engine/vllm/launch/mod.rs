@@ -31,6 +31,7 @@
 mod args;
 mod env;
 mod files;
+pub mod fingerprint;
 mod moe;
 mod parallel;
 mod positional;

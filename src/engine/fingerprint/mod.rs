@@ -4,7 +4,7 @@
 //! Fingerprint = lowercase sha256 hex of `json.dumps(PAYLOAD,
 //! sort_keys=True)` (see [`crate::launch::canonical`]). For an SGLang server launch
 //! under the `sglang` profile, PAYLOAD is `{"launch": LAUNCH, "env": env}`,
-//! LAUNCH the canonical launch of [`crate::launch::Canonical`] minus the
+//! LAUNCH the canonical launch of [`crate::engine::sglang::launch::Canonical`] minus the
 //! profile's ignored argument groups. Otherwise (any other command, and the
 //! `seed` profile) it is `{"argv": argv, "env": env}`, `argv` the command
 //! keepwrap execs (or the command inside a readable `sh -c` string, `sglang`
@@ -25,8 +25,11 @@ use clap::ValueEnum;
 use serde_json::{json, Map, Value};
 
 use crate::digest::{sha256_hex, Fingerprint};
+use crate::engine::sglang::launch::{args, args::Group, Canonical};
+use crate::engine::trtllm::launch as trtllm;
+use crate::engine::vllm::launch::fingerprint as vllm;
 use crate::launch::canonical::{self, py_str, Style};
-use crate::launch::{self, args, args::Group, Canonical, Wrapper};
+use crate::launch::{self, Wrapper};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
@@ -59,12 +62,12 @@ impl ProfileName {
     /// Any other profile is itself.
     pub fn resolve(self, command: &launch::Command) -> ProfileName {
         match self {
-            ProfileName::Auto if launch::vllm::recognise(&command.argv).is_some() => {
+            ProfileName::Auto
+                if crate::engine::vllm::launch::recognise(&command.argv).is_some() =>
+            {
                 ProfileName::Vllm
             }
-            ProfileName::Auto if launch::trtllm::recognise(&command.argv).is_some() => {
-                ProfileName::Trtllm
-            }
+            ProfileName::Auto if trtllm::recognise(&command.argv).is_some() => ProfileName::Trtllm,
             ProfileName::Auto => ProfileName::Sglang,
             p => p,
         }
@@ -90,35 +93,12 @@ pub struct Options {
 }
 
 mod profiles;
-mod text;
-pub mod vllm;
+pub(crate) mod text;
 
 pub use profiles::*;
 use text::*;
 
-/// Whether a flag or variable named `name` holds a secret: its name contains
-/// KEY, TOKEN, SECRET or PASSWORD, in any case. Leading dashes and anything
-/// from `=` on are not part of a flag's name.
-pub fn is_secret_name(name: &str) -> bool {
-    let name = name.trim_start_matches('-');
-    let name = name
-        .split_once('=')
-        .map_or(name, |(n, _)| n)
-        .to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
-        .iter()
-        .any(|w| name.contains(w))
-}
-
-/// `<sha256:XXXXXXXXXXXX>`: the first 12 hex digits of the sha256 of `value`.
-pub fn value_hash(value: &[u8]) -> String {
-    format!("<sha256:{}>", &sha256_hex(value)[..12])
-}
-
-/// `<redacted sha256:XXXXXXXXXXXX>`, for a secret's value.
-pub fn redacted_hash(value: &[u8]) -> String {
-    format!("<redacted sha256:{}>", &sha256_hex(value)[..12])
-}
+pub use crate::launch::{is_secret_name, redacted_hash, value_hash};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Secret {
@@ -193,7 +173,7 @@ pub struct Launch {
     /// A vLLM server launch (`vllm` profile).
     vllm: Option<vllm::VllmLaunch>,
     /// A TensorRT-LLM server launch (`trtllm` profile).
-    trtllm: Option<launch::trtllm::TrtllmLaunch>,
+    trtllm: Option<trtllm::TrtllmLaunch>,
     /// The engine package of a server launch and its version (not for the
     /// `seed` profile, nor a command fingerprinted as its argv).
     engine: Option<launch::package::Package>,
@@ -211,7 +191,7 @@ impl Launch {
     /// model directory) are read from the current directory, which the
     /// engine inherits.
     pub fn new(opts: &Options, argv: &[OsString], env: &[(OsString, OsString)]) -> Launch {
-        Launch::of(opts, launch::analyze(argv, env), argv, env)
+        Launch::of(opts, crate::engine::command(argv, env), argv, env)
     }
 
     /// [`Launch::new`] of a command already read: `command` is
@@ -243,18 +223,17 @@ impl Launch {
                 .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned())
         };
         let is_vllm = name == ProfileName::Vllm;
-        let canonical = command
-            .server
-            .as_ref()
-            .filter(|_| !is_vllm && name != ProfileName::Trtllm)
-            .map(|s| Canonical::new(s, &cwd, &lookup));
+        let canonical = (!is_vllm && name != ProfileName::Trtllm)
+            .then(|| crate::engine::sglang::launch::server_of(&launch::strings(&command.argv)))
+            .flatten()
+            .map(|s| Canonical::new(&s, &cwd, &lookup));
         let vllm = if is_vllm {
             vllm::VllmLaunch::new(&command.argv, &command.wrapper, &cwd, &lookup)
         } else {
             None
         };
         let trtllm = if name == ProfileName::Trtllm {
-            launch::trtllm::TrtllmLaunch::new(&command.argv, &cwd, launch::trtllm::machine_gpus())
+            trtllm::TrtllmLaunch::new(&command.argv, &cwd, trtllm::machine_gpus())
         } else {
             None
         };
@@ -262,7 +241,7 @@ impl Launch {
         let package = if vllm.is_some() {
             Some("vllm")
         } else if trtllm.is_some() {
-            Some(launch::trtllm::PACKAGE)
+            Some(trtllm::PACKAGE)
         } else if canonical_payload {
             Some("sglang")
         } else {
@@ -271,7 +250,7 @@ impl Launch {
         // `trtllm-serve` itself, behind any launcher of its ranks
         let runs = trtllm
             .as_ref()
-            .and_then(|_| launch::trtllm::recognise(&command.argv))
+            .and_then(|_| trtllm::recognise(&command.argv))
             .map_or(&command.argv[..], |r| &command.argv[r.serve_at..]);
         let engine = package.map(|p| launch::package::find(p, runs, &lookup, &cwd));
         // an unreadable shell string's variables count, whatever their names
@@ -339,7 +318,7 @@ impl Launch {
             return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         if let Some(t) = &self.trtllm {
-            let payload = launch::trtllm::payload(t, engine, env_json);
+            let payload = trtllm::payload(t, engine, env_json);
             return Fingerprint::of(&canonical::value_to_python_json(&payload, Style::CANONICAL));
         }
         let payload = match (&self.canonical, self.canonical_payload) {
@@ -422,7 +401,7 @@ impl Launch {
 
     /// The TensorRT-LLM server launch, if the command is one (`trtllm`
     /// profile).
-    pub fn trtllm(&self) -> Option<&launch::trtllm::TrtllmLaunch> {
+    pub fn trtllm(&self) -> Option<&trtllm::TrtllmLaunch> {
         self.trtllm.as_ref()
     }
 
@@ -516,6 +495,36 @@ impl Launch {
     /// fingerprint is unchanged.
     pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
         self.payload_hash(node_local, true)
+    }
+
+    /// Who this launch (made with `opts` and `env`) is to the other
+    /// launches on its root: its nodes or data-parallel ranks told apart by
+    /// `flags` (the engine's), `ranks` being its values of them.
+    pub fn identity(
+        &self,
+        opts: &Options,
+        env: &[(OsString, OsString)],
+        node_local: &[String],
+        flags: &[&'static str],
+        ranks: &[(&'static str, String)],
+    ) -> crate::root::running::Identity {
+        // `--node-rank` is left out of the cluster fingerprint already; the
+        // data-parallel ranks only when present (rarely: a second pass).
+        let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
+            let mut opts = opts.clone();
+            opts.ignored_args
+                .extend(flags.iter().map(|f| f.to_string()));
+            Launch::of(&opts, self.command.clone(), &self.given, env)
+                .cluster_fingerprint(node_local)
+        } else {
+            self.cluster_fingerprint(node_local)
+        };
+        crate::root::running::Identity::new(self.fingerprint.clone(), peer_key, ranks)
+    }
+
+    /// [`Launch::cluster_fingerprint`] with the node-local names of `share`.
+    pub fn cluster_of(&self, share: &crate::share::Settings) -> String {
+        self.cluster_fingerprint(&node_local(share)).into()
     }
 }
 
@@ -650,7 +659,7 @@ fn marked_args(words: &[OsString], ignored: &[(String, ArgKind)]) -> Vec<Arg> {
 /// The `vllm` profile's ignored arguments for a command that is no vLLM
 /// server launch (exact names): the front-end and per-node arguments.
 fn vllm_ignored_args() -> impl Iterator<Item = (String, ArgKind)> {
-    use launch::vllm::{Takes, FRONT_END_ARGS, PER_NODE_ARGS};
+    use crate::engine::vllm::launch::{Takes, FRONT_END_ARGS, PER_NODE_ARGS};
     FRONT_END_ARGS.iter().chain(PER_NODE_ARGS).flat_map(|a| {
         let kind = match a.takes {
             Takes::Nothing => ArgKind::Flag,

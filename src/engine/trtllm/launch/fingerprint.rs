@@ -24,8 +24,8 @@ use super::{
     extra_options, option_value, sizes, Sizes, EXTRA_OPTIONS, EXTRA_OPTIONS_ALIAS, FRONT_END_ARGS,
     NO_GPU,
 };
+use crate::engine::fingerprint::{is_secret_name, redacted_hash, script_hash};
 use crate::launch::canonical::py_str;
-use crate::launch::fingerprint::{is_secret_name, redacted_hash, script_hash};
 
 /// A `trtllm-serve` launch, understood.
 #[derive(Debug, Clone)]

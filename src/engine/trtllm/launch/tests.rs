@@ -1,5 +1,5 @@
 use super::*;
-use crate::launch::fingerprint::{Launch, ProfileName};
+use crate::engine::fingerprint::{Launch, ProfileName};
 
 fn os(words: &[&str]) -> Vec<OsString> {
     words.iter().map(OsString::from).collect()

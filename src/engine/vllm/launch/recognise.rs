@@ -136,3 +136,13 @@ pub fn canonical_flag(name: &[u8]) -> Vec<u8> {
         None => name.to_vec(),
     }
 }
+
+/// Whether `argv` (from a word after a program keepwrap does not read,
+/// `words` its text) names a vLLM server: `vllm serve`, the module of its
+/// API server.
+pub fn named(argv: &[OsString], words: &[String]) -> bool {
+    recognise(argv).is_some()
+        || words
+            .first()
+            .is_some_and(|w| w == "vllm.entrypoints.openai.api_server")
+}

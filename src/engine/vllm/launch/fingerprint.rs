@@ -21,10 +21,11 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::{is_secret_name, redacted_hash};
+use crate::engine::sglang::launch::config;
+use crate::engine::vllm::launch::{self as facts, ArgRole, Entrypoint, ParallelSizes};
 use crate::launch::canonical::py_str;
-use crate::launch::vllm::{self as facts, ArgRole, Entrypoint, ParallelSizes};
-use crate::launch::{config, model, Wrapper};
+use crate::launch::{is_secret_name, redacted_hash};
+use crate::launch::{model, Wrapper};
 
 /// One canonical engine argument.
 #[derive(Debug, Clone)]
@@ -236,7 +237,7 @@ impl VllmLaunch {
         let download = value("--download-dir");
         let describe = |m: &str| {
             let reads = model::Reads::Model;
-            let hub = model::Hub::vllm(env);
+            let hub = hub(env);
             model::describe_in(
                 m,
                 revision.as_deref(),
@@ -371,7 +372,7 @@ impl VllmLaunch {
             if t.secret {
                 redacted_hash(t.text.as_bytes())
             } else {
-                super::text::quote(t.text.as_bytes())
+                crate::engine::fingerprint::text::quote(t.text.as_bytes())
             }
         };
         if ignored {
@@ -405,7 +406,7 @@ impl VllmLaunch {
             let _ = writeln!(
                 out,
                 "config {} {h} (its contents count)",
-                super::text::quote_str(path)
+                crate::engine::fingerprint::text::quote_str(path)
             );
         }
         if let Some((_, desc)) = &self.model {
@@ -418,7 +419,7 @@ impl VllmLaunch {
             let _ = writeln!(
                 out,
                 "model {} (maybe the model: after an option vLLM 0.33.0 does not know) {}",
-                super::text::quote_str(value),
+                crate::engine::fingerprint::text::quote_str(value),
                 model::explain(desc)
             );
         }
@@ -449,7 +450,7 @@ fn vllm_files(
 ) -> Vec<(&'static str, Value)> {
     let value = |flag: &str| last_value(merged, flag);
     let download = value("--download-dir");
-    let hub = model::Hub::vllm(env);
+    let hub = hub(env);
     let describe =
         |v: &str, reads| model::describe_in(v, revision, cwd, env, reads, download.as_deref(), hub);
     let mut out = Vec::new();
@@ -524,4 +525,12 @@ fn last_value(args: &[OsString], flag: &str) -> Option<String> {
 /// `json!` helper kept local: the payload of a vLLM launch.
 pub fn payload(v: &VllmLaunch, env: Map<String, Value>) -> Value {
     json!({ "vllm": v.to_json(), "env": env })
+}
+
+/// vLLM's switch: `VLLM_USE_MODELSCOPE` is `true` in any case.
+fn hub(env: &dyn Fn(&str) -> Option<String>) -> model::Hub {
+    match env("VLLM_USE_MODELSCOPE") {
+        Some(v) if v.eq_ignore_ascii_case("true") => model::Hub::ModelScope,
+        _ => model::Hub::HuggingFace,
+    }
 }
