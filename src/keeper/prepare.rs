@@ -48,7 +48,7 @@ impl Keeper {
         let launched = Instant::now();
         let read = Read::of(args, command, argv, env);
         let set = read.set.clone();
-        let prepared = Self::prepare_read(args, read, argv, env, launched)?;
+        let prepared = Self::prepare_read(args, read, argv, launched)?;
         // Hands-off, the engine writes where it would without keepwrap: a
         // root of keepwrap's may hold what another launch is tuning, and
         // an engine whose cache is shared by design (a store keyed by
@@ -64,7 +64,6 @@ impl Keeper {
         args: &Settings,
         read: Read,
         argv: &[OsString],
-        env: &[(OsString, OsString)],
         launched: Instant,
     ) -> Result<Prepared, Stopped> {
         if let Some(why) = &read.unkept {
@@ -86,7 +85,7 @@ impl Keeper {
         let Some((runs, (root_fd, state_fd))) = open_state(&place.root) else {
             return Ok(Prepared::Supervised);
         };
-        let id = read.identity(args, engine, env);
+        let id = read.identity(args, engine);
         let share = engine.share(
             &args.share,
             &read.launch,

@@ -16,7 +16,6 @@ use super::{last_seen, KeepMode, Settings};
 /// The launch as read before the start.
 pub(super) struct Read {
     pub(super) launch: Launch,
-    pub(super) opts: Options,
     /// The fingerprint of its words.
     pub(super) fingerprint: Fingerprint,
     pub(super) words: Words,
@@ -96,7 +95,6 @@ impl Read {
         };
         Read {
             launch,
-            opts,
             fingerprint,
             words,
             seeing,
@@ -106,16 +104,9 @@ impl Read {
     }
 
     /// This launch among the launches using the root.
-    pub(super) fn identity(
-        &self,
-        args: &Settings,
-        engine: &dyn Engine,
-        env: &[(OsString, OsString)],
-    ) -> Identity {
+    pub(super) fn identity(&self, args: &Settings, engine: &dyn Engine) -> Identity {
         let launch = &self.launch;
         launch.identity(
-            &self.opts,
-            env,
             &crate::engine::fingerprint::node_local(&args.share),
             engine.rank_flags(launch),
             &engine.ranks(launch),

@@ -909,3 +909,48 @@ fn fault_kill_9_of_keepwrap_then_another_launch_never_signs_the_orphans_files() 
 
 /// Launches of different fingerprints meeting on one root (a RollingUpdate).
 mod rolling;
+
+/// A data-parallel rank is read once: its identity among the launches on
+/// its root (the key its peers share, without the rank) comes from the
+/// reading its fingerprint came from, so the script it runs is opened once
+/// before the engine's start, not once more for the identity.
+#[test]
+#[ignore = "needs strace"]
+fn a_data_parallel_rank_reads_its_launch_once_before_the_start() {
+    let h = home();
+    let root = h.path().join("root");
+    let script = h.path().join("gen.py");
+    std::fs::write(&script, "print('generated')\n").unwrap();
+    let trace = h.path().join("trace");
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=openat,execve", "-o"])
+        .arg(&trace)
+        .arg(crate::common::BIN)
+        .env("KEEPWRAP_CACHE_DIR", &root)
+        .env("KEEPWRAP_KEEP", "always")
+        .env_remove("KEEPWRAP_LOG")
+        .env("KEEPWRAP_LOG_FORMAT", "json")
+        .args(["--", "python3"])
+        .arg(&script)
+        .args(["--data-parallel-rank", "1"]);
+    let out = crate::common::output(&mut cmd);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let engine_start = format!("\"{}\"", script.display());
+    let before: Vec<&str> = text
+        .lines()
+        .take_while(|l| !(l.contains("execve(") && l.contains("python3\", [")))
+        .collect();
+    assert!(
+        before.len() < text.lines().count(),
+        "the engine never started:\n{text}"
+    );
+    let opens = before
+        .iter()
+        .filter(|l| l.contains("openat(") && l.contains(&engine_start))
+        .count();
+    assert_eq!(
+        opens, 1,
+        "the script opened {opens} times before the start:\n{text}"
+    );
+}

@@ -293,13 +293,18 @@ impl Launch {
             ignored: Ignored::new(&ignored),
             fingerprint: Fingerprint::default(),
         };
-        launch.fingerprint = launch.payload_hash(&[], false);
+        launch.fingerprint = launch.payload_hash(&[], false, &[]);
         launch
     }
 
     /// sha256 of the payload, leaving out the variables named in
-    /// `node_local` and, with `cluster`, the node rank.
-    fn payload_hash(&self, node_local: &[String], cluster: bool) -> Fingerprint {
+    /// `node_local`, with `cluster` the node rank, and the flags `also`
+    /// (with their values) as `--ignore-arg` would.
+    fn payload_hash(&self, node_local: &[String], cluster: bool, also: &[&str]) -> Fingerprint {
+        let also: Vec<(String, ArgKind)> = also
+            .iter()
+            .map(|f| (f.to_string(), ArgKind::Value))
+            .collect();
         let mut env_json = Map::new();
         for e in self.env.iter().filter(|e| {
             !e.volatile && !node_local.iter().any(|n| n.as_bytes() == e.name.as_bytes())
@@ -323,8 +328,11 @@ impl Launch {
         }
         let payload = match (&self.canonical, self.canonical_payload) {
             (Some(c), true) => {
+                let also = Ignored::new(&also);
                 let drop = |g: &Group| {
-                    self.ignored.contains(g) || (cluster && g.known && g.key == "node_rank")
+                    self.ignored.contains(g)
+                        || also.contains(g)
+                        || (cluster && g.known && g.key == "node_rank")
                 };
                 let mut l = c.to_json(&drop);
                 if let Some(e) = engine {
@@ -333,13 +341,16 @@ impl Launch {
                 json!({ "launch": l, "env": env_json })
             }
             _ => {
+                let mut args = std::borrow::Cow::Borrowed(&self.args);
+                if !also.is_empty() {
+                    mark_ignored(args.to_mut(), &also);
+                }
                 let drop = if cluster {
-                    node_rank_tokens(&self.args)
+                    node_rank_tokens(&args)
                 } else {
-                    vec![false; self.args.len()]
+                    vec![false; args.len()]
                 };
-                let argv_json: Vec<Value> = self
-                    .args
+                let argv_json: Vec<Value> = args
                     .iter()
                     .zip(&drop)
                     .filter(|(a, dropped)| !a.ignored && !**dropped)
@@ -494,31 +505,26 @@ impl Launch {
     /// bare `--`) and the variables named in `node_local`. The launch
     /// fingerprint is unchanged.
     pub fn cluster_fingerprint(&self, node_local: &[String]) -> Fingerprint {
-        self.payload_hash(node_local, true)
+        self.payload_hash(node_local, true, &[])
     }
 
-    /// Who this launch (made with `opts` and `env`) is to the other
-    /// launches on its root: its nodes or data-parallel ranks told apart by
-    /// `flags` (the engine's), `ranks` being its values of them.
+    /// Who this launch is to the other launches on its root: its nodes or
+    /// data-parallel ranks told apart by `flags` (the engine's), `ranks`
+    /// being its values of them.
     pub fn identity(
         &self,
-        opts: &Options,
-        env: &[(OsString, OsString)],
         node_local: &[String],
         flags: &[&'static str],
         ranks: &[(&'static str, String)],
     ) -> crate::root::running::Identity {
         // `--node-rank` is left out of the cluster fingerprint already; the
-        // data-parallel ranks only when present (rarely: a second pass).
-        let peer_key = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
-            let mut opts = opts.clone();
-            opts.ignored_args
-                .extend(flags.iter().map(|f| f.to_string()));
-            Launch::of(&opts, self.command.clone(), &self.given, env)
-                .cluster_fingerprint(node_local)
+        // data-parallel ranks only when present, from this same reading.
+        let also: &[&str] = if ranks.iter().any(|(f, _)| *f != "--node-rank") {
+            flags
         } else {
-            self.cluster_fingerprint(node_local)
+            &[]
         };
+        let peer_key = self.payload_hash(node_local, true, also);
         crate::root::running::Identity::new(self.fingerprint.clone(), peer_key, ranks)
     }
 
@@ -690,6 +696,55 @@ pub fn print(opts: &Options, command: &[OsString], explain: bool) -> ExitCode {
         Err(e) => {
             eprintln!("keepwrap: error: writing the fingerprint: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data-parallel rank's peer key is its cluster fingerprint with the
+    /// rank flags ignored as `--ignore-arg` ignores them, made from the one
+    /// reading of the launch.
+    #[test]
+    fn a_peer_key_is_the_cluster_fingerprint_with_the_rank_flags_ignored() {
+        let flags = &crate::engine::sglang::RANK_FLAGS;
+        for words in [
+            "python3 -m sglang.launch_server --tp 2 --dp-rank 1 --node-rank 1 --nnodes 2",
+            "python3 -m sglang.launch_server --tp 2 --data-parallel-rank=3",
+            "python3 gen.py --data-parallel-rank 1 --x --dp-rank=2 -- --dp-rank 5",
+            "sh -c 'exec python3 x.py --dp-rank 4'",
+        ] {
+            let argv: Vec<OsString> = shell_words(words);
+            let mut opts = Options {
+                profile: ProfileName::Auto,
+                env_prefixes: vec![],
+                volatile_env: vec![],
+                ignored_args: vec![],
+            };
+            let launch = Launch::new(&opts, &argv, &[]);
+            let ranks = crate::engine::rank_values(&launch.command().argv, flags);
+            assert!(!ranks.is_empty(), "{words}");
+            let id = launch.identity(&[], flags, &ranks);
+            opts.ignored_args = flags.iter().map(|f| f.to_string()).collect();
+            let ignored = Launch::new(&opts, &argv, &[]).cluster_fingerprint(&[]);
+            assert_eq!(id.peer_key, String::from(ignored), "{words}");
+            assert_ne!(
+                id.peer_key,
+                String::from(launch.cluster_fingerprint(&[])),
+                "{words}"
+            );
+        }
+    }
+
+    fn shell_words(s: &str) -> Vec<OsString> {
+        match s.strip_prefix("sh -c '") {
+            Some(inner) => ["sh", "-c", inner.trim_end_matches('\'')]
+                .iter()
+                .map(OsString::from)
+                .collect(),
+            None => s.split(' ').map(OsString::from).collect(),
         }
     }
 }

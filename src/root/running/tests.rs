@@ -245,7 +245,7 @@ fn ranks_of_one_launch_are_peers_and_replicas_are_not() {
         let launch = Launch::new(&opts, argv, &[]);
         let flags = &crate::engine::sglang::RANK_FLAGS;
         let ranks = crate::engine::rank_values(&launch.command().argv, flags);
-        launch.identity(&opts, &[], &[], flags, &ranks)
+        launch.identity(&[], flags, &ranks)
     };
     let of = |args: &[&str]| {
         let argv: Vec<OsString> = ["python3", "-m", "sglang.launch_server", "--tp", "2"]
