@@ -21,137 +21,25 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::ValueEnum;
 use serde_json::{json, Map, Value};
 
-use crate::digest::{sha256_hex, Fingerprint};
+use crate::digest::Fingerprint;
 use crate::engine::sglang::launch::{args, args::Group, Canonical};
 use crate::engine::trtllm::launch as trtllm;
 use crate::engine::vllm::launch::fingerprint as vllm;
 use crate::launch::canonical::{self, py_str, Style};
 use crate::launch::{self, Wrapper};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProfileName {
-    /// vllm for a vLLM server launch, trtllm for a TensorRT-LLM one, else sglang
-    Auto,
-    /// What a user of a stock SGLang image wants
-    Sglang,
-    /// Bit for bit the seed's launch_fingerprint()
-    Seed,
-    /// What a user of a stock vLLM image wants
-    Vllm,
-    /// What a user of a stock TensorRT-LLM image wants
-    Trtllm,
-}
-
-impl ProfileName {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProfileName::Auto => "auto",
-            ProfileName::Sglang => "sglang",
-            ProfileName::Seed => "seed",
-            ProfileName::Vllm => "vllm",
-            ProfileName::Trtllm => "trtllm",
-        }
-    }
-
-    /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
-    /// behind launcher prefixes or `env`, or inside a readable shell
-    /// wrapper), `trtllm` when it runs `trtllm-serve`, else `sglang`.
-    /// Any other profile is itself.
-    pub fn resolve(self, command: &launch::Command) -> ProfileName {
-        match self {
-            ProfileName::Auto
-                if crate::engine::vllm::launch::recognise(&command.argv).is_some() =>
-            {
-                ProfileName::Vllm
-            }
-            ProfileName::Auto if trtllm::recognise(&command.argv).is_some() => ProfileName::Trtllm,
-            ProfileName::Auto => ProfileName::Sglang,
-            p => p,
-        }
-    }
-
-    /// The profile of the launches a subcommand without a command looks
-    /// at: `auto` is `sglang`'s.
-    pub fn without_command(self) -> ProfileName {
-        match self {
-            ProfileName::Auto => ProfileName::Sglang,
-            p => p,
-        }
-    }
-}
-
-/// A profile plus the user's extensions.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub profile: ProfileName,
-    pub env_prefixes: Vec<String>,
-    pub volatile_env: Vec<String>,
-    pub ignored_args: Vec<String>,
-}
-
+mod inputs;
 mod profiles;
 pub(crate) mod text;
 
+pub(crate) use inputs::script_hash;
+use inputs::*;
 pub use profiles::*;
 use text::*;
 
 pub use crate::launch::{is_secret_name, redacted_hash, value_hash};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Secret {
-    No,
-    /// the whole token is the value of a secret-named flag
-    Whole,
-    /// `FLAG=VALUE` with a secret-named FLAG: the value starts at this byte
-    After(usize),
-}
-
-#[derive(Debug, Clone)]
-struct Arg {
-    raw: OsString,
-    ignored: bool,
-    secret: Secret,
-}
-
-#[derive(Debug, Clone)]
-struct EnvVar {
-    name: OsString,
-    value: OsString,
-    volatile: bool,
-}
-
-/// Which server argument groups the profile and the user leave out.
-#[derive(Debug, Clone, Default)]
-struct Ignored {
-    /// attributes of known options
-    dests: HashSet<String>,
-    /// heads of options the table does not know
-    heads: HashSet<String>,
-}
-
-impl Ignored {
-    fn new(flags: &[(String, ArgKind)]) -> Ignored {
-        let mut out = Ignored::default();
-        for (flag, _) in flags {
-            match args::known(flag) {
-                Some(o) => out.dests.insert(o.dest.to_string()),
-                None => out.heads.insert(flag.clone()),
-            };
-        }
-        out
-    }
-
-    fn contains(&self, g: &Group) -> bool {
-        if g.known {
-            self.dests.contains(&g.key)
-        } else {
-            self.heads.contains(&g.head)
-        }
-    }
-}
 
 /// The fingerprint inputs of one launch.
 #[derive(Debug, Clone)]
@@ -551,130 +439,6 @@ impl Launch {
             .collect();
         Launch::new(&opts, &argv, &env)
     }
-}
-
-/// The most bytes of a script read.
-const MAX_SCRIPT_BYTES: u64 = 16 << 20;
-
-/// sha256 of a script's (or a file's) bytes, or why they cannot be read
-/// (absent, no regular file, larger than 16 MiB).
-pub(crate) fn script_hash(path: &std::path::Path) -> Result<String, String> {
-    use std::io::Read;
-    let f = launch::open_regular(path).map_err(|e| e.to_string())?;
-    let mut bytes = Vec::new();
-    f.take(MAX_SCRIPT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    if bytes.len() as u64 > MAX_SCRIPT_BYTES {
-        return Err(format!("larger than {MAX_SCRIPT_BYTES} bytes"));
-    }
-    Ok(sha256_hex(&bytes))
-}
-
-/// The variables of `env` (first occurrences only) whose name starts with
-/// one of the profile's or the user's prefixes, each marked volatile or
-/// not, in Python's key order.
-fn selected_env(
-    prof: &Profile,
-    opts: &Options,
-    env: Vec<&(OsString, OsString)>,
-    names: &[String],
-) -> Vec<EnvVar> {
-    let prefixes: Vec<&[u8]> = prof
-        .env_prefixes
-        .iter()
-        .map(|p| p.as_bytes())
-        .chain(
-            opts.env_prefixes
-                .iter()
-                .filter(|p| !p.is_empty())
-                .map(|p| p.as_bytes()),
-        )
-        .collect();
-    let tp4 = env
-        .iter()
-        .any(|(k, v)| k.as_bytes() == b"DSV41_LAUNCHER" && v.as_bytes() == b"tp4");
-    let mut volatile: HashSet<&[u8]> = prof.volatile_env.iter().map(|n| n.as_bytes()).collect();
-    if tp4 {
-        volatile.extend(prof.volatile_env_tp4.iter().map(|n| n.as_bytes()));
-    }
-    volatile.extend(
-        opts.volatile_env
-            .iter()
-            .filter(|n| !n.is_empty())
-            .map(|n| n.as_bytes()),
-    );
-    let mut env: Vec<EnvVar> = env
-        .into_iter()
-        .filter(|(k, _)| {
-            prefixes.iter().any(|p| k.as_bytes().starts_with(p))
-                || names.iter().any(|n| n.as_bytes() == k.as_bytes())
-        })
-        .map(|(k, v)| EnvVar {
-            name: k.clone(),
-            value: v.clone(),
-            volatile: volatile.contains(k.as_bytes()),
-        })
-        .collect();
-    env.sort_by_cached_key(|e| {
-        canonical::py_code_points(&py_str(e.name.as_bytes())).collect::<Vec<u32>>()
-    });
-    env
-}
-
-/// The arguments the profile and the user leave out (`--FLAG` for a bare
-/// name), the profile's entry first.
-fn ignored_flags(prof: &Profile, opts: &Options, is_vllm: bool) -> Vec<(String, ArgKind)> {
-    let mut ignored: Vec<(String, ArgKind)> = prof
-        .ignored_args
-        .iter()
-        .map(|(f, k)| (f.to_string(), *k))
-        .collect();
-    if is_vllm {
-        ignored.extend(vllm_ignored_args());
-    }
-    for flag in opts.ignored_args.iter().filter(|f| !f.is_empty()) {
-        let flag = if flag.starts_with('-') {
-            flag.clone()
-        } else {
-            format!("--{flag}")
-        };
-        // the profile's entry wins: a known switch never swallows a token
-        if !ignored.iter().any(|(f, _)| *f == flag) {
-            ignored.push((flag, ArgKind::Value));
-        }
-    }
-    ignored
-}
-
-/// The command's words, each marked ignored and secret or not.
-fn marked_args(words: &[OsString], ignored: &[(String, ArgKind)]) -> Vec<Arg> {
-    let mut args: Vec<Arg> = words
-        .iter()
-        .map(|a| Arg {
-            raw: a.clone(),
-            ignored: false,
-            secret: Secret::No,
-        })
-        .collect();
-    mark_ignored(&mut args, ignored);
-    mark_secrets(&mut args);
-    args
-}
-
-/// The `vllm` profile's ignored arguments for a command that is no vLLM
-/// server launch (exact names): the front-end and per-node arguments.
-fn vllm_ignored_args() -> impl Iterator<Item = (String, ArgKind)> {
-    use crate::engine::vllm::launch::{Takes, FRONT_END_ARGS, PER_NODE_ARGS};
-    FRONT_END_ARGS.iter().chain(PER_NODE_ARGS).flat_map(|a| {
-        let kind = match a.takes {
-            Takes::Nothing => ArgKind::Flag,
-            _ => ArgKind::Value,
-        };
-        std::iter::once(a.long)
-            .chain(a.short)
-            .map(move |f| (f.to_string(), kind))
-    })
 }
 
 /// `keepwrap fingerprint`: print the fingerprint (and with `explain` the

@@ -1,7 +1,74 @@
 //! The profiles: which environment variables and arguments identify a
 //! launch, and which do not (every entry's reason is in docs/fingerprint.md).
 
-use super::ProfileName;
+use clap::ValueEnum;
+
+use crate::launch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileName {
+    /// vllm for a vLLM server launch, trtllm for a TensorRT-LLM one, else sglang
+    Auto,
+    /// What a user of a stock SGLang image wants
+    Sglang,
+    /// Bit for bit the seed's launch_fingerprint()
+    Seed,
+    /// What a user of a stock vLLM image wants
+    Vllm,
+    /// What a user of a stock TensorRT-LLM image wants
+    Trtllm,
+}
+
+impl ProfileName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileName::Auto => "auto",
+            ProfileName::Sglang => "sglang",
+            ProfileName::Seed => "seed",
+            ProfileName::Vllm => "vllm",
+            ProfileName::Trtllm => "trtllm",
+        }
+    }
+
+    /// `auto` for a command: `vllm` when it runs a vLLM server (directly,
+    /// behind launcher prefixes or `env`, or inside a readable shell
+    /// wrapper), `trtllm` when it runs `trtllm-serve`, else `sglang`.
+    /// Any other profile is itself.
+    pub fn resolve(self, command: &launch::Command) -> ProfileName {
+        match self {
+            ProfileName::Auto
+                if crate::engine::vllm::launch::recognise(&command.argv).is_some() =>
+            {
+                ProfileName::Vllm
+            }
+            ProfileName::Auto
+                if crate::engine::trtllm::launch::recognise(&command.argv).is_some() =>
+            {
+                ProfileName::Trtllm
+            }
+            ProfileName::Auto => ProfileName::Sglang,
+            p => p,
+        }
+    }
+
+    /// The profile of the launches a subcommand without a command looks
+    /// at: `auto` is `sglang`'s.
+    pub fn without_command(self) -> ProfileName {
+        match self {
+            ProfileName::Auto => ProfileName::Sglang,
+            p => p,
+        }
+    }
+}
+
+/// A profile plus the user's extensions.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub profile: ProfileName,
+    pub env_prefixes: Vec<String>,
+    pub volatile_env: Vec<String>,
+    pub ignored_args: Vec<String>,
+}
 
 /// How an ignored argument takes its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
