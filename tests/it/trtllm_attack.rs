@@ -135,3 +135,28 @@ fn attention_dp_turned_on_by_its_flag_is_told_how_to_start_cold_too() {
     let off = crate::trtllm::boot(home.path(), "F", &[], &[]);
     assert!(!off.has_event("trtllm_attention_dp_flag"), "{}", off.stderr);
 }
+
+/// A shell string keepwrap cannot read that runs `trtllm-serve` wraps an
+/// engine, as one that runs `python3`, `sglang` or `vllm` does: its exit 0
+/// proves nothing of the engine's, so `--done auto` has no rule and says
+/// which to give.
+#[test]
+fn an_unreadable_string_running_trtllm_serve_is_an_engine_whose_exit_proves_nothing() {
+    let mut cmd = Command::new(common::BIN);
+    let out = common::output(
+        common::without_keepwrap_env(&mut cmd)
+            .args(["config", "--json", "--", "sh", "-c"])
+            .arg("for i in 1 2; do trtllm-serve /models/m; done"),
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let cfg: serde_json::Value = serde_json::from_str(&out.stdout.join("\n")).unwrap();
+    let done = cfg["done-for-command"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        done.starts_with(
+            "an exit 0 of this launch would not prove the engine's (the shell string:"
+        ),
+        "{done}"
+    );
+}
