@@ -8,17 +8,26 @@
 //! fingerprint with the GPU model, [`name_for`]):
 //!
 //! - `blobs/<sha256>`: a cache file's bytes, immutable, content-addressed;
-//! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
-//!   canonical bytes (what [`Manifest::canonical`] writes);
-//! - `HEAD`: `{"format":1,"set":"<id>"}`, the one mutable object.
+//! - `sets/<id>.json`: an `Envelope` (see `manifest`) of the fleet's fields
+//!   (profile, node count, each member's node, stamps) around the set
+//!   manifest every set has ([`cache::SetManifest`], for `<name>`),
+//!   immutable, `id` = the sha256 of its canonical bytes;
+//! - `HEAD`: `{"format":2,"set":"<id>"}`, the one mutable object.
 //! - `parts/<boot>/<rank>.json`: a multi-node launch's node's part of one
-//!   boot (under the cluster fingerprint; see `publish_part`).
+//!   boot, an envelope of its files alone (under the cluster fingerprint;
+//!   see `publish_part`).
+//!
+//! Format 1 (of earlier builds) had a set object of its own: a HEAD of
+//! another format is read as no set (`fleet_other_format`), and the set
+//! this launch publishes next replaces it: one cold boot a launch.
 //!
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
-//! The files of one build (that of the file written last), every blob,
-//! then the manifest, each `If-None-Match: *` (a 412 means the same bytes
-//! are there already). Then HEAD: created with `If-None-Match: *`; when one
+//! The files of one build (that of the file written last), each with the
+//! sha256 its local sign recorded (a file still as it was hashed then is
+//! not hashed again: [`cache::read_signed`]), every blob, then the set,
+//! each `If-None-Match: *` (a 412 means the same bytes are there
+//! already). Then HEAD: created with `If-None-Match: *`; when one
 //! exists it is replaced (`If-Match` the ETag this boot's restore read)
 //! when that restore found its set unusable or of another build, else left
 //! alone (the first complete set wins). Blobs and manifest land before
@@ -27,8 +36,9 @@
 //! # Restore (before the engine starts, when the root has no set for it)
 //!
 //! The machine's GPU model (from the driver's `/proc` files: none, no
-//! restore), HEAD, then the manifest (its hash is its id; its format, profile and
-//! fingerprint are ours; every path is a cache file path, which carries the
+//! restore), HEAD (of this format), then the set (its hash is its id; its
+//! format, profile and fingerprint are ours; its set manifest whole by its
+//! own id; every path is a cache file path, which carries the
 //! FlashInfer version, the GPU architecture and the engine's own key), then
 //! every blob (its size and sha256 as the manifest says; a JSON object, as
 //! prune judges a cache file; one build, tuned on this machine's GPU
