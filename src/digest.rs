@@ -19,7 +19,16 @@ pub fn hex(bytes: impl AsRef<[u8]>) -> String {
 
 /// Lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
+    #[cfg(test)]
+    HASHED.with(|n| n.set(n.get() + 1));
     hex(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread called [`sha256_hex`]: what a test
+    /// counts to show a hash is not computed again.
+    pub(crate) static HASHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A launch fingerprint: the lowercase sha256 hex of what identifies a

@@ -44,6 +44,8 @@ pub use prune::{Empty, Stash, MAX_CACHE_FILE, MAX_SIDECAR};
 mod sidecar;
 mod sign;
 pub use sign::Settle;
+mod signed;
+pub use signed::{read_signed, SignedFile};
 mod survey;
 pub use survey::{survey, FileInfo, FileState};
 mod trash;

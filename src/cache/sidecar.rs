@@ -41,7 +41,11 @@
 //! ```
 //!
 //! The id is the hash of the fingerprint and the members, so a manifest
-//! proves itself: no other member list has its id.
+//! proves itself: no other member list has its id. It is the one type
+//! that describes a set: the store's `.set.json` is one, and a share
+//! node's `manifest.json` and the fleet's `sets/<id>.json` are envelopes
+//! of their own fields around one (the fleet's without `keepwrap` and
+//! `signed_at`, so that its bytes depend on its files alone).
 //!
 //! The fingerprints here are any launch's, as a sidecar or a manifest
 //! names one (a string read from a file), not only the running launch's.
@@ -157,15 +161,28 @@ pub struct Head<'a> {
     pub fingerprint: Option<Cow<'a, str>>,
 }
 
-/// A set's manifest (`.keepwrap/sets/<fingerprint>.json`).
+/// A set's manifest (`.keepwrap/sets/<fingerprint>.json`): the one type
+/// that describes a set, wherever it is (the store's `.set.json`; around
+/// it, the envelope of a share node's `manifest.json` and of the fleet's
+/// `sets/<id>.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetManifest {
     pub format: u32,
+    /// The keepwrap that signed it (empty, and not written, in a set whose
+    /// bytes must depend on its files alone: the fleet's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub keepwrap: String,
     pub fingerprint: String,
     pub id: String,
+    /// When it was signed, seconds since the epoch (0, and not written, in
+    /// the fleet's).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub signed_at: u64,
     pub members: Vec<Member>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// sha256 hex over the fingerprint and the sorted member list: the same
@@ -366,13 +383,13 @@ pub fn read_member_paths(
     #[derive(Deserialize)]
     struct Borrowed<'a> {
         format: u32,
-        #[serde(borrow, rename = "keepwrap")]
+        #[serde(borrow, default, rename = "keepwrap")]
         _keepwrap: Cow<'a, str>,
         #[serde(borrow)]
         fingerprint: Cow<'a, str>,
         #[serde(borrow)]
         id: Cow<'a, str>,
-        #[serde(rename = "signed_at")]
+        #[serde(default, rename = "signed_at")]
         _signed_at: u64,
         #[serde(borrow)]
         members: Vec<BorrowedMember<'a>>,

@@ -945,6 +945,12 @@ catalogue! {
             INFO "fleet_empty"
             => "fleet: no set for this launch yet ({key}: HTTP 404); a cold boot";
 
+        /// HEAD was written by a keepwrap of another fleet format: read
+        /// as no set; this launch's set replaces it.
+        FleetOtherFormat { key: String, format: u64, reads: u32 }
+            INFO "fleet_other_format"
+            => "fleet: {key} is of format {format} (this keepwrap reads format {reads}): read as no set for this launch; a cold boot, and the set this launch tunes is published in format {reads} in its place";
+
         FleetRestoreFailed { reason: String }
             WARN "fleet_restore_failed"
             => "fleet: not restored: {reason}; a cold boot";

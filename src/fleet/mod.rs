@@ -8,17 +8,26 @@
 //! fingerprint with the GPU model, [`name_for`]):
 //!
 //! - `blobs/<sha256>`: a cache file's bytes, immutable, content-addressed;
-//! - `sets/<id>.json`: a [`Manifest`], immutable, `id` = the sha256 of its
-//!   canonical bytes (what [`Manifest::canonical`] writes);
-//! - `HEAD`: `{"format":1,"set":"<id>"}`, the one mutable object.
+//! - `sets/<id>.json`: an `Envelope` (see `manifest`) of the fleet's fields
+//!   (profile, node count, each member's node, stamps) around the set
+//!   manifest every set has ([`cache::SetManifest`], for `<name>`),
+//!   immutable, `id` = the sha256 of its canonical bytes;
+//! - `HEAD`: `{"format":2,"set":"<id>"}`, the one mutable object.
 //! - `parts/<boot>/<rank>.json`: a multi-node launch's node's part of one
-//!   boot (under the cluster fingerprint; see `publish_part`).
+//!   boot, an envelope of its files alone (under the cluster fingerprint;
+//!   see `publish_part`).
+//!
+//! Format 1 (of earlier builds) had a set object of its own: a HEAD of
+//! another format is read as no set (`fleet_other_format`), and the set
+//! this launch publishes next replaces it: one cold boot a launch.
 //!
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
-//! The files of one build (that of the file written last), every blob,
-//! then the manifest, each `If-None-Match: *` (a 412 means the same bytes
-//! are there already). Then HEAD: created with `If-None-Match: *`; when one
+//! The files of one build (that of the file written last), each with the
+//! sha256 its local sign recorded (a file still as it was hashed then is
+//! not hashed again: [`cache::read_signed`]), every blob, then the set,
+//! each `If-None-Match: *` (a 412 means the same bytes are there
+//! already). Then HEAD: created with `If-None-Match: *`; when one
 //! exists it is replaced (`If-Match` the ETag this boot's restore read)
 //! when that restore found its set unusable or of another build, else left
 //! alone (the first complete set wins). Blobs and manifest land before
@@ -27,8 +36,9 @@
 //! # Restore (before the engine starts, when the root has no set for it)
 //!
 //! The machine's GPU model (from the driver's `/proc` files: none, no
-//! restore), HEAD, then the manifest (its hash is its id; its format, profile and
-//! fingerprint are ours; every path is a cache file path, which carries the
+//! restore), HEAD (of this format), then the set (its hash is its id; its
+//! format, profile and fingerprint are ours; its set manifest whole by its
+//! own id; every path is a cache file path, which carries the
 //! FlashInfer version, the GPU architecture and the engine's own key), then
 //! every blob (its size and sha256 as the manifest says; a JSON object, as
 //! prune judges a cache file; one build, tuned on this machine's GPU
@@ -42,6 +52,8 @@
 //! stop signal ends the wait.
 
 pub mod check;
+mod manifest;
+mod publication;
 mod refusal;
 pub mod s3;
 pub mod silicon;
@@ -49,33 +61,23 @@ mod state;
 
 pub use state::{FleetState, STATE_FILE};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::cache::{self, fsx, Shape};
 use crate::digest::Fingerprint;
 use crate::engine::fingerprint::ProfileName;
-use crate::publish::{Failure, Job, Put, ReadOnly, Storage, Waited};
+use crate::publish::{Failure, Job, ReadOnly, Storage, Waited};
+pub use manifest::FORMAT;
+use manifest::{check_nodes, read_head, Envelope, HeadIs, MAX_HEAD, MAX_MANIFEST};
+use publication::{newest_build, publish, publish_part, whole_dirs};
 use s3::{Client, Endpoint, Location};
 
-/// Version of the manifest and HEAD formats.
-pub const FORMAT: u32 = 1;
-/// Most files one set may list.
-const MAX_FILES: usize = 4096;
-/// Largest HEAD read (a HEAD is about 90 bytes).
-const MAX_HEAD: u64 = 4 << 10;
-/// Largest manifest read (a file's entry is a few hundred bytes).
-const MAX_MANIFEST: u64 = MAX_FILES as u64 * 1024;
 /// The largest stamp file read (a manifest of a few hundred bytes).
 const MAX_STAMP: u64 = 1 << 16;
-/// Most bytes one set's blobs may hold together: a restore holds them in
-/// memory until every one verifies.
-const MAX_SET: u64 = 1 << 30;
 /// Where the objects of every launch live under the prefix.
 pub const TOP: &str = "keepwrap/v1";
 
@@ -117,56 +119,6 @@ pub struct Nodes {
     pub cluster: Fingerprint,
 }
 
-/// One file of a set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(deny_unknown_fields)]
-pub struct Entry {
-    /// Relative to the cache root.
-    pub path: String,
-    pub sha256: String,
-    pub size: u64,
-    /// The node whose file this is (multi-node sets only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<u32>,
-}
-
-/// `sets/<id>.json`: one complete set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub format: u32,
-    pub profile: String,
-    pub fingerprint: String,
-    /// Sorted by path.
-    pub files: Vec<Entry>,
-    /// The node count of a multi-node set (every file names its node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nnodes: Option<u32>,
-    /// For a layout whose files carry no stamp of their own: each stamp
-    /// file's text by its path (what the files beside it were tuned under).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub stamps: BTreeMap<String, String>,
-}
-
-impl Manifest {
-    /// The canonical bytes: compact JSON, fields in this order, files
-    /// sorted by path.
-    pub fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    pub fn id(&self) -> String {
-        cache::sha256_hex(&self.canonical())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Head {
-    format: u32,
-    set: String,
-}
-
 /// Why a restore gave a cold boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Miss {
@@ -176,6 +128,9 @@ pub enum Miss {
     Failed(Failure),
     /// An object that does not verify: its key, and why.
     Bad { key: String, why: String },
+    /// HEAD is of another format (a keepwrap of another format wrote
+    /// it): read as no set, and replaced by the next set published.
+    Format { key: String, format: u64 },
 }
 
 impl std::fmt::Display for Miss {
@@ -184,6 +139,9 @@ impl std::fmt::Display for Miss {
             Miss::Empty => write!(f, "no set for this launch in the bucket"),
             Miss::Failed(e) => write!(f, "{e}"),
             Miss::Bad { key, why } => write!(f, "{key}: {why}"),
+            Miss::Format { key, format } => {
+                write!(f, "{key}: of format {format}, not {FORMAT}: read as no set")
+            }
         }
     }
 }
@@ -388,7 +346,7 @@ impl Fleet {
         if let Some(etag) = etag {
             let seen = Seen {
                 etag,
-                unusable: matches!(result, Err(Miss::Bad { .. })),
+                unusable: matches!(result, Err(Miss::Bad { .. } | Miss::Format { .. })),
                 build: result.as_ref().ok().map(|r| r.2.clone()),
             };
             if let Ok(mut s) = self.seen.lock() {
@@ -400,6 +358,12 @@ impl Fleet {
             Err(miss) => {
                 match &miss {
                     Miss::Empty => crate::events::Event::FleetEmpty { key: head_key }.emit(),
+                    Miss::Format { key, format } => crate::events::Event::FleetOtherFormat {
+                        key: key.clone(),
+                        format: *format,
+                        reads: FORMAT,
+                    }
+                    .emit(),
                     m => failure_of(m)
                         .and_then(check::broken_event)
                         .unwrap_or_else(|| crate::events::Event::FleetRestoreFailed {
@@ -497,20 +461,11 @@ impl Fleet {
         if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
             return;
         }
-        let mut files = Vec::new();
-        for rel in signed {
-            let Some(path) = rel.to_str() else { return };
-            let mut buf = Vec::new();
-            let Ok(st) = fsx::read_at(
-                nix::fcntl::AT_FDCWD,
-                &root.join(rel),
-                &mut buf,
-                cache::MAX_CACHE_FILE,
-            ) else {
-                return;
-            };
-            files.push((path.to_string(), buf, (st.st_mtime, st.st_mtime_nsec)));
-        }
+        // Each file's sha256 is the one the set manifest signed, when the
+        // file is still the one hashed then: not hashed again.
+        let Ok(files) = cache::read_signed(root, self.shape, &self.fingerprint, signed) else {
+            return;
+        };
         let mut stamp = |at: &str| {
             let mut buf = Vec::new();
             fsx::read_at(nix::fcntl::AT_FDCWD, &root.join(at), &mut buf, MAX_STAMP)
@@ -676,11 +631,9 @@ fn failure_of(m: &Miss) -> Option<&Failure> {
     }
 }
 
-/// A set's files: each path with its bytes.
-type Files = Vec<(String, Vec<u8>)>;
-
-/// A set fetched and verified: its id, this node's files, their build.
-type Fetched = (String, Files, String);
+/// A set fetched and verified: its id, this node's files (each path with
+/// its bytes), their build.
+type Fetched = (String, Vec<(String, Vec<u8>)>, String);
 
 /// The network half of a restore: HEAD's ETag (None when it could not be
 /// read), and HEAD, the manifest, every blob, each verified: the set's
@@ -717,35 +670,38 @@ fn fetch_set(
         key: key.to_string(),
         why,
     };
-    let head: Head =
-        serde_json::from_slice(&head).map_err(|e| bad(head_key, format!("not a HEAD ({e})")))?;
-    if head.format != FORMAT || !cache::is_sha256_hex(&head.set) {
-        return Err(bad(head_key, "not a HEAD of format 1 naming a set".into()));
-    }
-    let set_key = format!("{sets}{}.json", head.set);
+    let id = match read_head(&head) {
+        HeadIs::Set(id) => id,
+        HeadIs::Format(format) => {
+            return Err(Miss::Format {
+                key: head_key.clone(),
+                format,
+            })
+        }
+        HeadIs::Bad(why) => return Err(bad(head_key, why)),
+    };
+    let set_key = format!("{sets}{id}.json");
     let bytes = client
         .get(&set_key, MAX_MANIFEST)
         .map_err(Miss::Failed)?
         .ok_or_else(|| bad(&set_key, "named by HEAD but missing".into()))?
         .bytes;
-    if cache::sha256_hex(&bytes) != head.set {
+    if cache::sha256_hex(&bytes) != id {
         return Err(bad(&set_key, "its sha256 is not its id".into()));
     }
-    let m: Manifest = serde_json::from_slice(&bytes)
+    let m: Envelope = serde_json::from_slice(&bytes)
         .map_err(|e| bad(&set_key, format!("not a manifest ({e})")))?;
-    if m.format != FORMAT || m.profile != profile.as_str() || *fingerprint != m.fingerprint {
-        return Err(bad(&set_key, "a set of another launch or format".into()));
-    }
-    check_files(&m.files, shape).map_err(|why| bad(&set_key, why))?;
+    m.check(profile, fingerprint, shape)
+        .map_err(|why| bad(&set_key, why))?;
     check_nodes(&m, place_of.map(|p| p.1), shape).map_err(|why| bad(&set_key, why))?;
     // Every node's part is fetched and verified, this node's placed (every
     // node's, for a tree that must be the same set on every node): all or
     // nothing across the nodes, as every node decides alike.
-    let mut out = Vec::with_capacity(m.files.len());
+    let mut out = Vec::with_capacity(m.set.members.len());
     let mut builds = BTreeSet::new();
     let mut stamp = |at: &str| m.stamps.get(at).map(|t| t.as_bytes().to_vec());
     let mut stamps = silicon::Stamps::new(&mut stamp);
-    for f in &m.files {
+    for (f, node) in m.files() {
         let key = format!("{blobs}{}", f.sha256);
         // Read no more than the manifest says: a blob that is longer is
         // refused at its size, never read whole.
@@ -779,46 +735,17 @@ fn fetch_set(
             ));
         }
         builds.insert(build.id);
-        if f.node == place_of.map(|p| p.0) || shape.same_on_every_node() {
+        if node == place_of.map(|p| p.0) || shape.same_on_every_node() {
             out.push((f.path.clone(), got.bytes));
         }
     }
     let mut builds = builds.into_iter();
     match (builds.next(), builds.next()) {
-        (Some(b), None) => Ok((head.set, out, b)),
+        (Some(b), None) => Ok((id, out, b)),
         _ => Err(bad(
             &set_key,
             "its files were tuned under several FlashInfer builds".into(),
         )),
-    }
-}
-
-/// A set's nodes: none for a single-node launch; for one of `want` nodes,
-/// that many, each file naming one, each node with at least one file
-/// (but for a tree that is the same set on every node, where a file that
-/// several nodes hold names the lowest of them only).
-fn check_nodes(m: &Manifest, want: Option<u32>, shape: Shape) -> Result<(), String> {
-    let n = match (m.nnodes, want) {
-        (None, None) if m.files.iter().all(|f| f.node.is_none()) => return Ok(()),
-        (Some(n), Some(w)) if n == w && (n as usize) <= MAX_FILES => n,
-        (got, want) => {
-            return Err(format!(
-                "a set of {} nodes, for a launch of {}",
-                got.unwrap_or(1),
-                want.unwrap_or(1)
-            ))
-        }
-    };
-    let mut seen = vec![false; n as usize];
-    for f in &m.files {
-        match f.node {
-            Some(r) if r < n => seen[r as usize] = true,
-            _ => return Err(format!("'{}' names no node of {n}", f.path)),
-        }
-    }
-    match seen.iter().position(|s| !s) {
-        Some(r) if !shape.same_on_every_node() => Err(format!("node {r} of {n} has no part in it")),
-        _ => Ok(()),
     }
 }
 
@@ -851,357 +778,6 @@ fn boot_id(
     ))
 }
 
-/// A manifest's files: at least one, at most [`MAX_FILES`], sorted and
-/// unique paths, each a cache file path, sizes within the cache file limit.
-fn check_files(files: &[Entry], shape: Shape) -> Result<(), String> {
-    if files.is_empty() || files.len() > MAX_FILES {
-        return Err(format!("{} files", files.len()));
-    }
-    if files.windows(2).any(|w| w[0].path >= w[1].path) {
-        return Err("its paths are not sorted and unique".into());
-    }
-    let total: u64 = files.iter().map(|f| f.size).fold(0, u64::saturating_add);
-    if total > MAX_SET {
-        return Err(format!("its files hold {total} bytes (at most {MAX_SET})"));
-    }
-    for f in files {
-        if crate::publish::checked_path(&f.path, shape).is_none() {
-            return Err(format!("'{}' is not a cache file path", f.path));
-        }
-        if !cache::is_sha256_hex(&f.sha256) || f.size > cache::MAX_CACHE_FILE {
-            return Err(format!("'{}' has no sha256 or is too large", f.path));
-        }
-    }
-    Ok(())
-}
-
-/// A launch in the bucket: its directory key (ending in `/`), profile and
-/// name.
-type LaunchAt<'a> = (&'a str, ProfileName, &'a Fingerprint);
-
-/// Blobs, manifest, then HEAD (created only when there is none, or
-/// replaced when it is still the object `replace` names). The set's id,
-/// and whether HEAD names it.
-fn publish(
-    client: &dyn Storage,
-    launch: LaunchAt,
-    files: Files,
-    stamps: BTreeMap<String, String>,
-    replace: Option<&str>,
-) -> Result<(String, bool), Failure> {
-    let entries = entries_of(&files, None);
-    upload_blobs(client, launch.0, &files, &entries)?;
-    name_set(client, launch, (entries, stamps), None, replace)
-}
-
-/// The signed files of one build: that of the file written last (the
-/// engine's own tuning of this boot, after any file a restore placed), and
-/// that build. A file whose `_metadata` names no GPU model cannot be
-/// published: no pod could match it to its machine.
-fn newest_build(
-    files: Vec<(String, Vec<u8>, (i64, i64))>,
-    shape: Shape,
-    stamp: &mut dyn FnMut(&str) -> Option<Vec<u8>>,
-) -> Result<Built, String> {
-    let mut built = Vec::with_capacity(files.len());
-    let mut stamps = silicon::Stamps::new(stamp);
-    let mut unstamped = Vec::new();
-    for (path, bytes, mtime) in files {
-        let b = match silicon::build_in(shape, &path, &bytes, &mut stamps) {
-            Ok(b) => b,
-            // A file whose stamp file is gone (a set restored from the
-            // bucket, its environment never written again here) is of no
-            // build that can be told: left out, as a file of another build.
-            Err(_) if shape.stamp_of(&path).is_some() => {
-                unstamped.push(path);
-                continue;
-            }
-            Err(why) => return Err(why),
-        };
-        built.push((mtime, b, path, bytes));
-    }
-    let newest = built
-        .iter()
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|x| x.1.clone())
-        .ok_or_else(|| "no files".to_string())?;
-    let (chosen, dropped): (Vec<_>, Vec<_>) = built.into_iter().partition(|x| x.1 == newest);
-    let files: Files = chosen.into_iter().map(|x| (x.2, x.3)).collect();
-    let dropped = dropped.into_iter().map(|x| x.2).chain(unstamped).collect();
-    // the stamps of the files chosen only
-    let used: BTreeSet<String> = files
-        .iter()
-        .filter_map(|(p, _)| shape.stamp_of(p))
-        .collect();
-    let mut stamps = stamps.texts();
-    stamps.retain(|at, _| used.contains(at));
-    Ok((files, newest, dropped, stamps))
-}
-
-/// The files of one build, that build, the files left out, and the stamps
-/// of the files kept.
-type Built = (Files, silicon::Build, Vec<String>, BTreeMap<String, String>);
-
-/// The files of the build chosen, refused when a directory of it also
-/// holds rank files of another build (another GPU model's, say): the rank
-/// files of one directory are one set, published whole or not at all.
-fn whole_dirs(
-    (chosen, build, dropped, stamps): Built,
-) -> Result<(Files, silicon::Build, BTreeMap<String, String>), String> {
-    let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
-    let dirs: BTreeSet<String> = chosen.iter().map(|(p, _)| dir(p)).collect();
-    if let Some(other) = dropped.iter().find(|p| dirs.contains(&dir(p))) {
-        return Err(format!(
-            "{} is of another build than the other rank files of its directory",
-            other
-        ));
-    }
-    Ok((chosen, build, stamps))
-}
-
-/// A set's entries, sorted by path, each path once.
-fn entries_of(files: &Files, node: Option<u32>) -> Vec<Entry> {
-    let mut entries: Vec<Entry> = files
-        .iter()
-        .map(|(path, bytes)| Entry {
-            path: path.clone(),
-            sha256: cache::sha256_hex(bytes),
-            size: bytes.len() as u64,
-            node,
-        })
-        .collect();
-    entries.sort();
-    entries.dedup_by(|a, b| a.path == b.path);
-    entries
-}
-
-/// Every blob, each created only when absent (content addressing): the
-/// bytes of each entry, whose sha256 it holds already.
-fn upload_blobs(
-    client: &dyn Storage,
-    dir: &str,
-    files: &Files,
-    entries: &[Entry],
-) -> Result<(), Failure> {
-    let bytes_of: std::collections::BTreeMap<&str, &[u8]> = files
-        .iter()
-        .map(|(p, b)| (p.as_str(), b.as_slice()))
-        .collect();
-    let mut done = BTreeSet::new();
-    for e in entries {
-        let Some(bytes) = bytes_of.get(e.path.as_str()) else {
-            continue;
-        };
-        if done.insert(e.sha256.as_str()) {
-            client.put_if_absent(&format!("{dir}blobs/{}", e.sha256), bytes)?;
-        }
-        crate::failpoint::hit("fleet");
-    }
-    Ok(())
-}
-
-/// The manifest of these entries, then HEAD (created only when there is
-/// none, or replaced when it is still the object `replace` names). The
-/// set's id, and whether HEAD names it.
-fn name_set(
-    client: &dyn Storage,
-    (dir, profile, name): LaunchAt,
-    (files, stamps): (Vec<Entry>, BTreeMap<String, String>),
-    nnodes: Option<u32>,
-    replace: Option<&str>,
-) -> Result<(String, bool), Failure> {
-    let m = Manifest {
-        format: FORMAT,
-        profile: profile.as_str().to_string(),
-        fingerprint: name.to_string(),
-        files,
-        nnodes,
-        stamps,
-    };
-    let id = m.id();
-    client.put_if_absent(&format!("{dir}sets/{id}.json"), &m.canonical())?;
-    crate::failpoint::hit("fleet");
-    let head = serde_json::to_vec(&Head {
-        format: FORMAT,
-        set: id.clone(),
-    })
-    .unwrap_or_default();
-    let head_key = format!("{dir}HEAD");
-    let replaced = |etag: &str| -> Result<bool, Failure> {
-        Ok(client.replace(&head_key, &head, etag)? == Put::Written)
-    };
-    let won = match client.put_if_absent(&head_key, &head)? {
-        Put::Written => true,
-        // HEAD named a set this boot's restore could not use, or one of
-        // another build, and is still that object: it moves forward.
-        Put::Refused
-            if replace
-                .filter(|e| !e.is_empty())
-                .is_some_and(|e| replaced(e).unwrap_or(false)) =>
-        {
-            true
-        }
-        Put::Refused => match client.get(&format!("{dir}HEAD"), s3::MAX_OBJECT)? {
-            // HEAD names this set already: written again (the same bytes,
-            // only if it is still that object), so that its time says when
-            // the launch was last used, which `fleet gc` reads.
-            Some(o) if o.bytes == head => {
-                client.replace(&format!("{dir}HEAD"), &head, &o.etag)?;
-                true
-            }
-            _ => false,
-        },
-    };
-    Ok((id, won))
-}
-
-/// A multi-node launch's node: its blobs, then its part
-/// (`parts/<boot>/<rank>.json`, created only when absent: the first part
-/// of a node in a boot stays), then every node's part of the boot. When
-/// all are there, their union is the set, named as one node's would be:
-/// Ok(the set's id, whether HEAD names it). Else Err(how many nodes have
-/// no part yet): a later node names the set.
-fn publish_part(
-    client: &dyn Storage,
-    launch: LaunchAt,
-    (rank, nnodes): (u32, u32),
-    boot: &str,
-    (files, stamps): (Files, BTreeMap<String, String>),
-    shape: Shape,
-    replace: Option<&str>,
-) -> Result<Result<(String, bool), usize>, Failure> {
-    let (dir, profile, name) = launch;
-    let part = Manifest {
-        format: FORMAT,
-        profile: profile.as_str().to_string(),
-        fingerprint: name.to_string(),
-        files: entries_of(&files, Some(rank)),
-        nnodes: Some(nnodes),
-        stamps,
-    };
-    upload_blobs(client, dir, &files, &part.files)?;
-    let parts = format!("{dir}parts/{boot}/");
-    let mine = format!("{parts}{rank}.json");
-    if client.put_if_absent(&mine, &part.canonical())? == Put::Refused {
-        // The slot was taken: by these very bytes (this node published
-        // again), or by another boot that had the same id. A node whose
-        // slot holds other bytes never names the boot's set: the union
-        // would hold another boot's files for this node.
-        let there = client.get(&mine, MAX_MANIFEST)?;
-        if there.is_none_or(|o| o.bytes != part.canonical()) {
-            return Err(Failure {
-                key: mine,
-                status: Some(412),
-                what: "this node's part slot of the boot holds another part (another boot with the same boot id?): the boot's set is not named".into(),
-                broken: None,
-            });
-        }
-    }
-    crate::failpoint::hit("fleet");
-    let (mut all, mut stamps, mut missing) = (Vec::new(), BTreeMap::new(), 0);
-    for r in 0..nnodes {
-        let key = format!("{parts}{r}.json");
-        let Some(o) = client.get(&key, MAX_MANIFEST)? else {
-            missing += 1;
-            continue;
-        };
-        let bad = |what: String| Failure {
-            key: key.clone(),
-            status: None,
-            what,
-            broken: None,
-        };
-        let p: Manifest =
-            serde_json::from_slice(&o.bytes).map_err(|e| bad(format!("not a part ({e})")))?;
-        if p.format != FORMAT
-            || p.profile != profile.as_str()
-            || *name != p.fingerprint
-            || p.nnodes != Some(nnodes)
-            || p.files.iter().any(|f| f.node != Some(r))
-        {
-            return Err(bad(format!("not node {r}'s part of this launch")));
-        }
-        check_files(&p.files, shape).map_err(bad)?;
-        all.extend(p.files);
-        // the lowest node's stamp where two differ (the parts are read in
-        // node order)
-        for (at, text) in p.stamps {
-            stamps.entry(at).or_insert(text);
-        }
-    }
-    if missing > 0 {
-        return Ok(Err(missing));
-    }
-    if shape.same_on_every_node() {
-        // One set on every node: a path several nodes publish is the
-        // lowest node's.
-        all.sort_by(|a, b| (&a.path, a.node).cmp(&(&b.path, b.node)));
-        all.dedup_by(|later, first| later.path == first.path);
-    } else {
-        all.sort();
-    }
-    check_files(&all, shape).map_err(|what| Failure {
-        key: parts.clone(),
-        status: None,
-        what: format!("the union of the parts: {what}"),
-        broken: None,
-    })?;
-    if !shape.same_on_every_node() {
-        shapes_agree(client, dir, &all)?;
-    }
-    name_set(client, launch, (all, stamps), Some(nnodes), replace).map(Ok)
-}
-
-/// Every shape that several nodes' files hold has one tactic in all of
-/// them (the tactics of one boot are all-reduced across the ranks): else
-/// the union would put the nodes of later launches on different tactics
-/// for one shape, which the engine's gate cannot see. Each blob is
-/// fetched and verified as a restore does.
-fn shapes_agree(client: &dyn Storage, dir: &str, all: &[Entry]) -> Result<(), Failure> {
-    let mut tactic_of: std::collections::BTreeMap<String, (u32, serde_json::Value)> =
-        std::collections::BTreeMap::new();
-    for f in all {
-        let key = format!("{dir}blobs/{}", f.sha256);
-        let bad = |what: String| Failure {
-            key: key.clone(),
-            status: None,
-            what,
-            broken: None,
-        };
-        let got = client
-            .get(&key, f.size)?
-            .ok_or_else(|| bad(format!("blob of {} missing", f.path)))?;
-        if cache::sha256_hex(&got.bytes) != f.sha256 {
-            return Err(bad(format!("blob of {} does not match its sha256", f.path)));
-        }
-        let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&got.bytes)
-            .map_err(|_| bad(format!("blob of {} is not a JSON object", f.path)))?;
-        let node = f.node.unwrap_or(0);
-        for (shape, value) in obj {
-            if shape.starts_with('_') {
-                continue;
-            }
-            // [runner, tactic, measurements...]: the tactic decides.
-            let tactic = match &value {
-                serde_json::Value::Array(v) if v.len() >= 2 => v[..2].to_vec().into(),
-                v => v.clone(),
-            };
-            match tactic_of.get(&shape) {
-                Some((n, t)) if *n != node && *t != tactic => {
-                    return Err(bad(format!(
-                        "nodes {n} and {node} hold different tactics for one shape: the parts are not of one boot; the boot's set is not named"
-                    )))
-                }
-                Some(_) => {}
-                None => {
-                    tactic_of.insert(shape, (node, tactic));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// `keepwrap fleet ls`: every launch in the bucket, with its HEAD's set
 /// and time.
 pub fn list(bucket: &Client) -> Result<Vec<(String, String, String)>, Failure> {
@@ -1221,9 +797,12 @@ pub fn list(bucket: &Client) -> Result<Vec<(String, String, String)>, Failure> {
             .get(&o.key, MAX_HEAD)
             .ok()
             .flatten()
-            .and_then(|h| serde_json::from_slice::<Head>(&h.bytes).ok())
-            .filter(|h| h.format == FORMAT && cache::is_sha256_hex(&h.set))
-            .map_or_else(|| "(not a valid HEAD)".to_string(), |h| h.set);
+            .map(|h| read_head(&h.bytes));
+        let set = match set {
+            Some(HeadIs::Set(id)) => id,
+            Some(HeadIs::Format(n)) => format!("(a HEAD of format {n}: read as no set)"),
+            _ => "(not a valid HEAD)".to_string(),
+        };
         out.push((launch.to_string(), set, o.modified));
     }
     Ok(out)
@@ -1344,34 +923,6 @@ pub fn client_of(url: &str, timeout: Duration) -> Result<Client, String> {
 mod tests {
     use super::*;
 
-    fn entry(path: &str) -> Entry {
-        Entry {
-            path: path.into(),
-            sha256: "a".repeat(64),
-            size: 2,
-            node: None,
-        }
-    }
-
-    #[test]
-    fn manifest_ids_are_the_hash_of_the_canonical_bytes() {
-        let m = Manifest {
-            format: 1,
-            profile: "sglang".into(),
-            fingerprint: "f".repeat(64),
-            files: vec![entry("0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json")],
-            nnodes: None,
-            stamps: BTreeMap::new(),
-        };
-        let bytes = m.canonical();
-        assert!(bytes.starts_with(br#"{"format":1,"profile":"sglang","#));
-        // a set of files that stamp themselves says nothing of stamps
-        assert!(!String::from_utf8_lossy(&bytes).contains("stamps"));
-        assert_eq!(m.id(), cache::sha256_hex(&bytes));
-        let back: Manifest = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(back.canonical(), bytes);
-    }
-
     #[test]
     fn a_boot_id_is_the_explicit_one_else_slurms_job_and_restart_count() {
         use super::s3::env;
@@ -1396,94 +947,5 @@ mod tests {
         let explicit = boot_id(Some("b1"), env(&[("SLURM_JOB_ID", "7")])).unwrap();
         assert_eq!(explicit.1, "--boot-id");
         assert_ne!(explicit.0, job.0);
-    }
-
-    #[test]
-    fn a_multi_node_set_names_every_node_and_only_a_launch_of_as_many_takes_it() {
-        use crate::engine::{flashinfer::STORE, SGLANG};
-        let at = |path: &str, node: Option<u32>| Entry {
-            node,
-            ..entry(path)
-        };
-        let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
-        let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
-        let set = |files: Vec<Entry>, nnodes: Option<u32>| Manifest {
-            format: 1,
-            profile: "sglang".into(),
-            fingerprint: "f".repeat(64),
-            files,
-            nnodes,
-            stamps: BTreeMap::new(),
-        };
-        let two = set(vec![at(p, Some(0)), at(q, Some(1))], Some(2));
-        assert!(check_nodes(&two, Some(2), SGLANG).is_ok());
-        assert!(
-            check_nodes(&two, None, SGLANG).is_err(),
-            "a single-node launch"
-        );
-        assert!(check_nodes(&two, Some(3), SGLANG).is_err(), "three nodes");
-        let missing = set(vec![at(p, Some(0)), at(q, Some(0))], Some(2));
-        assert!(check_nodes(&missing, Some(2), SGLANG)
-            .unwrap_err()
-            .contains("node 1"));
-        // a tree that is one set on every node: a file several nodes hold
-        // names the lowest, so a node may name none
-        assert!(check_nodes(&missing, Some(2), STORE).is_ok());
-        assert!(check_nodes(&two, Some(3), STORE).is_err(), "three nodes");
-        let huge = set(vec![at(p, Some(0))], Some(u32::MAX));
-        assert!(check_nodes(&huge, Some(u32::MAX), SGLANG).is_err());
-        let stray = set(vec![at(p, Some(0))], None);
-        assert!(
-            check_nodes(&stray, None, SGLANG).is_err(),
-            "a node in a single-node set"
-        );
-        // A single-node set's bytes are those of the format before nodes.
-        let one = set(vec![at(p, None)], None);
-        assert!(!String::from_utf8(one.canonical()).unwrap().contains("node"));
-    }
-
-    #[test]
-    fn hostile_paths_are_refused() {
-        for p in [
-            "../x.json",
-            "/abs.json",
-            "a/../../b.json",
-            ".keepwrap/x.json",
-            "plain.txt",
-        ] {
-            assert!(
-                check_files(&[entry(p)], crate::engine::SGLANG).is_err(),
-                "{p}"
-            );
-        }
-        assert!(check_files(&[], crate::engine::SGLANG).is_err());
-    }
-
-    #[test]
-    fn a_set_too_large_to_hold_or_naming_a_path_twice_is_refused() {
-        let p = "0.5.23/sm90/0123456789abcdef/rank_tp0_pp0_dp0.json";
-        let q = "0.5.23/sm90/0123456789abcdef/rank_tp1_pp0_dp0.json";
-        assert!(check_files(&[entry(p), entry(q)], crate::engine::SGLANG).is_ok());
-        assert!(
-            check_files(&[entry(p), entry(p)], crate::engine::SGLANG).is_err(),
-            "twice"
-        );
-        assert!(
-            check_files(&[entry(q), entry(p)], crate::engine::SGLANG).is_err(),
-            "unsorted"
-        );
-        let big = |path: &str| Entry {
-            size: cache::MAX_CACHE_FILE,
-            ..entry(path)
-        };
-        let many: Vec<Entry> = (0..5)
-            .map(|i| {
-                big(&format!(
-                    "0.5.23/sm90/0123456789abcdef/rank_tp{i}_pp0_dp0.json"
-                ))
-            })
-            .collect();
-        let e = check_files(&many, crate::engine::SGLANG).unwrap_err();
-        assert!(e.contains("at most"), "{e}");
     }
 }

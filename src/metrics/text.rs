@@ -127,7 +127,10 @@ impl Metrics {
                 self.boot(Boot::SupervisedOnly, (0, 0))
             }
             Event::FleetRestored { .. } => bump(&mut self.restores, &RESTORES, "restored"),
-            Event::FleetEmpty { .. } => bump(&mut self.restores, &RESTORES, "empty"),
+            // A HEAD of another format is read as no set.
+            Event::FleetEmpty { .. } | Event::FleetOtherFormat { .. } => {
+                bump(&mut self.restores, &RESTORES, "empty")
+            }
             Event::FleetRestoreFailed { .. }
             | Event::FleetCannotPlace { .. }
             | Event::FleetUnusable { .. }
@@ -344,13 +347,19 @@ mod tests {
         );
         m.apply(&signed(2, 9), 1.5);
         m.apply(&Event::FleetEmpty { key: "k".into() }, 1.6);
+        let old = Event::FleetOtherFormat {
+            key: "k".into(),
+            format: 1,
+            reads: 2,
+        };
+        m.apply(&old, 1.65);
         m.apply(&Event::FleetPublishFailed { error: "e".into() }, 1.7);
         let text = m.render();
         assert!(text.contains("# TYPE keepwrap_boots_total counter\n"));
         assert!(text.contains("keepwrap_boots_total{outcome=\"tuned_signed\"} 1\n"));
         assert!(text.contains("keepwrap_boots_total{outcome=\"reused\"} 0\n"));
         assert!(text.contains("keepwrap_time_to_done_seconds{outcome=\"tuned_signed\"} 7.000\n"));
-        assert!(text.contains("keepwrap_fleet_restores_total{outcome=\"empty\"} 1\n"));
+        assert!(text.contains("keepwrap_fleet_restores_total{outcome=\"empty\"} 2\n"));
         assert!(text.contains("keepwrap_fleet_publishes_total{outcome=\"failed\"} 1\n"));
         assert!(text.contains("keepwrap_last_outcome_timestamp_seconds 1.700\n"));
         let mut back = Metrics::parse(&text).unwrap();

@@ -110,11 +110,11 @@ impl Bucket {
         format!("s3://{}/pods", self.name)
     }
 
-    fn get(&self, key: &str) -> (u16, Vec<u8>) {
+    pub(crate) fn get(&self, key: &str) -> (u16, Vec<u8>) {
         raw(&self.endpoint, "GET", &format!("/{}/{key}", self.name), b"")
     }
 
-    fn put(&self, key: &str, body: &[u8]) {
+    pub(crate) fn put(&self, key: &str, body: &[u8]) {
         let (s, b) = raw(
             &self.endpoint,
             "PUT",
@@ -124,8 +124,18 @@ impl Bucket {
         assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
     }
 
+    pub(crate) fn delete(&self, key: &str) {
+        let (s, b) = raw(
+            &self.endpoint,
+            "DELETE",
+            &format!("/{}/{key}", self.name),
+            b"",
+        );
+        assert_eq!(s, 204, "{}", String::from_utf8_lossy(&b));
+    }
+
     /// Every key in the bucket.
-    fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         let (s, body) = raw(
             &self.endpoint,
             "GET",
@@ -141,7 +151,7 @@ impl Bucket {
     }
 
     /// The one launch's directory key (`pods/keepwrap/v1/sglang/<fp>/`).
-    fn launch_dir(&self) -> String {
+    pub(crate) fn launch_dir(&self) -> String {
         let head = self
             .keys()
             .into_iter()
@@ -161,7 +171,7 @@ fn rand_u64() -> u64 {
 }
 
 /// A pod: the fake engine under keepwrap on its own root, with the fleet.
-fn pod(home: &Path, endpoint: &str, url: &str, extra: &[&str]) -> Command {
+pub(crate) fn pod(home: &Path, endpoint: &str, url: &str, extra: &[&str]) -> Command {
     pod_of(home, endpoint, url, extra, TP2)
 }
 
@@ -349,7 +359,7 @@ fn eight_racing_pods_publish_one_set_and_every_later_pod_restores_it_whole() {
     assert_eq!(s, 200);
     assert_eq!(sha256(&manifest), set);
     let m: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
-    for f in m["files"].as_array().unwrap() {
+    for f in m["set"]["members"].as_array().unwrap() {
         let (s, blob) = b.get(&format!("{dir}blobs/{}", f["sha256"].as_str().unwrap()));
         assert_eq!(s, 200);
         assert_eq!(sha256(&blob), f["sha256"].as_str().unwrap());
@@ -383,7 +393,7 @@ fn eight_racing_pods_publish_one_set_and_every_later_pod_restores_it_whole() {
             .iter()
             .map(|p| sha256(&std::fs::read(root.join(p)).unwrap()))
             .collect();
-        let mut want: Vec<String> = m["files"]
+        let mut want: Vec<String> = m["set"]["members"]
             .as_array()
             .unwrap()
             .iter()
@@ -395,7 +405,7 @@ fn eight_racing_pods_publish_one_set_and_every_later_pod_restores_it_whole() {
     }
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     keepwrap::digest::sha256_hex(bytes)
 }
 
@@ -433,7 +443,10 @@ fn a_tampered_blob_gives_a_cold_boot_that_names_it() {
             let set = head["set"].as_str().unwrap();
             let m: serde_json::Value =
                 serde_json::from_slice(&b.get(&format!("{dir}sets/{set}.json")).1).unwrap();
-            let blob = m["files"][1]["sha256"].as_str().unwrap().to_string();
+            let blob = m["set"]["members"][1]["sha256"]
+                .as_str()
+                .unwrap()
+                .to_string();
             b.put(&format!("{dir}blobs/{blob}"), b"{\"planted\": 1}");
         },
         "does not match its size and sha256",
@@ -467,7 +480,7 @@ fn a_tampered_pointer_gives_a_cold_boot_that_names_it() {
         |b, dir, _| {
             b.put(
                 &format!("{dir}HEAD"),
-                format!("{{\"format\":1,\"set\":\"{}\"}}", "0".repeat(64)).as_bytes(),
+                format!("{{\"format\":2,\"set\":\"{}\"}}", "0".repeat(64)).as_bytes(),
             )
         },
         "named by HEAD but missing",
@@ -517,7 +530,7 @@ fn gc_removes_unused_launches_and_never_one_in_use() {
     b.put(&format!("{old}/blobs/{}", "1".repeat(64)), b"{}");
     b.put(
         &format!("{old}/HEAD"),
-        format!("{{\"format\":1,\"set\":\"{}\"}}", "2".repeat(64)).as_bytes(),
+        format!("{{\"format\":2,\"set\":\"{}\"}}", "2".repeat(64)).as_bytes(),
     );
     let gc = |older: &str, dry: bool| {
         let mut cmd = keepwrap(&cache_root(h.path()));
@@ -974,12 +987,16 @@ fn a_multi_node_set_is_restored_only_when_every_nodes_part_verifies() {
     let (_, set) = b.get(&format!("{dir}sets/{}.json", head["set"].as_str().unwrap()));
     let set: serde_json::Value = serde_json::from_slice(&set).unwrap();
     assert_eq!(set["nnodes"], 2, "{set}");
-    let node1 = set["files"]
+    // each member's node, in the members' order
+    let nodes = set["nodes"].as_array().unwrap();
+    let node1 = set["set"]["members"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["node"] == 1)
-        .unwrap();
+        .zip(nodes)
+        .find(|(_, n)| **n == 1)
+        .unwrap()
+        .0;
     let blob = format!("{dir}blobs/{}", node1["sha256"].as_str().unwrap());
     b.put(&blob, b"{\"planted\": 1}");
     let second = boot_nodes(&ep, &b.url(), &[]);
@@ -1230,7 +1247,7 @@ fn fleet_cmd(h: &Path, ep: &str, url: &str, args: &[&str]) -> Finished {
 
 /// A fresh bucket, and the first pod of a launch (on root `h`), which
 /// published its set there.
-fn first_pod(ep: &str) -> (Bucket, tempfile::TempDir, Finished) {
+pub(crate) fn first_pod(ep: &str) -> (Bucket, tempfile::TempDir, Finished) {
     let b = Bucket::new(ep);
     let h = home();
     let p1 = boot(&mut pod(h.path(), ep, &b.url(), &[]));
@@ -1239,14 +1256,14 @@ fn first_pod(ep: &str) -> (Bucket, tempfile::TempDir, Finished) {
 }
 
 /// `p` restored a set and booted warm with `from`'s tactics.
-fn assert_warm_from(p: &Finished, from: &Finished) {
+pub(crate) fn assert_warm_from(p: &Finished, from: &Finished) {
     assert!(p.has_event("fleet_restored"), "{}", p.stderr);
     assert_eq!(p.tuned(), 0, "{}", p.stderr);
     assert_eq!(p.tactics(), from.tactics(), "{}", p.stderr);
 }
 
 /// The set HEAD names in the launch directory `dir`.
-fn head_set(b: &Bucket, dir: &str) -> String {
+pub(crate) fn head_set(b: &Bucket, dir: &str) -> String {
     let (s, head) = b.get(&format!("{dir}HEAD"));
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&head));
     let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
@@ -1375,7 +1392,7 @@ fn after_a_flashinfer_upgrade_head_moves_to_the_new_build() {
     let (_, m) = b.get(&format!("{dir}sets/{new}.json"));
     let m: serde_json::Value = serde_json::from_slice(&m).unwrap();
     assert!(
-        m["files"]
+        m["set"]["members"]
             .as_array()
             .unwrap()
             .iter()
@@ -1687,11 +1704,11 @@ fn bucket_bytes_reach_the_terminal_escaped() {
     // cleared screen, a forged line) serde's error quotes.
     b.put(
         &format!("{dir}HEAD"),
-        br#"{"format":1,"set":"x","\u001b]52;c;ZWNobyBwd25lZA==\u0007\u001b[2J\nkeepwrap: forged":1}"#,
+        br#"{"format":2,"set":"x","\u001b]52;c;ZWNobyBwd25lZA==\u0007\u001b[2J\nkeepwrap: forged":1}"#,
     );
     b.put(
         "pods/keepwrap/v1/sglang%1B%5B2J/HEAD",
-        br#"{"format":1,"set":"\u001b[2J"}"#,
+        br#"{"format":2,"set":"\u001b[2J"}"#,
     );
     let ls = fleet_cmd(h.path(), &ep, &b.url(), &["ls"]);
     assert_eq!(ls.code, 0, "{}", ls.stderr);

@@ -276,7 +276,7 @@ fn a_machine_of_two_gpu_models_never_publishes_a_set_of_some_ranks_only() {
         let (s, body) = b.get(&k);
         assert_eq!(s, 200);
         let m: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        let files = m["files"].as_array().unwrap();
+        let files = m["set"]["members"].as_array().unwrap();
         if files.len() != 2 {
             partial.push(format!("{k}: {} file(s) for TP2: {m}", files.len()));
         }

@@ -28,6 +28,7 @@ mod fingerprint_vllm;
 mod fleet;
 mod fleet_attack;
 mod fleet_bucket;
+mod fleet_format;
 mod forget;
 mod home;
 mod keep;

@@ -125,3 +125,35 @@ fn missing_root_is_empty() {
     let s = sign(&root, crate::engine::SGLANG, &fingerprint(FP)).unwrap();
     assert!(s.signed.is_empty());
 }
+
+/// A publication reads the signed files with the sha256 their set
+/// manifest lists: a file that is still the one hashed at signing is not
+/// hashed again; one written since (or never signed) is.
+#[test]
+fn signed_files_are_read_with_their_signed_hashes_and_not_hashed_again() {
+    let t = tree(3);
+    let report = sign(t.path(), crate::engine::SGLANG, &fingerprint(FP)).unwrap();
+    assert_eq!(report.signed.len(), 3);
+    let hashed = || crate::digest::HASHED.with(|n| n.get());
+    let before = hashed();
+    let read = read_signed(t.path(), crate::engine::SGLANG, FP, &report.signed).unwrap();
+    assert_eq!(hashed() - before, 0, "no file hashed again");
+    for (f, rel) in read.iter().zip(&report.signed) {
+        let bytes = fs::read(t.path().join(rel)).unwrap();
+        assert_eq!(f.bytes, bytes);
+        assert_eq!(f.member.path, rel.to_str().unwrap());
+        assert_eq!(f.member.sha256, crate::digest::sha256_hex(&bytes));
+        assert_eq!(f.member.size, bytes.len() as u64);
+    }
+    // Rewritten after the sign: its own bytes' hash, not the signed one.
+    put(t.path(), &rank(1), &body("new"));
+    let before = hashed();
+    let read = read_signed(t.path(), crate::engine::SGLANG, FP, &report.signed).unwrap();
+    assert_eq!(hashed() - before, 1, "the file written since, alone");
+    let now = fs::read(t.path().join(rank(1))).unwrap();
+    assert_eq!(read[1].member.sha256, crate::digest::sha256_hex(&now));
+    // For another launch, nothing is taken from this one's manifest.
+    let before = hashed();
+    read_signed(t.path(), crate::engine::SGLANG, OTHER, &report.signed).unwrap();
+    assert_eq!(hashed() - before, 3);
+}
