@@ -1,5 +1,5 @@
 //! keepwrap: a PID 1 supervisor that keeps the FlashInfer autotune cache of
-//! an SGLang or vLLM launch across boots, and only when the launch is the
+//! an SGLang, vLLM or TensorRT-LLM launch across boots, and only when the launch is the
 //! same.
 //!
 //! One folder per promise, each with its pure decisions in files that do no

@@ -15,6 +15,8 @@
 //! .keepwrap/seen/<fp>.json        what the engine of these words last ran
 //!                                 as (keeper/last_seen.rs)
 //! .keepwrap/fleet.json            the fleet's state (fleet/state.rs)
+//! .keepwrap/pinned/<fp>/          `--pin`: hard links of the pinned set,
+//!                                 put back after each boot (keeper/pin.rs)
 //! .keepwrap/trash/                what prune removes, emptied in the
 //!                                 background (cache/trash.rs)
 //! .keepwrap/launches/<fp>.json    a signed launch: redacted inputs, times
