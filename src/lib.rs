@@ -1,6 +1,6 @@
-//! keepwrap: a PID 1 supervisor that keeps the FlashInfer autotune cache of
-//! an SGLang, vLLM or TensorRT-LLM launch across boots, and only when the launch is the
-//! same.
+//! keepwrap: a PID 1 supervisor that keeps the autotune cache of an SGLang,
+//! vLLM or TensorRT-LLM launch across boots, and only when the launch is
+//! the same.
 //!
 //! One folder per promise, each with its pure decisions in files that do no
 //! I/O and the system calls beside them. From the top down (a module
