@@ -50,8 +50,9 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::done::owner;
+use crate::done::probe::{Probe, ProbeResult};
 use crate::done::watch::{Stamp, Watcher};
-use crate::done::{Done, Probe, ProbeResult};
+use crate::done::Done;
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
 use crate::root::running::{Marker, State};
 use crate::signals::Ended;

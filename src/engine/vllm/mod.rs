@@ -20,7 +20,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::Shape;
-use crate::done::{Done, DoneError, Endpoint};
+use crate::done::endpoint::Endpoint;
+use crate::done::{Done, DoneError};
 use crate::engine::fingerprint::Launch;
 use crate::engine::vllm::launch::fingerprint::VllmLaunch;
 
@@ -578,7 +579,7 @@ fn server_done(v: &VllmLaunch) -> Result<Done, DoneError> {
     // ssl.CERT_REQUIRED: the probe has no client certificate to give
     if v.option("--ssl-cert-reqs")
         .as_deref()
-        .and_then(crate::done::python_u16)
+        .and_then(crate::done::endpoint::python_u16)
         == Some(2)
     {
         return Err(DoneError::ClientCertificate);
@@ -592,7 +593,7 @@ fn server_done(v: &VllmLaunch) -> Result<Done, DoneError> {
 /// `/health` on `host` (a wildcard bind probed on loopback) and the
 /// launch's `--port` (8000).
 fn health(host: &str, v: &VllmLaunch) -> Endpoint {
-    let tls = crate::done::serves_tls(|f| v.option(f));
+    let tls = crate::done::endpoint::serves_tls(|f| v.option(f));
     Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT, tls)
 }
 
