@@ -437,7 +437,7 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
             k.to_string_lossy()
         ));
     }
-    for n in shell::names(script) {
+    for n in shell::words::names(script) {
         if !l.names.contains(&n) {
             l.names.push(n);
         }
