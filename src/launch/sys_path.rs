@@ -1,5 +1,5 @@
 //! Where the child's Python searches for a package, read without running
-//! Python: the interpreter the command runs (argv[0] on the child's `PATH`
+//! Python: the interpreter the command runs (`argv[0]` on the child's `PATH`
 //! as `execvp` finds it, or for a `vllm`/`sglang` script the interpreter of
 //! its `#!` line, pip's `'''exec'` form too), its virtual environment
 //! (`pyvenv.cfg` beside or above it) or its prefix (the interpreter's
