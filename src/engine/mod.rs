@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cache::Shape;
-use crate::done::{Done, DoneError, DoneRule, Endpoint};
+use crate::done::endpoint::Endpoint;
+use crate::done::{Done, DoneError, DoneRule};
 use crate::engine::fingerprint::{Launch, ProfileName};
 use crate::share::Share;
 use crate::stops::Stopped;

@@ -11,6 +11,7 @@
 //!
 //! Here: the keeper and the running launch's side of the loop. Before the
 //! engine starts, `prepare.rs` (with `read.rs`, the launch as read;
+//! `place.rs`, the root, the done rule and the turn on the root;
 //! `turn.rs`, the wait for other launches on the root; `restore.rs`, the
 //! set brought back from the store and the work after the spawn); after,
 //! `commit.rs` (the commit work) and `worker.rs` (the thread that runs it).
@@ -21,6 +22,7 @@ pub mod explain;
 mod last_seen;
 pub mod observe;
 mod pin;
+mod place;
 pub mod policy;
 mod prepare;
 mod read;
@@ -50,8 +52,9 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use crate::done::owner;
+use crate::done::probe::{Probe, ProbeResult};
 use crate::done::watch::{Stamp, Watcher};
-use crate::done::{Done, Probe, ProbeResult};
+use crate::done::Done;
 use crate::keeper::policy::{Action, Event, Owner, Policy, Rule};
 use crate::root::running::{Marker, State};
 use crate::signals::Ended;

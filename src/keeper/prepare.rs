@@ -1,32 +1,30 @@
 //! Before the engine starts, in order: find the cache root and the done
-//! rule, take this launch's turn on the root and leave its marker, prune
-//! what it must not load (stashing other launches' sets in the store),
-//! bring its own set back from the store, start the watch, take the
-//! share's union. Each step that fails logs why and the launch goes on,
-//! hands-off or without a keeper.
+//! rule, take this launch's turn on the root and leave its marker (those
+//! two in `place.rs`), prune what it must not load (stashing other
+//! launches' sets in the store), bring its own set back from the store,
+//! start the watch, take the share's union. Each step that fails logs why
+//! and the launch goes on, hands-off or without a keeper.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::time::Instant;
 
 use crate::cache::{self, PruneReport, Shape};
 use crate::digest::Fingerprint;
 use crate::done::watch::Watcher;
-use crate::done::Done;
 use crate::engine::fingerprint::Launch;
-use crate::engine::{Engine, NoRoot};
+use crate::engine::Engine;
 use crate::launch::Command;
-use crate::root::lock::CacheLock;
-use crate::root::running::{self, Identity, Marker, Runs, State};
+use crate::root::running::Marker;
 use crate::stops::Stopped;
 use crate::store::{self, Store};
 use crate::STATE_DIR;
 
 use super::commit::Committer;
+use super::place::{locate, open_state, take_turn, Place};
 use super::read::{Read, Words};
 use super::restore::{after_start, remove_leftover_later, restore};
-use super::turn::{wait_turn, Turn};
 use super::{Before, Keeper, Keeping, Prepared, Settings, Stage};
 
 impl Keeper {
@@ -224,14 +222,6 @@ fn keep(
     })))
 }
 
-/// Where the cache of a launch is, and when its tuning is done.
-struct Place {
-    root: PathBuf,
-    /// The shape of the cache tree.
-    shape: Shape,
-    done: Done,
-}
-
 /// Where this launch's set may come from besides the tree, and the
 /// fingerprint of the set it is offered.
 struct Sets {
@@ -399,126 +389,6 @@ fn fleet_of(
     )
 }
 
-/// The cache root (created on a first boot) and the done rule of this
-/// launch, with the launch's line and its warnings logged; None (logged)
-/// when the cache cannot be kept.
-fn locate(args: &Settings, engine: &dyn Engine, launch: &Launch, unread: bool) -> Option<Place> {
-    if engine.left_alone(launch, args.cache_dir.as_deref()) {
-        return None;
-    }
-    // where the engine writes: its own environment (after `env -i`, `env -u`,
-    // a shell's `export`), not keepwrap's
-    let engine_env = &launch.command().env[..];
-    let root = engine
-        .root_of_launch(args.cache_dir.as_deref(), launch)
-        .map_err(NoRoot::log)
-        .ok()?;
-    let shape = engine.shape_of_launch(args.cache_dir.as_deref(), launch);
-    crate::engine::warn_cache_dir(engine, args.cache_dir.as_deref(), launch.argv(), engine_env);
-    // An unreadable launch under `--keep auto` has its own line.
-    let warnings = launch.warnings();
-    let shown = if unread {
-        warnings.len().saturating_sub(1)
-    } else {
-        warnings.len()
-    };
-    for line in warnings.into_iter().take(shown) {
-        crate::events::Event::LaunchWarning {
-            line: line.to_string(),
-        }
-        .emit();
-    }
-    let done = match engine.done(&args.done, launch) {
-        Ok(done) => done.headless_quiet(args.headless_quiet),
-        // Nothing is signed for it: pruned all the same.
-        Err(_) if unread => Done::Exit,
-        Err(e) => {
-            crate::events::Event::DoneRuleUnusable {
-                error: e.to_string(),
-            }
-            .emit();
-            return None;
-        }
-    };
-    crate::events::set_root(&root);
-    crate::events::Event::Launch {
-        fingerprint: launch.fingerprint().to_string(),
-        profile: launch.profile().as_str().to_string(),
-        root: root.to_path_buf(),
-        done: done.to_string(),
-    }
-    .emit();
-    engine.note_launch(launch, args.cache_dir.as_deref());
-    ensure_root(&root).then_some(Place { root, shape, done })
-}
-
-/// Open (creating) `<root>/.keepwrap/running`, never through a symlink:
-/// the markers' directory, with the root and `.keepwrap` as opened; None
-/// (logged) when it cannot be.
-fn open_state(root: &Path) -> Option<(Runs, (OwnedFd, OwnedFd))> {
-    let opened = || -> std::io::Result<(Runs, (OwnedFd, OwnedFd))> {
-        let root_fd = crate::cache::fsx::open_root(root)?;
-        let state = crate::cache::fsx::open_state_dir_at(root_fd.as_fd(), STATE_DIR, Some(0o755))?;
-        let runs = Runs::open_in(state.as_fd())?;
-        Ok((runs, (root_fd, state)))
-    };
-    match opened() {
-        Ok(r) => Some(r),
-        Err(e) => {
-            crate::events::Event::CannotOpenRunning {
-                dir: running_dir(root).to_path_buf(),
-                error: e.to_string(),
-            }
-            .emit();
-            None
-        }
-    }
-}
-
-/// `<root>/.keepwrap/running`: the launches' markers.
-fn running_dir(root: &Path) -> PathBuf {
-    root.join(STATE_DIR).join(running::RUNNING_DIR)
-}
-
-/// The lock (held while the engine is prepared) and this launch's marker.
-type Turned = (Option<CacheLock>, Marker);
-
-/// Wait for this launch's turn on the root and leave its marker: the lock
-/// (held while the engine is prepared) and the marker when this launch
-/// keeps the cache, else what it goes on with (hands-off, or no marker).
-/// Err: a stop signal ended the wait.
-fn take_turn(
-    args: &Settings,
-    runs: Runs,
-    store: Option<&Store>,
-    id: &Identity,
-    root: &Path,
-) -> Result<Result<Turned, Prepared>, Stopped> {
-    let (lock, turn) = wait_turn(args, &runs, store, id)?;
-    let state = match turn {
-        Turn::Go(_) => State::Tuning,
-        Turn::HandsOff => State::HandsOff,
-    };
-    let mut marker = match runs.register(id, state) {
-        Ok(m) => m,
-        Err(e) => {
-            crate::events::Event::CannotLeaveMarker {
-                dir: running_dir(root).to_path_buf(),
-                error: e.to_string(),
-            }
-            .emit();
-            return Ok(Err(Prepared::Supervised));
-        }
-    };
-    Ok(match turn {
-        Turn::HandsOff => Err(Prepared::hands_off(marker)),
-        Turn::Go(beside) => {
-            marker.ran_beside(beside);
-            Ok((lock, marker))
-        }
-    })
-}
-
 /// Remove what this launch must not load (`refuse`: what its engine's rule
 /// refuses of its own set), other launches' whole sets into
 /// the store when there is one; None (logged) when the root cannot be
@@ -560,72 +430,5 @@ pub(super) fn prune(
             .emit();
             None
         }
-    }
-}
-
-/// A missing root is the normal first boot: create it. Anything else that
-/// makes it unusable is a warning, and the launch goes on.
-fn ensure_root(root: &Path) -> bool {
-    match std::fs::symlink_metadata(root) {
-        Ok(m) if m.is_dir() || (m.file_type().is_symlink() && root.is_dir()) => writable(root),
-        Ok(_) => {
-            crate::events::Event::RootNotADirectory {
-                root: root.to_path_buf(),
-            }
-            .emit();
-            false
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir_all(root) {
-            Ok(()) => {
-                crate::events::Event::RootCreated {
-                    root: root.to_path_buf(),
-                }
-                .emit();
-                true
-            }
-            Err(e) => {
-                crate::events::Event::CannotCreateRoot {
-                    root: root.to_path_buf(),
-                    error: e.to_string(),
-                }
-                .emit();
-                false
-            }
-        },
-        Err(e) => {
-            crate::events::Event::CannotUseRoot {
-                root: root.to_path_buf(),
-                error: e.to_string(),
-            }
-            .emit();
-            false
-        }
-    }
-}
-
-/// A root on a read-only file system can be neither pruned nor signed. One
-/// another user can write is said once: nothing in it is ever signed, and
-/// prune removes every cache file in it.
-fn writable(root: &Path) -> bool {
-    use nix::sys::statvfs::{statvfs, FsFlags};
-    match statvfs(root) {
-        Ok(st) if st.flags().contains(FsFlags::ST_RDONLY) => {
-            crate::events::Event::RootReadOnly {
-                root: root.to_path_buf(),
-            }
-            .emit();
-            false
-        }
-        _ => match cache::root_untrusted(root) {
-            Some(why) => {
-                crate::events::Event::RootUntrusted {
-                    root: root.to_path_buf(),
-                    reason: why.to_string(),
-                }
-                .emit();
-                true
-            }
-            None => true,
-        },
     }
 }

@@ -2,7 +2,7 @@
 //! launcher prefixes, `env` and shell wrappers ([`analyze`]), with the
 //! environment and the working directory those give it; the readers every
 //! engine's parser shares (`FLAG VALUE` options, canonical JSON, models,
-//! the installed package, the GPU model, `~`). What a command means to an
+//! the installed package and where Python searches for it, the GPU model, `~`). What a command means to an
 //! engine is the engine's to read (`crate::engine`).
 
 pub mod canonical;
@@ -13,6 +13,7 @@ pub mod model;
 pub mod package;
 pub mod prefix;
 pub mod shell;
+pub mod sys_path;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -436,7 +437,7 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
             k.to_string_lossy()
         ));
     }
-    for n in shell::names(script) {
+    for n in shell::words::names(script) {
         if !l.names.contains(&n) {
             l.names.push(n);
         }

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cache::Shape;
-use crate::done::{serves_tls, Done, DoneError, Endpoint};
+use crate::done::endpoint::{serves_tls, Endpoint};
+use crate::done::{Done, DoneError};
 use crate::engine::fingerprint::Launch;
 use crate::share::Share;
 use crate::stops::Stopped;

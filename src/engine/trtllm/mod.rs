@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cache::Shape;
-use crate::done::{Done, DoneError, Endpoint};
+use crate::done::endpoint::Endpoint;
+use crate::done::{Done, DoneError};
 use crate::engine::fingerprint::Launch;
 use crate::engine::trtllm::launch::{self as facts, CACHE_VAR, DEFAULT_PORT};
 use crate::launch::package::Found;

@@ -2,8 +2,9 @@
 //! the cache is (and so the shape of the tree), when tuning is done (the
 //! first `200` of `/health` on the API node; for a headless node, the
 //! head's `/health` when the launch names the head and its port, else this
-//! node's rank files landed and quiet, never its exit 0), and the shared file of vLLM 0.27.1-0.31.x, which hangs every warm boot of a MoE
-//! model under more than one rank when it is kept.
+//! node's rank files landed and quiet, never its exit 0: `done.rs`), and the shared file of vLLM 0.27.1-0.31.x, which hangs every warm boot of a MoE
+//! model under more than one rank when it is kept (`shared_file.rs`). A
+//! multi-node launch's nodes and share: `nodes.rs`.
 //!
 //! Everything else is the same machinery: prune keeps a set signed for this
 //! launch whole or removes it whole (layout C's per-rank files are kept as
@@ -11,23 +12,28 @@
 //! no union), the store keeps other launches' sets, sign signs what is there
 //! at done, and a warm boot that writes nothing is a reuse.
 
+mod done;
 pub mod launch;
 pub mod layout;
+pub mod nodes;
+mod shared_file;
 pub mod store;
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::cache::Shape;
-use crate::done::{Done, DoneError, Endpoint};
+use crate::done::endpoint::Endpoint;
+use crate::done::{Done, DoneError};
 use crate::engine::fingerprint::Launch;
-use crate::engine::vllm::launch::fingerprint::VllmLaunch;
 
 use super::{Engine, NoRoot};
-use crate::engine::vllm::launch::{self as facts, AutotuneRoot, FileKind, Moe};
-use crate::share::{Node, Share};
+use crate::engine::vllm::launch::{self as facts, AutotuneRoot};
+use crate::share::Share;
 use crate::stops::Stopped;
+use done::server_done;
+use nodes::{node, share, take_own, RANK_FLAGS};
+use shared_file::{before_start, plan_shared_files, refuse_shared};
 
 /// Why a vLLM launch has no cache root keepwrap can name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,160 +63,6 @@ fn shape(env: &[(OsString, OsString)]) -> Shape {
     } else {
         layout::TREE
     }
-}
-
-/// The bytes of the model's `config.json`, when the model is a local
-/// directory (16 MiB at most; never a FIFO or a device).
-fn model_config(v: &VllmLaunch) -> Option<Vec<u8>> {
-    let (m, _) = v.model.as_ref()?;
-    let f = crate::launch::open_regular(&Path::new(m).join("config.json")).ok()?;
-    let mut bytes = Vec::new();
-    f.take(16 << 20).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
-
-/// `autotune_configs.json` (layout A) or `autotune_config.json` (layout B):
-/// one file for every rank.
-fn is_shared_name(name: &str) -> bool {
-    facts::file_kind(name).is_some_and(|k| matches!(k, FileKind::Shared | FileKind::LayoutB))
-}
-
-/// Why a kept shared file would hang this launch, or why it is safe.
-enum Verdict {
-    Remove(String),
-    Keep(String),
-}
-
-fn shared_file_verdict(v: &VllmLaunch) -> Verdict {
-    let world = v.sizes().world();
-    let moe = facts::launch_moe(v.merged_args(), model_config(v).as_deref());
-    let why_moe = match &moe {
-        Moe::Yes { key, experts } => format!("a MoE model: {key} = {experts}"),
-        Moe::Unsure(why) => format!("maybe a MoE model ({why}): treated as one"),
-        Moe::Dense => "a dense model (its config.json names no experts)".to_string(),
-    };
-    match world {
-        Some(1) => Verdict::Keep("a one-rank launch".into()),
-        Some(w) if !moe.treat_as_moe() => Verdict::Keep(format!("{why_moe}, {w} ranks")),
-        Some(w) => Verdict::Remove(format!("{why_moe}, {w} ranks")),
-        None if !moe.treat_as_moe() => Verdict::Keep(why_moe),
-        None => Verdict::Remove(format!(
-            "{why_moe}; the number of ranks cannot be read from the launch"
-        )),
-    }
-}
-
-/// Why prune must not keep a shared file signed for this launch (a MoE
-/// launch of more than one rank): the rule for
-/// [`crate::cache::prune_then_empty`], so that such a file gets
-/// one line, its removal, rather than `kept` and then `removed`.
-fn refuse_shared(launch: &Launch) -> Option<impl Fn(&str) -> Option<String> + 'static> {
-    let Verdict::Remove(why) = shared_file_verdict(launch.vllm()?) else {
-        return None;
-    };
-    let reason = crate::events::shared_file_hangs(why);
-    Some(move |path: &str| {
-        let name = path.rsplit('/').next().unwrap_or(path);
-        is_shared_name(name).then(|| reason.clone())
-    })
-}
-
-/// `status -- COMMAND`: the shared files the launch would keep but removes
-/// before the start ([`before_start`]) are shown as removed, with why.
-fn plan_shared_files(report: &mut serde_json::Value, launch: &Launch) {
-    let Some(v) = launch.vllm() else {
-        return;
-    };
-    let Verdict::Remove(why) = shared_file_verdict(v) else {
-        return;
-    };
-    let mut moved = 0u64;
-    if let Some(rows) = report["files"].as_array_mut() {
-        for row in rows {
-            let shared = row["path"]
-                .as_str()
-                .and_then(|p| p.rsplit('/').next())
-                .is_some_and(is_shared_name);
-            if shared && row["action"] == "remove" && row["why"].is_null() {
-                // never signed: the last boot kept nothing
-                row["why"] = format!(
-                    "vLLM 0.27.1-0.31.x's shared file hangs a warm boot of a MoE model under more than one rank ({why}): this launch keeps nothing"
-                )
-                .into();
-            }
-            if shared && row["action"] == "keep" {
-                row["action"] = "remove".into();
-                row["why"] = format!(
-                    "vLLM 0.27.1-0.31.x's shared file hangs a warm boot of a MoE model under more than one rank ({why})"
-                )
-                .into();
-                moved += 1;
-            }
-        }
-    }
-    let plan = &mut report["plan"];
-    if let (Some(keep), Some(remove)) = (plan["keep"].as_u64(), plan["remove"].as_u64()) {
-        plan["keep"] = (keep - moved.min(keep)).into();
-        plan["remove"] = (remove + moved).into();
-    }
-}
-
-/// Before the engine starts: the shared `autotune_configs.json` (and
-/// `autotune_config.json`) of vLLM 0.27.1-0.31.x that prune kept (or the
-/// store restored) for this launch is removed when the launch runs a MoE
-/// model under more than one rank (or might: when unsure, remove), since
-/// holding only rank 0's MoE tactics it hangs every warm boot; kept for a
-/// dense model or one rank. One line per file says which and why.
-fn before_start(root: &Path, launch: &Launch, kept: &mut Vec<PathBuf>) {
-    let Some(v) = launch.vllm() else {
-        return;
-    };
-    let shared = |p: &PathBuf| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(is_shared_name)
-    };
-    if !kept.iter().any(shared) {
-        return;
-    }
-    let verdict = shared_file_verdict(v);
-    kept.retain(|p| {
-        if !shared(p) {
-            return true;
-        }
-        match &verdict {
-            Verdict::Keep(why) => {
-                crate::events::Event::KeptSharedFile {
-                    path: p.to_path_buf(),
-                    reason: why.to_string(),
-                }
-                .emit();
-                true
-            }
-            Verdict::Remove(why) => {
-                let sidecar = p.with_extension("launch");
-                let gone = [p, &sidecar].iter().all(|f| {
-                    crate::engine::flashinfer::kept::remove(&root.join(f))
-                        .map_err(|e| {
-                            crate::events::Event::CannotRemoveSharedFile {
-                                path: f.to_path_buf(),
-                                error: e.to_string(),
-                            }
-                            .emit()
-                        })
-                        .is_ok()
-                });
-                if gone {
-                    crate::events::Event::RemovedSharedFile {
-                        path: p.to_path_buf(),
-                        reason: why.to_string(),
-                    }
-                    .emit();
-                }
-                !gone
-            }
-        }
-    });
 }
 
 /// A Ray launch (`--distributed-executor-backend ray`, `-dpb ray`, on the
@@ -315,96 +167,7 @@ fn names_its_store(launch: &Launch, cache_dir: Option<&Path>) -> bool {
     true
 }
 
-/// This node's place in a multi-node vLLM launch: `--nnodes N --node-rank
-/// R` (TP/PP across nodes), or for data parallelism across nodes
-/// `-dp D -dpl L` with `-dpr S` (or `-dpn S`): node S/L of D/L.
-pub fn node(v: &VllmLaunch) -> Result<Node, String> {
-    let s = v.sizes();
-    let n = |x: Option<u64>, what: &str| {
-        x.and_then(|x| u32::try_from(x).ok())
-            .ok_or_else(|| format!("{what} cannot be read from the launch"))
-    };
-    let (nnodes, rank) = match (s.nnodes, s.dp_size_local) {
-        (Some(nn), _) if nn > 1 => (n(s.nnodes, "--nnodes")?, n(s.node_rank, "--node-rank")?),
-        (_, Some(local)) if local > 0 && s.dp.is_some_and(|d| d > local && d % local == 0) => {
-            let start = s.dp_start_rank.or(s.dp_rank).unwrap_or(0);
-            (
-                n(s.dp.map(|d| d / local), "--data-parallel-size")?,
-                n(Some(start / local), "--data-parallel-start-rank")?,
-            )
-        }
-        _ => (1, 0),
-    };
-    if rank >= nnodes {
-        return Err(format!("node {rank} is out of range for {nnodes} nodes"));
-    }
-    Ok(Node { nnodes, rank })
-}
-
-/// The share of a vLLM launch (`--share DIR`): each node publishes its own
-/// ranks' signed files; no union is ever taken (vLLM's gate passes
-/// per-rank files as they are).
-fn share(
-    args: &crate::share::Settings,
-    launch: &Launch,
-    shape: Shape,
-    max_age: std::time::Duration,
-) -> Option<Share> {
-    let v = launch.vllm()?;
-    Share::for_node(args, &launch.cluster_of(args), node(v), shape, max_age)
-}
-
-/// Before the engine starts, on a node that kept nothing: when every node
-/// of this launch has a verified publication, place this node's own
-/// published rank files back and sign them ([`crate::publish::place`]).
-/// Never a partial set: one node missing, or one file that does not
-/// verify, and nothing is taken (one line says which). The files signed,
-/// if any.
-fn take_own(
-    share: &Share,
-    root: &Path,
-    fingerprint: &crate::digest::Fingerprint,
-) -> Result<Option<Vec<PathBuf>>, Stopped> {
-    let me = share.parts().2;
-    let Some(nodes) = share.gather_all()? else {
-        return Ok(None);
-    };
-    let Some(own) = nodes.into_iter().find(|n| n.rank == me.rank) else {
-        return Ok(None);
-    };
-    if own.files.is_empty() {
-        return Ok(None);
-    }
-    Ok(
-        match crate::publish::place(root, share.shape(), fingerprint, &own.files) {
-            Ok(signed) => {
-                crate::events::Event::ShareRestoredOwn {
-                    files: own.files.len(),
-                    nodes: me.nnodes,
-                }
-                .emit();
-                Some(signed)
-            }
-            Err(crate::publish::NotPlaced::Write(e)) => {
-                crate::events::Event::ShareCannotWriteOwn {
-                    error: e.to_string(),
-                }
-                .emit();
-                None
-            }
-            Err(crate::publish::NotPlaced::Sign(e)) => {
-                crate::events::Event::ShareCannotSign {
-                    root: root.to_path_buf(),
-                    error: e.to_string(),
-                }
-                .emit();
-                None
-            }
-        },
-    )
-}
-
-/// vLLM's side of the seam: the functions above.
+/// vLLM's side of the seam: the functions above and in this folder's files.
 pub struct Vllm;
 
 impl Engine for Vllm {
@@ -561,203 +324,18 @@ impl Engine for Vllm {
     }
 }
 
-/// vLLM's default API port.
-const DEFAULT_PORT: u16 = 8000;
-
-/// `--done auto` for a vLLM server launch: the first 200 from `/health` on
-/// its `--host`/`--port` (8000; loopback for a wildcard bind). A server on
-/// a Unix socket (`--uds`) cannot be probed: Err says what to give.
-fn server_done(v: &VllmLaunch) -> Result<Done, DoneError> {
-    let sizes = v.sizes();
-    if sizes.headless {
-        return headless_done(v, &sizes);
-    }
-    if v.option("--uds").is_some() {
-        return Err(DoneError::UnixSocket);
-    }
-    // ssl.CERT_REQUIRED: the probe has no client certificate to give
-    if v.option("--ssl-cert-reqs")
-        .as_deref()
-        .and_then(crate::done::python_u16)
-        == Some(2)
-    {
-        return Err(DoneError::ClientCertificate);
-    }
-    Ok(Done::Health(health(
-        v.option("--host").as_deref().unwrap_or("127.0.0.1"),
-        v,
-    )))
-}
-
-/// `/health` on `host` (a wildcard bind probed on loopback) and the
-/// launch's `--port` (8000).
-fn health(host: &str, v: &VllmLaunch) -> Endpoint {
-    let tls = crate::done::serves_tls(|f| v.option(f));
-    Endpoint::health(Some(host), v.option("--port").as_deref(), DEFAULT_PORT, tls)
-}
-
-/// How long a headless node's rank files must be quiet once they have all
-/// landed: every local rank saves once, after a barrier, so they land
-/// together and nothing follows. The default of `--headless-quiet`, which
-/// replaces it ([`Done::headless_quiet`]).
-const HEADLESS_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// `--done auto` for a headless node (`--headless`), which serves nothing
-/// (vLLM's `run_headless` starts only engine cores or workers, whose
-/// readiness goes to the head, never to a port of this node) and needs no
-/// `--port`. When the launch names the head (`--master-addr` for TP/PP
-/// across nodes, `--data-parallel-address` for DP) and the API port
-/// (`--port`, as the head's own launch says it), the head's `/health`;
-/// else this node's expected rank files (layout C) landed and quiet. Never
-/// a guessed 8000, which the head need not use (the node would never sign,
-/// and the cluster would tune on every boot); never its exit 0.
-fn headless_done(v: &VllmLaunch, sizes: &facts::ParallelSizes) -> Result<Done, DoneError> {
-    let head = v
-        .option("--master-addr")
-        .or_else(|| v.option("--data-parallel-address"));
-    if let Some(addr) = head.filter(|_| v.option("--port").is_some()) {
-        return Ok(Done::HeadHealth(health(&addr, v)));
-    }
-    match sizes.local_rank_files() {
-        Some(names) if !names.is_empty() => Ok(Done::RankFiles(names, HEADLESS_QUIET)),
-        _ => Err(DoneError::HeadlessUnknown),
-    }
-}
-
-/// SGLang's [`super::sglang::RANK_FLAGS`] and vLLM's short aliases of the
-/// first three, for a vLLM launch.
-pub const RANK_FLAGS: [&str; 7] = [
-    "--node-rank",
-    "--data-parallel-rank",
-    "--data-parallel-start-rank",
-    "--dp-rank",
-    "-r",
-    "-dpn",
-    "-dpr",
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::vllm::launch::fingerprint::VllmLaunch;
     use crate::launch::Wrapper;
 
-    fn launch(args: &str) -> VllmLaunch {
+    /// A launch as vLLM's reading gives it, for the tests of this folder.
+    pub(super) fn launch(args: &str) -> VllmLaunch {
         let argv: Vec<OsString> = args.split_whitespace().map(OsString::from).collect();
         VllmLaunch::new(&argv, &Wrapper::Direct, Path::new("/nonexistent"), &|_| {
             None
         })
         .unwrap()
-    }
-
-    #[test]
-    fn nodes() {
-        let node = |a: &str| node(&launch(a));
-        assert_eq!(node("vllm serve m -tp 2"), Ok(Node { nnodes: 1, rank: 0 }));
-        assert_eq!(
-            node("vllm serve m -tp 4 --nnodes 2 --node-rank 1 --headless"),
-            Ok(Node { nnodes: 2, rank: 1 })
-        );
-        assert_eq!(
-            node("vllm serve m -dp 4 -dpl 2 -dpr 2 --headless"),
-            Ok(Node { nnodes: 2, rank: 1 })
-        );
-        assert_eq!(
-            node("vllm serve m -dp 4 -dpl 2"),
-            Ok(Node { nnodes: 2, rank: 0 })
-        );
-        assert!(node("vllm serve m -tp 4 --nnodes 2 --node-rank 2").is_err());
-    }
-
-    #[test]
-    fn the_shared_file_is_removed_when_in_doubt() {
-        let remove = |a: &str| matches!(shared_file_verdict(&launch(a)), Verdict::Remove(_));
-        // no config.json (a hub name or a missing directory): treated as MoE
-        assert!(remove("vllm serve m -tp 2"));
-        assert!(remove("vllm serve m -tp 2 -ep"));
-        assert!(!remove("vllm serve m"));
-        assert!(!remove("vllm serve m -tp 1 -dp 1"));
-        assert!(remove("vllm serve m -tp x"));
-        // a dense config.json
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.json"), r#"{"hidden_size": 64}"#).unwrap();
-        let m = dir.path().display().to_string();
-        assert!(!remove(&format!("vllm serve {m} -tp 4")));
-        assert!(remove(&format!("vllm serve {m} -tp 4 -ep")));
-        std::fs::write(dir.path().join("config.json"), r#"{"num_experts": 8}"#).unwrap();
-        assert!(remove(&format!("vllm serve {m} -tp 4")));
-        assert!(!remove(&format!("vllm serve {m}")));
-    }
-
-    fn done(args: &str) -> Result<Done, DoneError> {
-        server_done(&launch(args))
-    }
-
-    #[test]
-    fn done_rules() {
-        let health = |host: &str, port: u16| {
-            Done::Health(Endpoint {
-                host: host.into(),
-                port,
-                path: "/health".into(),
-                tls: false,
-            })
-        };
-        assert_eq!(done("vllm serve m"), Ok(health("127.0.0.1", 8000)));
-        assert_eq!(
-            done("vllm serve m --host 0.0.0.0 --port=9000"),
-            Ok(health("127.0.0.1", 9000))
-        );
-        assert_eq!(done("vllm serve m --host ::1"), Ok(health("[::1]", 8000)));
-        assert!(done("vllm serve m --uds /tmp/s").is_err());
-        assert_eq!(
-            done("vllm serve m --ssl-certfile c --ssl-keyfile k --port 9"),
-            Ok(Done::Health(Endpoint {
-                host: "127.0.0.1".into(),
-                port: 9,
-                path: "/health".into(),
-                tls: true,
-            }))
-        );
-        assert_eq!(
-            done("vllm serve m --ssl-certfile c --ssl-keyfile k --ssl-cert-reqs 2"),
-            Err(DoneError::ClientCertificate)
-        );
-        assert!(done("vllm serve m --ssl-certfile c --ssl-cert-reqs 1").is_ok());
-        let files = |ranks: std::ops::Range<u64>, within: u64| {
-            Ok(Done::RankFiles(
-                ranks
-                    .map(|r| format!("autotune_configs_dp{}_rank{r}.json", r / within))
-                    .collect(),
-                HEADLESS_QUIET,
-            ))
-        };
-        // the head and its port named: the head's /health
-        assert_eq!(
-            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless --port 8001"),
-            Ok(Done::HeadHealth(Endpoint {
-                host: "10.0.0.1".into(),
-                port: 8001,
-                path: "/health".into(),
-                tls: false,
-            }))
-        );
-        // no port: this node's own rank files, never a guessed 8000
-        assert_eq!(
-            done("vllm serve m -tp 2 -n 2 -r 1 --master-addr 10.0.0.1 --headless"),
-            files(1..2, 2)
-        );
-        assert_eq!(
-            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -dpa 10.0.0.1 --headless"),
-            files(2..4, 1)
-        );
-        assert_eq!(
-            done("vllm serve m -dp 4 -dpl 2 -dpr 2 -tp 2 --headless"),
-            files(4..8, 2)
-        );
-        assert_eq!(
-            done("vllm serve m -dp 4 -dpr 2 -dpa 10.0.0.1 --headless"),
-            Err(DoneError::HeadlessUnknown)
-        );
-        assert!(done("vllm serve m -dp 4 -dpr 2 --headless").is_err());
     }
 }
