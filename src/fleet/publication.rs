@@ -114,12 +114,30 @@ fn placed(files: &Files, node: Option<u32>) -> Vec<Placed> {
 }
 
 /// Every blob, each created only when absent (content addressing): the
-/// bytes of each file, under the sha256 its member holds already.
+/// bytes of each file, under the sha256 its member holds already, once
+/// they are seen to have it. The member's sha256 is the one signed, taken
+/// without reading the file again when its sidecar's stamp vouches for it
+/// (`cache::read_signed`); a file changed under a sidecar that still
+/// vouches for the old bytes (planted) would otherwise put other bytes
+/// under that key, where no later upload of the real bytes can replace
+/// them (a create finds the key taken) and every restore refuses them.
 fn upload_blobs(client: &dyn Storage, dir: &str, files: &Files) -> Result<(), Failure> {
     let mut done = BTreeSet::new();
     for (m, bytes) in files {
         if done.insert(m.sha256.as_str()) {
-            client.put_if_absent(&format!("{dir}blobs/{}", m.sha256), bytes)?;
+            let key = format!("{dir}blobs/{}", m.sha256);
+            let got = cache::sha256_hex(bytes);
+            if got != m.sha256 {
+                return Err(Failure::new(
+                    &key,
+                    None,
+                    format!(
+                        "{}: its bytes (sha256 {got}) are not the ones signed: it changed after it was signed; nothing is published",
+                        m.path
+                    ),
+                ));
+            }
+            client.put_if_absent(&key, bytes)?;
         }
         crate::failpoint::hit("fleet");
     }
