@@ -142,3 +142,74 @@ fn a_file_changed_under_a_sidecar_that_still_vouches_for_it_is_never_uploaded_un
         b.keys()
     );
 }
+
+/// Pod 1 publishes; `rewrite` puts other bytes in the bucket (the same set
+/// and HEAD in another form, as a hand or another tool writes them); pod 2
+/// boots warm from them. Every warm boot in read-write mode must write
+/// HEAD again (what keeps `fleet gc` from removing a launch in use): pod 2's
+/// publication names its set in HEAD, in HEAD's own form, and says so.
+fn warm_boot_rewrites_head(rewrite: impl FnOnce(&Bucket, &str, &str)) {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let h1 = home();
+    let p1 = boot(&mut pod(h1.path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let dir = b.launch_dir();
+    let set = crate::fleet::head_set(&b, &dir);
+    rewrite(&b, &dir, &set);
+    let h2 = home();
+    let p2 = boot(&mut pod(h2.path(), &ep, &b.url(), &[]));
+    assert_eq!(p2.code, 0, "{}", p2.stderr);
+    assert!(p2.has_event("fleet_restored"), "{}", p2.stderr);
+    assert_eq!(p2.tuned(), 0, "{}", p2.stderr);
+    // HEAD names the set pod 2 published, in HEAD's own form.
+    assert!(
+        p2.logged_with("fleet_published", json!({"set": set})),
+        "HEAD is not written again by a warm boot: {}",
+        p2.stderr
+    );
+    let (_, head) = b.get(&format!("{dir}HEAD"));
+    assert_eq!(
+        String::from_utf8_lossy(&head),
+        format!(r#"{{"format":2,"set":"{set}"}}"#)
+    );
+}
+
+/// A HEAD written by hand (`echo '{"format":2,"set":"..."}'`: a trailing
+/// newline) names the set as well as keepwrap's own; a warm boot restores
+/// it and writes HEAD again.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_head_written_by_hand_is_written_again_by_every_warm_boot() {
+    warm_boot_rewrites_head(|b, dir, set| {
+        b.put(
+            &format!("{dir}HEAD"),
+            format!("{{\"format\": 2, \"set\": \"{set}\"}}\n").as_bytes(),
+        );
+    });
+}
+
+/// A set object that is the set in another form (pretty-printed, the inner
+/// set with `keepwrap` and `signed_at` as a local set manifest has them),
+/// stored under the sha256 of those bytes and named by HEAD: a warm boot
+/// restores it, and its publication (the set in its one form, another id)
+/// must move HEAD to it.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_set_object_in_another_form_is_replaced_in_head_by_the_warm_boots_set() {
+    warm_boot_rewrites_head(|b, dir, set| {
+        let (_, bytes) = b.get(&format!("{dir}sets/{set}.json"));
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["set"]["keepwrap"] = json!("0.1.0");
+        v["set"]["signed_at"] = json!(1_796_000_000u64);
+        let other = serde_json::to_vec_pretty(&v).unwrap();
+        let other_id = sha256(&other);
+        b.put(&format!("{dir}sets/{other_id}.json"), &other);
+        b.put(
+            &format!("{dir}HEAD"),
+            format!(r#"{{"format":2,"set":"{other_id}"}}"#).as_bytes(),
+        );
+    });
+}
