@@ -187,10 +187,12 @@ fn name_for(name: &Fingerprint, gpu: &str) -> Fingerprint {
 }
 
 /// What a restore read of HEAD: its ETag, whether what it named could not
-/// be restored (missing, invalid, for another GPU), and the build of the
-/// set restored. A publisher whose restore found HEAD's set unusable, or
-/// of another build than its own, replaces HEAD, only if HEAD is still
-/// the object it read.
+/// be restored (missing, invalid, for another GPU) or is not in its one
+/// form (a set object that is not its canonical bytes: the set this boot
+/// publishes of the same files has another id), and the build of the set
+/// restored. A publisher whose restore found HEAD's set unusable or in
+/// another form, or of another build than its own, replaces HEAD, only if
+/// HEAD is still the object it read.
 #[derive(Debug, Clone, Default)]
 struct Seen {
     etag: String,
@@ -346,7 +348,10 @@ impl Fleet {
         if let Some(etag) = etag {
             let seen = Seen {
                 etag,
-                unusable: matches!(result, Err(Miss::Bad { .. } | Miss::Format { .. })),
+                unusable: match &result {
+                    Ok(r) => !r.3,
+                    Err(miss) => matches!(miss, Miss::Bad { .. } | Miss::Format { .. }),
+                },
                 build: result.as_ref().ok().map(|r| r.2.clone()),
             };
             if let Ok(mut s) = self.seen.lock() {
@@ -354,7 +359,7 @@ impl Fleet {
             }
         }
         let (id, files) = match result {
-            Ok((id, files, _)) => (id, files),
+            Ok((id, files, _, _)) => (id, files),
             Err(miss) => {
                 match &miss {
                     Miss::Empty => crate::events::Event::FleetEmpty { key: head_key }.emit(),
@@ -632,8 +637,9 @@ fn failure_of(m: &Miss) -> Option<&Failure> {
 }
 
 /// A set fetched and verified: its id, this node's files (each path with
-/// its bytes), their build.
-type Fetched = (String, Vec<(String, Vec<u8>)>, String);
+/// its bytes), their build, and whether its object is in its one form
+/// (its canonical bytes).
+type Fetched = (String, Vec<(String, Vec<u8>)>, String, bool);
 
 /// The network half of a restore: HEAD's ETag (None when it could not be
 /// read), and HEAD, the manifest, every blob, each verified: the set's
@@ -693,6 +699,7 @@ fn fetch_set(
         .map_err(|e| bad(&set_key, format!("not a manifest ({e})")))?;
     m.check(profile, fingerprint, shape)
         .map_err(|why| bad(&set_key, why))?;
+    let canonical = m.canonical() == bytes;
     check_nodes(&m, place_of.map(|p| p.1), shape).map_err(|why| bad(&set_key, why))?;
     // Every node's part is fetched and verified, this node's placed (every
     // node's, for a tree that must be the same set on every node): all or
@@ -741,7 +748,7 @@ fn fetch_set(
     }
     let mut builds = builds.into_iter();
     match (builds.next(), builds.next()) {
-        (Some(b), None) => Ok((id, out, b)),
+        (Some(b), None) => Ok((id, out, b, canonical)),
         _ => Err(bad(
             &set_key,
             "its files were tuned under several FlashInfer builds".into(),

@@ -10,7 +10,7 @@ use crate::digest::Fingerprint;
 use crate::engine::fingerprint::ProfileName;
 use crate::publish::{Failure, Put, Storage};
 
-use super::manifest::{check_files, Envelope, Head, Placed, MAX_MANIFEST};
+use super::manifest::{check_files, read_head, Envelope, Head, HeadIs, Placed, MAX_MANIFEST};
 use super::{s3, silicon};
 
 /// A set's files as published: each member (its sha256 the one signed)
@@ -175,10 +175,12 @@ fn name_set(
             true
         }
         Put::Refused => match client.get(&format!("{dir}HEAD"), s3::MAX_OBJECT)? {
-            // HEAD names this set already: written again (the same bytes,
-            // only if it is still that object), so that its time says when
-            // the launch was last used, which `fleet gc` reads.
-            Some(o) if o.bytes == head => {
+            // HEAD names this set already (in keepwrap's bytes or in any
+            // other form of them: one written by hand): written again, in
+            // keepwrap's bytes, only if it is still that object, so that
+            // its time says when the launch was last used, which `fleet gc`
+            // reads.
+            Some(o) if read_head(&o.bytes) == HeadIs::Set(id.clone()) => {
                 client.replace(&format!("{dir}HEAD"), &head, &o.etag)?;
                 true
             }
