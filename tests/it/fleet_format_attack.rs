@@ -89,6 +89,20 @@ fn set_manifest_of(root: &Path, n: usize) -> bool {
         .any(|m| m["members"].as_array().is_some_and(|a| a.len() == n))
 }
 
+/// A cold boot of a pod on `home` whose every durable step of its sign is
+/// slowed: the set manifest written at done stays 1.5 s before the
+/// publication reads the files. Running, once that manifest is there.
+fn signed_at_done(home: &Path, ep: &str, b: &Bucket) -> Running {
+    let running =
+        Running::spawn(pod(home, ep, &b.url(), &[]).env("KEEPWRAP_FAILPOINT_DELAY_MS", "1500"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !set_manifest_of(&cache_root(home), 2) {
+        assert!(std::time::Instant::now() < deadline, "never signed at done");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    running
+}
+
 /// A file whose bytes change between the sign at done and the publication,
 /// under a sidecar that still vouches for the bytes signed (planted): the
 /// publication must never upload the new bytes under the old sha256. A
@@ -105,17 +119,7 @@ fn a_file_changed_under_a_sidecar_that_still_vouches_for_it_is_never_uploaded_un
     let b = Bucket::new(&ep);
     let h = home();
     let root = cache_root(h.path());
-    // A cold boot whose every durable step of its sign is slowed: the set
-    // manifest written at done stays 1.5 s before the publication reads
-    // the files.
-    let running = Running::spawn(
-        pod(h.path(), &ep, &b.url(), &[]).env("KEEPWRAP_FAILPOINT_DELAY_MS", "1500"),
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !set_manifest_of(&root, 2) {
-        assert!(std::time::Instant::now() < deadline, "never signed at done");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let running = signed_at_done(h.path(), &ep, &b);
     let files = cache_files(&root);
     assert_eq!(files.len(), 2);
     // Every rank file alike (they stay one union).
@@ -212,4 +216,166 @@ fn a_set_object_in_another_form_is_replaced_in_head_by_the_warm_boots_set() {
             format!(r#"{{"format":2,"set":"{other_id}"}}"#).as_bytes(),
         );
     });
+}
+
+/// The envelope `v` as a set object under the sha256 of its bytes (its
+/// inner set's id made its own again unless `keep_id`), named by HEAD: its
+/// key.
+fn plant_set(b: &Bucket, dir: &str, mut v: serde_json::Value, keep_id: bool) -> String {
+    if !keep_id {
+        let members: Vec<keepwrap::cache::Member> =
+            serde_json::from_value(v["set"]["members"].clone()).unwrap();
+        let fp = v["set"]["fingerprint"].as_str().unwrap().to_string();
+        v["set"]["id"] = json!(keepwrap::cache::set_id(&fp, &members));
+    }
+    let bytes = serde_json::to_vec(&v).unwrap();
+    let id = sha256(&bytes);
+    let key = format!("{dir}sets/{id}.json");
+    b.put(&key, &bytes);
+    b.put(
+        &format!("{dir}HEAD"),
+        format!(r#"{{"format":2,"set":"{id}"}}"#).as_bytes(),
+    );
+    key
+}
+
+/// Envelopes that lie, each whole by its id (the object's bytes hash to
+/// it, its inner set's id is its own unless the lie is that id): every one
+/// costs a cold boot whose one line names the set object, and nothing of
+/// it is placed.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn an_envelope_that_lies_is_never_restored() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let h1 = home();
+    let p1 = boot(&mut pod(h1.path(), &ep, &b.url(), &[]));
+    assert!(p1.has_event("fleet_published"), "{}", p1.stderr);
+    let dir = b.launch_dir();
+    let set = crate::fleet::head_set(&b, &dir);
+    let good: serde_json::Value =
+        serde_json::from_slice(&b.get(&format!("{dir}sets/{set}.json")).1).unwrap();
+    let escaping = {
+        let mut m = good["set"]["members"][0].clone();
+        m["path"] = json!("0.7.2/sm121/../../../escaped/rank_tp0_pp0_dp0.json");
+        m
+    };
+    type Lie = Box<dyn Fn(&mut serde_json::Value)>;
+    let lies: Vec<(&str, bool, Lie)> = vec![
+        (
+            "a node for each file of a single-node set",
+            false,
+            Box::new(|v| v["nodes"] = json!([0, 0])),
+        ),
+        (
+            "two nodes for a single-node launch",
+            false,
+            Box::new(|v| {
+                v["nnodes"] = json!(2);
+                v["nodes"] = json!([0, 1]);
+            }),
+        ),
+        (
+            "members out of order",
+            false,
+            Box::new(|v| v["set"]["members"].as_array_mut().unwrap().reverse()),
+        ),
+        (
+            "a member twice",
+            false,
+            Box::new(|v| {
+                let m = v["set"]["members"][0].clone();
+                v["set"]["members"] = json!([m.clone(), m]);
+            }),
+        ),
+        (
+            "a member escaping the root",
+            false,
+            Box::new(move |v| v["set"]["members"][0] = escaping.clone()),
+        ),
+        (
+            "an inner set whose id is not its hash",
+            true,
+            Box::new(|v| v["set"]["id"] = json!("0".repeat(64))),
+        ),
+        (
+            "the fingerprint of another launch",
+            false,
+            Box::new(|v| v["set"]["fingerprint"] = json!("e".repeat(64))),
+        ),
+        (
+            "a field of no format",
+            false,
+            Box::new(|v| v["restore_anyway"] = json!(true)),
+        ),
+        (
+            "another profile",
+            false,
+            Box::new(|v| v["profile"] = json!("vllm")),
+        ),
+        (
+            "another format",
+            false,
+            Box::new(|v| v["format"] = json!(3)),
+        ),
+        (
+            "more bytes than a set object may hold",
+            false,
+            Box::new(|v| v["stamps"] = json!({"x": "y".repeat(5 << 20)})),
+        ),
+    ];
+    for (what, keep_id, lie) in lies {
+        let mut v = good.clone();
+        lie(&mut v);
+        let key = plant_set(&b, &dir, v, keep_id);
+        let h = home();
+        let p = boot(&mut pod(h.path(), &ep, &b.url(), &[]));
+        assert_eq!(p.code, 0, "{what}: {}", p.stderr);
+        assert!(!p.has_event("fleet_restored"), "{what}: {}", p.stderr);
+        assert!(
+            p.logged_starting("fleet_restore_failed", "reason", &key),
+            "{what}: the line names {key}: {}",
+            p.stderr
+        );
+        assert!(p.tuned() > 0, "{what}: a cold boot");
+        assert!(
+            !h.path().join("sglang/escaped").exists() && !h.path().join("escaped").exists(),
+            "{what}"
+        );
+    }
+}
+
+/// A signed file swapped for a symlink or a FIFO between the sign at done
+/// and the publication: nothing is published (the file is never followed
+/// nor waited on), and the one line says why, naming the file.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_signed_file_swapped_for_a_symlink_or_a_fifo_publishes_nothing_and_says_so() {
+    let Some(ep) = moto() else { return };
+    for kind in ["symlink", "fifo"] {
+        let b = Bucket::new(&ep);
+        let h = home();
+        let root = cache_root(h.path());
+        let running = signed_at_done(h.path(), &ep, &b);
+        let rel = cache_files(&root).into_iter().next().unwrap();
+        let file = root.join(&rel);
+        std::fs::remove_file(&file).unwrap();
+        if kind == "symlink" {
+            std::os::unix::fs::symlink("/etc/hostname", &file).unwrap();
+        } else {
+            let made = std::process::Command::new("mkfifo").arg(&file).status();
+            assert!(made.unwrap().success(), "mkfifo");
+        }
+        let p = running.finish(std::time::Duration::from_secs(120));
+        assert_eq!(p.code, 0, "{kind}: {}", p.stderr);
+        assert!(!p.has_event("fleet_published"), "{kind}: {}", p.stderr);
+        assert!(
+            p.logged_starting("fleet_publish_failed", "error", rel.to_str().unwrap()),
+            "{kind}: no line says why nothing is published: {}",
+            p.stderr
+        );
+        assert!(!b.keys().iter().any(|k| k.ends_with("/HEAD")), "{kind}");
+    }
 }
