@@ -468,8 +468,17 @@ impl Fleet {
         }
         // Each file's sha256 is the one the set manifest signed, when the
         // file is still the one hashed then: not hashed again.
-        let Ok(files) = cache::read_signed(root, self.shape, &self.fingerprint, signed) else {
-            return;
+        let files = match cache::read_signed(root, self.shape, &self.fingerprint, signed) {
+            Ok(files) => files,
+            // A signed file gone, or swapped for a symlink or a FIFO since
+            // the sign (never followed nor waited on).
+            Err(why) => {
+                crate::events::Event::FleetPublishFailed {
+                    error: format!("{why}: nothing is published"),
+                }
+                .emit();
+                return;
+            }
         };
         let mut stamp = |at: &str| {
             let mut buf = Vec::new();
