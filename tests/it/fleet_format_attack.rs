@@ -379,3 +379,49 @@ fn a_signed_file_swapped_for_a_symlink_or_a_fifo_publishes_nothing_and_says_so()
         assert!(!b.keys().iter().any(|k| k.ends_with("/HEAD")), "{kind}");
     }
 }
+
+/// A multi-node launch whose nodes share no boot id (LeaderWorkerSet)
+/// publishes nothing, but restores: each of its warm boots must still
+/// write HEAD again, or `fleet gc` removes the launch while it is in use.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_warm_multi_node_launch_with_no_boot_id_keeps_its_launch_from_gc() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let first = crate::fleet::boot_nodes(&ep, &b.url(), &[("KEEPWRAP_BOOT_ID", "lws-group-0")]);
+    assert!(
+        first.iter().any(|n| n.has_event("fleet_published")),
+        "{}",
+        first[1].stderr
+    );
+    // Every object of the first launch older than 2 s.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let warm = crate::fleet::boot_nodes(&ep, &b.url(), &[]);
+    for (r, n) in warm.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_no_boot_id"), "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_restored"), "node {r}: {}", n.stderr);
+        assert_eq!(n.tuned(), 0, "node {r}: {}", n.stderr);
+    }
+    let h = home();
+    let gc = output(&mut crate::fleet::fleet_command(
+        h.path(),
+        &ep,
+        &b.url(),
+        &["gc", "--older-than", "2s"],
+    ));
+    assert_eq!(gc.code, 0, "{}", gc.stderr);
+    assert!(
+        gc.stdout
+            .iter()
+            .any(|l| l.starts_with("removed 0 launches")),
+        "a launch in use is removed: {:?}",
+        gc.stdout
+    );
+    assert!(
+        b.keys().iter().any(|k| k.ends_with("/HEAD")),
+        "{:?}",
+        b.keys()
+    );
+}
