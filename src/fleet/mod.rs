@@ -73,7 +73,7 @@ use crate::engine::fingerprint::ProfileName;
 use crate::publish::{Failure, Job, ReadOnly, Storage, Waited};
 pub use manifest::FORMAT;
 use manifest::{check_nodes, read_head, Envelope, HeadIs, MAX_HEAD, MAX_MANIFEST};
-use publication::{newest_build, publish, publish_part, whole_dirs};
+use publication::{newest_build, publish, publish_part, rewrite_head, whole_dirs};
 use s3::{Client, Endpoint, Location};
 
 /// The largest stamp file read (a manifest of a few hundred bytes).
@@ -198,6 +198,8 @@ struct Seen {
     etag: String,
     unusable: bool,
     build: Option<String>,
+    /// The id of the set restored.
+    restored: Option<String>,
 }
 
 impl Fleet {
@@ -353,6 +355,7 @@ impl Fleet {
                     Err(miss) => matches!(miss, Miss::Bad { .. } | Miss::Format { .. }),
                 },
                 build: result.as_ref().ok().map(|r| r.2.clone()),
+                restored: result.as_ref().ok().map(|r| r.0.clone()),
             };
             if let Ok(mut s) = self.seen.lock() {
                 *s = Some(seen);
@@ -523,17 +526,24 @@ impl Fleet {
         // the restore found its set unusable, or of another build than
         // the one published now (a FlashInfer upgrade, a driver's): HEAD
         // moves forward.
-        let replace = self
-            .seen
-            .lock()
-            .ok()
-            .and_then(|s| s.clone())
+        let seen = self.seen.lock().ok().and_then(|s| s.clone());
+        let replace = seen
+            .clone()
             .filter(|s| s.unusable || s.build.as_ref().is_some_and(|b| *b != build.id))
             .map(|s| s.etag);
         let part = match &self.nodes {
             None => None,
-            // No boot id: said at the start; nothing is published.
-            Some((_, None)) => return,
+            // No boot id: said at the start; nothing is published. A warm
+            // boot writes HEAD again all the same.
+            Some((_, None)) => {
+                let restored = seen
+                    .filter(|s| s.build.as_ref() == Some(&build.id))
+                    .and_then(|s| Some((s.restored?, s.etag)));
+                if let Some((set, etag)) = restored {
+                    self.head_again(self.key(&name, "HEAD"), set, etag);
+                }
+                return;
+            }
             Some((n, Some(boot))) => Some((n.rank, n.nnodes, boot.clone())),
         };
         let client = self.store.clone();
@@ -593,6 +603,48 @@ impl Fleet {
                 }
             };
             state::update(&fleet_root, |s| s.published(&note.0, note.1.as_ref()));
+        };
+        match Job::spawn("keepwrap-fleet-publish", job) {
+            Ok(h) => self.running = Some(h),
+            Err(e) => crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit(),
+        }
+    }
+
+    /// A warm boot that publishes nothing (a multi-node launch with no
+    /// boot id): HEAD (`key`), while it is still the object its restore
+    /// read (`etag`), naming the set restored (`set`), written again on a
+    /// helper thread, so that its time says the launch is in use, which
+    /// `fleet gc` reads.
+    fn head_again(&mut self, key: String, set: String, etag: String) {
+        let client = self.store.clone();
+        let fleet_root = self.root.clone();
+        let job = move || {
+            let (what, failed) = match rewrite_head(&*client, &key, &set, &etag) {
+                Ok(written) => {
+                    crate::events::Event::FleetHeadRewritten {
+                        set: set.clone(),
+                        written,
+                    }
+                    .emit();
+                    let what = if written {
+                        format!("HEAD names set {set} again")
+                    } else {
+                        format!("HEAD names another set than {set}")
+                    };
+                    (what, None)
+                }
+                Err(e) => {
+                    crate::events::Event::FleetPublishFailed {
+                        error: e.to_string(),
+                    }
+                    .emit();
+                    (format!("failed: {e}"), Some(e))
+                }
+            };
+            state::update(&fleet_root, |s| s.published(&what, failed.as_ref()));
         };
         match Job::spawn("keepwrap-fleet-publish", job) {
             Ok(h) => self.running = Some(h),

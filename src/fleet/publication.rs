@@ -190,6 +190,21 @@ fn name_set(
     Ok((id, won))
 }
 
+/// HEAD (`key`), naming `set`, written again while it is still the object
+/// read with `etag`: whether it names `set` now (a refusal where another
+/// node or pod wrote it just now, naming the same set, is as good).
+pub(super) fn rewrite_head(
+    client: &dyn Storage,
+    key: &str,
+    set: &str,
+    etag: &str,
+) -> Result<bool, Failure> {
+    Ok(client.replace(key, &Head::of(set), etag)? == Put::Written
+        || client
+            .get(key, s3::MAX_OBJECT)?
+            .is_some_and(|o| read_head(&o.bytes) == HeadIs::Set(set.to_string())))
+}
+
 /// A multi-node launch's node: its blobs, then its part
 /// (`parts/<boot>/<rank>.json`, created only when absent: the first part
 /// of a node in a boot stays), then every node's part of the boot. When

@@ -403,6 +403,11 @@ fn a_warm_multi_node_launch_with_no_boot_id_keeps_its_launch_from_gc() {
         assert!(n.has_event("fleet_no_boot_id"), "node {r}: {}", n.stderr);
         assert!(n.has_event("fleet_restored"), "node {r}: {}", n.stderr);
         assert_eq!(n.tuned(), 0, "node {r}: {}", n.stderr);
+        assert!(
+            n.logged_with("fleet_head_rewritten", json!({"written": true})),
+            "node {r}: {}",
+            n.stderr
+        );
     }
     let h = home();
     let gc = output(&mut crate::fleet::fleet_command(
