@@ -430,3 +430,78 @@ fn a_warm_multi_node_launch_with_no_boot_id_keeps_its_launch_from_gc() {
         b.keys()
     );
 }
+
+/// The parts of one boot that disagree (node 1's slot holds a part whose
+/// file has another tactic for a shape node 0's file holds too, as a part
+/// of another boot under the same boot id would): no node names their
+/// union, each says why, and HEAD keeps the set it named.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn parts_of_one_boot_that_disagree_are_never_named_as_a_set() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let first = crate::fleet::boot_nodes(&ep, &b.url(), &[("KEEPWRAP_BOOT_ID", "boot-1")]);
+    assert!(
+        first.iter().any(|n| n.has_event("fleet_published")),
+        "{}",
+        first[1].stderr
+    );
+    let dir = b.launch_dir();
+    let named = crate::fleet::head_set(&b, &dir);
+    let boot = |id: &str| sha256(format!("explicit:{id}").as_bytes())[..32].to_string();
+    // Node 1's part of boot 1, its file's first shape given another tactic,
+    // in node 1's slot of boot 2.
+    let (_, part) = b.get(&format!("{dir}parts/{}/1.json", boot("boot-1")));
+    let mut part: serde_json::Value = serde_json::from_slice(&part).unwrap();
+    let member = &mut part["set"]["members"][0];
+    let (_, blob) = b.get(&format!(
+        "{dir}blobs/{}",
+        member["sha256"].as_str().unwrap()
+    ));
+    let mut file: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&blob).unwrap();
+    let shape = file
+        .keys()
+        .find(|k| !k.starts_with('_'))
+        .unwrap()
+        .to_string();
+    let tactic = file[&shape][1].as_u64().unwrap();
+    file[&shape][1] = json!(tactic + 1);
+    let other = serde_json::to_vec(&file).unwrap();
+    let other_sha = sha256(&other);
+    b.put(&format!("{dir}blobs/{other_sha}"), &other);
+    member["sha256"] = json!(other_sha);
+    member["size"] = json!(other.len());
+    let planted = plant_part(&b, &format!("{dir}parts/{}/1.json", boot("boot-2")), part);
+    let second = crate::fleet::boot_nodes(&ep, &b.url(), &[("KEEPWRAP_BOOT_ID", "boot-2")]);
+    for (r, n) in second.iter().enumerate() {
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_restored"), "node {r}: {}", n.stderr);
+        assert!(!n.has_event("fleet_published"), "node {r}: {}", n.stderr);
+        assert!(
+            n.has_event("fleet_publish_failed"),
+            "node {r} says why: {}",
+            n.stderr
+        );
+    }
+    let e = second[0].event("fleet_publish_failed");
+    assert!(
+        e["error"].as_str().unwrap().contains("different tactics"),
+        "{e}"
+    );
+    // Node 1's slot is taken: its own part is not written over it.
+    let e = second[1].event("fleet_publish_failed");
+    assert!(e["error"].as_str().unwrap().contains(&planted), "{e}");
+    assert_eq!(crate::fleet::head_set(&b, &dir), named);
+}
+
+/// The part `v` (its inner set's id made its own again) at `key`.
+fn plant_part(b: &Bucket, key: &str, mut v: serde_json::Value) -> String {
+    let members: Vec<keepwrap::cache::Member> =
+        serde_json::from_value(v["set"]["members"].clone()).unwrap();
+    let fp = v["set"]["fingerprint"].as_str().unwrap().to_string();
+    v["set"]["id"] = json!(keepwrap::cache::set_id(&fp, &members));
+    b.put(key, &serde_json::to_vec(&v).unwrap());
+    key.to_string()
+}
