@@ -193,7 +193,13 @@ pub(crate) fn gpus(home: &Path, model: &str) -> std::path::PathBuf {
 
 /// [`pod`] with the engine's arguments, on a machine of the fake engine's
 /// GPU model.
-fn pod_of(home: &Path, endpoint: &str, url: &str, extra: &[&str], engine: &[&str]) -> Command {
+pub(crate) fn pod_of(
+    home: &Path,
+    endpoint: &str,
+    url: &str,
+    extra: &[&str],
+    engine: &[&str],
+) -> Command {
     let mut kw = vec!["--fleet", url];
     kw.extend_from_slice(extra);
     if !extra.contains(&"--fleet-timeout") {

@@ -505,3 +505,75 @@ fn plant_part(b: &Bucket, key: &str, mut v: serde_json::Value) -> String {
     b.put(key, &serde_json::to_vec(&v).unwrap());
     key.to_string()
 }
+
+/// The two nodes of a TP2 launch across `--nnodes 2` with no boot id,
+/// each a pod on its own fresh root, every durable step slowed by 1.5 s
+/// (a restore's sign included): running, with their homes.
+fn slow_nodes(ep: &str, url: &str) -> Vec<(tempfile::TempDir, Running)> {
+    let addr = format!("127.0.0.1:{}", free_port());
+    (0..2)
+        .map(|rank| {
+            let h = home();
+            let rank = rank.to_string();
+            let engine = [
+                "--tp",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                &rank,
+                "--dist-init-addr",
+                &addr,
+                "--offline",
+            ];
+            let mut cmd = crate::fleet::pod_of(h.path(), ep, url, &[], &engine);
+            cmd.env_remove("SLURM_JOB_ID")
+                .env_remove("SLURM_RESTART_COUNT")
+                .env("KEEPWRAP_FAILPOINT_DELAY_MS", "1500");
+            let running = Running::spawn(&mut cmd);
+            (h, running)
+        })
+        .collect()
+}
+
+/// `fleet gc` deletes HEAD while a warm multi-node boot with no boot id
+/// runs (after its restore): the boot creates HEAD anew after done, as a
+/// publishing pod does, so that gc keeps the launch.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "needs moto"]
+fn a_head_gc_deleted_during_a_warm_multi_node_boot_with_no_boot_id_is_created_anew() {
+    let Some(ep) = moto() else { return };
+    let b = Bucket::new(&ep);
+    let first = crate::fleet::boot_nodes(&ep, &b.url(), &[("KEEPWRAP_BOOT_ID", "boot-1")]);
+    assert!(
+        first.iter().any(|n| n.has_event("fleet_published")),
+        "{}",
+        first[1].stderr
+    );
+    let dir = b.launch_dir();
+    let named = crate::fleet::head_set(&b, &dir);
+    let nodes = slow_nodes(&ep, &b.url());
+    // Both nodes restored (their roots signed the set): HEAD goes, as gc's
+    // first phase removes it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !nodes
+        .iter()
+        .all(|(h, _)| set_manifest_of(&cache_root(h.path()), 1))
+    {
+        assert!(std::time::Instant::now() < deadline, "never restored");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    b.delete(&format!("{dir}HEAD"));
+    for (r, (_, running)) in nodes.into_iter().enumerate() {
+        let n = running.finish(std::time::Duration::from_secs(120));
+        assert_eq!(n.code, 0, "node {r}: {}", n.stderr);
+        assert!(n.has_event("fleet_restored"), "node {r}: {}", n.stderr);
+        assert!(
+            n.logged_with("fleet_head_rewritten", json!({"written": true})),
+            "node {r}: {}",
+            n.stderr
+        );
+    }
+    assert_eq!(crate::fleet::head_set(&b, &dir), named);
+}
