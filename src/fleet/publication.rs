@@ -191,15 +191,25 @@ fn name_set(
 }
 
 /// HEAD (`key`), naming `set`, written again while it is still the object
-/// read with `etag`: whether it names `set` now (a refusal where another
-/// node or pod wrote it just now, naming the same set, is as good).
+/// read with `etag`, or created when there is none (`fleet gc` removed it
+/// meanwhile: created anew, as a publisher does, gc keeps the launch):
+/// whether it names `set` now (a refusal where another node or pod wrote
+/// it just now, naming the same set, is as good).
 pub(super) fn rewrite_head(
     client: &dyn Storage,
     key: &str,
     set: &str,
     etag: &str,
 ) -> Result<bool, Failure> {
-    Ok(client.replace(key, &Head::of(set), etag)? == Put::Written
+    let head = Head::of(set);
+    let replaced = match client.replace(key, &head, etag) {
+        Ok(put) => put == Put::Written,
+        // S3 answers If-Match on a missing key 404.
+        Err(f) if f.status == Some(404) => false,
+        Err(f) => return Err(f),
+    };
+    Ok(replaced
+        || client.put_if_absent(key, &head)? == Put::Written
         || client
             .get(key, s3::MAX_OBJECT)?
             .is_some_and(|o| read_head(&o.bytes) == HeadIs::Set(set.to_string())))
