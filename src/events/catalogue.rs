@@ -983,6 +983,15 @@ catalogue! {
             INFO "fleet_published"
             => "fleet: published set {set}; HEAD names it";
 
+        FleetHeadRewritten { set: String, written: bool }
+            INFO "fleet_head_rewritten"
+            => "fleet: nothing published (no boot id); {}",
+                if written {
+                    format!("HEAD still names set {set}, which this boot restored: written again, so that fleet gc sees the launch in use")
+                } else {
+                    format!("HEAD names another set than {set}, which this boot restored, since the restore: left as it is")
+                };
+
         FleetPublishedOther { set: String }
             INFO "fleet_published_other"
             => "fleet: uploaded set {set}; HEAD already names another complete set, left as it is";

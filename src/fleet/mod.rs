@@ -73,7 +73,7 @@ use crate::engine::fingerprint::ProfileName;
 use crate::publish::{Failure, Job, ReadOnly, Storage, Waited};
 pub use manifest::FORMAT;
 use manifest::{check_nodes, read_head, Envelope, HeadIs, MAX_HEAD, MAX_MANIFEST};
-use publication::{newest_build, publish, publish_part, whole_dirs};
+use publication::{newest_build, publish, publish_part, rewrite_head, whole_dirs};
 use s3::{Client, Endpoint, Location};
 
 /// The largest stamp file read (a manifest of a few hundred bytes).
@@ -187,15 +187,19 @@ fn name_for(name: &Fingerprint, gpu: &str) -> Fingerprint {
 }
 
 /// What a restore read of HEAD: its ETag, whether what it named could not
-/// be restored (missing, invalid, for another GPU), and the build of the
-/// set restored. A publisher whose restore found HEAD's set unusable, or
-/// of another build than its own, replaces HEAD, only if HEAD is still
-/// the object it read.
+/// be restored (missing, invalid, for another GPU) or is not in its one
+/// form (a set object that is not its canonical bytes: the set this boot
+/// publishes of the same files has another id), and the build of the set
+/// restored. A publisher whose restore found HEAD's set unusable or in
+/// another form, or of another build than its own, replaces HEAD, only if
+/// HEAD is still the object it read.
 #[derive(Debug, Clone, Default)]
 struct Seen {
     etag: String,
     unusable: bool,
     build: Option<String>,
+    /// The id of the set restored.
+    restored: Option<String>,
 }
 
 impl Fleet {
@@ -346,15 +350,19 @@ impl Fleet {
         if let Some(etag) = etag {
             let seen = Seen {
                 etag,
-                unusable: matches!(result, Err(Miss::Bad { .. } | Miss::Format { .. })),
+                unusable: match &result {
+                    Ok(r) => !r.3,
+                    Err(miss) => matches!(miss, Miss::Bad { .. } | Miss::Format { .. }),
+                },
                 build: result.as_ref().ok().map(|r| r.2.clone()),
+                restored: result.as_ref().ok().map(|r| r.0.clone()),
             };
             if let Ok(mut s) = self.seen.lock() {
                 *s = Some(seen);
             }
         }
         let (id, files) = match result {
-            Ok((id, files, _)) => (id, files),
+            Ok((id, files, _, _)) => (id, files),
             Err(miss) => {
                 match &miss {
                     Miss::Empty => crate::events::Event::FleetEmpty { key: head_key }.emit(),
@@ -463,8 +471,17 @@ impl Fleet {
         }
         // Each file's sha256 is the one the set manifest signed, when the
         // file is still the one hashed then: not hashed again.
-        let Ok(files) = cache::read_signed(root, self.shape, &self.fingerprint, signed) else {
-            return;
+        let files = match cache::read_signed(root, self.shape, &self.fingerprint, signed) {
+            Ok(files) => files,
+            // A signed file gone, or swapped for a symlink or a FIFO since
+            // the sign (never followed nor waited on).
+            Err(why) => {
+                crate::events::Event::FleetPublishFailed {
+                    error: format!("{why}: nothing is published"),
+                }
+                .emit();
+                return;
+            }
         };
         let mut stamp = |at: &str| {
             let mut buf = Vec::new();
@@ -509,17 +526,24 @@ impl Fleet {
         // the restore found its set unusable, or of another build than
         // the one published now (a FlashInfer upgrade, a driver's): HEAD
         // moves forward.
-        let replace = self
-            .seen
-            .lock()
-            .ok()
-            .and_then(|s| s.clone())
+        let seen = self.seen.lock().ok().and_then(|s| s.clone());
+        let replace = seen
+            .clone()
             .filter(|s| s.unusable || s.build.as_ref().is_some_and(|b| *b != build.id))
             .map(|s| s.etag);
         let part = match &self.nodes {
             None => None,
-            // No boot id: said at the start; nothing is published.
-            Some((_, None)) => return,
+            // No boot id: said at the start; nothing is published. A warm
+            // boot writes HEAD again all the same.
+            Some((_, None)) => {
+                let restored = seen
+                    .filter(|s| s.build.as_ref() == Some(&build.id))
+                    .and_then(|s| Some((s.restored?, s.etag)));
+                if let Some((set, etag)) = restored {
+                    self.head_again(self.key(&name, "HEAD"), set, etag);
+                }
+                return;
+            }
             Some((n, Some(boot))) => Some((n.rank, n.nnodes, boot.clone())),
         };
         let client = self.store.clone();
@@ -589,6 +613,48 @@ impl Fleet {
         }
     }
 
+    /// A warm boot that publishes nothing (a multi-node launch with no
+    /// boot id): HEAD (`key`), while it is still the object its restore
+    /// read (`etag`), naming the set restored (`set`), written again on a
+    /// helper thread, so that its time says the launch is in use, which
+    /// `fleet gc` reads.
+    fn head_again(&mut self, key: String, set: String, etag: String) {
+        let client = self.store.clone();
+        let fleet_root = self.root.clone();
+        let job = move || {
+            let (what, failed) = match rewrite_head(&*client, &key, &set, &etag) {
+                Ok(written) => {
+                    crate::events::Event::FleetHeadRewritten {
+                        set: set.clone(),
+                        written,
+                    }
+                    .emit();
+                    let what = if written {
+                        format!("HEAD names set {set} again")
+                    } else {
+                        format!("HEAD names another set than {set}")
+                    };
+                    (what, None)
+                }
+                Err(e) => {
+                    crate::events::Event::FleetPublishFailed {
+                        error: e.to_string(),
+                    }
+                    .emit();
+                    (format!("failed: {e}"), Some(e))
+                }
+            };
+            state::update(&fleet_root, |s| s.published(&what, failed.as_ref()));
+        };
+        match Job::spawn("keepwrap-fleet-publish", job) {
+            Ok(h) => self.running = Some(h),
+            Err(e) => crate::events::Event::FleetNoThread {
+                error: e.to_string(),
+            }
+            .emit(),
+        }
+    }
+
     /// Before keepwrap exits: let the publication finish, at most
     /// `--fleet-timeout`. When keepwrap is being stopped (a stop signal
     /// was forwarded to the engine, or came since), a publication still
@@ -632,8 +698,9 @@ fn failure_of(m: &Miss) -> Option<&Failure> {
 }
 
 /// A set fetched and verified: its id, this node's files (each path with
-/// its bytes), their build.
-type Fetched = (String, Vec<(String, Vec<u8>)>, String);
+/// its bytes), their build, and whether its object is in its one form
+/// (its canonical bytes).
+type Fetched = (String, Vec<(String, Vec<u8>)>, String, bool);
 
 /// The network half of a restore: HEAD's ETag (None when it could not be
 /// read), and HEAD, the manifest, every blob, each verified: the set's
@@ -693,6 +760,7 @@ fn fetch_set(
         .map_err(|e| bad(&set_key, format!("not a manifest ({e})")))?;
     m.check(profile, fingerprint, shape)
         .map_err(|why| bad(&set_key, why))?;
+    let canonical = m.canonical() == bytes;
     check_nodes(&m, place_of.map(|p| p.1), shape).map_err(|why| bad(&set_key, why))?;
     // Every node's part is fetched and verified, this node's placed (every
     // node's, for a tree that must be the same set on every node): all or
@@ -741,7 +809,7 @@ fn fetch_set(
     }
     let mut builds = builds.into_iter();
     match (builds.next(), builds.next()) {
-        (Some(b), None) => Ok((id, out, b)),
+        (Some(b), None) => Ok((id, out, b, canonical)),
         _ => Err(bad(
             &set_key,
             "its files were tuned under several FlashInfer builds".into(),

@@ -10,7 +10,7 @@ use crate::digest::Fingerprint;
 use crate::engine::fingerprint::ProfileName;
 use crate::publish::{Failure, Put, Storage};
 
-use super::manifest::{check_files, Envelope, Head, Placed, MAX_MANIFEST};
+use super::manifest::{check_files, read_head, Envelope, Head, HeadIs, Placed, MAX_MANIFEST};
 use super::{s3, silicon};
 
 /// A set's files as published: each member (its sha256 the one signed)
@@ -114,12 +114,30 @@ fn placed(files: &Files, node: Option<u32>) -> Vec<Placed> {
 }
 
 /// Every blob, each created only when absent (content addressing): the
-/// bytes of each file, under the sha256 its member holds already.
+/// bytes of each file, under the sha256 its member holds already, once
+/// they are seen to have it. The member's sha256 is the one signed, taken
+/// without reading the file again when its sidecar's stamp vouches for it
+/// (`cache::read_signed`); a file changed under a sidecar that still
+/// vouches for the old bytes (planted) would otherwise put other bytes
+/// under that key, where no later upload of the real bytes can replace
+/// them (a create finds the key taken) and every restore refuses them.
 fn upload_blobs(client: &dyn Storage, dir: &str, files: &Files) -> Result<(), Failure> {
     let mut done = BTreeSet::new();
     for (m, bytes) in files {
         if done.insert(m.sha256.as_str()) {
-            client.put_if_absent(&format!("{dir}blobs/{}", m.sha256), bytes)?;
+            let key = format!("{dir}blobs/{}", m.sha256);
+            let got = cache::sha256_hex(bytes);
+            if got != m.sha256 {
+                return Err(Failure::new(
+                    &key,
+                    None,
+                    format!(
+                        "{}: its bytes (sha256 {got}) are not the ones signed: it changed after it was signed; nothing is published",
+                        m.path
+                    ),
+                ));
+            }
+            client.put_if_absent(&key, bytes)?;
         }
         crate::failpoint::hit("fleet");
     }
@@ -157,10 +175,12 @@ fn name_set(
             true
         }
         Put::Refused => match client.get(&format!("{dir}HEAD"), s3::MAX_OBJECT)? {
-            // HEAD names this set already: written again (the same bytes,
-            // only if it is still that object), so that its time says when
-            // the launch was last used, which `fleet gc` reads.
-            Some(o) if o.bytes == head => {
+            // HEAD names this set already (in keepwrap's bytes or in any
+            // other form of them: one written by hand): written again, in
+            // keepwrap's bytes, only if it is still that object, so that
+            // its time says when the launch was last used, which `fleet gc`
+            // reads.
+            Some(o) if read_head(&o.bytes) == HeadIs::Set(id.clone()) => {
                 client.replace(&format!("{dir}HEAD"), &head, &o.etag)?;
                 true
             }
@@ -168,6 +188,31 @@ fn name_set(
         },
     };
     Ok((id, won))
+}
+
+/// HEAD (`key`), naming `set`, written again while it is still the object
+/// read with `etag`, or created when there is none (`fleet gc` removed it
+/// meanwhile: created anew, as a publisher does, gc keeps the launch):
+/// whether it names `set` now (a refusal where another node or pod wrote
+/// it just now, naming the same set, is as good).
+pub(super) fn rewrite_head(
+    client: &dyn Storage,
+    key: &str,
+    set: &str,
+    etag: &str,
+) -> Result<bool, Failure> {
+    let head = Head::of(set);
+    let replaced = match client.replace(key, &head, etag) {
+        Ok(put) => put == Put::Written,
+        // S3 answers If-Match on a missing key 404.
+        Err(f) if f.status == Some(404) => false,
+        Err(f) => return Err(f),
+    };
+    Ok(replaced
+        || client.put_if_absent(key, &head)? == Put::Written
+        || client
+            .get(key, s3::MAX_OBJECT)?
+            .is_some_and(|o| read_head(&o.bytes) == HeadIs::Set(set.to_string())))
 }
 
 /// A multi-node launch's node: its blobs, then its part

@@ -193,7 +193,13 @@ pub(crate) fn gpus(home: &Path, model: &str) -> std::path::PathBuf {
 
 /// [`pod`] with the engine's arguments, on a machine of the fake engine's
 /// GPU model.
-fn pod_of(home: &Path, endpoint: &str, url: &str, extra: &[&str], engine: &[&str]) -> Command {
+pub(crate) fn pod_of(
+    home: &Path,
+    endpoint: &str,
+    url: &str,
+    extra: &[&str],
+    engine: &[&str],
+) -> Command {
     let mut kw = vec!["--fleet", url];
     kw.extend_from_slice(extra);
     if !extra.contains(&"--fleet-timeout") {
@@ -856,7 +862,7 @@ fn a_blob_longer_than_its_manifest_says_is_never_read_whole() {
 /// The two nodes of one launch (TP2 across `--nnodes 2`, one rank a node,
 /// loopback rendezvous), each a pod on a fresh root of its own, started
 /// together; `env` is set on both.
-fn boot_nodes(ep: &str, url: &str, env: &[(&str, &str)]) -> Vec<Finished> {
+pub(crate) fn boot_nodes(ep: &str, url: &str, env: &[(&str, &str)]) -> Vec<Finished> {
     boot_nodes_with(ep, url, env, &[])
 }
 
@@ -1229,7 +1235,7 @@ fn kill_9_during_the_sign_after_a_restore_trusts_nothing_in_part() {
 
 /// A `fleet` subcommand against the bucket of `url` at `ep` (`args`
 /// after the URL).
-fn fleet_command(h: &Path, ep: &str, url: &str, args: &[&str]) -> Command {
+pub(crate) fn fleet_command(h: &Path, ep: &str, url: &str, args: &[&str]) -> Command {
     let mut cmd = keepwrap(&cache_root(h));
     cmd.args(["fleet", "--fleet", url])
         .args(args)

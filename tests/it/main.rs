@@ -29,6 +29,7 @@ mod fleet;
 mod fleet_attack;
 mod fleet_bucket;
 mod fleet_format;
+mod fleet_format_attack;
 mod forget;
 mod home;
 mod keep;
