@@ -258,31 +258,69 @@ fn print_fingerprint(cmd: FingerprintCmd) -> ExitCode {
     fingerprint::print(&cmd.fingerprint.options(), &cmd.command, cmd.explain)
 }
 
-/// `keepwrap status`, then the share's when `--share` names one.
+/// `keepwrap status`, then the share's when `--share` names one. With no
+/// command, no `--cache-dir` and `--profile auto`, every default root that
+/// exists is shown in turn (`--json`: the first, naming the others).
 fn status(cmd: StatusCmd) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let opts = cmd.fingerprint.options();
     let launch = (!cmd.command.is_empty()).then(|| Launch::new(&opts, &cmd.command, &env));
-    let root = root_of(&opts, launch.as_ref(), cmd.cache_dir.as_deref(), &env);
-    let fleet = crate::cmd::fleet::state_json(
-        root.as_ref().map(|(root, _)| root.as_path()),
-        std::env::var("KEEPWRAP_FLEET")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .as_deref(),
-        std::env::var("KEEPWRAP_FLEET_MODE").ok().as_deref(),
-    );
-    let code = crate::cmd::status::run(
-        root,
-        launch.as_ref().map(|l| (l, cmd.cache_dir.as_deref())),
-        cmd.json,
-        cmd.zero,
-        cmd.verify,
-        cmd.store_max_size,
-        fleet.clone(),
-    );
-    if code == ExitCode::SUCCESS && !cmd.json {
-        crate::cmd::fleet::print_state(&fleet);
+    let mut roots = match (&launch, &cmd.cache_dir, opts.profile) {
+        (None, None, fingerprint::ProfileName::Auto) => crate::engine::existing_default_roots(&env),
+        _ => Vec::new(),
+    };
+    if roots.is_empty() {
+        roots.extend(root_of(
+            &opts,
+            launch.as_ref(),
+            cmd.cache_dir.as_deref(),
+            &env,
+        ));
+    }
+    let shown = if cmd.json {
+        roots.len().min(1)
+    } else {
+        roots.len()
+    };
+    let others: Vec<&std::path::Path> = roots[shown..].iter().map(|(r, _)| r.as_path()).collect();
+    let mut code = ExitCode::SUCCESS;
+    let mut each: Vec<Option<(std::path::PathBuf, crate::cache::Shape)>> =
+        roots[..shown].iter().cloned().map(Some).collect();
+    if each.is_empty() {
+        each.push(None);
+    }
+    for (i, root) in each.into_iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        let fleet = crate::cmd::fleet::state_json(
+            root.as_ref().map(|(root, _)| root.as_path()),
+            std::env::var("KEEPWRAP_FLEET")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .as_deref(),
+            std::env::var("KEEPWRAP_FLEET_MODE").ok().as_deref(),
+        );
+        let mut extra = serde_json::Map::new();
+        extra.insert("fleet".into(), fleet.clone());
+        if !others.is_empty() {
+            extra.insert("other_roots".into(), serde_json::json!(others));
+        }
+        let c = crate::cmd::status::run(
+            root,
+            launch.as_ref().map(|l| (l, cmd.cache_dir.as_deref())),
+            cmd.json,
+            cmd.zero,
+            cmd.verify,
+            cmd.store_max_size,
+            extra,
+        );
+        if c == ExitCode::SUCCESS && !cmd.json {
+            crate::cmd::fleet::print_state(&fleet);
+        }
+        if c != ExitCode::SUCCESS {
+            code = c;
+        }
     }
     match &cmd.share {
         Some(dir) if code == ExitCode::SUCCESS => {

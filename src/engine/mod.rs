@@ -374,25 +374,47 @@ pub fn of(profile: ProfileName) -> &'static dyn Engine {
 /// (one-rank vLLM launches', SGLang's store version's) last: the roots a
 /// subcommand with no command looks at.
 pub fn default_roots(env: &[(OsString, OsString)]) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = Vec::new();
+    default_roots_shaped(env)
+        .into_iter()
+        .map(|(root, _)| root)
+        .collect()
+}
+
+/// [`default_roots`], each with the tree its engine lays out there.
+fn default_roots_shaped(env: &[(OsString, OsString)]) -> Vec<(PathBuf, Shape)> {
+    let mut roots: Vec<(PathBuf, Shape)> = Vec::new();
+    let mut add = |root: PathBuf, shape: Shape| {
+        if !roots.iter().any(|(r, _)| *r == root) {
+            roots.push((root, shape));
+        }
+    };
     for profile in [ProfileName::Sglang, ProfileName::Vllm, ProfileName::Trtllm] {
-        if let Ok(r) = of(profile).root(None, env) {
-            if !roots.contains(&r) {
-                roots.push(r);
-            }
+        let engine = of(profile);
+        if let Ok(r) = engine.root(None, env) {
+            add(r, engine.shape(env));
         }
     }
     if let Ok(r) = vllm::store::default_root(env) {
-        if !roots.contains(&r) {
-            roots.push(r);
-        }
+        add(r, flashinfer::STORE);
     }
     if let Some(r) = sglang::store::default_root(env) {
-        if !roots.contains(&r) {
-            roots.push(r);
-        }
+        add(r, flashinfer::STORE);
     }
     roots
+}
+
+/// The default roots that exist, each with the tree it holds
+/// ([`Shape::found_in`]): what `status` with no command, no `--cache-dir`
+/// and `--profile auto` shows.
+pub fn existing_default_roots(env: &[(OsString, OsString)]) -> Vec<(PathBuf, Shape)> {
+    default_roots_shaped(env)
+        .into_iter()
+        .filter(|(root, _)| root.is_dir())
+        .map(|(root, shape)| {
+            let shape = Shape::found_in(&root, shape);
+            (root, shape)
+        })
+        .collect()
 }
 
 /// Why an engine's cache root cannot be told.

@@ -59,6 +59,28 @@ fn serve_debug(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
     until_outcome(Running::spawn(cmd.env("KEEPWRAP_LOG", "debug")))
 }
 
+/// `status` showed vLLM's default root under `home`, with the 2 files of
+/// [`tp2_ep_signed`].
+fn assert_shows_the_signed_vllm_root(st: &Finished, home: &Path) {
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let out = st.stdout.join("\n");
+    assert!(
+        out.contains(&format!("cache root {}", root(home).display())),
+        "{out}"
+    );
+    assert!(out.contains("totals: 2 signed"), "{out}");
+}
+
+/// A cold `-tp 2 -ep` boot under `home`, which signs its 2 rank files.
+fn tp2_ep_signed(home: &Path) {
+    let cold = serve(home, &["-tp", "2", "-ep"], &[]);
+    assert!(
+        cold.logged_with("signed", json!({"files": 2})),
+        "{}",
+        cold.stderr
+    );
+}
+
 /// vLLM's default cache root under `home`.
 fn root(home: &Path) -> PathBuf {
     home.join(".cache/vllm/flashinfer_autotune_cache")
@@ -629,12 +651,7 @@ fn a_headless_nodes_exit_0_is_never_tuning_done() {
 #[test]
 fn status_and_explain_read_a_vllm_launch() {
     let home = common::home();
-    let cold = serve(home.path(), &["-tp", "2", "-ep"], &[]);
-    assert!(
-        cold.logged_with("signed", json!({"files": 2})),
-        "{}",
-        cold.stderr
-    );
+    tp2_ep_signed(home.path());
     let launch = |sub: &str, tp: &str| {
         let mut cmd = kw_vllm(
             home.path(),
@@ -669,13 +686,7 @@ fn status_and_explain_read_a_vllm_launch() {
     let mut cmd = hermetic(home.path());
     cmd.args(["status", "--profile", "vllm"]);
     let st = common::output(&mut cmd);
-    assert_eq!(st.code, 0, "{}", st.stderr);
-    let out = st.stdout.join("\n");
-    assert!(
-        out.contains(&format!("cache root {}", root(home.path()).display())),
-        "{out}"
-    );
-    assert!(out.contains("totals: 2 signed"), "{out}");
+    assert_shows_the_signed_vllm_root(&st, home.path());
     let ex = launch("explain", "4");
     assert_eq!(ex.code, 0, "{}", ex.stderr);
     let out = ex.stdout.join("\n");
@@ -1182,4 +1193,56 @@ fn evict_and_clean_without_a_cache_dir_act_on_vllms_default_root() {
     let env = [("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", dir)];
     std::fs::remove_dir_all(home.path().join(".cache/sglang")).unwrap();
     evict_and_clean_on_a_vllm_root(&flat, home.path(), &env, false);
+}
+
+/// In a vLLM container (`docker exec POD keepwrap status`: no command, no
+/// `--profile`), status shows the root that holds the engine's cache, not
+/// SGLang's that does not exist; with SGLang's root there too, each root in
+/// turn, and `--json` names the others.
+#[test]
+fn status_without_a_command_shows_every_default_root_that_exists() {
+    let home = common::home();
+    tp2_ep_signed(home.path());
+    let status = |json_out: bool| {
+        let mut cmd = hermetic(home.path());
+        cmd.arg("status");
+        if json_out {
+            cmd.arg("--json");
+        }
+        common::output(&mut cmd)
+    };
+    let st = status(false);
+    assert_shows_the_signed_vllm_root(&st, home.path());
+    let js = status(true);
+    assert_eq!(js.code, 0, "{}", js.stderr);
+    let report: serde_json::Value = serde_json::from_str(&js.stdout.join("\n")).unwrap();
+    assert_eq!(report["root"], json!(root(home.path())), "{report}");
+    assert_eq!(report.get("other_roots"), None, "{report}");
+
+    // SGLang's default root exists too: both, SGLang's first
+    let sglang = home.path().join(".cache/sglang/flashinfer/autotune");
+    std::fs::create_dir_all(&sglang).unwrap();
+    let st = status(false);
+    assert_eq!(st.code, 0, "{}", st.stderr);
+    let roots: Vec<&String> = st
+        .stdout
+        .iter()
+        .filter(|l| l.starts_with("cache root "))
+        .collect();
+    assert_eq!(roots.len(), 2, "{:?}", st.stdout);
+    assert!(
+        roots[0].contains(&sglang.display().to_string()),
+        "{roots:?}"
+    );
+    assert!(
+        roots[1].contains(&root(home.path()).display().to_string()),
+        "{roots:?}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&status(true).stdout.join("\n")).unwrap();
+    assert_eq!(report["root"], json!(sglang), "{report}");
+    assert_eq!(
+        report["other_roots"],
+        json!([root(home.path())]),
+        "{report}"
+    );
 }

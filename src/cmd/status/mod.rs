@@ -22,7 +22,8 @@ pub use render::render;
 pub use report::report;
 
 /// Run `keepwrap status` (`launch`: the command after `--`, with
-/// `--cache-dir` when given).
+/// `--cache-dir` when given; `extra`: fields the report carries from
+/// outside the root, such as the fleet's state).
 pub fn run(
     root: Option<(std::path::PathBuf, Shape)>,
     launch: Option<(&Launch, Option<&Path>)>,
@@ -30,7 +31,7 @@ pub fn run(
     zero: bool,
     verify: bool,
     store_max_size: u64,
-    fleet: Value,
+    extra: serde_json::Map<String, Value>,
 ) -> ExitCode {
     let Some((root, shape)) = root else {
         return crate::cmd::no_root();
@@ -68,7 +69,9 @@ pub fn run(
             json!({"files": h.files, "missing": h.missing, "changed": h.changed, "at": h.at});
     }
     report["store_max_size"] = json!(store_max_size);
-    report["fleet"] = fleet;
+    for (k, v) in extra {
+        report[k] = v;
+    }
     let text = if json_out {
         let mut v = serde_json::to_vec_pretty(&report).expect("a Value serializes");
         v.push(b'\n');
