@@ -9,13 +9,16 @@ use std::path::{Path, PathBuf};
 use super::sidecar::{self, Member, Sidecar, Stamp};
 use super::{fsx, layout, Shape, MAX_CACHE_FILE, MAX_SIDECAR};
 
-/// A signed file as read: its member (path, sha256, size), its bytes, and
-/// its modification time `(s, ns)`.
+/// A signed file as read: its member (path, sha256, size), its bytes, its
+/// modification time `(s, ns)`, and whether the sha256 was computed from
+/// these bytes (`hashed`) or taken from the set manifest on the stamp's
+/// word.
 #[derive(Debug, Clone)]
 pub struct SignedFile {
     pub member: Member,
     pub bytes: Vec<u8>,
     pub mtime: (i64, i64),
+    pub hashed: bool,
 }
 
 /// Read `paths` (relative to `root`), files of launch `fingerprint`'s
@@ -71,16 +74,18 @@ pub fn read_signed(
                             && sc.stat == Some(Stamp::of(&after))
                     })
             })
-            .cloned()
-            .unwrap_or_else(|| Member {
-                path: path.to_string(),
-                sha256: super::sha256_hex(&bytes),
-                size,
-            });
+            .cloned();
+        let hashed = member.is_none();
+        let member = member.unwrap_or_else(|| Member {
+            path: path.to_string(),
+            sha256: super::sha256_hex(&bytes),
+            size,
+        });
         out.push(SignedFile {
             member,
             bytes,
             mtime: (after.st_mtime, after.st_mtime_nsec),
+            hashed,
         });
     }
     Ok(out)

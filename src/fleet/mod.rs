@@ -24,8 +24,9 @@
 //! # Publish (after the set is signed locally at done, on a helper thread)
 //!
 //! The files of one build (that of the file written last), each with the
-//! sha256 its local sign recorded (a file still as it was hashed then is
-//! not hashed again: [`cache::read_signed`]), every blob, then the set,
+//! sha256 its local sign recorded ([`cache::read_signed`]; each file is
+//! hashed once, to see its bytes are the ones signed), every blob, then
+//! the set,
 //! each `If-None-Match: *` (a 412 means the same bytes are there
 //! already). Then HEAD: created with `If-None-Match: *`; when one
 //! exists it is replaced (`If-Match` the ETag this boot's restore read)
@@ -306,7 +307,7 @@ impl Fleet {
             return;
         }
         // Each file's sha256 is the one the set manifest signed, when the
-        // file is still the one hashed then: not hashed again.
+        // file is still the one hashed then (checked once, as it uploads).
         let files = match cache::read_signed(root, self.shape, &self.fingerprint, signed) {
             Ok(files) => files,
             // A signed file gone, or swapped for a symlink or a FIFO since

@@ -14,8 +14,8 @@ use super::manifest::{check_files, read_head, Envelope, Head, HeadIs, Placed, MA
 use super::{s3, silicon};
 
 /// A set's files as published: each member (its sha256 the one signed)
-/// with its bytes.
-pub(super) type Files = Vec<(Member, Vec<u8>)>;
+/// with its bytes, as `cache::read_signed` read them.
+pub(super) type Files = Vec<SignedFile>;
 
 /// A launch in the bucket: its directory key (ending in `/`), profile and
 /// name.
@@ -60,7 +60,7 @@ pub(super) fn newest_build(
             }
             Err(why) => return Err(why),
         };
-        built.push((f.mtime, b, f.member, f.bytes));
+        built.push((f.mtime, b, f));
     }
     let newest = built
         .iter()
@@ -68,16 +68,16 @@ pub(super) fn newest_build(
         .map(|x| x.1.clone())
         .ok_or_else(|| "no files".to_string())?;
     let (chosen, dropped): (Vec<_>, Vec<_>) = built.into_iter().partition(|x| x.1 == newest);
-    let files: Files = chosen.into_iter().map(|x| (x.2, x.3)).collect();
+    let files: Files = chosen.into_iter().map(|x| x.2).collect();
     let dropped = dropped
         .into_iter()
-        .map(|x| x.2.path)
+        .map(|x| x.2.member.path)
         .chain(unstamped)
         .collect();
     // the stamps of the files chosen only
     let used: BTreeSet<String> = files
         .iter()
-        .filter_map(|(m, _)| shape.stamp_of(&m.path))
+        .filter_map(|f| shape.stamp_of(&f.member.path))
         .collect();
     let mut stamps = stamps.texts();
     stamps.retain(|at, _| used.contains(at));
@@ -95,7 +95,7 @@ pub(super) fn whole_dirs(
     (chosen, build, dropped, stamps): Built,
 ) -> Result<(Files, silicon::Build, BTreeMap<String, String>), String> {
     let dir = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
-    let dirs: BTreeSet<String> = chosen.iter().map(|(m, _)| dir(&m.path)).collect();
+    let dirs: BTreeSet<String> = chosen.iter().map(|f| dir(&f.member.path)).collect();
     if let Some(other) = dropped.iter().find(|p| dirs.contains(&dir(p))) {
         return Err(format!(
             "{} is of another build than the other rank files of its directory",
@@ -107,27 +107,29 @@ pub(super) fn whole_dirs(
 
 /// The members of `files`, each of `node`: each path once.
 fn placed(files: &Files, node: Option<u32>) -> Vec<Placed> {
-    let mut out: Vec<Placed> = files.iter().map(|(m, _)| (m.clone(), node)).collect();
+    let mut out: Vec<Placed> = files.iter().map(|f| (f.member.clone(), node)).collect();
     out.sort_by(|a, b| a.0.path.cmp(&b.0.path));
     out.dedup_by(|a, b| a.0.path == b.0.path);
     out
 }
 
 /// Every blob, each created only when absent (content addressing): the
-/// bytes of each file, under the sha256 its member holds already, once
-/// they are seen to have it. The member's sha256 is the one signed, taken
-/// without reading the file again when its sidecar's stamp vouches for it
-/// (`cache::read_signed`); a file changed under a sidecar that still
-/// vouches for the old bytes (planted) would otherwise put other bytes
-/// under that key, where no later upload of the real bytes can replace
-/// them (a create finds the key taken) and every restore refuses them.
+/// bytes of each file, under the sha256 its member holds, once they are
+/// seen to have it. A member's sha256 taken from the set manifest on its
+/// sidecar's word (`cache::read_signed`) is checked here, on the
+/// publication's thread; one computed from the bytes read is theirs. A file
+/// changed under a sidecar that still vouches for the old bytes (planted)
+/// would otherwise put other bytes under that key, where no later upload
+/// of the real bytes can replace them (a create finds the key taken) and
+/// every restore refuses them.
 fn upload_blobs(client: &dyn Storage, dir: &str, files: &Files) -> Result<(), Failure> {
     let mut done = BTreeSet::new();
-    for (m, bytes) in files {
+    for f in files {
+        let (m, bytes) = (&f.member, &f.bytes);
         if done.insert(m.sha256.as_str()) {
             let key = format!("{dir}blobs/{}", m.sha256);
-            let got = cache::sha256_hex(bytes);
-            if got != m.sha256 {
+            let got = (!f.hashed).then(|| cache::sha256_hex(bytes));
+            if let Some(got) = got.filter(|got| *got != m.sha256) {
                 return Err(Failure::new(
                     &key,
                     None,
