@@ -293,9 +293,8 @@ pub fn warn_cache_dir(
 /// What every engine knows of a command, for the reader in `launch`.
 pub const SERVERS: crate::launch::Servers = crate::launch::Servers {
     runs: |argv| ALL.iter().any(|e| e.runs(argv)),
-    named_at: |argv, i| {
-        let words = crate::launch::strings(&argv[i..]);
-        sglang::launch::named(&words) || vllm::launch::named(&argv[i..], &words)
+    named_at: |argv, words, i| {
+        sglang::launch::named(&words[i..]) || vllm::launch::named(&argv[i..], &words[i..])
     },
     instead: "put the engine command itself after keepwrap -- (python3 -m sglang.launch_server ..., vllm serve ...), behind any of the prefixes keepwrap reads",
 };

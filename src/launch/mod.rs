@@ -88,9 +88,10 @@ pub struct Servers {
     /// Whether the command (after every layer) runs a server an engine
     /// reads.
     pub runs: fn(&[OsString]) -> bool,
-    /// Whether the words from `i` on name such a server (behind a program
-    /// keepwrap does not read: `torchrun ... -m MODULE`).
-    pub named_at: fn(&[OsString], usize) -> bool,
+    /// Whether the command from its word `i` on (`words`: its words as
+    /// text) names such a server, behind a program keepwrap does not read
+    /// (`torchrun ... -m MODULE`).
+    pub named_at: fn(&[OsString], &[String], usize) -> bool,
     /// What to write instead of a program that hides the server.
     pub instead: &'static str,
 }
@@ -471,8 +472,9 @@ fn read_shell(l: &mut Layers) -> Result<bool, String> {
 /// (`torchrun ... -m sglang.launch_server`, `uv run vllm serve`), if the
 /// command names one after its first word.
 fn names_server(argv: &[OsString], servers: Servers) -> Option<String> {
-    let named = (1..argv.len()).any(|i| (servers.named_at)(argv, i));
-    named.then(|| base(&py_str(argv[0].as_bytes())).to_string())
+    let words = strings(argv);
+    let named = (1..argv.len()).any(|i| (servers.named_at)(argv, &words, i));
+    named.then(|| base(&words[0]).to_string())
 }
 
 impl Command {

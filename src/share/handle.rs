@@ -33,10 +33,11 @@ pub struct Share {
 
 impl Share {
     /// The share of this launch, or `None` (with one line saying why) when
-    /// there is none to use.
+    /// there is none to use. `cluster` gives the launch's cluster
+    /// fingerprint, asked only of a launch that has a share.
     pub fn new(
         args: &Settings,
-        cluster: &str,
+        cluster: impl FnOnce() -> String,
         node: Result<Node, String>,
         shape: Shape,
         unify: bool,
@@ -56,7 +57,7 @@ impl Share {
     /// [`Share::new`] for a launch whose place among the nodes is `node`.
     pub fn for_node<E: std::fmt::Display>(
         args: &Settings,
-        cluster: &str,
+        cluster: impl FnOnce() -> String,
         node: Result<Node, E>,
         shape: Shape,
         max_age: Duration,
@@ -80,7 +81,7 @@ impl Share {
             .emit();
             return None;
         }
-        let cluster = cluster.to_string();
+        let cluster = cluster();
         crate::events::Event::ShareCluster {
             cluster_fingerprint: cluster.to_string(),
             node: node.rank,

@@ -151,7 +151,7 @@ impl Engine for Sglang {
             // the store's entries are made one set, never unified
             return Share::for_node(
                 args,
-                &launch.cluster_of(args),
+                || launch.cluster_of(args),
                 self.node(launch),
                 shape,
                 max_age,
@@ -159,7 +159,7 @@ impl Engine for Sglang {
         }
         Share::new(
             args,
-            &launch.cluster_of(args),
+            || launch.cluster_of(args),
             self.node(launch),
             shape,
             unify,

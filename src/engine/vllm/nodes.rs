@@ -46,7 +46,7 @@ pub(super) fn share(
     max_age: std::time::Duration,
 ) -> Option<Share> {
     let v = launch.vllm()?;
-    Share::for_node(args, &launch.cluster_of(args), node(v), shape, max_age)
+    Share::for_node(args, || launch.cluster_of(args), node(v), shape, max_age)
 }
 
 /// Before the engine starts, on a node that kept nothing: when every node
