@@ -387,8 +387,7 @@ fn default_roots_shaped(env: &[(OsString, OsString)]) -> Vec<(PathBuf, Shape)> {
             roots.push((root, shape));
         }
     };
-    for profile in [ProfileName::Sglang, ProfileName::Vllm, ProfileName::Trtllm] {
-        let engine = of(profile);
+    for engine in ALL {
         if let Ok(r) = engine.root(None, env) {
             add(r, engine.shape(env));
         }
